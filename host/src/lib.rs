@@ -1,0 +1,39 @@
+//! weft: a durable workflow host whose steps are sandboxed WebAssembly
+//! components.
+//!
+//! - [`model`] parses and checks workflow files into a [`Workflow`].
+//! - [`runtime`] runs plugins: one wasmtime engine, compiled-code cache,
+//!   per-call limits and a sandbox that grants nothing by default.
+//! - [`plugins`] finds the plugin a step `uses:`.
+//! - [`store`] keeps every durable fact, in redb.
+//! - [`engine`] walks a workflow's steps and commits each result.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use weft::{Engine, PluginDir, RedbStore, Runtime, RuntimeConfig, SystemClock, model};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let runtime = Runtime::new(RuntimeConfig::default())?;
+//! let plugins = PluginDir::new(runtime, "plugins");
+//! let store = Arc::new(RedbStore::open("weft.redb")?);
+//! let engine = Engine::new(store, plugins, Arc::new(SystemClock));
+//! let workflow = model::load("examples/order.yaml")?;
+//! let run = engine.run(&workflow, serde_json::json!({}), &mut weft::engine::Quiet)?;
+//! println!("{:?}: {:?}", run.state, run.outputs);
+//! # Ok(())
+//! # }
+//! ```
+
+pub mod clock;
+pub mod engine;
+pub mod model;
+pub mod plugins;
+pub mod runtime;
+pub mod store;
+
+pub use clock::{Clock, SystemClock, Timestamp};
+pub use engine::Engine;
+pub use model::Workflow;
+pub use plugins::PluginDir;
+pub use runtime::{Plugin, Runtime, RuntimeConfig};
+pub use store::{RedbStore, Store};

@@ -1,0 +1,174 @@
+//! The workflow format: parse a YAML or JSON file, check it, and compile its
+//! expressions, once, before anything runs.
+//!
+//! ```yaml
+//! id: greet
+//! inputs: { type: object, required: [name] }   # JSON Schema, checked at start
+//! steps:
+//!   - id: render
+//!     uses: template@1                          # plugin name[@version]
+//!     with:
+//!       template: "Hello, {{ who }}!"
+//!       vars: { who: "${{ inputs.name }}" }
+//!     timeout: 10s                              # default 30s
+//!     memory_limit: 128MiB                      # default 64MiB
+//! outputs:
+//!   text: "${{ steps.render.output.text }}"
+//! ```
+//!
+//! Every error names the file, the line where it is known, and the step.
+
+mod error;
+mod expr;
+mod parse;
+
+use std::path::Path;
+use std::time::Duration;
+
+use serde_json::Value;
+
+pub use error::DefinitionError;
+pub use expr::{EvalError, Scope, Template};
+
+/// A checked workflow, ready to run.
+#[derive(Debug)]
+pub struct Workflow {
+    /// The workflow's id.
+    pub id: String,
+    /// The version of the definition; 1 unless the file says otherwise.
+    pub version: u32,
+    /// One line for people.
+    pub description: Option<String>,
+    /// The JSON Schema that a run's input must satisfy.
+    pub inputs: Option<InputSchema>,
+    /// The steps, run in order.
+    pub steps: Vec<Step>,
+    /// What the run returns, evaluated after its last step.
+    pub outputs: Option<Template>,
+    /// Where the definition came from, for messages.
+    pub origin: String,
+}
+
+/// One step of a workflow.
+#[derive(Debug)]
+pub struct Step {
+    /// Unique within the workflow.
+    pub id: String,
+    /// The plugin that runs this step.
+    pub uses: PluginRef,
+    /// The step's input, with `${{ }}` expressions.
+    pub with: Template,
+    /// How long one attempt may run; the runtime's default when `None`.
+    pub timeout: Option<Duration>,
+    /// How large the guest's memory may grow, in bytes; the runtime's default
+    /// when `None`.
+    pub memory_limit: Option<u64>,
+    /// The line of the step in its file, when known.
+    pub line: Option<usize>,
+}
+
+/// A reference to a plugin, as written in `uses:`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PluginRef {
+    /// The plugin's name.
+    pub name: String,
+    /// Which versions are acceptable.
+    pub version: VersionPin,
+}
+
+/// The version part of a `uses:` reference.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum VersionPin {
+    /// `name`: any version.
+    Any,
+    /// `name@1`, `name@1.2`, `name@^1.2.3`, `name@=1.2.3`: a semver
+    /// requirement; a bare version means "compatible with" (caret).
+    Req(semver::VersionReq),
+    /// `name@sha256:<hex>`: exactly the component with this digest.
+    Digest(String),
+}
+
+impl std::fmt::Display for PluginRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.version {
+            VersionPin::Any => write!(f, "{}", self.name),
+            VersionPin::Req(req) => write!(f, "{}@{}", self.name, req),
+            VersionPin::Digest(digest) => write!(f, "{}@{}", self.name, digest),
+        }
+    }
+}
+
+/// A compiled JSON Schema for a workflow's input.
+pub struct InputSchema {
+    schema: Value,
+    validator: jsonschema::Validator,
+}
+
+impl std::fmt::Debug for InputSchema {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InputSchema")
+            .field("schema", &self.schema)
+            .finish_non_exhaustive()
+    }
+}
+
+impl InputSchema {
+    /// Compiles `schema`; `Err` holds the reason it is not a usable schema.
+    pub fn compile(schema: Value) -> Result<Self, String> {
+        let validator = jsonschema::validator_for(&schema).map_err(|e| e.to_string())?;
+        Ok(Self { schema, validator })
+    }
+
+    /// The schema as written.
+    pub fn schema(&self) -> &Value {
+        &self.schema
+    }
+
+    /// Checks `input`; `Err` lists every problem, each with the JSON Pointer of
+    /// the offending value (`/order/items/0`, or `/` for the whole input).
+    pub fn check(&self, input: &Value) -> Result<(), Vec<String>> {
+        let problems: Vec<String> = self
+            .validator
+            .iter_errors(input)
+            .map(|e| {
+                let at = e.instance_path().to_string();
+                let at = if at.is_empty() { "/".to_owned() } else { at };
+                format!("at {at}: {e}")
+            })
+            .collect();
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(problems)
+        }
+    }
+}
+
+/// Reads and checks the workflow file at `path`. YAML unless the file name
+/// ends in `.json`.
+pub fn load(path: impl AsRef<Path>) -> Result<Workflow, DefinitionError> {
+    let path = path.as_ref();
+    let source = std::fs::read_to_string(path).map_err(|e| DefinitionError::Read {
+        path: path.to_owned(),
+        message: e.to_string(),
+    })?;
+    let is_json = path
+        .extension()
+        .is_some_and(|ext| ext.eq_ignore_ascii_case("json"));
+    let format = if is_json { Format::Json } else { Format::Yaml };
+    parse(&source, format, &path.display().to_string())
+}
+
+/// The syntax of a workflow definition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// YAML 1.2 (which also accepts most JSON).
+    Yaml,
+    /// JSON.
+    Json,
+}
+
+/// Checks a workflow definition held in memory; `origin` names it in errors.
+pub fn parse(source: &str, format: Format, origin: &str) -> Result<Workflow, DefinitionError> {
+    parse::parse(source, format, origin)
+}

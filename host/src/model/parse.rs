@@ -1,0 +1,432 @@
+//! From text to a checked [`Workflow`]: serde reads the file as written into
+//! `Raw*` types (unknown keys are errors), then each field is checked and
+//! compiled.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::error::{DefinitionError, Location};
+use super::expr::Template;
+use super::{Format, InputSchema, PluginRef, Step, VersionPin, Workflow};
+
+/// The largest memory a wasm32 guest can address.
+const MAX_MEMORY_LIMIT: u64 = 4 << 30;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawWorkflow {
+    id: String,
+    #[serde(default = "default_version")]
+    version: u32,
+    #[serde(default)]
+    description: Option<String>,
+    #[serde(default)]
+    inputs: Option<Value>,
+    steps: Vec<RawStep>,
+    #[serde(default)]
+    outputs: Option<Value>,
+}
+
+fn default_version() -> u32 {
+    1
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawStep {
+    id: String,
+    uses: String,
+    #[serde(default)]
+    with: Option<Value>,
+    #[serde(default)]
+    timeout: Option<String>,
+    #[serde(default)]
+    memory_limit: Option<String>,
+}
+
+pub(super) fn parse(source: &str, format: Format, origin: &str) -> Result<Workflow, DefinitionError> {
+    let raw = read(source, format, origin)?;
+    let at = |line: Option<usize>, step: Option<&str>| Location {
+        origin: origin.to_owned(),
+        line,
+        column: None,
+        step: step.map(str::to_owned),
+    };
+
+    check_id(&raw.id).map_err(|m| {
+        DefinitionError::invalid(at(find_key_line(source, "id", &raw.id), None), format!("id: {m}"))
+    })?;
+    if raw.steps.is_empty() {
+        return Err(DefinitionError::invalid(
+            at(find_key_line(source, "steps", ""), None),
+            "steps: a workflow needs at least one step",
+        ));
+    }
+    let inputs = raw
+        .inputs
+        .map(InputSchema::compile)
+        .transpose()
+        .map_err(|m| {
+            DefinitionError::invalid(
+                at(find_key_line(source, "inputs", ""), None),
+                format!("inputs: not a usable JSON Schema: {m}"),
+            )
+        })?;
+
+    let mut seen = HashSet::new();
+    let mut steps = Vec::with_capacity(raw.steps.len());
+    for (index, raw_step) in raw.steps.into_iter().enumerate() {
+        let line = find_step_line(source, &raw_step.id, seen.contains(raw_step.id.as_str()));
+        let here = at(line, Some(&raw_step.id));
+        check_id(&raw_step.id)
+            .map_err(|m| DefinitionError::invalid(here.clone(), format!("steps[{index}].id: {m}")))?;
+        if !seen.insert(raw_step.id.clone()) {
+            return Err(DefinitionError::invalid(
+                here,
+                format!("steps[{index}].id: the id `{}` is used by an earlier step", raw_step.id),
+            ));
+        }
+        let uses = parse_plugin_ref(&raw_step.uses)
+            .map_err(|m| DefinitionError::invalid(here.clone(), format!("uses: {m}")))?;
+        let with = Template::compile(&raw_step.with.unwrap_or(Value::Null), "with")
+            .map_err(|m| DefinitionError::invalid(here.clone(), m))?;
+        let earlier: Vec<&str> = steps.iter().map(|s: &Step| s.id.as_str()).collect();
+        with.check_step_references(&earlier)
+            .map_err(|m| DefinitionError::invalid(here.clone(), m))?;
+        let timeout = raw_step
+            .timeout
+            .as_deref()
+            .map(parse_timeout)
+            .transpose()
+            .map_err(|m| DefinitionError::invalid(here.clone(), format!("timeout: {m}")))?;
+        let memory_limit = raw_step
+            .memory_limit
+            .as_deref()
+            .map(parse_memory_limit)
+            .transpose()
+            .map_err(|m| DefinitionError::invalid(here.clone(), format!("memory_limit: {m}")))?;
+        steps.push(Step {
+            id: raw_step.id,
+            uses,
+            with,
+            timeout,
+            memory_limit,
+            line,
+        });
+    }
+
+    let outputs = raw
+        .outputs
+        .map(|value| {
+            let line = find_key_line(source, "outputs", "");
+            let template = Template::compile(&value, "outputs")
+                .map_err(|m| DefinitionError::invalid(at(line, None), m))?;
+            let ids: Vec<&str> = steps.iter().map(|s| s.id.as_str()).collect();
+            template
+                .check_step_references(&ids)
+                .map_err(|m| DefinitionError::invalid(at(line, None), m))?;
+            Ok(template)
+        })
+        .transpose()?;
+
+    Ok(Workflow {
+        id: raw.id,
+        version: raw.version,
+        description: raw.description,
+        inputs,
+        steps,
+        outputs,
+        origin: origin.to_owned(),
+    })
+}
+
+fn read(source: &str, format: Format, origin: &str) -> Result<RawWorkflow, DefinitionError> {
+    let located = |line: Option<usize>, column: Option<usize>, message: String| {
+        DefinitionError::invalid(
+            Location {
+                origin: origin.to_owned(),
+                line,
+                column,
+                step: None,
+            },
+            message,
+        )
+    };
+    match format {
+        Format::Json => serde_json::from_str(source).map_err(|e| {
+            let message = e.to_string();
+            let message = match message.find(" at line ") {
+                Some(cut) => message[..cut].to_owned(),
+                None => message,
+            };
+            located(Some(e.line()), Some(e.column()), message)
+        }),
+        Format::Yaml => serde_yaml_ng::from_str(source).map_err(|e| {
+            let message = e.to_string();
+            match e.location() {
+                Some(loc) => {
+                    let message = match message.rfind(" at line ") {
+                        Some(cut) => message[..cut].to_owned(),
+                        None => message,
+                    };
+                    located(Some(loc.line()), Some(loc.column()), message)
+                }
+                None => located(None, None, message),
+            }
+        }),
+    }
+}
+
+/// Ids are what expressions name (`steps.<id>`), so they keep to letters,
+/// digits, `_` and `-`, and start with a letter or `_`.
+fn check_id(id: &str) -> Result<(), String> {
+    let mut chars = id.chars();
+    match chars.next() {
+        None => return Err("must not be empty".to_owned()),
+        Some(c) if !(c.is_ascii_alphabetic() || c == '_') => {
+            return Err(format!("`{id}` must start with a letter or `_`"));
+        }
+        Some(_) => {}
+    }
+    if let Some(bad) = chars.find(|c| !(c.is_ascii_alphanumeric() || *c == '_' || *c == '-')) {
+        return Err(format!(
+            "`{id}` has `{bad}`; use letters, digits, `_` and `-`"
+        ));
+    }
+    if id.len() > 128 {
+        return Err("is longer than 128 characters".to_owned());
+    }
+    Ok(())
+}
+
+/// Parses `name`, `name@<semver requirement>` or `name@sha256:<64 hex>`.
+pub(crate) fn parse_plugin_ref(text: &str) -> Result<PluginRef, String> {
+    let (name, version) = match text.split_once('@') {
+        Some((name, version)) => (name, Some(version)),
+        None => (text, None),
+    };
+    check_id(name).map_err(|m| format!("plugin name {m}"))?;
+    let version = match version {
+        None => VersionPin::Any,
+        Some(digest) if digest.starts_with("sha256:") => {
+            let hex = &digest["sha256:".len()..];
+            if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+                return Err(format!(
+                    "`{digest}` is not a digest; expected `sha256:` and 64 hex digits"
+                ));
+            }
+            VersionPin::Digest(format!("sha256:{}", hex.to_ascii_lowercase()))
+        }
+        Some(req) => VersionPin::Req(semver::VersionReq::parse(req).map_err(|e| {
+            format!("`{req}` is not a version requirement such as `1`, `1.2` or `=1.2.3`: {e}")
+        })?),
+    };
+    Ok(PluginRef {
+        name: name.to_owned(),
+        version,
+    })
+}
+
+fn parse_timeout(text: &str) -> Result<Duration, String> {
+    let duration = humantime::parse_duration(text)
+        .map_err(|e| format!("`{text}` is not a duration such as `500ms`, `10s` or `2m`: {e}"))?;
+    if duration.is_zero() {
+        return Err("must be longer than zero".to_owned());
+    }
+    Ok(duration)
+}
+
+fn parse_memory_limit(text: &str) -> Result<u64, String> {
+    let size: bytesize::ByteSize = text
+        .parse()
+        .map_err(|e| format!("`{text}` is not a size such as `64MiB`: {e}"))?;
+    let bytes = size.as_u64();
+    if bytes < (1 << 20) {
+        return Err(format!("`{text}` is under the smallest limit, 1MiB"));
+    }
+    if bytes > MAX_MEMORY_LIMIT {
+        return Err(format!("`{text}` is over the largest limit, 4GiB"));
+    }
+    Ok(bytes)
+}
+
+/// The line of the `id: <step>` entry of a step, the later one when `repeat`.
+/// The serde model has no spans, so this looks for the line in the text; a
+/// step written in flow style on one line is found the same way.
+fn find_step_line(source: &str, id: &str, repeat: bool) -> Option<usize> {
+    let mut hits = source
+        .lines()
+        .enumerate()
+        .filter(|(_, line)| line_has_key_value(line, "id", id))
+        .map(|(n, _)| n + 1);
+    if repeat {
+        hits.nth(1)
+    } else {
+        hits.next()
+    }
+}
+
+/// The first line where `key:` is written with `value` (any value when empty).
+fn find_key_line(source: &str, key: &str, value: &str) -> Option<usize> {
+    source
+        .lines()
+        .position(|line| line_has_key_value(line, key, value))
+        .map(|n| n + 1)
+}
+
+fn line_has_key_value(line: &str, key: &str, value: &str) -> bool {
+    let quoted = [format!("\"{key}\""), format!("'{key}'"), key.to_owned()];
+    quoted.iter().any(|k| {
+        line.match_indices(k.as_str()).any(|(at, _)| {
+            let before = line[..at].trim_end();
+            let starts_entry = before.is_empty()
+                || before.ends_with('-')
+                || before.ends_with('{')
+                || before.ends_with(',');
+            let rest = line[at + k.len()..].trim_start();
+            let Some(rest) = rest.strip_prefix(':') else {
+                return false;
+            };
+            let rest = rest.trim_start().trim_start_matches(['"', '\'']);
+            starts_entry
+                && (value.is_empty()
+                    || rest
+                        .strip_prefix(value)
+                        .is_some_and(|after| !after.starts_with(|c: char| c.is_alphanumeric() || c == '_' || c == '-')))
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_yaml(source: &str) -> Result<Workflow, DefinitionError> {
+        parse(source, Format::Yaml, "wf.yaml")
+    }
+
+    fn error_of(source: &str) -> String {
+        match parse_yaml(source) {
+            Ok(_) => panic!("expected an error"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    const GOOD: &str = "\
+id: greet
+inputs: { type: object, required: [name] }
+steps:
+  - id: render
+    uses: template@1
+    with:
+      template: 'Hello, {{ who }}!'
+      vars: { who: '${{ inputs.name }}' }
+    timeout: 5s
+    memory_limit: 32MiB
+  - { id: shape, uses: transform, with: { data: '${{ steps.render.output }}' } }
+outputs:
+  text: '${{ steps.shape.output.text }}'
+";
+
+    #[test]
+    fn a_good_workflow_is_read_in_full() {
+        let wf = parse_yaml(GOOD).unwrap();
+        assert_eq!(wf.id, "greet");
+        assert_eq!(wf.version, 1);
+        assert_eq!(wf.steps.len(), 2);
+        assert_eq!(wf.steps[0].timeout, Some(Duration::from_secs(5)));
+        assert_eq!(wf.steps[0].memory_limit, Some(32 << 20));
+        assert_eq!(wf.steps[0].line, Some(4));
+        assert_eq!(wf.steps[1].line, Some(11));
+        assert_eq!(wf.steps[0].uses.to_string(), "template@^1");
+        assert_eq!(wf.steps[1].uses.version, VersionPin::Any);
+    }
+
+    #[test]
+    fn yaml_syntax_errors_name_the_line() {
+        let e = error_of("id: x\nsteps:\n  - id: a\n    uses: [unclosed\n");
+        assert!(e.starts_with("wf.yaml:"), "{e}");
+        assert!(e.contains(":5:") || e.contains(":4:"), "{e}");
+    }
+
+    #[test]
+    fn unknown_fields_are_named_with_their_line() {
+        let e = error_of("id: x\nsteps:\n  - id: a\n    uses: echo\n    retries: 3\n");
+        assert!(e.starts_with("wf.yaml:5:"), "{e}");
+        assert!(e.contains("unknown field `retries`"), "{e}");
+    }
+
+    #[test]
+    fn a_missing_id_is_named() {
+        let e = error_of("steps:\n  - id: a\n    uses: echo\n");
+        assert!(e.contains("missing field `id`"), "{e}");
+    }
+
+    #[test]
+    fn duplicate_step_ids_point_at_the_second() {
+        let e = error_of("id: x\nsteps:\n  - id: a\n    uses: echo\n  - id: a\n    uses: echo\n");
+        assert_eq!(
+            e,
+            "wf.yaml:5: step `a`: steps[1].id: the id `a` is used by an earlier step"
+        );
+    }
+
+    #[test]
+    fn bad_expressions_name_the_step_and_field() {
+        let e = error_of("id: x\nsteps:\n  - id: a\n    uses: echo\n    with: { n: '${{ 1 + }}' }\n");
+        assert!(e.starts_with("wf.yaml:3: step `a`: with.n:"), "{e}");
+        assert!(e.contains("1 +"), "{e}");
+    }
+
+    #[test]
+    fn references_to_later_or_unknown_steps_are_refused() {
+        let e = error_of(
+            "id: x\nsteps:\n  - id: a\n    uses: echo\n    with: '${{ steps.b.output }}'\n  - id: b\n    uses: echo\n",
+        );
+        assert!(e.contains("step `a`") && e.contains("`b`"), "{e}");
+        let e = error_of("id: x\nsteps:\n  - id: a\n    uses: echo\n    with: '${{ input.x }}'\n");
+        assert!(e.contains("`input`"), "{e}");
+    }
+
+    #[test]
+    fn bad_fields_are_explained() {
+        let e = error_of("id: x\nsteps:\n  - id: a\n    uses: echo\n    timeout: soon\n");
+        assert!(e.contains("timeout: `soon` is not a duration"), "{e}");
+        let e = error_of("id: x\nsteps:\n  - id: a\n    uses: echo\n    memory_limit: 9GiB\n");
+        assert!(e.contains("over the largest limit"), "{e}");
+        let e = error_of("id: x\nsteps:\n  - id: a\n    uses: 'echo@not a version'\n");
+        assert!(e.contains("uses: `not a version` is not a version requirement"), "{e}");
+        let e = error_of("id: 'has space'\nsteps:\n  - id: a\n    uses: echo\n");
+        assert!(e.contains("id: `has space` has ` `"), "{e}");
+        let e = error_of("id: x\nsteps: []\n");
+        assert!(e.contains("at least one step"), "{e}");
+        let e = error_of("id: x\ninputs: { type: 12 }\nsteps:\n  - id: a\n    uses: echo\n");
+        assert!(e.starts_with("wf.yaml:2: inputs: not a usable JSON Schema"), "{e}");
+    }
+
+    #[test]
+    fn json_definitions_are_accepted_and_located() {
+        let wf = parse(
+            r#"{"id": "x", "steps": [{"id": "a", "uses": "echo@sha256:ABCDEF0123456789abcdef0123456789abcdef0123456789abcdef0123456789"}]}"#,
+            Format::Json,
+            "wf.json",
+        )
+        .unwrap();
+        assert!(matches!(&wf.steps[0].uses.version, VersionPin::Digest(d) if d.starts_with("sha256:abcdef")));
+        let e = parse("{\"id\": \"x\",\n \"steps\": [}", Format::Json, "wf.json").unwrap_err();
+        assert!(e.to_string().starts_with("wf.json:2:"), "{e}");
+    }
+
+    #[test]
+    fn input_schemas_report_every_problem_with_its_place() {
+        let wf = parse_yaml(GOOD).unwrap();
+        let schema = wf.inputs.unwrap();
+        assert!(schema.check(&serde_json::json!({"name": "Ada"})).is_ok());
+        let problems = schema.check(&serde_json::json!({"nom": "Ada"})).unwrap_err();
+        assert_eq!(problems.len(), 1);
+        assert!(problems[0].contains("at /:") && problems[0].contains("name"), "{problems:?}");
+    }
+}

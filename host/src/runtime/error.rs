@@ -1,0 +1,147 @@
+use std::time::Duration;
+
+use serde_json::Value;
+
+/// Why the runtime could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RuntimeError {
+    /// wasmtime refused the engine configuration.
+    #[error("cannot configure the WebAssembly engine: {0}")]
+    Engine(String),
+    /// The compiled-code cache directory cannot be used.
+    #[error("cannot use the compiled-code cache at {path}: {source}")]
+    Cache {
+        /// The cache directory.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+/// Why a component cannot be used as a plugin. Nothing is left behind by a
+/// failed load except, possibly, a compiled-code cache entry.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum LoadError {
+    /// The bytes are not WebAssembly at all.
+    #[error("not a WebAssembly file (it does not start with the `\\0asm` magic)")]
+    NotWasm,
+    /// A core module, not a component.
+    #[error(
+        "a core WebAssembly module, not a component; build it for `wasm32-wasip2`, \
+         or wrap it with `wasm-tools component new`"
+    )]
+    CoreModule,
+    /// wasmtime could not compile the component.
+    #[error("cannot compile the component: {0}")]
+    Compile(String),
+    /// The component does not export the step interface.
+    #[error("does not export `weft:plugin/step`; exports: {exports}")]
+    NotAPlugin {
+        /// What it does export.
+        exports: String,
+    },
+    /// The component was built for a contract version this host does not
+    /// speak.
+    #[error(
+        "was built for contract `weft:plugin@{found}`, but this host speaks `weft:plugin@{supported}`; \
+         rebuild it against a compatible version"
+    )]
+    Contract {
+        /// The version the component uses.
+        found: String,
+        /// The version this host implements.
+        supported: String,
+    },
+    /// The component imports something the host does not provide.
+    #[error("imports `{import}`, which weft does not provide to plugins")]
+    MissingImport {
+        /// The import's name.
+        import: String,
+    },
+    /// The component could not be prepared for instantiation.
+    #[error("cannot be linked: {0}")]
+    Link(String),
+    /// Calling `describe` failed, or its answer is unusable.
+    #[error("describe() failed: {0}")]
+    Describe(String),
+}
+
+/// Why one call of a step did not produce output. Every variant is a normal
+/// outcome of running untrusted code, and none of them harms the host.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CallError {
+    /// The step returned an error it understood.
+    #[error("{code}: {message}")]
+    Step {
+        /// True for `retryable`, false for `fatal`.
+        retryable: bool,
+        /// The step's error code.
+        code: String,
+        /// The step's message.
+        message: String,
+        /// Structured details, if the step gave valid JSON.
+        details: Option<Value>,
+    },
+    /// The call ran past its deadline and was interrupted.
+    #[error("the step ran longer than its timeout of {} and was stopped", humantime::format_duration(*limit))]
+    Timeout {
+        /// The deadline.
+        limit: Duration,
+    },
+    /// The guest tried to grow its memory past its limit.
+    #[error("the step tried to use {requested} bytes of memory, over its limit of {limit} bytes")]
+    MemoryLimit {
+        /// The limit, in bytes.
+        limit: u64,
+        /// What the guest asked for in total, in bytes.
+        requested: u64,
+    },
+    /// The guest trapped: a panic, `unreachable`, an out-of-bounds access...
+    #[error("the step trapped: {message}")]
+    Trap {
+        /// The trap and, when the guest wrote one, its last words on stderr.
+        message: String,
+    },
+    /// The step returned text that is not JSON.
+    #[error("the step returned output that is not JSON: {message}")]
+    InvalidOutput {
+        /// The parser's complaint.
+        message: String,
+    },
+    /// The host could not instantiate the component for this call.
+    #[error("could not start the step: {message}")]
+    Instantiate {
+        /// Why.
+        message: String,
+    },
+}
+
+impl CallError {
+    /// A short stable code: the step's own code for [`CallError::Step`], else
+    /// one of `timeout`, `memory_limit`, `trap`, `invalid_output`,
+    /// `instantiate`.
+    pub fn code(&self) -> &str {
+        match self {
+            Self::Step { code, .. } => code,
+            Self::Timeout { .. } => "timeout",
+            Self::MemoryLimit { .. } => "memory_limit",
+            Self::Trap { .. } => "trap",
+            Self::InvalidOutput { .. } => "invalid_output",
+            Self::Instantiate { .. } => "instantiate",
+        }
+    }
+
+    /// Whether trying again could help: a retryable step error, a timeout, a
+    /// trap, or a failed instantiation. Fatal step errors, memory-limit hits
+    /// and invalid output are deterministic enough not to retry.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Self::Step { retryable, .. } => *retryable,
+            Self::Timeout { .. } | Self::Trap { .. } | Self::Instantiate { .. } => true,
+            Self::MemoryLimit { .. } | Self::InvalidOutput { .. } => false,
+        }
+    }
+}

@@ -1,0 +1,415 @@
+//! Loading a component as a plugin, and calling it.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use wasmtime::Trap;
+use wasmtime::component::Component;
+
+use super::bindings::{self, PluginPre};
+use super::cache::CodeSource;
+use super::digest::Digest;
+use super::error::{CallError, LoadError};
+use super::log::{LogLine, LogSink};
+use super::sandbox::StepState;
+use super::{CONTRACT_VERSION, Runtime, deadline_ticks};
+
+/// The deadline of a `describe` call at load time.
+const DESCRIBE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A loaded plugin: compiled, linked and described. Cheap to clone.
+#[derive(Clone)]
+pub struct Plugin(Arc<Loaded>);
+
+struct Loaded {
+    runtime: Runtime,
+    pre: PluginPre<StepState>,
+    digest: Digest,
+    meta: PluginMeta,
+    code_source: CodeSource,
+    load_time: Duration,
+}
+
+impl std::fmt::Debug for Plugin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Plugin")
+            .field("name", &self.0.meta.name)
+            .field("version", &self.0.meta.version)
+            .field("digest", &self.0.digest)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a plugin says about itself, checked.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PluginMeta {
+    /// The name workflows use in `uses:`.
+    pub name: String,
+    /// The plugin's version.
+    pub version: semver::Version,
+    /// One line for people.
+    pub description: String,
+    /// The JSON Schema of the step's input, if published.
+    pub input_schema: Option<Value>,
+    /// The JSON Schema of the step's output, if published.
+    pub output_schema: Option<Value>,
+}
+
+/// Where a call comes from; passed to the guest as `step-context`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StepContext {
+    /// The tenant that owns the run.
+    pub tenant: String,
+    /// The workflow's id.
+    pub workflow: String,
+    /// The run's id.
+    pub run_id: String,
+    /// The step's id.
+    pub step_id: String,
+    /// 1 on the first attempt.
+    pub attempt: u32,
+    /// Stable across the attempts of this step in this run.
+    pub idempotency_key: String,
+}
+
+/// The result of one call, with the log lines it produced either way.
+#[derive(Debug, Clone)]
+pub struct CallOutcome {
+    /// The step's output, or why there is none.
+    pub result: Result<Value, CallError>,
+    /// What the step logged, in order.
+    pub logs: Vec<LogLine>,
+}
+
+impl Plugin {
+    /// The plugin's checked description.
+    pub fn meta(&self) -> &PluginMeta {
+        &self.0.meta
+    }
+
+    /// The digest of the component's bytes.
+    pub fn digest(&self) -> Digest {
+        self.0.digest
+    }
+
+    /// Whether the code was compiled at load or read from the cache.
+    pub fn code_source(&self) -> CodeSource {
+        self.0.code_source
+    }
+
+    /// How long [`Runtime::load`] took for this plugin.
+    pub fn load_time(&self) -> Duration {
+        self.0.load_time
+    }
+
+    /// Calls the step once on `input` (JSON text) in a fresh instance.
+    /// `timeout` and `memory_limit` default to the runtime's.
+    ///
+    /// Blocking: runs guest code on this thread until it returns, traps or
+    /// reaches its deadline. Never panics on guest behaviour; every failure
+    /// is a [`CallError`]. Has no effect outside the call: nothing is stored.
+    pub fn call(
+        &self,
+        context: &StepContext,
+        input: &str,
+        timeout: Option<Duration>,
+        memory_limit: Option<u64>,
+    ) -> CallOutcome {
+        let config = self.0.runtime.config();
+        let timeout = timeout.unwrap_or(config.default_timeout);
+        let memory_limit = memory_limit.unwrap_or(config.default_memory_limit);
+        let log = LogSink::new(config.log_limit, &self.0.meta.name, &context.step_id);
+        let mut store = self.new_store(timeout, memory_limit, log.clone());
+        let wit_context = bindings::StepContext {
+            tenant: context.tenant.clone(),
+            workflow: context.workflow.clone(),
+            run_id: context.run_id.clone(),
+            step_id: context.step_id.clone(),
+            attempt: context.attempt,
+            idempotency_key: context.idempotency_key.clone(),
+        };
+        let input = input.to_owned();
+        let result = match self.0.pre.instantiate(&mut store) {
+            Err(e) => Err(CallError::Instantiate {
+                message: format!("{e:#}"),
+            }),
+            Ok(instance) => match instance
+                .weft_plugin_step()
+                .call_run(&mut store, &wit_context, &input)
+            {
+                Ok(Ok(output)) => serde_json::from_str(&output).map_err(|e| {
+                    CallError::InvalidOutput {
+                        message: e.to_string(),
+                    }
+                }),
+                Ok(Err(error)) => Err(step_error(error)),
+                Err(trap) => Err(classify_trap(
+                    &trap,
+                    store.data().limiter.refused,
+                    &log,
+                    timeout,
+                    memory_limit,
+                )),
+            },
+        };
+        drop(store);
+        CallOutcome {
+            result,
+            logs: log.finish(),
+        }
+    }
+
+    fn new_store(
+        &self,
+        timeout: Duration,
+        memory_limit: u64,
+        log: LogSink,
+    ) -> wasmtime::Store<StepState> {
+        let mut store = wasmtime::Store::new(
+            &self.0.runtime.shared.engine,
+            StepState::new(memory_limit, log),
+        );
+        store.limiter(|state| &mut state.limiter);
+        // One tick more than the timeout: the first tick may come at once.
+        store.set_epoch_deadline(deadline_ticks(timeout).saturating_add(1));
+        store.epoch_deadline_trap();
+        store
+    }
+}
+
+pub(super) fn load(runtime: &Runtime, bytes: &[u8]) -> Result<Plugin, LoadError> {
+    let started = Instant::now();
+    check_header(bytes)?;
+    let shared = &runtime.shared;
+    let digest = Digest::of(bytes);
+    let (component, code_source) = match &shared.cache {
+        Some(cache) => cache.get_or_compile(&shared.engine, &digest, bytes),
+        None => Component::new(&shared.engine, bytes).map(|c| (c, CodeSource::Compiled)),
+    }
+    .map_err(|e| LoadError::Compile(format!("{e:#}")))?;
+
+    check_contract(&component, &shared.engine)?;
+    let instance_pre = shared
+        .linker
+        .instantiate_pre(&component)
+        .map_err(|e| link_error(&component, &shared.engine, &e))?;
+    let pre = PluginPre::new(instance_pre).map_err(|e| LoadError::Link(format!("{e:#}")))?;
+
+    let mut plugin = Loaded {
+        runtime: runtime.clone(),
+        pre,
+        digest,
+        meta: PluginMeta {
+            name: String::new(),
+            version: semver::Version::new(0, 0, 0),
+            description: String::new(),
+            input_schema: None,
+            output_schema: None,
+        },
+        code_source,
+        load_time: Duration::ZERO,
+    };
+    plugin.meta = describe(&plugin)?;
+    plugin.load_time = started.elapsed();
+    Ok(Plugin(Arc::new(plugin)))
+}
+
+/// Tells apart "not wasm" and "a core module" before wasmtime's parser does,
+/// for a clearer message.
+fn check_header(bytes: &[u8]) -> Result<(), LoadError> {
+    if bytes.len() < 8 || &bytes[..4] != b"\0asm" {
+        return Err(LoadError::NotWasm);
+    }
+    if bytes[4..8] == [1, 0, 0, 0] {
+        return Err(LoadError::CoreModule);
+    }
+    Ok(())
+}
+
+/// Finds `weft:plugin/step@<version>` among the exports and checks that
+/// version against [`CONTRACT_VERSION`] by semver: same major, and for 0.x the
+/// same minor.
+fn check_contract(component: &Component, engine: &wasmtime::Engine) -> Result<(), LoadError> {
+    let ty = component.component_type();
+    let exports: Vec<String> = ty.exports(engine).map(|(name, _)| name.to_owned()).collect();
+    let Some(found) = exports
+        .iter()
+        .find_map(|name| name.strip_prefix("weft:plugin/step@"))
+    else {
+        return Err(LoadError::NotAPlugin {
+            exports: if exports.is_empty() {
+                "none".to_owned()
+            } else {
+                exports.join(", ")
+            },
+        });
+    };
+    let supported = semver::Version::parse(CONTRACT_VERSION).unwrap_or(semver::Version::new(0, 0, 0));
+    let compatible = semver::Version::parse(found).is_ok_and(|found| {
+        found.major == supported.major && (supported.major > 0 || found.minor == supported.minor)
+    });
+    if compatible {
+        Ok(())
+    } else {
+        Err(LoadError::Contract {
+            found: found.to_owned(),
+            supported: CONTRACT_VERSION.to_owned(),
+        })
+    }
+}
+
+/// Names the import that failed to link, when the component has one whose
+/// name appears in wasmtime's error.
+fn link_error(component: &Component, engine: &wasmtime::Engine, error: &wasmtime::Error) -> LoadError {
+    let message = format!("{error:#}");
+    let imports = component.component_type();
+    let missing = imports
+        .imports(engine)
+        .map(|(name, _)| name)
+        .find(|name| message.contains(&format!("`{name}`")));
+    match missing {
+        Some(import) => LoadError::MissingImport {
+            import: import.to_owned(),
+        },
+        None => LoadError::Link(message),
+    }
+}
+
+fn describe(plugin: &Loaded) -> Result<PluginMeta, LoadError> {
+    let config = plugin.runtime.config();
+    let log = LogSink::new(config.log_limit, "(loading)", "describe");
+    let mut store = wasmtime::Store::new(
+        &plugin.runtime.shared.engine,
+        StepState::new(config.default_memory_limit, log.clone()),
+    );
+    store.limiter(|state| &mut state.limiter);
+    store.set_epoch_deadline(deadline_ticks(DESCRIBE_TIMEOUT).saturating_add(1));
+    store.epoch_deadline_trap();
+    let instance = plugin
+        .pre
+        .instantiate(&mut store)
+        .map_err(|e| LoadError::Describe(format!("cannot instantiate: {e:#}")))?;
+    let info = instance
+        .weft_plugin_step()
+        .call_describe(&mut store)
+        .map_err(|trap| {
+            let error = classify_trap(
+                &trap,
+                store.data().limiter.refused,
+                &log,
+                DESCRIBE_TIMEOUT,
+                config.default_memory_limit,
+            );
+            LoadError::Describe(error.to_string())
+        })?;
+    check_info(info).map_err(LoadError::Describe)
+}
+
+fn check_info(info: bindings::PluginInfo) -> Result<PluginMeta, String> {
+    let name_ok = !info.name.is_empty()
+        && info.name.len() <= 128
+        && info
+            .name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    if !name_ok {
+        return Err(format!(
+            "name `{}` must be 1 to 128 letters, digits, `-` or `_`",
+            info.name
+        ));
+    }
+    let version = semver::Version::parse(&info.version).map_err(|e| {
+        format!("version `{}` is not a semantic version: {e}", info.version)
+    })?;
+    let schema = |field: &str, text: Option<String>| {
+        text.map(|text| {
+            serde_json::from_str::<Value>(&text)
+                .map_err(|e| format!("{field} is not JSON: {e}"))
+        })
+        .transpose()
+    };
+    Ok(PluginMeta {
+        input_schema: schema("input-schema", info.input_schema)?,
+        output_schema: schema("output-schema", info.output_schema)?,
+        name: info.name,
+        version,
+        description: info.description,
+    })
+}
+
+fn step_error(error: bindings::StepError) -> CallError {
+    let (retryable, failure) = match error {
+        bindings::StepError::Retryable(failure) => (true, failure),
+        bindings::StepError::Fatal(failure) => (false, failure),
+    };
+    let details = failure.details.map(|text| {
+        serde_json::from_str(&text).unwrap_or_else(|_| serde_json::json!({ "unparsed": text }))
+    });
+    CallError::Step {
+        retryable,
+        code: failure.code,
+        message: failure.message,
+        details,
+    }
+}
+
+/// Turns the error of a failed guest call into what happened, in the
+/// guest author's terms.
+fn classify_trap(
+    error: &wasmtime::Error,
+    memory_refused: Option<usize>,
+    log: &LogSink,
+    timeout: Duration,
+    memory_limit: u64,
+) -> CallError {
+    if let Some(requested) = memory_refused {
+        return CallError::MemoryLimit {
+            limit: memory_limit,
+            requested: u64::try_from(requested).unwrap_or(u64::MAX),
+        };
+    }
+    if let Some(Trap::Interrupt) = error.downcast_ref::<Trap>() {
+        return CallError::Timeout { limit: timeout };
+    }
+    let mut message = if let Some(exit) = error.downcast_ref::<wasmtime_wasi::I32Exit>() {
+        format!("the guest exited with status {}", exit.0)
+    } else if let Some(trap) = error.downcast_ref::<Trap>() {
+        trap.to_string()
+    } else {
+        format!("{error:#}")
+    };
+    if let Some(tail) = log.stderr_tail() {
+        message.push_str("; stderr: ");
+        message.push_str(&tail);
+    }
+    CallError::Trap { message }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn headers_tell_modules_from_components() {
+        assert_eq!(check_header(b"hello world"), Err(LoadError::NotWasm));
+        assert_eq!(check_header(b"\0asm\x01\0\0\0"), Err(LoadError::CoreModule));
+        assert_eq!(check_header(b"\0asm\x0d\0\x01\0"), Ok(()));
+    }
+
+    #[test]
+    fn plugin_info_is_checked() {
+        let info = |name: &str, version: &str, schema: Option<&str>| bindings::PluginInfo {
+            name: name.to_owned(),
+            version: version.to_owned(),
+            description: String::new(),
+            input_schema: schema.map(str::to_owned),
+            output_schema: None,
+        };
+        assert!(check_info(info("echo", "1.2.3", Some("{}"))).is_ok());
+        assert!(check_info(info("", "1.0.0", None)).unwrap_err().contains("name"));
+        assert!(check_info(info("a b", "1.0.0", None)).unwrap_err().contains("name"));
+        assert!(check_info(info("echo", "one", None)).unwrap_err().contains("semantic version"));
+        assert!(check_info(info("echo", "1.0.0", Some("{"))).unwrap_err().contains("input-schema is not JSON"));
+    }
+}

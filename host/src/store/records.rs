@@ -1,0 +1,141 @@
+//! What the store keeps, as serde types. Each record is stored as JSON, so
+//! a new optional field is a compatible change.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::clock::Timestamp;
+use crate::runtime::LogLine;
+
+/// A run's lifecycle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunState {
+    /// Started and not finished; `next_step` says where it is.
+    Running,
+    /// Every step succeeded and the outputs were evaluated.
+    Succeeded,
+    /// A step or an expression failed; `error` says which and why.
+    Failed,
+}
+
+impl RunState {
+    /// True for a state a run never leaves.
+    pub fn is_terminal(self) -> bool {
+        !matches!(self, Self::Running)
+    }
+}
+
+impl std::fmt::Display for RunState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Running => "running",
+            Self::Succeeded => "succeeded",
+            Self::Failed => "failed",
+        })
+    }
+}
+
+/// One run of a workflow.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunRecord {
+    /// The run's id: a UUIDv7, so ids sort by start time.
+    pub id: String,
+    /// The workflow's id.
+    pub workflow: String,
+    /// The workflow's version.
+    pub workflow_version: u32,
+    /// Where the definition was read from.
+    pub origin: String,
+    /// Where the run is.
+    pub state: RunState,
+    /// The run's input.
+    pub input: Value,
+    /// The index of the next step to run.
+    pub next_step: u32,
+    /// How many step records the run has; the next one gets this number.
+    pub step_records: u32,
+    /// The number of steps in the workflow.
+    pub step_count: u32,
+    /// The plugins the run is pinned to: step id to `name@version` and digest.
+    pub plugins: BTreeMap<String, PinnedPlugin>,
+    /// The run's outputs, once it succeeded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outputs: Option<Value>,
+    /// Why the run failed, once it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<RunError>,
+    /// When the run was created.
+    pub created_at: Timestamp,
+    /// When the run last changed.
+    pub updated_at: Timestamp,
+}
+
+/// The exact plugin code a step of a run uses.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PinnedPlugin {
+    /// The plugin's name.
+    pub name: String,
+    /// Its version.
+    pub version: String,
+    /// `sha256:` and the hex digest of its component.
+    pub digest: String,
+}
+
+/// Why a run failed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunError {
+    /// The step that failed, or none when the run's outputs could not be
+    /// evaluated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<String>,
+    /// What went wrong.
+    pub error: ErrorRecord,
+}
+
+/// An error, as workflows and people see it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ErrorRecord {
+    /// A short stable code: the step's own, or one of `timeout`,
+    /// `memory_limit`, `trap`, `invalid_output`, `instantiate`, `expression`.
+    pub code: String,
+    /// A message for people.
+    pub message: String,
+    /// Whether trying again could help.
+    pub retryable: bool,
+    /// Structured details from the step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub details: Option<Value>,
+}
+
+/// The committed result of one attempt of one step.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepRecord {
+    /// The run.
+    pub run_id: String,
+    /// The record's number within the run, from 0, in commit order.
+    pub seq: u32,
+    /// The step's position in the workflow.
+    pub index: u32,
+    /// The step's id.
+    pub step_id: String,
+    /// The attempt, from 1.
+    pub attempt: u32,
+    /// The input the step was given.
+    pub input: Value,
+    /// When the attempt started.
+    pub started_at: Timestamp,
+    /// How long the attempt took, in microseconds.
+    pub duration_us: u64,
+    /// The output, when the step succeeded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<Value>,
+    /// The error, when it failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ErrorRecord>,
+    /// What the step logged.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub logs: Vec<LogLine>,
+}

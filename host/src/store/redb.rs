@@ -1,0 +1,224 @@
+//! The embedded store: one redb file.
+//!
+//! Tables:
+//! - `meta`: `format` → the store's format version;
+//! - `runs`: run id → [`RunRecord`] as JSON;
+//! - `steps`: (run id, record number) → [`StepRecord`] as JSON.
+//!
+//! The file is opened in redb's multi-writer mode, so several `weft`
+//! processes (two `weft run`s, or a `weft runs list` beside a run) can use one
+//! data directory at once; each write transaction is still exclusive.
+
+use std::path::{Path, PathBuf};
+
+use redb::{
+    ConcurrencyMode, Database, ReadOnlyDatabase, ReadTransaction, ReadableDatabase, ReadableTable,
+    TableDefinition,
+};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::{RunRecord, StepRecord, Store, StoreError};
+
+const META: TableDefinition<&str, &str> = TableDefinition::new("meta");
+const RUNS: TableDefinition<&str, &[u8]> = TableDefinition::new("runs");
+const STEPS: TableDefinition<(&str, u32), &[u8]> = TableDefinition::new("steps");
+
+/// The format this build reads and writes.
+const FORMAT: &str = "1";
+
+/// The store in one redb file.
+pub struct RedbStore {
+    db: Handle,
+    path: PathBuf,
+}
+
+enum Handle {
+    ReadWrite(Database),
+    ReadOnly(ReadOnlyDatabase),
+}
+
+impl std::fmt::Debug for RedbStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedbStore").field("path", &self.path).finish_non_exhaustive()
+    }
+}
+
+macro_rules! backend {
+    ($e:expr) => {
+        $e.map_err(|e| StoreError::Backend(::redb::Error::from(e)))
+    };
+}
+
+impl RedbStore {
+    /// Opens the store at `path` for reading and writing, creating it if it
+    /// does not exist. Blocking; may repair the file after a crash.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
+        let path = path.as_ref();
+        let shown = path.display().to_string();
+        let db = redb::Builder::new()
+            .set_concurrency_mode(ConcurrencyMode::MultiWriter)
+            .create(path)
+            .map_err(|e| open_error(e, &shown))?;
+        let txn = backend!(db.begin_write())?;
+        {
+            let mut meta = backend!(txn.open_table(META))?;
+            let found = backend!(meta.get("format"))?.map(|v| v.value().to_owned());
+            match found {
+                None => {
+                    backend!(meta.insert("format", FORMAT))?;
+                }
+                Some(found) if found == FORMAT => {}
+                Some(found) => {
+                    return Err(StoreError::Format {
+                        path: shown,
+                        found,
+                        expected: FORMAT.to_owned(),
+                    });
+                }
+            }
+            backend!(txn.open_table(RUNS))?;
+            backend!(txn.open_table(STEPS))?;
+        }
+        backend!(txn.commit())?;
+        Ok(Self {
+            db: Handle::ReadWrite(db),
+            path: path.to_owned(),
+        })
+    }
+
+    /// Opens an existing store at `path` for reading only. Blocking.
+    pub fn open_read_only(path: impl AsRef<Path>) -> Result<Self, StoreError> {
+        let path = path.as_ref();
+        let shown = path.display().to_string();
+        let db = redb::Builder::new()
+            .set_concurrency_mode(ConcurrencyMode::MultiWriter)
+            .open_read_only(path)
+            .map_err(|e| open_error(e, &shown))?;
+        let store = Self {
+            db: Handle::ReadOnly(db),
+            path: path.to_owned(),
+        };
+        let txn = store.begin_read()?;
+        let meta = backend!(txn.open_table(META))?;
+        let found = backend!(meta.get("format"))?.map(|v| v.value().to_owned());
+        if found.as_deref() != Some(FORMAT) {
+            return Err(StoreError::Format {
+                path: shown,
+                found: found.unwrap_or_else(|| "none".to_owned()),
+                expected: FORMAT.to_owned(),
+            });
+        }
+        Ok(store)
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn begin_read(&self) -> Result<ReadTransaction, StoreError> {
+        match &self.db {
+            Handle::ReadWrite(db) => backend!(db.begin_read()),
+            Handle::ReadOnly(db) => backend!(db.begin_read()),
+        }
+    }
+
+    fn writable(&self) -> Result<&Database, StoreError> {
+        match &self.db {
+            Handle::ReadWrite(db) => Ok(db),
+            Handle::ReadOnly(_) => Err(StoreError::ReadOnly),
+        }
+    }
+
+    fn put_run(txn: &redb::WriteTransaction, run: &RunRecord) -> Result<(), StoreError> {
+        let mut runs = backend!(txn.open_table(RUNS))?;
+        backend!(runs.insert(run.id.as_str(), encode(run).as_slice()))?;
+        Ok(())
+    }
+}
+
+fn open_error(error: redb::DatabaseError, path: &str) -> StoreError {
+    match error {
+        redb::DatabaseError::DatabaseAlreadyOpen | redb::DatabaseError::LockProtocolMismatch => {
+            StoreError::Locked {
+                path: path.to_owned(),
+            }
+        }
+        other => StoreError::Backend(other.into()),
+    }
+}
+
+fn encode(value: &impl Serialize) -> Vec<u8> {
+    // Records are plain data (strings, numbers, JSON values); encoding them
+    // cannot fail.
+    serde_json::to_vec(value).unwrap_or_default()
+}
+
+fn decode<T: DeserializeOwned>(key: impl std::fmt::Display, bytes: &[u8]) -> Result<T, StoreError> {
+    serde_json::from_slice(bytes).map_err(|e| StoreError::Codec {
+        key: key.to_string(),
+        message: e.to_string(),
+    })
+}
+
+impl Store for RedbStore {
+    fn create_run(&self, run: &RunRecord) -> Result<(), StoreError> {
+        let txn = backend!(self.writable()?.begin_write())?;
+        {
+            let runs = backend!(txn.open_table(RUNS))?;
+            if backend!(runs.get(run.id.as_str()))?.is_some() {
+                return Err(StoreError::Conflict(format!("run `{}` exists already", run.id)));
+            }
+        }
+        Self::put_run(&txn, run)?;
+        backend!(txn.commit())
+    }
+
+    fn commit_step(&self, step: &StepRecord, run: &RunRecord) -> Result<(), StoreError> {
+        let txn = backend!(self.writable()?.begin_write())?;
+        {
+            let mut steps = backend!(txn.open_table(STEPS))?;
+            backend!(steps.insert((step.run_id.as_str(), step.seq), encode(step).as_slice()))?;
+        }
+        Self::put_run(&txn, run)?;
+        backend!(txn.commit())
+    }
+
+    fn update_run(&self, run: &RunRecord) -> Result<(), StoreError> {
+        let txn = backend!(self.writable()?.begin_write())?;
+        Self::put_run(&txn, run)?;
+        backend!(txn.commit())
+    }
+
+    fn run(&self, id: &str) -> Result<Option<RunRecord>, StoreError> {
+        let txn = self.begin_read()?;
+        let runs = backend!(txn.open_table(RUNS))?;
+        backend!(runs.get(id))?
+            .map(|bytes| decode(id, bytes.value()))
+            .transpose()
+    }
+
+    fn runs(&self, limit: usize) -> Result<Vec<RunRecord>, StoreError> {
+        let txn = self.begin_read()?;
+        let runs = backend!(txn.open_table(RUNS))?;
+        let mut found = Vec::new();
+        for entry in backend!(runs.iter())?.rev().take(limit) {
+            let (key, value) = backend!(entry)?;
+            found.push(decode(key.value(), value.value())?);
+        }
+        Ok(found)
+    }
+
+    fn steps(&self, id: &str) -> Result<Vec<StepRecord>, StoreError> {
+        let txn = self.begin_read()?;
+        let steps = backend!(txn.open_table(STEPS))?;
+        let mut found = Vec::new();
+        for entry in backend!(steps.range((id, 0u32)..=(id, u32::MAX)))? {
+            let (key, value) = backend!(entry)?;
+            let (run, seq) = key.value();
+            found.push(decode(format!("{run}/{seq}"), value.value())?);
+        }
+        Ok(found)
+    }
+}
