@@ -50,8 +50,9 @@ impl StepError {
     /// Attaches structured details, visible to the workflow's error handlers.
     /// Details that cannot be encoded as JSON are replaced by their error.
     pub fn with_details(mut self, details: &impl Serialize) -> Self {
-        let encoded = serde_json::to_string(details)
-            .unwrap_or_else(|e| serde_json::json!({ "unencodable_details": e.to_string() }).to_string());
+        let encoded = serde_json::to_string(details).unwrap_or_else(|e| {
+            serde_json::json!({ "unencodable_details": e.to_string() }).to_string()
+        });
         match &mut self {
             Self::Retryable { details, .. } | Self::Fatal { details, .. } => {
                 *details = Some(encoded)

@@ -1,1 +1,19 @@
-fn main() {}
+//! The `weft` command line.
+
+mod cli;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    let args = cli::Cli::parse();
+    cli::init_tracing(args.verbose);
+    match cli::main(args) {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::from(cli::EXIT_HOST)
+        }
+    }
+}

@@ -130,7 +130,10 @@ impl PluginDir {
     }
 
     fn find(&self, name: &str) -> Result<PathBuf, ResolveError> {
-        let candidates = [format!("{name}.wasm"), format!("{}.wasm", name.replace('-', "_"))];
+        let candidates = [
+            format!("{name}.wasm"),
+            format!("{}.wasm", name.replace('-', "_")),
+        ];
         for candidate in &candidates {
             let path = self.dir.join(candidate);
             if path.is_file() {
@@ -143,7 +146,8 @@ impl PluginDir {
             .flatten()
             .filter_map(|entry| {
                 let path = entry.path();
-                (path.extension()? == "wasm").then(|| path.file_stem()?.to_str().map(str::to_owned))?
+                (path.extension()? == "wasm")
+                    .then(|| path.file_stem()?.to_str().map(str::to_owned))?
             })
             .collect();
         names.sort();
@@ -160,7 +164,10 @@ impl PluginDir {
     }
 
     fn load(&self, path: &Path) -> Result<Plugin, ResolveError> {
-        let mut loaded = self.loaded.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut loaded = self
+            .loaded
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(plugin) = loaded.get(path) {
             return Ok(plugin.clone());
         }
@@ -168,10 +175,13 @@ impl PluginDir {
             path: path.display().to_string(),
             message: e.to_string(),
         })?;
-        let plugin = self.runtime.load(&bytes).map_err(|source| ResolveError::Load {
-            path: path.display().to_string(),
-            source,
-        })?;
+        let plugin = self
+            .runtime
+            .load(&bytes)
+            .map_err(|source| ResolveError::Load {
+                path: path.display().to_string(),
+                source,
+            })?;
         tracing::debug!(
             path = %path.display(),
             name = %plugin.meta().name,

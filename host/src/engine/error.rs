@@ -22,7 +22,7 @@ pub enum StartError {
         /// The step.
         step: String,
         /// Why.
-        source: ResolveError,
+        source: Box<ResolveError>,
     },
     /// The store failed. A run already recorded stays `running` at the step
     /// it had reached.

@@ -23,9 +23,7 @@ use crate::clock::{Clock, Timestamp};
 use crate::model::{Scope, Step, Workflow};
 use crate::plugins::PluginDir;
 use crate::runtime::{CallError, Plugin, StepContext};
-use crate::store::{
-    ErrorRecord, PinnedPlugin, RunError, RunRecord, RunState, StepRecord, Store,
-};
+use crate::store::{ErrorRecord, PinnedPlugin, RunError, RunRecord, RunState, StepRecord, Store};
 
 pub use error::StartError;
 
@@ -165,7 +163,7 @@ impl Engine {
                         origin: workflow.origin.clone(),
                         line: step.line,
                         step: step.id.clone(),
-                        source,
+                        source: Box::new(source),
                     })
             })
             .collect()
@@ -214,7 +212,12 @@ impl Engine {
                     attempt: record.attempt,
                     idempotency_key: format!("{}:{}", run.id, step.id),
                 };
-                let outcome = plugin.call(&context, &input.to_string(), step.timeout, step.memory_limit);
+                let outcome = plugin.call(
+                    &context,
+                    &input.to_string(),
+                    step.timeout,
+                    step.memory_limit,
+                );
                 record.input = input;
                 record.logs = outcome.logs;
                 match outcome.result {

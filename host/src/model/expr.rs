@@ -11,6 +11,7 @@
 //!   `steps["fan-out"]` for an id with a `-`;
 //! - `run`: `{ "id": ..., "workflow": ... }`.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use cel::common::ast::{EntryExpr, Expr, IdedExpr, LiteralValue};
@@ -132,19 +133,37 @@ impl Template {
             return Ok(value.clone());
         }
         let mut context = cel::Context::with_env(scope.env.clone());
-        let vars = [
-            ("inputs", &scope.inputs),
-            ("run", &scope.run),
-        ];
-        for (name, value) in vars {
-            context
-                .add_variable(name, value)
-                .map_err(|e| eval_error("", name, e.to_string()))?;
-        }
-        context
-            .add_variable("steps", &scope.steps)
-            .map_err(|e| eval_error("", "steps", e.to_string()))?;
+        context.add_variable_from_value("inputs", to_cel(&scope.inputs));
+        context.add_variable_from_value("run", to_cel(&scope.run));
+        let steps: HashMap<String, cel::Value> = scope
+            .steps
+            .iter()
+            .map(|(id, value)| (id.clone(), to_cel(value)))
+            .collect();
+        context.add_variable_from_value("steps", steps);
         eval_node(&self.0, &context, "")
+    }
+}
+
+/// JSON to CEL. Integers become CEL `int` when they fit, so that arithmetic
+/// with literals (`inputs.n * 2`) works; only integers above `i64::MAX`
+/// become `uint`.
+fn to_cel(value: &Value) -> cel::Value {
+    match value {
+        Value::Null => cel::Value::Null,
+        Value::Bool(b) => cel::Value::Bool(*b),
+        Value::Number(n) => match (n.as_i64(), n.as_u64()) {
+            (Some(i), _) => cel::Value::Int(i),
+            (None, Some(u)) => cel::Value::UInt(u),
+            _ => cel::Value::Float(n.as_f64().unwrap_or(f64::NAN)),
+        },
+        Value::String(s) => cel::Value::String(Arc::new(s.clone())),
+        Value::Array(items) => cel::Value::List(Arc::new(items.iter().map(to_cel).collect())),
+        Value::Object(fields) => fields
+            .iter()
+            .map(|(k, v)| (k.clone(), to_cel(v)))
+            .collect::<HashMap<String, cel::Value>>()
+            .into(),
     }
 }
 
@@ -203,8 +222,8 @@ fn compile_string(text: &str, path: &str) -> Result<Node, String> {
             pieces.push(Piece::Text(rest[..start].to_owned()));
         }
         let body = &rest[start + 3..];
-        let end = expression_end(body)
-            .ok_or_else(|| format!("{path}: `${{{{` has no closing `}}}}`"))?;
+        let end =
+            expression_end(body).ok_or_else(|| format!("{path}: `${{{{` has no closing `}}}}`"))?;
         let source = body[..end].trim();
         if source.is_empty() {
             return Err(format!("{path}: empty expression `${{{{ }}}}`"));
@@ -282,10 +301,17 @@ fn visit_expressions<'a>(node: &'a Node, path: &str, f: &mut impl FnMut(&str, &'
 
 /// Walks an expression: every free identifier must be a known variable, and
 /// every `steps.<id>` / `steps["<id>"]` must name a known step.
-fn check_expr<'a>(expr: &'a IdedExpr, known: &[&str], bound: &mut Vec<&'a str>) -> Result<(), String> {
+fn check_expr<'a>(
+    expr: &'a IdedExpr,
+    known: &[&str],
+    bound: &mut Vec<&'a str>,
+) -> Result<(), String> {
     match &expr.expr {
         Expr::Ident(name) => {
-            if !VARIABLES.contains(&name.as_str()) && !bound.contains(&name.as_str()) && !name.starts_with('@') {
+            if !VARIABLES.contains(&name.as_str())
+                && !bound.contains(&name.as_str())
+                && !name.starts_with('@')
+            {
                 return Err(format!(
                     "unknown variable `{name}`; expressions see `inputs`, `steps` and `run`"
                 ));
@@ -349,7 +375,11 @@ fn check_expr<'a>(expr: &'a IdedExpr, known: &[&str], bound: &mut Vec<&'a str>) 
     Ok(())
 }
 
-fn check_entry<'a>(entry: &'a EntryExpr, known: &[&str], bound: &mut Vec<&'a str>) -> Result<(), String> {
+fn check_entry<'a>(
+    entry: &'a EntryExpr,
+    known: &[&str],
+    bound: &mut Vec<&'a str>,
+) -> Result<(), String> {
     match entry {
         EntryExpr::StructField(field) => check_expr(&field.value, known, bound),
         EntryExpr::MapEntry(entry) => {
@@ -363,7 +393,9 @@ fn check_step(id: &str, known: &[&str]) -> Result<(), String> {
     if known.contains(&id) {
         Ok(())
     } else if known.is_empty() {
-        Err(format!("refers to step `{id}`, but no step runs before this one"))
+        Err(format!(
+            "refers to step `{id}`, but no step runs before this one"
+        ))
     } else {
         Err(format!(
             "refers to step `{id}`, which is not an earlier step (earlier steps: {})",
@@ -428,7 +460,11 @@ mod tests {
     }
 
     fn scope() -> Scope {
-        let mut scope = Scope::new("wf", "run-1", json!({ "name": "Ada", "n": 2, "tags": ["a", "b"] }));
+        let mut scope = Scope::new(
+            "wf",
+            "run-1",
+            json!({ "name": "Ada", "n": 2, "tags": ["a", "b"] }),
+        );
         scope.add_step_output("fan-out", json!({ "count": 3 }));
         scope.add_step_output("first", json!({ "items": [{ "sku": "x" }] }));
         scope
@@ -438,9 +474,18 @@ mod tests {
     fn a_lone_expression_keeps_its_type() {
         let s = scope();
         assert_eq!(eval(json!("${{ inputs.n * 2 }}"), &s).unwrap(), json!(4));
-        assert_eq!(eval(json!("${{ steps.first.output }}"), &s).unwrap(), json!({ "items": [{ "sku": "x" }] }));
-        assert_eq!(eval(json!("${{ steps['fan-out'].output.count }}"), &s).unwrap(), json!(3));
-        assert_eq!(eval(json!("${{ {'a': {'b': inputs.n}} }}"), &s).unwrap(), json!({ "a": { "b": 2 } }));
+        assert_eq!(
+            eval(json!("${{ steps.first.output }}"), &s).unwrap(),
+            json!({ "items": [{ "sku": "x" }] })
+        );
+        assert_eq!(
+            eval(json!("${{ steps['fan-out'].output.count }}"), &s).unwrap(),
+            json!(3)
+        );
+        assert_eq!(
+            eval(json!("${{ {'a': {'b': inputs.n}} }}"), &s).unwrap(),
+            json!({ "a": { "b": 2 } })
+        );
     }
 
     #[test]
@@ -468,19 +513,34 @@ mod tests {
         assert_eq!(e.path, "with.x.y");
         assert_eq!(e.expression, "inputs.missing.deeper");
         let e = Template::compile(&json!(["ok", "${{ 1 + }}"]), "with").unwrap_err();
-        assert!(e.starts_with("with[1]: `1 +` is not a valid CEL expression"), "{e}");
+        assert!(
+            e.starts_with("with[1]: `1 +` is not a valid CEL expression"),
+            "{e}"
+        );
         let e = Template::compile(&json!("${{ inputs.x"), "with").unwrap_err();
         assert!(e.contains("no closing"), "{e}");
     }
 
     #[test]
     fn references_are_checked_against_earlier_steps() {
-        let t = Template::compile(&json!("${{ steps.a.output + steps['b-c'].output }}"), "with").unwrap();
+        let t = Template::compile(
+            &json!("${{ steps.a.output + steps['b-c'].output }}"),
+            "with",
+        )
+        .unwrap();
         assert!(t.check_step_references(&["a", "b-c"]).is_ok());
-        assert!(t.check_step_references(&["a"]).unwrap_err().contains("`b-c`"));
+        assert!(
+            t.check_step_references(&["a"])
+                .unwrap_err()
+                .contains("`b-c`")
+        );
         let t = Template::compile(&json!("${{ inputs.tags.map(t, t + '!') }}"), "with").unwrap();
         assert!(t.check_step_references(&[]).is_ok());
         let t = Template::compile(&json!("${{ input.x }}"), "with").unwrap();
-        assert!(t.check_step_references(&[]).unwrap_err().contains("unknown variable `input`"));
+        assert!(
+            t.check_step_references(&[])
+                .unwrap_err()
+                .contains("unknown variable `input`")
+        );
     }
 }

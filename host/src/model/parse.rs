@@ -47,7 +47,11 @@ struct RawStep {
     memory_limit: Option<String>,
 }
 
-pub(super) fn parse(source: &str, format: Format, origin: &str) -> Result<Workflow, DefinitionError> {
+pub(super) fn parse(
+    source: &str,
+    format: Format,
+    origin: &str,
+) -> Result<Workflow, DefinitionError> {
     let raw = read(source, format, origin)?;
     let at = |line: Option<usize>, step: Option<&str>| Location {
         origin: origin.to_owned(),
@@ -57,7 +61,10 @@ pub(super) fn parse(source: &str, format: Format, origin: &str) -> Result<Workfl
     };
 
     check_id(&raw.id).map_err(|m| {
-        DefinitionError::invalid(at(find_key_line(source, "id", &raw.id), None), format!("id: {m}"))
+        DefinitionError::invalid(
+            at(find_key_line(source, "id", &raw.id), None),
+            format!("id: {m}"),
+        )
     })?;
     if raw.steps.is_empty() {
         return Err(DefinitionError::invalid(
@@ -81,12 +88,16 @@ pub(super) fn parse(source: &str, format: Format, origin: &str) -> Result<Workfl
     for (index, raw_step) in raw.steps.into_iter().enumerate() {
         let line = find_step_line(source, &raw_step.id, seen.contains(raw_step.id.as_str()));
         let here = at(line, Some(&raw_step.id));
-        check_id(&raw_step.id)
-            .map_err(|m| DefinitionError::invalid(here.clone(), format!("steps[{index}].id: {m}")))?;
+        check_id(&raw_step.id).map_err(|m| {
+            DefinitionError::invalid(here.clone(), format!("steps[{index}].id: {m}"))
+        })?;
         if !seen.insert(raw_step.id.clone()) {
             return Err(DefinitionError::invalid(
                 here,
-                format!("steps[{index}].id: the id `{}` is used by an earlier step", raw_step.id),
+                format!(
+                    "steps[{index}].id: the id `{}` is used by an earlier step",
+                    raw_step.id
+                ),
             ));
         }
         let uses = parse_plugin_ref(&raw_step.uses)
@@ -168,10 +179,9 @@ fn read(source: &str, format: Format, origin: &str) -> Result<RawWorkflow, Defin
             let message = e.to_string();
             match e.location() {
                 Some(loc) => {
-                    let message = match message.rfind(" at line ") {
-                        Some(cut) => message[..cut].to_owned(),
-                        None => message,
-                    };
+                    // The location leads the error; don't say it twice.
+                    let mark = format!(" at line {} column {}", loc.line(), loc.column());
+                    let message = message.replacen(&mark, "", 1);
                     located(Some(loc.line()), Some(loc.column()), message)
                 }
                 None => located(None, None, message),
@@ -262,11 +272,7 @@ fn find_step_line(source: &str, id: &str, repeat: bool) -> Option<usize> {
         .enumerate()
         .filter(|(_, line)| line_has_key_value(line, "id", id))
         .map(|(n, _)| n + 1);
-    if repeat {
-        hits.nth(1)
-    } else {
-        hits.next()
-    }
+    if repeat { hits.nth(1) } else { hits.next() }
 }
 
 /// The first line where `key:` is written with `value` (any value when empty).
@@ -293,9 +299,9 @@ fn line_has_key_value(line: &str, key: &str, value: &str) -> bool {
             let rest = rest.trim_start().trim_start_matches(['"', '\'']);
             starts_entry
                 && (value.is_empty()
-                    || rest
-                        .strip_prefix(value)
-                        .is_some_and(|after| !after.starts_with(|c: char| c.is_alphanumeric() || c == '_' || c == '-')))
+                    || rest.strip_prefix(value).is_some_and(|after| {
+                        !after.starts_with(|c: char| c.is_alphanumeric() || c == '_' || c == '-')
+                    }))
         })
     })
 }
@@ -347,9 +353,11 @@ outputs:
 
     #[test]
     fn yaml_syntax_errors_name_the_line() {
-        let e = error_of("id: x\nsteps:\n  - id: a\n    uses: [unclosed\n");
-        assert!(e.starts_with("wf.yaml:"), "{e}");
-        assert!(e.contains(":5:") || e.contains(":4:"), "{e}");
+        let e = error_of("id: x\nsteps:\n  - id: a\n    uses: \"unclosed\n");
+        assert_eq!(
+            e,
+            "wf.yaml:5:1: found unexpected end of stream, while scanning a quoted scalar at line 4 column 11"
+        );
     }
 
     #[test]
@@ -376,7 +384,8 @@ outputs:
 
     #[test]
     fn bad_expressions_name_the_step_and_field() {
-        let e = error_of("id: x\nsteps:\n  - id: a\n    uses: echo\n    with: { n: '${{ 1 + }}' }\n");
+        let e =
+            error_of("id: x\nsteps:\n  - id: a\n    uses: echo\n    with: { n: '${{ 1 + }}' }\n");
         assert!(e.starts_with("wf.yaml:3: step `a`: with.n:"), "{e}");
         assert!(e.contains("1 +"), "{e}");
     }
@@ -398,13 +407,19 @@ outputs:
         let e = error_of("id: x\nsteps:\n  - id: a\n    uses: echo\n    memory_limit: 9GiB\n");
         assert!(e.contains("over the largest limit"), "{e}");
         let e = error_of("id: x\nsteps:\n  - id: a\n    uses: 'echo@not a version'\n");
-        assert!(e.contains("uses: `not a version` is not a version requirement"), "{e}");
+        assert!(
+            e.contains("uses: `not a version` is not a version requirement"),
+            "{e}"
+        );
         let e = error_of("id: 'has space'\nsteps:\n  - id: a\n    uses: echo\n");
         assert!(e.contains("id: `has space` has ` `"), "{e}");
         let e = error_of("id: x\nsteps: []\n");
         assert!(e.contains("at least one step"), "{e}");
         let e = error_of("id: x\ninputs: { type: 12 }\nsteps:\n  - id: a\n    uses: echo\n");
-        assert!(e.starts_with("wf.yaml:2: inputs: not a usable JSON Schema"), "{e}");
+        assert!(
+            e.starts_with("wf.yaml:2: inputs: not a usable JSON Schema"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -415,7 +430,9 @@ outputs:
             "wf.json",
         )
         .unwrap();
-        assert!(matches!(&wf.steps[0].uses.version, VersionPin::Digest(d) if d.starts_with("sha256:abcdef")));
+        assert!(
+            matches!(&wf.steps[0].uses.version, VersionPin::Digest(d) if d.starts_with("sha256:abcdef"))
+        );
         let e = parse("{\"id\": \"x\",\n \"steps\": [}", Format::Json, "wf.json").unwrap_err();
         assert!(e.to_string().starts_with("wf.json:2:"), "{e}");
     }
@@ -425,8 +442,13 @@ outputs:
         let wf = parse_yaml(GOOD).unwrap();
         let schema = wf.inputs.unwrap();
         assert!(schema.check(&serde_json::json!({"name": "Ada"})).is_ok());
-        let problems = schema.check(&serde_json::json!({"nom": "Ada"})).unwrap_err();
+        let problems = schema
+            .check(&serde_json::json!({"nom": "Ada"}))
+            .unwrap_err();
         assert_eq!(problems.len(), 1);
-        assert!(problems[0].contains("at /:") && problems[0].contains("name"), "{problems:?}");
+        assert!(
+            problems[0].contains("at /:") && problems[0].contains("name"),
+            "{problems:?}"
+        );
     }
 }

@@ -6,5 +6,5 @@ wasmtime::component::bindgen!({
     path: "../wit",
 });
 
-pub(super) use exports::weft::plugin::step::{PluginInfo, StepContext, StepError};
-pub(super) use weft::plugin::log::Level;
+pub(super) use self::exports::weft::plugin::step::{PluginInfo, StepContext, StepError};
+pub(super) use self::weft::plugin::log::Level;

@@ -98,7 +98,11 @@ impl LogSink {
 
     fn write(&self, source: LogSource, bytes: &[u8]) {
         let mut state = self.state();
-        let level = if source == LogSource::Stderr { LogLevel::Warn } else { LogLevel::Info };
+        let level = if source == LogSource::Stderr {
+            LogLevel::Warn
+        } else {
+            LogLevel::Info
+        };
         let mut pending = std::mem::take(state.buffer(source));
         pending.extend_from_slice(bytes);
         let mut start = 0;
@@ -123,7 +127,11 @@ impl LogSink {
         for source in [LogSource::Stdout, LogSource::Stderr] {
             let rest = std::mem::take(state.buffer(source));
             if !rest.is_empty() {
-                let level = if source == LogSource::Stderr { LogLevel::Warn } else { LogLevel::Info };
+                let level = if source == LogSource::Stderr {
+                    LogLevel::Warn
+                } else {
+                    LogLevel::Info
+                };
                 let line = String::from_utf8_lossy(&rest).into_owned();
                 state.push(level, source, &line);
             }
@@ -143,23 +151,24 @@ impl LogSink {
         std::mem::take(&mut state.lines)
     }
 
-    /// The last lines the guest wrote to stderr, to explain a trap (a Rust
-    /// panic message goes there).
+    /// What the guest last wrote to stderr, to explain a trap: a Rust panic
+    /// message goes there. Blank lines and the standard backtrace hint are
+    /// left out.
     pub(super) fn stderr_tail(&self) -> Option<String> {
         let state = self.state();
-        let mut tail: Vec<String> = state
+        let pending = String::from_utf8_lossy(&state.stderr).into_owned();
+        let mut tail: Vec<&str> = state
             .lines
             .iter()
-            .rev()
             .filter(|l| l.source == LogSource::Stderr)
-            .take(3)
-            .map(|l| l.message.clone())
+            .map(|l| l.message.as_str())
+            .chain(std::iter::once(pending.as_str()))
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with("note: run with `RUST_BACKTRACE"))
             .collect();
-        if !state.stderr.is_empty() {
-            tail.insert(0, String::from_utf8_lossy(&state.stderr).into_owned());
-        }
-        tail.reverse();
-        (!tail.is_empty()).then(|| tail.join(" | "))
+        let keep = tail.len().saturating_sub(3);
+        tail.drain(..keep);
+        (!tail.is_empty()).then(|| tail.join(" "))
     }
 }
 
@@ -194,7 +203,11 @@ impl SinkState {
             LogLevel::Warn => tracing::warn!(target: "weft::guest", plugin, step, "{message}"),
             LogLevel::Error => tracing::error!(target: "weft::guest", plugin, step, "{message}"),
         }
-        self.lines.push(LogLine { level, source, message });
+        self.lines.push(LogLine {
+            level,
+            source,
+            message,
+        });
     }
 }
 
@@ -268,7 +281,11 @@ impl Pollable for GuestOutput {
 }
 
 impl tokio::io::AsyncWrite for GuestOutput {
-    fn poll_write(self: Pin<&mut Self>, _: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
         self.sink.write(self.source, buf);
         Poll::Ready(Ok(buf.len()))
     }
@@ -293,7 +310,11 @@ mod tests {
         sink.push(LogLevel::Info, LogSource::Log, "from log");
         sink.write(LogSource::Stdout, b"o\r\nthree");
         sink.write(LogSource::Stderr, b"oops");
-        let lines: Vec<_> = sink.finish().into_iter().map(|l| (l.source, l.message)).collect();
+        let lines: Vec<_> = sink
+            .finish()
+            .into_iter()
+            .map(|l| (l.source, l.message))
+            .collect();
         assert_eq!(
             lines,
             [

@@ -134,24 +134,26 @@ impl Plugin {
             Err(e) => Err(CallError::Instantiate {
                 message: format!("{e:#}"),
             }),
-            Ok(instance) => match instance
-                .weft_plugin_step()
-                .call_run(&mut store, &wit_context, &input)
-            {
-                Ok(Ok(output)) => serde_json::from_str(&output).map_err(|e| {
-                    CallError::InvalidOutput {
-                        message: e.to_string(),
+            Ok(instance) => {
+                match instance
+                    .weft_plugin_step()
+                    .call_run(&mut store, &wit_context, &input)
+                {
+                    Ok(Ok(output)) => {
+                        serde_json::from_str(&output).map_err(|e| CallError::InvalidOutput {
+                            message: e.to_string(),
+                        })
                     }
-                }),
-                Ok(Err(error)) => Err(step_error(error)),
-                Err(trap) => Err(classify_trap(
-                    &trap,
-                    store.data().limiter.refused,
-                    &log,
-                    timeout,
-                    memory_limit,
-                )),
-            },
+                    Ok(Err(error)) => Err(step_error(error)),
+                    Err(trap) => Err(classify_trap(
+                        &trap,
+                        store.data().limiter.refused,
+                        &log,
+                        timeout,
+                        memory_limit,
+                    )),
+                }
+            }
         };
         drop(store);
         CallOutcome {
@@ -232,7 +234,10 @@ fn check_header(bytes: &[u8]) -> Result<(), LoadError> {
 /// same minor.
 fn check_contract(component: &Component, engine: &wasmtime::Engine) -> Result<(), LoadError> {
     let ty = component.component_type();
-    let exports: Vec<String> = ty.exports(engine).map(|(name, _)| name.to_owned()).collect();
+    let exports: Vec<String> = ty
+        .exports(engine)
+        .map(|(name, _)| name.to_owned())
+        .collect();
     let Some(found) = exports
         .iter()
         .find_map(|name| name.strip_prefix("weft:plugin/step@"))
@@ -245,7 +250,8 @@ fn check_contract(component: &Component, engine: &wasmtime::Engine) -> Result<()
             },
         });
     };
-    let supported = semver::Version::parse(CONTRACT_VERSION).unwrap_or(semver::Version::new(0, 0, 0));
+    let supported =
+        semver::Version::parse(CONTRACT_VERSION).unwrap_or(semver::Version::new(0, 0, 0));
     let compatible = semver::Version::parse(found).is_ok_and(|found| {
         found.major == supported.major && (supported.major > 0 || found.minor == supported.minor)
     });
@@ -261,7 +267,11 @@ fn check_contract(component: &Component, engine: &wasmtime::Engine) -> Result<()
 
 /// Names the import that failed to link, when the component has one whose
 /// name appears in wasmtime's error.
-fn link_error(component: &Component, engine: &wasmtime::Engine, error: &wasmtime::Error) -> LoadError {
+fn link_error(
+    component: &Component,
+    engine: &wasmtime::Engine,
+    error: &wasmtime::Error,
+) -> LoadError {
     let message = format!("{error:#}");
     let imports = component.component_type();
     let missing = imports
@@ -319,13 +329,11 @@ fn check_info(info: bindings::PluginInfo) -> Result<PluginMeta, String> {
             info.name
         ));
     }
-    let version = semver::Version::parse(&info.version).map_err(|e| {
-        format!("version `{}` is not a semantic version: {e}", info.version)
-    })?;
+    let version = semver::Version::parse(&info.version)
+        .map_err(|e| format!("version `{}` is not a semantic version: {e}", info.version))?;
     let schema = |field: &str, text: Option<String>| {
         text.map(|text| {
-            serde_json::from_str::<Value>(&text)
-                .map_err(|e| format!("{field} is not JSON: {e}"))
+            serde_json::from_str::<Value>(&text).map_err(|e| format!("{field} is not JSON: {e}"))
         })
         .transpose()
     };
@@ -380,7 +388,7 @@ fn classify_trap(
         format!("{error:#}")
     };
     if let Some(tail) = log.stderr_tail() {
-        message.push_str("; stderr: ");
+        message.push_str("; the guest wrote: ");
         message.push_str(&tail);
     }
     CallError::Trap { message }
@@ -407,9 +415,25 @@ mod tests {
             output_schema: None,
         };
         assert!(check_info(info("echo", "1.2.3", Some("{}"))).is_ok());
-        assert!(check_info(info("", "1.0.0", None)).unwrap_err().contains("name"));
-        assert!(check_info(info("a b", "1.0.0", None)).unwrap_err().contains("name"));
-        assert!(check_info(info("echo", "one", None)).unwrap_err().contains("semantic version"));
-        assert!(check_info(info("echo", "1.0.0", Some("{"))).unwrap_err().contains("input-schema is not JSON"));
+        assert!(
+            check_info(info("", "1.0.0", None))
+                .unwrap_err()
+                .contains("name")
+        );
+        assert!(
+            check_info(info("a b", "1.0.0", None))
+                .unwrap_err()
+                .contains("name")
+        );
+        assert!(
+            check_info(info("echo", "one", None))
+                .unwrap_err()
+                .contains("semantic version")
+        );
+        assert!(
+            check_info(info("echo", "1.0.0", Some("{")))
+                .unwrap_err()
+                .contains("input-schema is not JSON")
+        );
     }
 }

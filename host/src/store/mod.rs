@@ -4,9 +4,7 @@
 mod records;
 mod redb;
 
-pub use self::records::{
-    ErrorRecord, PinnedPlugin, RunError, RunRecord, RunState, StepRecord,
-};
+pub use self::records::{ErrorRecord, PinnedPlugin, RunError, RunRecord, RunState, StepRecord};
 pub use self::redb::RedbStore;
 
 /// Why the store could not do what was asked. After any error the store is
@@ -34,6 +32,13 @@ pub enum StoreError {
     /// the same id.
     #[error("store: {0}")]
     Conflict(String),
+    /// A writer crashed and the file needs repair, which a read-only handle
+    /// cannot do; open it with [`RedbStore::open`] once to repair it.
+    #[error("the store at {path} needs repair after a crash; open it for writing to repair it")]
+    NeedsRepair {
+        /// The database file.
+        path: String,
+    },
     /// The store was opened read-only and a write was attempted.
     #[error("the store was opened read-only")]
     ReadOnly,

@@ -40,7 +40,9 @@ enum Handle {
 
 impl std::fmt::Debug for RedbStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RedbStore").field("path", &self.path).finish_non_exhaustive()
+        f.debug_struct("RedbStore")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
     }
 }
 
@@ -87,7 +89,9 @@ impl RedbStore {
         })
     }
 
-    /// Opens an existing store at `path` for reading only. Blocking.
+    /// Opens an existing store at `path` for reading only. Blocking. A file
+    /// left by a writer that crashed needs repair first:
+    /// [`StoreError::NeedsRepair`].
     pub fn open_read_only(path: impl AsRef<Path>) -> Result<Self, StoreError> {
         let path = path.as_ref();
         let shown = path.display().to_string();
@@ -140,6 +144,9 @@ impl RedbStore {
 
 fn open_error(error: redb::DatabaseError, path: &str) -> StoreError {
     match error {
+        redb::DatabaseError::RepairAborted => StoreError::NeedsRepair {
+            path: path.to_owned(),
+        },
         redb::DatabaseError::DatabaseAlreadyOpen | redb::DatabaseError::LockProtocolMismatch => {
             StoreError::Locked {
                 path: path.to_owned(),
@@ -168,7 +175,10 @@ impl Store for RedbStore {
         {
             let runs = backend!(txn.open_table(RUNS))?;
             if backend!(runs.get(run.id.as_str()))?.is_some() {
-                return Err(StoreError::Conflict(format!("run `{}` exists already", run.id)));
+                return Err(StoreError::Conflict(format!(
+                    "run `{}` exists already",
+                    run.id
+                )));
             }
         }
         Self::put_run(&txn, run)?;

@@ -39,7 +39,10 @@ fn validate(ctx: &Context, order: Order) -> Result<Checked, StepError> {
         problems.push("id is empty".to_owned());
     }
     if !CURRENCIES.contains(&order.currency.as_str()) {
-        problems.push(format!("currency `{}` is not one of {CURRENCIES:?}", order.currency));
+        problems.push(format!(
+            "currency `{}` is not one of {CURRENCIES:?}",
+            order.currency
+        ));
     }
     if order.items.is_empty() {
         problems.push("the order has no items".to_owned());
@@ -48,7 +51,10 @@ fn validate(ctx: &Context, order: Order) -> Result<Checked, StepError> {
     let mut item_count: i64 = 0;
     for (i, item) in order.items.iter().enumerate() {
         if item.quantity <= 0 {
-            problems.push(format!("items[{i}] ({}): quantity must be positive", item.sku));
+            problems.push(format!(
+                "items[{i}] ({}): quantity must be positive",
+                item.sku
+            ));
         }
         if item.unit_price < 0 {
             problems.push(format!("items[{i}] ({}): unit_price is negative", item.sku));
@@ -63,7 +69,12 @@ fn validate(ctx: &Context, order: Order) -> Result<Checked, StepError> {
     if !problems.is_empty() {
         return Err(StepError::fatal(
             "invalid_order",
-            format!("order `{}` has {} problem(s): {}", order.id, problems.len(), problems.join("; ")),
+            format!(
+                "order `{}` has {} problem(s): {}",
+                order.id,
+                problems.len(),
+                problems.join("; ")
+            ),
         )
         .with_details(&serde_json::json!({ "problems": problems })));
     }

@@ -1,0 +1,190 @@
+//! `weft bench`: what one step costs, measured here and now.
+//!
+//! For the `echo` plugin it prints:
+//! - cold load: compile with Cranelift, link and describe, no cache;
+//! - cached load: the same from the compiled-code cache;
+//! - instantiate+call: a fresh instance per call, with the pooling
+//!   allocator and, as the baseline measured in the same run, with on-demand
+//!   allocation; p50, p99 and the ratio between them.
+
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use weft::runtime::{CodeSource, StepContext};
+use weft::{Runtime, RuntimeConfig};
+
+use super::PluginArgs;
+
+#[derive(Debug, clap::Args)]
+pub struct BenchArgs {
+    /// Instantiate+call iterations per allocator.
+    #[arg(long, default_value_t = 20_000)]
+    pub iterations: usize,
+
+    /// Loads to time from cold and from the cache.
+    #[arg(long, default_value_t = 5)]
+    pub loads: usize,
+
+    #[command(flatten)]
+    pub plugins: PluginArgs,
+}
+
+pub fn main(plugins: &Path, args: &BenchArgs) -> anyhow::Result<ExitCode> {
+    let path = plugins.join("echo.wasm");
+    let bytes = std::fs::read(&path).with_context(|| {
+        format!(
+            "cannot read {}; build the example plugins first (see README)",
+            path.display()
+        )
+    })?;
+    let loads = args.loads.max(1);
+    let iterations = args.iterations.max(100);
+    println!(
+        "weft bench: {} ({} KiB), {} loads, {} calls per allocator",
+        path.display(),
+        bytes.len() / 1024,
+        loads,
+        iterations
+    );
+    println!(
+        "build: {}",
+        if cfg!(debug_assertions) {
+            "debug"
+        } else {
+            "release"
+        }
+    );
+
+    let cold_runtime = Runtime::new(RuntimeConfig::default())?;
+    let mut cold = Vec::new();
+    for _ in 0..loads {
+        let started = Instant::now();
+        cold_runtime.load(&bytes)?;
+        cold.push(started.elapsed());
+    }
+
+    let cache_dir = tempfile_dir()?;
+    let cached_runtime = Runtime::new(RuntimeConfig {
+        cache_dir: Some(cache_dir.clone()),
+        ..RuntimeConfig::default()
+    })?;
+    cached_runtime.load(&bytes)?; // fills the cache
+    let mut cached = Vec::new();
+    for _ in 0..loads {
+        let started = Instant::now();
+        let plugin = cached_runtime.load(&bytes)?;
+        cached.push(started.elapsed());
+        anyhow::ensure!(
+            plugin.code_source() == CodeSource::Cache,
+            "the cache was not used"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&cache_dir);
+
+    let cold_p50 = percentile(&mut cold, 50.0);
+    let cached_p50 = percentile(&mut cached, 50.0);
+    println!();
+    println!(
+        "load (compile, link, describe)    p50 {:>10}",
+        show(cold_p50)
+    );
+    println!(
+        "load from compiled-code cache     p50 {:>10}   {:.0}x faster than compiling",
+        show(cached_p50),
+        ratio(cold_p50, cached_p50)
+    );
+
+    let pooled = call_latencies(&bytes, true, iterations)?;
+    let on_demand = call_latencies(&bytes, false, iterations)?;
+    println!();
+    println!("instantiate+call (fresh instance each call)");
+    let (mut pooled, mut on_demand) = (pooled, on_demand);
+    let p50 = (
+        percentile(&mut pooled, 50.0),
+        percentile(&mut on_demand, 50.0),
+    );
+    let p99 = (
+        percentile(&mut pooled, 99.0),
+        percentile(&mut on_demand, 99.0),
+    );
+    println!(
+        "  pooling allocator    p50 {:>10}   p99 {:>10}   {:>8.0} calls/s",
+        show(p50.0),
+        show(p99.0),
+        per_second(&pooled)
+    );
+    println!(
+        "  on-demand (baseline) p50 {:>10}   p99 {:>10}   {:>8.0} calls/s",
+        show(p50.1),
+        show(p99.1),
+        per_second(&on_demand)
+    );
+    println!(
+        "  pooling vs on-demand: p50 {:.2}x, p99 {:.2}x faster",
+        ratio(p50.1, p50.0),
+        ratio(p99.1, p99.0)
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn call_latencies(bytes: &[u8], pooling: bool, iterations: usize) -> anyhow::Result<Vec<Duration>> {
+    let runtime = Runtime::new(RuntimeConfig {
+        pooling,
+        ..RuntimeConfig::default()
+    })?;
+    let plugin = runtime.load(bytes)?;
+    let context = StepContext {
+        tenant: "bench".to_owned(),
+        workflow: "bench".to_owned(),
+        run_id: "bench".to_owned(),
+        step_id: "echo".to_owned(),
+        attempt: 1,
+        idempotency_key: "bench:echo".to_owned(),
+    };
+    let warmup = iterations / 10;
+    let mut times = Vec::with_capacity(iterations);
+    for i in 0..warmup + iterations {
+        let started = Instant::now();
+        let outcome = plugin.call(&context, "{}", None, None);
+        let took = started.elapsed();
+        outcome.result.context("the echo step failed")?;
+        if i >= warmup {
+            times.push(took);
+        }
+    }
+    Ok(times)
+}
+
+fn tempfile_dir() -> anyhow::Result<std::path::PathBuf> {
+    let dir = std::env::temp_dir().join(format!("weft-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}
+
+fn percentile(times: &mut [Duration], p: f64) -> Duration {
+    times.sort_unstable();
+    let rank = ((p / 100.0) * (times.len() as f64 - 1.0)).round() as usize;
+    times.get(rank).copied().unwrap_or_default()
+}
+
+fn per_second(times: &[Duration]) -> f64 {
+    let total: Duration = times.iter().sum();
+    times.len() as f64 / total.as_secs_f64().max(f64::MIN_POSITIVE)
+}
+
+fn ratio(slow: Duration, fast: Duration) -> f64 {
+    slow.as_secs_f64() / fast.as_secs_f64().max(f64::MIN_POSITIVE)
+}
+
+fn show(d: Duration) -> String {
+    let micros = d.as_secs_f64() * 1e6;
+    if micros < 1000.0 {
+        format!("{micros:.1}µs")
+    } else if micros < 1e6 {
+        format!("{:.2}ms", micros / 1e3)
+    } else {
+        format!("{:.2}s", micros / 1e6)
+    }
+}

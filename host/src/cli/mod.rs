@@ -1,0 +1,242 @@
+//! Subcommands. Errors meet the user here, through `anyhow`.
+
+mod bench;
+mod progress;
+mod runs;
+
+use std::io::Read;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::{Context, bail};
+use clap::{Parser, Subcommand};
+use serde_json::Value;
+use weft::engine::StartError;
+use weft::store::RunState;
+use weft::{Engine, PluginDir, RedbStore, Runtime, RuntimeConfig, SystemClock, model};
+
+/// The run failed: a step or the outputs failed.
+pub const EXIT_FAILED: u8 = 1;
+/// The run could not start: bad definition, input or plugin.
+pub const EXIT_INVALID: u8 = 2;
+/// The host failed: store, files, configuration.
+pub const EXIT_HOST: u8 = 3;
+
+/// weft runs workflows whose steps are sandboxed WebAssembly components.
+#[derive(Debug, Parser)]
+#[command(name = "weft", version, about, long_about = None)]
+pub struct Cli {
+    /// Where runs and compiled code are kept.
+    /// [default: the user's data directory, such as ~/.local/share/weft]
+    #[arg(long, global = true, env = "WEFT_DATA_DIR", value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+
+    /// Log more to stderr (-v: info and guest logs, -vv: debug, -vvv:
+    /// trace). WEFT_LOG, in tracing's filter syntax, overrides it.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run a workflow to completion and print its outputs as JSON.
+    Run(RunArgs),
+    /// Check a workflow file without running it.
+    Check {
+        /// The workflow file (YAML, or JSON if it ends in .json).
+        workflow: PathBuf,
+    },
+    /// Inspect recorded runs.
+    #[command(subcommand)]
+    Runs(runs::RunsCommand),
+    /// Measure compile, cache-load and call latency for a no-op step.
+    Bench(bench::BenchArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct RunArgs {
+    /// The workflow file (YAML, or JSON if it ends in .json).
+    workflow: PathBuf,
+
+    /// The run's input: JSON text, `@FILE` to read a file, or `-` for stdin.
+    #[arg(long, short, default_value = "{}", value_name = "JSON|@FILE|-")]
+    input: String,
+
+    #[command(flatten)]
+    plugins: PluginArgs,
+}
+
+#[derive(Debug, clap::Args)]
+struct PluginArgs {
+    /// Where plugins are found: `uses: name` loads NAME.wasm from here.
+    /// [default: DATA_DIR/plugins]
+    #[arg(long, env = "WEFT_PLUGINS", value_name = "DIR")]
+    plugins: Option<PathBuf>,
+}
+
+/// Runs the parsed command line.
+pub fn main(cli: Cli) -> anyhow::Result<ExitCode> {
+    let data_dir = data_dir(cli.data_dir)?;
+    match cli.command {
+        Command::Run(args) => run(&data_dir, args),
+        Command::Check { workflow } => match model::load(&workflow) {
+            Ok(wf) => {
+                println!(
+                    "{}: workflow `{}` version {} is valid ({} step{})",
+                    workflow.display(),
+                    wf.id,
+                    wf.version,
+                    wf.steps.len(),
+                    if wf.steps.len() == 1 { "" } else { "s" }
+                );
+                Ok(ExitCode::SUCCESS)
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                Ok(ExitCode::from(EXIT_INVALID))
+            }
+        },
+        Command::Runs(command) => runs::main(&data_dir, command),
+        Command::Bench(args) => {
+            let plugins = plugins_dir(&data_dir, &args.plugins.plugins);
+            bench::main(&plugins, &args)
+        }
+    }
+}
+
+fn run(data_dir: &std::path::Path, args: RunArgs) -> anyhow::Result<ExitCode> {
+    let workflow = match model::load(&args.workflow) {
+        Ok(workflow) => workflow,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return Ok(ExitCode::from(EXIT_INVALID));
+        }
+    };
+    let input = match read_input(&args.input) {
+        Ok(input) => input,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            return Ok(ExitCode::from(EXIT_INVALID));
+        }
+    };
+    let plugins = plugins_dir(data_dir, &args.plugins.plugins);
+    let runtime = Runtime::new(RuntimeConfig {
+        cache_dir: Some(data_dir.join("cache")),
+        ..RuntimeConfig::default()
+    })?;
+    let store = open_store(data_dir)?;
+    let engine = Engine::new(
+        Arc::new(store),
+        PluginDir::new(runtime, plugins),
+        Arc::new(SystemClock),
+    );
+
+    let mut progress = progress::Progress::new();
+    let run = match engine.run(&workflow, input, &mut progress) {
+        Ok(run) => run,
+        Err(e @ (StartError::Input { .. } | StartError::Plugin { .. })) => {
+            progress.clear();
+            eprintln!("error: {e}");
+            return Ok(ExitCode::from(EXIT_INVALID));
+        }
+        Err(e) => {
+            progress.clear();
+            return Err(e).context("the run could not be recorded");
+        }
+    };
+    progress.clear();
+    match run.state {
+        RunState::Succeeded => {
+            let outputs = run.outputs.unwrap_or(Value::Null);
+            println!("{}", serde_json::to_string_pretty(&outputs)?);
+            Ok(ExitCode::SUCCESS)
+        }
+        state => {
+            match &run.error {
+                Some(failure) => {
+                    let at = failure
+                        .step
+                        .as_deref()
+                        .map(|s| format!("step `{s}`"))
+                        .unwrap_or_else(|| "its outputs".to_owned());
+                    eprintln!(
+                        "error: run {} failed at {at}: {}: {}",
+                        run.id, failure.error.code, failure.error.message
+                    );
+                    if let Some(details) = &failure.error.details {
+                        eprintln!("details: {details}");
+                    }
+                }
+                None => eprintln!("error: run {} ended {state}", run.id),
+            }
+            eprintln!("see: weft runs show {}", run.id);
+            Ok(ExitCode::from(EXIT_FAILED))
+        }
+    }
+}
+
+fn read_input(arg: &str) -> anyhow::Result<Value> {
+    let (text, from) = if arg == "-" {
+        let mut text = String::new();
+        std::io::stdin()
+            .read_to_string(&mut text)
+            .context("cannot read the input from stdin")?;
+        (text, "stdin".to_owned())
+    } else if let Some(path) = arg.strip_prefix('@') {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read the input file {path}"))?;
+        (text, path.to_owned())
+    } else {
+        (arg.to_owned(), "--input".to_owned())
+    };
+    serde_json::from_str(&text).with_context(|| format!("the input in {from} is not valid JSON"))
+}
+
+fn data_dir(flag: Option<PathBuf>) -> anyhow::Result<PathBuf> {
+    let dir = match flag {
+        Some(dir) => dir,
+        None => match dirs::data_local_dir() {
+            Some(base) => base.join("weft"),
+            None => bail!("cannot tell where to keep data; pass --data-dir or set WEFT_DATA_DIR"),
+        },
+    };
+    std::fs::create_dir_all(&dir)
+        .with_context(|| format!("cannot create the data directory {}", dir.display()))?;
+    Ok(dir)
+}
+
+fn plugins_dir(data_dir: &std::path::Path, flag: &Option<PathBuf>) -> PathBuf {
+    flag.clone().unwrap_or_else(|| data_dir.join("plugins"))
+}
+
+fn store_path(data_dir: &std::path::Path) -> PathBuf {
+    data_dir.join("weft.redb")
+}
+
+fn open_store(data_dir: &std::path::Path) -> anyhow::Result<RedbStore> {
+    let path = store_path(data_dir);
+    RedbStore::open(&path).with_context(|| format!("cannot open the store {}", path.display()))
+}
+
+/// Sends logs to stderr; `WEFT_LOG` overrides the level chosen by `-v`.
+pub fn init_tracing(verbose: u8) {
+    let default = match verbose {
+        // Guest lines are in the run's record (`weft runs show`); with -v they
+        // also stream here.
+        0 => "warn,weft::guest=off",
+        1 => "info",
+        2 => "debug",
+        _ => "trace",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("WEFT_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+}

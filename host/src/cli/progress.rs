@@ -1,0 +1,77 @@
+//! Step progress on stderr: a spinner per step on a terminal, plain lines
+//! otherwise.
+
+use std::io::IsTerminal;
+use std::time::Duration;
+
+use indicatif::{ProgressBar, ProgressStyle};
+use weft::engine::Observer;
+use weft::model::Step;
+use weft::store::{RunRecord, StepRecord};
+
+pub struct Progress {
+    tty: bool,
+    bar: Option<ProgressBar>,
+    label: String,
+}
+
+impl Progress {
+    pub fn new() -> Self {
+        Self {
+            tty: std::io::stderr().is_terminal(),
+            bar: None,
+            label: String::new(),
+        }
+    }
+
+    /// Removes a spinner still on screen.
+    pub fn clear(&mut self) {
+        if let Some(bar) = self.bar.take() {
+            bar.finish_and_clear();
+        }
+    }
+}
+
+impl Observer for Progress {
+    fn run_created(&mut self, run: &RunRecord) {
+        eprintln!("run {} of {} started", run.id, run.workflow);
+    }
+
+    fn step_started(&mut self, step: &Step, index: usize, total: usize) {
+        self.label = format!("[{}/{}] {} ({})", index + 1, total, step.id, step.uses);
+        if self.tty {
+            let bar = ProgressBar::new_spinner();
+            bar.set_style(
+                ProgressStyle::with_template("{spinner} {msg} {elapsed}")
+                    .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+            );
+            bar.set_message(self.label.clone());
+            bar.enable_steady_tick(Duration::from_millis(80));
+            self.bar = Some(bar);
+        }
+    }
+
+    fn step_finished(&mut self, _step: &Step, record: &StepRecord) {
+        self.clear();
+        let took = format_micros(record.duration_us);
+        let line = match &record.error {
+            None => format!("ok   {} {took}", self.label),
+            Some(error) => format!(
+                "FAIL {} {took}: {}: {}",
+                self.label, error.code, error.message
+            ),
+        };
+        eprintln!("{line}");
+    }
+}
+
+/// `850µs`, `12.3ms`, `4.20s`.
+pub fn format_micros(micros: u64) -> String {
+    if micros < 1_000 {
+        format!("{micros}µs")
+    } else if micros < 1_000_000 {
+        format!("{:.1}ms", micros as f64 / 1e3)
+    } else {
+        format!("{:.2}s", micros as f64 / 1e6)
+    }
+}

@@ -1,0 +1,149 @@
+//! `weft runs list` and `weft runs show`.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::Subcommand;
+use weft::Store;
+use weft::store::{RedbStore, StoreError};
+
+use super::progress::format_micros;
+use super::{EXIT_INVALID, store_path};
+
+#[derive(Debug, Subcommand)]
+pub enum RunsCommand {
+    /// List runs, newest first.
+    List {
+        /// How many runs to show.
+        #[arg(long, default_value_t = 20)]
+        limit: usize,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show one run: its state, each step's result and logs, its outputs.
+    Show {
+        /// The run's id, as printed by `weft run` and `weft runs list`.
+        run_id: String,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+pub fn main(data_dir: &Path, command: RunsCommand) -> anyhow::Result<ExitCode> {
+    let path = store_path(data_dir);
+    if !path.exists() {
+        match command {
+            RunsCommand::List { json: true, .. } => println!("[]"),
+            RunsCommand::List { .. } => println!("no runs yet in {}", data_dir.display()),
+            RunsCommand::Show { run_id, .. } => {
+                eprintln!(
+                    "error: no run `{run_id}`: there are no runs yet in {}",
+                    data_dir.display()
+                );
+                return Ok(ExitCode::from(EXIT_INVALID));
+            }
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let store = match RedbStore::open_read_only(&path) {
+        // A run was killed: repairing needs a writable handle.
+        Err(StoreError::NeedsRepair { .. }) => RedbStore::open(&path),
+        other => other,
+    }
+    .with_context(|| format!("cannot open the store {}", path.display()))?;
+    match command {
+        RunsCommand::List { limit, json } => {
+            let runs = store.runs(limit)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&runs)?);
+                return Ok(ExitCode::SUCCESS);
+            }
+            if runs.is_empty() {
+                println!("no runs yet in {}", data_dir.display());
+                return Ok(ExitCode::SUCCESS);
+            }
+            println!(
+                "{:<36}  {:<20}  {:<9}  {:<24}  {:>9}",
+                "RUN", "WORKFLOW", "STATE", "STARTED", "TOOK"
+            );
+            for run in runs {
+                let took = format_micros(
+                    run.updated_at
+                        .millis_since(run.created_at)
+                        .saturating_mul(1000),
+                );
+                println!(
+                    "{:<36}  {:<20}  {:<9}  {:<24}  {:>9}",
+                    run.id,
+                    run.workflow,
+                    run.state.to_string(),
+                    run.created_at.to_string(),
+                    took
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        RunsCommand::Show { run_id, json } => {
+            let Some(run) = store.run(&run_id)? else {
+                eprintln!("error: no run `{run_id}` in {}", data_dir.display());
+                return Ok(ExitCode::from(EXIT_INVALID));
+            };
+            let steps = store.steps(&run_id)?;
+            if json {
+                let both = serde_json::json!({ "run": run, "steps": steps });
+                println!("{}", serde_json::to_string_pretty(&both)?);
+                return Ok(ExitCode::SUCCESS);
+            }
+            println!("run       {}", run.id);
+            println!(
+                "workflow  {} (version {}, from {})",
+                run.workflow, run.workflow_version, run.origin
+            );
+            println!("state     {}", run.state);
+            println!("started   {}", run.created_at);
+            println!("updated   {}", run.updated_at);
+            println!("input     {}", run.input);
+            println!("steps     {} of {} done", run.next_step, run.step_count);
+            for step in &steps {
+                let pinned = run
+                    .plugins
+                    .get(&step.step_id)
+                    .map(|p| format!("{}@{} {}", p.name, p.version, p.digest))
+                    .unwrap_or_default();
+                let status = if step.error.is_some() { "FAIL" } else { "ok  " };
+                println!(
+                    "  {status} {} (attempt {}, {}) {pinned}",
+                    step.step_id,
+                    step.attempt,
+                    format_micros(step.duration_us)
+                );
+                if let Some(error) = &step.error {
+                    println!("       error: {}: {}", error.code, error.message);
+                    if let Some(details) = &error.details {
+                        println!("       details: {details}");
+                    }
+                }
+                for line in &step.logs {
+                    println!(
+                        "       {:?}/{:?}: {}",
+                        line.source, line.level, line.message
+                    );
+                }
+            }
+            if let Some(outputs) = &run.outputs {
+                println!("outputs   {}", serde_json::to_string_pretty(outputs)?);
+            }
+            if let Some(failure) = &run.error {
+                let at = failure.step.as_deref().unwrap_or("(outputs)");
+                println!(
+                    "error     at {at}: {}: {}",
+                    failure.error.code, failure.error.message
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}

@@ -1,0 +1,153 @@
+//! Shared by the end-to-end tests: builds the guests from source once per
+//! test process, and runs the real `weft` binary in a scratch directory.
+
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+/// The workspace's root folder.
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("host/ has a parent")
+        .to_owned()
+}
+
+/// The folder holding every guest component (plugins/* and tests/guests/*),
+/// built from source with a nested cargo on first use.
+///
+/// The nested cargo gets its own target directory (the outer one is locked
+/// by the cargo running these tests) and none of the outer build's flags.
+pub fn guests() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let root = root();
+        let target = root.join("target").join("guests");
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+        let output = Command::new(cargo)
+            .current_dir(&root)
+            .args(["build", "--profile", "guest", "--target", "wasm32-wasip2"])
+            .args(["--workspace", "--exclude", "weft"])
+            .env("CARGO_TARGET_DIR", &target)
+            .env_remove("CARGO_ENCODED_RUSTFLAGS")
+            .env_remove("RUSTFLAGS")
+            .env_remove("CARGO_BUILD_RUSTFLAGS")
+            .output()
+            .expect("cargo runs");
+        assert!(
+            output.status.success(),
+            "building the guests failed (is the wasm32-wasip2 target installed? \
+             `rustup target add wasm32-wasip2`):\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        target.join("wasm32-wasip2").join("guest")
+    })
+}
+
+/// The bytes of guest `name` (the file stem cargo gives it).
+pub fn guest_bytes(name: &str) -> Vec<u8> {
+    let path = guests().join(format!("{name}.wasm"));
+    std::fs::read(&path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()))
+}
+
+/// A scratch directory with a data dir, a plugins dir and workflow files.
+pub struct Scratch {
+    dir: tempfile::TempDir,
+}
+
+impl Scratch {
+    /// A scratch directory whose plugins dir holds `plugins` (file stems).
+    pub fn new(plugins: &[&str]) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("plugins")).unwrap();
+        std::fs::create_dir_all(dir.path().join("data")).unwrap();
+        let scratch = Self { dir };
+        for name in plugins {
+            scratch.add_plugin(name);
+        }
+        scratch
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    pub fn plugins_dir(&self) -> PathBuf {
+        self.dir.path().join("plugins")
+    }
+
+    pub fn add_plugin(&self, name: &str) {
+        std::fs::write(
+            self.plugins_dir().join(format!("{name}.wasm")),
+            guest_bytes(name),
+        )
+        .unwrap();
+    }
+
+    /// Writes `text` to `name` in the scratch directory.
+    pub fn file(&self, name: &str, text: &str) -> PathBuf {
+        let path = self.dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    /// A `weft` command with this scratch's data dir and plugins dir.
+    pub fn weft(&self) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_weft"));
+        command
+            .env("WEFT_DATA_DIR", self.data_dir())
+            .env("WEFT_PLUGINS", self.plugins_dir())
+            .env_remove("WEFT_LOG");
+        command
+    }
+
+    /// Runs `weft` with `args` and returns what it printed.
+    pub fn run(&self, args: &[&str]) -> Run {
+        Run::from(self.weft().args(args).output().expect("weft runs"))
+    }
+}
+
+/// What one `weft` process did.
+#[derive(Debug)]
+pub struct Run {
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl From<Output> for Run {
+    fn from(output: Output) -> Self {
+        Self {
+            code: output.status.code(),
+            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        }
+    }
+}
+
+impl Run {
+    /// Parses stdout as JSON.
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.stdout).unwrap_or_else(|e| {
+            panic!(
+                "stdout is not JSON ({e}):\n{}\nstderr:\n{}",
+                self.stdout, self.stderr
+            )
+        })
+    }
+
+    /// The run id from the `run <id> of <workflow> started` line.
+    pub fn run_id(&self) -> String {
+        self.stderr
+            .lines()
+            .find_map(|line| line.strip_prefix("run ")?.split_whitespace().next())
+            .unwrap_or_else(|| panic!("no run id in stderr:\n{}", self.stderr))
+            .to_owned()
+    }
+}
