@@ -1,32 +1,4 @@
-//! Write weft workflow steps in Rust.
-//!
-//! A step is a plain function from a deserialisable input to a serialisable
-//! output. [`export_step!`] turns it into the `weft:plugin/step` export of a
-//! WebAssembly component:
-//!
-//! ```ignore
-//! use serde::{Deserialize, Serialize};
-//! use weft_sdk::{Context, StepError};
-//!
-//! #[derive(Deserialize)]
-//! struct Input { name: String }
-//!
-//! #[derive(Serialize)]
-//! struct Output { greeting: String }
-//!
-//! fn greet(_ctx: &Context, input: Input) -> Result<Output, StepError> {
-//!     if input.name.is_empty() {
-//!         return Err(StepError::fatal("empty_name", "name must not be empty"));
-//!     }
-//!     Ok(Output { greeting: format!("Hello, {}!", input.name) })
-//! }
-//!
-//! weft_sdk::export_step!(greet, name = "greet");
-//! ```
-//!
-//! Build it with `cargo build --target wasm32-wasip2` and a `cdylib` crate type.
-//! The plugin's version and description default to the crate's `version` and
-//! `description` in `Cargo.toml`.
+#![doc = include_str!("../README.md")]
 
 mod error;
 pub mod log;

@@ -151,7 +151,9 @@ impl PluginDir {
             })
             .collect();
         names.sort();
-        let available = if names.is_empty() {
+        let available = if !self.dir.is_dir() {
+            " (the directory does not exist)".to_owned()
+        } else if names.is_empty() {
             " (the directory has no .wasm files)".to_owned()
         } else {
             format!(" (available: {})", names.join(", "))

@@ -27,6 +27,11 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 5)]
     pub loads: usize,
 
+    /// Bytes of each pooled memory kept resident between calls (the
+    /// runtime's default unless given).
+    #[arg(long, value_name = "BYTES")]
+    pub keep_resident: Option<usize>,
+
     #[command(flatten)]
     pub plugins: PluginArgs,
 }
@@ -96,10 +101,16 @@ pub fn main(plugins: &Path, args: &BenchArgs) -> anyhow::Result<ExitCode> {
         ratio(cold_p50, cached_p50)
     );
 
-    let pooled = call_latencies(&bytes, true, iterations)?;
-    let on_demand = call_latencies(&bytes, false, iterations)?;
+    let keep_resident = args
+        .keep_resident
+        .unwrap_or(RuntimeConfig::default().memory_keep_resident);
+    let pooled = call_latencies(&bytes, true, keep_resident, iterations)?;
+    let on_demand = call_latencies(&bytes, false, 0, iterations)?;
     println!();
-    println!("instantiate+call (fresh instance each call)");
+    println!(
+        "instantiate+call (fresh instance each call; pooled memory kept resident: {} KiB)",
+        keep_resident / 1024
+    );
     let (mut pooled, mut on_demand) = (pooled, on_demand);
     let p50 = (
         percentile(&mut pooled, 50.0),
@@ -129,9 +140,15 @@ pub fn main(plugins: &Path, args: &BenchArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn call_latencies(bytes: &[u8], pooling: bool, iterations: usize) -> anyhow::Result<Vec<Duration>> {
+fn call_latencies(
+    bytes: &[u8],
+    pooling: bool,
+    memory_keep_resident: usize,
+    iterations: usize,
+) -> anyhow::Result<Vec<Duration>> {
     let runtime = Runtime::new(RuntimeConfig {
         pooling,
+        memory_keep_resident,
         ..RuntimeConfig::default()
     })?;
     let plugin = runtime.load(bytes)?;

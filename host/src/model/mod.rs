@@ -29,6 +29,7 @@ use serde_json::Value;
 
 pub use error::DefinitionError;
 pub use expr::{EvalError, Scope, Template};
+pub(crate) use parse::check_id;
 
 /// A checked workflow, ready to run.
 #[derive(Debug)]

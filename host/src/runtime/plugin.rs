@@ -317,18 +317,7 @@ fn describe(plugin: &Loaded) -> Result<PluginMeta, LoadError> {
 }
 
 fn check_info(info: bindings::PluginInfo) -> Result<PluginMeta, String> {
-    let name_ok = !info.name.is_empty()
-        && info.name.len() <= 128
-        && info
-            .name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
-    if !name_ok {
-        return Err(format!(
-            "name `{}` must be 1 to 128 letters, digits, `-` or `_`",
-            info.name
-        ));
-    }
+    crate::model::check_id(&info.name).map_err(|m| format!("plugin name {m}"))?;
     let version = semver::Version::parse(&info.version)
         .map_err(|e| format!("version `{}` is not a semantic version: {e}", info.version))?;
     let schema = |field: &str, text: Option<String>| {
