@@ -148,8 +148,8 @@ fn malformed_workflows_are_refused_with_file_line_and_step() {
         ),
         (
             "unknown.yaml",
-            "id: x\nsteps:\n  - id: a\n    uses: echo\n    retry: 3\n",
-            "unknown.yaml:5:5: steps[0]: unknown field `retry`",
+            "id: x\nsteps:\n  - id: a\n    uses: echo\n    retries: 3\n",
+            "unknown.yaml:5:5: steps[0]: unknown field `retries`",
         ),
         (
             "noid.yaml",
@@ -352,4 +352,23 @@ fn step_limits_can_be_raised_per_step() {
     let run = scratch.run(&["run", wf.to_str().unwrap()]);
     assert_eq!(run.code, Some(0), "{run:?}");
     assert_eq!(run.json()["allocated_mib"], 80);
+}
+
+#[test]
+fn the_readme_workflow_examples_are_valid() {
+    let scratch = Scratch::new(&[]);
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let mut checked = 0;
+    for (i, block) in readme.split("```yaml\n").skip(1).enumerate() {
+        let text = block.split("```").next().unwrap();
+        let path = scratch.file(&format!("readme-{i}.yaml"), text);
+        let run = scratch.run(&["check", path.to_str().unwrap()]);
+        assert_eq!(run.code, Some(0), "README yaml block {i}:\n{text}\n{run:?}");
+        checked += 1;
+    }
+    assert!(checked >= 1, "the README has no yaml example");
+    for name in ["order.yaml", "hello.yaml"] {
+        let run = scratch.run(&["check", &example(name)]);
+        assert_eq!(run.code, Some(0), "{name}: {run:?}");
+    }
 }

@@ -17,7 +17,7 @@ fn kill_9_mid_step_keeps_every_committed_step() {
     let scratch = Scratch::new(&["echo", "spin"]);
     let wf = scratch.file(
         "wf.yaml",
-        "id: doomed\nsteps:\n  - { id: first, uses: echo, with: { kept: true } }\n  - { id: stuck, uses: spin, timeout: 5m }\n  - { id: never, uses: echo }\n",
+        "id: doomed\nsteps:\n  - { id: first, uses: echo, with: { kept: true } }\n  - { id: stuck, uses: spin, with: { ms: 3000 }, timeout: 5m }\n  - { id: last, uses: echo, with: '${{ [steps.first.output, steps.stuck.output] }}' }\n",
     );
     let mut child = scratch
         .weft()
@@ -66,7 +66,54 @@ fn kill_9_mid_step_keeps_every_committed_step() {
     assert_eq!(steps[0]["step_id"], "first");
     assert_eq!(steps[0]["output"], json!({ "kept": true }));
 
+    // Resume it from the store alone: the workflow file and the plugins are
+    // gone, and the finished step is not run again.
+    std::fs::remove_file(&wf).unwrap();
+    std::fs::remove_dir_all(scratch.plugins_dir()).unwrap();
+    let resumed = scratch.run(&["runs", "resume", id]);
+    assert_eq!(resumed.code, Some(0), "{resumed:?}");
+    assert!(
+        resumed
+            .stderr
+            .contains(&format!("run {id} of doomed resumed at step 2 of 3")),
+        "{}",
+        resumed.stderr
+    );
+    assert_eq!(
+        resumed.json(),
+        json!([{ "kept": true }, { "spun_ms": 3000 }])
+    );
+    let shown = scratch.run(&["runs", "show", id, "--json"]).json();
+    assert_eq!(shown["run"]["state"], "succeeded");
+    let ids: Vec<_> = shown["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["step_id"].clone())
+        .collect();
+    assert_eq!(
+        ids,
+        [json!("first"), json!("stuck"), json!("last")],
+        "each step recorded once"
+    );
+
+    let again = scratch.run(&["runs", "resume", id]);
+    assert_eq!(again.code, Some(2), "{again:?}");
+    assert!(
+        again.stderr.contains("is succeeded, not running"),
+        "{}",
+        again.stderr
+    );
+    let none = scratch.run(&["runs", "resume", "--all"]);
+    assert_eq!(none.code, Some(0), "{none:?}");
+    assert!(
+        none.stderr.contains("no interrupted runs"),
+        "{}",
+        none.stderr
+    );
+
     // The data dir is still fully usable.
+    scratch.add_plugin("echo");
     let ok = scratch.file(
         "ok.yaml",
         "id: ok\nsteps:\n  - { id: a, uses: echo, with: 7 }\n",

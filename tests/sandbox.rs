@@ -118,6 +118,29 @@ fn the_host_outlives_guests_that_trap_loop_hog_or_lie() {
 }
 
 #[test]
+fn each_kind_of_trap_is_reported_as_what_it_is() {
+    let runtime = Runtime::new(RuntimeConfig::default()).unwrap();
+    let trap = runtime.load(&guest_bytes("trap")).unwrap();
+    let cases = [
+        ("stack", "call stack exhausted"),
+        ("exit", "the guest exited with status 3"),
+        ("divide", "integer divide by zero"),
+    ];
+    for (mode, expected) in cases {
+        let input = json!({ "mode": mode }).to_string();
+        match trap.call(&context("trap"), &input, None, None).result {
+            Err(CallError::Trap { message }) => {
+                assert!(
+                    message.contains(expected),
+                    "{mode}: `{expected}` not in `{message}`"
+                )
+            }
+            other => panic!("{mode}: expected a trap, got {other:?}"),
+        }
+    }
+}
+
+#[test]
 fn typed_step_errors_keep_their_kind_code_and_details() {
     let runtime = Runtime::new(RuntimeConfig::default()).unwrap();
     let validate = runtime.load(&guest_bytes("validate_order")).unwrap();

@@ -152,7 +152,7 @@ impl PluginDir {
             .collect();
         names.sort();
         let available = if !self.dir.is_dir() {
-            " (the directory does not exist)".to_owned()
+            " (no such directory)".to_owned()
         } else if names.is_empty() {
             " (the directory has no .wasm files)".to_owned()
         } else {

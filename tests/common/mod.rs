@@ -83,6 +83,7 @@ impl Scratch {
     }
 
     pub fn add_plugin(&self, name: &str) {
+        std::fs::create_dir_all(self.plugins_dir()).unwrap();
         std::fs::write(
             self.plugins_dir().join(format!("{name}.wasm")),
             guest_bytes(name),

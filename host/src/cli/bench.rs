@@ -1,6 +1,11 @@
 //! `weft bench`: what one step costs, measured here and now.
 //!
-//! For the `echo` plugin it prints:
+//! With `--runs P --steps S` it measures durable throughput instead: P runs
+//! at once, each of S `echo` steps, on a fresh store with every commit
+//! synced; and, as the baseline measured in the same invocation, the same
+//! workflow one run at a time.
+//!
+//! Without them, for the `echo` plugin it prints:
 //! - cold load: compile with Cranelift, link and describe, no cache;
 //! - cached load: the same from the compiled-code cache;
 //! - instantiate+call: a fresh instance per call, with the pooling
@@ -27,6 +32,14 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 5)]
     pub loads: usize,
 
+    /// Measure durable throughput with this many concurrent runs.
+    #[arg(long, value_name = "P")]
+    pub runs: Option<usize>,
+
+    /// Steps per run, with --runs.
+    #[arg(long, value_name = "S", default_value_t = 10)]
+    pub steps: usize,
+
     /// Bytes of each pooled memory kept resident between calls (the
     /// runtime's default unless given).
     #[arg(long, value_name = "BYTES")]
@@ -37,6 +50,9 @@ pub struct BenchArgs {
 }
 
 pub fn main(plugins: &Path, args: &BenchArgs) -> anyhow::Result<ExitCode> {
+    if let Some(runs) = args.runs {
+        return throughput(plugins, runs.max(1), args.steps.max(1));
+    }
     let path = plugins.join("echo.wasm");
     let bytes = std::fs::read(&path).with_context(|| {
         format!(
@@ -203,5 +219,161 @@ fn show(d: Duration) -> String {
         format!("{:.2}ms", micros / 1e3)
     } else {
         format!("{:.2}s", micros / 1e6)
+    }
+}
+
+/// What one round of runs did.
+struct Round {
+    elapsed: Duration,
+    steps: usize,
+    runs: usize,
+    gaps: Vec<Duration>,
+}
+
+/// P concurrent runs of S echo steps, fully durable; then the baseline of
+/// one run at a time.
+fn throughput(plugins: &Path, runs: usize, steps: usize) -> anyhow::Result<ExitCode> {
+    let scratch = tempfile_dir()?;
+    let result = (|| {
+        let workflow_text: String = std::iter::once("id: bench\nsteps:\n".to_owned())
+            .chain(
+                (0..steps).map(|i| format!("  - {{ id: s{i}, uses: echo, with: {{ i: {i} }} }}\n")),
+            )
+            .collect();
+        let workflow = weft::model::parse(&workflow_text, weft::model::Format::Yaml, "bench.yaml")?;
+        let runtime = Runtime::new(RuntimeConfig {
+            cache_dir: Some(scratch.join("cache")),
+            ..RuntimeConfig::default()
+        })?;
+        let store = weft::RedbStore::open(scratch.join("weft.redb"))?;
+        let engine = weft::Engine::new(
+            std::sync::Arc::new(store),
+            weft::PluginDir::new(runtime, plugins),
+            std::sync::Arc::new(weft::SystemClock),
+        )?;
+        println!(
+            "weft bench: {runs} concurrent runs x {steps} echo steps, fresh redb file, every commit synced"
+        );
+        println!(
+            "build: {}",
+            if cfg!(debug_assertions) {
+                "debug"
+            } else {
+                "release"
+            }
+        );
+        // Load and compile the plugin, and touch the store, before timing.
+        round(&engine, &workflow, 1)?;
+
+        let baseline_runs = runs.clamp(1, 20);
+        let mut baseline = Round {
+            elapsed: Duration::ZERO,
+            steps: 0,
+            runs: 0,
+            gaps: Vec::new(),
+        };
+        for _ in 0..baseline_runs {
+            let one = round(&engine, &workflow, 1)?;
+            baseline.elapsed += one.elapsed;
+            baseline.steps += one.steps;
+            baseline.runs += one.runs;
+            baseline.gaps.extend(one.gaps);
+        }
+        let mut concurrent = round(&engine, &workflow, runs)?;
+
+        println!();
+        for (label, r) in [
+            ("1 run at a time", &mut baseline),
+            (&*format!("{runs} at once"), &mut concurrent),
+        ] {
+            let secs = r.elapsed.as_secs_f64().max(f64::MIN_POSITIVE);
+            println!(
+                "  {label:<16} {:>9.0} steps/s {:>8.1} runs/s   step-to-step p50 {:>9} p99 {:>9}",
+                r.steps as f64 / secs,
+                r.runs as f64 / secs,
+                show(percentile(&mut r.gaps, 50.0)),
+                show(percentile(&mut r.gaps, 99.0)),
+            );
+        }
+        let rate = |r: &Round| r.steps as f64 / r.elapsed.as_secs_f64().max(f64::MIN_POSITIVE);
+        println!(
+            "  group commit gain: {:.1}x the steps/s of one run at a time",
+            rate(&concurrent) / rate(&baseline)
+        );
+        println!("durable steps/s: {:.0}", rate(&concurrent));
+        Ok(ExitCode::SUCCESS)
+    })();
+    let _ = std::fs::remove_dir_all(&scratch);
+    result
+}
+
+/// Starts `runs` runs of `workflow` at once, each on its own thread, and
+/// waits for all of them.
+fn round(engine: &weft::Engine, workflow: &weft::Workflow, runs: usize) -> anyhow::Result<Round> {
+    let start = std::sync::Barrier::new(runs + 1);
+    let (elapsed, results) = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..runs)
+            .map(|_| {
+                let start = &start;
+                std::thread::Builder::new()
+                    .stack_size(4 << 20)
+                    .spawn_scoped(s, move || {
+                        start.wait();
+                        let mut timing = StepTiming {
+                            last: Instant::now(),
+                            gaps: Vec::new(),
+                        };
+                        let run = engine.run(workflow, serde_json::json!({}), &mut timing);
+                        (run, timing.gaps)
+                    })
+            })
+            .collect();
+        start.wait();
+        let began = Instant::now();
+        let results: Vec<_> = handles
+            .into_iter()
+            .map(|h| {
+                h.map_err(anyhow::Error::from).and_then(|h| {
+                    h.join()
+                        .map_err(|_| anyhow::anyhow!("a run's thread panicked"))
+                })
+            })
+            .collect();
+        (began.elapsed(), results)
+    });
+    let mut round = Round {
+        elapsed,
+        steps: 0,
+        runs: 0,
+        gaps: Vec::new(),
+    };
+    for result in results {
+        let (run, gaps) = result?;
+        let run = run?;
+        anyhow::ensure!(
+            run.state == weft::store::RunState::Succeeded,
+            "run {} ended {}: {:?}",
+            run.id,
+            run.state,
+            run.error
+        );
+        round.runs += 1;
+        round.steps += run.step_records as usize;
+        round.gaps.extend(gaps);
+    }
+    Ok(round)
+}
+
+/// The time between one step's commit and the next one's, within a run.
+struct StepTiming {
+    last: Instant,
+    gaps: Vec<Duration>,
+}
+
+impl weft::engine::Observer for StepTiming {
+    fn step_finished(&mut self, _step: &weft::model::Step, _record: &weft::store::StepRecord) {
+        let now = Instant::now();
+        self.gaps.push(now - self.last);
+        self.last = now;
     }
 }

@@ -71,7 +71,7 @@ struct RunArgs {
 }
 
 #[derive(Debug, clap::Args)]
-struct PluginArgs {
+pub struct PluginArgs {
     /// Where plugins are found: `uses: name` loads NAME.wasm from here.
     /// [default: DATA_DIR/plugins]
     #[arg(long, env = "WEFT_PLUGINS", value_name = "DIR")]
@@ -123,18 +123,7 @@ fn run(data_dir: &std::path::Path, args: RunArgs) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::from(EXIT_INVALID));
         }
     };
-    let plugins = plugins_dir(data_dir, &args.plugins.plugins);
-    let runtime = Runtime::new(RuntimeConfig {
-        cache_dir: Some(data_dir.join("cache")),
-        ..RuntimeConfig::default()
-    })?;
-    let store = open_store(data_dir)?;
-    let engine = Engine::new(
-        Arc::new(store),
-        PluginDir::new(runtime, plugins),
-        Arc::new(SystemClock),
-    );
-
+    let engine = engine(data_dir, &args.plugins)?;
     let mut progress = progress::Progress::new();
     let run = match engine.run(&workflow, input, &mut progress) {
         Ok(run) => run,
@@ -149,10 +138,16 @@ fn run(data_dir: &std::path::Path, args: RunArgs) -> anyhow::Result<ExitCode> {
         }
     };
     progress.clear();
+    report(&run)
+}
+
+/// Prints a finished run's outputs, or why it failed, and picks the exit
+/// status.
+fn report(run: &weft::store::RunRecord) -> anyhow::Result<ExitCode> {
     match run.state {
         RunState::Succeeded => {
-            let outputs = run.outputs.unwrap_or(Value::Null);
-            println!("{}", serde_json::to_string_pretty(&outputs)?);
+            let outputs = run.outputs.as_ref().unwrap_or(&Value::Null);
+            println!("{}", serde_json::to_string_pretty(outputs)?);
             Ok(ExitCode::SUCCESS)
         }
         state => {
@@ -177,6 +172,65 @@ fn run(data_dir: &std::path::Path, args: RunArgs) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::from(EXIT_FAILED))
         }
     }
+}
+
+/// `weft runs resume`: picks interrupted runs up where they stopped.
+fn resume(
+    data_dir: &std::path::Path,
+    run_id: Option<String>,
+    all: bool,
+    plugins: &PluginArgs,
+) -> anyhow::Result<ExitCode> {
+    let engine = engine(data_dir, plugins)?;
+    let ids: Vec<String> = match run_id {
+        Some(id) if !all => vec![id],
+        _ => engine
+            .store()
+            .running()?
+            .into_iter()
+            .map(|run| run.id)
+            .collect(),
+    };
+    if ids.is_empty() {
+        eprintln!("no interrupted runs in {}", data_dir.display());
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut worst = ExitCode::SUCCESS;
+    for id in ids {
+        let mut progress = progress::Progress::new();
+        let outcome = engine.resume(&id, &mut progress);
+        progress.clear();
+        match outcome {
+            Ok(run) => {
+                let code = report(&run)?;
+                if code != ExitCode::SUCCESS {
+                    worst = code;
+                }
+            }
+            Err(e @ weft::engine::ResumeError::Store(_)) => {
+                return Err(e).context("the run could not be recorded");
+            }
+            Err(e) => {
+                eprintln!("error: cannot resume run {id}: {e}");
+                worst = ExitCode::from(EXIT_INVALID);
+            }
+        }
+    }
+    Ok(worst)
+}
+
+fn engine(data_dir: &std::path::Path, plugins: &PluginArgs) -> anyhow::Result<Engine> {
+    let runtime = Runtime::new(RuntimeConfig {
+        cache_dir: Some(data_dir.join("cache")),
+        ..RuntimeConfig::default()
+    })?;
+    let store = open_store(data_dir)?;
+    Engine::new(
+        Arc::new(store),
+        PluginDir::new(runtime, plugins_dir(data_dir, &plugins.plugins)),
+        Arc::new(SystemClock),
+    )
+    .context("cannot start the engine")
 }
 
 fn read_input(arg: &str) -> anyhow::Result<Value> {

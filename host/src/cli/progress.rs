@@ -37,8 +37,21 @@ impl Observer for Progress {
         eprintln!("run {} of {} started", run.id, run.workflow);
     }
 
-    fn step_started(&mut self, step: &Step, index: usize, total: usize) {
+    fn run_resumed(&mut self, run: &RunRecord) {
+        eprintln!(
+            "run {} of {} resumed at step {} of {}",
+            run.id,
+            run.workflow,
+            run.next_step + 1,
+            run.step_count
+        );
+    }
+
+    fn step_started(&mut self, step: &Step, index: usize, total: usize, attempt: u32) {
         self.label = format!("[{}/{}] {} ({})", index + 1, total, step.id, step.uses);
+        if attempt > 1 {
+            self.label.push_str(&format!(" attempt {attempt}"));
+        }
         if self.tty {
             let bar = ProgressBar::new_spinner();
             bar.set_style(
@@ -54,9 +67,17 @@ impl Observer for Progress {
     fn step_finished(&mut self, _step: &Step, record: &StepRecord) {
         self.clear();
         let took = format_micros(record.duration_us);
-        let line = match &record.error {
-            None => format!("ok   {} {took}", self.label),
-            Some(error) => format!(
+        let line = match (&record.error, record.retry_in_ms) {
+            _ if record.skipped => format!("skip {} (if: false)", self.label),
+            (None, _) => format!("ok   {} {took}", self.label),
+            (Some(error), Some(delay)) => format!(
+                "FAIL {} {took}: {}: {} (retrying in {})",
+                self.label,
+                error.code,
+                error.message,
+                format_micros(delay.saturating_mul(1000))
+            ),
+            (Some(error), None) => format!(
                 "FAIL {} {took}: {}: {}",
                 self.label, error.code, error.message
             ),

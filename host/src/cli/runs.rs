@@ -22,6 +22,18 @@ pub enum RunsCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Resume an interrupted run (one left `running` by a process that
+    /// died) at the step it had reached, and run it to the end.
+    Resume {
+        /// The run's id.
+        #[arg(required_unless_present = "all", conflicts_with = "all")]
+        run_id: Option<String>,
+        /// Resume every interrupted run, oldest first.
+        #[arg(long)]
+        all: bool,
+        #[command(flatten)]
+        plugins: super::PluginArgs,
+    },
     /// Show one run: its state, each step's result and logs, its outputs.
     Show {
         /// The run's id, as printed by `weft run` and `weft runs list`.
@@ -33,117 +45,137 @@ pub enum RunsCommand {
 }
 
 pub fn main(data_dir: &Path, command: RunsCommand) -> anyhow::Result<ExitCode> {
+    match command {
+        RunsCommand::Resume {
+            run_id,
+            all,
+            plugins,
+        } => super::resume(data_dir, run_id, all, &plugins),
+        RunsCommand::List { limit, json } => list(data_dir, limit, json),
+        RunsCommand::Show { run_id, json } => show(data_dir, &run_id, json),
+    }
+}
+
+/// The store for reading, or `None` when no run was ever stored here.
+fn open(data_dir: &Path) -> anyhow::Result<Option<RedbStore>> {
     let path = store_path(data_dir);
     if !path.exists() {
-        match command {
-            RunsCommand::List { json: true, .. } => println!("[]"),
-            RunsCommand::List { .. } => println!("no runs yet in {}", data_dir.display()),
-            RunsCommand::Show { run_id, .. } => {
-                eprintln!(
-                    "error: no run `{run_id}`: there are no runs yet in {}",
-                    data_dir.display()
-                );
-                return Ok(ExitCode::from(EXIT_INVALID));
-            }
-        }
-        return Ok(ExitCode::SUCCESS);
+        return Ok(None);
     }
-    let store = match RedbStore::open_read_only(&path) {
+    match RedbStore::open_read_only(&path) {
         // A run was killed: repairing needs a writable handle.
         Err(StoreError::NeedsRepair { .. }) => RedbStore::open(&path),
         other => other,
     }
-    .with_context(|| format!("cannot open the store {}", path.display()))?;
-    match command {
-        RunsCommand::List { limit, json } => {
-            let runs = store.runs(limit)?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&runs)?);
-                return Ok(ExitCode::SUCCESS);
+    .map(Some)
+    .with_context(|| format!("cannot open the store {}", path.display()))
+}
+
+fn list(data_dir: &Path, limit: usize, json: bool) -> anyhow::Result<ExitCode> {
+    let runs = match open(data_dir)? {
+        Some(store) => store.runs(limit)?,
+        None => Vec::new(),
+    };
+    if json {
+        println!("{}", serde_json::to_string_pretty(&runs)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    if runs.is_empty() {
+        println!("no runs yet in {}", data_dir.display());
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "{:<36}  {:<20}  {:<9}  {:<24}  {:>9}",
+        "RUN", "WORKFLOW", "STATE", "STARTED", "TOOK"
+    );
+    for run in runs {
+        let took = format_micros(
+            run.updated_at
+                .millis_since(run.created_at)
+                .saturating_mul(1000),
+        );
+        println!(
+            "{:<36}  {:<20}  {:<9}  {:<24}  {:>9}",
+            run.id,
+            run.workflow,
+            run.state.to_string(),
+            run.created_at.to_string(),
+            took
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn show(data_dir: &Path, run_id: &str, json: bool) -> anyhow::Result<ExitCode> {
+    let Some(store) = open(data_dir)? else {
+        eprintln!(
+            "error: no run `{run_id}`: there are no runs yet in {}",
+            data_dir.display()
+        );
+        return Ok(ExitCode::from(EXIT_INVALID));
+    };
+    let Some(run) = store.run(run_id)? else {
+        eprintln!("error: no run `{run_id}` in {}", data_dir.display());
+        return Ok(ExitCode::from(EXIT_INVALID));
+    };
+    let steps = store.steps(run_id)?;
+    if json {
+        let both = serde_json::json!({ "run": run, "steps": steps });
+        println!("{}", serde_json::to_string_pretty(&both)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("run       {}", run.id);
+    println!(
+        "workflow  {} (version {}, from {})",
+        run.workflow, run.workflow_version, run.origin
+    );
+    println!("state     {}", run.state);
+    println!("started   {}", run.created_at);
+    println!("updated   {}", run.updated_at);
+    println!("input     {}", run.input);
+    println!("steps     {} of {} done", run.next_step, run.step_count);
+    for step in &steps {
+        let pinned = run
+            .plugins
+            .get(&step.step_id)
+            .map(|p| format!("{}@{} {}", p.name, p.version, p.digest))
+            .unwrap_or_default();
+        let status = match (&step.error, step.skipped) {
+            (_, true) => "skip",
+            (Some(_), _) => "FAIL",
+            (None, _) => "ok  ",
+        };
+        println!(
+            "  {status} {} (attempt {}, {}) {pinned}",
+            step.step_id,
+            step.attempt,
+            format_micros(step.duration_us)
+        );
+        if let Some(error) = &step.error {
+            println!("       error: {}: {}", error.code, error.message);
+            if let Some(delay) = step.retry_in_ms {
+                println!("       retried after {delay} ms");
             }
-            if runs.is_empty() {
-                println!("no runs yet in {}", data_dir.display());
-                return Ok(ExitCode::SUCCESS);
+            if let Some(details) = &error.details {
+                println!("       details: {details}");
             }
-            println!(
-                "{:<36}  {:<20}  {:<9}  {:<24}  {:>9}",
-                "RUN", "WORKFLOW", "STATE", "STARTED", "TOOK"
-            );
-            for run in runs {
-                let took = format_micros(
-                    run.updated_at
-                        .millis_since(run.created_at)
-                        .saturating_mul(1000),
-                );
-                println!(
-                    "{:<36}  {:<20}  {:<9}  {:<24}  {:>9}",
-                    run.id,
-                    run.workflow,
-                    run.state.to_string(),
-                    run.created_at.to_string(),
-                    took
-                );
-            }
-            Ok(ExitCode::SUCCESS)
         }
-        RunsCommand::Show { run_id, json } => {
-            let Some(run) = store.run(&run_id)? else {
-                eprintln!("error: no run `{run_id}` in {}", data_dir.display());
-                return Ok(ExitCode::from(EXIT_INVALID));
-            };
-            let steps = store.steps(&run_id)?;
-            if json {
-                let both = serde_json::json!({ "run": run, "steps": steps });
-                println!("{}", serde_json::to_string_pretty(&both)?);
-                return Ok(ExitCode::SUCCESS);
-            }
-            println!("run       {}", run.id);
+        for line in &step.logs {
             println!(
-                "workflow  {} (version {}, from {})",
-                run.workflow, run.workflow_version, run.origin
+                "       {:?}/{:?}: {}",
+                line.source, line.level, line.message
             );
-            println!("state     {}", run.state);
-            println!("started   {}", run.created_at);
-            println!("updated   {}", run.updated_at);
-            println!("input     {}", run.input);
-            println!("steps     {} of {} done", run.next_step, run.step_count);
-            for step in &steps {
-                let pinned = run
-                    .plugins
-                    .get(&step.step_id)
-                    .map(|p| format!("{}@{} {}", p.name, p.version, p.digest))
-                    .unwrap_or_default();
-                let status = if step.error.is_some() { "FAIL" } else { "ok  " };
-                println!(
-                    "  {status} {} (attempt {}, {}) {pinned}",
-                    step.step_id,
-                    step.attempt,
-                    format_micros(step.duration_us)
-                );
-                if let Some(error) = &step.error {
-                    println!("       error: {}: {}", error.code, error.message);
-                    if let Some(details) = &error.details {
-                        println!("       details: {details}");
-                    }
-                }
-                for line in &step.logs {
-                    println!(
-                        "       {:?}/{:?}: {}",
-                        line.source, line.level, line.message
-                    );
-                }
-            }
-            if let Some(outputs) = &run.outputs {
-                println!("outputs   {}", serde_json::to_string_pretty(outputs)?);
-            }
-            if let Some(failure) = &run.error {
-                let at = failure.step.as_deref().unwrap_or("(outputs)");
-                println!(
-                    "error     at {at}: {}: {}",
-                    failure.error.code, failure.error.message
-                );
-            }
-            Ok(ExitCode::SUCCESS)
         }
     }
+    if let Some(outputs) = &run.outputs {
+        println!("outputs   {}", serde_json::to_string_pretty(outputs)?);
+    }
+    if let Some(failure) = &run.error {
+        let at = failure.step.as_deref().unwrap_or("(outputs)");
+        println!(
+            "error     at {at}: {}: {}",
+            failure.error.code, failure.error.message
+        );
+    }
+    Ok(ExitCode::SUCCESS)
 }

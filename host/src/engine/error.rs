@@ -29,3 +29,34 @@ pub enum StartError {
     #[error(transparent)]
     Store(#[from] StoreError),
 }
+
+/// Why a run could not be resumed. The run's record is left as it was.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ResumeError {
+    /// No run has that id.
+    #[error("no run `{0}`")]
+    NotFound(String),
+    /// The run has ended; only `running` runs resume.
+    #[error("run `{id}` is {state}, not running; only an interrupted run can be resumed")]
+    NotRunning {
+        /// The run.
+        id: String,
+        /// Its state.
+        state: crate::store::RunState,
+    },
+    /// The stored definition is missing or no longer parses.
+    #[error("the run's workflow definition cannot be used: {0}")]
+    Definition(String),
+    /// A pinned component is missing or no longer loads.
+    #[error("step `{step}`: {reason}")]
+    Component {
+        /// The step.
+        step: String,
+        /// Why.
+        reason: String,
+    },
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}

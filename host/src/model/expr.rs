@@ -7,8 +7,10 @@
 //!
 //! Expressions see three variables:
 //! - `inputs`: the run's input;
-//! - `steps`: a map from each earlier step's id to `{ "output": ... }`; write
-//!   `steps["fan-out"]` for an id with a `-`;
+//! - `steps`: a map from each earlier step's id to `{ "output": ... }`, with
+//!   `"skipped": true` for a step whose `if:` was false and `"error": {...}`
+//!   for a failed step with `continue_on_error`; write `steps["fan-out"]` for
+//!   an id with a `-`;
 //! - `run`: `{ "id": ..., "workflow": ... }`.
 
 use std::collections::HashMap;
@@ -22,7 +24,11 @@ const VARIABLES: [&str; 3] = ["inputs", "steps", "run"];
 
 /// A JSON value whose strings may hold `${{ }}` expressions.
 #[derive(Debug, Clone)]
-pub struct Template(Node);
+pub struct Template {
+    /// The path of the template's root, such as `with`, for messages.
+    path: String,
+    node: Node,
+}
 
 #[derive(Debug, Clone)]
 enum Node {
@@ -63,39 +69,42 @@ pub struct EvalError {
     pub message: String,
 }
 
-/// The values expressions can see.
+/// The values expressions can see, converted to CEL once, when added.
 pub struct Scope {
     env: Arc<Env>,
-    inputs: Value,
-    steps: Map<String, Value>,
-    run: Value,
+    inputs: cel::Value,
+    steps: HashMap<String, cel::Value>,
+    run: cel::Value,
 }
 
 impl std::fmt::Debug for Scope {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Scope")
-            .field("inputs", &self.inputs)
-            .field("steps", &self.steps)
-            .field("run", &self.run)
+            .field("steps", &self.steps.keys().collect::<Vec<_>>())
             .finish_non_exhaustive()
     }
 }
 
 impl Scope {
     /// A scope for run `run_id` of `workflow` with `inputs` and no steps yet.
-    pub fn new(workflow: &str, run_id: &str, inputs: Value) -> Self {
+    pub fn new(workflow: &str, run_id: &str, inputs: &Value) -> Self {
         Self {
             env: Arc::new(Env::stdlib()),
-            inputs,
-            steps: Map::new(),
-            run: serde_json::json!({ "id": run_id, "workflow": workflow }),
+            inputs: to_cel(inputs),
+            steps: HashMap::new(),
+            run: to_cel(&serde_json::json!({ "id": run_id, "workflow": workflow })),
         }
     }
 
     /// Makes step `id`'s output visible as `steps.<id>.output`.
-    pub fn add_step_output(&mut self, id: &str, output: Value) {
-        self.steps
-            .insert(id.to_owned(), serde_json::json!({ "output": output }));
+    pub fn add_step_output(&mut self, id: &str, output: &Value) {
+        self.add_step(id, &serde_json::json!({ "output": output }));
+    }
+
+    /// Makes `entry`, an object such as `{"output": null, "skipped": true}`,
+    /// visible as `steps.<id>`.
+    pub fn add_step(&mut self, id: &str, entry: &Value) {
+        self.steps.insert(id.to_owned(), to_cel(entry));
     }
 }
 
@@ -103,19 +112,22 @@ impl Template {
     /// Compiles every expression in `value`. `path` names `value` in errors,
     /// such as `with`; an error's text starts with the path of the field.
     pub fn compile(value: &Value, path: &str) -> Result<Self, String> {
-        compile_node(value, path).map(Template)
+        compile_node(value, path).map(|node| Template {
+            path: path.to_owned(),
+            node,
+        })
     }
 
     /// True when the template holds no expression.
     pub fn is_literal(&self) -> bool {
-        matches!(self.0, Node::Literal(_))
+        matches!(self.node, Node::Literal(_))
     }
 
     /// Checks that every `steps.<id>` this template names is one of `known`
     /// and that it uses no variable but `inputs`, `steps` and `run`.
     pub fn check_step_references(&self, known: &[&str]) -> Result<(), String> {
         let mut problem = None;
-        visit_expressions(&self.0, "", &mut |path, expr| {
+        visit_expressions(&self.node, &self.path, &mut |path, expr| {
             if problem.is_some() {
                 return;
             }
@@ -129,19 +141,14 @@ impl Template {
 
     /// Evaluates the template in `scope`.
     pub fn eval(&self, scope: &Scope) -> Result<Value, EvalError> {
-        if let Node::Literal(value) = &self.0 {
+        if let Node::Literal(value) = &self.node {
             return Ok(value.clone());
         }
         let mut context = cel::Context::with_env(scope.env.clone());
-        context.add_variable_from_value("inputs", to_cel(&scope.inputs));
-        context.add_variable_from_value("run", to_cel(&scope.run));
-        let steps: HashMap<String, cel::Value> = scope
-            .steps
-            .iter()
-            .map(|(id, value)| (id.clone(), to_cel(value)))
-            .collect();
-        context.add_variable_from_value("steps", steps);
-        eval_node(&self.0, &context, "")
+        context.add_variable_from_value("inputs", scope.inputs.clone());
+        context.add_variable_from_value("run", scope.run.clone());
+        context.add_variable_from_value("steps", scope.steps.clone());
+        eval_node(&self.node, &context, &self.path)
     }
 }
 
@@ -463,10 +470,10 @@ mod tests {
         let mut scope = Scope::new(
             "wf",
             "run-1",
-            json!({ "name": "Ada", "n": 2, "tags": ["a", "b"] }),
+            &json!({ "name": "Ada", "n": 2, "tags": ["a", "b"] }),
         );
-        scope.add_step_output("fan-out", json!({ "count": 3 }));
-        scope.add_step_output("first", json!({ "items": [{ "sku": "x" }] }));
+        scope.add_step_output("fan-out", &json!({ "count": 3 }));
+        scope.add_step_output("first", &json!({ "items": [{ "sku": "x" }] }));
         scope
     }
 
@@ -517,6 +524,8 @@ mod tests {
             e.starts_with("with[1]: `1 +` is not a valid CEL expression"),
             "{e}"
         );
+        let e = eval(json!("${{ inputs.nope }}"), &s).unwrap_err();
+        assert_eq!(e.path, "with", "a lone expression is named by its root");
         let e = Template::compile(&json!("${{ inputs.x"), "with").unwrap_err();
         assert!(e.contains("no closing"), "{e}");
     }

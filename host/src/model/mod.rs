@@ -12,6 +12,9 @@
 //!       vars: { who: "${{ inputs.name }}" }
 //!     timeout: 10s                              # default 30s
 //!     memory_limit: 128MiB                      # default 64MiB
+//!     if: "${{ inputs.name != '' }}"            # skip the step when false
+//!     retry: { max_attempts: 3, backoff: exponential, initial: 200ms, max: 5s }
+//!     continue_on_error: false
 //! outputs:
 //!   text: "${{ steps.render.output.text }}"
 //! ```
@@ -21,6 +24,7 @@
 mod error;
 mod expr;
 mod parse;
+mod policy;
 
 use std::path::Path;
 use std::time::Duration;
@@ -30,6 +34,7 @@ use serde_json::Value;
 pub use error::DefinitionError;
 pub use expr::{EvalError, Scope, Template};
 pub(crate) use parse::check_id;
+pub use policy::{Backoff, MAX_ATTEMPTS, RetryPolicy};
 
 /// A checked workflow, ready to run.
 #[derive(Debug)]
@@ -48,6 +53,10 @@ pub struct Workflow {
     pub outputs: Option<Template>,
     /// Where the definition came from, for messages.
     pub origin: String,
+    /// The definition's text, kept so a run can store what it follows.
+    pub source: String,
+    /// The definition's syntax.
+    pub format: Format,
 }
 
 /// One step of a workflow.
@@ -64,6 +73,14 @@ pub struct Step {
     /// How large the guest's memory may grow, in bytes; the runtime's default
     /// when `None`.
     pub memory_limit: Option<u64>,
+    /// When given, the step runs only if this evaluates to `true`; otherwise
+    /// it is skipped and its output is `null`.
+    pub condition: Option<Template>,
+    /// How failed attempts are retried.
+    pub retry: RetryPolicy,
+    /// When true, a failure of this step does not fail the run: the run goes
+    /// on, and `steps.<id>.error` holds the error.
+    pub continue_on_error: bool,
     /// The line of the step in its file, when known.
     pub line: Option<usize>,
 }
@@ -167,6 +184,25 @@ pub enum Format {
     Yaml,
     /// JSON.
     Json,
+}
+
+impl Format {
+    /// `yaml` or `json`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Yaml => "yaml",
+            Self::Json => "json",
+        }
+    }
+
+    /// The format called `name`, as [`Format::name`] gives it.
+    pub fn from_name(name: &str) -> Option<Self> {
+        match name {
+            "yaml" => Some(Self::Yaml),
+            "json" => Some(Self::Json),
+            _ => None,
+        }
+    }
 }
 
 /// Checks a workflow definition held in memory; `origin` names it in errors.

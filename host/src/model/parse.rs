@@ -10,6 +10,7 @@ use serde_json::Value;
 
 use super::error::{DefinitionError, Location};
 use super::expr::Template;
+use super::policy::RawRetry;
 use super::{Format, InputSchema, PluginRef, Step, VersionPin, Workflow};
 
 /// The largest memory a wasm32 guest can address.
@@ -45,6 +46,12 @@ struct RawStep {
     timeout: Option<String>,
     #[serde(default)]
     memory_limit: Option<String>,
+    #[serde(default, rename = "if")]
+    condition: Option<String>,
+    #[serde(default)]
+    retry: Option<RawRetry>,
+    #[serde(default)]
+    continue_on_error: bool,
 }
 
 pub(super) fn parse(
@@ -83,10 +90,14 @@ pub(super) fn parse(
             )
         })?;
 
+    let id_lines = IdLines::index(source);
     let mut seen = HashSet::new();
     let mut steps = Vec::with_capacity(raw.steps.len());
     for (index, raw_step) in raw.steps.into_iter().enumerate() {
-        let line = find_step_line(source, &raw_step.id, seen.contains(raw_step.id.as_str()));
+        // The workflow's own `id:` comes first when it equals a step's.
+        let skip =
+            usize::from(raw_step.id == raw.id) + usize::from(seen.contains(raw_step.id.as_str()));
+        let line = id_lines.line(&raw_step.id, skip);
         let here = at(line, Some(&raw_step.id));
         check_id(&raw_step.id).map_err(|m| {
             DefinitionError::invalid(here.clone(), format!("steps[{index}].id: {m}"))
@@ -119,12 +130,37 @@ pub(super) fn parse(
             .map(parse_memory_limit)
             .transpose()
             .map_err(|m| DefinitionError::invalid(here.clone(), format!("memory_limit: {m}")))?;
+        let condition = raw_step
+            .condition
+            .as_deref()
+            .map(|text| {
+                // `if:` takes an expression with or without `${{ }}`.
+                let text = if text.contains("${{") {
+                    text.to_owned()
+                } else {
+                    format!("${{{{ {text} }}}}")
+                };
+                let template = Template::compile(&Value::String(text), "if")?;
+                template.check_step_references(&earlier)?;
+                Ok::<_, String>(template)
+            })
+            .transpose()
+            .map_err(|m| DefinitionError::invalid(here.clone(), m))?;
+        let retry = raw_step
+            .retry
+            .map(RawRetry::check)
+            .transpose()
+            .map_err(|m| DefinitionError::invalid(here.clone(), format!("retry: {m}")))?
+            .unwrap_or_default();
         steps.push(Step {
             id: raw_step.id,
             uses,
             with,
             timeout,
             memory_limit,
+            condition,
+            retry,
+            continue_on_error: raw_step.continue_on_error,
             line,
         });
     }
@@ -151,6 +187,8 @@ pub(super) fn parse(
         steps,
         outputs,
         origin: origin.to_owned(),
+        source: source.to_owned(),
+        format,
     })
 }
 
@@ -264,16 +302,52 @@ fn parse_memory_limit(text: &str) -> Result<u64, String> {
     Ok(bytes)
 }
 
-/// The line of the `id: <step>` entry of a step, the later one when `repeat`.
-/// The serde model has no spans, so this looks for the line in the text; a
-/// step written in flow style on one line is found the same way.
-fn find_step_line(source: &str, id: &str, repeat: bool) -> Option<usize> {
-    let mut hits = source
-        .lines()
-        .enumerate()
-        .filter(|(_, line)| line_has_key_value(line, "id", id))
-        .map(|(n, _)| n + 1);
-    if repeat { hits.nth(1) } else { hits.next() }
+/// Where each `id: <value>` is written. The serde model has no spans, so
+/// lines are found in the text, once: a step written in flow style on one
+/// line is found the same way.
+struct IdLines(std::collections::HashMap<String, Vec<usize>>);
+
+impl IdLines {
+    fn index(source: &str) -> Self {
+        let mut lines: std::collections::HashMap<String, Vec<usize>> = Default::default();
+        for (n, line) in source.lines().enumerate() {
+            if let Some(value) = id_value(line) {
+                lines.entry(value.to_owned()).or_default().push(n + 1);
+            }
+        }
+        Self(lines)
+    }
+
+    /// The line of the `skip`-th (from 0) `id: <id>`.
+    fn line(&self, id: &str, skip: usize) -> Option<usize> {
+        self.0.get(id)?.get(skip).copied()
+    }
+}
+
+/// The value of the first `id:` key on `line` that starts an entry (at the
+/// start of the line, or after `-`, `{` or `,`).
+fn id_value(line: &str) -> Option<&str> {
+    for key in ["id", "\"id\"", "'id'"] {
+        for (at, _) in line.match_indices(key) {
+            let before = line[..at].trim_end();
+            let starts_entry = before.is_empty()
+                || before.ends_with('-')
+                || before.ends_with('{')
+                || before.ends_with(',');
+            let Some(rest) = line[at + key.len()..].trim_start().strip_prefix(':') else {
+                continue;
+            };
+            if !starts_entry {
+                continue;
+            }
+            let rest = rest.trim_start().trim_start_matches(['"', '\'']);
+            let end = rest
+                .find(|c: char| !(c.is_alphanumeric() || c == '_' || c == '-'))
+                .unwrap_or(rest.len());
+            return Some(&rest[..end]);
+        }
+    }
+    None
 }
 
 /// The first line where `key:` is written with `value` (any value when empty).
@@ -384,6 +458,16 @@ outputs:
     }
 
     #[test]
+    fn step_lines_are_found_in_every_style() {
+        let wf = parse_yaml(
+            "id: same\nsteps:\n  - { id: a, uses: echo }\n  -\n    uses: echo\n    \"id\": 'same'\n  - uses: echo\n    id: b-2\n",
+        )
+        .unwrap();
+        let lines: Vec<_> = wf.steps.iter().map(|s| s.line).collect();
+        assert_eq!(lines, [Some(3), Some(6), Some(8)]);
+    }
+
+    #[test]
     fn bad_expressions_name_the_step_and_field() {
         let e =
             error_of("id: x\nsteps:\n  - id: a\n    uses: echo\n    with: { n: '${{ 1 + }}' }\n");
@@ -399,6 +483,38 @@ outputs:
         assert!(e.contains("step `a`") && e.contains("`b`"), "{e}");
         let e = error_of("id: x\nsteps:\n  - id: a\n    uses: echo\n    with: '${{ input.x }}'\n");
         assert!(e.contains("`input`"), "{e}");
+    }
+
+    #[test]
+    fn conditions_and_retries_are_read_and_checked() {
+        let wf = parse_yaml(
+            "id: x\nsteps:\n  - id: a\n    uses: echo\n    if: inputs.go\n    retry: { max_attempts: 3, initial: 10ms, max: 1s, retry_on: [timeout] }\n    continue_on_error: true\n",
+        )
+        .unwrap();
+        let step = &wf.steps[0];
+        assert!(step.condition.is_some());
+        assert!(step.continue_on_error);
+        assert_eq!(step.retry.max_attempts, 3);
+        assert_eq!(step.retry.initial, Duration::from_millis(10));
+        assert_eq!(
+            step.retry.retry_on.as_deref(),
+            Some(&["timeout".to_owned()][..])
+        );
+        let e =
+            error_of("id: x\nsteps:\n  - id: a\n    uses: echo\n    retry: { max_attempts: 0 }\n");
+        assert!(
+            e.contains("retry: max_attempts must be from 1 to 100, not 0"),
+            "{e}"
+        );
+        let e = error_of(
+            "id: x\nsteps:\n  - id: a\n    uses: echo\n    retry: { max_attempts: 2, initial: 5s, max: 1s }\n",
+        );
+        assert!(e.contains("max (1s) is shorter than initial (5s)"), "{e}");
+        let e = error_of("id: x\nsteps:\n  - id: a\n    uses: echo\n    if: steps.b.output\n");
+        assert!(
+            e.contains("step `a`: if: `steps.b.output`: refers to step `b`"),
+            "{e}"
+        );
     }
 
     #[test]

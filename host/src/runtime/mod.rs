@@ -23,6 +23,7 @@ mod limits;
 mod log;
 mod plugin;
 mod sandbox;
+mod slots;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -65,7 +66,8 @@ pub struct RuntimeConfig {
     pub cache_dir: Option<PathBuf>,
     /// Use the pooling allocator (true) or allocate on demand. Default: true.
     pub pooling: bool,
-    /// How many instances may be alive at once with pooling. Default: 1000.
+    /// How many instances may be alive at once with pooling; a call waits
+    /// for a free one. Default: 1000.
     pub max_instances: u32,
     /// Bytes of each pooled memory (and table) kept resident between calls:
     /// the pages a call dirtied there are reset in place instead of being
@@ -100,6 +102,7 @@ pub struct Runtime {
 
 struct Shared {
     engine: wasmtime::Engine,
+    slots: slots::Slots,
     linker: Linker<StepState>,
     cache: Option<CodeCache>,
     config: RuntimeConfig,
@@ -158,6 +161,11 @@ impl Runtime {
         start_epoch_ticker(&engine);
         Ok(Self {
             shared: Arc::new(Shared {
+                slots: slots::Slots::new(if config.pooling {
+                    config.max_instances
+                } else {
+                    u32::MAX
+                }),
                 engine,
                 linker,
                 cache,

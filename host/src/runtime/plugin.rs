@@ -24,6 +24,7 @@ pub struct Plugin(Arc<Loaded>);
 
 struct Loaded {
     runtime: Runtime,
+    bytes: Arc<[u8]>,
     pre: PluginPre<StepState>,
     digest: Digest,
     meta: PluginMeta,
@@ -93,6 +94,11 @@ impl Plugin {
         self.0.digest
     }
 
+    /// The component's bytes, as loaded.
+    pub fn bytes(&self) -> Arc<[u8]> {
+        self.0.bytes.clone()
+    }
+
     /// Whether the code was compiled at load or read from the cache.
     pub fn code_source(&self) -> CodeSource {
         self.0.code_source
@@ -120,6 +126,7 @@ impl Plugin {
         let timeout = timeout.unwrap_or(config.default_timeout);
         let memory_limit = memory_limit.unwrap_or(config.default_memory_limit);
         let log = LogSink::new(config.log_limit, &self.0.meta.name, &context.step_id);
+        let _slot = self.0.runtime.shared.slots.acquire();
         let mut store = self.new_store(timeout, memory_limit, log.clone());
         let wit_context = bindings::StepContext {
             tenant: context.tenant.clone(),
@@ -200,6 +207,7 @@ pub(super) fn load(runtime: &Runtime, bytes: &[u8]) -> Result<Plugin, LoadError>
 
     let mut plugin = Loaded {
         runtime: runtime.clone(),
+        bytes: Arc::from(bytes),
         pre,
         digest,
         meta: PluginMeta {
@@ -289,6 +297,7 @@ fn link_error(
 fn describe(plugin: &Loaded) -> Result<PluginMeta, LoadError> {
     let config = plugin.runtime.config();
     let log = LogSink::new(config.log_limit, "(loading)", "describe");
+    let _slot = plugin.runtime.shared.slots.acquire();
     let mut store = wasmtime::Store::new(
         &plugin.runtime.shared.engine,
         StepState::new(config.default_memory_limit, log.clone()),

@@ -1,11 +1,17 @@
 //! Every durable fact, behind the [`Store`] trait. [`RedbStore`] is the
 //! embedded backend.
 
+mod group;
 mod records;
 mod redb;
+mod write;
 
-pub use self::records::{ErrorRecord, PinnedPlugin, RunError, RunRecord, RunState, StepRecord};
+pub use self::group::GroupCommit;
+pub use self::records::{
+    DefinitionRecord, ErrorRecord, PinnedPlugin, RunError, RunRecord, RunState, StepRecord,
+};
 pub use self::redb::RedbStore;
+pub use self::write::Write;
 
 /// Why the store could not do what was asked. After any error the store is
 /// as it was before the call: every write is one transaction.
@@ -39,6 +45,13 @@ pub enum StoreError {
         /// The database file.
         path: String,
     },
+    /// The batch this write was committed with failed; nothing in it was
+    /// stored.
+    #[error("store: the commit failed: {0}")]
+    Commit(String),
+    /// The committing thread has stopped.
+    #[error("store: the committing thread has stopped")]
+    Closed,
     /// The store was opened read-only and a write was attempted.
     #[error("the store was opened read-only")]
     ReadOnly,
@@ -61,15 +74,11 @@ pub enum StoreError {
 /// the data has been committed and synced. A crash during a write leaves the
 /// state before it.
 pub trait Store: Send + Sync + std::fmt::Debug {
-    /// Records a new run. Fails if a run with that id exists.
-    fn create_run(&self, run: &RunRecord) -> Result<(), StoreError>;
-
-    /// Records a step's result and the run's next state in one transaction:
-    /// after a crash either both are there or neither is.
-    fn commit_step(&self, step: &StepRecord, run: &RunRecord) -> Result<(), StoreError>;
-
-    /// Replaces a run's record.
-    fn update_run(&self, run: &RunRecord) -> Result<(), StoreError>;
+    /// Applies `writes` in one transaction, synced once, and answers for
+    /// each: a write may be refused on its own (a run id that exists is a
+    /// [`StoreError::Conflict`]) without affecting the others. `Err` means
+    /// the transaction failed and none of the writes was stored.
+    fn apply(&self, writes: &[&Write]) -> Result<Vec<Result<(), StoreError>>, StoreError>;
 
     /// The run with id `id`.
     fn run(&self, id: &str) -> Result<Option<RunRecord>, StoreError>;
@@ -79,4 +88,13 @@ pub trait Store: Send + Sync + std::fmt::Debug {
 
     /// The step records of run `id`, in order.
     fn steps(&self, id: &str) -> Result<Vec<StepRecord>, StoreError>;
+
+    /// The runs in state `running`, oldest first.
+    fn running(&self) -> Result<Vec<RunRecord>, StoreError>;
+
+    /// The definition with `digest`.
+    fn definition(&self, digest: &str) -> Result<Option<DefinitionRecord>, StoreError>;
+
+    /// The bytes of the component with `digest`.
+    fn component(&self, digest: &str) -> Result<Option<Vec<u8>>, StoreError>;
 }

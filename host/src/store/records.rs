@@ -61,6 +61,9 @@ pub struct RunRecord {
     pub step_count: u32,
     /// The plugins the run is pinned to: step id to `name@version` and digest.
     pub plugins: BTreeMap<String, PinnedPlugin>,
+    /// The digest of the workflow definition the run follows, stored with
+    /// it, so the run can be resumed whatever happens to the file.
+    pub definition: String,
     /// The run's outputs, once it succeeded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outputs: Option<Value>,
@@ -135,7 +138,27 @@ pub struct StepRecord {
     /// The error, when it failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<ErrorRecord>,
+    /// True when the step's `if:` was false and it did not run.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub skipped: bool,
+    /// When the attempt failed and will be retried: the delay before the
+    /// next attempt, in milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_in_ms: Option<u64>,
     /// What the step logged.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub logs: Vec<LogLine>,
+}
+
+/// A workflow definition as it was when a run started.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DefinitionRecord {
+    /// `sha256:` and the hex digest of `source`.
+    pub digest: String,
+    /// Where it was read from.
+    pub origin: String,
+    /// `yaml` or `json`.
+    pub format: String,
+    /// The text.
+    pub source: String,
 }

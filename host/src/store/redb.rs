@@ -3,7 +3,10 @@
 //! Tables:
 //! - `meta`: `format` → the store's format version;
 //! - `runs`: run id → [`RunRecord`] as JSON;
-//! - `steps`: (run id, record number) → [`StepRecord`] as JSON.
+//! - `running`: the ids of runs in state `running`, kept with `runs`;
+//! - `steps`: (run id, record number) → [`StepRecord`] as JSON;
+//! - `definitions`: digest → [`DefinitionRecord`] as JSON;
+//! - `components`: digest → the component's bytes.
 //!
 //! The file is opened in redb's multi-writer mode, so several `weft`
 //! processes (two `weft run`s, or a `weft runs list` beside a run) can use one
@@ -15,14 +18,16 @@ use redb::{
     ConcurrencyMode, Database, ReadOnlyDatabase, ReadTransaction, ReadableDatabase, ReadableTable,
     TableDefinition,
 };
-use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::{RunRecord, StepRecord, Store, StoreError};
+use super::{DefinitionRecord, RunRecord, StepRecord, Store, StoreError, Write};
 
 const META: TableDefinition<&str, &str> = TableDefinition::new("meta");
 const RUNS: TableDefinition<&str, &[u8]> = TableDefinition::new("runs");
+const RUNNING: TableDefinition<&str, ()> = TableDefinition::new("running");
 const STEPS: TableDefinition<(&str, u32), &[u8]> = TableDefinition::new("steps");
+const DEFINITIONS: TableDefinition<&str, &[u8]> = TableDefinition::new("definitions");
+const COMPONENTS: TableDefinition<&str, &[u8]> = TableDefinition::new("components");
 
 /// The format this build reads and writes.
 const FORMAT: &str = "1";
@@ -80,7 +85,10 @@ impl RedbStore {
                 }
             }
             backend!(txn.open_table(RUNS))?;
+            backend!(txn.open_table(RUNNING))?;
             backend!(txn.open_table(STEPS))?;
+            backend!(txn.open_table(DEFINITIONS))?;
+            backend!(txn.open_table(COMPONENTS))?;
         }
         backend!(txn.commit())?;
         Ok(Self {
@@ -134,12 +142,6 @@ impl RedbStore {
             Handle::ReadOnly(_) => Err(StoreError::ReadOnly),
         }
     }
-
-    fn put_run(txn: &redb::WriteTransaction, run: &RunRecord) -> Result<(), StoreError> {
-        let mut runs = backend!(txn.open_table(RUNS))?;
-        backend!(runs.insert(run.id.as_str(), encode(run).as_slice()))?;
-        Ok(())
-    }
 }
 
 fn open_error(error: redb::DatabaseError, path: &str) -> StoreError {
@@ -156,12 +158,6 @@ fn open_error(error: redb::DatabaseError, path: &str) -> StoreError {
     }
 }
 
-fn encode(value: &impl Serialize) -> Vec<u8> {
-    // Records are plain data (strings, numbers, JSON values); encoding them
-    // cannot fail.
-    serde_json::to_vec(value).unwrap_or_default()
-}
-
 fn decode<T: DeserializeOwned>(key: impl std::fmt::Display, bytes: &[u8]) -> Result<T, StoreError> {
     serde_json::from_slice(bytes).map_err(|e| StoreError::Codec {
         key: key.to_string(),
@@ -170,35 +166,62 @@ fn decode<T: DeserializeOwned>(key: impl std::fmt::Display, bytes: &[u8]) -> Res
 }
 
 impl Store for RedbStore {
-    fn create_run(&self, run: &RunRecord) -> Result<(), StoreError> {
+    fn apply(&self, writes: &[&Write]) -> Result<Vec<Result<(), StoreError>>, StoreError> {
         let txn = backend!(self.writable()?.begin_write())?;
+        let mut results = Vec::with_capacity(writes.len());
         {
-            let runs = backend!(txn.open_table(RUNS))?;
-            if backend!(runs.get(run.id.as_str()))?.is_some() {
-                return Err(StoreError::Conflict(format!(
-                    "run `{}` exists already",
-                    run.id
-                )));
+            let mut runs = backend!(txn.open_table(RUNS))?;
+            let mut running = backend!(txn.open_table(RUNNING))?;
+            let mut steps = backend!(txn.open_table(STEPS))?;
+            let mut definitions = backend!(txn.open_table(DEFINITIONS))?;
+            let mut components = backend!(txn.open_table(COMPONENTS))?;
+            for write in writes {
+                match write {
+                    Write::CreateRun {
+                        id,
+                        run,
+                        definition,
+                        components: pinned,
+                    } => {
+                        if backend!(runs.get(id.as_str()))?.is_some() {
+                            results.push(Err(StoreError::Conflict(format!(
+                                "run `{id}` exists already"
+                            ))));
+                            continue;
+                        }
+                        let (digest, encoded) = definition;
+                        if backend!(definitions.get(digest.as_str()))?.is_none() {
+                            backend!(definitions.insert(digest.as_str(), encoded.as_slice()))?;
+                        }
+                        for (digest, bytes) in pinned {
+                            if backend!(components.get(digest.as_str()))?.is_none() {
+                                backend!(components.insert(digest.as_str(), &bytes[..]))?;
+                            }
+                        }
+                        backend!(runs.insert(id.as_str(), run.as_slice()))?;
+                        backend!(running.insert(id.as_str(), ()))?;
+                    }
+                    Write::CommitStep {
+                        id,
+                        seq,
+                        step,
+                        run,
+                        running: still_running,
+                    } => {
+                        backend!(steps.insert((id.as_str(), *seq), step.as_slice()))?;
+                        backend!(runs.insert(id.as_str(), run.as_slice()))?;
+                        if *still_running {
+                            backend!(running.insert(id.as_str(), ()))?;
+                        } else {
+                            backend!(running.remove(id.as_str()))?;
+                        }
+                    }
+                }
+                results.push(Ok(()));
             }
         }
-        Self::put_run(&txn, run)?;
-        backend!(txn.commit())
-    }
-
-    fn commit_step(&self, step: &StepRecord, run: &RunRecord) -> Result<(), StoreError> {
-        let txn = backend!(self.writable()?.begin_write())?;
-        {
-            let mut steps = backend!(txn.open_table(STEPS))?;
-            backend!(steps.insert((step.run_id.as_str(), step.seq), encode(step).as_slice()))?;
-        }
-        Self::put_run(&txn, run)?;
-        backend!(txn.commit())
-    }
-
-    fn update_run(&self, run: &RunRecord) -> Result<(), StoreError> {
-        let txn = backend!(self.writable()?.begin_write())?;
-        Self::put_run(&txn, run)?;
-        backend!(txn.commit())
+        backend!(txn.commit())?;
+        Ok(results)
     }
 
     fn run(&self, id: &str) -> Result<Option<RunRecord>, StoreError> {
@@ -218,6 +241,34 @@ impl Store for RedbStore {
             found.push(decode(key.value(), value.value())?);
         }
         Ok(found)
+    }
+
+    fn running(&self) -> Result<Vec<RunRecord>, StoreError> {
+        let txn = self.begin_read()?;
+        let running = backend!(txn.open_table(RUNNING))?;
+        let runs = backend!(txn.open_table(RUNS))?;
+        let mut found = Vec::new();
+        for entry in backend!(running.iter())? {
+            let (id, ()) = backend!(entry).map(|(k, _)| (k, ()))?;
+            if let Some(bytes) = backend!(runs.get(id.value()))? {
+                found.push(decode(id.value(), bytes.value())?);
+            }
+        }
+        Ok(found)
+    }
+
+    fn definition(&self, digest: &str) -> Result<Option<DefinitionRecord>, StoreError> {
+        let txn = self.begin_read()?;
+        let definitions = backend!(txn.open_table(DEFINITIONS))?;
+        backend!(definitions.get(digest))?
+            .map(|bytes| decode(digest, bytes.value()))
+            .transpose()
+    }
+
+    fn component(&self, digest: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        let txn = self.begin_read()?;
+        let components = backend!(txn.open_table(COMPONENTS))?;
+        Ok(backend!(components.get(digest))?.map(|bytes| bytes.value().to_vec()))
     }
 
     fn steps(&self, id: &str) -> Result<Vec<StepRecord>, StoreError> {
