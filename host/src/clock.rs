@@ -31,14 +31,10 @@ impl fmt::Display for Timestamp {
     }
 }
 
-/// The source of wall-clock time, and of waiting.
+/// The source of wall-clock time.
 pub trait Clock: Send + Sync + fmt::Debug {
     /// The current time. Never blocks.
     fn now(&self) -> Timestamp;
-
-    /// Blocks this thread for `duration` of this clock's time. A simulated
-    /// clock advances instead of waiting.
-    fn sleep(&self, duration: std::time::Duration);
 }
 
 /// The operating system's clock.
@@ -51,10 +47,6 @@ impl Clock for SystemClock {
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default();
         Timestamp(u64::try_from(since_epoch.as_millis()).unwrap_or(u64::MAX))
-    }
-
-    fn sleep(&self, duration: std::time::Duration) {
-        std::thread::sleep(duration);
     }
 }
 

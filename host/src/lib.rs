@@ -17,8 +17,8 @@
 //! let plugins = PluginDir::new(runtime, "plugins");
 //! let store = Arc::new(RedbStore::open("weft.redb")?);
 //! let engine = Engine::new(store, plugins, Arc::new(SystemClock))?;
-//! let workflow = model::load("examples/order.yaml")?;
-//! let run = engine.run(&workflow, serde_json::json!({}), &mut weft::engine::Quiet)?;
+//! let workflow = Arc::new(model::load("examples/order.yaml")?);
+//! let run = engine.run(workflow, serde_json::json!({}), Box::new(weft::engine::Quiet))?;
 //! println!("{:?}: {:?}", run.state, run.outputs);
 //! # Ok(())
 //! # }

@@ -240,7 +240,11 @@ fn throughput(plugins: &Path, runs: usize, steps: usize) -> anyhow::Result<ExitC
                 (0..steps).map(|i| format!("  - {{ id: s{i}, uses: echo, with: {{ i: {i} }} }}\n")),
             )
             .collect();
-        let workflow = weft::model::parse(&workflow_text, weft::model::Format::Yaml, "bench.yaml")?;
+        let workflow = std::sync::Arc::new(weft::model::parse(
+            &workflow_text,
+            weft::model::Format::Yaml,
+            "bench.yaml",
+        )?);
         let runtime = Runtime::new(RuntimeConfig {
             cache_dir: Some(scratch.join("cache")),
             ..RuntimeConfig::default()
@@ -307,49 +311,36 @@ fn throughput(plugins: &Path, runs: usize, steps: usize) -> anyhow::Result<ExitC
     result
 }
 
-/// Starts `runs` runs of `workflow` at once, each on its own thread, and
-/// waits for all of them.
-fn round(engine: &weft::Engine, workflow: &weft::Workflow, runs: usize) -> anyhow::Result<Round> {
-    let start = std::sync::Barrier::new(runs + 1);
-    let (elapsed, results) = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..runs)
-            .map(|_| {
-                let start = &start;
-                std::thread::Builder::new()
-                    .stack_size(4 << 20)
-                    .spawn_scoped(s, move || {
-                        start.wait();
-                        let mut timing = StepTiming {
-                            last: Instant::now(),
-                            gaps: Vec::new(),
-                        };
-                        let run = engine.run(workflow, serde_json::json!({}), &mut timing);
-                        (run, timing.gaps)
-                    })
-            })
-            .collect();
-        start.wait();
-        let began = Instant::now();
-        let results: Vec<_> = handles
-            .into_iter()
-            .map(|h| {
-                h.map_err(anyhow::Error::from).and_then(|h| {
-                    h.join()
-                        .map_err(|_| anyhow::anyhow!("a run's thread panicked"))
-                })
-            })
-            .collect();
-        (began.elapsed(), results)
-    });
+/// Starts `runs` runs of `workflow` at once and waits for all of them.
+fn round(
+    engine: &weft::Engine,
+    workflow: &std::sync::Arc<weft::Workflow>,
+    runs: usize,
+) -> anyhow::Result<Round> {
+    let gaps = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let began = Instant::now();
+    let handles = (0..runs)
+        .map(|_| {
+            let timing = StepTiming {
+                last: Instant::now(),
+                gaps: Vec::new(),
+                all: std::sync::Arc::clone(&gaps),
+            };
+            engine.start(
+                std::sync::Arc::clone(workflow),
+                serde_json::json!({}),
+                Box::new(timing),
+            )
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     let mut round = Round {
-        elapsed,
+        elapsed: Duration::ZERO,
         steps: 0,
         runs: 0,
         gaps: Vec::new(),
     };
-    for result in results {
-        let (run, gaps) = result?;
-        let run = run?;
+    for handle in handles {
+        let run = handle.wait()?;
         anyhow::ensure!(
             run.state == weft::store::RunState::Succeeded,
             "run {} ended {}: {:?}",
@@ -359,21 +350,42 @@ fn round(engine: &weft::Engine, workflow: &weft::Workflow, runs: usize) -> anyho
         );
         round.runs += 1;
         round.steps += run.step_records as usize;
-        round.gaps.extend(gaps);
     }
+    round.elapsed = began.elapsed();
+    round.gaps = std::mem::take(
+        &mut *gaps
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner),
+    );
     Ok(round)
 }
 
-/// The time between one step's commit and the next one's, within a run.
+/// The time between one step's commit and the next one's, within a run
+/// (the first from the run's creation).
 struct StepTiming {
     last: Instant,
     gaps: Vec<Duration>,
+    all: std::sync::Arc<std::sync::Mutex<Vec<Duration>>>,
 }
 
 impl weft::engine::Observer for StepTiming {
+    fn run_created(&mut self, _run: &weft::store::RunRecord) {
+        self.last = Instant::now();
+    }
+
     fn step_finished(&mut self, _step: &weft::model::Step, _record: &weft::store::StepRecord) {
         let now = Instant::now();
         self.gaps.push(now - self.last);
         self.last = now;
+    }
+}
+
+impl Drop for StepTiming {
+    fn drop(&mut self) {
+        let mut all = self
+            .all
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        all.append(&mut self.gaps);
     }
 }

@@ -124,8 +124,8 @@ fn run(data_dir: &std::path::Path, args: RunArgs) -> anyhow::Result<ExitCode> {
         }
     };
     let engine = engine(data_dir, &args.plugins)?;
-    let mut progress = progress::Progress::new();
-    let run = match engine.run(&workflow, input, &mut progress) {
+    let progress = progress::Progress::new();
+    let run = match engine.run(Arc::new(workflow), input, Box::new(progress.clone())) {
         Ok(run) => run,
         Err(e @ (StartError::Input { .. } | StartError::Plugin { .. })) => {
             progress.clear();
@@ -197,8 +197,10 @@ fn resume(
     }
     let mut worst = ExitCode::SUCCESS;
     for id in ids {
-        let mut progress = progress::Progress::new();
-        let outcome = engine.resume(&id, &mut progress);
+        let progress = progress::Progress::new();
+        let outcome = engine
+            .resume(&id, Box::new(progress.clone()))
+            .and_then(|handle| Ok(handle.wait()?));
         progress.clear();
         match outcome {
             Ok(run) => {

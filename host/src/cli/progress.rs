@@ -2,6 +2,7 @@
 //! otherwise.
 
 use std::io::IsTerminal;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
@@ -9,7 +10,12 @@ use weft::engine::Observer;
 use weft::model::Step;
 use weft::store::{RunRecord, StepRecord};
 
-pub struct Progress {
+/// Shows one run's progress. Clones share the display, so the command can
+/// clear it while the engine holds the observer.
+#[derive(Clone)]
+pub struct Progress(Arc<Mutex<State>>);
+
+struct State {
     tty: bool,
     bar: Option<ProgressBar>,
     label: String,
@@ -17,15 +23,25 @@ pub struct Progress {
 
 impl Progress {
     pub fn new() -> Self {
-        Self {
+        Self(Arc::new(Mutex::new(State {
             tty: std::io::stderr().is_terminal(),
             bar: None,
             label: String::new(),
-        }
+        })))
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Removes a spinner still on screen.
-    pub fn clear(&mut self) {
+    pub fn clear(&self) {
+        self.state().clear();
+    }
+}
+
+impl State {
+    fn clear(&mut self) {
         if let Some(bar) = self.bar.take() {
             bar.finish_and_clear();
         }
@@ -48,39 +64,41 @@ impl Observer for Progress {
     }
 
     fn step_started(&mut self, step: &Step, index: usize, total: usize, attempt: u32) {
-        self.label = format!("[{}/{}] {} ({})", index + 1, total, step.id, step.uses);
+        let mut state = self.state();
+        let this = &mut *state;
+        this.label = format!("[{}/{}] {} ({})", index + 1, total, step.id, step.uses);
         if attempt > 1 {
-            self.label.push_str(&format!(" attempt {attempt}"));
+            this.label.push_str(&format!(" attempt {attempt}"));
         }
-        if self.tty {
+        if this.tty {
             let bar = ProgressBar::new_spinner();
             bar.set_style(
                 ProgressStyle::with_template("{spinner} {msg} {elapsed}")
                     .unwrap_or_else(|_| ProgressStyle::default_spinner()),
             );
-            bar.set_message(self.label.clone());
+            bar.set_message(this.label.clone());
             bar.enable_steady_tick(Duration::from_millis(80));
-            self.bar = Some(bar);
+            this.bar = Some(bar);
         }
     }
 
     fn step_finished(&mut self, _step: &Step, record: &StepRecord) {
-        self.clear();
+        let mut state = self.state();
+        state.clear();
+        let label = &state.label;
         let took = format_micros(record.duration_us);
         let line = match (&record.error, record.retry_in_ms) {
-            _ if record.skipped => format!("skip {} (if: false)", self.label),
-            (None, _) => format!("ok   {} {took}", self.label),
+            _ if record.skipped => format!("skip {label} (if: false)"),
+            (None, _) => format!("ok   {label} {took}"),
             (Some(error), Some(delay)) => format!(
-                "FAIL {} {took}: {}: {} (retrying in {})",
-                self.label,
+                "FAIL {label} {took}: {}: {} (retrying in {})",
                 error.code,
                 error.message,
                 format_micros(delay.saturating_mul(1000))
             ),
-            (Some(error), None) => format!(
-                "FAIL {} {took}: {}: {}",
-                self.label, error.code, error.message
-            ),
+            (Some(error), None) => {
+                format!("FAIL {label} {took}: {}: {}", error.code, error.message)
+            }
         };
         eprintln!("{line}");
     }

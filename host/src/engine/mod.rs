@@ -7,6 +7,10 @@
 //! (input, output or error, logs, timing) and the run's next state; the last
 //! step's commit also carries the run's outputs and terminal state.
 //!
+//! Runs are driven by a few worker threads, one step attempt at a time (see
+//! `scheduler`): no thread belongs to a run, and no thread waits for a sync.
+//! [`Engine::start`] returns a [`RunHandle`] at once; [`Engine::run`] waits.
+//!
 //! A crash loses at most the attempt in flight. [`Engine::resume`] picks a
 //! `running` run up from its record: the definition and components come from
 //! the store, the outputs of finished steps are read back, and the step in
@@ -17,22 +21,28 @@
 //! says which step failed and why. `Err` means the run could not start or
 //! resume, or the store failed.
 
+mod drive;
 mod error;
+mod scheduler;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Instant;
+use std::sync::mpsc::{Receiver, sync_channel};
+use std::thread::JoinHandle;
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::clock::{Clock, Timestamp};
 use crate::model::{self, Format, Scope, Step, Workflow};
 use crate::plugins::PluginDir;
-use crate::runtime::{CallError, Digest, Plugin, StepContext};
+use crate::runtime::{Digest, Plugin};
 use crate::store::{
-    DefinitionRecord, ErrorRecord, GroupCommit, PinnedPlugin, RunError, RunRecord, RunState,
-    StepRecord, Store, StoreError, Write,
+    DefinitionRecord, GroupCommit, PinnedPlugin, RunRecord, RunState, StepRecord, Store,
+    StoreError, Write,
 };
+
+use drive::{Drive, scope_entry};
+use scheduler::{Core, Task};
 
 pub use error::{ResumeError, StartError};
 
@@ -40,7 +50,8 @@ pub use error::{ResumeError, StartError};
 pub const DEFAULT_TENANT: &str = "default";
 
 /// Hears about a run's progress, for display. Every method has an empty
-/// default.
+/// default. Methods are called from the engine's threads, one at a time for
+/// a given run, and must be quick.
 pub trait Observer {
     /// The run was recorded and is about to run its first step.
     fn run_created(&mut self, _run: &RunRecord) {}
@@ -58,43 +69,91 @@ pub struct Quiet;
 
 impl Observer for Quiet {}
 
-/// Runs workflows against a store and a directory of plugins.
-///
-/// An `Engine` is shared: any number of threads may run workflows through it
-/// at once. Their commits are grouped: one transaction and one sync serve
-/// every write that is waiting.
+/// A started run.
 #[derive(Debug)]
-pub struct Engine {
-    store: Arc<dyn Store>,
-    commits: GroupCommit,
-    plugins: PluginDir,
-    clock: Arc<dyn Clock>,
+pub struct RunHandle {
+    id: String,
+    outcome: Receiver<Result<RunRecord, StoreError>>,
 }
 
-/// A run being driven: its record, its definition, its plugins (one per
-/// step) and what its expressions see.
-struct Drive<'a> {
-    run: RunRecord,
-    workflow: &'a Workflow,
-    plugins: Vec<Plugin>,
-    scope: Scope,
-    /// The attempt the step at `run.next_step` is on.
-    attempt: u32,
+impl RunHandle {
+    /// The run's id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Blocks until the run ends, and returns its final record. `Err` means
+    /// the store failed, or the engine stopped, before the run ended; its
+    /// record then says how far it got, and it can be resumed.
+    pub fn wait(self) -> Result<RunRecord, StoreError> {
+        self.outcome.recv().map_err(|_| StoreError::Closed)?
+    }
+}
+
+/// Runs workflows against a store and a directory of plugins.
+///
+/// Any number of runs may be in flight at once. Their attempts run on the
+/// engine's workers, and their commits are grouped: one transaction and one
+/// sync serve every write that is waiting. Dropping the engine stops its
+/// threads; runs still in flight stay `running` in the store.
+pub struct Engine {
+    store: Arc<dyn Store>,
+    plugins: PluginDir,
+    core: Arc<Core>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("store", &self.store)
+            .field("plugins", &self.plugins)
+            .field("workers", &self.threads.len().saturating_sub(1))
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        self.core.stop();
+        for thread in self.threads.drain(..) {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Workers by default: four per core, so that a few long steps do not hold
+/// up every other run.
+fn default_workers() -> usize {
+    std::thread::available_parallelism().map_or(4, |n| n.get() * 4)
 }
 
 impl Engine {
     /// An engine over `store`, running plugins from `plugins`, reading time
-    /// from `clock`. Starts the thread that commits; fails only if it cannot.
+    /// from `clock`, with four workers per core. Starts its threads; fails
+    /// only if they cannot be started.
     pub fn new(
         store: Arc<dyn Store>,
         plugins: PluginDir,
         clock: Arc<dyn Clock>,
     ) -> std::io::Result<Self> {
+        Self::with_workers(store, plugins, clock, default_workers())
+    }
+
+    /// As [`Engine::new`], with `workers` worker threads.
+    pub fn with_workers(
+        store: Arc<dyn Store>,
+        plugins: PluginDir,
+        clock: Arc<dyn Clock>,
+        workers: usize,
+    ) -> std::io::Result<Self> {
+        let core = Arc::new(Core::new(GroupCommit::start(store.clone())?, clock));
+        let threads = core.start(workers)?;
         Ok(Self {
-            commits: GroupCommit::start(store.clone())?,
             store,
             plugins,
-            clock,
+            core,
+            threads,
         })
     }
 
@@ -103,25 +162,36 @@ impl Engine {
         &self.store
     }
 
-    /// Runs `workflow` on `input` to the end. Blocking, including through
-    /// retry delays.
-    ///
-    /// Before anything is stored, the input is checked against the
-    /// workflow's schema and every step's plugin is resolved; a problem there
-    /// is an `Err` and leaves no trace. From then on the returned record
-    /// tells how the run ended.
+    /// Runs `workflow` on `input` to the end; [`Engine::start`] then
+    /// [`RunHandle::wait`]. Blocking.
     pub fn run(
         &self,
-        workflow: &Workflow,
+        workflow: Arc<Workflow>,
         input: Value,
-        observer: &mut dyn Observer,
+        observer: Box<dyn Observer + Send>,
     ) -> Result<RunRecord, StartError> {
+        Ok(self.start(workflow, input, observer)?.wait()?)
+    }
+
+    /// Starts a run of `workflow` on `input`, and returns without waiting.
+    ///
+    /// Before anything is stored, the input is checked against the
+    /// workflow's schema and every step's plugin is resolved (which may
+    /// compile a component); a problem there is an `Err` and leaves no trace.
+    /// The run is then recorded, with its definition and the components it
+    /// is pinned to, in one commit, before its first step runs.
+    pub fn start(
+        &self,
+        workflow: Arc<Workflow>,
+        input: Value,
+        mut observer: Box<dyn Observer + Send>,
+    ) -> Result<RunHandle, StartError> {
         if let Some(schema) = &workflow.inputs {
             schema
                 .check(&input)
                 .map_err(|problems| StartError::Input { problems })?;
         }
-        let plugins = self.resolve_plugins(workflow)?;
+        let plugins = self.resolve_plugins(&workflow)?;
         let definition = DefinitionRecord {
             digest: Digest::of(workflow.source.as_bytes()).to_string(),
             origin: workflow.origin.clone(),
@@ -129,7 +199,7 @@ impl Engine {
             source: workflow.source.clone(),
         };
 
-        let now = self.clock.now();
+        let now = self.core.clock.now();
         let run = RunRecord {
             id: new_run_id(now),
             workflow: workflow.id.clone(),
@@ -158,29 +228,54 @@ impl Engine {
             .collect();
         components.sort_by(|a, b| a.0.cmp(&b.0));
         components.dedup_by(|a, b| a.0 == b.0);
-        self.commits
-            .commit(Write::create_run(&run, &definition, components))?;
-        observer.run_created(&run);
+        let write = Write::create_run(&run, &definition, components);
 
-        let scope = Scope::new(&workflow.id, &run.id, &run.input);
-        let drive = Drive {
-            run,
-            workflow,
-            plugins,
-            scope,
-            attempt: 1,
+        let (done, outcome) = sync_channel(1);
+        let handle = RunHandle {
+            id: run.id.clone(),
+            outcome,
         };
-        Ok(self.drive(drive, observer)?)
+        let scope = Scope::new(&workflow.id, &run.id, &run.input);
+        let task = Task {
+            drive: Drive {
+                run,
+                workflow,
+                plugins,
+                scope,
+                attempt: 1,
+            },
+            observer: Box::new(Quiet),
+            done,
+        };
+        let core = Arc::clone(&self.core);
+        self.core.commits.submit(
+            write,
+            Box::new(move |result| {
+                let mut task = task;
+                match result {
+                    Ok(()) => {
+                        observer.run_created(&task.drive.run);
+                        task.observer = observer;
+                        core.enqueue(task);
+                    }
+                    Err(e) => {
+                        let _ = task.done.send(Err(e));
+                    }
+                }
+            }),
+        );
+        Ok(handle)
     }
 
     /// Picks up run `run_id`, which must be `running` (its process died),
-    /// at the step it had reached, and runs it to the end. The definition and
-    /// the pinned components come from the store, not from files. Blocking.
+    /// at the step it had reached, and returns without waiting. The
+    /// definition and the pinned components come from the store, not from
+    /// files; the outputs of finished steps are read back.
     pub fn resume(
         &self,
         run_id: &str,
-        observer: &mut dyn Observer,
-    ) -> Result<RunRecord, ResumeError> {
+        mut observer: Box<dyn Observer + Send>,
+    ) -> Result<RunHandle, ResumeError> {
         let run = self
             .store
             .run(run_id)?
@@ -215,79 +310,23 @@ impl Engine {
         let attempt = u32::try_from(tried).unwrap_or(u32::MAX).saturating_add(1);
 
         observer.run_resumed(&run);
-        let drive = Drive {
-            run,
-            workflow: &workflow,
-            plugins,
-            scope,
-            attempt,
+        let (done, outcome) = sync_channel(1);
+        let handle = RunHandle {
+            id: run.id.clone(),
+            outcome,
         };
-        Ok(self.drive(drive, observer)?)
-    }
-
-    /// Walks the steps from `run.next_step` to the end or to a failure,
-    /// committing each attempt.
-    fn drive(
-        &self,
-        mut drive: Drive<'_>,
-        observer: &mut dyn Observer,
-    ) -> Result<RunRecord, StoreError> {
-        let steps = &drive.workflow.steps;
-        let total = steps.len();
-        while let Some(step) = steps.get(drive.run.next_step as usize) {
-            let index = drive.run.next_step as usize;
-            observer.step_started(step, index, total, drive.attempt);
-            let mut record = self.attempt(&drive, step, index);
-            let run = &mut drive.run;
-            run.step_records += 1;
-            run.updated_at = self.clock.now();
-
-            let mut retry_in = None;
-            let advance = match &record.error {
-                None => true,
-                Some(error)
-                    if step
-                        .retry
-                        .retries(drive.attempt, &error.code, error.retryable) =>
-                {
-                    let delay = step.retry.delay(drive.attempt);
-                    record.retry_in_ms = Some(u64::try_from(delay.as_millis()).unwrap_or(u64::MAX));
-                    retry_in = Some(delay);
-                    false
-                }
-                Some(_) if step.continue_on_error => true,
-                Some(error) => {
-                    run.state = RunState::Failed;
-                    run.error = Some(RunError {
-                        step: Some(step.id.clone()),
-                        error: error.clone(),
-                    });
-                    false
-                }
-            };
-            if advance {
-                let entry = scope_entry(&record);
-                drive.scope.add_step(&step.id, &entry);
-                run.next_step = u32::try_from(index + 1).unwrap_or(u32::MAX);
-                if index + 1 == total {
-                    let last_output = entry.get("output").cloned().unwrap_or(Value::Null);
-                    finish(run, drive.workflow, &drive.scope, &last_output);
-                }
-            }
-            self.commits.commit(Write::commit_step(&record, run))?;
-            observer.step_finished(step, &record);
-            if drive.run.state.is_terminal() {
-                break;
-            }
-            match retry_in {
-                Some(delay) => {
-                    self.clock.sleep(delay);
-                    drive.attempt += 1;
-                }
-                None => drive.attempt = 1,
-            }
-        }
-        Ok(drive.run)
+        self.core.enqueue(Task {
+            drive: Drive {
+                run,
+                workflow: Arc::new(workflow),
+                plugins,
+                scope,
+                attempt,
+            },
+            observer,
+            done,
+        });
+        Ok(handle)
     }
 
     fn resolve_plugins(&self, workflow: &Workflow) -> Result<Vec<Plugin>, StartError> {
@@ -347,119 +386,6 @@ impl Engine {
         }
         Ok(plugins)
     }
-
-    /// One attempt of one step: its condition, its input, the call. Never
-    /// fails: every problem ends up in the record.
-    fn attempt(&self, drive: &Drive<'_>, step: &Step, index: usize) -> StepRecord {
-        let run = &drive.run;
-        let started_at = self.clock.now();
-        let timer = Instant::now();
-        let mut record = StepRecord {
-            run_id: run.id.clone(),
-            seq: run.step_records,
-            index: u32::try_from(index).unwrap_or(u32::MAX),
-            step_id: step.id.clone(),
-            attempt: drive.attempt,
-            input: Value::Null,
-            started_at,
-            duration_us: 0,
-            output: None,
-            error: None,
-            skipped: false,
-            retry_in_ms: None,
-            logs: Vec::new(),
-        };
-        if let Some(condition) = &step.condition {
-            match condition.eval(&drive.scope) {
-                Ok(Value::Bool(true)) => {}
-                Ok(Value::Bool(false)) => {
-                    record.skipped = true;
-                    return record;
-                }
-                Ok(other) => {
-                    record.error = Some(expression_error(format!(
-                        "if: expected true or false, got {other}"
-                    )));
-                    return record;
-                }
-                Err(e) => {
-                    record.error = Some(expression_error(e.to_string()));
-                    return record;
-                }
-            }
-        }
-        match step.with.eval(&drive.scope) {
-            Err(e) => record.error = Some(expression_error(e.to_string())),
-            Ok(input) => {
-                let context = StepContext {
-                    tenant: DEFAULT_TENANT.to_owned(),
-                    workflow: run.workflow.clone(),
-                    run_id: run.id.clone(),
-                    step_id: step.id.clone(),
-                    attempt: drive.attempt,
-                    idempotency_key: format!("{}:{}", run.id, step.id),
-                };
-                let plugin = &drive.plugins[index];
-                let outcome = plugin.call(
-                    &context,
-                    &input.to_string(),
-                    step.timeout,
-                    step.memory_limit,
-                );
-                record.input = input;
-                record.logs = outcome.logs;
-                match outcome.result {
-                    Ok(output) => record.output = Some(output),
-                    Err(error) => record.error = Some(error_record(&error)),
-                }
-            }
-        }
-        record.duration_us = u64::try_from(timer.elapsed().as_micros()).unwrap_or(u64::MAX);
-        record
-    }
-}
-
-/// What later expressions see of a finished step as `steps.<id>`.
-fn scope_entry(record: &StepRecord) -> Value {
-    if record.skipped {
-        return json!({ "output": null, "skipped": true });
-    }
-    match (&record.output, &record.error) {
-        (Some(output), _) => json!({ "output": output }),
-        (None, Some(error)) => json!({ "output": null, "error": error }),
-        (None, None) => json!({ "output": null }),
-    }
-}
-
-fn expression_error(message: String) -> ErrorRecord {
-    ErrorRecord {
-        code: "expression".to_owned(),
-        message,
-        retryable: false,
-        details: None,
-    }
-}
-
-/// Evaluates the run's outputs (the last step's output when the workflow
-/// declares none) and sets its terminal state.
-fn finish(run: &mut RunRecord, workflow: &Workflow, scope: &Scope, last_output: &Value) {
-    let outputs = match &workflow.outputs {
-        None => Ok(last_output.clone()),
-        Some(template) => template.eval(scope),
-    };
-    match outputs {
-        Ok(outputs) => {
-            run.state = RunState::Succeeded;
-            run.outputs = Some(outputs);
-        }
-        Err(e) => {
-            run.state = RunState::Failed;
-            run.error = Some(RunError {
-                step: None,
-                error: expression_error(e.to_string()),
-            });
-        }
-    }
 }
 
 fn pin(plugin: &Plugin) -> PinnedPlugin {
@@ -467,23 +393,6 @@ fn pin(plugin: &Plugin) -> PinnedPlugin {
         name: plugin.meta().name.clone(),
         version: plugin.meta().version.to_string(),
         digest: plugin.digest().to_string(),
-    }
-}
-
-fn error_record(error: &CallError) -> ErrorRecord {
-    let details = match error {
-        CallError::Step { details, .. } => details.clone(),
-        _ => None,
-    };
-    let message = match error {
-        CallError::Step { message, .. } => message.clone(),
-        other => other.to_string(),
-    };
-    ErrorRecord {
-        code: error.code().to_owned(),
-        message,
-        retryable: error.is_retryable(),
-        details,
     }
 }
 
@@ -496,4 +405,17 @@ fn new_run_id(now: Timestamp) -> String {
         u32::try_from((millis % 1000) * 1_000_000).unwrap_or(0),
     );
     uuid::Uuid::new_v7(ts).to_string()
+}
+
+#[cfg(test)]
+mod send_checks {
+    fn is_send<T: Send>() {}
+    fn is_sync<T: Sync>() {}
+    #[test]
+    fn run_state_can_move_between_threads() {
+        is_send::<crate::model::Scope>();
+        is_send::<crate::model::Workflow>();
+        is_sync::<crate::model::Workflow>();
+        is_send::<crate::runtime::Plugin>();
+    }
 }

@@ -1,10 +1,11 @@
 //! Group commit: one thread turns every write that is waiting into one
 //! transaction and one sync, then answers each writer.
 //!
-//! A writer calls [`GroupCommit::commit`] and blocks until its write is
-//! durable. While the committing thread syncs one batch, the next one fills
-//! up, so throughput grows with the number of writers instead of being held
-//! to one sync per write.
+//! A writer either blocks until its write is durable ([`GroupCommit::commit`])
+//! or hands over a callback that the committing thread calls once the batch
+//! is synced ([`GroupCommit::submit`]). While one batch syncs, the next one
+//! fills up, so throughput grows with the number of writers instead of being
+//! held to one sync per write.
 
 use std::sync::mpsc::{Receiver, SyncSender, TryRecvError, sync_channel};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -15,9 +16,13 @@ use super::{Store, StoreError, Write};
 /// The most writes in one transaction.
 const MAX_BATCH: usize = 4096;
 
+/// What the committing thread calls with the outcome of a write: `Ok` once
+/// it is durable. It runs on the committing thread, so it must be quick.
+pub type Done = Box<dyn FnOnce(Result<(), StoreError>) + Send>;
+
 struct Job {
     write: Write,
-    done: SyncSender<Result<(), StoreError>>,
+    done: Done,
 }
 
 /// The committing thread of one store.
@@ -49,31 +54,50 @@ impl GroupCommit {
     /// durable (`Ok`) or refused. A refused write changed nothing; a failed
     /// batch changed nothing for any of its writes.
     pub fn commit(&self, write: Write) -> Result<(), StoreError> {
-        let (done, answer) = sync_channel(1);
+        let (answer, outcome) = sync_channel(1);
+        self.submit(
+            write,
+            Box::new(move |result| {
+                let _ = answer.send(result);
+            }),
+        );
+        outcome.recv().map_err(|_| StoreError::Closed)?
+    }
+
+    /// Queues `write` and returns at once; `done` is called with the
+    /// outcome, on the committing thread (or here, with
+    /// [`StoreError::Closed`], if that thread has stopped). Blocks only while
+    /// the queue is full.
+    pub fn submit(&self, write: Write, done: Done) {
         let jobs = self
             .jobs
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .clone()
-            .ok_or(StoreError::Closed)?;
-        jobs.send(Job { write, done })
-            .map_err(|_| StoreError::Closed)?;
-        answer.recv().map_err(|_| StoreError::Closed)?
+            .clone();
+        let Some(jobs) = jobs else {
+            return done(Err(StoreError::Closed));
+        };
+        if let Err(refused) = jobs.send(Job { write, done }) {
+            (refused.0.done)(Err(StoreError::Closed));
+        }
     }
 }
 
 impl Drop for GroupCommit {
-    /// Lets the thread commit what is queued, then joins it.
+    /// Lets the thread commit what is queued, then joins it (unless this
+    /// is that thread, dropping the last owner from a callback).
     fn drop(&mut self) {
         self.jobs
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .take();
-        if let Some(thread) = self
+        let thread = self
             .thread
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .take()
+            .take();
+        if let Some(thread) = thread
+            && thread.thread().id() != std::thread::current().id()
         {
             let _ = thread.join();
         }
@@ -93,15 +117,17 @@ fn commit_loop(store: &dyn Store, queue: &Receiver<Job>) {
         let writes: Vec<&Write> = batch.iter().map(|job| &job.write).collect();
         match store.apply(&writes) {
             Ok(results) => {
-                for (job, result) in batch.drain(..).zip(results) {
-                    let _ = job.done.send(result);
+                let mut results = results.into_iter();
+                for job in batch.drain(..) {
+                    let result = results.next().unwrap_or(Err(StoreError::Closed));
+                    (job.done)(result);
                 }
             }
             Err(e) => {
                 tracing::error!("a commit of {} writes failed: {e}", batch.len());
                 let message = e.to_string();
                 for job in batch.drain(..) {
-                    let _ = job.done.send(Err(StoreError::Commit(message.clone())));
+                    (job.done)(Err(StoreError::Commit(message.clone())));
                 }
             }
         }

@@ -6,7 +6,7 @@ mod records;
 mod redb;
 mod write;
 
-pub use self::group::GroupCommit;
+pub use self::group::{Done, GroupCommit};
 pub use self::records::{
     DefinitionRecord, ErrorRecord, PinnedPlugin, RunError, RunRecord, RunState, StepRecord,
 };
