@@ -372,3 +372,57 @@ fn the_readme_workflow_examples_are_valid() {
         assert_eq!(run.code, Some(0), "{name}: {run:?}");
     }
 }
+
+#[test]
+fn a_closed_stdout_ends_the_command_quietly() {
+    let scratch = Scratch::new(&["echo"]);
+    let wf = scratch.file(
+        "wf.yaml",
+        "id: x\nsteps:\n  - { id: a, uses: echo, with: 1 }\n",
+    );
+    for _ in 0..3 {
+        assert_eq!(scratch.run(&["run", wf.to_str().unwrap()]).code, Some(0));
+    }
+    let mut child = scratch
+        .weft()
+        .args(["runs", "list"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+}
+
+#[test]
+fn oversized_and_unreadable_inputs_are_refused() {
+    let scratch = Scratch::new(&["echo"]);
+    let wf = scratch.file("wf.yaml", "id: x\nsteps:\n  - { id: a, uses: echo }\n");
+    let run = scratch.run(&["run", wf.to_str().unwrap(), "--input", "@/nonexistent.json"]);
+    assert_eq!(run.code, Some(2), "{run:?}");
+    assert!(
+        run.stderr
+            .contains("cannot read the input file /nonexistent.json"),
+        "{}",
+        run.stderr
+    );
+    let dir = scratch.path().to_str().unwrap().to_owned();
+    let run = scratch.run(&["run", &dir]);
+    assert_eq!(run.code, Some(2), "{run:?}");
+    assert!(
+        run.stderr.contains("cannot read workflow file"),
+        "{}",
+        run.stderr
+    );
+    let deep = format!("{}1{}", "[".repeat(1000), "]".repeat(1000));
+    let run = scratch.run(&["run", wf.to_str().unwrap(), "--input", &deep]);
+    assert_eq!(run.code, Some(2), "{run:?}");
+    assert!(
+        run.stderr.contains("recursion limit exceeded"),
+        "{}",
+        run.stderr
+    );
+}

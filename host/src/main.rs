@@ -11,6 +11,7 @@ fn main() -> ExitCode {
     cli::init_tracing(args.verbose);
     match cli::main(args) {
         Ok(code) => code,
+        Err(error) if cli::is_broken_pipe(&error) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("error: {error:#}");
             ExitCode::from(cli::EXIT_HOST)

@@ -62,14 +62,14 @@ pub fn main(plugins: &Path, args: &BenchArgs) -> anyhow::Result<ExitCode> {
     })?;
     let loads = args.loads.max(1);
     let iterations = args.iterations.max(100);
-    println!(
+    out!(
         "weft bench: {} ({} KiB), {} loads, {} calls per allocator",
         path.display(),
         bytes.len() / 1024,
         loads,
         iterations
     );
-    println!(
+    out!(
         "build: {}",
         if cfg!(debug_assertions) {
             "debug"
@@ -106,12 +106,12 @@ pub fn main(plugins: &Path, args: &BenchArgs) -> anyhow::Result<ExitCode> {
 
     let cold_p50 = percentile(&mut cold, 50.0);
     let cached_p50 = percentile(&mut cached, 50.0);
-    println!();
-    println!(
+    out!();
+    out!(
         "load (compile, link, describe)    p50 {:>10}",
         show(cold_p50)
     );
-    println!(
+    out!(
         "load from compiled-code cache     p50 {:>10}   {:.0}x faster than compiling",
         show(cached_p50),
         ratio(cold_p50, cached_p50)
@@ -122,8 +122,8 @@ pub fn main(plugins: &Path, args: &BenchArgs) -> anyhow::Result<ExitCode> {
         .unwrap_or(RuntimeConfig::default().memory_keep_resident);
     let pooled = call_latencies(&bytes, true, keep_resident, iterations)?;
     let on_demand = call_latencies(&bytes, false, 0, iterations)?;
-    println!();
-    println!(
+    out!();
+    out!(
         "instantiate+call (fresh instance each call; pooled memory kept resident: {} KiB)",
         keep_resident / 1024
     );
@@ -136,19 +136,19 @@ pub fn main(plugins: &Path, args: &BenchArgs) -> anyhow::Result<ExitCode> {
         percentile(&mut pooled, 99.0),
         percentile(&mut on_demand, 99.0),
     );
-    println!(
+    out!(
         "  pooling allocator    p50 {:>10}   p99 {:>10}   {:>8.0} calls/s",
         show(p50.0),
         show(p99.0),
         per_second(&pooled)
     );
-    println!(
+    out!(
         "  on-demand (baseline) p50 {:>10}   p99 {:>10}   {:>8.0} calls/s",
         show(p50.1),
         show(p99.1),
         per_second(&on_demand)
     );
-    println!(
+    out!(
         "  pooling vs on-demand: p50 {:.2}x, p99 {:.2}x faster",
         ratio(p50.1, p50.0),
         ratio(p99.1, p99.0)
@@ -255,10 +255,10 @@ fn throughput(plugins: &Path, runs: usize, steps: usize) -> anyhow::Result<ExitC
             weft::PluginDir::new(runtime, plugins),
             std::sync::Arc::new(weft::SystemClock),
         )?;
-        println!(
+        out!(
             "weft bench: {runs} concurrent runs x {steps} echo steps, fresh redb file, every commit synced"
         );
-        println!(
+        out!(
             "build: {}",
             if cfg!(debug_assertions) {
                 "debug"
@@ -285,13 +285,13 @@ fn throughput(plugins: &Path, runs: usize, steps: usize) -> anyhow::Result<ExitC
         }
         let mut concurrent = round(&engine, &workflow, runs)?;
 
-        println!();
+        out!();
         for (label, r) in [
             ("1 run at a time", &mut baseline),
             (&*format!("{runs} at once"), &mut concurrent),
         ] {
             let secs = r.elapsed.as_secs_f64().max(f64::MIN_POSITIVE);
-            println!(
+            out!(
                 "  {label:<16} {:>9.0} steps/s {:>8.1} runs/s   step-to-step p50 {:>9} p99 {:>9}",
                 r.steps as f64 / secs,
                 r.runs as f64 / secs,
@@ -300,11 +300,11 @@ fn throughput(plugins: &Path, runs: usize, steps: usize) -> anyhow::Result<ExitC
             );
         }
         let rate = |r: &Round| r.steps as f64 / r.elapsed.as_secs_f64().max(f64::MIN_POSITIVE);
-        println!(
+        out!(
             "  group commit gain: {:.1}x the steps/s of one run at a time",
             rate(&concurrent) / rate(&baseline)
         );
-        println!("durable steps/s: {:.0}", rate(&concurrent));
+        out!("durable steps/s: {:.0}", rate(&concurrent));
         Ok(ExitCode::SUCCESS)
     })();
     let _ = std::fs::remove_dir_all(&scratch);

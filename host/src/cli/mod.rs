@@ -1,5 +1,14 @@
 //! Subcommands. Errors meet the user here, through `anyhow`.
 
+/// `println!` that returns the write's error instead of panicking, so that
+/// `weft runs list | head` ends quietly when `head` closes the pipe.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        writeln!(std::io::stdout().lock(), $($arg)*)?
+    }};
+}
+
 mod bench;
 mod progress;
 mod runs;
@@ -85,7 +94,7 @@ pub fn main(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Run(args) => run(&data_dir, args),
         Command::Check { workflow } => match model::load(&workflow) {
             Ok(wf) => {
-                println!(
+                out!(
                     "{}: workflow `{}` version {} is valid ({} step{})",
                     workflow.display(),
                     wf.id,
@@ -147,7 +156,7 @@ fn report(run: &weft::store::RunRecord) -> anyhow::Result<ExitCode> {
     match run.state {
         RunState::Succeeded => {
             let outputs = run.outputs.as_ref().unwrap_or(&Value::Null);
-            println!("{}", serde_json::to_string_pretty(outputs)?);
+            out!("{}", serde_json::to_string_pretty(outputs)?);
             Ok(ExitCode::SUCCESS)
         }
         state => {
@@ -235,17 +244,30 @@ fn engine(data_dir: &std::path::Path, plugins: &PluginArgs) -> anyhow::Result<En
     .context("cannot start the engine")
 }
 
+/// The largest input `weft run` reads.
+const MAX_INPUT: u64 = 64 << 20;
+
 fn read_input(arg: &str) -> anyhow::Result<Value> {
-    let (text, from) = if arg == "-" {
+    let read_capped = |reader: &mut dyn Read, from: &str| -> anyhow::Result<String> {
         let mut text = String::new();
-        std::io::stdin()
+        reader
+            .take(MAX_INPUT + 1)
             .read_to_string(&mut text)
-            .context("cannot read the input from stdin")?;
-        (text, "stdin".to_owned())
+            .with_context(|| format!("cannot read the input from {from}"))?;
+        if text.len() as u64 > MAX_INPUT {
+            bail!("the input in {from} is larger than {} MiB", MAX_INPUT >> 20);
+        }
+        Ok(text)
+    };
+    let (text, from) = if arg == "-" {
+        (
+            read_capped(&mut std::io::stdin(), "stdin")?,
+            "stdin".to_owned(),
+        )
     } else if let Some(path) = arg.strip_prefix('@') {
-        let text = std::fs::read_to_string(path)
+        let mut file = std::fs::File::open(path)
             .with_context(|| format!("cannot read the input file {path}"))?;
-        (text, path.to_owned())
+        (read_capped(&mut file, path)?, path.to_owned())
     } else {
         (arg.to_owned(), "--input".to_owned())
     };
@@ -276,6 +298,16 @@ fn store_path(data_dir: &std::path::Path) -> PathBuf {
 fn open_store(data_dir: &std::path::Path) -> anyhow::Result<RedbStore> {
     let path = store_path(data_dir);
     RedbStore::open(&path).with_context(|| format!("cannot open the store {}", path.display()))
+}
+
+/// True when `error` is a closed stdout: the reader has gone, and there is
+/// nobody left to tell.
+pub fn is_broken_pipe(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    })
 }
 
 /// Sends logs to stderr; `WEFT_LOG` overrides the level chosen by `-v`.

@@ -77,16 +77,20 @@ fn list(data_dir: &Path, limit: usize, json: bool) -> anyhow::Result<ExitCode> {
         None => Vec::new(),
     };
     if json {
-        println!("{}", serde_json::to_string_pretty(&runs)?);
+        out!("{}", serde_json::to_string_pretty(&runs)?);
         return Ok(ExitCode::SUCCESS);
     }
     if runs.is_empty() {
-        println!("no runs yet in {}", data_dir.display());
+        out!("no runs yet in {}", data_dir.display());
         return Ok(ExitCode::SUCCESS);
     }
-    println!(
+    out!(
         "{:<36}  {:<20}  {:<9}  {:<24}  {:>9}",
-        "RUN", "WORKFLOW", "STATE", "STARTED", "TOOK"
+        "RUN",
+        "WORKFLOW",
+        "STATE",
+        "STARTED",
+        "TOOK"
     );
     for run in runs {
         let took = format_micros(
@@ -94,7 +98,7 @@ fn list(data_dir: &Path, limit: usize, json: bool) -> anyhow::Result<ExitCode> {
                 .millis_since(run.created_at)
                 .saturating_mul(1000),
         );
-        println!(
+        out!(
             "{:<36}  {:<20}  {:<9}  {:<24}  {:>9}",
             run.id,
             run.workflow,
@@ -121,19 +125,21 @@ fn show(data_dir: &Path, run_id: &str, json: bool) -> anyhow::Result<ExitCode> {
     let steps = store.steps(run_id)?;
     if json {
         let both = serde_json::json!({ "run": run, "steps": steps });
-        println!("{}", serde_json::to_string_pretty(&both)?);
+        out!("{}", serde_json::to_string_pretty(&both)?);
         return Ok(ExitCode::SUCCESS);
     }
-    println!("run       {}", run.id);
-    println!(
+    out!("run       {}", run.id);
+    out!(
         "workflow  {} (version {}, from {})",
-        run.workflow, run.workflow_version, run.origin
+        run.workflow,
+        run.workflow_version,
+        run.origin
     );
-    println!("state     {}", run.state);
-    println!("started   {}", run.created_at);
-    println!("updated   {}", run.updated_at);
-    println!("input     {}", run.input);
-    println!("steps     {} of {} done", run.next_step, run.step_count);
+    out!("state     {}", run.state);
+    out!("started   {}", run.created_at);
+    out!("updated   {}", run.updated_at);
+    out!("input     {}", run.input);
+    out!("steps     {} of {} done", run.next_step, run.step_count);
     for step in &steps {
         let pinned = run
             .plugins
@@ -145,36 +151,39 @@ fn show(data_dir: &Path, run_id: &str, json: bool) -> anyhow::Result<ExitCode> {
             (Some(_), _) => "FAIL",
             (None, _) => "ok  ",
         };
-        println!(
+        out!(
             "  {status} {} (attempt {}, {}) {pinned}",
             step.step_id,
             step.attempt,
             format_micros(step.duration_us)
         );
         if let Some(error) = &step.error {
-            println!("       error: {}: {}", error.code, error.message);
+            out!("       error: {}: {}", error.code, error.message);
             if let Some(delay) = step.retry_in_ms {
-                println!("       retried after {delay} ms");
+                out!("       retried after {delay} ms");
             }
             if let Some(details) = &error.details {
-                println!("       details: {details}");
+                out!("       details: {details}");
             }
         }
         for line in &step.logs {
-            println!(
+            out!(
                 "       {:?}/{:?}: {}",
-                line.source, line.level, line.message
+                line.source,
+                line.level,
+                line.message
             );
         }
     }
     if let Some(outputs) = &run.outputs {
-        println!("outputs   {}", serde_json::to_string_pretty(outputs)?);
+        out!("outputs   {}", serde_json::to_string_pretty(outputs)?);
     }
     if let Some(failure) = &run.error {
         let at = failure.step.as_deref().unwrap_or("(outputs)");
-        println!(
+        out!(
             "error     at {at}: {}: {}",
-            failure.error.code, failure.error.message
+            failure.error.code,
+            failure.error.message
         );
     }
     Ok(ExitCode::SUCCESS)

@@ -162,14 +162,28 @@ impl InputSchema {
     }
 }
 
+/// The largest workflow file [`load`] reads.
+pub const MAX_DEFINITION: u64 = 16 << 20;
+
 /// Reads and checks the workflow file at `path`. YAML unless the file name
 /// ends in `.json`.
 pub fn load(path: impl AsRef<Path>) -> Result<Workflow, DefinitionError> {
+    use std::io::Read as _;
     let path = path.as_ref();
-    let source = std::fs::read_to_string(path).map_err(|e| DefinitionError::Read {
+    let read_error = |message: String| DefinitionError::Read {
         path: path.to_owned(),
-        message: e.to_string(),
-    })?;
+        message,
+    };
+    let mut source = String::new();
+    std::fs::File::open(path)
+        .and_then(|file| file.take(MAX_DEFINITION + 1).read_to_string(&mut source))
+        .map_err(|e| read_error(e.to_string()))?;
+    if source.len() as u64 > MAX_DEFINITION {
+        return Err(read_error(format!(
+            "larger than {} MiB",
+            MAX_DEFINITION >> 20
+        )));
+    }
     let is_json = path
         .extension()
         .is_some_and(|ext| ext.eq_ignore_ascii_case("json"));

@@ -47,7 +47,7 @@ pub enum StoreError {
     },
     /// The batch this write was committed with failed; nothing in it was
     /// stored.
-    #[error("store: the commit failed: {0}")]
+    #[error("the commit failed: {0}")]
     Commit(String),
     /// The committing thread has stopped.
     #[error("store: the committing thread has stopped")]

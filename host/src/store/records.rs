@@ -62,7 +62,9 @@ pub struct RunRecord {
     /// The plugins the run is pinned to: step id to `name@version` and digest.
     pub plugins: BTreeMap<String, PinnedPlugin>,
     /// The digest of the workflow definition the run follows, stored with
-    /// it, so the run can be resumed whatever happens to the file.
+    /// it, so the run can be resumed whatever happens to the file. Empty for
+    /// runs recorded before definitions were kept.
+    #[serde(default)]
     pub definition: String,
     /// The run's outputs, once it succeeded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
