@@ -17,7 +17,7 @@ fn example(name: &str) -> String {
 #[test]
 fn the_example_order_workflow_runs_end_to_end() {
     let scratch = Scratch::new(&EXAMPLE_PLUGINS);
-    let input = format!("@{}", example("order.json"));
+    let input = format!("@{}", root().join("examples/inputs/order.json").display());
     let run = scratch.run(&["run", &example("order.yaml"), "--input", &input]);
     assert_eq!(run.code, Some(0), "{run:?}");
     assert_eq!(

@@ -6,7 +6,10 @@
 //!   per-call limits and a sandbox that grants nothing by default.
 //! - [`plugins`] finds the plugin a step `uses:`.
 //! - [`store`] keeps every durable fact, in redb.
-//! - [`engine`] walks a workflow's steps and commits each result.
+//! - [`engine`] drives runs: one state machine per run, one commit per step
+//!   attempt, commits grouped across runs.
+//! - [`workflows`] holds the workflows a long-running host serves.
+//! - [`api`] is the HTTP API of `weft serve`.
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -24,12 +27,14 @@
 //! # }
 //! ```
 
+pub mod api;
 pub mod clock;
 pub mod engine;
 pub mod model;
 pub mod plugins;
 pub mod runtime;
 pub mod store;
+pub mod workflows;
 
 pub use clock::{Clock, SystemClock, Timestamp};
 pub use engine::Engine;
@@ -37,3 +42,4 @@ pub use model::Workflow;
 pub use plugins::PluginDir;
 pub use runtime::{Plugin, Runtime, RuntimeConfig};
 pub use store::{RedbStore, Store};
+pub use workflows::WorkflowDir;

@@ -12,6 +12,7 @@ macro_rules! out {
 mod bench;
 mod progress;
 mod runs;
+mod serve;
 
 use std::io::Read;
 use std::path::PathBuf;
@@ -62,8 +63,13 @@ enum Command {
     /// Inspect recorded runs.
     #[command(subcommand)]
     Runs(runs::RunsCommand),
-    /// Measure compile, cache-load and call latency for a no-op step.
+    /// Measure step latency, or durable throughput with --runs.
     Bench(bench::BenchArgs),
+    /// Run the host: resume interrupted runs, then serve the HTTP API on
+    /// loopback until interrupted.
+    Serve(serve::ServeArgs),
+    /// Start a run on a running `weft serve`.
+    Start(serve::StartArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -110,6 +116,8 @@ pub fn main(cli: Cli) -> anyhow::Result<ExitCode> {
             }
         },
         Command::Runs(command) => runs::main(&data_dir, command),
+        Command::Serve(args) => serve::serve(&data_dir, args),
+        Command::Start(args) => serve::start(&data_dir, args),
         Command::Bench(args) => {
             let plugins = plugins_dir(&data_dir, &args.plugins.plugins);
             bench::main(&plugins, &args)

@@ -73,6 +73,7 @@ impl Observer for Quiet {}
 #[derive(Debug)]
 pub struct RunHandle {
     id: String,
+    recorded: Option<Receiver<Result<(), StoreError>>>,
     outcome: Receiver<Result<RunRecord, StoreError>>,
 }
 
@@ -80,6 +81,15 @@ impl RunHandle {
     /// The run's id.
     pub fn id(&self) -> &str {
         &self.id
+    }
+
+    /// Blocks until the run's record is durable (`Ok`), or could not be
+    /// stored. Returns at once after the first call.
+    pub fn recorded(&mut self) -> Result<(), StoreError> {
+        match self.recorded.take() {
+            Some(answer) => answer.recv().map_err(|_| StoreError::Closed)?,
+            None => Ok(()),
+        }
     }
 
     /// Blocks until the run ends, and returns its final record. `Err` means
@@ -231,8 +241,10 @@ impl Engine {
         let write = Write::create_run(&run, &definition, components);
 
         let (done, outcome) = sync_channel(1);
+        let (recorded, recorded_answer) = sync_channel(1);
         let handle = RunHandle {
             id: run.id.clone(),
+            recorded: Some(recorded_answer),
             outcome,
         };
         let scope = Scope::new(&workflow.id, &run.id, &run.input);
@@ -254,11 +266,13 @@ impl Engine {
                 let mut task = task;
                 match result {
                     Ok(()) => {
+                        let _ = recorded.send(Ok(()));
                         observer.run_created(&task.drive.run);
                         task.observer = observer;
                         core.enqueue(task);
                     }
                     Err(e) => {
+                        let _ = recorded.send(Err(StoreError::Commit(e.to_string())));
                         let _ = task.done.send(Err(e));
                     }
                 }
@@ -313,6 +327,7 @@ impl Engine {
         let (done, outcome) = sync_channel(1);
         let handle = RunHandle {
             id: run.id.clone(),
+            recorded: None,
             outcome,
         };
         self.core.enqueue(Task {
