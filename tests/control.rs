@@ -167,3 +167,33 @@ steps:
         run.stderr
     );
 }
+
+#[test]
+fn kv_writes_commit_with_the_step_and_only_when_it_succeeds() {
+    let scratch = Scratch::new(&["counter"]);
+    let text = "id: tally\nsteps:\n  - { id: a, uses: counter, with: { key: hits } }\n  - { id: b, uses: counter, with: { key: hits, by: 10 } }\n";
+    for expected in [11, 22, 33] {
+        let run = run_workflow(&scratch, text);
+        assert_eq!(run.code, Some(0), "{run:?}");
+        assert_eq!(run.json(), json!({ "key": "hits", "value": expected }));
+    }
+    let newest = scratch.run(&["runs", "list", "--json"]).json();
+    let records = records_of(&scratch, newest[0]["id"].as_str().unwrap());
+    assert_eq!(records[1]["kv_writes"], json!({ "hits": "33" }));
+
+    // A step that fails after writing leaves the counter as it was, and so
+    // does every failed attempt of a retried one.
+    let failing = "id: tally\nsteps:\n  - { id: a, uses: counter, with: { key: hits, fail: true }, retry: { max_attempts: 3, initial: 1ms, retry_on: [asked_to_fail] } }\n";
+    let run = run_workflow(&scratch, failing);
+    assert_eq!(run.code, Some(1), "{run:?}");
+    let peek = "id: tally\nsteps:\n  - { id: a, uses: counter, with: { key: hits, by: 0 } }\n";
+    let run = run_workflow(&scratch, peek);
+    assert_eq!(run.json(), json!({ "key": "hits", "value": 33 }));
+
+    // Another workflow has a key space of its own.
+    let other = "id: other\nsteps:\n  - { id: a, uses: counter, with: { key: hits, by: 0 } }\n";
+    assert_eq!(
+        run_workflow(&scratch, other).json(),
+        json!({ "key": "hits", "value": 0 })
+    );
+}

@@ -32,12 +32,16 @@ steps:
   - id: skipped
     uses: echo
     if: inputs.n < 0
+  - id: count
+    uses: counter
+    with: { key: total, by: "${{ inputs.n >= 0 ? 1 : 0 }}" }
   - id: last
     uses: echo
     with: "${{ [steps.first.output.n * 2, steps.shaky.output.attempt] }}"
 outputs:
   doubled: "${{ steps.last.output[0] }}"
   attempt: "${{ steps.last.output[1] }}"
+  count: "${{ steps.count.output.value }}"
 "#;
 
 struct Server {
@@ -121,7 +125,7 @@ impl Lcg {
 
 #[test]
 fn runs_survive_repeated_kill_9_of_the_server() {
-    let scratch = Scratch::new(&["echo", "flaky", "spin"]);
+    let scratch = Scratch::new(&["echo", "flaky", "spin", "counter"]);
     std::fs::create_dir_all(scratch.path().join("workflows")).unwrap();
     std::fs::write(scratch.path().join("workflows/mix.yaml"), WORKFLOW).unwrap();
     let seed = std::time::SystemTime::now()
@@ -192,11 +196,8 @@ fn runs_survive_repeated_kill_9_of_the_server() {
             std::thread::sleep(Duration::from_millis(20));
         };
         assert_eq!(shown["run"]["state"], "succeeded", "run {id}: {shown}");
-        assert_eq!(
-            shown["run"]["outputs"],
-            json!({ "doubled": n * 2, "attempt": 2 }),
-            "run {id}"
-        );
+        assert_eq!(shown["run"]["outputs"]["doubled"], n * 2, "run {id}");
+        assert_eq!(shown["run"]["outputs"]["attempt"], 2, "run {id}");
         // Exactly one successful (or skipped) record per step, in order;
         // the only other records are shaky's first, failed attempt(s).
         let steps = shown["steps"].as_array().unwrap();
@@ -207,7 +208,7 @@ fn runs_survive_repeated_kill_9_of_the_server() {
             .collect();
         assert_eq!(
             done,
-            ["first", "shaky", "busy", "skipped", "last"],
+            ["first", "shaky", "busy", "skipped", "count", "last"],
             "run {id}: {steps:?}"
         );
         let seqs: Vec<u64> = steps.iter().map(|s| s["seq"].as_u64().unwrap()).collect();
@@ -220,6 +221,31 @@ fn runs_survive_repeated_kill_9_of_the_server() {
             assert_eq!(failed["step_id"], "shaky", "run {id}: {failed}");
         }
     }
+
+    // Every acknowledged run added one to the shared counter, exactly once,
+    // across kills and concurrent runs.
+    let mut answer = agent
+        .post(format!("{}/v1/runs", server.url))
+        .send_json(json!({ "workflow": "mix", "input": { "n": -1 } }))
+        .unwrap();
+    let id = answer.body_mut().read_json::<Value>().unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let counted = loop {
+        let shown: Value = agent
+            .get(format!("{}/v1/runs/{id}", server.url))
+            .call()
+            .unwrap()
+            .body_mut()
+            .read_json()
+            .unwrap();
+        if shown["run"]["state"] != "running" {
+            break shown["run"]["outputs"]["count"].clone();
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(counted, json!(acked.len()), "the shared counter");
     server.child.kill().unwrap();
     server.child.wait().unwrap();
 }

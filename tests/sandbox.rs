@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use common::guest_bytes;
 use serde_json::json;
-use weft::runtime::{CallError, CodeSource, LoadError, LogSource, StepContext};
+use weft::runtime::{CallError, CallOptions, CodeSource, LoadError, LogSource, StepContext};
 use weft::{Runtime, RuntimeConfig};
 
 fn context(step: &str) -> StepContext {
@@ -30,7 +30,7 @@ fn the_sandbox_grants_no_files_network_environment_or_arguments() {
     assert!(std::env::vars().count() > 0);
     let runtime = Runtime::new(RuntimeConfig::default()).unwrap();
     let probe = runtime.load(&guest_bytes("probe")).unwrap();
-    let outcome = probe.call(&context("probe"), "{}", None, None);
+    let outcome = probe.call(&context("probe"), "{}", &CallOptions::default());
     assert_eq!(
         outcome.result.unwrap(),
         json!({
@@ -64,7 +64,7 @@ fn the_host_outlives_guests_that_trap_loop_hog_or_lie() {
         ["trap", "spin", "hog", "bad_json"].map(|name| runtime.load(&guest_bytes(name)).unwrap());
 
     for round in 0..2 {
-        let trap = bad[0].call(&context("trap"), "{}", None, None);
+        let trap = bad[0].call(&context("trap"), "{}", &CallOptions::default());
         match trap.result {
             Err(CallError::Trap { message }) => {
                 assert!(
@@ -79,8 +79,10 @@ fn the_host_outlives_guests_that_trap_loop_hog_or_lie() {
         let spin = bad[1].call(
             &context("spin"),
             "{}",
-            Some(Duration::from_millis(200)),
-            None,
+            &CallOptions {
+                timeout: Some(Duration::from_millis(200)),
+                ..CallOptions::default()
+            },
         );
         assert_eq!(
             spin.result,
@@ -93,7 +95,14 @@ fn the_host_outlives_guests_that_trap_loop_hog_or_lie() {
             "the deadline did not stop the loop"
         );
 
-        let hog = bad[2].call(&context("hog"), "{}", None, Some(16 << 20));
+        let hog = bad[2].call(
+            &context("hog"),
+            "{}",
+            &CallOptions {
+                memory_limit: Some(16 << 20),
+                ..CallOptions::default()
+            },
+        );
         match hog.result {
             Err(CallError::MemoryLimit { limit, requested }) => {
                 assert_eq!(limit, 16 << 20);
@@ -101,10 +110,17 @@ fn the_host_outlives_guests_that_trap_loop_hog_or_lie() {
             }
             other => panic!("round {round}: expected a memory limit, got {other:?}"),
         }
-        let fits = bad[2].call(&context("hog"), r#"{"mib": 4}"#, None, Some(16 << 20));
+        let fits = bad[2].call(
+            &context("hog"),
+            r#"{"mib": 4}"#,
+            &CallOptions {
+                memory_limit: Some(16 << 20),
+                ..CallOptions::default()
+            },
+        );
         assert_eq!(fits.result.unwrap()["allocated_mib"], 4);
 
-        let lie = bad[3].call(&context("bad"), "{}", None, None);
+        let lie = bad[3].call(&context("bad"), "{}", &CallOptions::default());
         assert!(
             matches!(lie.result, Err(CallError::InvalidOutput { .. })),
             "{:?}",
@@ -112,7 +128,11 @@ fn the_host_outlives_guests_that_trap_loop_hog_or_lie() {
         );
 
         // After all that, an honest step still runs.
-        let ok = echo.call(&context("echo"), r#"{"still": "here"}"#, None, None);
+        let ok = echo.call(
+            &context("echo"),
+            r#"{"still": "here"}"#,
+            &CallOptions::default(),
+        );
         assert_eq!(ok.result.unwrap(), json!({ "still": "here" }));
     }
 }
@@ -131,7 +151,10 @@ fn each_kind_of_trap_is_reported_as_what_it_is() {
     ];
     for (mode, expected) in cases {
         let input = json!({ "mode": mode }).to_string();
-        match trap.call(&context("trap"), &input, None, None).result {
+        match trap
+            .call(&context("trap"), &input, &CallOptions::default())
+            .result
+        {
             Err(CallError::Trap { message }) => {
                 assert!(
                     message.contains(expected),
@@ -150,8 +173,7 @@ fn typed_step_errors_keep_their_kind_code_and_details() {
     let outcome = validate.call(
         &context("v"),
         r#"{"id": "", "currency": "EUR", "items": []}"#,
-        None,
-        None,
+        &CallOptions::default(),
     );
     match outcome.result {
         Err(e @ CallError::Step { .. }) => {
@@ -168,7 +190,7 @@ fn typed_step_errors_keep_their_kind_code_and_details() {
         other => panic!("expected a step error, got {other:?}"),
     }
     // Input that does not fit the step's type is reported by the SDK.
-    let outcome = validate.call(&context("v"), r#"{"id": 5}"#, None, None);
+    let outcome = validate.call(&context("v"), r#"{"id": 5}"#, &CallOptions::default());
     match outcome.result {
         Err(CallError::Step { code, message, .. }) => {
             assert_eq!(code, "invalid_input");
@@ -218,7 +240,7 @@ fn compiled_code_is_cached_and_a_corrupt_entry_is_rebuilt_not_loaded() {
     let load = || {
         let runtime = Runtime::new(config.clone()).unwrap();
         let plugin = runtime.load(&bytes).unwrap();
-        let ok = plugin.call(&context("echo"), "[1]", None, None);
+        let ok = plugin.call(&context("echo"), "[1]", &CallOptions::default());
         assert_eq!(ok.result.unwrap(), json!([1]));
         plugin.code_source()
     };
@@ -262,7 +284,11 @@ fn concurrent_calls_get_separate_instances() {
             s.spawn(move || {
                 for i in 0..50 {
                     let input = json!({ "thread": t, "i": i });
-                    let out = echo.call(&context("echo"), &input.to_string(), None, None);
+                    let out = echo.call(
+                        &context("echo"),
+                        &input.to_string(),
+                        &CallOptions::default(),
+                    );
                     assert_eq!(out.result.unwrap(), input);
                 }
             });

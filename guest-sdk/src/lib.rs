@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 
 mod error;
+pub mod kv;
 pub mod log;
 
 pub use error::StepError;

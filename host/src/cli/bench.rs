@@ -180,7 +180,7 @@ fn call_latencies(
     let mut times = Vec::with_capacity(iterations);
     for i in 0..warmup + iterations {
         let started = Instant::now();
-        let outcome = plugin.call(&context, "{}", None, None);
+        let outcome = plugin.call(&context, "{}", &weft::runtime::CallOptions::default());
         let took = started.elapsed();
         outcome.result.context("the echo step failed")?;
         if i >= warmup {

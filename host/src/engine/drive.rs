@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 
 use crate::clock::Clock;
 use crate::model::{Scope, Workflow};
-use crate::runtime::{CallError, Plugin, StepContext};
+use crate::runtime::{CallError, CallOptions, KvAccess, KvEffects, Plugin, StepContext};
 use crate::store::{ErrorRecord, RunError, RunRecord, RunState, StepRecord};
 
 use super::DEFAULT_TENANT;
@@ -22,6 +22,16 @@ pub(super) struct Drive {
     pub(super) scope: Scope,
     /// The attempt the step at `run.next_step` is on.
     pub(super) attempt: u32,
+    /// The workflow's key-value space.
+    pub(super) kv: KvAccess,
+}
+
+/// The state of a [`Drive`] before an attempt, to go back to when the
+/// attempt's commit is refused.
+pub(super) struct Undo {
+    run: RunRecord,
+    attempt: u32,
+    step_id: String,
 }
 
 /// What happens after an attempt is committed.
@@ -40,12 +50,23 @@ impl Drive {
     /// record to its next state. Nothing is stored: the caller commits the
     /// returned record with the run. Never fails: every problem is in the
     /// record.
-    pub(super) fn attempt(&mut self, clock: &dyn Clock) -> (StepRecord, Next) {
+    ///
+    /// Also returns the attempt's key-value effects, to commit with the
+    /// record, and what [`Drive::undo`] needs to take the attempt back.
+    pub(super) fn attempt(
+        &mut self,
+        clock: &dyn Clock,
+    ) -> (StepRecord, Next, Option<KvEffects>, Undo) {
         let index = self.run.next_step as usize;
         let workflow = Arc::clone(&self.workflow);
         let step = &workflow.steps[index];
         let total = workflow.steps.len();
-        let mut record = self.call(index, clock);
+        let undo = Undo {
+            run: self.run.clone(),
+            attempt: self.attempt,
+            step_id: step.id.clone(),
+        };
+        let (mut record, kv) = self.call(index, clock);
         self.run.step_records += 1;
         self.run.updated_at = clock.now();
 
@@ -86,11 +107,24 @@ impl Drive {
         if self.run.state.is_terminal() {
             next = Next::Done;
         }
-        (record, next)
+        // Only a successful attempt's writes take effect.
+        let kv = kv.filter(|_| record.output.is_some());
+        if let Some(kv) = &kv {
+            record.kv_writes = kv.writes.clone();
+        }
+        (record, next, kv, undo)
+    }
+
+    /// Takes back the attempt `undo` was taken before, whose commit was
+    /// refused, so that it can run again.
+    pub(super) fn undo(&mut self, undo: Undo) {
+        self.run = undo.run;
+        self.attempt = undo.attempt;
+        self.scope.remove_step(&undo.step_id);
     }
 
     /// The condition, the input and the call of one attempt.
-    fn call(&self, index: usize, clock: &dyn Clock) -> StepRecord {
+    fn call(&self, index: usize, clock: &dyn Clock) -> (StepRecord, Option<KvEffects>) {
         let run = &self.run;
         let step = &self.workflow.steps[index];
         let timer = Instant::now();
@@ -107,6 +141,7 @@ impl Drive {
             error: None,
             skipped: false,
             retry_in_ms: None,
+            kv_writes: Default::default(),
             logs: Vec::new(),
         };
         if let Some(condition) = &step.condition {
@@ -114,20 +149,21 @@ impl Drive {
                 Ok(Value::Bool(true)) => {}
                 Ok(Value::Bool(false)) => {
                     record.skipped = true;
-                    return record;
+                    return (record, None);
                 }
                 Ok(other) => {
                     record.error = Some(expression_error(format!(
                         "if: expected true or false, got {other}"
                     )));
-                    return record;
+                    return (record, None);
                 }
                 Err(e) => {
                     record.error = Some(expression_error(e.to_string()));
-                    return record;
+                    return (record, None);
                 }
             }
         }
+        let mut kv = None;
         match step.with.eval(&self.scope) {
             Err(e) => record.error = Some(expression_error(e.to_string())),
             Ok(input) => {
@@ -139,14 +175,15 @@ impl Drive {
                     attempt: self.attempt,
                     idempotency_key: format!("{}:{}", run.id, step.id),
                 };
-                let outcome = self.plugins[index].call(
-                    &context,
-                    &input.to_string(),
-                    step.timeout,
-                    step.memory_limit,
-                );
+                let options = CallOptions {
+                    timeout: step.timeout,
+                    memory_limit: step.memory_limit,
+                    kv: Some(self.kv.clone()),
+                };
+                let outcome = self.plugins[index].call(&context, &input.to_string(), &options);
                 record.input = input;
                 record.logs = outcome.logs;
+                kv = Some(outcome.kv);
                 match outcome.result {
                     Ok(output) => record.output = Some(output),
                     Err(error) => record.error = Some(error_record(&error)),
@@ -154,7 +191,7 @@ impl Drive {
             }
         }
         record.duration_us = u64::try_from(timer.elapsed().as_micros()).unwrap_or(u64::MAX);
-        record
+        (record, kv)
     }
 }
 

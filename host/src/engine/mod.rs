@@ -35,7 +35,7 @@ use serde_json::Value;
 use crate::clock::{Clock, Timestamp};
 use crate::model::{self, Format, Scope, Step, Workflow};
 use crate::plugins::PluginDir;
-use crate::runtime::{Digest, Plugin};
+use crate::runtime::{Digest, KvAccess, KvSource, Plugin, Versioned};
 use crate::store::{
     DefinitionRecord, GroupCommit, PinnedPlugin, RunRecord, RunState, StepRecord, Store,
     StoreError, Write,
@@ -248,6 +248,7 @@ impl Engine {
             outcome,
         };
         let scope = Scope::new(&workflow.id, &run.id, &run.input);
+        let workflow_id = workflow.id.clone();
         let task = Task {
             drive: Drive {
                 run,
@@ -255,6 +256,7 @@ impl Engine {
                 plugins,
                 scope,
                 attempt: 1,
+                kv: self.kv_access(&workflow_id),
             },
             observer: Box::new(Quiet),
             done,
@@ -330,6 +332,7 @@ impl Engine {
             recorded: None,
             outcome,
         };
+        let kv = self.kv_access(&workflow.id);
         self.core.enqueue(Task {
             drive: Drive {
                 run,
@@ -337,11 +340,20 @@ impl Engine {
                 plugins,
                 scope,
                 attempt,
+                kv,
             },
             observer,
             done,
         });
         Ok(handle)
+    }
+
+    /// The key-value space of workflow `id`: `workflow/<id>`.
+    fn kv_access(&self, id: &str) -> KvAccess {
+        KvAccess {
+            space: format!("workflow/{id}"),
+            source: Arc::new(StoreKv(Arc::clone(&self.store))),
+        }
     }
 
     fn resolve_plugins(&self, workflow: &Workflow) -> Result<Vec<Plugin>, StartError> {
@@ -400,6 +412,22 @@ impl Engine {
             plugins.push(plugin);
         }
         Ok(plugins)
+    }
+}
+
+/// The store, as the runtime reads key-value data.
+#[derive(Debug)]
+struct StoreKv(Arc<dyn Store>);
+
+impl KvSource for StoreKv {
+    fn get(&self, space: &str, key: &str) -> Result<Versioned, String> {
+        self.0.kv_get(space, key).map_err(|e| e.to_string())
+    }
+
+    fn list(&self, space: &str, prefix: &str, limit: usize) -> Result<Vec<String>, String> {
+        self.0
+            .kv_list(space, prefix, limit)
+            .map_err(|e| e.to_string())
     }
 }
 

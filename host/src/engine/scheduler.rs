@@ -166,12 +166,19 @@ impl Core {
         };
         task.observer
             .step_started(step, index, workflow.steps.len(), task.drive.attempt);
-        let (record, next) = task.drive.attempt(self.clock.as_ref());
-        let write = Write::commit_step(&record, &task.drive.run);
+        let (record, next, kv, undo) = task.drive.attempt(self.clock.as_ref());
+        let write = Write::commit_step(&record, &task.drive.run, kv);
         let core = Arc::clone(self);
         self.commits.submit(
             write,
             Box::new(move |outcome| match outcome {
+                Err(StoreError::KvConflict { space, key }) => {
+                    // Another run changed what this attempt read: run it
+                    // again on fresh data, as the same attempt.
+                    tracing::debug!(run = %task.drive.run.id, %space, %key, "key-value conflict; running the step again");
+                    task.drive.undo(undo);
+                    core.enqueue(task);
+                }
                 Err(e) => task.finish(Err(e)),
                 Ok(()) => {
                     task.observer.step_finished(&workflow.steps[index], &record);

@@ -101,6 +101,11 @@ impl Scope {
         self.add_step(id, &serde_json::json!({ "output": output }));
     }
 
+    /// Forgets step `id`, as if it had not run.
+    pub fn remove_step(&mut self, id: &str) {
+        self.steps.remove(id);
+    }
+
     /// Makes `entry`, an object such as `{"output": null, "skipped": true}`,
     /// visible as `steps.<id>`.
     pub fn add_step(&mut self, id: &str, entry: &Value) {

@@ -111,6 +111,13 @@ pub enum CallError {
         /// The parser's complaint.
         message: String,
     },
+    /// The key-value space could not be read; the call's view of it is
+    /// incomplete, so its result is not used.
+    #[error("the step's key-value space could not be read: {message}")]
+    Kv {
+        /// Why.
+        message: String,
+    },
     /// The host could not instantiate the component for this call.
     #[error("could not start the step: {message}")]
     Instantiate {
@@ -122,7 +129,7 @@ pub enum CallError {
 impl CallError {
     /// A short stable code: the step's own code for [`CallError::Step`], else
     /// one of `timeout`, `memory_limit`, `trap`, `invalid_output`,
-    /// `instantiate`.
+    /// `instantiate`, `kv`.
     pub fn code(&self) -> &str {
         match self {
             Self::Step { code, .. } => code,
@@ -131,16 +138,20 @@ impl CallError {
             Self::Trap { .. } => "trap",
             Self::InvalidOutput { .. } => "invalid_output",
             Self::Instantiate { .. } => "instantiate",
+            Self::Kv { .. } => "kv",
         }
     }
 
     /// Whether trying again could help: a retryable step error, a timeout, a
-    /// trap, or a failed instantiation. Fatal step errors, memory-limit hits
+    /// trap, a failed instantiation or key-value read. Fatal step errors, memory-limit hits
     /// and invalid output are deterministic enough not to retry.
     pub fn is_retryable(&self) -> bool {
         match self {
             Self::Step { retryable, .. } => *retryable,
-            Self::Timeout { .. } | Self::Trap { .. } | Self::Instantiate { .. } => true,
+            Self::Timeout { .. }
+            | Self::Trap { .. }
+            | Self::Instantiate { .. }
+            | Self::Kv { .. } => true,
             Self::MemoryLimit { .. } | Self::InvalidOutput { .. } => false,
         }
     }

@@ -19,6 +19,7 @@ mod bindings;
 mod cache;
 mod digest;
 mod error;
+mod kv;
 mod limits;
 mod log;
 mod plugin;
@@ -35,8 +36,9 @@ use wasmtime::{InstanceAllocationStrategy, PoolingAllocationConfig};
 pub use cache::CodeSource;
 pub use digest::Digest;
 pub use error::{CallError, LoadError, RuntimeError};
+pub use kv::{KvAccess, KvEffects, KvSource, MAX_KEY, MAX_VALUE, MAX_WRITES, Versioned};
 pub use log::{LogLevel, LogLine, LogSource};
-pub use plugin::{CallOutcome, Plugin, PluginMeta, StepContext};
+pub use plugin::{CallOptions, CallOutcome, Plugin, PluginMeta, StepContext};
 
 use cache::CodeCache;
 use sandbox::StepState;
@@ -146,6 +148,7 @@ impl Runtime {
         let mut linker = Linker::new(&engine);
         sandbox::add_to_linker(&mut linker).map_err(|e| RuntimeError::Engine(format!("{e:#}")))?;
         log::add_to_linker(&mut linker).map_err(|e| RuntimeError::Engine(format!("{e:#}")))?;
+        kv::add_to_linker(&mut linker).map_err(|e| RuntimeError::Engine(format!("{e:#}")))?;
 
         let cache = config
             .cache_dir

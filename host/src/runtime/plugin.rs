@@ -11,6 +11,7 @@ use super::bindings::{self, PluginPre};
 use super::cache::CodeSource;
 use super::digest::Digest;
 use super::error::{CallError, LoadError};
+use super::kv::{KvAccess, KvEffects};
 use super::log::{LogLine, LogSink};
 use super::sandbox::StepState;
 use super::{CONTRACT_VERSION, Runtime, deadline_ticks};
@@ -74,6 +75,19 @@ pub struct StepContext {
     pub idempotency_key: String,
 }
 
+/// How one call is bounded, and what it may reach.
+#[derive(Debug, Clone, Default)]
+pub struct CallOptions {
+    /// The call's deadline; the runtime's default when `None`.
+    pub timeout: Option<Duration>,
+    /// The cap on the call's memory, in bytes; the runtime's default when
+    /// `None`.
+    pub memory_limit: Option<u64>,
+    /// The key-value space the call sees; with `None`, reads find nothing
+    /// and writes fail.
+    pub kv: Option<KvAccess>,
+}
+
 /// The result of one call, with the log lines it produced either way.
 #[derive(Debug, Clone)]
 pub struct CallOutcome {
@@ -81,6 +95,9 @@ pub struct CallOutcome {
     pub result: Result<Value, CallError>,
     /// What the step logged, in order.
     pub logs: Vec<LogLine>,
+    /// What the call read and wrote in its key-value space. Only a
+    /// successful call's effects may be committed.
+    pub kv: KvEffects,
 }
 
 impl Plugin {
@@ -109,25 +126,19 @@ impl Plugin {
         self.0.load_time
     }
 
-    /// Calls the step once on `input` (JSON text) in a fresh instance.
-    /// `timeout` and `memory_limit` default to the runtime's.
+    /// Calls the step once on `input` (JSON text) in a fresh instance,
+    /// bounded by `options`.
     ///
     /// Blocking: runs guest code on this thread until it returns, traps or
     /// reaches its deadline. Never panics on guest behaviour; every failure
     /// is a [`CallError`]. Has no effect outside the call: nothing is stored.
-    pub fn call(
-        &self,
-        context: &StepContext,
-        input: &str,
-        timeout: Option<Duration>,
-        memory_limit: Option<u64>,
-    ) -> CallOutcome {
+    pub fn call(&self, context: &StepContext, input: &str, options: &CallOptions) -> CallOutcome {
         let config = self.0.runtime.config();
-        let timeout = timeout.unwrap_or(config.default_timeout);
-        let memory_limit = memory_limit.unwrap_or(config.default_memory_limit);
+        let timeout = options.timeout.unwrap_or(config.default_timeout);
+        let memory_limit = options.memory_limit.unwrap_or(config.default_memory_limit);
         let log = LogSink::new(config.log_limit, &self.0.meta.name, &context.step_id);
         let _slot = self.0.runtime.shared.slots.acquire();
-        let mut store = self.new_store(timeout, memory_limit, log.clone());
+        let mut store = self.new_store(timeout, memory_limit, log.clone(), options.kv.clone());
         let wit_context = bindings::StepContext {
             tenant: context.tenant.clone(),
             workflow: context.workflow.clone(),
@@ -162,10 +173,15 @@ impl Plugin {
                 }
             }
         };
-        drop(store);
+        let state = store.into_data();
+        let result = match (result, state.kv.failed.clone()) {
+            (Ok(_), Some(message)) => Err(CallError::Kv { message }),
+            (result, _) => result,
+        };
         CallOutcome {
             result,
             logs: log.finish(),
+            kv: state.kv.into_effects(),
         }
     }
 
@@ -174,10 +190,11 @@ impl Plugin {
         timeout: Duration,
         memory_limit: u64,
         log: LogSink,
+        kv: Option<KvAccess>,
     ) -> wasmtime::Store<StepState> {
         let mut store = wasmtime::Store::new(
             &self.0.runtime.shared.engine,
-            StepState::new(memory_limit, log),
+            StepState::new(memory_limit, log, kv),
         );
         store.limiter(|state| &mut state.limiter);
         // One tick more than the timeout: the first tick may come at once.
@@ -300,7 +317,7 @@ fn describe(plugin: &Loaded) -> Result<PluginMeta, LoadError> {
     let _slot = plugin.runtime.shared.slots.acquire();
     let mut store = wasmtime::Store::new(
         &plugin.runtime.shared.engine,
-        StepState::new(config.default_memory_limit, log.clone()),
+        StepState::new(config.default_memory_limit, log.clone(), None),
     );
     store.limiter(|state| &mut state.limiter);
     store.set_epoch_deadline(deadline_ticks(DESCRIBE_TIMEOUT).saturating_add(1));

@@ -2,11 +2,13 @@
 //! every component built by a standard toolchain imports it, but the context
 //! grants nothing: no files, no network, no environment variables, no
 //! arguments, no stdin. Clocks and random numbers work. stdout and stderr go
-//! to the call's log.
+//! to the call's log. The weft capabilities (`log`, `kv`) are the only other
+//! imports.
 
 use wasmtime::component::{Linker, ResourceTable};
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
+use super::kv::{KvAccess, KvState};
 use super::limits::CallLimiter;
 use super::log::{GuestOutput, LogSink, LogSource};
 
@@ -16,6 +18,7 @@ pub(super) struct StepState {
     table: ResourceTable,
     pub(super) limiter: CallLimiter,
     pub(super) log: LogSink,
+    pub(super) kv: KvState,
 }
 
 impl std::fmt::Debug for StepState {
@@ -27,7 +30,7 @@ impl std::fmt::Debug for StepState {
 }
 
 impl StepState {
-    pub(super) fn new(memory_limit: u64, log: LogSink) -> Self {
+    pub(super) fn new(memory_limit: u64, log: LogSink, kv: Option<KvAccess>) -> Self {
         // The builder's defaults deny every socket address and name lookup,
         // open no directory, and pass no environment or arguments.
         let wasi = WasiCtxBuilder::new()
@@ -42,6 +45,7 @@ impl StepState {
             table: ResourceTable::new(),
             limiter: CallLimiter::new(memory_limit),
             log,
+            kv: KvState::new(kv),
         }
     }
 }

@@ -52,6 +52,16 @@ pub enum StoreError {
     /// The committing thread has stopped.
     #[error("store: the committing thread has stopped")]
     Closed,
+    /// A key a step read was changed by another run before the step's
+    /// result committed; nothing of the write was stored, and the step must
+    /// run again.
+    #[error("store: key `{key}` of {space} changed since the step read it")]
+    KvConflict {
+        /// The key space.
+        space: String,
+        /// The key.
+        key: String,
+    },
     /// The store was opened read-only and a write was attempted.
     #[error("the store was opened read-only")]
     ReadOnly,
@@ -97,4 +107,11 @@ pub trait Store: Send + Sync + std::fmt::Debug {
 
     /// The bytes of the component with `digest`.
     fn component(&self, digest: &str) -> Result<Option<Vec<u8>>, StoreError>;
+
+    /// The committed state of `key` in key space `space`.
+    fn kv_get(&self, space: &str, key: &str) -> Result<crate::runtime::Versioned, StoreError>;
+
+    /// Up to `limit` keys of `space` that start with `prefix` and have a
+    /// value, in byte order.
+    fn kv_list(&self, space: &str, prefix: &str, limit: usize) -> Result<Vec<String>, StoreError>;
 }

@@ -147,6 +147,9 @@ pub struct StepRecord {
     /// next attempt, in milliseconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_in_ms: Option<u64>,
+    /// The key-value writes committed with this record (`null` deletes).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub kv_writes: BTreeMap<String, Option<String>>,
     /// What the step logged.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub logs: Vec<LogLine>,

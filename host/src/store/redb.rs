@@ -6,7 +6,9 @@
 //! - `running`: the ids of runs in state `running`, kept with `runs`;
 //! - `steps`: (run id, record number) → [`StepRecord`] as JSON;
 //! - `definitions`: digest → [`DefinitionRecord`] as JSON;
-//! - `components`: digest → the component's bytes.
+//! - `components`: digest → the component's bytes;
+//! - `kv`: (key space, key) → version (8 bytes, little-endian), then `1` and
+//!   the value, or `0` for a deleted key (kept, so its version keeps growing).
 //!
 //! The file is opened in redb's multi-writer mode, so several `weft`
 //! processes (two `weft run`s, or a `weft runs list` beside a run) can use one
@@ -21,6 +23,7 @@ use redb::{
 use serde::de::DeserializeOwned;
 
 use super::{DefinitionRecord, RunRecord, StepRecord, Store, StoreError, Write};
+use crate::runtime::Versioned;
 
 const META: TableDefinition<&str, &str> = TableDefinition::new("meta");
 const RUNS: TableDefinition<&str, &[u8]> = TableDefinition::new("runs");
@@ -28,6 +31,7 @@ const RUNNING: TableDefinition<&str, ()> = TableDefinition::new("running");
 const STEPS: TableDefinition<(&str, u32), &[u8]> = TableDefinition::new("steps");
 const DEFINITIONS: TableDefinition<&str, &[u8]> = TableDefinition::new("definitions");
 const COMPONENTS: TableDefinition<&str, &[u8]> = TableDefinition::new("components");
+const KV: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("kv");
 
 /// The format this build reads and writes.
 const FORMAT: &str = "1";
@@ -89,6 +93,7 @@ impl RedbStore {
             backend!(txn.open_table(STEPS))?;
             backend!(txn.open_table(DEFINITIONS))?;
             backend!(txn.open_table(COMPONENTS))?;
+            backend!(txn.open_table(KV))?;
         }
         backend!(txn.commit())?;
         Ok(Self {
@@ -144,6 +149,31 @@ impl RedbStore {
     }
 }
 
+fn encode_kv(version: u64, value: Option<&str>) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(9 + value.map_or(0, str::len));
+    bytes.extend_from_slice(&version.to_le_bytes());
+    match value {
+        Some(value) => {
+            bytes.push(1);
+            bytes.extend_from_slice(value.as_bytes());
+        }
+        None => bytes.push(0),
+    }
+    bytes
+}
+
+fn decode_kv(bytes: &[u8]) -> Versioned {
+    let version = bytes
+        .get(..8)
+        .and_then(|b| b.try_into().ok())
+        .map_or(0, u64::from_le_bytes);
+    let value = match bytes.get(8) {
+        Some(1) => Some(String::from_utf8_lossy(&bytes[9..]).into_owned()),
+        _ => None,
+    };
+    Versioned { version, value }
+}
+
 fn open_error(error: redb::DatabaseError, path: &str) -> StoreError {
     match error {
         redb::DatabaseError::RepairAborted => StoreError::NeedsRepair {
@@ -175,6 +205,7 @@ impl Store for RedbStore {
             let mut steps = backend!(txn.open_table(STEPS))?;
             let mut definitions = backend!(txn.open_table(DEFINITIONS))?;
             let mut components = backend!(txn.open_table(COMPONENTS))?;
+            let mut kv = backend!(txn.open_table(KV))?;
             for write in writes {
                 match write {
                     Write::CreateRun {
@@ -207,7 +238,33 @@ impl Store for RedbStore {
                         step,
                         run,
                         running: still_running,
+                        kv: effects,
                     } => {
+                        if let Some(effects) = effects {
+                            let space = effects.space.as_str();
+                            let mut changed = None;
+                            for (key, read) in &effects.reads {
+                                let now = backend!(kv.get((space, key.as_str())))?
+                                    .map_or(0, |v| decode_kv(v.value()).version);
+                                if now != *read {
+                                    changed = Some(key);
+                                    break;
+                                }
+                            }
+                            if let Some(key) = changed {
+                                results.push(Err(StoreError::KvConflict {
+                                    space: space.to_owned(),
+                                    key: key.clone(),
+                                }));
+                                continue;
+                            }
+                            for (key, value) in &effects.writes {
+                                let version = backend!(kv.get((space, key.as_str())))?
+                                    .map_or(0, |v| decode_kv(v.value()).version);
+                                let encoded = encode_kv(version + 1, value.as_deref());
+                                backend!(kv.insert((space, key.as_str()), encoded.as_slice()))?;
+                            }
+                        }
                         backend!(steps.insert((id.as_str(), *seq), step.as_slice()))?;
                         backend!(runs.insert(id.as_str(), run.as_slice()))?;
                         if *still_running {
@@ -269,6 +326,31 @@ impl Store for RedbStore {
         let txn = self.begin_read()?;
         let components = backend!(txn.open_table(COMPONENTS))?;
         Ok(backend!(components.get(digest))?.map(|bytes| bytes.value().to_vec()))
+    }
+
+    fn kv_get(&self, space: &str, key: &str) -> Result<Versioned, StoreError> {
+        let txn = self.begin_read()?;
+        let kv = backend!(txn.open_table(KV))?;
+        Ok(backend!(kv.get((space, key)))?
+            .map(|v| decode_kv(v.value()))
+            .unwrap_or_default())
+    }
+
+    fn kv_list(&self, space: &str, prefix: &str, limit: usize) -> Result<Vec<String>, StoreError> {
+        let txn = self.begin_read()?;
+        let kv = backend!(txn.open_table(KV))?;
+        let mut keys = Vec::new();
+        for entry in backend!(kv.range((space, prefix)..))? {
+            let (key, value) = backend!(entry)?;
+            let (entry_space, entry_key) = key.value();
+            if entry_space != space || !entry_key.starts_with(prefix) || keys.len() >= limit {
+                break;
+            }
+            if decode_kv(value.value()).value.is_some() {
+                keys.push(entry_key.to_owned());
+            }
+        }
+        Ok(keys)
     }
 
     fn steps(&self, id: &str) -> Result<Vec<StepRecord>, StoreError> {

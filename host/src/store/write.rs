@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use super::{DefinitionRecord, RunRecord, RunState, StepRecord};
+use crate::runtime::KvEffects;
 
 /// One durable change. A batch of writes commits as one transaction.
 #[derive(Debug, Clone)]
@@ -31,6 +32,10 @@ pub enum Write {
         run: Vec<u8>,
         /// Whether the run is still `running` after this write.
         running: bool,
+        /// The step's key-value effects: refused as a whole, with
+        /// [`StoreError::KvConflict`](super::StoreError::KvConflict), if a
+        /// key it read has changed since.
+        kv: Option<KvEffects>,
     },
 }
 
@@ -49,14 +54,16 @@ impl Write {
         }
     }
 
-    /// A step attempt's result and the run's next state.
-    pub fn commit_step(step: &StepRecord, run: &RunRecord) -> Self {
+    /// A step attempt's result, its key-value effects, and the run's next
+    /// state.
+    pub fn commit_step(step: &StepRecord, run: &RunRecord, kv: Option<KvEffects>) -> Self {
         Self::CommitStep {
             id: run.id.clone(),
             seq: step.seq,
             step: encode(step),
             run: encode(run),
             running: run.state == RunState::Running,
+            kv: kv.filter(|kv| !kv.writes.is_empty() || !kv.reads.is_empty()),
         }
     }
 }
