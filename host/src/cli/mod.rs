@@ -239,15 +239,24 @@ fn resume(
 }
 
 fn engine(data_dir: &std::path::Path, plugins: &PluginArgs) -> anyhow::Result<Engine> {
+    engine_with(data_dir, plugins, weft::engine::EngineConfig::default())
+}
+
+fn engine_with(
+    data_dir: &std::path::Path,
+    plugins: &PluginArgs,
+    config: weft::engine::EngineConfig,
+) -> anyhow::Result<Engine> {
     let runtime = Runtime::new(RuntimeConfig {
         cache_dir: Some(data_dir.join("cache")),
         ..RuntimeConfig::default()
     })?;
     let store = open_store(data_dir)?;
-    Engine::new(
+    Engine::with_config(
         Arc::new(store),
         PluginDir::new(runtime, plugins_dir(data_dir, &plugins.plugins)),
         Arc::new(SystemClock),
+        config,
     )
     .context("cannot start the engine")
 }

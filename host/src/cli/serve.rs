@@ -13,7 +13,7 @@ use weft::api::Api;
 use weft::engine::Quiet;
 use weft::store::RunRecord;
 
-use super::{EXIT_INVALID, PluginArgs, engine, read_input, report};
+use super::{EXIT_INVALID, PluginArgs, engine_with, read_input, report};
 
 /// The address `weft serve` listens on unless told otherwise.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7420";
@@ -28,6 +28,11 @@ pub struct ServeArgs {
     /// DATA_DIR/serve.addr either way.
     #[arg(long, value_name = "ADDR", default_value = DEFAULT_LISTEN)]
     listen: SocketAddr,
+
+    /// Runs in progress at once; more are recorded, parked, and started in
+    /// arrival order as places free.
+    #[arg(long, value_name = "N", default_value_t = 10_000)]
+    max_resident: usize,
 
     #[command(flatten)]
     plugins: PluginArgs,
@@ -64,7 +69,11 @@ pub fn serve(data_dir: &Path, args: ServeArgs) -> anyhow::Result<ExitCode> {
     for error in &errors {
         eprintln!("warning: not serving {error}");
     }
-    let engine = Arc::new(engine(data_dir, &args.plugins)?);
+    let config = weft::engine::EngineConfig {
+        max_resident: args.max_resident,
+        ..weft::engine::EngineConfig::default()
+    };
+    let engine = Arc::new(engine_with(data_dir, &args.plugins, config)?);
 
     // Recovery: every run a previous process left running carries on.
     let interrupted = engine.store().running()?;

@@ -132,33 +132,48 @@ impl Drop for Engine {
     }
 }
 
-/// Workers by default: four per core, so that a few long steps do not hold
-/// up every other run.
-fn default_workers() -> usize {
-    std::thread::available_parallelism().map_or(4, |n| n.get() * 4)
+/// How an engine runs. Every field has a default.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EngineConfig {
+    /// Threads that run step attempts. Default: four per core, so that a few
+    /// long steps do not hold up every other run.
+    pub workers: usize,
+    /// Runs in progress at once; more are parked, durably recorded, and
+    /// started in arrival order as places free. Default: 10,000.
+    pub max_resident: usize,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        Self {
+            workers: std::thread::available_parallelism().map_or(4, |n| n.get() * 4),
+            max_resident: 10_000,
+        }
+    }
 }
 
 impl Engine {
     /// An engine over `store`, running plugins from `plugins`, reading time
-    /// from `clock`, with four workers per core. Starts its threads; fails
-    /// only if they cannot be started.
+    /// from `clock`, configured by default. Starts its threads; fails only if
+    /// they cannot be started.
     pub fn new(
         store: Arc<dyn Store>,
         plugins: PluginDir,
         clock: Arc<dyn Clock>,
     ) -> std::io::Result<Self> {
-        Self::with_workers(store, plugins, clock, default_workers())
+        Self::with_config(store, plugins, clock, EngineConfig::default())
     }
 
-    /// As [`Engine::new`], with `workers` worker threads.
-    pub fn with_workers(
+    /// As [`Engine::new`], configured by `config`.
+    pub fn with_config(
         store: Arc<dyn Store>,
         plugins: PluginDir,
         clock: Arc<dyn Clock>,
-        workers: usize,
+        config: EngineConfig,
     ) -> std::io::Result<Self> {
-        let core = Arc::new(Core::new(GroupCommit::start(store.clone())?, clock));
-        let threads = core.start(workers)?;
+        let commits = GroupCommit::start(store.clone())?;
+        let core = Arc::new(Core::new(commits, clock, config.max_resident));
+        let threads = core.start(config.workers)?;
         Ok(Self {
             store,
             plugins,
@@ -170,6 +185,12 @@ impl Engine {
     /// The store.
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.store
+    }
+
+    /// How many runs are in progress, and how many are parked waiting for a
+    /// place.
+    pub fn load(&self) -> (usize, usize) {
+        self.core.load()
     }
 
     /// Runs `workflow` on `input` to the end; [`Engine::start`] then
@@ -271,7 +292,7 @@ impl Engine {
                         let _ = recorded.send(Ok(()));
                         observer.run_created(&task.drive.run);
                         task.observer = observer;
-                        core.enqueue(task);
+                        core.admit(task);
                     }
                     Err(e) => {
                         let _ = recorded.send(Err(StoreError::Commit(e.to_string())));
@@ -333,7 +354,7 @@ impl Engine {
             outcome,
         };
         let kv = self.kv_access(&workflow.id);
-        self.core.enqueue(Task {
+        self.core.admit(Task {
             drive: Drive {
                 run,
                 workflow: Arc::new(workflow),

@@ -6,6 +6,11 @@
 //! durable, the callback puts the task back on the ready queue, on the delay
 //! queue for a retry, or answers the run's handle. No thread waits for a
 //! sync, and no thread belongs to a run.
+//!
+//! Admission: at most `max_resident` runs are in the scheduler's hands at
+//! once. A run started (or resumed) beyond that is parked, in arrival order;
+//! its record is already durable. When a resident run ends, the oldest
+//! parked run is admitted. A resident run is never evicted.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
@@ -60,8 +65,16 @@ impl Ord for Delayed {
     }
 }
 
+/// Runs in the scheduler's hands, and runs waiting for a place.
+struct Admission {
+    resident: usize,
+    max: usize,
+    parked: VecDeque<Task>,
+}
+
 /// What the engine, its workers and the commit callbacks share.
 pub(super) struct Core {
+    admission: Mutex<Admission>,
     pub(super) commits: GroupCommit,
     pub(super) clock: Arc<dyn Clock>,
     ready: Mutex<VecDeque<Task>>,
@@ -77,8 +90,13 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Core {
-    pub(super) fn new(commits: GroupCommit, clock: Arc<dyn Clock>) -> Self {
+    pub(super) fn new(commits: GroupCommit, clock: Arc<dyn Clock>, max_resident: usize) -> Self {
         Self {
+            admission: Mutex::new(Admission {
+                resident: 0,
+                max: max_resident.max(1),
+                parked: VecDeque::new(),
+            }),
             commits,
             clock,
             ready: Mutex::new(VecDeque::new()),
@@ -122,7 +140,46 @@ impl Core {
         self.delayed_wake.notify_all();
     }
 
-    pub(super) fn enqueue(&self, task: Task) {
+    /// Takes a new or resumed run into the scheduler, or parks it until a
+    /// resident run ends.
+    pub(super) fn admit(&self, task: Task) {
+        let mut admission = lock(&self.admission);
+        if admission.resident < admission.max {
+            admission.resident += 1;
+            drop(admission);
+            self.enqueue(task);
+        } else {
+            admission.parked.push_back(task);
+        }
+    }
+
+    /// How many runs are resident, and how many are parked.
+    pub(super) fn load(&self) -> (usize, usize) {
+        let admission = lock(&self.admission);
+        (admission.resident, admission.parked.len())
+    }
+
+    /// Ends a resident run: gives its place to the oldest parked run, if
+    /// any, then answers its handle (so a caller who sees the answer also
+    /// sees the place freed).
+    fn finish(&self, task: Task, outcome: Result<RunRecord, StoreError>) {
+        let next = {
+            let mut admission = lock(&self.admission);
+            match admission.parked.pop_front() {
+                Some(next) => Some(next),
+                None => {
+                    admission.resident = admission.resident.saturating_sub(1);
+                    None
+                }
+            }
+        };
+        if let Some(next) = next {
+            self.enqueue(next);
+        }
+        task.finish(outcome);
+    }
+
+    fn enqueue(&self, task: Task) {
         lock(&self.ready).push_back(task);
         self.ready_wake.notify_one();
     }
@@ -162,7 +219,7 @@ impl Core {
         let index = task.drive.run.next_step as usize;
         let Some(step) = workflow.steps.get(index) else {
             let run = task.drive.run.clone();
-            return task.finish(Ok(run));
+            return self.finish(task, Ok(run));
         };
         task.observer
             .step_started(step, index, workflow.steps.len(), task.drive.attempt);
@@ -179,7 +236,7 @@ impl Core {
                     task.drive.undo(undo);
                     core.enqueue(task);
                 }
-                Err(e) => task.finish(Err(e)),
+                Err(e) => core.finish(task, Err(e)),
                 Ok(()) => {
                     task.observer.step_finished(&workflow.steps[index], &record);
                     match next {
@@ -187,7 +244,7 @@ impl Core {
                         Next::RetryAfter(delay) => core.enqueue_after(task, delay),
                         Next::Done => {
                             let run = task.drive.run.clone();
-                            task.finish(Ok(run));
+                            core.finish(task, Ok(run));
                         }
                     }
                 }
