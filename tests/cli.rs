@@ -426,3 +426,25 @@ fn oversized_and_unreadable_inputs_are_refused() {
         run.stderr
     );
 }
+
+#[test]
+fn step_input_is_checked_against_the_plugins_schema_before_the_call() {
+    let scratch = Scratch::new(&["template"]);
+    let wf = scratch.file(
+        "wf.yaml",
+        "id: x\nsteps:\n  - { id: render, uses: template, with: { vars: { a: 1 }, extra: true } }\n",
+    );
+    let run = scratch.run(&["run", wf.to_str().unwrap()]);
+    assert_eq!(run.code, Some(1), "{run:?}");
+    assert!(
+        run.stderr.contains("failed at step `render`: invalid_input: the input does not match the input schema of plugin `template`"),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr.contains("\"template\" is a required property"),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stderr.contains("extra"), "{}", run.stderr);
+}

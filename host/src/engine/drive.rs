@@ -167,6 +167,20 @@ impl Drive {
         match step.with.eval(&self.scope) {
             Err(e) => record.error = Some(expression_error(e.to_string())),
             Ok(input) => {
+                if let Err(problems) = self.plugins[index].check_input(&input) {
+                    record.error = Some(ErrorRecord {
+                        code: "invalid_input".to_owned(),
+                        message: format!(
+                            "the input does not match the input schema of plugin `{}`: {}",
+                            self.plugins[index].meta().name,
+                            problems.join("; ")
+                        ),
+                        retryable: false,
+                        details: Some(json!({ "problems": problems })),
+                    });
+                    record.input = input;
+                    return (record, None);
+                }
                 let context = StepContext {
                     tenant: DEFAULT_TENANT.to_owned(),
                     workflow: run.workflow.clone(),

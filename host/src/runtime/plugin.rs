@@ -26,6 +26,7 @@ pub struct Plugin(Arc<Loaded>);
 struct Loaded {
     runtime: Runtime,
     bytes: Arc<[u8]>,
+    input_check: Option<crate::model::InputSchema>,
     pre: PluginPre<StepState>,
     digest: Digest,
     meta: PluginMeta,
@@ -109,6 +110,15 @@ impl Plugin {
     /// The digest of the component's bytes.
     pub fn digest(&self) -> Digest {
         self.0.digest
+    }
+
+    /// Checks `input` against the plugin's published input schema, if any;
+    /// `Err` lists every problem with the JSON Pointer of the value.
+    pub fn check_input(&self, input: &Value) -> Result<(), Vec<String>> {
+        match &self.0.input_check {
+            Some(schema) => schema.check(input),
+            None => Ok(()),
+        }
     }
 
     /// The component's bytes, as loaded.
@@ -225,6 +235,7 @@ pub(super) fn load(runtime: &Runtime, bytes: &[u8]) -> Result<Plugin, LoadError>
     let mut plugin = Loaded {
         runtime: runtime.clone(),
         bytes: Arc::from(bytes),
+        input_check: None,
         pre,
         digest,
         meta: PluginMeta {
@@ -238,6 +249,15 @@ pub(super) fn load(runtime: &Runtime, bytes: &[u8]) -> Result<Plugin, LoadError>
         load_time: Duration::ZERO,
     };
     plugin.meta = describe(&plugin)?;
+    plugin.input_check = plugin
+        .meta
+        .input_schema
+        .clone()
+        .map(crate::model::InputSchema::compile)
+        .transpose()
+        .map_err(|e| {
+            LoadError::Describe(format!("input-schema is not a usable JSON Schema: {e}"))
+        })?;
     plugin.load_time = started.elapsed();
     Ok(Plugin(Arc::new(plugin)))
 }
