@@ -69,14 +69,7 @@ pub fn main(plugins: &Path, args: &BenchArgs) -> anyhow::Result<ExitCode> {
         loads,
         iterations
     );
-    out!(
-        "build: {}",
-        if cfg!(debug_assertions) {
-            "debug"
-        } else {
-            "release"
-        }
-    );
+    out!("build: {}", build_kind());
 
     let cold_runtime = Runtime::new(RuntimeConfig::default())?;
     let mut cold = Vec::new();
@@ -154,6 +147,15 @@ pub fn main(plugins: &Path, args: &BenchArgs) -> anyhow::Result<ExitCode> {
         ratio(p99.1, p99.0)
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// Figures from a debug build are not comparable with a release build's.
+fn build_kind() -> &'static str {
+    if cfg!(debug_assertions) {
+        "debug"
+    } else {
+        "release"
+    }
 }
 
 fn call_latencies(
@@ -258,14 +260,7 @@ fn throughput(plugins: &Path, runs: usize, steps: usize) -> anyhow::Result<ExitC
         out!(
             "weft bench: {runs} concurrent runs x {steps} echo steps, fresh redb file, every commit synced"
         );
-        out!(
-            "build: {}",
-            if cfg!(debug_assertions) {
-                "debug"
-            } else {
-                "release"
-            }
-        );
+        out!("build: {}", build_kind());
         // Load and compile the plugin, and touch the store, before timing.
         round(&engine, &workflow, 1)?;
 
