@@ -34,7 +34,7 @@ impl Observer for Watch {
         }
     }
 
-    fn step_finished(&mut self, _step: &Step, record: &StepRecord) {
+    fn step_finished(&mut self, record: &StepRecord) {
         if record.index == 1 {
             self.active.fetch_sub(1, Ordering::SeqCst);
         }

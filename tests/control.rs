@@ -197,3 +197,185 @@ fn kv_writes_commit_with_the_step_and_only_when_it_succeeds() {
         json!({ "key": "hits", "value": 0 })
     );
 }
+
+#[test]
+fn parallel_switch_and_foreach_shape_their_outputs() {
+    let scratch = Scratch::new(&["echo"]);
+    let text = r#"
+id: shapes
+inputs: { type: object, required: [kind, items] }
+steps:
+  - id: fan
+    parallel:
+      - { id: left, uses: echo, with: "${{ inputs.kind }}" }
+      - { id: right, uses: echo, with: 2 }
+  - id: route
+    switch:
+      - if: "inputs.kind == 'a'"
+        steps: [ { id: on-a, uses: echo, with: "chose a" } ]
+      - steps: [ { id: other, uses: echo, with: "chose default" } ]
+  - id: each
+    foreach: "${{ inputs.items }}"
+    steps:
+      - { id: double, uses: echo, with: "${{ {'i': index, 'twice': item * 2} }}" }
+outputs:
+  fan: "${{ steps.fan.output }}"
+  route: "${{ steps.route.output }}"
+  each: "${{ steps.each.output }}"
+  last_double: "${{ has(steps.double) ? steps.double.output : null }}"
+"#;
+    let wf = scratch.file("wf.yaml", text);
+    let wf = wf.to_str().unwrap();
+    let run = scratch.run(&["run", wf, "--input", r#"{"kind": "a", "items": [1, 5]}"#]);
+    assert_eq!(run.code, Some(0), "{run:?}");
+    assert_eq!(
+        run.json(),
+        json!({
+            "fan": { "left": "a", "right": 2 },
+            "route": "chose a",
+            "each": [{ "i": 0, "twice": 2 }, { "i": 1, "twice": 10 }],
+            "last_double": { "i": 1, "twice": 10 },
+        })
+    );
+    let paths: Vec<_> = records_of(&scratch, &run.run_id())
+        .iter()
+        .map(|r| r["path"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        paths,
+        [
+            "fan/left",
+            "fan/right",
+            "route/on-a",
+            "each[0]/double",
+            "each[1]/double"
+        ]
+    );
+
+    let run = scratch.run(&["run", wf, "--input", r#"{"kind": "b", "items": []}"#]);
+    assert_eq!(run.code, Some(0), "{run:?}");
+    assert_eq!(run.json()["route"], "chose default");
+    assert_eq!(run.json()["each"], json!([]));
+}
+
+#[test]
+fn a_while_loop_runs_until_its_condition_fails_or_its_cap() {
+    let scratch = Scratch::new(&["counter"]);
+    let text = |cap: u32| {
+        format!(
+            "id: loop\nsteps:\n  - id: spin\n    while: \"!has(steps.tick) || steps.tick.output.value < 3\"\n    max_iterations: {cap}\n    steps:\n      - {{ id: tick, uses: counter, with: {{ key: \"${{{{ run.id }}}}\" }} }}\n"
+        )
+    };
+    let run = run_workflow(&scratch, &text(5));
+    assert_eq!(run.code, Some(0), "{run:?}");
+    assert_eq!(run.json(), json!({ "key": run.run_id(), "value": 3 }));
+
+    let run = run_workflow(&scratch, &text(2));
+    assert_eq!(run.code, Some(1), "{run:?}");
+    assert!(
+        run.stderr.contains("failed at step `spin`: while_limit: `spin` ran its 2 iterations and its condition still holds"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn catch_handles_a_fatal_error_even_deep_inside_nested_blocks() {
+    let scratch = Scratch::new(&["echo", "flaky"]);
+    // A parallel inside a foreach inside a step with a catch.
+    let text = r#"
+id: nested
+steps:
+  - id: outer
+    foreach: "${{ [1, 2] }}"
+    steps:
+      - id: pair
+        parallel:
+          - { id: fine, uses: echo, with: "${{ item }}" }
+          - { id: bad, uses: flaky, if: "item == 2", with: { fail_with: fatal } }
+    catch:
+      - if: "error.code == 'nope'"
+        steps: [ { id: wrong, uses: echo, with: "wrong handler" } ]
+      - if: "error.code == 'broken'"
+        steps: [ { id: recover, uses: echo, with: "${{ {'recovered': error.step, 'message': error.message} }}" } ]
+  - { id: after, uses: echo, with: "${{ steps.outer.output }}" }
+"#;
+    let run = run_workflow(&scratch, text);
+    assert_eq!(run.code, Some(0), "{run:?}");
+    assert_eq!(
+        run.json(),
+        json!({ "recovered": "bad", "message": "attempt 1 failed for good" })
+    );
+    let paths: Vec<_> = records_of(&scratch, &run.run_id())
+        .iter()
+        .map(|r| r["path"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        paths,
+        [
+            "outer[0]/pair/fine",
+            "outer[0]/pair/bad",
+            "outer[1]/pair/fine",
+            "outer[1]/pair/bad",
+            "outer/catch/recover",
+            "after"
+        ]
+    );
+
+    // A workflow-level catch: the run succeeds with the handler's output.
+    let text = "id: saved\nsteps:\n  - { id: s, uses: flaky, with: { fail_with: fatal } }\ncatch:\n  - steps: [ { id: h, uses: echo, with: \"${{ error.code }}\" } ]\n";
+    let run = run_workflow(&scratch, text);
+    assert_eq!(run.code, Some(0), "{run:?}");
+    assert_eq!(run.json(), json!("broken"));
+
+    // No handler matches: the error stands.
+    let text = "id: lost\nsteps:\n  - id: s\n    uses: flaky\n    with: { fail_with: fatal }\n    catch:\n      - if: \"error.code == 'other'\"\n        steps: [ { id: h, uses: echo } ]\n";
+    let run = run_workflow(&scratch, text);
+    assert_eq!(run.code, Some(1), "{run:?}");
+    assert!(
+        run.stderr.contains("failed at step `s`: broken"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn malformed_blocks_are_refused_at_load_time() {
+    let scratch = Scratch::new(&[]);
+    let cases = [
+        (
+            "id: x\nsteps:\n  - { id: a, uses: echo, parallel: [ { id: b, uses: echo } ] }\n",
+            "step `a`: a step needs exactly one of `uses`, `parallel`, `switch`, `foreach` or `while`",
+        ),
+        (
+            "id: x\nsteps:\n  - { id: w, while: 'true', steps: [ { id: b, uses: echo } ] }\n",
+            "`while` needs `max_iterations`",
+        ),
+        (
+            "id: x\nsteps:\n  - id: s\n    switch:\n      - steps: [ { id: a, uses: echo } ]\n      - { if: 'true', steps: [ { id: b, uses: echo } ] }\n",
+            "switch[0]: a case without `if` matches everything, so it must be the last",
+        ),
+        (
+            "id: x\nsteps:\n  - { id: p, parallel: [ { id: a, uses: echo }, { id: a, uses: echo } ] }\n",
+            "step `a`: steps[0].parallel[1].id: the id `a` is used by an earlier step",
+        ),
+        (
+            "id: x\nsteps:\n  - { id: f, foreach: '${{ [1] }}', steps: [ { id: a, uses: echo, with: '${{ iteration }}' } ] }\n",
+            "unknown variable `iteration`",
+        ),
+        (
+            "id: x\nsteps:\n  - { id: p, parallel: [ { id: a, uses: echo } ], timeout: 1s }\n",
+            "`timeout` applies only to a step with `uses`",
+        ),
+    ];
+    for (text, expected) in cases {
+        let path = scratch.file("bad.yaml", text);
+        let run = scratch.run(&["check", path.to_str().unwrap()]);
+        assert_eq!(run.code, Some(2), "{text}: {run:?}");
+        assert!(
+            run.stderr.contains(expected),
+            "{text}: expected `{expected}` in {}",
+            run.stderr
+        );
+    }
+}

@@ -27,8 +27,9 @@ steps:
     with: { succeed_on: 2 }
     retry: { max_attempts: 3, backoff: fixed, initial: 5ms }
   - id: busy
-    uses: spin
-    with: { ms: 10 }
+    foreach: "${{ [1, 2] }}"
+    steps:
+      - { id: spin, uses: spin, with: { ms: 5 } }
   - id: skipped
     uses: echo
     if: inputs.n < 0
@@ -208,7 +209,7 @@ fn runs_survive_repeated_kill_9_of_the_server() {
             .collect();
         assert_eq!(
             done,
-            ["first", "shaky", "busy", "skipped", "count", "last"],
+            ["first", "shaky", "spin", "spin", "skipped", "count", "last"],
             "run {id}: {steps:?}"
         );
         let seqs: Vec<u64> = steps.iter().map(|s| s["seq"].as_u64().unwrap()).collect();

@@ -368,7 +368,7 @@ impl weft::engine::Observer for StepTiming {
         self.last = Instant::now();
     }
 
-    fn step_finished(&mut self, _step: &weft::model::Step, _record: &weft::store::StepRecord) {
+    fn step_finished(&mut self, _record: &weft::store::StepRecord) {
         let now = Instant::now();
         self.gaps.push(now - self.last);
         self.last = now;

@@ -66,7 +66,11 @@ impl Observer for Progress {
     fn step_started(&mut self, step: &Step, index: usize, total: usize, attempt: u32) {
         let mut state = self.state();
         let this = &mut *state;
-        this.label = format!("[{}/{}] {} ({})", index + 1, total, step.id, step.uses);
+        let uses = step
+            .call()
+            .map(|call| call.uses.to_string())
+            .unwrap_or_default();
+        this.label = format!("[{}/{}] {} ({uses})", index + 1, total, step.id);
         if attempt > 1 {
             this.label.push_str(&format!(" attempt {attempt}"));
         }
@@ -82,7 +86,7 @@ impl Observer for Progress {
         }
     }
 
-    fn step_finished(&mut self, _step: &Step, record: &StepRecord) {
+    fn step_finished(&mut self, record: &StepRecord) {
         let mut state = self.state();
         state.clear();
         let label = &state.label;

@@ -25,7 +25,7 @@ mod drive;
 mod error;
 mod scheduler;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, sync_channel};
 use std::thread::JoinHandle;
@@ -33,7 +33,7 @@ use std::thread::JoinHandle;
 use serde_json::Value;
 
 use crate::clock::{Clock, Timestamp};
-use crate::model::{self, Format, Scope, Step, Workflow};
+use crate::model::{self, Format, Step, Workflow};
 use crate::plugins::PluginDir;
 use crate::runtime::{Digest, KvAccess, KvSource, Plugin, Versioned};
 use crate::store::{
@@ -41,7 +41,7 @@ use crate::store::{
     StoreError, Write,
 };
 
-use drive::{Drive, scope_entry};
+use drive::{Drive, Leaf};
 use scheduler::{Core, Task};
 
 pub use error::{ResumeError, StartError};
@@ -59,8 +59,8 @@ pub trait Observer {
     fn run_resumed(&mut self, _run: &RunRecord) {}
     /// Attempt `attempt` of step `index` (of `total`) is about to run.
     fn step_started(&mut self, _step: &Step, _index: usize, _total: usize, _attempt: u32) {}
-    /// The attempt's result was committed.
-    fn step_finished(&mut self, _step: &Step, _record: &StepRecord) {}
+    /// The attempt's record was committed.
+    fn step_finished(&mut self, _record: &StepRecord) {}
 }
 
 /// An [`Observer`] that ignores everything.
@@ -223,6 +223,9 @@ impl Engine {
                 .map_err(|problems| StartError::Input { problems })?;
         }
         let plugins = self.resolve_plugins(&workflow)?;
+        let mut pinned_components: Vec<&Plugin> = plugins.values().collect();
+        pinned_components.sort_by_key(|p| p.digest());
+        pinned_components.dedup_by_key(|p| p.digest());
         let definition = DefinitionRecord {
             digest: Digest::of(workflow.source.as_bytes()).to_string(),
             origin: workflow.origin.clone(),
@@ -241,11 +244,9 @@ impl Engine {
             next_step: 0,
             step_records: 0,
             step_count: u32::try_from(workflow.steps.len()).unwrap_or(u32::MAX),
-            plugins: workflow
-                .steps
+            plugins: plugins
                 .iter()
-                .zip(&plugins)
-                .map(|(step, plugin)| (step.id.clone(), pin(plugin)))
+                .map(|(id, plugin)| (id.clone(), pin(plugin)))
                 .collect::<BTreeMap<_, _>>(),
             definition: definition.digest.clone(),
             outputs: None,
@@ -253,12 +254,10 @@ impl Engine {
             created_at: now,
             updated_at: now,
         };
-        let mut components: Vec<(String, Arc<[u8]>)> = plugins
+        let components: Vec<(String, Arc<[u8]>)> = pinned_components
             .iter()
             .map(|p| (p.digest().to_string(), p.bytes()))
             .collect();
-        components.sort_by(|a, b| a.0.cmp(&b.0));
-        components.dedup_by(|a, b| a.0 == b.0);
         let write = Write::create_run(&run, &definition, components);
 
         let (done, outcome) = sync_channel(1);
@@ -268,16 +267,14 @@ impl Engine {
             recorded: Some(recorded_answer),
             outcome,
         };
-        let scope = Scope::new(&workflow.id, &run.id, &run.input);
-        let workflow_id = workflow.id.clone();
+        let kv = self.kv_access(&workflow.id);
         let task = Task {
             drive: Drive {
                 run,
                 workflow,
                 plugins,
-                scope,
-                attempt: 1,
-                kv: self.kv_access(&workflow_id),
+                results: HashMap::new(),
+                kv,
             },
             observer: Box::new(Quiet),
             done,
@@ -331,20 +328,16 @@ impl Engine {
             .map_err(|e| ResumeError::Definition(e.to_string()))?;
         let plugins = self.pinned_plugins(&run, &workflow)?;
 
-        // Read back what the run had committed: the last record of each step.
-        let records = self.store.steps(&run.id)?;
-        let mut scope = Scope::new(&workflow.id, &run.id, &run.input);
-        let mut last: BTreeMap<u32, &StepRecord> = BTreeMap::new();
-        for record in &records {
-            last.insert(record.index, record);
+        // Read back what the run had committed.
+        let mut results: HashMap<String, Leaf> = HashMap::new();
+        for record in self.store.steps(&run.id)? {
+            let path = if record.path.is_empty() {
+                record.step_id.clone()
+            } else {
+                record.path.clone()
+            };
+            results.entry(path).or_default().apply(&record);
         }
-        for (index, record) in &last {
-            if *index < run.next_step {
-                scope.add_step(&record.step_id, &scope_entry(record));
-            }
-        }
-        let tried = records.iter().filter(|r| r.index == run.next_step).count();
-        let attempt = u32::try_from(tried).unwrap_or(u32::MAX).saturating_add(1);
 
         observer.run_resumed(&run);
         let (done, outcome) = sync_channel(1);
@@ -359,8 +352,7 @@ impl Engine {
                 run,
                 workflow: Arc::new(workflow),
                 plugins,
-                scope,
-                attempt,
+                results,
                 kv,
             },
             observer,
@@ -377,21 +369,23 @@ impl Engine {
         }
     }
 
-    fn resolve_plugins(&self, workflow: &Workflow) -> Result<Vec<Plugin>, StartError> {
-        workflow
-            .steps
-            .iter()
-            .map(|step| {
-                self.plugins
-                    .resolve(&step.uses)
-                    .map_err(|source| StartError::Plugin {
-                        origin: workflow.origin.clone(),
-                        line: step.line,
-                        step: step.id.clone(),
-                        source: Box::new(source),
-                    })
-            })
-            .collect()
+    /// Resolves the plugin of every call step, at every depth, by step id.
+    fn resolve_plugins(&self, workflow: &Workflow) -> Result<HashMap<String, Plugin>, StartError> {
+        let mut plugins = HashMap::new();
+        for step in workflow.all_steps() {
+            let Some(call) = step.call() else { continue };
+            let plugin = self
+                .plugins
+                .resolve(&call.uses)
+                .map_err(|source| StartError::Plugin {
+                    origin: workflow.origin.clone(),
+                    line: step.line,
+                    step: step.id.clone(),
+                    source: Box::new(source),
+                })?;
+            plugins.insert(step.id.clone(), plugin);
+        }
+        Ok(plugins)
     }
 
     /// Loads the components a run is pinned to from the store.
@@ -399,10 +393,13 @@ impl Engine {
         &self,
         run: &RunRecord,
         workflow: &Workflow,
-    ) -> Result<Vec<Plugin>, ResumeError> {
+    ) -> Result<HashMap<String, Plugin>, ResumeError> {
         let mut loaded: BTreeMap<&str, Plugin> = BTreeMap::new();
-        let mut plugins = Vec::with_capacity(workflow.steps.len());
-        for step in &workflow.steps {
+        let mut plugins = HashMap::new();
+        for step in workflow.all_steps() {
+            if step.call().is_none() {
+                continue;
+            }
             let component_error = |reason: String| ResumeError::Component {
                 step: step.id.clone(),
                 reason,
@@ -411,7 +408,7 @@ impl Engine {
                 component_error("the run has no plugin pinned for this step".to_owned())
             })?;
             if let Some(plugin) = loaded.get(pinned.digest.as_str()) {
-                plugins.push(plugin.clone());
+                plugins.insert(step.id.clone(), plugin.clone());
                 continue;
             }
             let bytes = self.store.component(&pinned.digest)?.ok_or_else(|| {
@@ -430,7 +427,7 @@ impl Engine {
                 )));
             }
             loaded.insert(&pinned.digest, plugin.clone());
-            plugins.push(plugin);
+            plugins.insert(step.id.clone(), plugin);
         }
         Ok(plugins)
     }

@@ -213,18 +213,15 @@ impl Core {
         }
     }
 
-    /// Runs one attempt of the task's next step and submits its commit.
+    /// Runs the task's next attempt and submits its commit.
     fn advance(self: &Arc<Self>, mut task: Task) {
-        let workflow = Arc::clone(&task.drive.workflow);
-        let index = task.drive.run.next_step as usize;
-        let Some(step) = workflow.steps.get(index) else {
-            let run = task.drive.run.clone();
-            return self.finish(task, Ok(run));
+        let (record, next, kv, undo) = task
+            .drive
+            .attempt(self.clock.as_ref(), task.observer.as_mut());
+        let write = match &record {
+            Some(record) => Write::commit_step(record, &task.drive.run, kv),
+            None => Write::update_run(&task.drive.run),
         };
-        task.observer
-            .step_started(step, index, workflow.steps.len(), task.drive.attempt);
-        let (record, next, kv, undo) = task.drive.attempt(self.clock.as_ref());
-        let write = Write::commit_step(&record, &task.drive.run, kv);
         let core = Arc::clone(self);
         self.commits.submit(
             write,
@@ -238,7 +235,9 @@ impl Core {
                 }
                 Err(e) => core.finish(task, Err(e)),
                 Ok(()) => {
-                    task.observer.step_finished(&workflow.steps[index], &record);
+                    if let Some(record) = &record {
+                        task.observer.step_finished(record);
+                    }
                     match next {
                         Next::Step => core.enqueue(task),
                         Next::RetryAfter(delay) => core.enqueue_after(task, delay),

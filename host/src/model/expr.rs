@@ -20,8 +20,6 @@ use cel::common::ast::{EntryExpr, Expr, IdedExpr, LiteralValue};
 use cel::{Env, Program};
 use serde_json::{Map, Value};
 
-const VARIABLES: [&str; 3] = ["inputs", "steps", "run"];
-
 /// A JSON value whose strings may hold `${{ }}` expressions.
 #[derive(Debug, Clone)]
 pub struct Template {
@@ -70,11 +68,14 @@ pub struct EvalError {
 }
 
 /// The values expressions can see, converted to CEL once, when added.
+#[derive(Clone)]
 pub struct Scope {
     env: Arc<Env>,
     inputs: cel::Value,
     steps: HashMap<String, cel::Value>,
     run: cel::Value,
+    /// `item`, `index`, `iteration`, `error`, where they apply.
+    locals: HashMap<String, cel::Value>,
 }
 
 impl std::fmt::Debug for Scope {
@@ -93,7 +94,14 @@ impl Scope {
             inputs: to_cel(inputs),
             steps: HashMap::new(),
             run: to_cel(&serde_json::json!({ "id": run_id, "workflow": workflow })),
+            locals: HashMap::new(),
         }
+    }
+
+    /// Makes `value` visible as the variable `name` (`item`, `index`,
+    /// `iteration` or `error`).
+    pub fn set_local(&mut self, name: &str, value: &Value) {
+        self.locals.insert(name.to_owned(), to_cel(value));
     }
 
     /// Makes step `id`'s output visible as `steps.<id>.output`.
@@ -101,9 +109,10 @@ impl Scope {
         self.add_step(id, &serde_json::json!({ "output": output }));
     }
 
-    /// Forgets step `id`, as if it had not run.
-    pub fn remove_step(&mut self, id: &str) {
-        self.steps.remove(id);
+    /// Takes the `steps` of `inner`, a scope derived from this one for a
+    /// nested body, so that later steps see what the body did.
+    pub fn adopt_steps(&mut self, inner: &Scope) {
+        self.steps.clone_from(&inner.steps);
     }
 
     /// Makes `entry`, an object such as `{"output": null, "skipped": true}`,
@@ -129,15 +138,15 @@ impl Template {
     }
 
     /// Checks that every `steps.<id>` this template names is one of `known`
-    /// and that it uses no variable but `inputs`, `steps` and `run`.
-    pub fn check_step_references(&self, known: &[&str]) -> Result<(), String> {
+    /// and that it uses no variable but `vars`.
+    pub fn check_references(&self, known: &[&str], vars: &[&str]) -> Result<(), String> {
         let mut problem = None;
         visit_expressions(&self.node, &self.path, &mut |path, expr| {
             if problem.is_some() {
                 return;
             }
             let mut bound = Vec::new();
-            if let Err(m) = check_expr(expr.program.expression(), known, &mut bound) {
+            if let Err(m) = check_expr(expr.program.expression(), known, vars, &mut bound) {
                 problem = Some(format!("{path}: `{}`: {m}", expr.source));
             }
         });
@@ -153,6 +162,9 @@ impl Template {
         context.add_variable_from_value("inputs", scope.inputs.clone());
         context.add_variable_from_value("run", scope.run.clone());
         context.add_variable_from_value("steps", scope.steps.clone());
+        for (name, value) in &scope.locals {
+            context.add_variable_from_value(name.as_str(), value.clone());
+        }
         eval_node(&self.node, &context, &self.path)
     }
 }
@@ -316,16 +328,19 @@ fn visit_expressions<'a>(node: &'a Node, path: &str, f: &mut impl FnMut(&str, &'
 fn check_expr<'a>(
     expr: &'a IdedExpr,
     known: &[&str],
+    vars: &[&str],
     bound: &mut Vec<&'a str>,
 ) -> Result<(), String> {
     match &expr.expr {
         Expr::Ident(name) => {
-            if !VARIABLES.contains(&name.as_str())
+            if !vars.contains(&name.as_str())
                 && !bound.contains(&name.as_str())
                 && !name.starts_with('@')
             {
+                let seen: Vec<String> = vars.iter().map(|v| format!("`{v}`")).collect();
                 return Err(format!(
-                    "unknown variable `{name}`; expressions see `inputs`, `steps` and `run`"
+                    "unknown variable `{name}`; here expressions see {}",
+                    seen.join(", ")
                 ));
             }
         }
@@ -336,7 +351,7 @@ fn check_expr<'a>(
             {
                 check_step(&select.field, known)?;
             }
-            check_expr(&select.operand, known, bound)?;
+            check_expr(&select.operand, known, vars, bound)?;
         }
         Expr::Call(call) => {
             if call.func_name == "_[_]"
@@ -347,39 +362,39 @@ fn check_expr<'a>(
                 check_step(id.inner(), known)?;
             }
             if let Some(target) = &call.target {
-                check_expr(target, known, bound)?;
+                check_expr(target, known, vars, bound)?;
             }
             for arg in &call.args {
-                check_expr(arg, known, bound)?;
+                check_expr(arg, known, vars, bound)?;
             }
         }
         Expr::Comprehension(comp) => {
-            check_expr(&comp.iter_range, known, bound)?;
+            check_expr(&comp.iter_range, known, vars, bound)?;
             let depth = bound.len();
             bound.push(&comp.iter_var);
             if let Some(var) = &comp.iter_var2 {
                 bound.push(var);
             }
             bound.push(&comp.accu_var);
-            check_expr(&comp.accu_init, known, bound)?;
-            check_expr(&comp.loop_cond, known, bound)?;
-            check_expr(&comp.loop_step, known, bound)?;
-            check_expr(&comp.result, known, bound)?;
+            check_expr(&comp.accu_init, known, vars, bound)?;
+            check_expr(&comp.loop_cond, known, vars, bound)?;
+            check_expr(&comp.loop_step, known, vars, bound)?;
+            check_expr(&comp.result, known, vars, bound)?;
             bound.truncate(depth);
         }
         Expr::List(list) => {
             for element in &list.elements {
-                check_expr(element, known, bound)?;
+                check_expr(element, known, vars, bound)?;
             }
         }
         Expr::Map(map) => {
             for entry in &map.entries {
-                check_entry(&entry.expr, known, bound)?;
+                check_entry(&entry.expr, known, vars, bound)?;
             }
         }
         Expr::Struct(s) => {
             for entry in &s.entries {
-                check_entry(&entry.expr, known, bound)?;
+                check_entry(&entry.expr, known, vars, bound)?;
             }
         }
         Expr::Literal(_) | Expr::Unspecified => {}
@@ -390,13 +405,14 @@ fn check_expr<'a>(
 fn check_entry<'a>(
     entry: &'a EntryExpr,
     known: &[&str],
+    vars: &[&str],
     bound: &mut Vec<&'a str>,
 ) -> Result<(), String> {
     match entry {
-        EntryExpr::StructField(field) => check_expr(&field.value, known, bound),
+        EntryExpr::StructField(field) => check_expr(&field.value, known, vars, bound),
         EntryExpr::MapEntry(entry) => {
-            check_expr(&entry.key, known, bound)?;
-            check_expr(&entry.value, known, bound)
+            check_expr(&entry.key, known, vars, bound)?;
+            check_expr(&entry.value, known, vars, bound)
         }
     }
 }
@@ -471,6 +487,8 @@ mod tests {
         Template::compile(&template, "with").unwrap().eval(scope)
     }
 
+    const VARS: [&str; 3] = ["inputs", "steps", "run"];
+
     fn scope() -> Scope {
         let mut scope = Scope::new(
             "wf",
@@ -542,17 +560,17 @@ mod tests {
             "with",
         )
         .unwrap();
-        assert!(t.check_step_references(&["a", "b-c"]).is_ok());
+        assert!(t.check_references(&["a", "b-c"], &VARS).is_ok());
         assert!(
-            t.check_step_references(&["a"])
+            t.check_references(&["a"], &VARS)
                 .unwrap_err()
                 .contains("`b-c`")
         );
         let t = Template::compile(&json!("${{ inputs.tags.map(t, t + '!') }}"), "with").unwrap();
-        assert!(t.check_step_references(&[]).is_ok());
+        assert!(t.check_references(&[], &VARS).is_ok());
         let t = Template::compile(&json!("${{ input.x }}"), "with").unwrap();
         assert!(
-            t.check_step_references(&[])
+            t.check_references(&[], &VARS)
                 .unwrap_err()
                 .contains("unknown variable `input`")
         );

@@ -51,6 +51,9 @@ pub struct Workflow {
     pub steps: Vec<Step>,
     /// What the run returns, evaluated after its last step.
     pub outputs: Option<Template>,
+    /// Handlers for the run's failure; a handler that runs to the end makes
+    /// the run succeed, with the handler's last output as its outputs.
+    pub catch: Vec<Case>,
     /// Where the definition came from, for messages.
     pub origin: String,
     /// The definition's text, kept so a run can store what it follows.
@@ -62,9 +65,60 @@ pub struct Workflow {
 /// One step of a workflow.
 #[derive(Debug)]
 pub struct Step {
-    /// Unique within the workflow.
+    /// Unique within the workflow, at every depth.
     pub id: String,
-    /// The plugin that runs this step.
+    /// What the step does.
+    pub kind: StepKind,
+    /// When given, the step runs only if this evaluates to `true`; otherwise
+    /// it is skipped and its output is `null`.
+    pub condition: Option<Template>,
+    /// How failed attempts are retried (steps with `uses` only).
+    pub retry: RetryPolicy,
+    /// When true, a failure of this step does not fail the run: the run goes
+    /// on, and `steps.<id>.error` holds the error.
+    pub continue_on_error: bool,
+    /// Handlers for the step's failure; the first whose `if` matches (or
+    /// that has none) runs, and its last output becomes the step's.
+    pub catch: Vec<Case>,
+    /// The line of the step in its file, when known.
+    pub line: Option<usize>,
+}
+
+/// What a step does.
+#[derive(Debug)]
+pub enum StepKind {
+    /// `uses:` calls a plugin.
+    Call(Call),
+    /// `parallel:` runs every branch; its output is `{branch id: output}`.
+    Parallel(Vec<Step>),
+    /// `switch:` runs the steps of the first case whose `if` is true (a case
+    /// without `if` is the default); its output is that case's last output.
+    Switch(Vec<Case>),
+    /// `foreach:` runs `steps` once per item of a list, with `item` and
+    /// `index`; its output is the list of each iteration's last output.
+    Foreach {
+        /// The list.
+        items: Template,
+        /// The body.
+        steps: Vec<Step>,
+    },
+    /// `while:` runs `steps` while the condition holds, with `iteration`
+    /// from 0; reaching `max_iterations` with it still true is an error. Its
+    /// output is the last iteration's last output.
+    While {
+        /// Checked before each iteration.
+        condition: Template,
+        /// The body.
+        steps: Vec<Step>,
+        /// The cap on iterations.
+        max_iterations: u32,
+    },
+}
+
+/// A plugin call.
+#[derive(Debug)]
+pub struct Call {
+    /// The plugin.
     pub uses: PluginRef,
     /// The step's input, with `${{ }}` expressions.
     pub with: Template,
@@ -73,16 +127,56 @@ pub struct Step {
     /// How large the guest's memory may grow, in bytes; the runtime's default
     /// when `None`.
     pub memory_limit: Option<u64>,
-    /// When given, the step runs only if this evaluates to `true`; otherwise
-    /// it is skipped and its output is `null`.
+}
+
+/// A `switch` case or a `catch` handler.
+#[derive(Debug)]
+pub struct Case {
+    /// The guard; `None` matches anything.
     pub condition: Option<Template>,
-    /// How failed attempts are retried.
-    pub retry: RetryPolicy,
-    /// When true, a failure of this step does not fail the run: the run goes
-    /// on, and `steps.<id>.error` holds the error.
-    pub continue_on_error: bool,
-    /// The line of the step in its file, when known.
-    pub line: Option<usize>,
+    /// What runs when it matches.
+    pub steps: Vec<Step>,
+}
+
+impl Step {
+    /// The plugin call, for a step with `uses`.
+    pub fn call(&self) -> Option<&Call> {
+        match &self.kind {
+            StepKind::Call(call) => Some(call),
+            _ => None,
+        }
+    }
+
+    /// The steps directly inside this one, handlers included.
+    pub fn children(&self) -> impl Iterator<Item = &Step> {
+        let body: Box<dyn Iterator<Item = &Step>> = match &self.kind {
+            StepKind::Call(_) => Box::new(std::iter::empty()),
+            StepKind::Parallel(branches) => Box::new(branches.iter()),
+            StepKind::Switch(cases) => Box::new(cases.iter().flat_map(|c| c.steps.iter())),
+            StepKind::Foreach { steps, .. } | StepKind::While { steps, .. } => {
+                Box::new(steps.iter())
+            }
+        };
+        body.chain(self.catch.iter().flat_map(|c| c.steps.iter()))
+    }
+}
+
+impl Workflow {
+    /// Every step, at every depth, in document order.
+    pub fn all_steps(&self) -> Vec<&Step> {
+        fn visit<'a>(step: &'a Step, into: &mut Vec<&'a Step>) {
+            into.push(step);
+            for child in step.children() {
+                visit(child, into);
+            }
+        }
+        let mut all = Vec::new();
+        let handlers = self.catch.iter().flat_map(|c| c.steps.iter());
+        for step in self.steps.iter().chain(handlers) {
+            visit(step, &mut all);
+        }
+        all
+    }
 }
 
 /// A reference to a plugin, as written in `uses:`.

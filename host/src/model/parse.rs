@@ -2,7 +2,6 @@
 //! `Raw*` types (unknown keys are errors), then each field is checked and
 //! compiled.
 
-use std::collections::HashSet;
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -11,7 +10,10 @@ use serde_json::Value;
 use super::error::{DefinitionError, Location};
 use super::expr::Template;
 use super::policy::RawRetry;
-use super::{Format, InputSchema, PluginRef, Step, VersionPin, Workflow};
+use super::{Call, Case, Format, InputSchema, PluginRef, Step, StepKind, VersionPin, Workflow};
+
+/// The most iterations a `while` may declare.
+const MAX_ITERATIONS: u32 = 100_000;
 
 /// The largest memory a wasm32 guest can address.
 const MAX_MEMORY_LIMIT: u64 = 4 << 30;
@@ -29,6 +31,8 @@ struct RawWorkflow {
     steps: Vec<RawStep>,
     #[serde(default)]
     outputs: Option<Value>,
+    #[serde(default)]
+    catch: Option<Vec<RawCase>>,
 }
 
 fn default_version() -> u32 {
@@ -39,9 +43,22 @@ fn default_version() -> u32 {
 #[serde(deny_unknown_fields)]
 struct RawStep {
     id: String,
-    uses: String,
+    #[serde(default)]
+    uses: Option<String>,
     #[serde(default)]
     with: Option<Value>,
+    #[serde(default)]
+    parallel: Option<Vec<RawStep>>,
+    #[serde(default)]
+    switch: Option<Vec<RawCase>>,
+    #[serde(default)]
+    foreach: Option<Value>,
+    #[serde(default, rename = "while")]
+    while_: Option<String>,
+    #[serde(default)]
+    steps: Option<Vec<RawStep>>,
+    #[serde(default)]
+    max_iterations: Option<u32>,
     #[serde(default)]
     timeout: Option<String>,
     #[serde(default)]
@@ -52,6 +69,289 @@ struct RawStep {
     retry: Option<RawRetry>,
     #[serde(default)]
     continue_on_error: bool,
+    #[serde(default)]
+    catch: Option<Vec<RawCase>>,
+}
+
+/// A `switch` case or a `catch` handler: steps, guarded by an optional `if`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCase {
+    #[serde(default, rename = "if")]
+    condition: Option<String>,
+    steps: Vec<RawStep>,
+}
+
+/// The variables every expression sees.
+const BASE_VARS: [&str; 3] = ["inputs", "steps", "run"];
+
+/// Checks steps recursively, in document order, tracking which step ids
+/// expressions may name so far.
+struct Checker<'a> {
+    source: &'a str,
+    origin: &'a str,
+    workflow_id: String,
+    id_lines: IdLines,
+    /// How many times each id has been seen, to find its line and refuse
+    /// duplicates.
+    seen: std::collections::HashMap<String, usize>,
+    /// The ids of steps an expression may name: those before it.
+    known: Vec<String>,
+}
+
+impl Checker<'_> {
+    fn at(&self, line: Option<usize>, step: Option<&str>) -> Location {
+        Location {
+            origin: self.origin.to_owned(),
+            line,
+            column: None,
+            step: step.map(str::to_owned),
+        }
+    }
+
+    fn steps(
+        &mut self,
+        raws: Vec<RawStep>,
+        field: &str,
+        vars: &[&str],
+    ) -> Result<Vec<Step>, DefinitionError> {
+        raws.into_iter()
+            .enumerate()
+            .map(|(i, raw)| self.step(raw, &format!("{field}[{i}]"), vars))
+            .collect()
+    }
+
+    fn step(&mut self, raw: RawStep, field: &str, vars: &[&str]) -> Result<Step, DefinitionError> {
+        let count = self.seen.get(&raw.id).copied().unwrap_or(0);
+        let line = self
+            .id_lines
+            .line(&raw.id, count + usize::from(raw.id == self.workflow_id));
+        let here = self.at(line, Some(&raw.id));
+        let invalid = |m: String| DefinitionError::invalid(here.clone(), m);
+        check_id(&raw.id).map_err(|m| invalid(format!("{field}.id: {m}")))?;
+        if count > 0 {
+            return Err(invalid(format!(
+                "{field}.id: the id `{}` is used by an earlier step",
+                raw.id
+            )));
+        }
+        self.seen.insert(raw.id.clone(), 1);
+
+        let kinds = [
+            raw.uses.is_some(),
+            raw.parallel.is_some(),
+            raw.switch.is_some(),
+            raw.foreach.is_some(),
+            raw.while_.is_some(),
+        ];
+        if kinds.iter().filter(|k| **k).count() != 1 {
+            return Err(invalid(
+                "a step needs exactly one of `uses`, `parallel`, `switch`, `foreach` or `while`"
+                    .to_owned(),
+            ));
+        }
+        let only_with_uses = [
+            ("with", raw.with.is_some()),
+            ("timeout", raw.timeout.is_some()),
+            ("memory_limit", raw.memory_limit.is_some()),
+            ("retry", raw.retry.is_some()),
+        ];
+        if raw.uses.is_none()
+            && let Some((key, _)) = only_with_uses.iter().find(|(_, set)| *set)
+        {
+            return Err(invalid(format!(
+                "`{key}` applies only to a step with `uses`"
+            )));
+        }
+        let loops = raw.foreach.is_some() || raw.while_.is_some();
+        if raw.steps.is_some() != loops {
+            return Err(invalid(
+                "`steps` belongs to `foreach` and `while`, and they need it".to_owned(),
+            ));
+        }
+        if raw.max_iterations.is_some() != raw.while_.is_some() {
+            return Err(invalid(
+                "`while` needs `max_iterations`, and only `while` takes it".to_owned(),
+            ));
+        }
+
+        let known: Vec<&str> = self.known.iter().map(String::as_str).collect();
+        let condition = raw
+            .condition
+            .as_deref()
+            .map(|text| condition_template(text, "if", &known, vars))
+            .transpose()
+            .map_err(invalid)?;
+        drop(known);
+
+        let kind = if let Some(uses) = raw.uses {
+            let uses = parse_plugin_ref(&uses).map_err(|m| invalid(format!("uses: {m}")))?;
+            let with =
+                Template::compile(&raw.with.unwrap_or(Value::Null), "with").map_err(invalid)?;
+            let known: Vec<&str> = self.known.iter().map(String::as_str).collect();
+            with.check_references(&known, vars).map_err(invalid)?;
+            let timeout = raw
+                .timeout
+                .as_deref()
+                .map(parse_timeout)
+                .transpose()
+                .map_err(|m| invalid(format!("timeout: {m}")))?;
+            let memory_limit = raw
+                .memory_limit
+                .as_deref()
+                .map(parse_memory_limit)
+                .transpose()
+                .map_err(|m| invalid(format!("memory_limit: {m}")))?;
+            StepKind::Call(Call {
+                uses,
+                with,
+                timeout,
+                memory_limit,
+            })
+        } else if let Some(branches) = raw.parallel {
+            if branches.is_empty() {
+                return Err(invalid("parallel: needs at least one branch".to_owned()));
+            }
+            StepKind::Parallel(self.steps(branches, &format!("{field}.parallel"), vars)?)
+        } else if let Some(cases) = raw.switch {
+            StepKind::Switch(self.cases(cases, &format!("{field}.switch"), vars, &raw.id, true)?)
+        } else if let Some(items) = raw.foreach {
+            let known: Vec<&str> = self.known.iter().map(String::as_str).collect();
+            let items = Template::compile(&items, "foreach").map_err(invalid)?;
+            items.check_references(&known, vars).map_err(invalid)?;
+            let body_vars = [vars, &["item", "index"]].concat();
+            let steps = self.steps(
+                raw.steps.unwrap_or_default(),
+                &format!("{field}.steps"),
+                &body_vars,
+            )?;
+            if steps.is_empty() {
+                return Err(invalid("foreach: `steps` is empty".to_owned()));
+            }
+            StepKind::Foreach { items, steps }
+        } else {
+            let body_vars = [vars, &["iteration"]].concat();
+            let steps = self.steps(
+                raw.steps.unwrap_or_default(),
+                &format!("{field}.steps"),
+                &body_vars,
+            )?;
+            if steps.is_empty() {
+                return Err(invalid("while: `steps` is empty".to_owned()));
+            }
+            let max_iterations = raw.max_iterations.unwrap_or(0);
+            if max_iterations == 0 || max_iterations > MAX_ITERATIONS {
+                return Err(invalid(format!(
+                    "max_iterations must be from 1 to {MAX_ITERATIONS}, not {max_iterations}"
+                )));
+            }
+            // The condition is checked before each iteration; it may name the
+            // body's steps, as they were after the previous one.
+            let known: Vec<&str> = self.known.iter().map(String::as_str).collect();
+            let condition = condition_template(
+                raw.while_.as_deref().unwrap_or_default(),
+                "while",
+                &known,
+                &body_vars,
+            )
+            .map_err(invalid)?;
+            StepKind::While {
+                condition,
+                steps,
+                max_iterations,
+            }
+        };
+
+        let catch = match raw.catch {
+            Some(handlers) => {
+                let handler_vars = [vars, &["error"]].concat();
+                self.cases(
+                    handlers,
+                    &format!("{field}.catch"),
+                    &handler_vars,
+                    &raw.id,
+                    false,
+                )?
+            }
+            None => Vec::new(),
+        };
+        let retry = raw
+            .retry
+            .map(RawRetry::check)
+            .transpose()
+            .map_err(|m| invalid(format!("retry: {m}")))?
+            .unwrap_or_default();
+        self.known.push(raw.id.clone());
+        Ok(Step {
+            id: raw.id,
+            kind,
+            condition,
+            retry,
+            continue_on_error: raw.continue_on_error,
+            catch,
+            line,
+        })
+    }
+
+    /// `switch` cases (`switch` true) or `catch` handlers: a case without
+    /// `if` matches anything and must come last.
+    fn cases(
+        &mut self,
+        raws: Vec<RawCase>,
+        field: &str,
+        vars: &[&str],
+        owner: &str,
+        switch: bool,
+    ) -> Result<Vec<Case>, DefinitionError> {
+        let line = self.id_lines.line(owner, 0);
+        let here = self.at(line, Some(owner));
+        let invalid = |m: String| DefinitionError::invalid(here.clone(), m);
+        if raws.is_empty() {
+            return Err(invalid(format!("{field}: needs at least one case")));
+        }
+        let last = raws.len() - 1;
+        let mut cases = Vec::with_capacity(raws.len());
+        for (i, raw) in raws.into_iter().enumerate() {
+            let known: Vec<&str> = self.known.iter().map(String::as_str).collect();
+            let condition = match raw.condition.as_deref() {
+                Some(text) => Some(
+                    condition_template(text, &format!("{field}[{i}].if"), &known, vars)
+                        .map_err(invalid)?,
+                ),
+                None if i == last => None,
+                None => {
+                    return Err(invalid(format!(
+                        "{field}[{i}]: a {} without `if` matches everything, so it must be the last",
+                        if switch { "case" } else { "handler" }
+                    )));
+                }
+            };
+            drop(known);
+            if raw.steps.is_empty() {
+                return Err(invalid(format!("{field}[{i}].steps: is empty")));
+            }
+            let steps = self.steps(raw.steps, &format!("{field}[{i}].steps"), vars)?;
+            cases.push(Case { condition, steps });
+        }
+        Ok(cases)
+    }
+}
+
+/// Compiles a condition written with or without `${{ }}`.
+fn condition_template(
+    text: &str,
+    field: &str,
+    known: &[&str],
+    vars: &[&str],
+) -> Result<Template, String> {
+    let text = if text.contains("${{") {
+        text.to_owned()
+    } else {
+        format!("${{{{ {text} }}}}")
+    };
+    let template = Template::compile(&Value::String(text), field)?;
+    template.check_references(known, vars)?;
+    Ok(template)
 }
 
 pub(super) fn parse(
@@ -90,80 +390,23 @@ pub(super) fn parse(
             )
         })?;
 
-    let id_lines = IdLines::index(source);
-    let mut seen = HashSet::new();
-    let mut steps = Vec::with_capacity(raw.steps.len());
-    for (index, raw_step) in raw.steps.into_iter().enumerate() {
-        // The workflow's own `id:` comes first when it equals a step's.
-        let skip =
-            usize::from(raw_step.id == raw.id) + usize::from(seen.contains(raw_step.id.as_str()));
-        let line = id_lines.line(&raw_step.id, skip);
-        let here = at(line, Some(&raw_step.id));
-        check_id(&raw_step.id).map_err(|m| {
-            DefinitionError::invalid(here.clone(), format!("steps[{index}].id: {m}"))
-        })?;
-        if !seen.insert(raw_step.id.clone()) {
-            return Err(DefinitionError::invalid(
-                here,
-                format!(
-                    "steps[{index}].id: the id `{}` is used by an earlier step",
-                    raw_step.id
-                ),
-            ));
+    let mut checker = Checker {
+        source,
+        origin,
+        workflow_id: raw.id.clone(),
+        id_lines: IdLines::index(source),
+        seen: Default::default(),
+        known: Vec::new(),
+    };
+    let steps = checker.steps(raw.steps, "steps", &BASE_VARS)?;
+    let catch = match raw.catch {
+        Some(handlers) => {
+            let vars = [&BASE_VARS[..], &["error"]].concat();
+            checker.cases(handlers, "catch", &vars, &raw.id, false)?
         }
-        let uses = parse_plugin_ref(&raw_step.uses)
-            .map_err(|m| DefinitionError::invalid(here.clone(), format!("uses: {m}")))?;
-        let with = Template::compile(&raw_step.with.unwrap_or(Value::Null), "with")
-            .map_err(|m| DefinitionError::invalid(here.clone(), m))?;
-        let earlier: Vec<&str> = steps.iter().map(|s: &Step| s.id.as_str()).collect();
-        with.check_step_references(&earlier)
-            .map_err(|m| DefinitionError::invalid(here.clone(), m))?;
-        let timeout = raw_step
-            .timeout
-            .as_deref()
-            .map(parse_timeout)
-            .transpose()
-            .map_err(|m| DefinitionError::invalid(here.clone(), format!("timeout: {m}")))?;
-        let memory_limit = raw_step
-            .memory_limit
-            .as_deref()
-            .map(parse_memory_limit)
-            .transpose()
-            .map_err(|m| DefinitionError::invalid(here.clone(), format!("memory_limit: {m}")))?;
-        let condition = raw_step
-            .condition
-            .as_deref()
-            .map(|text| {
-                // `if:` takes an expression with or without `${{ }}`.
-                let text = if text.contains("${{") {
-                    text.to_owned()
-                } else {
-                    format!("${{{{ {text} }}}}")
-                };
-                let template = Template::compile(&Value::String(text), "if")?;
-                template.check_step_references(&earlier)?;
-                Ok::<_, String>(template)
-            })
-            .transpose()
-            .map_err(|m| DefinitionError::invalid(here.clone(), m))?;
-        let retry = raw_step
-            .retry
-            .map(RawRetry::check)
-            .transpose()
-            .map_err(|m| DefinitionError::invalid(here.clone(), format!("retry: {m}")))?
-            .unwrap_or_default();
-        steps.push(Step {
-            id: raw_step.id,
-            uses,
-            with,
-            timeout,
-            memory_limit,
-            condition,
-            retry,
-            continue_on_error: raw_step.continue_on_error,
-            line,
-        });
-    }
+        None => Vec::new(),
+    };
+    let _ = checker.source;
 
     let outputs = raw
         .outputs
@@ -171,9 +414,9 @@ pub(super) fn parse(
             let line = find_key_line(source, "outputs", "");
             let template = Template::compile(&value, "outputs")
                 .map_err(|m| DefinitionError::invalid(at(line, None), m))?;
-            let ids: Vec<&str> = steps.iter().map(|s| s.id.as_str()).collect();
+            let ids: Vec<&str> = checker.known.iter().map(String::as_str).collect();
             template
-                .check_step_references(&ids)
+                .check_references(&ids, &BASE_VARS)
                 .map_err(|m| DefinitionError::invalid(at(line, None), m))?;
             Ok(template)
         })
@@ -186,6 +429,7 @@ pub(super) fn parse(
         inputs,
         steps,
         outputs,
+        catch,
         origin: origin.to_owned(),
         source: source.to_owned(),
         format,
@@ -418,12 +662,15 @@ outputs:
         assert_eq!(wf.id, "greet");
         assert_eq!(wf.version, 1);
         assert_eq!(wf.steps.len(), 2);
-        assert_eq!(wf.steps[0].timeout, Some(Duration::from_secs(5)));
-        assert_eq!(wf.steps[0].memory_limit, Some(32 << 20));
+        assert_eq!(
+            wf.steps[0].call().unwrap().timeout,
+            Some(Duration::from_secs(5))
+        );
+        assert_eq!(wf.steps[0].call().unwrap().memory_limit, Some(32 << 20));
         assert_eq!(wf.steps[0].line, Some(4));
         assert_eq!(wf.steps[1].line, Some(11));
-        assert_eq!(wf.steps[0].uses.to_string(), "template@^1");
-        assert_eq!(wf.steps[1].uses.version, VersionPin::Any);
+        assert_eq!(wf.steps[0].call().unwrap().uses.to_string(), "template@^1");
+        assert_eq!(wf.steps[1].call().unwrap().uses.version, VersionPin::Any);
     }
 
     #[test]
@@ -548,7 +795,7 @@ outputs:
         )
         .unwrap();
         assert!(
-            matches!(&wf.steps[0].uses.version, VersionPin::Digest(d) if d.starts_with("sha256:abcdef"))
+            matches!(&wf.steps[0].call().unwrap().uses.version, VersionPin::Digest(d) if d.starts_with("sha256:abcdef"))
         );
         let e = parse("{\"id\": \"x\",\n \"steps\": [}", Format::Json, "wf.json").unwrap_err();
         assert!(e.to_string().starts_with("wf.json:2:"), "{e}");

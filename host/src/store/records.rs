@@ -122,8 +122,14 @@ pub struct StepRecord {
     pub run_id: String,
     /// The record's number within the run, from 0, in commit order.
     pub seq: u32,
-    /// The step's position in the workflow.
+    /// The position, among the workflow's top-level steps, of the step this
+    /// record belongs to.
     pub index: u32,
+    /// Where the call is: the step id, under its enclosing blocks, with an
+    /// iteration index for loops (`fan-out/ship`, `each[3]/fetch`). Empty in
+    /// records written before paths were kept: the step id then.
+    #[serde(default)]
+    pub path: String,
     /// The step's id.
     pub step_id: String,
     /// The attempt, from 1.

@@ -273,6 +273,18 @@ impl Store for RedbStore {
                             backend!(running.remove(id.as_str()))?;
                         }
                     }
+                    Write::UpdateRun {
+                        id,
+                        run,
+                        running: still_running,
+                    } => {
+                        backend!(runs.insert(id.as_str(), run.as_slice()))?;
+                        if *still_running {
+                            backend!(running.insert(id.as_str(), ()))?;
+                        } else {
+                            backend!(running.remove(id.as_str()))?;
+                        }
+                    }
                 }
                 results.push(Ok(()));
             }

@@ -37,6 +37,15 @@ pub enum Write {
         /// key it read has changed since.
         kv: Option<KvEffects>,
     },
+    /// The run's new state alone (a run that ended on an expression).
+    UpdateRun {
+        /// The run's id.
+        id: String,
+        /// The encoded [`RunRecord`].
+        run: Vec<u8>,
+        /// Whether the run is still `running` after this write.
+        running: bool,
+    },
 }
 
 impl Write {
@@ -64,6 +73,17 @@ impl Write {
             run: encode(run),
             running: run.state == RunState::Running,
             kv: kv.filter(|kv| !kv.writes.is_empty() || !kv.reads.is_empty()),
+        }
+    }
+}
+
+impl Write {
+    /// The run's new state alone.
+    pub fn update_run(run: &RunRecord) -> Self {
+        Self::UpdateRun {
+            id: run.id.clone(),
+            run: encode(run),
+            running: run.state == RunState::Running,
         }
     }
 }
