@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Map, Value, json};
 
 use crate::clock::Clock;
-use crate::model::{Call, Case, Scope, Step, StepKind, Template, Workflow};
+use crate::model::{Call, Case, Scope, Step, StepEntry, StepKind, Template, Workflow};
 use crate::runtime::{CallError, CallOptions, KvAccess, KvEffects, Plugin, StepContext};
 use crate::store::{ErrorRecord, RunError, RunRecord, RunState, StepRecord};
 
@@ -34,6 +34,8 @@ pub(super) struct Drive {
     pub(super) results: HashMap<String, Leaf>,
     /// The workflow's key-value space.
     pub(super) kv: KvAccess,
+    /// The run's scope before any step, converted once.
+    pub(super) base: Scope,
 }
 
 /// What is committed for one leaf (one call at one path).
@@ -43,6 +45,8 @@ pub(super) struct Leaf {
     attempts: u32,
     /// The final outcome; `None` while a retry is due.
     outcome: Option<Outcome>,
+    /// What expressions see of a finished leaf, converted once.
+    entry: Option<StepEntry>,
 }
 
 #[derive(Debug, Clone)]
@@ -65,6 +69,13 @@ impl Leaf {
                 (Some(error), None) => Some(Outcome::Failed(error.clone())),
                 _ => None,
             }
+        };
+        self.entry = match &self.outcome {
+            Some(Outcome::Output(output)) => Some(StepEntry::new(&json!({ "output": output }))),
+            Some(Outcome::Skipped) => {
+                Some(StepEntry::new(&json!({ "output": null, "skipped": true })))
+            }
+            _ => None,
         };
     }
 }
@@ -120,7 +131,7 @@ fn join(prefix: &str, id: &str) -> String {
 impl Drive {
     /// A fresh scope for this run.
     fn scope(&self) -> Scope {
-        Scope::new(&self.workflow.id, &self.run.id, &self.run.input)
+        self.base.clone()
     }
 
     /// Runs the next attempt and moves the run's record to its next state.
@@ -503,15 +514,12 @@ impl Drive {
         top: usize,
     ) -> Status<'w> {
         let leaf = self.results.get(path);
+        if let Some(entry) = leaf.and_then(|l| l.entry.as_ref()) {
+            scope.add_entry(&step.id, entry);
+        }
         match leaf.and_then(|l| l.outcome.as_ref()) {
-            Some(Outcome::Output(output)) => {
-                scope.add_step(&step.id, &json!({ "output": output }));
-                Status::Done(output.clone())
-            }
-            Some(Outcome::Skipped) => {
-                scope.add_step(&step.id, &json!({ "output": null, "skipped": true }));
-                Status::Done(Value::Null)
-            }
+            Some(Outcome::Output(output)) => Status::Done(output.clone()),
+            Some(Outcome::Skipped) => Status::Done(Value::Null),
             Some(Outcome::Failed(error)) => Status::Failed(error.clone(), step.id.clone()),
             None => Status::Ready(Ready {
                 path: path.to_owned(),

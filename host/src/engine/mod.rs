@@ -33,7 +33,7 @@ use std::thread::JoinHandle;
 use serde_json::Value;
 
 use crate::clock::{Clock, Timestamp};
-use crate::model::{self, Format, Step, Workflow};
+use crate::model::{self, Format, Scope, Step, Workflow};
 use crate::plugins::PluginDir;
 use crate::runtime::{Digest, KvAccess, KvSource, Plugin, Versioned};
 use crate::store::{
@@ -268,6 +268,7 @@ impl Engine {
             outcome,
         };
         let kv = self.kv_access(&workflow.id);
+        let base = Scope::new(&workflow.id, &run.id, &run.input);
         let task = Task {
             drive: Drive {
                 run,
@@ -275,6 +276,7 @@ impl Engine {
                 plugins,
                 results: HashMap::new(),
                 kv,
+                base,
             },
             observer: Box::new(Quiet),
             done,
@@ -347,6 +349,7 @@ impl Engine {
             outcome,
         };
         let kv = self.kv_access(&workflow.id);
+        let base = Scope::new(&workflow.id, &run.id, &run.input);
         self.core.admit(Task {
             drive: Drive {
                 run,
@@ -354,6 +357,7 @@ impl Engine {
                 plugins,
                 results,
                 kv,
+                base,
             },
             observer,
             done,

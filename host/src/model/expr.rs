@@ -115,10 +115,34 @@ impl Scope {
         self.steps.clone_from(&inner.steps);
     }
 
+    /// Makes a step's entry, converted once with [`StepEntry::new`],
+    /// visible as `steps.<id>`.
+    pub fn add_entry(&mut self, id: &str, entry: &StepEntry) {
+        self.steps.insert(id.to_owned(), entry.0.clone());
+    }
+
     /// Makes `entry`, an object such as `{"output": null, "skipped": true}`,
     /// visible as `steps.<id>`.
     pub fn add_step(&mut self, id: &str, entry: &Value) {
         self.steps.insert(id.to_owned(), to_cel(entry));
+    }
+}
+
+/// A step's entry in `steps` (`{"output": ...}`), converted for
+/// expressions once and cheap to clone.
+#[derive(Clone)]
+pub struct StepEntry(cel::Value);
+
+impl std::fmt::Debug for StepEntry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("StepEntry(..)")
+    }
+}
+
+impl StepEntry {
+    /// Converts `entry`.
+    pub fn new(entry: &Value) -> Self {
+        Self(to_cel(entry))
     }
 }
 

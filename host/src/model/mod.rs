@@ -32,7 +32,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 pub use error::{DefinitionError, Location};
-pub use expr::{EvalError, Scope, Template};
+pub use expr::{EvalError, Scope, StepEntry, Template};
 pub(crate) use parse::check_id;
 pub use policy::{Backoff, MAX_ATTEMPTS, RetryPolicy};
 
