@@ -153,7 +153,11 @@ fn show(data_dir: &Path, run_id: &str, json: bool) -> anyhow::Result<ExitCode> {
         };
         out!(
             "  {status} {} (attempt {}, {}) {pinned}",
-            step.step_id,
+            if step.path.is_empty() {
+                &step.step_id
+            } else {
+                &step.path
+            },
             step.attempt,
             format_micros(step.duration_us)
         );

@@ -23,6 +23,7 @@
 
 mod error;
 mod expr;
+mod lines;
 mod parse;
 mod policy;
 
