@@ -292,12 +292,11 @@ impl Drive {
         top: usize,
     ) -> Status<'w> {
         let path = join(prefix, &step.id);
-        if let StepKind::Call(call) = &step.kind {
-            // A call's `if` is evaluated by its attempt, which records it.
-            let status = self.walk_call(step, call, &path, scope, top);
-            return self.settle(step, &path, status, scope, top);
-        }
-        if let Some(condition) = &step.condition {
+        // A call's `if` is evaluated by its attempt, which records it; a
+        // block's is evaluated here.
+        if step.call().is_none()
+            && let Some(condition) = &step.condition
+        {
             match truth(condition, scope, "if") {
                 Ok(true) => {}
                 Ok(false) => {
@@ -307,13 +306,25 @@ impl Drive {
                 Err(error) => return Status::Failed(error, step.id.clone()),
             }
         }
-        let status = match &step.kind {
-            StepKind::Call(_) => unreachable_call(step),
+        let status = self.walk_kind(step, &path, scope, top);
+        self.settle(step, &path, status, scope, top)
+    }
+
+    /// What the step itself does, before handlers.
+    fn walk_kind<'w>(
+        &self,
+        step: &'w Step,
+        path: &str,
+        scope: &mut Scope,
+        top: usize,
+    ) -> Status<'w> {
+        match &step.kind {
+            StepKind::Call(call) => self.walk_call(step, call, path, scope, top),
             StepKind::Parallel(branches) => {
                 let mut outputs = Map::new();
                 let mut status = None;
                 for branch in branches {
-                    match self.walk_step(branch, &path, scope, top) {
+                    match self.walk_step(branch, path, scope, top) {
                         Status::Done(output) => {
                             outputs.insert(branch.id.clone(), output);
                         }
@@ -325,7 +336,7 @@ impl Drive {
                 }
                 status.unwrap_or(Status::Done(Value::Object(outputs)))
             }
-            StepKind::Switch(cases) => self.walk_cases(cases, &path, scope, top, step),
+            StepKind::Switch(cases) => self.walk_cases(cases, path, scope, top, step),
             StepKind::Foreach { items, steps } => match items.eval(scope) {
                 Ok(Value::Array(items)) => {
                     let mut outputs = Vec::with_capacity(items.len());
@@ -399,8 +410,7 @@ impl Drive {
                 }
                 status.unwrap_or(Status::Done(last))
             }
-        };
-        self.settle(step, &path, status, scope, top)
+        }
     }
 
     /// What a finished step leaves behind: its entry in `steps`, or its
@@ -631,18 +641,6 @@ fn truth(condition: &Template, scope: &Scope, field: &str) -> Result<bool, Error
         ))),
         Err(e) => Err(expression_error(e.to_string())),
     }
-}
-
-fn unreachable_call(step: &Step) -> Status<'_> {
-    Status::Failed(
-        ErrorRecord {
-            code: "internal".to_owned(),
-            message: format!("step `{}` was walked as a block", step.id),
-            retryable: false,
-            details: None,
-        },
-        step.id.clone(),
-    )
 }
 
 fn expression_error(message: String) -> ErrorRecord {

@@ -89,7 +89,6 @@ const BASE_VARS: [&str; 3] = ["inputs", "steps", "run"];
 /// Checks steps recursively, in document order, tracking which step ids
 /// expressions may name so far.
 struct Checker<'a> {
-    source: &'a str,
     origin: &'a str,
     workflow_id: String,
     id_lines: IdLines,
@@ -392,7 +391,6 @@ pub(super) fn parse(
         })?;
 
     let mut checker = Checker {
-        source,
         origin,
         workflow_id: raw.id.clone(),
         id_lines: IdLines::index(source),
@@ -407,7 +405,6 @@ pub(super) fn parse(
         }
         None => Vec::new(),
     };
-    let _ = checker.source;
 
     let outputs = raw
         .outputs
