@@ -379,3 +379,20 @@ fn malformed_blocks_are_refused_at_load_time() {
         );
     }
 }
+
+#[test]
+fn an_oversized_foreach_fails_cleanly() {
+    let scratch = Scratch::new(&["echo"]);
+    let wf = scratch.file(
+        "wf.yaml",
+        "id: big\nsteps:\n  - { id: each, foreach: '${{ inputs }}', steps: [ { id: e, uses: echo } ] }\n",
+    );
+    let items = serde_json::to_string(&vec![0; 10_001]).unwrap();
+    let run = scratch.run(&["run", wf.to_str().unwrap(), "--input", &items]);
+    assert_eq!(run.code, Some(1), "{run:?}");
+    assert!(
+        run.stderr.contains("failed at step `each`: foreach_limit: `each` got a list of 10001 items; the limit is 10000"),
+        "{}",
+        run.stderr
+    );
+}

@@ -120,6 +120,10 @@ struct Ready<'w> {
     top: usize,
 }
 
+/// The most items a `foreach` takes. Each attempt walks the run from the
+/// start, so a loop's cost grows with the square of its length.
+const MAX_ITEMS: usize = 10_000;
+
 fn join(prefix: &str, id: &str) -> String {
     if prefix.is_empty() {
         id.to_owned()
@@ -338,6 +342,19 @@ impl Drive {
             }
             StepKind::Switch(cases) => self.walk_cases(cases, path, scope, top, step),
             StepKind::Foreach { items, steps } => match items.eval(scope) {
+                Ok(Value::Array(items)) if items.len() > MAX_ITEMS => Status::Failed(
+                    ErrorRecord {
+                        code: "foreach_limit".to_owned(),
+                        message: format!(
+                            "`{}` got a list of {} items; the limit is {MAX_ITEMS}",
+                            step.id,
+                            items.len()
+                        ),
+                        retryable: false,
+                        details: None,
+                    },
+                    step.id.clone(),
+                ),
                 Ok(Value::Array(items)) => {
                     let mut outputs = Vec::with_capacity(items.len());
                     let mut status = None;

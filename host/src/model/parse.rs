@@ -14,7 +14,7 @@ use super::policy::RawRetry;
 use super::{Call, Case, Format, InputSchema, PluginRef, Step, StepKind, VersionPin, Workflow};
 
 /// The most iterations a `while` may declare.
-const MAX_ITERATIONS: u32 = 100_000;
+const MAX_ITERATIONS: u32 = 10_000;
 
 /// The largest memory a wasm32 guest can address.
 const MAX_MEMORY_LIMIT: u64 = 4 << 30;
