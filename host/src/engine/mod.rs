@@ -2,10 +2,12 @@
 //!
 //! [`Engine::run`] checks the input, resolves and pins every plugin, and
 //! records the run together with its definition and the bytes of the
-//! components it is pinned to. Then it walks the steps in order. After each
-//! attempt of a step it commits, in one transaction, the attempt's record
-//! (input, output or error, logs, timing) and the run's next state; the last
-//! step's commit also carries the run's outputs and terminal state.
+//! components it is pinned to. Then it runs the workflow's calls one attempt
+//! at a time, in the order a walk over the control flow gives (see `drive`).
+//! After each attempt it commits, in one transaction, the attempt's record
+//! (input, output or error, logs, timing, key-value writes) and the run's
+//! next state; the last commit also carries the run's outputs and terminal
+//! state.
 //!
 //! Runs are driven by a few worker threads, one step attempt at a time (see
 //! `scheduler`): no thread belongs to a run, and no thread waits for a sync.
@@ -13,8 +15,8 @@
 //!
 //! A crash loses at most the attempt in flight. [`Engine::resume`] picks a
 //! `running` run up from its record: the definition and components come from
-//! the store, the outputs of finished steps are read back, and the step in
-//! flight runs again, as its next attempt. Steps are therefore run
+//! the store, the committed results are read back, and the walk finds the
+//! call in flight, which runs again as its next attempt. Steps are therefore run
 //! at least once; what they commit is recorded exactly once.
 //!
 //! A failed step is data, not an `Err`: the run ends `failed` and its record
