@@ -367,6 +367,10 @@ fn malformed_blocks_are_refused_at_load_time() {
             "id: x\nsteps:\n  - { id: p, parallel: [ { id: a, uses: echo } ], timeout: 1s }\n",
             "`timeout` applies only to a step with `uses`",
         ),
+        (
+            "id: x\nsteps:\n  - { id: f, foreach: '${{ [1] }}', steps: [] }\n",
+            "step `f`: steps[0].steps: is empty",
+        ),
     ];
     for (text, expected) in cases {
         let path = scratch.file("bad.yaml", text);

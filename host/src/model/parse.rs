@@ -220,25 +220,11 @@ impl Checker<'_> {
             let items = Template::compile(&items, "foreach").map_err(invalid)?;
             items.check_references(&known, vars).map_err(invalid)?;
             let body_vars = [vars, &["item", "index"]].concat();
-            let steps = self.steps(
-                raw.steps.unwrap_or_default(),
-                &format!("{field}.steps"),
-                &body_vars,
-            )?;
-            if steps.is_empty() {
-                return Err(invalid("foreach: `steps` is empty".to_owned()));
-            }
+            let steps = self.body(raw.steps, field, &body_vars, &here)?;
             StepKind::Foreach { items, steps }
         } else {
             let body_vars = [vars, &["iteration"]].concat();
-            let steps = self.steps(
-                raw.steps.unwrap_or_default(),
-                &format!("{field}.steps"),
-                &body_vars,
-            )?;
-            if steps.is_empty() {
-                return Err(invalid("while: `steps` is empty".to_owned()));
-            }
+            let steps = self.body(raw.steps, field, &body_vars, &here)?;
             let max_iterations = raw.max_iterations.unwrap_or(0);
             if max_iterations == 0 || max_iterations > MAX_ITERATIONS {
                 return Err(invalid(format!(
@@ -291,6 +277,24 @@ impl Checker<'_> {
             catch,
             line,
         })
+    }
+
+    /// The `steps` of a loop, which must not be empty.
+    fn body(
+        &mut self,
+        raws: Option<Vec<RawStep>>,
+        field: &str,
+        vars: &[&str],
+        here: &Location,
+    ) -> Result<Vec<Step>, DefinitionError> {
+        let steps = self.steps(raws.unwrap_or_default(), &format!("{field}.steps"), vars)?;
+        if steps.is_empty() {
+            return Err(DefinitionError::invalid(
+                here.clone(),
+                format!("{field}.steps: is empty"),
+            ));
+        }
+        Ok(steps)
     }
 
     /// `switch` cases (`switch` true) or `catch` handlers: a case without
