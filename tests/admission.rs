@@ -84,7 +84,7 @@ fn runs_over_the_cap_wait_their_turn_in_arrival_order() {
     // Every run is recorded at once, though most are parked.
     let (resident, _parked) = engine.load();
     assert!(resident <= 2, "{resident} resident");
-    assert_eq!(store.runs(100).unwrap().len(), 8);
+    assert_eq!(store.runs(&Default::default(), 100).unwrap().len(), 8);
     let runs: Vec<RunRecord> = handles.into_iter().map(|h| h.wait().unwrap()).collect();
     assert!(runs.iter().all(|r| r.state == RunState::Succeeded));
     for (n, run) in runs.iter().enumerate() {

@@ -448,3 +448,33 @@ fn step_input_is_checked_against_the_plugins_schema_before_the_call() {
     );
     assert!(run.stderr.contains("extra"), "{}", run.stderr);
 }
+
+#[test]
+fn runs_can_be_listed_by_workflow_and_state() {
+    let scratch = Scratch::new(&["echo", "trap"]);
+    let ok = scratch.file("ok.yaml", "id: fine\nsteps:\n  - { id: a, uses: echo }\n");
+    let bad = scratch.file(
+        "bad.yaml",
+        "id: broken\nsteps:\n  - { id: a, uses: trap }\n",
+    );
+    for wf in [&ok, &ok, &bad] {
+        scratch.run(&["run", wf.to_str().unwrap()]);
+    }
+    let count = |args: &[&str]| {
+        let mut all = vec!["runs", "list", "--json"];
+        all.extend_from_slice(args);
+        scratch.run(&all).json().as_array().unwrap().len()
+    };
+    assert_eq!(count(&[]), 3);
+    assert_eq!(count(&["--workflow", "fine"]), 2);
+    assert_eq!(count(&["--state", "failed"]), 1);
+    assert_eq!(count(&["--state", "failed", "--workflow", "fine"]), 0);
+    assert_eq!(count(&["--limit", "1"]), 1);
+    let run = scratch.run(&["runs", "list", "--state", "sleeping"]);
+    assert_eq!(run.code, Some(2), "{run:?}");
+    assert!(
+        run.stderr.contains("`sleeping` is not a run state"),
+        "{}",
+        run.stderr
+    );
+}

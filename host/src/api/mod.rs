@@ -7,7 +7,7 @@
 //! | `GET /v1/health`    | `{"status": "ok"}`                                |
 //! | `GET /v1/workflows` | the workflows served: id, version, steps          |
 //! | `POST /v1/runs`     | starts `{"workflow": id, "input": {...}}`; answers `201` once the run is durably recorded |
-//! | `GET /v1/runs`      | the newest runs (`?limit=N`, default 20, at most 1000) |
+//! | `GET /v1/runs`      | the newest runs; `?limit=N` (default 20, at most 1000), `&workflow=ID`, `&state=running\|succeeded\|failed` |
 //! | `GET /v1/runs/{id}` | one run and its step records                      |
 
 mod error;
@@ -23,6 +23,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::engine::{Engine, Quiet, StartError};
+use crate::store::RunFilter;
 use crate::workflows::WorkflowDir;
 
 pub use error::ApiError;
@@ -122,6 +123,10 @@ async fn start_run(
 struct ListQuery {
     #[serde(default)]
     limit: Option<usize>,
+    #[serde(default)]
+    workflow: Option<String>,
+    #[serde(default)]
+    state: Option<String>,
 }
 
 async fn list_runs(
@@ -130,8 +135,18 @@ async fn list_runs(
 ) -> Result<Json<Value>, ApiError> {
     let Query(query) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
     let limit = query.limit.unwrap_or(20).min(1000);
+    let state = query
+        .state
+        .as_deref()
+        .map(str::parse)
+        .transpose()
+        .map_err(|e: String| ApiError::bad_request(format!("state: {e}")))?;
+    let filter = RunFilter {
+        workflow: query.workflow,
+        state,
+    };
     let store = Arc::clone(api.engine.store());
-    let runs = tokio::task::spawn_blocking(move || store.runs(limit))
+    let runs = tokio::task::spawn_blocking(move || store.runs(&filter, limit))
         .await
         .map_err(|e| ApiError::internal(format!("the read task failed: {e}")))?
         .map_err(ApiError::from)?;

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::Subcommand;
 use weft::Store;
-use weft::store::{RedbStore, StoreError};
+use weft::store::{RedbStore, RunFilter, RunState, StoreError};
 
 use super::progress::format_micros;
 use super::{EXIT_INVALID, store_path};
@@ -18,6 +18,12 @@ pub enum RunsCommand {
         /// How many runs to show.
         #[arg(long, default_value_t = 20)]
         limit: usize,
+        /// Only runs of this workflow.
+        #[arg(long, value_name = "ID")]
+        workflow: Option<String>,
+        /// Only runs in this state: running, succeeded or failed.
+        #[arg(long)]
+        state: Option<RunState>,
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
@@ -51,7 +57,12 @@ pub fn main(data_dir: &Path, command: RunsCommand) -> anyhow::Result<ExitCode> {
             all,
             plugins,
         } => super::resume(data_dir, run_id, all, &plugins),
-        RunsCommand::List { limit, json } => list(data_dir, limit, json),
+        RunsCommand::List {
+            limit,
+            workflow,
+            state,
+            json,
+        } => list(data_dir, &RunFilter { workflow, state }, limit, json),
         RunsCommand::Show { run_id, json } => show(data_dir, &run_id, json),
     }
 }
@@ -71,9 +82,9 @@ fn open(data_dir: &Path) -> anyhow::Result<Option<RedbStore>> {
     .with_context(|| format!("cannot open the store {}", path.display()))
 }
 
-fn list(data_dir: &Path, limit: usize, json: bool) -> anyhow::Result<ExitCode> {
+fn list(data_dir: &Path, filter: &RunFilter, limit: usize, json: bool) -> anyhow::Result<ExitCode> {
     let runs = match open(data_dir)? {
-        Some(store) => store.runs(limit)?,
+        Some(store) => store.runs(filter, limit)?,
         None => Vec::new(),
     };
     if json {

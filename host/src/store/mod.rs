@@ -78,6 +78,23 @@ pub enum StoreError {
     },
 }
 
+/// Which runs a listing keeps. The default keeps every run.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RunFilter {
+    /// Only runs of this workflow.
+    pub workflow: Option<String>,
+    /// Only runs in this state.
+    pub state: Option<RunState>,
+}
+
+impl RunFilter {
+    /// Whether `run` passes.
+    pub fn keeps(&self, run: &RunRecord) -> bool {
+        self.workflow.as_ref().is_none_or(|w| *w == run.workflow)
+            && self.state.is_none_or(|s| s == run.state)
+    }
+}
+
 /// Durable storage of runs and their steps.
 ///
 /// Every method is blocking and, for writes, durable when it returns `Ok`:
@@ -93,8 +110,8 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// The run with id `id`.
     fn run(&self, id: &str) -> Result<Option<RunRecord>, StoreError>;
 
-    /// Up to `limit` runs, newest first.
-    fn runs(&self, limit: usize) -> Result<Vec<RunRecord>, StoreError>;
+    /// Up to `limit` runs that pass `filter`, newest first.
+    fn runs(&self, filter: &RunFilter, limit: usize) -> Result<Vec<RunRecord>, StoreError>;
 
     /// The step records of run `id`, in order.
     fn steps(&self, id: &str) -> Result<Vec<StepRecord>, StoreError>;

@@ -28,6 +28,22 @@ impl RunState {
     }
 }
 
+impl std::str::FromStr for RunState {
+    type Err = String;
+
+    /// `running`, `succeeded` or `failed`.
+    fn from_str(text: &str) -> Result<Self, String> {
+        match text {
+            "running" => Ok(Self::Running),
+            "succeeded" => Ok(Self::Succeeded),
+            "failed" => Ok(Self::Failed),
+            other => Err(format!(
+                "`{other}` is not a run state (running, succeeded, failed)"
+            )),
+        }
+    }
+}
+
 impl std::fmt::Display for RunState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {

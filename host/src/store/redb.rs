@@ -22,7 +22,7 @@ use redb::{
 };
 use serde::de::DeserializeOwned;
 
-use super::{DefinitionRecord, RunRecord, StepRecord, Store, StoreError, Write};
+use super::{DefinitionRecord, RunFilter, RunRecord, StepRecord, Store, StoreError, Write};
 use crate::runtime::Versioned;
 
 const META: TableDefinition<&str, &str> = TableDefinition::new("meta");
@@ -301,13 +301,19 @@ impl Store for RedbStore {
             .transpose()
     }
 
-    fn runs(&self, limit: usize) -> Result<Vec<RunRecord>, StoreError> {
+    fn runs(&self, filter: &RunFilter, limit: usize) -> Result<Vec<RunRecord>, StoreError> {
         let txn = self.begin_read()?;
         let runs = backend!(txn.open_table(RUNS))?;
         let mut found = Vec::new();
-        for entry in backend!(runs.iter())?.rev().take(limit) {
+        for entry in backend!(runs.iter())?.rev() {
+            if found.len() >= limit {
+                break;
+            }
             let (key, value) = backend!(entry)?;
-            found.push(decode(key.value(), value.value())?);
+            let run: RunRecord = decode(key.value(), value.value())?;
+            if filter.keeps(&run) {
+                found.push(run);
+            }
         }
         Ok(found)
     }
