@@ -224,6 +224,12 @@ fn plugins_describe_themselves_and_bad_components_are_refused() {
             supported: "0.1.0".to_owned()
         }
     );
+    assert_eq!(
+        runtime.load(&guest_bytes("extra_import")).unwrap_err(),
+        LoadError::MissingImport {
+            import: "weft:plugin/telemetry@0.1.0".to_owned()
+        }
+    );
     let mut torn = guest_bytes("echo");
     torn.truncate(torn.len() / 2);
     assert!(matches!(runtime.load(&torn), Err(LoadError::Compile(_))));
