@@ -148,7 +148,13 @@ impl Plugin {
         let memory_limit = options.memory_limit.unwrap_or(config.default_memory_limit);
         let log = LogSink::new(config.log_limit, &self.0.meta.name, &context.step_id);
         let _slot = self.0.runtime.shared.slots.acquire();
-        let mut store = self.new_store(timeout, memory_limit, log.clone(), options.kv.clone());
+        let mut store = new_store(
+            &self.0.runtime,
+            timeout,
+            memory_limit,
+            log.clone(),
+            options.kv.clone(),
+        );
         let wit_context = bindings::StepContext {
             tenant: context.tenant.clone(),
             workflow: context.workflow.clone(),
@@ -194,24 +200,25 @@ impl Plugin {
             kv: state.kv.into_effects(),
         }
     }
+}
 
-    fn new_store(
-        &self,
-        timeout: Duration,
-        memory_limit: u64,
-        log: LogSink,
-        kv: Option<KvAccess>,
-    ) -> wasmtime::Store<StepState> {
-        let mut store = wasmtime::Store::new(
-            &self.0.runtime.shared.engine,
-            StepState::new(memory_limit, log, kv),
-        );
-        store.limiter(|state| &mut state.limiter);
-        // One tick more than the timeout: the first tick may come at once.
-        store.set_epoch_deadline(deadline_ticks(timeout).saturating_add(1));
-        store.epoch_deadline_trap();
-        store
-    }
+/// A store for one call: fresh state, the memory cap, and a deadline of one
+/// tick more than `timeout` (the first tick may come at once).
+fn new_store(
+    runtime: &Runtime,
+    timeout: Duration,
+    memory_limit: u64,
+    log: LogSink,
+    kv: Option<KvAccess>,
+) -> wasmtime::Store<StepState> {
+    let mut store = wasmtime::Store::new(
+        &runtime.shared.engine,
+        StepState::new(memory_limit, log, kv),
+    );
+    store.limiter(|state| &mut state.limiter);
+    store.set_epoch_deadline(deadline_ticks(timeout).saturating_add(1));
+    store.epoch_deadline_trap();
+    store
 }
 
 pub(super) fn load(runtime: &Runtime, bytes: &[u8]) -> Result<Plugin, LoadError> {
@@ -335,13 +342,13 @@ fn describe(plugin: &Loaded) -> Result<PluginMeta, LoadError> {
     let config = plugin.runtime.config();
     let log = LogSink::new(config.log_limit, "(loading)", "describe");
     let _slot = plugin.runtime.shared.slots.acquire();
-    let mut store = wasmtime::Store::new(
-        &plugin.runtime.shared.engine,
-        StepState::new(config.default_memory_limit, log.clone(), None),
+    let mut store = new_store(
+        &plugin.runtime,
+        DESCRIBE_TIMEOUT,
+        config.default_memory_limit,
+        log.clone(),
+        None,
     );
-    store.limiter(|state| &mut state.limiter);
-    store.set_epoch_deadline(deadline_ticks(DESCRIBE_TIMEOUT).saturating_add(1));
-    store.epoch_deadline_trap();
     let instance = plugin
         .pre
         .instantiate(&mut store)
