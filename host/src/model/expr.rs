@@ -156,11 +156,6 @@ impl Template {
         })
     }
 
-    /// True when the template holds no expression.
-    pub fn is_literal(&self) -> bool {
-        matches!(self.node, Node::Literal(_))
-    }
-
     /// Checks that every `steps.<id>` this template names is one of `known`
     /// and that it uses no variable but `vars`.
     pub fn check_references(&self, known: &[&str], vars: &[&str]) -> Result<(), String> {

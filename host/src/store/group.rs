@@ -1,9 +1,8 @@
 //! Group commit: one thread turns every write that is waiting into one
 //! transaction and one sync, then answers each writer.
 //!
-//! A writer either blocks until its write is durable ([`GroupCommit::commit`])
-//! or hands over a callback that the committing thread calls once the batch
-//! is synced ([`GroupCommit::submit`]). While one batch syncs, the next one
+//! A writer hands over its write with a callback that the committing thread
+//! calls once the batch is synced ([`GroupCommit::submit`]). While one batch syncs, the next one
 //! fills up, so throughput grows with the number of writers instead of being
 //! held to one sync per write.
 
@@ -48,20 +47,6 @@ impl GroupCommit {
             jobs: Mutex::new(Some(jobs)),
             thread: Mutex::new(Some(thread)),
         })
-    }
-
-    /// Commits `write` with whatever else is waiting, and blocks until it is
-    /// durable (`Ok`) or refused. A refused write changed nothing; a failed
-    /// batch changed nothing for any of its writes.
-    pub fn commit(&self, write: Write) -> Result<(), StoreError> {
-        let (answer, outcome) = sync_channel(1);
-        self.submit(
-            write,
-            Box::new(move |result| {
-                let _ = answer.send(result);
-            }),
-        );
-        outcome.recv().map_err(|_| StoreError::Closed)?
     }
 
     /// Queues `write` and returns at once; `done` is called with the
