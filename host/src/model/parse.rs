@@ -100,6 +100,11 @@ struct Checker<'a> {
 }
 
 impl Checker<'_> {
+    /// The step ids expressions may name here.
+    fn known_ids(&self) -> Vec<&str> {
+        self.known.iter().map(String::as_str).collect()
+    }
+
     fn at(&self, line: Option<usize>, step: Option<&str>) -> Location {
         Location {
             origin: self.origin.to_owned(),
@@ -175,7 +180,7 @@ impl Checker<'_> {
             ));
         }
 
-        let known: Vec<&str> = self.known.iter().map(String::as_str).collect();
+        let known = self.known_ids();
         let condition = raw
             .condition
             .as_deref()
@@ -188,7 +193,7 @@ impl Checker<'_> {
             let uses = parse_plugin_ref(&uses).map_err(|m| invalid(format!("uses: {m}")))?;
             let with =
                 Template::compile(&raw.with.unwrap_or(Value::Null), "with").map_err(invalid)?;
-            let known: Vec<&str> = self.known.iter().map(String::as_str).collect();
+            let known = self.known_ids();
             with.check_references(&known, vars).map_err(invalid)?;
             let timeout = raw
                 .timeout
@@ -216,7 +221,7 @@ impl Checker<'_> {
         } else if let Some(cases) = raw.switch {
             StepKind::Switch(self.cases(cases, &format!("{field}.switch"), vars, &raw.id, true)?)
         } else if let Some(items) = raw.foreach {
-            let known: Vec<&str> = self.known.iter().map(String::as_str).collect();
+            let known = self.known_ids();
             let items = Template::compile(&items, "foreach").map_err(invalid)?;
             items.check_references(&known, vars).map_err(invalid)?;
             let body_vars = [vars, &["item", "index"]].concat();
@@ -233,7 +238,7 @@ impl Checker<'_> {
             }
             // The condition is checked before each iteration; it may name the
             // body's steps, as they were after the previous one.
-            let known: Vec<&str> = self.known.iter().map(String::as_str).collect();
+            let known = self.known_ids();
             let condition = condition_template(
                 raw.while_.as_deref().unwrap_or_default(),
                 "while",
@@ -316,7 +321,7 @@ impl Checker<'_> {
         let last = raws.len() - 1;
         let mut cases = Vec::with_capacity(raws.len());
         for (i, raw) in raws.into_iter().enumerate() {
-            let known: Vec<&str> = self.known.iter().map(String::as_str).collect();
+            let known = self.known_ids();
             let condition = match raw.condition.as_deref() {
                 Some(text) => Some(
                     condition_template(text, &format!("{field}[{i}].if"), &known, vars)
@@ -416,7 +421,7 @@ pub(super) fn parse(
             let line = find_key_line(source, "outputs", "");
             let template = Template::compile(&value, "outputs")
                 .map_err(|m| DefinitionError::invalid(at(line, None), m))?;
-            let ids: Vec<&str> = checker.known.iter().map(String::as_str).collect();
+            let ids = checker.known_ids();
             template
                 .check_references(&ids, &BASE_VARS)
                 .map_err(|m| DefinitionError::invalid(at(line, None), m))?;
