@@ -237,10 +237,12 @@ outputs:
             "last_double": { "i": 1, "twice": 10 },
         })
     );
-    let paths: Vec<_> = records_of(&scratch, &run.run_id())
+    let mut paths: Vec<_> = records_of(&scratch, &run.run_id())
         .iter()
         .map(|r| r["path"].as_str().unwrap().to_owned())
         .collect();
+    // The branches commit in the order they finish.
+    paths[0..2].sort();
     assert_eq!(
         paths,
         [
@@ -310,16 +312,21 @@ steps:
         .iter()
         .map(|r| r["path"].as_str().unwrap().to_owned())
         .collect();
+    // The iterations run in order; the branches of each in either order.
+    let mut sorted = paths.clone();
+    sorted[0..2].sort();
+    sorted[2..4].sort();
     assert_eq!(
-        paths,
+        sorted,
         [
-            "outer[0]/pair/fine",
             "outer[0]/pair/bad",
-            "outer[1]/pair/fine",
+            "outer[0]/pair/fine",
             "outer[1]/pair/bad",
+            "outer[1]/pair/fine",
             "outer/catch/recover",
             "after"
-        ]
+        ],
+        "{paths:?}"
     );
 
     // A workflow-level catch: the run succeeds with the handler's output.
@@ -399,4 +406,127 @@ fn an_oversized_foreach_fails_cleanly() {
         "{}",
         run.stderr
     );
+}
+
+/// Each record's interval, `[start, end)` in milliseconds.
+fn intervals(records: &[Value]) -> Vec<(u64, u64)> {
+    records
+        .iter()
+        .map(|r| {
+            let start = r["started_at"].as_u64().unwrap();
+            (start, start + r["duration_us"].as_u64().unwrap() / 1000)
+        })
+        .collect()
+}
+
+/// The most intervals that hold at one instant.
+fn most_at_once(intervals: &[(u64, u64)]) -> usize {
+    intervals
+        .iter()
+        .map(|(start, _)| {
+            intervals
+                .iter()
+                .filter(|(s, e)| s <= start && start < e)
+                .count()
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+#[test]
+fn parallel_branches_run_at_the_same_time() {
+    let scratch = Scratch::new(&["spin", "echo"]);
+    let text = r#"
+id: fan
+steps:
+  - id: fan
+    parallel:
+      - { id: a, uses: spin, with: { ms: 400 } }
+      - { id: b, uses: spin, with: { ms: 400 } }
+      - { id: c, uses: spin, with: { ms: 400 } }
+  - { id: after, uses: echo, with: "${{ steps.fan.output }}" }
+"#;
+    let run = run_workflow(&scratch, text);
+    assert_eq!(run.code, Some(0), "{run:?}");
+    assert_eq!(
+        run.json(),
+        json!({ "a": { "spun_ms": 400 }, "b": { "spun_ms": 400 }, "c": { "spun_ms": 400 } })
+    );
+    let records = records_of(&scratch, &run.run_id());
+    assert_eq!(records.len(), 4);
+    let branches = intervals(&records[..3]);
+    assert_eq!(most_at_once(&branches), 3, "{branches:?}");
+    // `after` starts only when every branch has ended.
+    let after = records[3]["started_at"].as_u64().unwrap();
+    assert!(
+        branches.iter().all(|(_, end)| *end <= after + 1),
+        "{records:?}"
+    );
+}
+
+#[test]
+fn a_foreach_runs_at_most_its_concurrency_at_once_and_keeps_list_order() {
+    let scratch = Scratch::new(&["spin"]);
+    let text = r#"
+id: each
+steps:
+  - id: each
+    foreach: "${{ [300, 150, 300, 150, 300] }}"
+    concurrency: 2
+    steps:
+      - { id: work, uses: spin, with: { ms: "${{ item }}" } }
+outputs: "${{ steps.each.output.map(o, o.spun_ms) }}"
+"#;
+    let run = run_workflow(&scratch, text);
+    assert_eq!(run.code, Some(0), "{run:?}");
+    assert_eq!(run.json(), json!([300, 150, 300, 150, 300]));
+    let records = records_of(&scratch, &run.run_id());
+    assert_eq!(records.len(), 5);
+    let at_once = most_at_once(&intervals(&records));
+    assert_eq!(at_once, 2, "{records:?}");
+}
+
+#[test]
+fn a_failed_branch_fails_the_parallel_without_waiting_for_its_siblings() {
+    let scratch = Scratch::new(&["spin", "flaky"]);
+    let text = r#"
+id: fast-fail
+steps:
+  - id: fan
+    parallel:
+      - { id: slow, uses: spin, with: { ms: 5000 } }
+      - { id: bad, uses: flaky, with: { fail_with: fatal } }
+"#;
+    let run = run_workflow(&scratch, text);
+    assert_eq!(run.code, Some(1), "{run:?}");
+    assert!(
+        run.stderr.contains("failed at step `bad`"),
+        "{}",
+        run.stderr
+    );
+    // The slow branch was abandoned: the run ended before it did, so
+    // nothing of it was committed.
+    let records = records_of(&scratch, &run.run_id());
+    let paths: Vec<_> = records.iter().map(|r| r["path"].clone()).collect();
+    assert_eq!(paths, [json!("fan/bad")]);
+}
+
+#[test]
+fn a_branch_may_not_name_a_step_of_another_branch() {
+    let scratch = Scratch::new(&["echo"]);
+    let text = "id: x\nsteps:\n  - id: fan\n    parallel:\n      - { id: a, uses: echo, with: 1 }\n      - { id: b, uses: echo, with: \"${{ steps.a.output }}\" }\n  - { id: after, uses: echo, with: \"${{ steps.a.output }}\" }\n";
+    let wf = scratch.file("wf.yaml", text);
+    let check = scratch.run(&["check", wf.to_str().unwrap()]);
+    assert_eq!(check.code, Some(2), "{check:?}");
+    assert!(check.stderr.contains("step `b`"), "{}", check.stderr);
+    assert!(check.stderr.contains("`a`"), "{}", check.stderr);
+
+    // After the parallel, every branch's steps may be named.
+    let fixed = text.replace(
+        "with: \"${{ steps.a.output }}\" }\n  - { id: after",
+        "with: 2 }\n  - { id: after",
+    );
+    let run = run_workflow(&scratch, &fixed);
+    assert_eq!(run.code, Some(0), "{run:?}");
+    assert_eq!(run.json(), json!(1));
 }

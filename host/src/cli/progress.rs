@@ -1,6 +1,7 @@
 //! Step progress on stderr: a spinner per step on a terminal, plain lines
 //! otherwise.
 
+use std::collections::HashMap;
 use std::io::IsTerminal;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -18,7 +19,10 @@ pub struct Progress(Arc<Mutex<State>>);
 struct State {
     tty: bool,
     bar: Option<ProgressBar>,
-    label: String,
+    /// The workflow's number of top-level steps.
+    total: usize,
+    /// What each step started so far uses, by step id.
+    uses: HashMap<String, String>,
 }
 
 impl Progress {
@@ -26,7 +30,8 @@ impl Progress {
         Self(Arc::new(Mutex::new(State {
             tty: std::io::stderr().is_terminal(),
             bar: None,
-            label: String::new(),
+            total: 0,
+            uses: HashMap::new(),
         })))
     }
 
@@ -70,26 +75,44 @@ impl Observer for Progress {
             .call()
             .map(|call| call.uses.to_string())
             .unwrap_or_default();
-        this.label = format!("[{}/{}] {} ({uses})", index + 1, total, step.id);
-        if attempt > 1 {
-            this.label.push_str(&format!(" attempt {attempt}"));
-        }
+        this.total = total;
+        this.uses.insert(step.id.clone(), uses.clone());
         if this.tty {
+            let mut label = format!("[{}/{}] {} ({uses})", index + 1, total, step.id);
+            if attempt > 1 {
+                label.push_str(&format!(" attempt {attempt}"));
+            }
+            this.clear();
             let bar = ProgressBar::new_spinner();
             bar.set_style(
                 ProgressStyle::with_template("{spinner} {msg} {elapsed}")
                     .unwrap_or_else(|_| ProgressStyle::default_spinner()),
             );
-            bar.set_message(this.label.clone());
+            bar.set_message(label);
             bar.enable_steady_tick(Duration::from_millis(80));
             this.bar = Some(bar);
         }
     }
 
+    /// Steps of one run can finish in any order (`parallel`), so the line
+    /// is built from the record: its path names the iteration.
     fn step_finished(&mut self, record: &StepRecord) {
         let mut state = self.state();
         state.clear();
-        let label = &state.label;
+        let uses = state
+            .uses
+            .get(&record.step_id)
+            .map(String::as_str)
+            .unwrap_or_default();
+        let path = if record.path.is_empty() {
+            &record.step_id
+        } else {
+            &record.path
+        };
+        let mut label = format!("[{}/{}] {path} ({uses})", record.index + 1, state.total);
+        if record.attempt > 1 {
+            label.push_str(&format!(" attempt {}", record.attempt));
+        }
         let took = format_micros(record.duration_us);
         let line = match (&record.error, record.retry_in_ms) {
             _ if record.skipped => format!("skip {label} (if: false)"),

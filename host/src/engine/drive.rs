@@ -5,20 +5,24 @@
 //! next, [`Drive`] walks the workflow's steps in document order against
 //! those results: control flow is native and its expressions are pure, so
 //! the walk is deterministic, and resuming a run is the same walk over the
-//! results read back from the store. The first call that has no final result
-//! is the next attempt to run.
+//! results read back from the store. Every call the walk reaches that has no
+//! final result, and no attempt under way, is ready: the branches of a
+//! `parallel` and up to `concurrency` iterations of a `foreach` are ready
+//! together.
 //!
-//! Leaves run one at a time per run: `parallel` branches and `foreach`
-//! iterations run one after another (many runs still run at once).
+//! [`Drive::plan`] turns the ready calls into [`Attempt`]s, which run without
+//! the drive (on any worker, at the same time); [`Drive::complete`] folds a
+//! finished attempt back in and gives the run's next state, to commit with
+//! it.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Map, Value, json};
 
 use crate::clock::Clock;
-use crate::model::{Call, Case, Scope, Step, StepEntry, StepKind, Template, Workflow};
+use crate::model::{Call, Case, RetryPolicy, Scope, Step, StepEntry, StepKind, Template, Workflow};
 use crate::runtime::{CallError, CallOptions, KvAccess, KvEffects, Plugin, StepContext};
 use crate::store::{ErrorRecord, RunError, RunRecord, RunState, StepRecord};
 
@@ -36,6 +40,10 @@ pub(super) struct Drive {
     pub(super) kv: KvAccess,
     /// The run's scope before any step, converted once.
     pub(super) base: Scope,
+    /// Leaves with an attempt under way: running, finished and waiting for
+    /// their commit, or waiting out a retry delay. The walk does not offer
+    /// them again.
+    pub(super) busy: HashSet<String>,
 }
 
 /// What is committed for one leaf (one call at one path).
@@ -80,6 +88,84 @@ impl Leaf {
     }
 }
 
+/// What a run can do now.
+pub(super) enum Plan {
+    /// Run these attempts (at least one).
+    Start(Vec<Attempt>),
+    /// Nothing new: wait for the attempts under way.
+    Wait,
+    /// The run reached a terminal state, which is in its record, to commit.
+    End,
+}
+
+/// One attempt of one leaf, ready to run on any thread.
+pub(super) struct Attempt {
+    path: String,
+    record: StepRecord,
+    retry: RetryPolicy,
+    /// The plugin call; `None` when the record is already final (the step
+    /// was skipped, or its input could not be built).
+    call: Option<Invocation>,
+}
+
+struct Invocation {
+    plugin: Plugin,
+    context: StepContext,
+    input: String,
+    options: CallOptions,
+}
+
+/// An attempt that ran, to be committed.
+pub(super) struct Finished {
+    path: String,
+    record: StepRecord,
+    retry: RetryPolicy,
+    kv: Option<KvEffects>,
+}
+
+impl Finished {
+    /// The leaf's path.
+    pub(super) fn path(&self) -> &str {
+        &self.path
+    }
+}
+
+impl Attempt {
+    /// True when there is no call to make.
+    pub(super) fn is_settled(&self) -> bool {
+        self.call.is_none()
+    }
+
+    /// Makes the call. Never fails: a failure is in the record.
+    pub(super) fn run(self, clock: &dyn Clock) -> Finished {
+        let Self {
+            path,
+            mut record,
+            retry,
+            call,
+        } = self;
+        let mut kv = None;
+        if let Some(call) = call {
+            record.started_at = clock.now();
+            let timer = Instant::now();
+            let outcome = call.plugin.call(&call.context, &call.input, &call.options);
+            record.logs = outcome.logs;
+            kv = Some(outcome.kv);
+            match outcome.result {
+                Ok(output) => record.output = Some(output),
+                Err(error) => record.error = Some(error_record(&error)),
+            }
+            record.duration_us = u64::try_from(timer.elapsed().as_micros()).unwrap_or(u64::MAX);
+        }
+        Finished {
+            path,
+            record,
+            retry,
+            kv,
+        }
+    }
+}
+
 /// What happens after an attempt is committed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Next {
@@ -105,11 +191,12 @@ enum Status<'w> {
     Done(Value),
     /// Failed at step `.1`.
     Failed(ErrorRecord, String),
-    /// This call is the next attempt.
-    Ready(Ready<'w>),
+    /// Not finished: these calls are ready (none when every unfinished call
+    /// has an attempt under way).
+    Pending(Vec<Ready<'w>>),
 }
 
-/// The next attempt: a call, where it is, and what its expressions see.
+/// A ready call: where it is, and what its expressions see.
 struct Ready<'w> {
     path: String,
     step: &'w Step,
@@ -138,59 +225,78 @@ impl Drive {
         self.base.clone()
     }
 
-    /// Runs the next attempt and moves the run's record to its next state.
-    /// Nothing is stored: the caller commits the returned record (if any; a
-    /// run can also end on an expression alone) with the run. Never fails:
-    /// every problem is in the records.
-    pub(super) fn attempt(
-        &mut self,
-        clock: &dyn Clock,
-        observer: &mut dyn Observer,
-    ) -> (Option<StepRecord>, Next, Option<KvEffects>, Undo) {
+    /// Walks the run: the attempts to start now, or nothing new to start,
+    /// or the run's end (then set in its record). The attempts' leaves become
+    /// busy.
+    pub(super) fn plan(&mut self, clock: &dyn Clock, observer: &mut dyn Observer) -> Plan {
         let workflow = Arc::clone(&self.workflow);
         let mut scope = self.scope();
         let (status, handled) = self.walk(&workflow, &mut scope);
-        let Status::Ready(ready) = status else {
-            let undo = Undo {
-                run: self.run.clone(),
-                path: String::new(),
-                leaf: None,
-            };
-            self.conclude(status, handled, &scope, clock);
-            return (None, Next::Done, None, undo);
+        let ready = match status {
+            Status::Pending(ready) if ready.is_empty() => return Plan::Wait,
+            Status::Pending(ready) => ready,
+            status => {
+                self.conclude(status, handled, &scope, clock);
+                return Plan::End;
+            }
         };
+        if let Some(top) = ready.iter().map(|r| r.top).min() {
+            self.run.next_step = u32::try_from(top).unwrap_or(u32::MAX);
+        }
+        let attempts: Vec<Attempt> = ready
+            .iter()
+            .map(|ready| {
+                observer.step_started(ready.step, ready.top, workflow.steps.len(), ready.attempt);
+                self.prepare(ready, clock)
+            })
+            .collect();
+        self.busy
+            .extend(attempts.iter().map(|attempt| attempt.path.clone()));
+        Plan::Start(attempts)
+    }
+
+    /// Folds a finished attempt into the run and moves the run's record to
+    /// its next state. Nothing is stored: the caller commits the returned
+    /// record with the run. The leaf stays busy.
+    pub(super) fn complete(
+        &mut self,
+        finished: Finished,
+        clock: &dyn Clock,
+    ) -> (StepRecord, Next, Option<KvEffects>, Undo) {
+        let Finished {
+            path,
+            mut record,
+            retry,
+            kv,
+        } = finished;
         let undo = Undo {
             run: self.run.clone(),
-            path: ready.path.clone(),
-            leaf: self.results.get(&ready.path).cloned(),
+            leaf: self.results.get(&path).cloned(),
+            path: path.clone(),
         };
-        observer.step_started(ready.step, ready.top, workflow.steps.len(), ready.attempt);
-        let (mut record, kv) = self.call(&ready, clock);
+        record.seq = self.run.step_records;
         self.run.step_records += 1;
         self.run.updated_at = clock.now();
 
         let mut next = Next::Step;
         if let Some(error) = &record.error
-            && ready
-                .step
-                .retry
-                .retries(ready.attempt, &error.code, error.retryable)
+            && retry.retries(record.attempt, &error.code, error.retryable)
         {
-            let delay = ready.step.retry.delay(ready.attempt);
+            let delay = retry.delay(record.attempt);
             record.retry_in_ms = Some(u64::try_from(delay.as_millis()).unwrap_or(u64::MAX));
             next = Next::RetryAfter(delay);
         }
-        self.results
-            .entry(ready.path.clone())
-            .or_default()
-            .apply(&record);
+        self.results.entry(path).or_default().apply(&record);
 
         // Walk again with the result, to know the run's next state.
+        let workflow = Arc::clone(&self.workflow);
         let mut scope = self.scope();
         let (status, handled) = self.walk(&workflow, &mut scope);
         match status {
-            Status::Ready(after) => {
-                self.run.next_step = u32::try_from(after.top).unwrap_or(u32::MAX);
+            Status::Pending(ready) => {
+                if let Some(top) = ready.iter().map(|r| r.top).min() {
+                    self.run.next_step = u32::try_from(top).unwrap_or(u32::MAX);
+                }
             }
             status => {
                 self.conclude(status, handled, &scope, clock);
@@ -202,13 +308,14 @@ impl Drive {
         if let Some(kv) = &kv {
             record.kv_writes = kv.writes.clone();
         }
-        (Some(record), next, kv, undo)
+        (record, next, kv, undo)
     }
 
     /// Takes back the attempt `undo` was taken before, whose commit was
     /// refused, so that it can run again.
     pub(super) fn undo(&mut self, undo: Undo) {
         self.run = undo.run;
+        self.busy.remove(&undo.path);
         match undo.leaf {
             Some(leaf) => self.results.insert(undo.path, leaf),
             None => self.results.remove(&undo.path),
@@ -221,7 +328,7 @@ impl Drive {
     fn conclude(&mut self, status: Status<'_>, handled: bool, scope: &Scope, clock: &dyn Clock) {
         self.run.updated_at = clock.now();
         match status {
-            Status::Ready(_) => {}
+            Status::Pending(_) => {}
             Status::Done(last) => {
                 self.run.next_step = self.run.step_count;
                 let outputs = match (&self.workflow.outputs, handled) {
@@ -326,22 +433,32 @@ impl Drive {
             StepKind::Call(call) => self.walk_call(step, call, path, scope, top),
             StepKind::Parallel(branches) => {
                 let mut outputs = Map::new();
-                let mut status = None;
+                let mut ready = Vec::new();
+                let mut pending = false;
                 for branch in branches {
                     match self.walk_step(branch, path, scope, top) {
                         Status::Done(output) => {
                             outputs.insert(branch.id.clone(), output);
                         }
-                        other => {
-                            status = Some(other);
-                            break;
+                        Status::Pending(more) => {
+                            pending = true;
+                            ready.extend(more);
                         }
+                        failed => return failed,
                     }
                 }
-                status.unwrap_or(Status::Done(Value::Object(outputs)))
+                if pending {
+                    Status::Pending(ready)
+                } else {
+                    Status::Done(Value::Object(outputs))
+                }
             }
             StepKind::Switch(cases) => self.walk_cases(cases, path, scope, top, step),
-            StepKind::Foreach { items, steps } => match items.eval(scope) {
+            StepKind::Foreach {
+                items,
+                steps,
+                concurrency,
+            } => match items.eval(scope) {
                 Ok(Value::Array(items)) if items.len() > MAX_ITEMS => Status::Failed(
                     ErrorRecord {
                         code: "foreach_limit".to_owned(),
@@ -356,9 +473,16 @@ impl Drive {
                     step.id.clone(),
                 ),
                 Ok(Value::Array(items)) => {
+                    // Iterations in list order; at most `concurrency` of
+                    // them unfinished, so the window slides as the oldest
+                    // finish.
                     let mut outputs = Vec::with_capacity(items.len());
-                    let mut status = None;
+                    let mut ready = Vec::new();
+                    let mut open = 0;
                     for (i, item) in items.iter().enumerate() {
+                        if open == *concurrency {
+                            break;
+                        }
                         let mut inner = scope.clone();
                         inner.set_local("item", item);
                         inner.set_local("index", &json!(i));
@@ -367,13 +491,18 @@ impl Drive {
                         scope.adopt_steps(&inner);
                         match done {
                             Status::Done(output) => outputs.push(output),
-                            other => {
-                                status = Some(other);
-                                break;
+                            Status::Pending(more) => {
+                                open += 1;
+                                ready.extend(more);
                             }
+                            failed => return failed,
                         }
                     }
-                    status.unwrap_or(Status::Done(Value::Array(outputs)))
+                    if open > 0 {
+                        Status::Pending(ready)
+                    } else {
+                        Status::Done(Value::Array(outputs))
+                    }
                 }
                 Ok(other) => Status::Failed(
                     expression_error(format!("foreach: expected a list, got {other}")),
@@ -467,7 +596,7 @@ impl Drive {
                 }
                 Status::Failed(error, failed)
             }
-            ready => ready,
+            pending => pending,
         }
     }
 
@@ -548,49 +677,56 @@ impl Drive {
             Some(Outcome::Output(output)) => Status::Done(output.clone()),
             Some(Outcome::Skipped) => Status::Done(Value::Null),
             Some(Outcome::Failed(error)) => Status::Failed(error.clone(), step.id.clone()),
-            None => Status::Ready(Ready {
+            None if self.busy.contains(path) => Status::Pending(Vec::new()),
+            None => Status::Pending(vec![Ready {
                 path: path.to_owned(),
                 step,
                 call,
                 scope: scope.clone(),
                 attempt: leaf.map_or(0, |l| l.attempts) + 1,
                 top,
-            }),
+            }]),
         }
     }
 
-    /// The condition, the input and the call of one attempt.
-    fn call(&self, ready: &Ready<'_>, clock: &dyn Clock) -> (StepRecord, Option<KvEffects>) {
+    /// One attempt of a ready call: its condition and input are evaluated
+    /// here; the call itself is made by [`Attempt::run`].
+    fn prepare(&self, ready: &Ready<'_>, clock: &dyn Clock) -> Attempt {
         let run = &self.run;
         let step = ready.step;
-        let timer = Instant::now();
-        let mut record = StepRecord {
-            run_id: run.id.clone(),
-            seq: run.step_records,
-            index: u32::try_from(ready.top).unwrap_or(u32::MAX),
+        let mut attempt = Attempt {
             path: ready.path.clone(),
-            step_id: step.id.clone(),
-            attempt: ready.attempt,
-            input: Value::Null,
-            started_at: clock.now(),
-            duration_us: 0,
-            output: None,
-            error: None,
-            skipped: false,
-            retry_in_ms: None,
-            kv_writes: Default::default(),
-            logs: Vec::new(),
+            record: StepRecord {
+                run_id: run.id.clone(),
+                seq: 0,
+                index: u32::try_from(ready.top).unwrap_or(u32::MAX),
+                path: ready.path.clone(),
+                step_id: step.id.clone(),
+                attempt: ready.attempt,
+                input: Value::Null,
+                started_at: clock.now(),
+                duration_us: 0,
+                output: None,
+                error: None,
+                skipped: false,
+                retry_in_ms: None,
+                kv_writes: Default::default(),
+                logs: Vec::new(),
+            },
+            retry: step.retry.clone(),
+            call: None,
         };
+        let record = &mut attempt.record;
         if let Some(condition) = &step.condition {
             match truth(condition, &ready.scope, "if") {
                 Ok(true) => {}
                 Ok(false) => {
                     record.skipped = true;
-                    return (record, None);
+                    return attempt;
                 }
                 Err(error) => {
                     record.error = Some(error);
-                    return (record, None);
+                    return attempt;
                 }
             }
         }
@@ -601,51 +737,50 @@ impl Drive {
                 retryable: false,
                 details: None,
             });
-            return (record, None);
+            return attempt;
         };
-        let mut kv = None;
-        match ready.call.with.eval(&ready.scope) {
-            Err(e) => record.error = Some(expression_error(e.to_string())),
-            Ok(input) => {
-                if let Err(problems) = plugin.check_input(&input) {
-                    record.error = Some(ErrorRecord {
-                        code: "invalid_input".to_owned(),
-                        message: format!(
-                            "the input does not match the input schema of plugin `{}`: {}",
-                            plugin.meta().name,
-                            problems.join("; ")
-                        ),
-                        retryable: false,
-                        details: Some(json!({ "problems": problems })),
-                    });
-                    record.input = input;
-                    return (record, None);
-                }
-                let context = StepContext {
-                    tenant: DEFAULT_TENANT.to_owned(),
-                    workflow: run.workflow.clone(),
-                    run_id: run.id.clone(),
-                    step_id: step.id.clone(),
-                    attempt: ready.attempt,
-                    idempotency_key: format!("{}:{}", run.id, ready.path),
-                };
-                let options = CallOptions {
-                    timeout: ready.call.timeout,
-                    memory_limit: ready.call.memory_limit,
-                    kv: Some(self.kv.clone()),
-                };
-                let outcome = plugin.call(&context, &input.to_string(), &options);
-                record.input = input;
-                record.logs = outcome.logs;
-                kv = Some(outcome.kv);
-                match outcome.result {
-                    Ok(output) => record.output = Some(output),
-                    Err(error) => record.error = Some(error_record(&error)),
-                }
+        let input = match ready.call.with.eval(&ready.scope) {
+            Ok(input) => input,
+            Err(e) => {
+                record.error = Some(expression_error(e.to_string()));
+                return attempt;
             }
+        };
+        if let Err(problems) = plugin.check_input(&input) {
+            record.error = Some(ErrorRecord {
+                code: "invalid_input".to_owned(),
+                message: format!(
+                    "the input does not match the input schema of plugin `{}`: {}",
+                    plugin.meta().name,
+                    problems.join("; ")
+                ),
+                retryable: false,
+                details: Some(json!({ "problems": problems })),
+            });
+            record.input = input;
+            return attempt;
         }
-        record.duration_us = u64::try_from(timer.elapsed().as_micros()).unwrap_or(u64::MAX);
-        (record, kv)
+        let context = StepContext {
+            tenant: DEFAULT_TENANT.to_owned(),
+            workflow: run.workflow.clone(),
+            run_id: run.id.clone(),
+            step_id: step.id.clone(),
+            attempt: ready.attempt,
+            idempotency_key: format!("{}:{}", run.id, ready.path),
+        };
+        let options = CallOptions {
+            timeout: ready.call.timeout,
+            memory_limit: ready.call.memory_limit,
+            kv: Some(self.kv.clone()),
+        };
+        attempt.call = Some(Invocation {
+            plugin: plugin.clone(),
+            context,
+            input: input.to_string(),
+            options,
+        });
+        attempt.record.input = input;
+        attempt
     }
 }
 

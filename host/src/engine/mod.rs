@@ -9,8 +9,11 @@
 //! next state; the last commit also carries the run's outputs and terminal
 //! state.
 //!
-//! Runs are driven by a few worker threads, one step attempt at a time (see
-//! `scheduler`): no thread belongs to a run, and no thread waits for a sync.
+//! Runs are driven by a few worker threads, one step attempt at a time per
+//! worker (see `scheduler`): the ready calls of one run (the branches of a
+//! `parallel`, the iterations of a concurrent `foreach`) run on several
+//! workers at once; no thread belongs to a run, and no thread waits for a
+//! sync.
 //! [`Engine::start`] returns a [`RunHandle`] at once; [`Engine::run`] waits.
 //!
 //! A crash loses at most the attempt in flight. [`Engine::resume`] picks a
@@ -27,7 +30,7 @@ mod drive;
 mod error;
 mod scheduler;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, sync_channel};
 use std::thread::JoinHandle;
@@ -279,6 +282,7 @@ impl Engine {
                 results: HashMap::new(),
                 kv,
                 base,
+                busy: HashSet::new(),
             },
             observer: Box::new(Quiet),
             done,
@@ -360,6 +364,7 @@ impl Engine {
                 results,
                 kv,
                 base,
+                busy: HashSet::new(),
             },
             observer,
             done,

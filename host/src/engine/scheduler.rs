@@ -1,11 +1,17 @@
-//! Worker threads that drive runs one step attempt at a time.
+//! Worker threads that drive runs, one step attempt at a time per worker.
 //!
-//! A run is a [`Task`] on the ready queue. A worker takes it, runs one
-//! attempt of its next step, and hands the attempt's commit to the group
-//! commit with a callback; the worker moves on at once. When the batch is
-//! durable, the callback puts the task back on the ready queue, on the delay
-//! queue for a retry, or answers the run's handle. No thread waits for a
-//! sync, and no thread belongs to a run.
+//! A resident run is a cell: its [`Drive`], the attempts that finished and
+//! wait for their commit, and whether a commit is in flight. Work on the
+//! ready queue is either "advance this run" or "run this attempt". To
+//! advance a run, a worker commits its oldest finished attempt or, when
+//! there is none, plans it: every ready call becomes an attempt on the
+//! queue, so the branches of a `parallel` run on several workers at once.
+//! A run has at most one commit in flight, and is not planned while it has
+//! one; attempts that finish meanwhile wait their turn. The commit goes to
+//! the group commit with a callback, and the worker moves on at once; the
+//! callback advances the run again (or delays a leaf for its retry, or
+//! answers the run's handle). No thread waits for a sync, and no thread
+//! belongs to a run.
 //!
 //! Admission: at most `max_resident` runs are in the scheduler's hands at
 //! once. A run started (or resumed) beyond that is parked, in arrival order;
@@ -24,25 +30,42 @@ use crate::clock::Clock;
 use crate::store::{GroupCommit, RunRecord, StoreError, Write};
 
 use super::Observer;
-use super::drive::{Drive, Next};
+use super::drive::{Attempt, Drive, Finished, Next, Plan};
 
-/// A run in the scheduler's hands.
+/// A run, before it is admitted.
 pub(super) struct Task {
     pub(super) drive: Drive,
     pub(super) observer: Box<dyn Observer + Send>,
     pub(super) done: SyncSender<Result<RunRecord, StoreError>>,
 }
 
-impl Task {
-    fn finish(self, outcome: Result<RunRecord, StoreError>) {
-        let _ = self.done.send(outcome);
-    }
+/// A resident run.
+struct Live {
+    task: Task,
+    /// Attempts that ran and wait for their commit, oldest first.
+    finished: VecDeque<Finished>,
+    /// A commit of this run is in flight: nothing else is committed or
+    /// planned until it is answered.
+    committing: bool,
+    /// The run ended (or its store failed): what finishes late is dropped.
+    closed: bool,
 }
 
+type Cell = Arc<Mutex<Live>>;
+
+enum Work {
+    /// Commit what finished, or start what is ready.
+    Advance(Cell),
+    /// Run one attempt.
+    Call(Cell, Box<Attempt>),
+}
+
+/// A leaf waiting out its retry delay.
 struct Delayed {
     due: Instant,
     seq: u64,
-    task: Task,
+    cell: Cell,
+    path: String,
 }
 
 impl PartialEq for Delayed {
@@ -77,7 +100,7 @@ pub(super) struct Core {
     admission: Mutex<Admission>,
     pub(super) commits: GroupCommit,
     pub(super) clock: Arc<dyn Clock>,
-    ready: Mutex<VecDeque<Task>>,
+    ready: Mutex<VecDeque<Work>>,
     ready_wake: Condvar,
     delayed: Mutex<BinaryHeap<Reverse<Delayed>>>,
     delayed_wake: Condvar,
@@ -147,7 +170,7 @@ impl Core {
         if admission.resident < admission.max {
             admission.resident += 1;
             drop(admission);
-            self.enqueue(task);
+            self.take(task);
         } else {
             admission.parked.push_back(task);
         }
@@ -159,10 +182,23 @@ impl Core {
         (admission.resident, admission.parked.len())
     }
 
+    /// Makes an admitted run resident.
+    fn take(&self, task: Task) {
+        let cell = Arc::new(Mutex::new(Live {
+            task,
+            finished: VecDeque::new(),
+            committing: false,
+            closed: false,
+        }));
+        self.enqueue(Work::Advance(cell));
+    }
+
     /// Ends a resident run: gives its place to the oldest parked run, if
     /// any, then answers its handle (so a caller who sees the answer also
     /// sees the place freed).
-    fn finish(&self, task: Task, outcome: Result<RunRecord, StoreError>) {
+    fn finish(&self, live: &mut Live, outcome: Result<RunRecord, StoreError>) {
+        live.closed = true;
+        live.finished.clear();
         let next = {
             let mut admission = lock(&self.admission);
             match admission.parked.pop_front() {
@@ -174,31 +210,36 @@ impl Core {
             }
         };
         if let Some(next) = next {
-            self.enqueue(next);
+            self.take(next);
         }
-        task.finish(outcome);
+        let _ = live.task.done.send(outcome);
     }
 
-    fn enqueue(&self, task: Task) {
-        lock(&self.ready).push_back(task);
+    fn enqueue(&self, work: Work) {
+        lock(&self.ready).push_back(work);
         self.ready_wake.notify_one();
     }
 
-    fn enqueue_after(&self, task: Task, delay: Duration) {
+    fn retry_after(&self, cell: Cell, path: String, delay: Duration) {
         let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
         let due = Instant::now() + delay;
-        lock(&self.delayed).push(Reverse(Delayed { due, seq, task }));
+        lock(&self.delayed).push(Reverse(Delayed {
+            due,
+            seq,
+            cell,
+            path,
+        }));
         self.delayed_wake.notify_one();
     }
 
-    fn next(&self) -> Option<Task> {
+    fn next(&self) -> Option<Work> {
         let mut ready = lock(&self.ready);
         loop {
             if self.stopping.load(Ordering::SeqCst) {
                 return None;
             }
-            if let Some(task) = ready.pop_front() {
-                return Some(task);
+            if let Some(work) = ready.pop_front() {
+                return Some(work);
             }
             ready = self
                 .ready_wake
@@ -208,50 +249,121 @@ impl Core {
     }
 
     fn work(self: Arc<Self>) {
-        while let Some(task) = self.next() {
-            self.advance(task);
+        while let Some(work) = self.next() {
+            match work {
+                Work::Advance(cell) => self.advance(&cell),
+                Work::Call(cell, attempt) => {
+                    let finished = attempt.run(self.clock.as_ref());
+                    {
+                        let mut live = lock(&cell);
+                        if live.closed {
+                            continue;
+                        }
+                        live.finished.push_back(finished);
+                    }
+                    self.advance(&cell);
+                }
+            }
         }
     }
 
-    /// Runs the task's next attempt and submits its commit.
-    fn advance(self: &Arc<Self>, mut task: Task) {
-        let (record, next, kv, undo) = task
-            .drive
-            .attempt(self.clock.as_ref(), task.observer.as_mut());
-        let write = match &record {
-            Some(record) => Write::commit_step(record, &task.drive.run, kv),
-            None => Write::update_run(&task.drive.run),
-        };
-        let core = Arc::clone(self);
-        self.commits.submit(
-            write,
-            Box::new(move |outcome| match outcome {
-                Err(StoreError::KvConflict { space, key }) => {
-                    // Another run changed what this attempt read: run it
-                    // again on fresh data, as the same attempt.
-                    tracing::debug!(run = %task.drive.run.id, %space, %key, "key-value conflict; running the step again");
-                    task.drive.undo(undo);
-                    core.enqueue(task);
-                }
-                Err(e) => core.finish(task, Err(e)),
-                Ok(()) => {
-                    if let Some(record) = &record {
-                        task.observer.step_finished(record);
-                    }
-                    match next {
-                        Next::Step => core.enqueue(task),
-                        Next::RetryAfter(delay) => core.enqueue_after(task, delay),
-                        Next::Done => {
-                            let run = task.drive.run.clone();
-                            core.finish(task, Ok(run));
+    /// Commits the run's oldest finished attempt; or, with none, starts
+    /// every ready attempt, or commits the run's end. Does nothing while a
+    /// commit of the run is in flight.
+    fn advance(self: &Arc<Self>, cell: &Cell) {
+        let mut guard = lock(cell);
+        let live = &mut *guard;
+        loop {
+            if live.committing || live.closed {
+                return;
+            }
+            if let Some(finished) = live.finished.pop_front() {
+                let path = finished.path().to_owned();
+                let (record, next, kv, undo) =
+                    live.task.drive.complete(finished, self.clock.as_ref());
+                let write = Write::commit_step(&record, &live.task.drive.run, kv);
+                live.committing = true;
+                drop(guard);
+                let core = Arc::clone(self);
+                let cell = Arc::clone(cell);
+                self.commits.submit(
+                    write,
+                    Box::new(move |outcome| {
+                        let mut live = lock(&cell);
+                        live.committing = false;
+                        match outcome {
+                            Err(StoreError::KvConflict { space, key }) => {
+                                // Another run changed what this attempt
+                                // read: run it again on fresh data, as the
+                                // same attempt.
+                                tracing::debug!(run = %live.task.drive.run.id, %space, %key, "key-value conflict; running the step again");
+                                live.task.drive.undo(undo);
+                                core.enqueue(Work::Advance(Arc::clone(&cell)));
+                            }
+                            Err(e) => core.finish(&mut live, Err(e)),
+                            Ok(()) => {
+                                live.task.observer.step_finished(&record);
+                                match next {
+                                    Next::Step => {
+                                        live.task.drive.busy.remove(&path);
+                                        core.enqueue(Work::Advance(Arc::clone(&cell)));
+                                    }
+                                    Next::RetryAfter(delay) => {
+                                        core.retry_after(Arc::clone(&cell), path, delay);
+                                        core.enqueue(Work::Advance(Arc::clone(&cell)));
+                                    }
+                                    Next::Done => {
+                                        let run = live.task.drive.run.clone();
+                                        core.finish(&mut live, Ok(run));
+                                    }
+                                }
+                            }
+                        }
+                    }),
+                );
+                return;
+            }
+            let Task {
+                drive, observer, ..
+            } = &mut live.task;
+            match drive.plan(self.clock.as_ref(), observer.as_mut()) {
+                Plan::Wait => return,
+                Plan::Start(attempts) => {
+                    let mut settled = false;
+                    for attempt in attempts {
+                        if attempt.is_settled() {
+                            live.finished.push_back(attempt.run(self.clock.as_ref()));
+                            settled = true;
+                        } else {
+                            self.enqueue(Work::Call(Arc::clone(cell), Box::new(attempt)));
                         }
                     }
+                    if !settled {
+                        return;
+                    }
                 }
-            }),
-        );
+                Plan::End => {
+                    let write = Write::update_run(&live.task.drive.run);
+                    live.committing = true;
+                    drop(guard);
+                    let core = Arc::clone(self);
+                    let cell = Arc::clone(cell);
+                    self.commits.submit(
+                        write,
+                        Box::new(move |outcome| {
+                            let mut live = lock(&cell);
+                            live.committing = false;
+                            let outcome = outcome.map(|()| live.task.drive.run.clone());
+                            core.finish(&mut live, outcome);
+                        }),
+                    );
+                    return;
+                }
+            }
+        }
     }
 
-    /// Moves delayed tasks to the ready queue when they are due.
+    /// Makes delayed leaves ready again when they are due.
     fn release_delayed(self: Arc<Self>) {
         let mut delayed = lock(&self.delayed);
         loop {
@@ -262,7 +374,16 @@ impl Core {
             match delayed.peek().map(|Reverse(d)| d.due) {
                 Some(due) if due <= now => {
                     if let Some(Reverse(item)) = delayed.pop() {
-                        self.enqueue(item.task);
+                        // A commit callback holds a run's lock while it
+                        // takes this one: never take them the other way.
+                        drop(delayed);
+                        let mut live = lock(&item.cell);
+                        if !live.closed {
+                            live.task.drive.busy.remove(&item.path);
+                            drop(live);
+                            self.enqueue(Work::Advance(item.cell));
+                        }
+                        delayed = lock(&self.delayed);
                     }
                 }
                 Some(due) => {

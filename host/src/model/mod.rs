@@ -90,18 +90,24 @@ pub struct Step {
 pub enum StepKind {
     /// `uses:` calls a plugin.
     Call(Call),
-    /// `parallel:` runs every branch; its output is `{branch id: output}`.
+    /// `parallel:` runs every branch at once; its output is `{branch id:
+    /// output}`. The first branch to fail (in document order, among those
+    /// that failed) fails the step; branches still running are abandoned.
     Parallel(Vec<Step>),
     /// `switch:` runs the steps of the first case whose `if` is true (a case
     /// without `if` is the default); its output is that case's last output.
     Switch(Vec<Case>),
     /// `foreach:` runs `steps` once per item of a list, with `item` and
-    /// `index`; its output is the list of each iteration's last output.
+    /// `index`; its output is the list of each iteration's last output, in
+    /// the list's order.
     Foreach {
         /// The list.
         items: Template,
         /// The body.
         steps: Vec<Step>,
+        /// How many iterations may be in progress at once (1: one after
+        /// another, the default).
+        concurrency: u32,
     },
     /// `while:` runs `steps` while the condition holds, with `iteration`
     /// from 0; reaching `max_iterations` with it still true is an error. Its

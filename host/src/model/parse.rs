@@ -16,6 +16,9 @@ use super::{Call, Case, Format, InputSchema, PluginRef, Step, StepKind, VersionP
 /// The most iterations a `while` may declare.
 const MAX_ITERATIONS: u32 = 10_000;
 
+/// The most iterations of one `foreach` that may be in progress at once.
+const MAX_CONCURRENCY: u32 = 1_000;
+
 /// The largest memory a wasm32 guest can address.
 const MAX_MEMORY_LIMIT: u64 = 4 << 30;
 
@@ -60,6 +63,8 @@ struct RawStep {
     steps: Option<Vec<RawStep>>,
     #[serde(default)]
     max_iterations: Option<u32>,
+    #[serde(default)]
+    concurrency: Option<u32>,
     #[serde(default)]
     timeout: Option<String>,
     #[serde(default)]
@@ -174,6 +179,11 @@ impl Checker<'_> {
                 "`steps` belongs to `foreach` and `while`, and they need it".to_owned(),
             ));
         }
+        if raw.concurrency.is_some() && raw.foreach.is_none() {
+            return Err(invalid(
+                "`concurrency` applies only to a `foreach` step".to_owned(),
+            ));
+        }
         if raw.max_iterations.is_some() != raw.while_.is_some() {
             return Err(invalid(
                 "`while` needs `max_iterations`, and only `while` takes it".to_owned(),
@@ -217,7 +227,7 @@ impl Checker<'_> {
             if branches.is_empty() {
                 return Err(invalid("parallel: needs at least one branch".to_owned()));
             }
-            StepKind::Parallel(self.steps(branches, &format!("{field}.parallel"), vars)?)
+            StepKind::Parallel(self.branches(branches, &format!("{field}.parallel"), vars)?)
         } else if let Some(cases) = raw.switch {
             StepKind::Switch(self.cases(cases, &format!("{field}.switch"), vars, &raw.id, true)?)
         } else if let Some(items) = raw.foreach {
@@ -225,8 +235,18 @@ impl Checker<'_> {
             let items = Template::compile(&items, "foreach").map_err(invalid)?;
             items.check_references(&known, vars).map_err(invalid)?;
             let body_vars = [vars, &["item", "index"]].concat();
+            let concurrency = raw.concurrency.unwrap_or(1);
+            if concurrency == 0 || concurrency > MAX_CONCURRENCY {
+                return Err(invalid(format!(
+                    "concurrency must be from 1 to {MAX_CONCURRENCY}, not {concurrency}"
+                )));
+            }
             let steps = self.body(raw.steps, field, &body_vars, &here)?;
-            StepKind::Foreach { items, steps }
+            StepKind::Foreach {
+                items,
+                steps,
+                concurrency,
+            }
         } else {
             let body_vars = [vars, &["iteration"]].concat();
             let steps = self.body(raw.steps, field, &body_vars, &here)?;
@@ -282,6 +302,25 @@ impl Checker<'_> {
             catch,
             line,
         })
+    }
+
+    /// The branches of a `parallel`: they run at once, so a branch may not
+    /// name a step of another; every branch's steps are known after it.
+    fn branches(
+        &mut self,
+        raws: Vec<RawStep>,
+        field: &str,
+        vars: &[&str],
+    ) -> Result<Vec<Step>, DefinitionError> {
+        let before = self.known.len();
+        let mut added = Vec::new();
+        let mut branches = Vec::with_capacity(raws.len());
+        for (i, raw) in raws.into_iter().enumerate() {
+            branches.push(self.step(raw, &format!("{field}[{i}]"), vars)?);
+            added.extend(self.known.drain(before..));
+        }
+        self.known.extend(added);
+        Ok(branches)
     }
 
     /// The `steps` of a loop, which must not be empty.
