@@ -352,7 +352,7 @@ fn malformed_blocks_are_refused_at_load_time() {
     let cases = [
         (
             "id: x\nsteps:\n  - { id: a, uses: echo, parallel: [ { id: b, uses: echo } ] }\n",
-            "step `a`: a step needs exactly one of `uses`, `parallel`, `switch`, `foreach` or `while`",
+            "step `a`: a step needs exactly one of `uses`, `subflow`, `parallel`, `switch`, `foreach` or `while`",
         ),
         (
             "id: x\nsteps:\n  - { id: w, while: 'true', steps: [ { id: b, uses: echo } ] }\n",
@@ -377,6 +377,26 @@ fn malformed_blocks_are_refused_at_load_time() {
         (
             "id: x\nsteps:\n  - { id: f, foreach: '${{ [1] }}', steps: [] }\n",
             "step `f`: steps[0].steps: is empty",
+        ),
+        (
+            "id: x\nsteps:\n  - { id: f, foreach: '${{ [1] }}', concurrency: 0, steps: [ { id: a, uses: echo } ] }\n",
+            "step `f`: concurrency must be from 1 to 1000, not 0",
+        ),
+        (
+            "id: x\nsteps:\n  - { id: w, while: 'true', max_iterations: 2, concurrency: 2, steps: [ { id: a, uses: echo } ] }\n",
+            "step `w`: `concurrency` applies only to a `foreach` step",
+        ),
+        (
+            "id: x\nsteps:\n  - { id: s, subflow: other, timeout: 1s }\n",
+            "step `s`: `timeout` applies only to a step with `uses`",
+        ),
+        (
+            "id: x\nsteps:\n  - { id: s, subflow: 'Not An Id' }\n",
+            "step `s`: subflow:",
+        ),
+        (
+            "id: x\nsteps:\n  - { id: p, parallel: [ { id: a, uses: echo } ], with: 1 }\n",
+            "`with` applies only to a step with `uses` or `subflow`",
         ),
     ];
     for (text, expected) in cases {

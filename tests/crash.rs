@@ -27,22 +27,36 @@ steps:
     with: { succeed_on: 2 }
     retry: { max_attempts: 3, backoff: fixed, initial: 5ms }
   - id: busy
-    foreach: "${{ [1, 2] }}"
+    foreach: "${{ [1, 2, 3] }}"
+    concurrency: 2
     steps:
       - { id: spin, uses: spin, with: { ms: 5 } }
   - id: skipped
     uses: echo
     if: inputs.n < 0
-  - id: count
-    uses: counter
-    with: { key: total, by: "${{ inputs.n >= 0 ? 1 : 0 }}" }
+  - id: fan
+    parallel:
+      - id: count
+        uses: counter
+        with: { key: total, by: "${{ inputs.n >= 0 ? 1 : 0 }}" }
+      - { id: sub, subflow: inner, with: { n: "${{ inputs.n }}" } }
   - id: last
     uses: echo
-    with: "${{ [steps.first.output.n * 2, steps.shaky.output.attempt] }}"
+    with: "${{ [steps.first.output.n * 2, steps.shaky.output.attempt, steps.sub.output.n] }}"
 outputs:
   doubled: "${{ steps.last.output[0] }}"
   attempt: "${{ steps.last.output[1] }}"
+  child: "${{ steps.last.output[2] }}"
   count: "${{ steps.count.output.value }}"
+"#;
+
+/// The child each run starts: it counts itself in its own key space.
+const INNER: &str = r#"
+id: inner
+steps:
+  - { id: copy, uses: echo, with: "${{ inputs }}" }
+  - { id: tally, uses: counter, with: { key: children, by: 1 } }
+outputs: "${{ {'n': steps.copy.output.n, 'tally': steps.tally.output.value} }}"
 "#;
 
 struct Server {
@@ -129,6 +143,7 @@ fn runs_survive_repeated_kill_9_of_the_server() {
     let scratch = Scratch::new(&["echo", "flaky", "spin", "counter"]);
     std::fs::create_dir_all(scratch.path().join("workflows")).unwrap();
     std::fs::write(scratch.path().join("workflows/mix.yaml"), WORKFLOW).unwrap();
+    std::fs::write(scratch.path().join("workflows/inner.yaml"), INNER).unwrap();
     let seed = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -199,18 +214,33 @@ fn runs_survive_repeated_kill_9_of_the_server() {
         assert_eq!(shown["run"]["state"], "succeeded", "run {id}: {shown}");
         assert_eq!(shown["run"]["outputs"]["doubled"], n * 2, "run {id}");
         assert_eq!(shown["run"]["outputs"]["attempt"], 2, "run {id}");
-        // Exactly one successful (or skipped) record per step, in order;
-        // the only other records are shaky's first, failed attempt(s).
+        assert_eq!(shown["run"]["outputs"]["child"], *n, "run {id}");
+        // Exactly one successful (or skipped) record per step (the branches
+        // and iterations in the order they finished), and for the subflow,
+        // one record of its start and one of its result; the only other
+        // records are shaky's first, failed attempt(s).
         let steps = shown["steps"].as_array().unwrap();
-        let done: Vec<&str> = steps
+        let mut done: Vec<&str> = steps
             .iter()
             .filter(|s| s["error"].is_null())
             .map(|s| s["step_id"].as_str().unwrap())
             .collect();
+        done.sort_unstable();
         assert_eq!(
             done,
-            ["first", "shaky", "spin", "spin", "skipped", "count", "last"],
+            [
+                "count", "first", "last", "shaky", "skipped", "spin", "spin", "spin", "sub", "sub"
+            ],
             "run {id}: {steps:?}"
+        );
+        let children: Vec<&Value> = steps
+            .iter()
+            .filter(|s| s["step_id"] == "sub")
+            .map(|s| &s["child"])
+            .collect();
+        assert!(
+            children[0].is_string() && children[0] == children[1],
+            "run {id}: one child: {children:?}"
         );
         let seqs: Vec<u64> = steps.iter().map(|s| s["seq"].as_u64().unwrap()).collect();
         assert_eq!(
@@ -247,6 +277,34 @@ fn runs_survive_repeated_kill_9_of_the_server() {
         std::thread::sleep(Duration::from_millis(20));
     };
     assert_eq!(counted, json!(acked.len()), "the shared counter");
+
+    // One child per run (and one for the counting run), each counted once
+    // in the children's own key space.
+    let listed: Value = agent
+        .get(format!("{}/v1/runs?workflow=inner&limit=1000", server.url))
+        .call()
+        .unwrap()
+        .body_mut()
+        .read_json()
+        .unwrap();
+    let children = listed
+        .as_array()
+        .or_else(|| listed["runs"].as_array())
+        .unwrap();
+    assert_eq!(children.len(), acked.len() + 1, "child runs");
+    let mut tallies: Vec<i64> = children
+        .iter()
+        .map(|c| {
+            assert_eq!(c["state"], "succeeded", "{c}");
+            c["outputs"]["tally"].as_i64().unwrap()
+        })
+        .collect();
+    tallies.sort_unstable();
+    assert_eq!(
+        tallies,
+        (1..=acked.len() as i64 + 1).collect::<Vec<_>>(),
+        "each child counted exactly once"
+    );
     server.child.kill().unwrap();
     server.child.wait().unwrap();
 }

@@ -86,6 +86,11 @@ impl From<StartError> for ApiError {
                 "plugin_unavailable",
                 error.to_string(),
             ),
+            StartError::Subflow { .. } => Self::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "workflow_unavailable",
+                error.to_string(),
+            ),
             StartError::Store(e) => e.into(),
         }
     }

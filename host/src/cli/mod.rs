@@ -24,7 +24,7 @@ use clap::{Parser, Subcommand};
 use serde_json::Value;
 use weft::engine::StartError;
 use weft::store::RunState;
-use weft::{Engine, PluginDir, RedbStore, Runtime, RuntimeConfig, SystemClock, model};
+use weft::{Engine, PluginDir, RedbStore, Runtime, RuntimeConfig, SystemClock, WorkflowDir, model};
 
 /// The run failed: a step or the outputs failed.
 pub const EXIT_FAILED: u8 = 1;
@@ -141,10 +141,19 @@ fn run(data_dir: &std::path::Path, args: RunArgs) -> anyhow::Result<ExitCode> {
         }
     };
     let engine = engine(data_dir, &args.plugins)?;
+    if workflow
+        .all_steps()
+        .iter()
+        .any(|step| step.subflow().is_some())
+    {
+        engine.set_workflows(sibling_workflows(&args.workflow));
+    }
     let progress = progress::Progress::new();
     let run = match engine.run(Arc::new(workflow), input, Box::new(progress.clone())) {
         Ok(run) => run,
-        Err(e @ (StartError::Input { .. } | StartError::Plugin { .. })) => {
+        Err(
+            e @ (StartError::Input { .. } | StartError::Plugin { .. } | StartError::Subflow { .. }),
+        ) => {
             progress.clear();
             eprintln!("error: {e}");
             return Ok(ExitCode::from(EXIT_INVALID));
@@ -191,6 +200,28 @@ fn report(run: &weft::store::RunRecord) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// The workflows `subflow` steps of the workflow in file `path` may start:
+/// those defined in the same directory. Files there that do not load are
+/// reported and left out.
+fn sibling_workflows(path: &std::path::Path) -> Arc<WorkflowDir> {
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => std::path::Path::new("."),
+    };
+    match WorkflowDir::load(dir) {
+        Ok((workflows, errors)) => {
+            for error in errors {
+                eprintln!("warning: subflows cannot use {error}");
+            }
+            Arc::new(workflows)
+        }
+        Err(e) => {
+            eprintln!("warning: cannot read {} for subflows: {e}", dir.display());
+            Arc::new(WorkflowDir::default())
+        }
+    }
+}
+
 /// `weft runs resume`: picks interrupted runs up where they stopped.
 fn resume(
     data_dir: &std::path::Path,
@@ -212,6 +243,14 @@ fn resume(
         eprintln!("no interrupted runs in {}", data_dir.display());
         return Ok(ExitCode::SUCCESS);
     }
+    // Child runs decided before the crash and not yet recorded.
+    engine
+        .replay_outbox()
+        .context("cannot carry out the store's outbox")?;
+    // Steps not yet run may start subflows: from beside the definition.
+    if let Some(first) = engine.store().run(&ids[0])? {
+        engine.set_workflows(sibling_workflows(std::path::Path::new(&first.origin)));
+    }
     let mut worst = ExitCode::SUCCESS;
     for id in ids {
         let progress = progress::Progress::new();
@@ -226,6 +265,11 @@ fn resume(
                     worst = code;
                 }
             }
+            // A child resumed by its parent, which ran it to its end.
+            Err(
+                weft::engine::ResumeError::Resident(_)
+                | weft::engine::ResumeError::NotRunning { .. },
+            ) if all => {}
             Err(e @ weft::engine::ResumeError::Store(_)) => {
                 return Err(e).context("the run could not be recorded");
             }

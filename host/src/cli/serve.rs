@@ -10,7 +10,7 @@ use anyhow::{Context, bail};
 use serde_json::Value;
 use weft::WorkflowDir;
 use weft::api::Api;
-use weft::engine::Quiet;
+use weft::engine::{Quiet, ResumeError};
 use weft::store::RunRecord;
 
 use super::{EXIT_INVALID, PluginArgs, engine_with, read_input, report};
@@ -74,12 +74,23 @@ pub fn serve(data_dir: &Path, args: ServeArgs) -> anyhow::Result<ExitCode> {
         ..weft::engine::EngineConfig::default()
     };
     let engine = Arc::new(engine_with(data_dir, &args.plugins, config)?);
+    let workflows = Arc::new(workflows);
+    engine.set_workflows(workflows.clone());
 
-    // Recovery: every run a previous process left running carries on.
+    // Recovery: the outbox first (child runs decided and not yet recorded),
+    // then every run a previous process left running carries on.
+    let replayed = engine
+        .replay_outbox()
+        .context("cannot carry out the store's outbox")?;
+    if replayed > 0 {
+        tracing::info!(rows = replayed, "carried out open outbox rows");
+    }
     let interrupted = engine.store().running()?;
     for run in &interrupted {
         match engine.resume(&run.id, Box::new(Quiet)) {
             Ok(_) => tracing::info!(run = %run.id, "resumed an interrupted run"),
+            // A child its parent resumed first, or one that ended since.
+            Err(ResumeError::Resident(_) | ResumeError::NotRunning { .. }) => {}
             Err(e) => eprintln!("warning: cannot resume run {}: {e}", run.id),
         }
     }
@@ -102,7 +113,7 @@ pub fn serve(data_dir: &Path, args: ServeArgs) -> anyhow::Result<ExitCode> {
             workflows.iter().count(),
             interrupted.len()
         );
-        let api = Api::new(Arc::clone(&engine), Arc::new(workflows));
+        let api = Api::new(Arc::clone(&engine), workflows);
         axum::serve(listener, api.router())
             .with_graceful_shutdown(async {
                 let _ = tokio::signal::ctrl_c().await;

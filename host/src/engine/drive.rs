@@ -22,10 +22,13 @@ use std::time::{Duration, Instant};
 use serde_json::{Map, Value, json};
 
 use crate::clock::Clock;
-use crate::model::{Call, Case, RetryPolicy, Scope, Step, StepEntry, StepKind, Template, Workflow};
+use crate::model::{
+    Call, Case, RetryPolicy, Scope, Step, StepEntry, StepKind, Subflow, Template, Workflow,
+};
 use crate::runtime::{CallError, CallOptions, KvAccess, KvEffects, Plugin, StepContext};
-use crate::store::{ErrorRecord, RunError, RunRecord, RunState, StepRecord};
+use crate::store::{ErrorRecord, ParentLink, RunError, RunRecord, RunState, StepRecord};
 
+use super::launch::{Launcher, MAX_DEPTH, NewRun};
 use super::{DEFAULT_TENANT, Observer};
 
 /// A run being driven.
@@ -44,6 +47,8 @@ pub(super) struct Drive {
     /// their commit, or waiting out a retry delay. The walk does not offer
     /// them again.
     pub(super) busy: HashSet<String>,
+    /// Makes the runs that `subflow` steps start.
+    pub(super) launcher: Arc<Launcher>,
 }
 
 /// What is committed for one leaf (one call at one path).
@@ -55,6 +60,8 @@ pub(super) struct Leaf {
     outcome: Option<Outcome>,
     /// What expressions see of a finished leaf, converted once.
     entry: Option<StepEntry>,
+    /// The child run the current attempt waits for (`subflow`).
+    child: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -68,6 +75,7 @@ impl Leaf {
     /// Folds one committed record into the leaf.
     pub(super) fn apply(&mut self, record: &StepRecord) {
         self.attempts = self.attempts.max(record.attempt);
+        self.child = record.child.clone();
         self.outcome = if record.skipped {
             Some(Outcome::Skipped)
         } else if let Some(output) = &record.output {
@@ -78,6 +86,9 @@ impl Leaf {
                 _ => None,
             }
         };
+        if self.outcome.is_some() || record.error.is_some() {
+            self.child = None;
+        }
         self.entry = match &self.outcome {
             Some(Outcome::Output(output)) => Some(StepEntry::new(&json!({ "output": output }))),
             Some(Outcome::Skipped) => {
@@ -108,11 +119,24 @@ pub(super) struct Attempt {
     call: Option<Invocation>,
 }
 
-struct Invocation {
-    plugin: Plugin,
-    context: StepContext,
-    input: String,
-    options: CallOptions,
+enum Invocation {
+    /// Call a plugin.
+    Plugin {
+        plugin: Plugin,
+        context: StepContext,
+        input: String,
+        options: CallOptions,
+    },
+    /// Make a child run (recorded through the outbox once this attempt
+    /// commits).
+    Spawn {
+        launcher: Arc<Launcher>,
+        workflow: String,
+        input: Value,
+        parent: ParentLink,
+    },
+    /// Wait for child run `.0` to end; see [`Attempt::resolve`].
+    Await(String),
 }
 
 /// An attempt that ran, to be committed.
@@ -121,6 +145,17 @@ pub(super) struct Finished {
     record: StepRecord,
     retry: RetryPolicy,
     kv: Option<KvEffects>,
+    spawn: Option<Box<NewRun>>,
+}
+
+/// A finished attempt folded into its run: what to commit, and after.
+pub(super) struct Completed {
+    pub(super) record: StepRecord,
+    pub(super) next: Next,
+    pub(super) kv: Option<KvEffects>,
+    pub(super) undo: Undo,
+    /// The child run the attempt starts.
+    pub(super) spawn: Option<Box<NewRun>>,
 }
 
 impl Finished {
@@ -136,7 +171,16 @@ impl Attempt {
         self.call.is_none()
     }
 
-    /// Makes the call. Never fails: a failure is in the record.
+    /// The child run this attempt waits for, if it is a wait.
+    pub(super) fn awaited(&self) -> Option<&str> {
+        match &self.call {
+            Some(Invocation::Await(child)) => Some(child),
+            _ => None,
+        }
+    }
+
+    /// Makes the call, or the child run. Never fails: a failure is in the
+    /// record. A wait must go to [`Attempt::resolve`] instead.
     pub(super) fn run(self, clock: &dyn Clock) -> Finished {
         let Self {
             path,
@@ -145,23 +189,109 @@ impl Attempt {
             call,
         } = self;
         let mut kv = None;
-        if let Some(call) = call {
-            record.started_at = clock.now();
-            let timer = Instant::now();
-            let outcome = call.plugin.call(&call.context, &call.input, &call.options);
-            record.logs = outcome.logs;
-            kv = Some(outcome.kv);
-            match outcome.result {
-                Ok(output) => record.output = Some(output),
-                Err(error) => record.error = Some(error_record(&error)),
+        let mut spawn = None;
+        record.started_at = clock.now();
+        let timer = Instant::now();
+        match call {
+            None | Some(Invocation::Await(_)) => {}
+            Some(Invocation::Plugin {
+                plugin,
+                context,
+                input,
+                options,
+            }) => {
+                let outcome = plugin.call(&context, &input, &options);
+                record.logs = outcome.logs;
+                kv = Some(outcome.kv);
+                match outcome.result {
+                    Ok(output) => record.output = Some(output),
+                    Err(error) => record.error = Some(error_record(&error)),
+                }
             }
-            record.duration_us = u64::try_from(timer.elapsed().as_micros()).unwrap_or(u64::MAX);
+            Some(Invocation::Spawn {
+                launcher,
+                workflow,
+                input,
+                parent,
+            }) => match launcher.workflow(&workflow) {
+                None => {
+                    record.error = Some(ErrorRecord {
+                        code: "unknown_workflow".to_owned(),
+                        message: format!("subflow: no workflow `{workflow}` is deployed"),
+                        retryable: false,
+                        details: None,
+                    });
+                }
+                Some(child) => match launcher.make(child, input, Some(parent)) {
+                    Ok(child) => {
+                        record.child = Some(child.drive.run.id.clone());
+                        spawn = Some(Box::new(child));
+                    }
+                    Err(e) => {
+                        let code = match e {
+                            super::StartError::Input { .. } => "invalid_input",
+                            _ => "subflow_start",
+                        };
+                        record.error = Some(ErrorRecord {
+                            code: code.to_owned(),
+                            message: format!("subflow `{workflow}` cannot start: {e}"),
+                            retryable: false,
+                            details: None,
+                        });
+                    }
+                },
+            },
         }
+        record.duration_us = u64::try_from(timer.elapsed().as_micros()).unwrap_or(u64::MAX);
         Finished {
             path,
             record,
             retry,
             kv,
+            spawn,
+        }
+    }
+
+    /// Ends a wait with the child's terminal record: its outputs, or its
+    /// failure as this step's.
+    pub(super) fn resolve(self, child: &RunRecord) -> Finished {
+        let mut record = self.record;
+        record.child = Some(child.id.clone());
+        record.started_at = child.created_at;
+        record.duration_us = child
+            .updated_at
+            .millis_since(child.created_at)
+            .saturating_mul(1000);
+        if child.state == RunState::Succeeded {
+            record.output = Some(child.outputs.clone().unwrap_or(Value::Null));
+        } else {
+            let why = match &child.error {
+                Some(RunError { step, error }) => format!(
+                    "{}: {}: {}",
+                    step.as_deref()
+                        .map(|s| format!("at step `{s}`"))
+                        .unwrap_or_else(|| "at its outputs".to_owned()),
+                    error.code,
+                    error.message
+                ),
+                None => format!("it ended {}", child.state),
+            };
+            record.error = Some(ErrorRecord {
+                code: "subflow_failed".to_owned(),
+                message: format!(
+                    "child run {} of `{}` failed {why}",
+                    child.id, child.workflow
+                ),
+                retryable: false,
+                details: Some(json!({ "run": child.id, "error": child.error })),
+            });
+        }
+        Finished {
+            path: self.path,
+            record,
+            retry: self.retry,
+            kv: None,
+            spawn: None,
         }
     }
 }
@@ -196,11 +326,20 @@ enum Status<'w> {
     Pending(Vec<Ready<'w>>),
 }
 
-/// A ready call: where it is, and what its expressions see.
+/// What a leaf does.
+#[derive(Clone, Copy)]
+enum Action<'w> {
+    Call(&'w Call),
+    Subflow(&'w Subflow),
+}
+
+/// A ready leaf: where it is, and what its expressions see.
 struct Ready<'w> {
     path: String,
     step: &'w Step,
-    call: &'w Call,
+    action: Action<'w>,
+    /// The child run the attempt waits for.
+    child: Option<String>,
     scope: Scope,
     attempt: u32,
     /// The top-level step it belongs to.
@@ -246,7 +385,14 @@ impl Drive {
         let attempts: Vec<Attempt> = ready
             .iter()
             .map(|ready| {
-                observer.step_started(ready.step, ready.top, workflow.steps.len(), ready.attempt);
+                if ready.child.is_none() {
+                    observer.step_started(
+                        ready.step,
+                        ready.top,
+                        workflow.steps.len(),
+                        ready.attempt,
+                    );
+                }
                 self.prepare(ready, clock)
             })
             .collect();
@@ -258,16 +404,13 @@ impl Drive {
     /// Folds a finished attempt into the run and moves the run's record to
     /// its next state. Nothing is stored: the caller commits the returned
     /// record with the run. The leaf stays busy.
-    pub(super) fn complete(
-        &mut self,
-        finished: Finished,
-        clock: &dyn Clock,
-    ) -> (StepRecord, Next, Option<KvEffects>, Undo) {
+    pub(super) fn complete(&mut self, finished: Finished, clock: &dyn Clock) -> Completed {
         let Finished {
             path,
             mut record,
             retry,
             kv,
+            spawn,
         } = finished;
         let undo = Undo {
             run: self.run.clone(),
@@ -308,7 +451,13 @@ impl Drive {
         if let Some(kv) = &kv {
             record.kv_writes = kv.writes.clone();
         }
-        (record, next, kv, undo)
+        Completed {
+            record,
+            next,
+            kv,
+            undo,
+            spawn,
+        }
     }
 
     /// Takes back the attempt `undo` was taken before, whose commit was
@@ -405,7 +554,7 @@ impl Drive {
         let path = join(prefix, &step.id);
         // A call's `if` is evaluated by its attempt, which records it; a
         // block's is evaluated here.
-        if step.call().is_none()
+        if !step.is_leaf()
             && let Some(condition) = &step.condition
         {
             match truth(condition, scope, "if") {
@@ -430,7 +579,10 @@ impl Drive {
         top: usize,
     ) -> Status<'w> {
         match &step.kind {
-            StepKind::Call(call) => self.walk_call(step, call, path, scope, top),
+            StepKind::Call(call) => self.walk_leaf(step, Action::Call(call), path, scope, top),
+            StepKind::Subflow(subflow) => {
+                self.walk_leaf(step, Action::Subflow(subflow), path, scope, top)
+            }
             StepKind::Parallel(branches) => {
                 let mut outputs = Map::new();
                 let mut ready = Vec::new();
@@ -571,7 +723,7 @@ impl Drive {
     ) -> Status<'w> {
         match status {
             Status::Done(output) => {
-                if step.call().is_none() {
+                if !step.is_leaf() {
                     scope.add_step(&step.id, &json!({ "output": output }));
                 }
                 Status::Done(output)
@@ -660,11 +812,12 @@ impl Drive {
         Status::Done(Value::Null)
     }
 
-    /// A call: done, failed, or the next attempt.
-    fn walk_call<'w>(
+    /// A leaf: done, failed, or ready for its next attempt (or for its wait
+    /// on a child run).
+    fn walk_leaf<'w>(
         &self,
         step: &'w Step,
-        call: &'w Call,
+        action: Action<'w>,
         path: &str,
         scope: &mut Scope,
         top: usize,
@@ -678,14 +831,24 @@ impl Drive {
             Some(Outcome::Skipped) => Status::Done(Value::Null),
             Some(Outcome::Failed(error)) => Status::Failed(error.clone(), step.id.clone()),
             None if self.busy.contains(path) => Status::Pending(Vec::new()),
-            None => Status::Pending(vec![Ready {
-                path: path.to_owned(),
-                step,
-                call,
-                scope: scope.clone(),
-                attempt: leaf.map_or(0, |l| l.attempts) + 1,
-                top,
-            }]),
+            None => {
+                let child = leaf.and_then(|l| l.child.clone());
+                let attempts = leaf.map_or(0, |l| l.attempts);
+                Status::Pending(vec![Ready {
+                    path: path.to_owned(),
+                    step,
+                    action,
+                    // A wait belongs to the attempt that started the child.
+                    attempt: if child.is_some() {
+                        attempts
+                    } else {
+                        attempts + 1
+                    },
+                    child,
+                    scope: scope.clone(),
+                    top,
+                }])
+            }
         }
     }
 
@@ -712,10 +875,15 @@ impl Drive {
                 retry_in_ms: None,
                 kv_writes: Default::default(),
                 logs: Vec::new(),
+                child: None,
             },
             retry: step.retry.clone(),
             call: None,
         };
+        if let Some(child) = &ready.child {
+            attempt.call = Some(Invocation::Await(child.clone()));
+            return attempt;
+        }
         let record = &mut attempt.record;
         if let Some(condition) = &step.condition {
             match truth(condition, &ready.scope, "if") {
@@ -730,6 +898,14 @@ impl Drive {
                 }
             }
         }
+        let call = match ready.action {
+            Action::Call(call) => call,
+            Action::Subflow(subflow) => {
+                self.prepare_spawn(subflow, ready, &mut attempt);
+                return attempt;
+            }
+        };
+        let record = &mut attempt.record;
         let Some(plugin) = self.plugins.get(&step.id) else {
             record.error = Some(ErrorRecord {
                 code: "internal".to_owned(),
@@ -739,7 +915,7 @@ impl Drive {
             });
             return attempt;
         };
-        let input = match ready.call.with.eval(&ready.scope) {
+        let input = match call.with.eval(&ready.scope) {
             Ok(input) => input,
             Err(e) => {
                 record.error = Some(expression_error(e.to_string()));
@@ -769,11 +945,11 @@ impl Drive {
             idempotency_key: format!("{}:{}", run.id, ready.path),
         };
         let options = CallOptions {
-            timeout: ready.call.timeout,
-            memory_limit: ready.call.memory_limit,
+            timeout: call.timeout,
+            memory_limit: call.memory_limit,
             kv: Some(self.kv.clone()),
         };
-        attempt.call = Some(Invocation {
+        attempt.call = Some(Invocation::Plugin {
             plugin: plugin.clone(),
             context,
             input: input.to_string(),
@@ -781,6 +957,42 @@ impl Drive {
         });
         attempt.record.input = input;
         attempt
+    }
+
+    /// The input and the parent link of an attempt that starts a child.
+    fn prepare_spawn(&self, subflow: &Subflow, ready: &Ready<'_>, attempt: &mut Attempt) {
+        let record = &mut attempt.record;
+        let input = match subflow.with.eval(&ready.scope) {
+            Ok(input) => input,
+            Err(e) => {
+                record.error = Some(expression_error(e.to_string()));
+                return;
+            }
+        };
+        record.input = input.clone();
+        let depth = self.run.parent.as_ref().map_or(0, |p| p.depth) + 1;
+        if depth > MAX_DEPTH {
+            record.error = Some(ErrorRecord {
+                code: "subflow_depth".to_owned(),
+                message: format!(
+                    "starting `{}` would nest child runs {depth} deep; the limit is {MAX_DEPTH}",
+                    subflow.workflow
+                ),
+                retryable: false,
+                details: None,
+            });
+            return;
+        }
+        attempt.call = Some(Invocation::Spawn {
+            launcher: Arc::clone(&self.launcher),
+            workflow: subflow.workflow.clone(),
+            input,
+            parent: ParentLink {
+                run: self.run.id.clone(),
+                path: ready.path.clone(),
+                depth,
+            },
+        });
     }
 }
 

@@ -24,6 +24,19 @@ pub enum StartError {
         /// Why.
         source: Box<ResolveError>,
     },
+    /// A `subflow` step names a workflow that is not deployed. Nothing was
+    /// stored.
+    #[error("{origin}{}: step `{step}`: subflow: no workflow `{workflow}` is deployed", line.map(|l| format!(":{l}")).unwrap_or_default())]
+    Subflow {
+        /// The workflow file.
+        origin: String,
+        /// The step's line, when known.
+        line: Option<usize>,
+        /// The step.
+        step: String,
+        /// The workflow it names.
+        workflow: String,
+    },
     /// The store failed. A run already recorded stays `running` at the step
     /// it had reached.
     #[error(transparent)]
@@ -45,6 +58,9 @@ pub enum ResumeError {
         /// Its state.
         state: crate::store::RunState,
     },
+    /// The run is already in this engine's hands.
+    #[error("run `{0}` is already running here")]
+    Resident(String),
     /// The stored definition is missing or no longer parses.
     #[error("the run's workflow definition cannot be used: {0}")]
     Definition(String),

@@ -28,28 +28,25 @@
 
 mod drive;
 mod error;
+mod launch;
 mod scheduler;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, sync_channel};
 use std::thread::JoinHandle;
 
 use serde_json::Value;
 
-use crate::clock::{Clock, Timestamp};
-use crate::model::{self, Format, Scope, Step, Workflow};
+use crate::clock::Clock;
+use crate::model::{Step, Workflow};
 use crate::plugins::PluginDir;
-use crate::runtime::{Digest, KvAccess, KvSource, Plugin, Versioned};
-use crate::store::{
-    DefinitionRecord, GroupCommit, PinnedPlugin, RunRecord, RunState, StepRecord, Store,
-    StoreError, Write,
-};
+use crate::store::{GroupCommit, RunRecord, StepRecord, Store, StoreError, Write};
 
-use drive::{Drive, Leaf};
+use launch::Launcher;
 use scheduler::{Core, Task};
 
 pub use error::{ResumeError, StartError};
+pub use launch::{MAX_DEPTH, Workflows};
 
 /// The tenant of runs started without one.
 pub const DEFAULT_TENANT: &str = "default";
@@ -112,8 +109,6 @@ impl RunHandle {
 /// sync serve every write that is waiting. Dropping the engine stops its
 /// threads; runs still in flight stay `running` in the store.
 pub struct Engine {
-    store: Arc<dyn Store>,
-    plugins: PluginDir,
     core: Arc<Core>,
     threads: Vec<JoinHandle<()>>,
 }
@@ -121,8 +116,8 @@ pub struct Engine {
 impl std::fmt::Debug for Engine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Engine")
-            .field("store", &self.store)
-            .field("plugins", &self.plugins)
+            .field("store", &self.core.launcher.store)
+            .field("plugins", &self.core.launcher.plugins)
             .field("workers", &self.threads.len().saturating_sub(1))
             .finish_non_exhaustive()
     }
@@ -177,19 +172,48 @@ impl Engine {
         config: EngineConfig,
     ) -> std::io::Result<Self> {
         let commits = GroupCommit::start(store.clone())?;
-        let core = Arc::new(Core::new(commits, clock, config.max_resident));
+        let launcher = Arc::new(Launcher::new(store, plugins, clock));
+        let core = Arc::new(Core::new(launcher, commits, config.max_resident));
         let threads = core.start(config.workers)?;
-        Ok(Self {
-            store,
-            plugins,
-            core,
-            threads,
-        })
+        Ok(Self { core, threads })
     }
 
     /// The store.
     pub fn store(&self) -> &Arc<dyn Store> {
-        &self.store
+        &self.core.launcher.store
+    }
+
+    /// Where `subflow` steps find the workflows they start, by id: nowhere
+    /// until this is called. A run checks at its start that every workflow
+    /// it may start is there, and a child starts the definition found when
+    /// its step runs.
+    pub fn set_workflows(&self, workflows: Arc<dyn Workflows>) {
+        self.core.launcher.set_workflows(workflows);
+    }
+
+    /// Carries out the outbox rows a previous process left open (child runs
+    /// that were decided and not yet recorded), and returns how many. Call
+    /// it before resuming runs; carrying a row out twice is harmless.
+    pub fn replay_outbox(&self) -> Result<usize, StoreError> {
+        let rows = self.store().outbox()?;
+        let mut answers = Vec::new();
+        for row in &rows {
+            let Some(write) = Write::start_run(row) else {
+                continue;
+            };
+            let (tell, answer) = sync_channel(1);
+            self.core.commits.submit(
+                write,
+                Box::new(move |outcome| {
+                    let _ = tell.send(outcome);
+                }),
+            );
+            answers.push(answer);
+        }
+        for answer in answers {
+            answer.recv().map_err(|_| StoreError::Closed)??;
+        }
+        Ok(rows.len())
     }
 
     /// How many runs are in progress, and how many are parked waiting for a
@@ -222,68 +246,17 @@ impl Engine {
         input: Value,
         mut observer: Box<dyn Observer + Send>,
     ) -> Result<RunHandle, StartError> {
-        if let Some(schema) = &workflow.inputs {
-            schema
-                .check(&input)
-                .map_err(|problems| StartError::Input { problems })?;
-        }
-        let plugins = self.resolve_plugins(&workflow)?;
-        let mut pinned_components: Vec<&Plugin> = plugins.values().collect();
-        pinned_components.sort_by_key(|p| p.digest());
-        pinned_components.dedup_by_key(|p| p.digest());
-        let definition = DefinitionRecord {
-            digest: Digest::of(workflow.source.as_bytes()).to_string(),
-            origin: workflow.origin.clone(),
-            format: workflow.format.name().to_owned(),
-            source: workflow.source.clone(),
-        };
-
-        let now = self.core.clock.now();
-        let run = RunRecord {
-            id: new_run_id(now),
-            workflow: workflow.id.clone(),
-            workflow_version: workflow.version,
-            origin: workflow.origin.clone(),
-            state: RunState::Running,
-            input,
-            next_step: 0,
-            step_records: 0,
-            step_count: u32::try_from(workflow.steps.len()).unwrap_or(u32::MAX),
-            plugins: plugins
-                .iter()
-                .map(|(id, plugin)| (id.clone(), pin(plugin)))
-                .collect::<BTreeMap<_, _>>(),
-            definition: definition.digest.clone(),
-            outputs: None,
-            error: None,
-            created_at: now,
-            updated_at: now,
-        };
-        let components: Vec<(String, Arc<[u8]>)> = pinned_components
-            .iter()
-            .map(|p| (p.digest().to_string(), p.bytes()))
-            .collect();
-        let write = Write::create_run(&run, &definition, components);
-
+        let new = self.core.launcher.make(workflow, input, None)?;
+        let write = Write::create_run(&new.drive.run, &new.definition, new.components);
         let (done, outcome) = sync_channel(1);
         let (recorded, recorded_answer) = sync_channel(1);
         let handle = RunHandle {
-            id: run.id.clone(),
+            id: new.drive.run.id.clone(),
             recorded: Some(recorded_answer),
             outcome,
         };
-        let kv = self.kv_access(&workflow.id);
-        let base = Scope::new(&workflow.id, &run.id, &run.input);
         let task = Task {
-            drive: Drive {
-                run,
-                workflow,
-                plugins,
-                results: HashMap::new(),
-                kv,
-                base,
-                busy: HashSet::new(),
-            },
+            drive: new.drive,
             observer: Box::new(Quiet),
             done,
         };
@@ -297,6 +270,7 @@ impl Engine {
                         let _ = recorded.send(Ok(()));
                         observer.run_created(&task.drive.run);
                         task.observer = observer;
+                        core.claim(&task.drive.run.id);
                         core.admit(task);
                     }
                     Err(e) => {
@@ -319,164 +293,33 @@ impl Engine {
         mut observer: Box<dyn Observer + Send>,
     ) -> Result<RunHandle, ResumeError> {
         let run = self
-            .store
+            .store()
             .run(run_id)?
             .ok_or_else(|| ResumeError::NotFound(run_id.to_owned()))?;
-        if run.state != RunState::Running {
-            return Err(ResumeError::NotRunning {
-                id: run.id,
-                state: run.state,
-            });
+        if !self.core.claim(&run.id) {
+            return Err(ResumeError::Resident(run.id));
         }
-        let definition = self.store.definition(&run.definition)?.ok_or_else(|| {
-            ResumeError::Definition(format!("definition {} is not in the store", run.definition))
-        })?;
-        let format = Format::from_name(&definition.format).unwrap_or(Format::Yaml);
-        let workflow = model::parse(&definition.source, format, &definition.origin)
-            .map_err(|e| ResumeError::Definition(e.to_string()))?;
-        let plugins = self.pinned_plugins(&run, &workflow)?;
-
-        // Read back what the run had committed.
-        let mut results: HashMap<String, Leaf> = HashMap::new();
-        for record in self.store.steps(&run.id)? {
-            let path = if record.path.is_empty() {
-                record.step_id.clone()
-            } else {
-                record.path.clone()
-            };
-            results.entry(path).or_default().apply(&record);
-        }
-
-        observer.run_resumed(&run);
+        let drive = match self.core.launcher.load(run) {
+            Ok(drive) => drive,
+            Err(e) => {
+                self.core.unclaim(run_id);
+                return Err(e);
+            }
+        };
+        observer.run_resumed(&drive.run);
         let (done, outcome) = sync_channel(1);
         let handle = RunHandle {
-            id: run.id.clone(),
+            id: drive.run.id.clone(),
             recorded: None,
             outcome,
         };
-        let kv = self.kv_access(&workflow.id);
-        let base = Scope::new(&workflow.id, &run.id, &run.input);
         self.core.admit(Task {
-            drive: Drive {
-                run,
-                workflow: Arc::new(workflow),
-                plugins,
-                results,
-                kv,
-                base,
-                busy: HashSet::new(),
-            },
+            drive,
             observer,
             done,
         });
         Ok(handle)
     }
-
-    /// The key-value space of workflow `id`: `workflow/<id>`.
-    fn kv_access(&self, id: &str) -> KvAccess {
-        KvAccess {
-            space: format!("workflow/{id}"),
-            source: Arc::new(StoreKv(Arc::clone(&self.store))),
-        }
-    }
-
-    /// Resolves the plugin of every call step, at every depth, by step id.
-    fn resolve_plugins(&self, workflow: &Workflow) -> Result<HashMap<String, Plugin>, StartError> {
-        let mut plugins = HashMap::new();
-        for step in workflow.all_steps() {
-            let Some(call) = step.call() else { continue };
-            let plugin = self
-                .plugins
-                .resolve(&call.uses)
-                .map_err(|source| StartError::Plugin {
-                    origin: workflow.origin.clone(),
-                    line: step.line,
-                    step: step.id.clone(),
-                    source: Box::new(source),
-                })?;
-            plugins.insert(step.id.clone(), plugin);
-        }
-        Ok(plugins)
-    }
-
-    /// Loads the components a run is pinned to from the store.
-    fn pinned_plugins(
-        &self,
-        run: &RunRecord,
-        workflow: &Workflow,
-    ) -> Result<HashMap<String, Plugin>, ResumeError> {
-        let mut loaded: BTreeMap<&str, Plugin> = BTreeMap::new();
-        let mut plugins = HashMap::new();
-        for step in workflow.all_steps() {
-            if step.call().is_none() {
-                continue;
-            }
-            let component_error = |reason: String| ResumeError::Component {
-                step: step.id.clone(),
-                reason,
-            };
-            let pinned = run.plugins.get(&step.id).ok_or_else(|| {
-                component_error("the run has no plugin pinned for this step".to_owned())
-            })?;
-            if let Some(plugin) = loaded.get(pinned.digest.as_str()) {
-                plugins.insert(step.id.clone(), plugin.clone());
-                continue;
-            }
-            let bytes = self.store.component(&pinned.digest)?.ok_or_else(|| {
-                component_error(format!("component {} is not in the store", pinned.digest))
-            })?;
-            let plugin = self
-                .plugins
-                .runtime()
-                .load(&bytes)
-                .map_err(|e| component_error(format!("component {} {e}", pinned.digest)))?;
-            if plugin.digest().to_string() != pinned.digest {
-                return Err(component_error(format!(
-                    "the stored component's digest is {}, not {}",
-                    plugin.digest(),
-                    pinned.digest
-                )));
-            }
-            loaded.insert(&pinned.digest, plugin.clone());
-            plugins.insert(step.id.clone(), plugin);
-        }
-        Ok(plugins)
-    }
-}
-
-/// The store, as the runtime reads key-value data.
-#[derive(Debug)]
-struct StoreKv(Arc<dyn Store>);
-
-impl KvSource for StoreKv {
-    fn get(&self, space: &str, key: &str) -> Result<Versioned, String> {
-        self.0.kv_get(space, key).map_err(|e| e.to_string())
-    }
-
-    fn list(&self, space: &str, prefix: &str, limit: usize) -> Result<Vec<String>, String> {
-        self.0
-            .kv_list(space, prefix, limit)
-            .map_err(|e| e.to_string())
-    }
-}
-
-fn pin(plugin: &Plugin) -> PinnedPlugin {
-    PinnedPlugin {
-        name: plugin.meta().name.clone(),
-        version: plugin.meta().version.to_string(),
-        digest: plugin.digest().to_string(),
-    }
-}
-
-/// A UUIDv7 from the injected clock: ids sort by creation time.
-fn new_run_id(now: Timestamp) -> String {
-    let millis = now.as_millis();
-    let ts = uuid::Timestamp::from_unix(
-        uuid::NoContext,
-        millis / 1000,
-        u32::try_from((millis % 1000) * 1_000_000).unwrap_or(0),
-    );
-    uuid::Uuid::new_v7(ts).to_string()
 }
 
 #[cfg(test)]

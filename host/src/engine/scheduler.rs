@@ -19,7 +19,7 @@
 //! parked run is admitted. A resident run is never evicted.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::SyncSender;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
@@ -27,10 +27,11 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::clock::Clock;
-use crate::store::{GroupCommit, RunRecord, StoreError, Write};
+use crate::store::{GroupCommit, OutboxRecord, RunRecord, StoreError, Write};
 
-use super::Observer;
-use super::drive::{Attempt, Drive, Finished, Next, Plan};
+use super::drive::{Attempt, Completed, Drive, Finished, Next, Plan};
+use super::launch::{Launcher, NewRun};
+use super::{Observer, Quiet};
 
 /// A run, before it is admitted.
 pub(super) struct Task {
@@ -53,11 +54,18 @@ struct Live {
 
 type Cell = Arc<Mutex<Live>>;
 
+/// An attempt waiting for a child run, and its run.
+type Waiting = (Cell, Box<Attempt>);
+
 enum Work {
     /// Commit what finished, or start what is ready.
     Advance(Cell),
     /// Run one attempt.
     Call(Cell, Box<Attempt>),
+    /// Wait for the child run an attempt started.
+    Watch(Cell, Box<Attempt>),
+    /// A child run ended: end the waits on it.
+    ChildEnded(Box<RunRecord>),
 }
 
 /// A leaf waiting out its retry delay.
@@ -93,11 +101,16 @@ struct Admission {
     resident: usize,
     max: usize,
     parked: VecDeque<Task>,
+    /// The ids of every run resident or parked here.
+    known: HashSet<String>,
 }
 
 /// What the engine, its workers and the commit callbacks share.
 pub(super) struct Core {
+    pub(super) launcher: Arc<Launcher>,
     admission: Mutex<Admission>,
+    /// Attempts waiting for a child run, by the child's id.
+    watchers: Mutex<HashMap<String, Vec<Waiting>>>,
     pub(super) commits: GroupCommit,
     pub(super) clock: Arc<dyn Clock>,
     ready: Mutex<VecDeque<Work>>,
@@ -113,13 +126,17 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Core {
-    pub(super) fn new(commits: GroupCommit, clock: Arc<dyn Clock>, max_resident: usize) -> Self {
+    pub(super) fn new(launcher: Arc<Launcher>, commits: GroupCommit, max_resident: usize) -> Self {
+        let clock = Arc::clone(&launcher.clock);
         Self {
+            launcher,
             admission: Mutex::new(Admission {
                 resident: 0,
                 max: max_resident.max(1),
                 parked: VecDeque::new(),
+                known: HashSet::new(),
             }),
+            watchers: Mutex::new(HashMap::new()),
             commits,
             clock,
             ready: Mutex::new(VecDeque::new()),
@@ -163,11 +180,23 @@ impl Core {
         self.delayed_wake.notify_all();
     }
 
-    /// Takes a new or resumed run into the scheduler, or parks it until a
-    /// resident run ends.
+    /// Marks run `id` as in this scheduler's hands; false if it already
+    /// is. A run must be claimed before it is admitted.
+    pub(super) fn claim(&self, id: &str) -> bool {
+        lock(&self.admission).known.insert(id.to_owned())
+    }
+
+    /// Takes back a claim on a run that could not be admitted.
+    pub(super) fn unclaim(&self, id: &str) {
+        lock(&self.admission).known.remove(id);
+    }
+
+    /// Takes a claimed run into the scheduler, or parks it until a
+    /// resident run ends. A child run is never parked: its parent holds a
+    /// place and waits for it, so parking it could wait forever.
     pub(super) fn admit(&self, task: Task) {
         let mut admission = lock(&self.admission);
-        if admission.resident < admission.max {
+        if admission.resident < admission.max || task.drive.run.parent.is_some() {
             admission.resident += 1;
             drop(admission);
             self.take(task);
@@ -199,14 +228,21 @@ impl Core {
     fn finish(&self, live: &mut Live, outcome: Result<RunRecord, StoreError>) {
         live.closed = true;
         live.finished.clear();
+        if let Ok(run) = &outcome
+            && run.parent.is_some()
+        {
+            self.enqueue(Work::ChildEnded(Box::new(run.clone())));
+        }
         let next = {
             let mut admission = lock(&self.admission);
-            match admission.parked.pop_front() {
-                Some(next) => Some(next),
-                None => {
-                    admission.resident = admission.resident.saturating_sub(1);
-                    None
-                }
+            admission.known.remove(&live.task.drive.run.id);
+            admission.resident = admission.resident.saturating_sub(1);
+            if admission.resident < admission.max {
+                let next = admission.parked.pop_front();
+                admission.resident += usize::from(next.is_some());
+                next
+            } else {
+                None
             }
         };
         if let Some(next) = next {
@@ -252,6 +288,8 @@ impl Core {
         while let Some(work) = self.next() {
             match work {
                 Work::Advance(cell) => self.advance(&cell),
+                Work::Watch(cell, attempt) => self.watch(cell, attempt),
+                Work::ChildEnded(child) => self.child_ended(&child),
                 Work::Call(cell, attempt) => {
                     let finished = attempt.run(self.clock.as_ref());
                     {
@@ -279,9 +317,21 @@ impl Core {
             }
             if let Some(finished) = live.finished.pop_front() {
                 let path = finished.path().to_owned();
-                let (record, next, kv, undo) =
-                    live.task.drive.complete(finished, self.clock.as_ref());
-                let write = Write::commit_step(&record, &live.task.drive.run, kv);
+                let Completed {
+                    record,
+                    next,
+                    kv,
+                    undo,
+                    spawn,
+                } = live.task.drive.complete(finished, self.clock.as_ref());
+                let (row, spawn_write) = match &spawn {
+                    Some(child) => {
+                        let (row, write) = child.spawn(self.clock.now());
+                        (Some(row), Some(write))
+                    }
+                    None => (None, None),
+                };
+                let write = Write::commit_step(&record, &live.task.drive.run, kv, spawn_write);
                 live.committing = true;
                 drop(guard);
                 let core = Arc::clone(self);
@@ -303,6 +353,9 @@ impl Core {
                             Err(e) => core.finish(&mut live, Err(e)),
                             Ok(()) => {
                                 live.task.observer.step_finished(&record);
+                                if let (Some(child), Some(row)) = (spawn, row) {
+                                    core.start_child(*child, row);
+                                }
                                 match next {
                                     Next::Step => {
                                         live.task.drive.busy.remove(&path);
@@ -331,7 +384,9 @@ impl Core {
                 Plan::Start(attempts) => {
                     let mut settled = false;
                     for attempt in attempts {
-                        if attempt.is_settled() {
+                        if attempt.awaited().is_some() {
+                            self.enqueue(Work::Watch(Arc::clone(cell), Box::new(attempt)));
+                        } else if attempt.is_settled() {
                             live.finished.push_back(attempt.run(self.clock.as_ref()));
                             settled = true;
                         } else {
@@ -360,6 +415,86 @@ impl Core {
                     return;
                 }
             }
+        }
+    }
+
+    /// Carries out the outbox row that records a child run, then admits the
+    /// child. If this fails, the row stays, and the next start of a host on
+    /// this store carries it out.
+    fn start_child(self: &Arc<Self>, child: NewRun, row: OutboxRecord) {
+        let Some(write) = Write::start_run(&row) else {
+            return;
+        };
+        let core = Arc::clone(self);
+        self.commits.submit(
+            write,
+            Box::new(move |outcome| match outcome {
+                Ok(()) => {
+                    if core.claim(&child.drive.run.id) {
+                        let (done, _) = std::sync::mpsc::sync_channel(1);
+                        core.admit(Task {
+                            drive: child.drive,
+                            observer: Box::new(Quiet),
+                            done,
+                        });
+                    }
+                }
+                Err(e) => {
+                    tracing::error!(outbox = %row.id, "cannot record a child run: {e}");
+                }
+            }),
+        );
+    }
+
+    /// Registers a wait on a child run, then looks the child up: it may
+    /// have ended already, or be recorded but not resident here (after a
+    /// restart), in which case it is resumed.
+    fn watch(self: &Arc<Self>, cell: Cell, attempt: Box<Attempt>) {
+        let Some(child) = attempt.awaited().map(str::to_owned) else {
+            return;
+        };
+        lock(&self.watchers)
+            .entry(child.clone())
+            .or_default()
+            .push((cell, attempt));
+        match self.launcher.store.run(&child) {
+            Ok(Some(run)) if run.state.is_terminal() => self.child_ended(&run),
+            Ok(Some(run)) => {
+                if self.claim(&run.id) {
+                    match self.launcher.load(run) {
+                        Ok(drive) => {
+                            let (done, _) = std::sync::mpsc::sync_channel(1);
+                            self.admit(Task {
+                                drive,
+                                observer: Box::new(Quiet),
+                                done,
+                            });
+                        }
+                        Err(e) => {
+                            self.unclaim(&child);
+                            tracing::error!(run = %child, "cannot resume a child run: {e}");
+                        }
+                    }
+                }
+            }
+            // Its outbox row is not carried out yet.
+            Ok(None) => {}
+            Err(e) => tracing::error!(run = %child, "cannot read a child run: {e}"),
+        }
+    }
+
+    /// Ends every wait on `child`, which has ended.
+    fn child_ended(&self, child: &RunRecord) {
+        let waiting = lock(&self.watchers).remove(&child.id).unwrap_or_default();
+        for (cell, attempt) in waiting {
+            let finished = attempt.resolve(child);
+            let mut live = lock(&cell);
+            if live.closed {
+                continue;
+            }
+            live.finished.push_back(finished);
+            drop(live);
+            self.enqueue(Work::Advance(cell));
         }
     }
 

@@ -90,6 +90,10 @@ pub struct Step {
 pub enum StepKind {
     /// `uses:` calls a plugin.
     Call(Call),
+    /// `subflow:` starts another workflow as a child run and waits for it;
+    /// the child's outputs are the step's output, and a failed child fails
+    /// the step.
+    Subflow(Subflow),
     /// `parallel:` runs every branch at once; its output is `{branch id:
     /// output}`. The first branch to fail (in document order, among those
     /// that failed) fails the step; branches still running are abandoned.
@@ -136,6 +140,16 @@ pub struct Call {
     pub memory_limit: Option<u64>,
 }
 
+/// A child run.
+#[derive(Debug)]
+pub struct Subflow {
+    /// The id of the workflow to start, as it is deployed when the step
+    /// runs.
+    pub workflow: String,
+    /// The child's input, with `${{ }}` expressions.
+    pub with: Template,
+}
+
 /// A `switch` case or a `catch` handler.
 #[derive(Debug)]
 pub struct Case {
@@ -154,10 +168,24 @@ impl Step {
         }
     }
 
+    /// The child run, for a step with `subflow`.
+    pub fn subflow(&self) -> Option<&Subflow> {
+        match &self.kind {
+            StepKind::Subflow(subflow) => Some(subflow),
+            _ => None,
+        }
+    }
+
+    /// True for a leaf: a step that is one call (`uses`) or one child run
+    /// (`subflow`), with one record per attempt.
+    pub fn is_leaf(&self) -> bool {
+        matches!(self.kind, StepKind::Call(_) | StepKind::Subflow(_))
+    }
+
     /// The steps directly inside this one, handlers included.
     pub fn children(&self) -> impl Iterator<Item = &Step> {
         let body: Box<dyn Iterator<Item = &Step>> = match &self.kind {
-            StepKind::Call(_) => Box::new(std::iter::empty()),
+            StepKind::Call(_) | StepKind::Subflow(_) => Box::new(std::iter::empty()),
             StepKind::Parallel(branches) => Box::new(branches.iter()),
             StepKind::Switch(cases) => Box::new(cases.iter().flat_map(|c| c.steps.iter())),
             StepKind::Foreach { steps, .. } | StepKind::While { steps, .. } => {

@@ -11,7 +11,9 @@ use super::error::{DefinitionError, Location};
 use super::expr::Template;
 use super::lines::{IdLines, find_key_line};
 use super::policy::RawRetry;
-use super::{Call, Case, Format, InputSchema, PluginRef, Step, StepKind, VersionPin, Workflow};
+use super::{
+    Call, Case, Format, InputSchema, PluginRef, Step, StepKind, Subflow, VersionPin, Workflow,
+};
 
 /// The most iterations a `while` may declare.
 const MAX_ITERATIONS: u32 = 10_000;
@@ -51,6 +53,8 @@ struct RawStep {
     uses: Option<String>,
     #[serde(default)]
     with: Option<Value>,
+    #[serde(default)]
+    subflow: Option<String>,
     #[serde(default)]
     parallel: Option<Vec<RawStep>>,
     #[serde(default)]
@@ -149,6 +153,7 @@ impl Checker<'_> {
 
         let kinds = [
             raw.uses.is_some(),
+            raw.subflow.is_some(),
             raw.parallel.is_some(),
             raw.switch.is_some(),
             raw.foreach.is_some(),
@@ -156,21 +161,28 @@ impl Checker<'_> {
         ];
         if kinds.iter().filter(|k| **k).count() != 1 {
             return Err(invalid(
-                "a step needs exactly one of `uses`, `parallel`, `switch`, `foreach` or `while`"
+                "a step needs exactly one of `uses`, `subflow`, `parallel`, `switch`, `foreach` or `while`"
                     .to_owned(),
             ));
         }
         let only_with_uses = [
-            ("with", raw.with.is_some()),
             ("timeout", raw.timeout.is_some()),
             ("memory_limit", raw.memory_limit.is_some()),
-            ("retry", raw.retry.is_some()),
         ];
         if raw.uses.is_none()
             && let Some((key, _)) = only_with_uses.iter().find(|(_, set)| *set)
         {
             return Err(invalid(format!(
                 "`{key}` applies only to a step with `uses`"
+            )));
+        }
+        let only_with_leaves = [("with", raw.with.is_some()), ("retry", raw.retry.is_some())];
+        if raw.uses.is_none()
+            && raw.subflow.is_none()
+            && let Some((key, _)) = only_with_leaves.iter().find(|(_, set)| *set)
+        {
+            return Err(invalid(format!(
+                "`{key}` applies only to a step with `uses` or `subflow`"
             )));
         }
         let loops = raw.foreach.is_some() || raw.while_.is_some();
@@ -223,6 +235,13 @@ impl Checker<'_> {
                 timeout,
                 memory_limit,
             })
+        } else if let Some(workflow) = raw.subflow {
+            check_id(&workflow).map_err(|m| invalid(format!("subflow: {m}")))?;
+            let with =
+                Template::compile(&raw.with.unwrap_or(Value::Null), "with").map_err(invalid)?;
+            let known = self.known_ids();
+            with.check_references(&known, vars).map_err(invalid)?;
+            StepKind::Subflow(Subflow { workflow, with })
         } else if let Some(branches) = raw.parallel {
             if branches.is_empty() {
                 return Err(invalid("parallel: needs at least one branch".to_owned()));

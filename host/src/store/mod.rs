@@ -8,10 +8,11 @@ mod write;
 
 pub use self::group::{Done, GroupCommit};
 pub use self::records::{
-    DefinitionRecord, ErrorRecord, PinnedPlugin, RunError, RunRecord, RunState, StepRecord,
+    DefinitionRecord, Effect, ErrorRecord, OutboxRecord, ParentLink, PinnedPlugin, RunError,
+    RunRecord, RunState, StepRecord,
 };
 pub use self::redb::RedbStore;
-pub use self::write::Write;
+pub use self::write::{Spawn, Write};
 
 /// Why the store could not do what was asked. After any error the store is
 /// as it was before the call: every write is one transaction.
@@ -121,6 +122,9 @@ pub trait Store: Send + Sync + std::fmt::Debug {
 
     /// The definition with `digest`.
     fn definition(&self, digest: &str) -> Result<Option<DefinitionRecord>, StoreError>;
+
+    /// The open outbox rows, oldest first.
+    fn outbox(&self) -> Result<Vec<OutboxRecord>, StoreError>;
 
     /// The bytes of the component with `digest`.
     fn component(&self, digest: &str) -> Result<Option<Vec<u8>>, StoreError>;

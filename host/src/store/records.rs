@@ -92,6 +92,44 @@ pub struct RunRecord {
     pub created_at: Timestamp,
     /// When the run last changed.
     pub updated_at: Timestamp,
+    /// For a child run (`subflow`): the run and the step that started it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<ParentLink>,
+}
+
+/// Where a child run comes from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ParentLink {
+    /// The parent run.
+    pub run: String,
+    /// The path of the `subflow` step in the parent.
+    pub path: String,
+    /// How deep the child is: 1 for a child of a top-level run.
+    pub depth: u32,
+}
+
+/// An effect that leaves a run, recorded in the commit that causes it and
+/// removed once it is done. Open rows are carried out again when a host
+/// starts, so each must be safe to carry out twice.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OutboxRecord {
+    /// The row's id.
+    pub id: String,
+    /// When it was written.
+    pub created_at: Timestamp,
+    /// What to do.
+    pub effect: Effect,
+}
+
+/// What an outbox row asks for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Effect {
+    /// Record this child run, unless a run with its id exists.
+    StartRun {
+        /// The child, as it starts.
+        run: Box<RunRecord>,
+    },
 }
 
 /// The exact plugin code a step of a run uses.
@@ -159,6 +197,10 @@ pub struct StepRecord {
     /// The output, when the step succeeded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<Value>,
+    /// For a `subflow` step: the child run this attempt started. A record
+    /// with a child and no outcome means the attempt waits for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub child: Option<String>,
     /// The error, when it failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<ErrorRecord>,

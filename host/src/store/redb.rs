@@ -22,7 +22,9 @@ use redb::{
 };
 use serde::de::DeserializeOwned;
 
-use super::{DefinitionRecord, RunFilter, RunRecord, StepRecord, Store, StoreError, Write};
+use super::{
+    DefinitionRecord, OutboxRecord, RunFilter, RunRecord, StepRecord, Store, StoreError, Write,
+};
 use crate::runtime::Versioned;
 
 const META: TableDefinition<&str, &str> = TableDefinition::new("meta");
@@ -32,6 +34,7 @@ const STEPS: TableDefinition<(&str, u32), &[u8]> = TableDefinition::new("steps")
 const DEFINITIONS: TableDefinition<&str, &[u8]> = TableDefinition::new("definitions");
 const COMPONENTS: TableDefinition<&str, &[u8]> = TableDefinition::new("components");
 const KV: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("kv");
+const OUTBOX: TableDefinition<&str, &[u8]> = TableDefinition::new("outbox");
 
 /// The format this build reads and writes.
 const FORMAT: &str = "1";
@@ -94,6 +97,7 @@ impl RedbStore {
             backend!(txn.open_table(DEFINITIONS))?;
             backend!(txn.open_table(COMPONENTS))?;
             backend!(txn.open_table(KV))?;
+            backend!(txn.open_table(OUTBOX))?;
         }
         backend!(txn.commit())?;
         Ok(Self {
@@ -206,6 +210,7 @@ impl Store for RedbStore {
             let mut definitions = backend!(txn.open_table(DEFINITIONS))?;
             let mut components = backend!(txn.open_table(COMPONENTS))?;
             let mut kv = backend!(txn.open_table(KV))?;
+            let mut outbox = backend!(txn.open_table(OUTBOX))?;
             for write in writes {
                 match write {
                     Write::CreateRun {
@@ -239,6 +244,7 @@ impl Store for RedbStore {
                         run,
                         running: still_running,
                         kv: effects,
+                        spawn,
                     } => {
                         if let Some(effects) = effects {
                             let space = effects.space.as_str();
@@ -265,6 +271,19 @@ impl Store for RedbStore {
                                 backend!(kv.insert((space, key.as_str()), encoded.as_slice()))?;
                             }
                         }
+                        if let Some(spawn) = spawn {
+                            let (digest, encoded) = &spawn.definition;
+                            if backend!(definitions.get(digest.as_str()))?.is_none() {
+                                backend!(definitions.insert(digest.as_str(), encoded.as_slice()))?;
+                            }
+                            for (digest, bytes) in &spawn.components {
+                                if backend!(components.get(digest.as_str()))?.is_none() {
+                                    backend!(components.insert(digest.as_str(), &bytes[..]))?;
+                                }
+                            }
+                            let (row, encoded) = &spawn.outbox;
+                            backend!(outbox.insert(row.as_str(), encoded.as_slice()))?;
+                        }
                         backend!(steps.insert((id.as_str(), *seq), step.as_slice()))?;
                         backend!(runs.insert(id.as_str(), run.as_slice()))?;
                         if *still_running {
@@ -272,6 +291,17 @@ impl Store for RedbStore {
                         } else {
                             backend!(running.remove(id.as_str()))?;
                         }
+                    }
+                    Write::StartRun {
+                        outbox: row,
+                        id,
+                        run,
+                    } => {
+                        if backend!(runs.get(id.as_str()))?.is_none() {
+                            backend!(runs.insert(id.as_str(), run.as_slice()))?;
+                            backend!(running.insert(id.as_str(), ()))?;
+                        }
+                        backend!(outbox.remove(row.as_str()))?;
                     }
                     Write::UpdateRun {
                         id,
@@ -338,6 +368,21 @@ impl Store for RedbStore {
         backend!(definitions.get(digest))?
             .map(|bytes| decode(digest, bytes.value()))
             .transpose()
+    }
+
+    fn outbox(&self) -> Result<Vec<OutboxRecord>, StoreError> {
+        let txn = self.begin_read()?;
+        // A file written before outboxes existed, opened read-only.
+        let outbox = match txn.open_table(OUTBOX) {
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+            other => backend!(other)?,
+        };
+        let mut rows = Vec::new();
+        for entry in backend!(outbox.iter())? {
+            let (key, value) = backend!(entry)?;
+            rows.push(decode(key.value(), value.value())?);
+        }
+        Ok(rows)
     }
 
     fn component(&self, digest: &str) -> Result<Option<Vec<u8>>, StoreError> {

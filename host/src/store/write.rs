@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use super::{DefinitionRecord, RunRecord, RunState, StepRecord};
+use super::{DefinitionRecord, Effect, OutboxRecord, RunRecord, RunState, StepRecord};
 use crate::runtime::KvEffects;
 
 /// One durable change. A batch of writes commits as one transaction.
@@ -36,6 +36,19 @@ pub enum Write {
         /// [`StoreError::KvConflict`](super::StoreError::KvConflict), if a
         /// key it read has changed since.
         kv: Option<KvEffects>,
+        /// A child run the step starts.
+        spawn: Option<Box<Spawn>>,
+    },
+    /// Carries out an outbox row that starts a run: records the run unless
+    /// one with its id exists, and closes the row. Never refused, so it can
+    /// be carried out again.
+    StartRun {
+        /// The outbox row.
+        outbox: String,
+        /// The run's id.
+        id: String,
+        /// The encoded [`RunRecord`].
+        run: Vec<u8>,
     },
     /// The run's new state alone (a run that ended on an expression).
     UpdateRun {
@@ -46,6 +59,34 @@ pub enum Write {
         /// Whether the run is still `running` after this write.
         running: bool,
     },
+}
+
+/// What a step that starts a child run commits beside its record: the
+/// child's definition and components (by digest, stored once), and the
+/// outbox row that will record the child.
+#[derive(Debug, Clone)]
+pub struct Spawn {
+    /// The outbox row's id and encoded [`OutboxRecord`].
+    pub outbox: (String, Vec<u8>),
+    /// The definition's digest and encoded [`DefinitionRecord`].
+    pub definition: (String, Vec<u8>),
+    /// Each pinned component's digest and bytes.
+    pub components: Vec<(String, Arc<[u8]>)>,
+}
+
+impl Spawn {
+    /// The parts of a child's start.
+    pub fn new(
+        outbox: &OutboxRecord,
+        definition: &DefinitionRecord,
+        components: Vec<(String, Arc<[u8]>)>,
+    ) -> Self {
+        Self {
+            outbox: (outbox.id.clone(), encode(outbox)),
+            definition: (definition.digest.clone(), encode(definition)),
+            components,
+        }
+    }
 }
 
 impl Write {
@@ -65,7 +106,12 @@ impl Write {
 
     /// A step attempt's result, its key-value effects, and the run's next
     /// state.
-    pub fn commit_step(step: &StepRecord, run: &RunRecord, kv: Option<KvEffects>) -> Self {
+    pub fn commit_step(
+        step: &StepRecord,
+        run: &RunRecord,
+        kv: Option<KvEffects>,
+        spawn: Option<Spawn>,
+    ) -> Self {
         Self::CommitStep {
             id: run.id.clone(),
             seq: step.seq,
@@ -73,6 +119,18 @@ impl Write {
             run: encode(run),
             running: run.state == RunState::Running,
             kv: kv.filter(|kv| !kv.writes.is_empty() || !kv.reads.is_empty()),
+            spawn: spawn.map(Box::new),
+        }
+    }
+
+    /// Carries out outbox row `row` (which must start a run).
+    pub fn start_run(row: &OutboxRecord) -> Option<Self> {
+        match &row.effect {
+            Effect::StartRun { run } => Some(Self::StartRun {
+                outbox: row.id.clone(),
+                id: run.id.clone(),
+                run: encode(run),
+            }),
         }
     }
 }

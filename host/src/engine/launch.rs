@@ -1,0 +1,316 @@
+//! Making runs: a new run from a workflow and an input (resolving and
+//! pinning its plugins), and a recorded run loaded back from the store.
+//! Shared by [`Engine`](super::Engine) and by `subflow` attempts, which
+//! start child runs from a worker.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, PoisonError, RwLock};
+
+use serde_json::Value;
+
+use crate::clock::{Clock, Timestamp};
+use crate::model::{self, Format, Scope, Workflow};
+use crate::plugins::PluginDir;
+use crate::runtime::{Digest, KvAccess, KvSource, Plugin, Versioned};
+use crate::store::{
+    DefinitionRecord, Effect, OutboxRecord, ParentLink, PinnedPlugin, RunRecord, RunState, Spawn,
+    Store,
+};
+use crate::workflows::WorkflowDir;
+
+use super::drive::{Drive, Leaf};
+use super::error::{ResumeError, StartError};
+
+/// The deepest a chain of child runs may go, so that a workflow that
+/// starts itself ends with an error instead of filling the store.
+pub const MAX_DEPTH: u32 = 32;
+
+/// Where `subflow` steps find the workflows they start, by id.
+pub trait Workflows: Send + Sync + std::fmt::Debug {
+    /// The workflow with id `id`, as deployed now.
+    fn get(&self, id: &str) -> Option<Arc<Workflow>>;
+}
+
+impl Workflows for WorkflowDir {
+    fn get(&self, id: &str) -> Option<Arc<Workflow>> {
+        WorkflowDir::get(self, id)
+    }
+}
+
+/// Makes and loads runs.
+#[derive(Debug)]
+pub(super) struct Launcher {
+    pub(super) store: Arc<dyn Store>,
+    pub(super) plugins: PluginDir,
+    pub(super) clock: Arc<dyn Clock>,
+    workflows: RwLock<Arc<dyn Workflows>>,
+}
+
+/// A run made and not yet recorded.
+pub(super) struct NewRun {
+    pub(super) drive: Drive,
+    pub(super) definition: DefinitionRecord,
+    /// The pinned components' digests and bytes.
+    pub(super) components: Vec<(String, Arc<[u8]>)>,
+}
+
+impl NewRun {
+    /// The outbox row that records this run as a child, and what its
+    /// parent's commit carries with it.
+    pub(super) fn spawn(&self, now: Timestamp) -> (OutboxRecord, Spawn) {
+        let row = OutboxRecord {
+            id: format!("run:{}", self.drive.run.id),
+            created_at: now,
+            effect: Effect::StartRun {
+                run: Box::new(self.drive.run.clone()),
+            },
+        };
+        let spawn = Spawn::new(&row, &self.definition, self.components.clone());
+        (row, spawn)
+    }
+}
+
+impl Launcher {
+    pub(super) fn new(store: Arc<dyn Store>, plugins: PluginDir, clock: Arc<dyn Clock>) -> Self {
+        Self {
+            store,
+            plugins,
+            clock,
+            workflows: RwLock::new(Arc::new(WorkflowDir::default())),
+        }
+    }
+
+    pub(super) fn set_workflows(&self, workflows: Arc<dyn Workflows>) {
+        *self
+            .workflows
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = workflows;
+    }
+
+    pub(super) fn workflow(&self, id: &str) -> Option<Arc<Workflow>> {
+        self.workflows
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(id)
+    }
+
+    /// A new run of `workflow` on `input`: the input is checked against the
+    /// workflow's schema, every plugin resolved (which may compile), and
+    /// every `subflow` checked to name a workflow that exists. Nothing is
+    /// stored.
+    pub(super) fn make(
+        self: &Arc<Self>,
+        workflow: Arc<Workflow>,
+        input: Value,
+        parent: Option<ParentLink>,
+    ) -> Result<NewRun, StartError> {
+        if let Some(schema) = &workflow.inputs {
+            schema
+                .check(&input)
+                .map_err(|problems| StartError::Input { problems })?;
+        }
+        for step in workflow.all_steps() {
+            if let Some(subflow) = step.subflow()
+                && self.workflow(&subflow.workflow).is_none()
+            {
+                return Err(StartError::Subflow {
+                    origin: workflow.origin.clone(),
+                    line: step.line,
+                    step: step.id.clone(),
+                    workflow: subflow.workflow.clone(),
+                });
+            }
+        }
+        let plugins = self.resolve_plugins(&workflow)?;
+        let mut pinned: Vec<&Plugin> = plugins.values().collect();
+        pinned.sort_by_key(|p| p.digest());
+        pinned.dedup_by_key(|p| p.digest());
+        let components = pinned
+            .iter()
+            .map(|p| (p.digest().to_string(), p.bytes()))
+            .collect();
+        let definition = DefinitionRecord {
+            digest: Digest::of(workflow.source.as_bytes()).to_string(),
+            origin: workflow.origin.clone(),
+            format: workflow.format.name().to_owned(),
+            source: workflow.source.clone(),
+        };
+        let now = self.clock.now();
+        let run = RunRecord {
+            id: new_run_id(now),
+            workflow: workflow.id.clone(),
+            workflow_version: workflow.version,
+            origin: workflow.origin.clone(),
+            state: RunState::Running,
+            input,
+            next_step: 0,
+            step_records: 0,
+            step_count: u32::try_from(workflow.steps.len()).unwrap_or(u32::MAX),
+            plugins: plugins
+                .iter()
+                .map(|(id, plugin)| (id.clone(), pin(plugin)))
+                .collect::<BTreeMap<_, _>>(),
+            definition: definition.digest.clone(),
+            outputs: None,
+            error: None,
+            created_at: now,
+            updated_at: now,
+            parent,
+        };
+        Ok(NewRun {
+            drive: self.drive(run, workflow, plugins, HashMap::new()),
+            definition,
+            components,
+        })
+    }
+
+    /// Loads run `run` back: its definition and pinned components from the
+    /// store, not from files, and its committed results.
+    pub(super) fn load(self: &Arc<Self>, run: RunRecord) -> Result<Drive, ResumeError> {
+        if run.state != RunState::Running {
+            return Err(ResumeError::NotRunning {
+                id: run.id,
+                state: run.state,
+            });
+        }
+        let definition = self.store.definition(&run.definition)?.ok_or_else(|| {
+            ResumeError::Definition(format!("definition {} is not in the store", run.definition))
+        })?;
+        let format = Format::from_name(&definition.format).unwrap_or(Format::Yaml);
+        let workflow = model::parse(&definition.source, format, &definition.origin)
+            .map_err(|e| ResumeError::Definition(e.to_string()))?;
+        let plugins = self.pinned_plugins(&run, &workflow)?;
+        let mut results: HashMap<String, Leaf> = HashMap::new();
+        for record in self.store.steps(&run.id)? {
+            let path = if record.path.is_empty() {
+                record.step_id.clone()
+            } else {
+                record.path.clone()
+            };
+            results.entry(path).or_default().apply(&record);
+        }
+        Ok(self.drive(run, Arc::new(workflow), plugins, results))
+    }
+
+    fn drive(
+        self: &Arc<Self>,
+        run: RunRecord,
+        workflow: Arc<Workflow>,
+        plugins: HashMap<String, Plugin>,
+        results: HashMap<String, Leaf>,
+    ) -> Drive {
+        let kv = KvAccess {
+            space: format!("workflow/{}", workflow.id),
+            source: Arc::new(StoreKv(Arc::clone(&self.store))),
+        };
+        let base = Scope::new(&workflow.id, &run.id, &run.input);
+        Drive {
+            run,
+            workflow,
+            plugins,
+            results,
+            kv,
+            base,
+            busy: HashSet::new(),
+            launcher: Arc::clone(self),
+        }
+    }
+
+    /// Resolves the plugin of every call step, at every depth, by step id.
+    fn resolve_plugins(&self, workflow: &Workflow) -> Result<HashMap<String, Plugin>, StartError> {
+        let mut plugins = HashMap::new();
+        for step in workflow.all_steps() {
+            let Some(call) = step.call() else { continue };
+            let plugin = self
+                .plugins
+                .resolve(&call.uses)
+                .map_err(|source| StartError::Plugin {
+                    origin: workflow.origin.clone(),
+                    line: step.line,
+                    step: step.id.clone(),
+                    source: Box::new(source),
+                })?;
+            plugins.insert(step.id.clone(), plugin);
+        }
+        Ok(plugins)
+    }
+
+    /// Loads the components a run is pinned to from the store.
+    fn pinned_plugins(
+        &self,
+        run: &RunRecord,
+        workflow: &Workflow,
+    ) -> Result<HashMap<String, Plugin>, ResumeError> {
+        let mut loaded: BTreeMap<&str, Plugin> = BTreeMap::new();
+        let mut plugins = HashMap::new();
+        for step in workflow.all_steps() {
+            if step.call().is_none() {
+                continue;
+            }
+            let component_error = |reason: String| ResumeError::Component {
+                step: step.id.clone(),
+                reason,
+            };
+            let pinned = run.plugins.get(&step.id).ok_or_else(|| {
+                component_error("the run has no plugin pinned for this step".to_owned())
+            })?;
+            if let Some(plugin) = loaded.get(pinned.digest.as_str()) {
+                plugins.insert(step.id.clone(), plugin.clone());
+                continue;
+            }
+            let bytes = self.store.component(&pinned.digest)?.ok_or_else(|| {
+                component_error(format!("component {} is not in the store", pinned.digest))
+            })?;
+            let plugin = self
+                .plugins
+                .runtime()
+                .load(&bytes)
+                .map_err(|e| component_error(format!("component {} {e}", pinned.digest)))?;
+            if plugin.digest().to_string() != pinned.digest {
+                return Err(component_error(format!(
+                    "the stored component's digest is {}, not {}",
+                    plugin.digest(),
+                    pinned.digest
+                )));
+            }
+            loaded.insert(&pinned.digest, plugin.clone());
+            plugins.insert(step.id.clone(), plugin);
+        }
+        Ok(plugins)
+    }
+}
+
+/// The store, as the runtime reads key-value data.
+#[derive(Debug)]
+struct StoreKv(Arc<dyn Store>);
+
+impl KvSource for StoreKv {
+    fn get(&self, space: &str, key: &str) -> Result<Versioned, String> {
+        self.0.kv_get(space, key).map_err(|e| e.to_string())
+    }
+
+    fn list(&self, space: &str, prefix: &str, limit: usize) -> Result<Vec<String>, String> {
+        self.0
+            .kv_list(space, prefix, limit)
+            .map_err(|e| e.to_string())
+    }
+}
+
+fn pin(plugin: &Plugin) -> PinnedPlugin {
+    PinnedPlugin {
+        name: plugin.meta().name.clone(),
+        version: plugin.meta().version.to_string(),
+        digest: plugin.digest().to_string(),
+    }
+}
+
+/// A UUIDv7 from the injected clock: ids sort by creation time.
+fn new_run_id(now: Timestamp) -> String {
+    let millis = now.as_millis();
+    let ts = uuid::Timestamp::from_unix(
+        uuid::NoContext,
+        millis / 1000,
+        u32::try_from((millis % 1000) * 1_000_000).unwrap_or(0),
+    );
+    uuid::Uuid::new_v7(ts).to_string()
+}
