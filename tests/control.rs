@@ -352,7 +352,7 @@ fn malformed_blocks_are_refused_at_load_time() {
     let cases = [
         (
             "id: x\nsteps:\n  - { id: a, uses: echo, parallel: [ { id: b, uses: echo } ] }\n",
-            "step `a`: a step needs exactly one of `uses`, `subflow`, `parallel`, `switch`, `foreach` or `while`",
+            "step `a`: a step needs exactly one of `uses`, `subflow`, `sleep`, `sleep_until`, `parallel`, `switch`, `foreach` or `while`",
         ),
         (
             "id: x\nsteps:\n  - { id: w, while: 'true', steps: [ { id: b, uses: echo } ] }\n",

@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use weft::engine::Quiet;
 use weft::store::{
     DefinitionRecord, Effect, OutboxRecord, RunFilter, RunRecord, RunState, StepRecord, StoreError,
-    Write,
+    TimerRecord, Write,
 };
 use weft::{Engine, PluginDir, RedbStore, Runtime, RuntimeConfig, Store, SystemClock, WorkflowDir};
 
@@ -287,6 +287,15 @@ impl Store for NoChildren {
     }
     fn outbox(&self) -> Result<Vec<OutboxRecord>, StoreError> {
         self.0.outbox()
+    }
+    fn timer_keys(&self) -> Result<Vec<(u64, u64)>, StoreError> {
+        self.0.timer_keys()
+    }
+    fn timer(&self, key: (u64, u64)) -> Result<Option<TimerRecord>, StoreError> {
+        self.0.timer(key)
+    }
+    fn run_timers(&self, id: &str) -> Result<Vec<TimerRecord>, StoreError> {
+        self.0.run_timers(id)
     }
     fn component(&self, digest: &str) -> Result<Option<Vec<u8>>, StoreError> {
         self.0.component(digest)

@@ -35,6 +35,47 @@ impl fmt::Display for Timestamp {
 pub trait Clock: Send + Sync + fmt::Debug {
     /// The current time. Never blocks.
     fn now(&self) -> Timestamp;
+
+    /// How long to really wait for `millis` of this clock to pass, before
+    /// looking again. The system clock: that long; a simulated clock: a
+    /// moment, as it moves when its test says so.
+    fn real_wait(&self, millis: u64) -> std::time::Duration {
+        std::time::Duration::from_millis(millis)
+    }
+}
+
+/// A clock that moves only when told to: for tests, which must not sleep
+/// for real durations.
+#[derive(Debug, Default)]
+pub struct SimClock(std::sync::atomic::AtomicU64);
+
+impl SimClock {
+    /// A clock that reads `start`.
+    pub fn new(start: Timestamp) -> Self {
+        Self(std::sync::atomic::AtomicU64::new(start.0))
+    }
+
+    /// Moves the clock `by` forward.
+    pub fn advance(&self, by: std::time::Duration) {
+        let millis = u64::try_from(by.as_millis()).unwrap_or(u64::MAX);
+        self.0
+            .fetch_add(millis, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Sets the clock to `to` (it may go back, as a wall clock can).
+    pub fn set(&self, to: Timestamp) {
+        self.0.store(to.0, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl Clock for SimClock {
+    fn now(&self) -> Timestamp {
+        Timestamp(self.0.load(std::sync::atomic::Ordering::SeqCst))
+    }
+
+    fn real_wait(&self, _millis: u64) -> std::time::Duration {
+        std::time::Duration::from_millis(1)
+    }
 }
 
 /// The operating system's clock.

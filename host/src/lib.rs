@@ -36,7 +36,7 @@ pub mod runtime;
 pub mod store;
 pub mod workflows;
 
-pub use clock::{Clock, SystemClock, Timestamp};
+pub use clock::{Clock, SimClock, SystemClock, Timestamp};
 pub use engine::Engine;
 pub use model::Workflow;
 pub use plugins::PluginDir;

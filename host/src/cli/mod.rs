@@ -232,10 +232,18 @@ fn resume(
     let engine = engine(data_dir, plugins)?;
     let ids: Vec<String> = match run_id {
         Some(id) if !all => vec![id],
+        // Runs suspended on their timers too: they resume waiting.
         _ => engine
             .store()
-            .running()?
+            .runs(
+                &weft::store::RunFilter {
+                    state: Some(RunState::Running),
+                    ..Default::default()
+                },
+                usize::MAX,
+            )?
             .into_iter()
+            .rev()
             .map(|run| run.id)
             .collect(),
     };

@@ -85,6 +85,12 @@ pub fn serve(data_dir: &Path, args: ServeArgs) -> anyhow::Result<ExitCode> {
     if replayed > 0 {
         tracing::info!(rows = replayed, "carried out open outbox rows");
     }
+    let armed = engine
+        .arm_timers()
+        .context("cannot read the store's timers")?;
+    if armed > 0 {
+        tracing::info!(timers = armed, "armed pending timers");
+    }
     let interrupted = engine.store().running()?;
     for run in &interrupted {
         match engine.resume(&run.id, Box::new(Quiet)) {

@@ -17,16 +17,20 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use serde_json::{Map, Value, json};
 
 use crate::clock::Clock;
+use crate::clock::Timestamp;
 use crate::model::{
-    Call, Case, RetryPolicy, Scope, Step, StepEntry, StepKind, Subflow, Template, Workflow,
+    Call, Case, RetryPolicy, Scope, Sleep, Step, StepEntry, StepKind, Subflow, Template, Workflow,
 };
 use crate::runtime::{CallError, CallOptions, KvAccess, KvEffects, Plugin, StepContext};
-use crate::store::{ErrorRecord, ParentLink, RunError, RunRecord, RunState, StepRecord};
+use crate::store::{
+    DEADLINE_PATH, ErrorRecord, ParentLink, RunError, RunRecord, RunState, StepRecord, TimerKind,
+    TimerRecord, TimerRef,
+};
 
 use super::launch::{Launcher, MAX_DEPTH, NewRun};
 use super::{DEFAULT_TENANT, Observer};
@@ -49,6 +53,9 @@ pub(super) struct Drive {
     pub(super) busy: HashSet<String>,
     /// Makes the runs that `subflow` steps start.
     pub(super) launcher: Arc<Launcher>,
+    /// The busy leaves that wait for a pending timer (a `sleep`, a retry
+    /// delay), by path.
+    pub(super) timers: HashMap<String, TimerRef>,
 }
 
 /// What is committed for one leaf (one call at one path).
@@ -62,6 +69,8 @@ pub(super) struct Leaf {
     entry: Option<StepEntry>,
     /// The child run the current attempt waits for (`subflow`).
     child: Option<String>,
+    /// The timer the leaf waits for after its last record.
+    pub(super) timer: Option<TimerRef>,
 }
 
 #[derive(Debug, Clone)]
@@ -89,6 +98,7 @@ impl Leaf {
         if self.outcome.is_some() || record.error.is_some() {
             self.child = None;
         }
+        self.timer = record.timer.filter(|_| self.outcome.is_none());
         self.entry = match &self.outcome {
             Some(Outcome::Output(output)) => Some(StepEntry::new(&json!({ "output": output }))),
             Some(Outcome::Skipped) => {
@@ -146,6 +156,8 @@ pub(super) struct Finished {
     retry: RetryPolicy,
     kv: Option<KvEffects>,
     spawn: Option<Box<NewRun>>,
+    /// The timer whose fire this is.
+    fired: Option<TimerRef>,
 }
 
 /// A finished attempt folded into its run: what to commit, and after.
@@ -156,6 +168,8 @@ pub(super) struct Completed {
     pub(super) undo: Undo,
     /// The child run the attempt starts.
     pub(super) spawn: Option<Box<NewRun>>,
+    /// The timer whose fire this is: the commit is refused if it is gone.
+    pub(super) fired: Option<TimerRef>,
 }
 
 impl Finished {
@@ -249,6 +263,7 @@ impl Attempt {
             retry,
             kv,
             spawn,
+            fired: None,
         }
     }
 
@@ -292,6 +307,7 @@ impl Attempt {
             retry: self.retry,
             kv: None,
             spawn: None,
+            fired: None,
         }
     }
 }
@@ -301,8 +317,9 @@ impl Attempt {
 pub(super) enum Next {
     /// Run the next attempt.
     Step,
-    /// Run the next attempt after this delay.
-    RetryAfter(Duration),
+    /// Wait for this timer (set by the record): a `sleep`, or a retry
+    /// delay.
+    Wait(TimerRef),
     /// The run reached a terminal state.
     Done,
 }
@@ -331,6 +348,7 @@ enum Status<'w> {
 enum Action<'w> {
     Call(&'w Call),
     Subflow(&'w Subflow),
+    Sleep(&'w Sleep),
 }
 
 /// A ready leaf: where it is, and what its expressions see.
@@ -340,6 +358,9 @@ struct Ready<'w> {
     action: Action<'w>,
     /// The child run the attempt waits for.
     child: Option<String>,
+    /// A timer the leaf waited for that is no longer pending (a `sleep`
+    /// whose row was removed without its result).
+    stale_timer: Option<TimerRef>,
     scope: Scope,
     attempt: u32,
     /// The top-level step it belongs to.
@@ -411,6 +432,7 @@ impl Drive {
             retry,
             kv,
             spawn,
+            fired,
         } = finished;
         let undo = Undo {
             run: self.run.clone(),
@@ -426,8 +448,19 @@ impl Drive {
             && retry.retries(record.attempt, &error.code, error.retryable)
         {
             let delay = retry.delay(record.attempt);
-            record.retry_in_ms = Some(u64::try_from(delay.as_millis()).unwrap_or(u64::MAX));
-            next = Next::RetryAfter(delay);
+            let delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
+            record.retry_in_ms = Some(delay_ms);
+            record.timer = Some(TimerRef {
+                id: timer_id(),
+                due: Timestamp(clock.now().as_millis().saturating_add(delay_ms)),
+                kind: TimerKind::Retry,
+            });
+        }
+        if let Some(timer) = record.timer
+            && record.output.is_none()
+            && !record.skipped
+        {
+            next = Next::Wait(timer);
         }
         self.results.entry(path).or_default().apply(&record);
 
@@ -457,7 +490,33 @@ impl Drive {
             kv,
             undo,
             spawn,
+            fired,
         }
+    }
+
+    /// The fire of a pending timer of this run, as an attempt's result to
+    /// commit (a `sleep`'s end, the run's deadline); `None` for a retry
+    /// delay, whose fire records nothing.
+    pub(super) fn fired(&self, timer: &TimerRecord) -> Option<Finished> {
+        let record = timer.fired_record(&self.run.id, 0)?;
+        Some(Finished {
+            path: timer.path.clone(),
+            record,
+            retry: RetryPolicy::default(),
+            kv: None,
+            spawn: None,
+            fired: Some(timer.timer),
+        })
+    }
+
+    /// True when every leaf under way waits for a timer (and one does): the
+    /// run has nothing to do until one fires. `also` counts as waiting.
+    pub(super) fn only_timers(&self, also: Option<&str>) -> bool {
+        !self.busy.is_empty()
+            && self
+                .busy
+                .iter()
+                .all(|path| self.timers.contains_key(path) || Some(path.as_str()) == also)
     }
 
     /// Takes back the attempt `undo` was taken before, whose commit was
@@ -499,6 +558,10 @@ impl Drive {
                     }
                 }
             }
+            Status::Failed(error, step) if step == DEADLINE_PATH => {
+                self.run.state = RunState::TimedOut;
+                self.run.error = Some(RunError { step: None, error });
+            }
             Status::Failed(error, step) => {
                 self.run.state = RunState::Failed;
                 self.run.error = Some(RunError {
@@ -514,7 +577,20 @@ impl Drive {
     /// Walks the whole workflow: its steps, then, if they failed, its
     /// handlers. The flag says a handler took over.
     fn walk<'w>(&self, workflow: &'w Workflow, scope: &mut Scope) -> (Status<'w>, bool) {
-        match self.walk_steps(&workflow.steps, "", scope, None) {
+        let deadline = self
+            .results
+            .get(DEADLINE_PATH)
+            .and_then(|leaf| match &leaf.outcome {
+                Some(Outcome::Failed(error)) => Some(error.clone()),
+                _ => None,
+            });
+        let status = match deadline {
+            // Past its deadline, the run's steps count as failed, whatever
+            // they had reached; a handler may still take over.
+            Some(error) => Status::Failed(error, DEADLINE_PATH.to_owned()),
+            None => self.walk_steps(&workflow.steps, "", scope, None),
+        };
+        match status {
             Status::Failed(error, step) if !workflow.catch.is_empty() => {
                 match self.handle(&workflow.catch, "catch", &error, &step, scope, 0) {
                     Some(status) => (status, true),
@@ -583,6 +659,7 @@ impl Drive {
             StepKind::Subflow(subflow) => {
                 self.walk_leaf(step, Action::Subflow(subflow), path, scope, top)
             }
+            StepKind::Sleep(sleep) => self.walk_leaf(step, Action::Sleep(sleep), path, scope, top),
             StepKind::Parallel(branches) => {
                 let mut outputs = Map::new();
                 let mut ready = Vec::new();
@@ -845,6 +922,7 @@ impl Drive {
                         attempts + 1
                     },
                     child,
+                    stale_timer: leaf.and_then(|l| l.timer),
                     scope: scope.clone(),
                     top,
                 }])
@@ -876,6 +954,7 @@ impl Drive {
                 kv_writes: Default::default(),
                 logs: Vec::new(),
                 child: None,
+                timer: None,
             },
             retry: step.retry.clone(),
             call: None,
@@ -902,6 +981,10 @@ impl Drive {
             Action::Call(call) => call,
             Action::Subflow(subflow) => {
                 self.prepare_spawn(subflow, ready, &mut attempt);
+                return attempt;
+            }
+            Action::Sleep(sleep) => {
+                self.prepare_sleep(sleep, ready, &mut attempt, clock);
                 return attempt;
             }
         };
@@ -959,6 +1042,61 @@ impl Drive {
         attempt
     }
 
+    /// The due time of a `sleep`: the attempt records it and sets its
+    /// timer; the step ends when the timer fires.
+    fn prepare_sleep(
+        &self,
+        sleep: &Sleep,
+        ready: &Ready<'_>,
+        attempt: &mut Attempt,
+        clock: &dyn Clock,
+    ) {
+        let record = &mut attempt.record;
+        if let Some(timer) = ready.stale_timer {
+            record.output = Some(json!({ "slept_until": timer.due.to_string() }));
+            return;
+        }
+        let now = clock.now();
+        let due = match sleep {
+            Sleep::For(template) => template.eval(&ready.scope).map_err(|e| e.to_string()).and_then(|value| match &value {
+                Value::String(text) => humantime::parse_duration(text)
+                    .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+                    .map_err(|e| format!("sleep: `{text}` is not a duration such as `90s`: {e}")),
+                Value::Number(n) => n
+                    .as_u64()
+                    .ok_or_else(|| format!("sleep: {n} is not a whole number of milliseconds")),
+                other => Err(format!("sleep: expected a duration, got {other}")),
+            })
+            .map(|ms| Timestamp(now.as_millis().saturating_add(ms))),
+            Sleep::Until(template) => template.eval(&ready.scope).map_err(|e| e.to_string()).and_then(|value| match &value {
+                Value::String(text) => humantime::parse_rfc3339_weak(text)
+                    .map(|t| {
+                        Timestamp(
+                            t.duration_since(std::time::UNIX_EPOCH)
+                                .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+                        )
+                    })
+                    .map_err(|e| format!("sleep_until: `{text}` is not a time such as `2026-12-01T09:00:00Z`: {e}")),
+                Value::Number(n) => n
+                    .as_u64()
+                    .map(Timestamp)
+                    .ok_or_else(|| format!("sleep_until: {n} is not milliseconds since the epoch")),
+                other => Err(format!("sleep_until: expected a time, got {other}")),
+            }),
+        };
+        match due {
+            Ok(due) => {
+                record.input = json!({ "until": due.to_string() });
+                record.timer = Some(TimerRef {
+                    id: timer_id(),
+                    due,
+                    kind: TimerKind::Sleep,
+                });
+            }
+            Err(message) => record.error = Some(expression_error(message)),
+        }
+    }
+
     /// The input and the parent link of an attempt that starts a child.
     fn prepare_spawn(&self, subflow: &Subflow, ready: &Ready<'_>, attempt: &mut Attempt) {
         let record = &mut attempt.record;
@@ -994,6 +1132,13 @@ impl Drive {
             },
         });
     }
+}
+
+/// A new timer's id: random, so ids from several processes sharing a
+/// store do not collide.
+pub(super) fn timer_id() -> u64 {
+    // The low half of a UUIDv7 is random.
+    uuid::Uuid::now_v7().as_u64_pair().1
 }
 
 /// Evaluates a condition, which must be `true` or `false`.

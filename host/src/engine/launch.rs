@@ -14,11 +14,11 @@ use crate::plugins::PluginDir;
 use crate::runtime::{Digest, KvAccess, KvSource, Plugin, Versioned};
 use crate::store::{
     DefinitionRecord, Effect, OutboxRecord, ParentLink, PinnedPlugin, RunRecord, RunState, Spawn,
-    Store,
+    Store, TimerKind, TimerRef,
 };
 use crate::workflows::WorkflowDir;
 
-use super::drive::{Drive, Leaf};
+use super::drive::{Drive, Leaf, timer_id};
 use super::error::{ResumeError, StartError};
 
 /// The deepest a chain of child runs may go, so that a workflow that
@@ -156,6 +156,15 @@ impl Launcher {
             created_at: now,
             updated_at: now,
             parent,
+            suspended: false,
+            deadline: workflow.timeout.map(|timeout| TimerRef {
+                id: timer_id(),
+                due: Timestamp(
+                    now.as_millis()
+                        .saturating_add(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX)),
+                ),
+                kind: TimerKind::Deadline,
+            }),
         };
         Ok(NewRun {
             drive: self.drive(run, workflow, plugins, HashMap::new()),
@@ -189,7 +198,30 @@ impl Launcher {
             };
             results.entry(path).or_default().apply(&record);
         }
-        Ok(self.drive(run, Arc::new(workflow), plugins, results))
+        // Leaves waiting for a timer that is still pending stay busy until
+        // it fires; a retry whose timer is gone may run.
+        let pending: HashSet<u64> = self
+            .store
+            .run_timers(&run.id)?
+            .iter()
+            .map(|t| t.timer.id)
+            .collect();
+        let mut drive = self.drive(run, Arc::new(workflow), plugins, results);
+        let mut waiting = Vec::new();
+        for (path, leaf) in &mut drive.results {
+            if let Some(timer) = leaf.timer {
+                if pending.contains(&timer.id) {
+                    waiting.push((path.clone(), timer));
+                } else if timer.kind == TimerKind::Retry {
+                    leaf.timer = None;
+                }
+            }
+        }
+        for (path, timer) in waiting {
+            drive.busy.insert(path.clone());
+            drive.timers.insert(path, timer);
+        }
+        Ok(drive)
     }
 
     fn drive(
@@ -213,6 +245,7 @@ impl Launcher {
             base,
             busy: HashSet::new(),
             launcher: Arc::clone(self),
+            timers: HashMap::new(),
         }
     }
 

@@ -75,6 +75,9 @@ impl Observer for Quiet {}
 #[derive(Debug)]
 pub struct RunHandle {
     id: String,
+    /// Held so that a run suspended on its timers keeps its answer for
+    /// this handle.
+    _alive: Arc<()>,
     recorded: Option<Receiver<Result<(), StoreError>>>,
     outcome: Receiver<Result<RunRecord, StoreError>>,
 }
@@ -191,6 +194,24 @@ impl Engine {
         self.core.launcher.set_workflows(workflows);
     }
 
+    /// Arms every pending timer in the store, and returns how many: a long
+    /// running host calls it once at its start, before resuming runs, so
+    /// that suspended runs wake when their timers come due (those already
+    /// due fire at once). An engine that does not call it only fires the
+    /// timers of runs it drives.
+    pub fn arm_timers(&self) -> Result<usize, StoreError> {
+        let keys = self.store().timer_keys()?;
+        let count = keys.len();
+        self.core.arm_all(keys);
+        Ok(count)
+    }
+
+    /// How many timers are armed in memory (a timer armed twice counts
+    /// twice).
+    pub fn armed_timers(&self) -> usize {
+        self.core.armed()
+    }
+
     /// Carries out the outbox rows a previous process left open (child runs
     /// that were decided and not yet recorded), and returns how many. Call
     /// it before resuming runs; carrying a row out twice is harmless.
@@ -250,15 +271,18 @@ impl Engine {
         let write = Write::create_run(&new.drive.run, &new.definition, new.components);
         let (done, outcome) = sync_channel(1);
         let (recorded, recorded_answer) = sync_channel(1);
-        let handle = RunHandle {
-            id: new.drive.run.id.clone(),
-            recorded: Some(recorded_answer),
-            outcome,
-        };
+        let alive = Arc::new(());
         let task = Task {
             drive: new.drive,
             observer: Box::new(Quiet),
             done,
+            alive: Arc::downgrade(&alive),
+        };
+        let handle = RunHandle {
+            id: task.drive.run.id.clone(),
+            _alive: alive,
+            recorded: Some(recorded_answer),
+            outcome,
         };
         let core = Arc::clone(&self.core);
         self.core.commits.submit(
@@ -308,8 +332,10 @@ impl Engine {
         };
         observer.run_resumed(&drive.run);
         let (done, outcome) = sync_channel(1);
+        let alive = Arc::new(());
         let handle = RunHandle {
             id: drive.run.id.clone(),
+            _alive: Arc::clone(&alive),
             recorded: None,
             outcome,
         };
@@ -317,6 +343,7 @@ impl Engine {
             drive,
             observer,
             done,
+            alive: Arc::downgrade(&alive),
         });
         Ok(handle)
     }

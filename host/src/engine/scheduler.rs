@@ -20,14 +20,14 @@
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::SyncSender;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, Weak};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::clock::Clock;
-use crate::store::{GroupCommit, OutboxRecord, RunRecord, StoreError, Write};
+use crate::store::{GroupCommit, OutboxRecord, RunRecord, StoreError, TimerKind, Write};
 
 use super::drive::{Attempt, Completed, Drive, Finished, Next, Plan};
 use super::launch::{Launcher, NewRun};
@@ -38,7 +38,17 @@ pub(super) struct Task {
     pub(super) drive: Drive,
     pub(super) observer: Box<dyn Observer + Send>,
     pub(super) done: SyncSender<Result<RunRecord, StoreError>>,
+    /// Alive while someone holds the run's handle: a suspended run keeps
+    /// its observer and answer only then.
+    pub(super) alive: Weak<()>,
 }
+
+/// A suspended run's observer and answer, kept for its handle.
+type Sleeper = (
+    Box<dyn Observer + Send>,
+    SyncSender<Result<RunRecord, StoreError>>,
+    Weak<()>,
+);
 
 /// A resident run.
 struct Live {
@@ -66,34 +76,10 @@ enum Work {
     Watch(Cell, Box<Attempt>),
     /// A child run ended: end the waits on it.
     ChildEnded(Box<RunRecord>),
-}
-
-/// A leaf waiting out its retry delay.
-struct Delayed {
-    due: Instant,
-    seq: u64,
-    cell: Cell,
-    path: String,
-}
-
-impl PartialEq for Delayed {
-    fn eq(&self, other: &Self) -> bool {
-        (self.due, self.seq) == (other.due, other.seq)
-    }
-}
-
-impl Eq for Delayed {}
-
-impl PartialOrd for Delayed {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl Ord for Delayed {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        (self.due, self.seq).cmp(&(other.due, other.seq))
-    }
+    /// A timer is due: `(due, id)`.
+    Fire((u64, u64)),
+    /// Bring a run that a timer woke back into memory.
+    Wake(String),
 }
 
 /// Runs in the scheduler's hands, and runs waiting for a place.
@@ -115,9 +101,13 @@ pub(super) struct Core {
     pub(super) clock: Arc<dyn Clock>,
     ready: Mutex<VecDeque<Work>>,
     ready_wake: Condvar,
-    delayed: Mutex<BinaryHeap<Reverse<Delayed>>>,
-    delayed_wake: Condvar,
-    next_seq: AtomicU64,
+    /// Resident runs by id, for timer fires.
+    cells: Mutex<HashMap<String, Cell>>,
+    /// Armed timers, `(due, id)`, soonest first: 16 bytes each.
+    timers: Mutex<BinaryHeap<Reverse<(u64, u64)>>>,
+    timers_wake: Condvar,
+    /// Suspended runs whose handle someone holds.
+    sleepers: Mutex<HashMap<String, Sleeper>>,
     stopping: AtomicBool,
 }
 
@@ -141,14 +131,15 @@ impl Core {
             clock,
             ready: Mutex::new(VecDeque::new()),
             ready_wake: Condvar::new(),
-            delayed: Mutex::new(BinaryHeap::new()),
-            delayed_wake: Condvar::new(),
-            next_seq: AtomicU64::new(0),
+            cells: Mutex::new(HashMap::new()),
+            timers: Mutex::new(BinaryHeap::new()),
+            timers_wake: Condvar::new(),
+            sleepers: Mutex::new(HashMap::new()),
             stopping: AtomicBool::new(false),
         }
     }
 
-    /// Starts `workers` workers and the delay thread.
+    /// Starts `workers` workers and the timer thread.
     pub(super) fn start(self: &Arc<Self>, workers: usize) -> std::io::Result<Vec<JoinHandle<()>>> {
         let mut threads = Vec::with_capacity(workers + 1);
         for n in 0..workers.max(1) {
@@ -163,8 +154,8 @@ impl Core {
         let core = Arc::clone(self);
         threads.push(
             std::thread::Builder::new()
-                .name("weft-delays".to_owned())
-                .spawn(move || core.release_delayed())?,
+                .name("weft-timers".to_owned())
+                .spawn(move || core.run_timers())?,
         );
         Ok(threads)
     }
@@ -176,8 +167,26 @@ impl Core {
         let _ready = lock(&self.ready);
         self.ready_wake.notify_all();
         drop(_ready);
-        let _delayed = lock(&self.delayed);
-        self.delayed_wake.notify_all();
+        let _timers = lock(&self.timers);
+        self.timers_wake.notify_all();
+    }
+
+    /// Arms the timer `(due, id)`: when it is due, a worker fires it. Arming
+    /// one twice is harmless: a fire needs the timer's row.
+    pub(super) fn arm(&self, key: (u64, u64)) {
+        lock(&self.timers).push(Reverse(key));
+        self.timers_wake.notify_one();
+    }
+
+    /// Arms many timers at once (a host's start).
+    pub(super) fn arm_all(&self, keys: Vec<(u64, u64)>) {
+        lock(&self.timers).extend(keys.into_iter().map(Reverse));
+        self.timers_wake.notify_one();
+    }
+
+    /// How many timers are armed.
+    pub(super) fn armed(&self) -> usize {
+        lock(&self.timers).len()
     }
 
     /// Marks run `id` as in this scheduler's hands; false if it already
@@ -211,31 +220,39 @@ impl Core {
         (admission.resident, admission.parked.len())
     }
 
-    /// Makes an admitted run resident.
+    /// Makes an admitted run resident, and arms its pending timers (which
+    /// may have come due while it was parked or loading).
     fn take(&self, task: Task) {
+        let drive = &task.drive;
+        let keys: Vec<(u64, u64)> = drive
+            .timers
+            .values()
+            .chain(drive.run.deadline.as_ref())
+            .map(|timer| timer.key())
+            .collect();
+        let id = drive.run.id.clone();
         let cell = Arc::new(Mutex::new(Live {
             task,
             finished: VecDeque::new(),
             committing: false,
             closed: false,
         }));
+        lock(&self.cells).insert(id, Arc::clone(&cell));
+        for key in keys {
+            self.arm(key);
+        }
         self.enqueue(Work::Advance(cell));
     }
 
-    /// Ends a resident run: gives its place to the oldest parked run, if
-    /// any, then answers its handle (so a caller who sees the answer also
-    /// sees the place freed).
-    fn finish(&self, live: &mut Live, outcome: Result<RunRecord, StoreError>) {
+    /// Gives a run's place up: to the oldest parked run, if any.
+    fn release(&self, live: &mut Live) {
         live.closed = true;
         live.finished.clear();
-        if let Ok(run) = &outcome
-            && run.parent.is_some()
-        {
-            self.enqueue(Work::ChildEnded(Box::new(run.clone())));
-        }
+        let id = &live.task.drive.run.id;
+        lock(&self.cells).remove(id);
         let next = {
             let mut admission = lock(&self.admission);
-            admission.known.remove(&live.task.drive.run.id);
+            admission.known.remove(id);
             admission.resident = admission.resident.saturating_sub(1);
             if admission.resident < admission.max {
                 let next = admission.parked.pop_front();
@@ -248,24 +265,39 @@ impl Core {
         if let Some(next) = next {
             self.take(next);
         }
+    }
+
+    /// Takes a run that waits for timers only out of memory; a fire brings
+    /// it back ([`Work::Wake`]). Its observer and answer are kept only if
+    /// someone holds its handle.
+    fn suspend(&self, live: &mut Live) {
+        tracing::debug!(run = %live.task.drive.run.id, "suspended until a timer fires");
+        if live.task.alive.upgrade().is_some() {
+            let observer = std::mem::replace(&mut live.task.observer, Box::new(super::Quiet));
+            lock(&self.sleepers).insert(
+                live.task.drive.run.id.clone(),
+                (observer, live.task.done.clone(), live.task.alive.clone()),
+            );
+        }
+        self.release(live);
+    }
+
+    /// Ends a resident run: gives its place to the oldest parked run, if
+    /// any, then answers its handle (so a caller who sees the answer also
+    /// sees the place freed).
+    fn finish(&self, live: &mut Live, outcome: Result<RunRecord, StoreError>) {
+        if let Ok(run) = &outcome
+            && run.parent.is_some()
+        {
+            self.enqueue(Work::ChildEnded(Box::new(run.clone())));
+        }
+        self.release(live);
         let _ = live.task.done.send(outcome);
     }
 
     fn enqueue(&self, work: Work) {
         lock(&self.ready).push_back(work);
         self.ready_wake.notify_one();
-    }
-
-    fn retry_after(&self, cell: Cell, path: String, delay: Duration) {
-        let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
-        let due = Instant::now() + delay;
-        lock(&self.delayed).push(Reverse(Delayed {
-            due,
-            seq,
-            cell,
-            path,
-        }));
-        self.delayed_wake.notify_one();
     }
 
     fn next(&self) -> Option<Work> {
@@ -289,6 +321,8 @@ impl Core {
             match work {
                 Work::Advance(cell) => self.advance(&cell),
                 Work::Watch(cell, attempt) => self.watch(cell, attempt),
+                Work::Fire(key) => self.fire(key),
+                Work::Wake(id) => self.wake(&id),
                 Work::ChildEnded(child) => self.child_ended(&child),
                 Work::Call(cell, attempt) => {
                     let finished = attempt.run(self.clock.as_ref());
@@ -323,7 +357,14 @@ impl Core {
                     kv,
                     undo,
                     spawn,
+                    fired,
                 } = live.task.drive.complete(finished, self.clock.as_ref());
+                // With nothing but timers to wait for, the run leaves memory
+                // once this commits.
+                let drive = &mut live.task.drive;
+                drive.run.suspended = matches!(next, Next::Wait(_))
+                    && live.finished.is_empty()
+                    && drive.only_timers(Some(&path));
                 let (row, spawn_write) = match &spawn {
                     Some(child) => {
                         let (row, write) = child.spawn(self.clock.now());
@@ -331,7 +372,8 @@ impl Core {
                     }
                     None => (None, None),
                 };
-                let write = Write::commit_step(&record, &live.task.drive.run, kv, spawn_write);
+                let write =
+                    Write::commit_step(&record, &live.task.drive.run, kv, spawn_write, fired);
                 live.committing = true;
                 drop(guard);
                 let core = Arc::clone(self);
@@ -350,6 +392,13 @@ impl Core {
                                 live.task.drive.undo(undo);
                                 core.enqueue(Work::Advance(Arc::clone(&cell)));
                             }
+                            Err(StoreError::TimerGone(id)) => {
+                                // Fired or cancelled elsewhere: the leaf
+                                // keeps waiting as it was.
+                                tracing::debug!(run = %live.task.drive.run.id, timer = id, "a timer's fire lost its race");
+                                live.task.drive.undo(undo);
+                                live.task.drive.busy.insert(path);
+                            }
                             Err(e) => core.finish(&mut live, Err(e)),
                             Ok(()) => {
                                 live.task.observer.step_finished(&record);
@@ -359,11 +408,24 @@ impl Core {
                                 match next {
                                     Next::Step => {
                                         live.task.drive.busy.remove(&path);
+                                        live.task.drive.timers.remove(&path);
                                         core.enqueue(Work::Advance(Arc::clone(&cell)));
                                     }
-                                    Next::RetryAfter(delay) => {
-                                        core.retry_after(Arc::clone(&cell), path, delay);
-                                        core.enqueue(Work::Advance(Arc::clone(&cell)));
+                                    Next::Wait(timer) => {
+                                        live.task.drive.timers.insert(path, timer);
+                                        core.arm(timer.key());
+                                        let live = &mut *live;
+                                        if live.task.drive.run.suspended
+                                            && live.finished.is_empty()
+                                            && live.task.drive.only_timers(None)
+                                        {
+                                            core.suspend(live);
+                                        } else {
+                                            // Something came up meanwhile:
+                                            // the next commit says awake.
+                                            live.task.drive.run.suspended = false;
+                                            core.enqueue(Work::Advance(Arc::clone(&cell)));
+                                        }
                                     }
                                     Next::Done => {
                                         let run = live.task.drive.run.clone();
@@ -436,6 +498,7 @@ impl Core {
                             drive: child.drive,
                             observer: Box::new(Quiet),
                             done,
+                            alive: Weak::new(),
                         });
                     }
                 }
@@ -459,6 +522,8 @@ impl Core {
             .push((cell, attempt));
         match self.launcher.store.run(&child) {
             Ok(Some(run)) if run.state.is_terminal() => self.child_ended(&run),
+            // A suspended child is woken by its timers, not here.
+            Ok(Some(run)) if run.suspended => {}
             Ok(Some(run)) => {
                 if self.claim(&run.id) {
                     match self.launcher.load(run) {
@@ -468,6 +533,7 @@ impl Core {
                                 drive,
                                 observer: Box::new(Quiet),
                                 done,
+                                alive: Weak::new(),
                             });
                         }
                         Err(e) => {
@@ -498,40 +564,142 @@ impl Core {
         }
     }
 
-    /// Makes delayed leaves ready again when they are due.
-    fn release_delayed(self: Arc<Self>) {
-        let mut delayed = lock(&self.delayed);
+    /// Fires timer `key`: through its run's cell when the run is resident
+    /// (the fire commits as the leaf's result, or, for a retry delay, as
+    /// the timer's removal); otherwise in the store, then the run is woken.
+    /// The timer's row decides: a fire that finds it gone does nothing.
+    fn fire(self: &Arc<Self>, key: (u64, u64)) {
+        let timer = match self.launcher.store.timer(key) {
+            Ok(Some(timer)) => timer,
+            Ok(None) => return,
+            Err(e) => {
+                tracing::error!(timer = key.1, "cannot read a due timer: {e}");
+                return;
+            }
+        };
+        let cell = lock(&self.cells).get(&timer.run).cloned();
+        if let Some(cell) = cell {
+            let mut live = lock(&cell);
+            if !live.closed {
+                if timer.timer.kind == TimerKind::Retry {
+                    // Firing: the leaf no longer counts as waiting, so the
+                    // run cannot suspend before the fire lands.
+                    live.task.drive.timers.remove(&timer.path);
+                    drop(live);
+                    let core = Arc::clone(self);
+                    let write = Write::FireTimer(timer.timer, self.clock.now());
+                    self.commits.submit(
+                        write,
+                        Box::new(move |outcome| {
+                            let mut live = lock(&cell);
+                            if live.closed {
+                                if outcome.is_ok() {
+                                    core.enqueue(Work::Wake(timer.run));
+                                }
+                                return;
+                            }
+                            match outcome {
+                                Ok(()) | Err(StoreError::TimerGone(_)) => {
+                                    let drive = &mut live.task.drive;
+                                    drive.busy.remove(&timer.path);
+                                    if let Some(leaf) = drive.results.get_mut(&timer.path) {
+                                        leaf.timer = None;
+                                    }
+                                    core.enqueue(Work::Advance(Arc::clone(&cell)));
+                                }
+                                Err(e) => core.finish(&mut live, Err(e)),
+                            }
+                        }),
+                    );
+                } else {
+                    if let Some(finished) = live.task.drive.fired(&timer) {
+                        live.finished.push_back(finished);
+                    }
+                    drop(live);
+                    self.advance(&cell);
+                }
+                return;
+            }
+        }
+        // Parked or being loaded: its timers are armed again when it is
+        // taken in.
+        if lock(&self.admission).known.contains(&timer.run) {
+            return;
+        }
+        let core = Arc::clone(self);
+        let run = timer.run.clone();
+        self.commits.submit(
+            Write::FireTimer(timer.timer, self.clock.now()),
+            Box::new(move |outcome| match outcome {
+                Ok(()) => core.enqueue(Work::Wake(run)),
+                Err(StoreError::TimerGone(_)) => {}
+                Err(e) => tracing::error!(%run, "cannot fire a timer: {e}"),
+            }),
+        );
+    }
+
+    /// Brings run `id` back into memory after a timer woke it.
+    fn wake(&self, id: &str) {
+        if !self.claim(id) {
+            return;
+        }
+        let loaded = self
+            .launcher
+            .store
+            .run(id)
+            .map_err(super::ResumeError::from)
+            .and_then(|run| {
+                let run = run.ok_or_else(|| super::ResumeError::NotFound(id.to_owned()))?;
+                self.launcher.load(run)
+            });
+        match loaded {
+            Ok(drive) => {
+                let (observer, done, alive) =
+                    lock(&self.sleepers).remove(id).unwrap_or_else(|| {
+                        let (done, _) = std::sync::mpsc::sync_channel(1);
+                        (Box::new(super::Quiet), done, Weak::new())
+                    });
+                self.admit(Task {
+                    drive,
+                    observer,
+                    done,
+                    alive,
+                });
+            }
+            Err(super::ResumeError::NotRunning { .. }) => self.unclaim(id),
+            Err(e) => {
+                self.unclaim(id);
+                tracing::error!(run = %id, "cannot wake a run: {e}");
+            }
+        }
+    }
+
+    /// The timer thread: hands each due timer to a worker. It reads the
+    /// injected clock; a simulated clock is polled every millisecond.
+    fn run_timers(self: Arc<Self>) {
+        let mut timers = lock(&self.timers);
         loop {
             if self.stopping.load(Ordering::SeqCst) {
                 return;
             }
-            let now = Instant::now();
-            match delayed.peek().map(|Reverse(d)| d.due) {
-                Some(due) if due <= now => {
-                    if let Some(Reverse(item)) = delayed.pop() {
-                        // A commit callback holds a run's lock while it
-                        // takes this one: never take them the other way.
-                        drop(delayed);
-                        let mut live = lock(&item.cell);
-                        if !live.closed {
-                            live.task.drive.busy.remove(&item.path);
-                            drop(live);
-                            self.enqueue(Work::Advance(item.cell));
-                        }
-                        delayed = lock(&self.delayed);
-                    }
+            let now = self.clock.now().as_millis();
+            match timers.peek().map(|Reverse(key)| *key) {
+                Some(key) if key.0 <= now => {
+                    timers.pop();
+                    self.enqueue(Work::Fire(key));
                 }
-                Some(due) => {
-                    delayed = self
-                        .delayed_wake
-                        .wait_timeout(delayed, due - now)
+                Some((due, _)) => {
+                    let wait = self.clock.real_wait(due - now).min(Duration::from_secs(1));
+                    timers = self
+                        .timers_wake
+                        .wait_timeout(timers, wait)
                         .unwrap_or_else(PoisonError::into_inner)
                         .0;
                 }
                 None => {
-                    delayed = self
-                        .delayed_wake
-                        .wait(delayed)
+                    timers = self
+                        .timers_wake
+                        .wait(timers)
                         .unwrap_or_else(PoisonError::into_inner);
                 }
             }

@@ -55,6 +55,10 @@ pub struct Workflow {
     /// Handlers for the run's failure; a handler that runs to the end makes
     /// the run succeed, with the handler's last output as its outputs.
     pub catch: Vec<Case>,
+    /// The run's deadline, from its start: when it passes, the run fails
+    /// with `run_timeout` (which its `catch` may handle) or ends
+    /// `timed_out`.
+    pub timeout: Option<Duration>,
     /// Where the definition came from, for messages.
     pub origin: String,
     /// The definition's text, kept so a run can store what it follows.
@@ -90,6 +94,10 @@ pub struct Step {
 pub enum StepKind {
     /// `uses:` calls a plugin.
     Call(Call),
+    /// `sleep:` or `sleep_until:` waits, on a durable timer, holding no
+    /// thread and (with nothing else to do) no memory; its output is
+    /// `{"slept_until": <RFC 3339 time>}`.
+    Sleep(Sleep),
     /// `subflow:` starts another workflow as a child run and waits for it;
     /// the child's outputs are the step's output, and a failed child fails
     /// the step.
@@ -140,6 +148,15 @@ pub struct Call {
     pub memory_limit: Option<u64>,
 }
 
+/// How long a `sleep` waits.
+#[derive(Debug)]
+pub enum Sleep {
+    /// `sleep:`: a duration (`90s`, `2h`) or a number of milliseconds.
+    For(Template),
+    /// `sleep_until:`: an RFC 3339 time or milliseconds since the epoch.
+    Until(Template),
+}
+
 /// A child run.
 #[derive(Debug)]
 pub struct Subflow {
@@ -179,13 +196,18 @@ impl Step {
     /// True for a leaf: a step that is one call (`uses`) or one child run
     /// (`subflow`), with one record per attempt.
     pub fn is_leaf(&self) -> bool {
-        matches!(self.kind, StepKind::Call(_) | StepKind::Subflow(_))
+        matches!(
+            self.kind,
+            StepKind::Call(_) | StepKind::Subflow(_) | StepKind::Sleep(_)
+        )
     }
 
     /// The steps directly inside this one, handlers included.
     pub fn children(&self) -> impl Iterator<Item = &Step> {
         let body: Box<dyn Iterator<Item = &Step>> = match &self.kind {
-            StepKind::Call(_) | StepKind::Subflow(_) => Box::new(std::iter::empty()),
+            StepKind::Call(_) | StepKind::Subflow(_) | StepKind::Sleep(_) => {
+                Box::new(std::iter::empty())
+            }
             StepKind::Parallel(branches) => Box::new(branches.iter()),
             StepKind::Switch(cases) => Box::new(cases.iter().flat_map(|c| c.steps.iter())),
             StepKind::Foreach { steps, .. } | StepKind::While { steps, .. } => {

@@ -12,7 +12,8 @@ use super::expr::Template;
 use super::lines::{IdLines, find_key_line};
 use super::policy::RawRetry;
 use super::{
-    Call, Case, Format, InputSchema, PluginRef, Step, StepKind, Subflow, VersionPin, Workflow,
+    Call, Case, Format, InputSchema, PluginRef, Sleep, Step, StepKind, Subflow, VersionPin,
+    Workflow,
 };
 
 /// The most iterations a `while` may declare.
@@ -39,6 +40,8 @@ struct RawWorkflow {
     outputs: Option<Value>,
     #[serde(default)]
     catch: Option<Vec<RawCase>>,
+    #[serde(default)]
+    timeout: Option<String>,
 }
 
 fn default_version() -> u32 {
@@ -55,6 +58,10 @@ struct RawStep {
     with: Option<Value>,
     #[serde(default)]
     subflow: Option<String>,
+    #[serde(default)]
+    sleep: Option<Value>,
+    #[serde(default)]
+    sleep_until: Option<Value>,
     #[serde(default)]
     parallel: Option<Vec<RawStep>>,
     #[serde(default)]
@@ -154,6 +161,8 @@ impl Checker<'_> {
         let kinds = [
             raw.uses.is_some(),
             raw.subflow.is_some(),
+            raw.sleep.is_some(),
+            raw.sleep_until.is_some(),
             raw.parallel.is_some(),
             raw.switch.is_some(),
             raw.foreach.is_some(),
@@ -161,7 +170,7 @@ impl Checker<'_> {
         ];
         if kinds.iter().filter(|k| **k).count() != 1 {
             return Err(invalid(
-                "a step needs exactly one of `uses`, `subflow`, `parallel`, `switch`, `foreach` or `while`"
+                "a step needs exactly one of `uses`, `subflow`, `sleep`, `sleep_until`, `parallel`, `switch`, `foreach` or `while`"
                     .to_owned(),
             ));
         }
@@ -235,6 +244,32 @@ impl Checker<'_> {
                 timeout,
                 memory_limit,
             })
+        } else if let Some(value) = raw.sleep {
+            let template = Template::compile(&value, "sleep").map_err(invalid)?;
+            template
+                .check_references(&self.known_ids(), vars)
+                .map_err(invalid)?;
+            if let Value::String(text) = &value
+                && !text.contains("${{")
+            {
+                parse_timeout(text).map_err(|m| invalid(format!("sleep: {m}")))?;
+            }
+            StepKind::Sleep(Sleep::For(template))
+        } else if let Some(value) = raw.sleep_until {
+            let template = Template::compile(&value, "sleep_until").map_err(invalid)?;
+            template
+                .check_references(&self.known_ids(), vars)
+                .map_err(invalid)?;
+            if let Value::String(text) = &value
+                && !text.contains("${{")
+            {
+                humantime::parse_rfc3339_weak(text).map_err(|e| {
+                    invalid(format!(
+                        "sleep_until: `{text}` is not a time such as `2026-12-01T09:00:00Z`: {e}"
+                    ))
+                })?;
+            }
+            StepKind::Sleep(Sleep::Until(template))
         } else if let Some(workflow) = raw.subflow {
             check_id(&workflow).map_err(|m| invalid(format!("subflow: {m}")))?;
             let with =
@@ -446,6 +481,17 @@ pub(super) fn parse(
             "steps: a workflow needs at least one step",
         ));
     }
+    let timeout = raw
+        .timeout
+        .as_deref()
+        .map(parse_timeout)
+        .transpose()
+        .map_err(|m| {
+            DefinitionError::invalid(
+                at(find_key_line(source, "timeout", ""), None),
+                format!("timeout: {m}"),
+            )
+        })?;
     let inputs = raw
         .inputs
         .map(InputSchema::compile)
@@ -495,6 +541,7 @@ pub(super) fn parse(
         steps,
         outputs,
         catch,
+        timeout,
         origin: origin.to_owned(),
         source: source.to_owned(),
         format,

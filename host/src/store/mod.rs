@@ -8,11 +8,11 @@ mod write;
 
 pub use self::group::{Done, GroupCommit};
 pub use self::records::{
-    DefinitionRecord, Effect, ErrorRecord, OutboxRecord, ParentLink, PinnedPlugin, RunError,
-    RunRecord, RunState, StepRecord,
+    DEADLINE_PATH, DefinitionRecord, Effect, ErrorRecord, OutboxRecord, ParentLink, PinnedPlugin,
+    RunError, RunRecord, RunState, StepRecord, TimerKind, TimerRecord, TimerRef,
 };
 pub use self::redb::RedbStore;
-pub use self::write::{Spawn, Write};
+pub use self::write::{Spawn, TimerRow, Write};
 
 /// Why the store could not do what was asked. After any error the store is
 /// as it was before the call: every write is one transaction.
@@ -63,6 +63,10 @@ pub enum StoreError {
         /// The key.
         key: String,
     },
+    /// The timer a write fires is gone: it fired or was cancelled already
+    /// (or its run ended). Nothing of the write was stored.
+    #[error("store: timer {0} has already fired or been cancelled")]
+    TimerGone(u64),
     /// The store was opened read-only and a write was attempted.
     #[error("the store was opened read-only")]
     ReadOnly,
@@ -122,6 +126,15 @@ pub trait Store: Send + Sync + std::fmt::Debug {
 
     /// The definition with `digest`.
     fn definition(&self, digest: &str) -> Result<Option<DefinitionRecord>, StoreError>;
+
+    /// Every pending timer's key `(due, id)`, soonest first.
+    fn timer_keys(&self) -> Result<Vec<(u64, u64)>, StoreError>;
+
+    /// The pending timer with key `(due, id)`.
+    fn timer(&self, key: (u64, u64)) -> Result<Option<TimerRecord>, StoreError>;
+
+    /// The pending timers of run `id`.
+    fn run_timers(&self, id: &str) -> Result<Vec<TimerRecord>, StoreError>;
 
     /// The open outbox rows, oldest first.
     fn outbox(&self) -> Result<Vec<OutboxRecord>, StoreError>;

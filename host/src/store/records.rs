@@ -19,6 +19,8 @@ pub enum RunState {
     Succeeded,
     /// A step or an expression failed; `error` says which and why.
     Failed,
+    /// The run's deadline (`timeout:`) passed and no handler took over.
+    TimedOut,
 }
 
 impl RunState {
@@ -37,8 +39,9 @@ impl std::str::FromStr for RunState {
             "running" => Ok(Self::Running),
             "succeeded" => Ok(Self::Succeeded),
             "failed" => Ok(Self::Failed),
+            "timed_out" => Ok(Self::TimedOut),
             other => Err(format!(
-                "`{other}` is not a run state (running, succeeded, failed)"
+                "`{other}` is not a run state (running, succeeded, failed, timed_out)"
             )),
         }
     }
@@ -50,6 +53,7 @@ impl std::fmt::Display for RunState {
             Self::Running => "running",
             Self::Succeeded => "succeeded",
             Self::Failed => "failed",
+            Self::TimedOut => "timed_out",
         })
     }
 }
@@ -95,6 +99,106 @@ pub struct RunRecord {
     /// For a child run (`subflow`): the run and the step that started it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent: Option<ParentLink>,
+    /// True while the run waits for timers only: it is not in memory, and
+    /// a timer's fire brings it back.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub suspended: bool,
+    /// The run's deadline, when its workflow has a `timeout`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<TimerRef>,
+}
+
+/// A timer, as the record that set it names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct TimerRef {
+    /// Random; with `due`, the timer's key.
+    pub id: u64,
+    /// When it fires.
+    pub due: Timestamp,
+    /// What it is for.
+    pub kind: TimerKind,
+}
+
+impl TimerRef {
+    /// The key of its row: `(due, id)`, so rows sort by due time.
+    pub fn key(&self) -> (u64, u64) {
+        (self.due.as_millis(), self.id)
+    }
+}
+
+/// What a timer does when it fires.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TimerKind {
+    /// Ends a `sleep` step: its result is recorded.
+    Sleep,
+    /// Ends a retry delay: the step's next attempt may run.
+    Retry,
+    /// Ends the run's time: a `run_timeout` failure is recorded.
+    Deadline,
+}
+
+/// A durable timer: written in the commit that sets it, removed by the
+/// commit that fires or cancels it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TimerRecord {
+    /// Its id, due time and kind.
+    #[serde(flatten)]
+    pub timer: TimerRef,
+    /// The run it belongs to.
+    pub run: String,
+    /// The leaf it belongs to (`@deadline` for a deadline).
+    pub path: String,
+    /// That leaf's step id.
+    pub step_id: String,
+    /// That leaf's top-level step index.
+    pub index: u32,
+    /// The attempt that set it.
+    pub attempt: u32,
+}
+
+/// The path of the record a run's deadline leaves.
+pub const DEADLINE_PATH: &str = "@deadline";
+
+impl TimerRecord {
+    /// The record its fire commits, numbered `seq`, if its kind leaves one.
+    pub fn fired_record(&self, run_id: &str, seq: u32) -> Option<StepRecord> {
+        let base = StepRecord {
+            run_id: run_id.to_owned(),
+            seq,
+            index: self.index,
+            path: self.path.clone(),
+            step_id: self.step_id.clone(),
+            attempt: self.attempt,
+            input: Value::Null,
+            started_at: self.timer.due,
+            duration_us: 0,
+            output: None,
+            child: None,
+            error: None,
+            skipped: false,
+            retry_in_ms: None,
+            timer: None,
+            kv_writes: BTreeMap::new(),
+            logs: Vec::new(),
+        };
+        match self.timer.kind {
+            TimerKind::Retry => None,
+            TimerKind::Sleep => Some(StepRecord {
+                output: Some(serde_json::json!({ "slept_until": self.timer.due.to_string() })),
+                ..base
+            }),
+            TimerKind::Deadline => Some(StepRecord {
+                error: Some(ErrorRecord {
+                    code: "run_timeout".to_owned(),
+                    message: format!("the run's deadline passed at {}", self.timer.due),
+                    retryable: false,
+                    details: None,
+                }),
+                ..base
+            }),
+        }
+    }
 }
 
 /// Where a child run comes from.
@@ -211,6 +315,10 @@ pub struct StepRecord {
     /// next attempt, in milliseconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_in_ms: Option<u64>,
+    /// The timer the leaf waits on after this record: a `sleep`, or the
+    /// retry delay.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timer: Option<TimerRef>,
     /// The key-value writes committed with this record (`null` deletes).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub kv_writes: BTreeMap<String, Option<String>>,

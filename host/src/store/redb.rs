@@ -15,15 +15,18 @@
 //! data directory at once; each write transaction is still exclusive.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use redb::{
     ConcurrencyMode, Database, ReadOnlyDatabase, ReadTransaction, ReadableDatabase, ReadableTable,
-    TableDefinition,
+    ReadableTableMetadata, Table, TableDefinition,
 };
 use serde::de::DeserializeOwned;
 
+use super::write::{TimerRow, encode};
 use super::{
-    DefinitionRecord, OutboxRecord, RunFilter, RunRecord, StepRecord, Store, StoreError, Write,
+    DefinitionRecord, OutboxRecord, RunFilter, RunRecord, StepRecord, Store, StoreError,
+    TimerRecord, TimerRef, Write,
 };
 use crate::runtime::Versioned;
 
@@ -35,6 +38,10 @@ const DEFINITIONS: TableDefinition<&str, &[u8]> = TableDefinition::new("definiti
 const COMPONENTS: TableDefinition<&str, &[u8]> = TableDefinition::new("components");
 const KV: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("kv");
 const OUTBOX: TableDefinition<&str, &[u8]> = TableDefinition::new("outbox");
+/// Pending timers by `(due, id)`.
+const TIMERS: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("timers");
+/// Each run's pending timers: `(run, id)` to due.
+const RUN_TIMERS: TableDefinition<(&str, u64), u64> = TableDefinition::new("run_timers");
 
 /// The format this build reads and writes.
 const FORMAT: &str = "1";
@@ -98,6 +105,8 @@ impl RedbStore {
             backend!(txn.open_table(COMPONENTS))?;
             backend!(txn.open_table(KV))?;
             backend!(txn.open_table(OUTBOX))?;
+            backend!(txn.open_table(TIMERS))?;
+            backend!(txn.open_table(RUN_TIMERS))?;
         }
         backend!(txn.commit())?;
         Ok(Self {
@@ -199,124 +208,225 @@ fn decode<T: DeserializeOwned>(key: impl std::fmt::Display, bytes: &[u8]) -> Res
     })
 }
 
+/// The tables of one write transaction.
+struct Tables<'t> {
+    runs: Table<'t, &'static str, &'static [u8]>,
+    running: Table<'t, &'static str, ()>,
+    steps: Table<'t, (&'static str, u32), &'static [u8]>,
+    definitions: Table<'t, &'static str, &'static [u8]>,
+    components: Table<'t, &'static str, &'static [u8]>,
+    kv: Table<'t, (&'static str, &'static str), &'static [u8]>,
+    outbox: Table<'t, &'static str, &'static [u8]>,
+    timers: Table<'t, (u64, u64), &'static [u8]>,
+    run_timers: Table<'t, (&'static str, u64), u64>,
+}
+
+impl Tables<'_> {
+    /// Applies one write. `Ok(Err(_))`: this write is refused and nothing
+    /// of it was stored; `Err(_)`: the transaction failed.
+    fn apply(&mut self, write: &Write) -> Result<Result<(), StoreError>, StoreError> {
+        match write {
+            Write::CreateRun {
+                id,
+                run,
+                definition,
+                components: pinned,
+                timer,
+            } => {
+                if backend!(self.runs.get(id.as_str()))?.is_some() {
+                    return Ok(Err(StoreError::Conflict(format!(
+                        "run `{id}` exists already"
+                    ))));
+                }
+                self.definition(definition)?;
+                self.components(pinned)?;
+                backend!(self.runs.insert(id.as_str(), run.as_slice()))?;
+                backend!(self.running.insert(id.as_str(), ()))?;
+                if let Some(timer) = timer {
+                    self.insert_timer(timer)?;
+                }
+            }
+            Write::CommitStep {
+                id,
+                seq,
+                step,
+                run,
+                running,
+                suspended,
+                timer,
+                fired,
+                kv: effects,
+                spawn,
+            } => {
+                if let Some(fired) = fired
+                    && backend!(self.timers.get(fired.key()))?.is_none()
+                {
+                    return Ok(Err(StoreError::TimerGone(fired.id)));
+                }
+                if let Some(effects) = effects {
+                    let space = effects.space.as_str();
+                    for (key, read) in &effects.reads {
+                        let now = backend!(self.kv.get((space, key.as_str())))?
+                            .map_or(0, |v| decode_kv(v.value()).version);
+                        if now != *read {
+                            return Ok(Err(StoreError::KvConflict {
+                                space: space.to_owned(),
+                                key: key.clone(),
+                            }));
+                        }
+                    }
+                    for (key, value) in &effects.writes {
+                        let version = backend!(self.kv.get((space, key.as_str())))?
+                            .map_or(0, |v| decode_kv(v.value()).version);
+                        let encoded = encode_kv(version + 1, value.as_deref());
+                        backend!(self.kv.insert((space, key.as_str()), encoded.as_slice()))?;
+                    }
+                }
+                if let Some(spawn) = spawn {
+                    self.definition(&spawn.definition)?;
+                    self.components(&spawn.components)?;
+                    let (row, encoded) = &spawn.outbox;
+                    backend!(self.outbox.insert(row.as_str(), encoded.as_slice()))?;
+                }
+                if let Some(fired) = fired {
+                    self.remove_timer(id, fired.key())?;
+                }
+                if let Some(timer) = timer {
+                    self.insert_timer(timer)?;
+                }
+                backend!(self.steps.insert((id.as_str(), *seq), step.as_slice()))?;
+                self.set_run(id, run, *running, *suspended)?;
+            }
+            Write::StartRun {
+                outbox: row,
+                id,
+                run,
+            } => {
+                if backend!(self.runs.get(id.as_str()))?.is_none() {
+                    backend!(self.runs.insert(id.as_str(), run.as_slice()))?;
+                    backend!(self.running.insert(id.as_str(), ()))?;
+                }
+                backend!(self.outbox.remove(row.as_str()))?;
+            }
+            Write::UpdateRun { id, run, running } => {
+                self.set_run(id, run, *running, false)?;
+            }
+            Write::FireTimer(fired, now) => return self.fire(*fired, *now),
+        }
+        Ok(Ok(()))
+    }
+
+    /// Stores run `id`'s record, and keeps the index of runs to resume and
+    /// the run's timers in step: a run that ended has no timers.
+    fn set_run(
+        &mut self,
+        id: &str,
+        run: &[u8],
+        running: bool,
+        suspended: bool,
+    ) -> Result<(), StoreError> {
+        backend!(self.runs.insert(id, run))?;
+        if running && !suspended {
+            backend!(self.running.insert(id, ()))?;
+        } else {
+            backend!(self.running.remove(id))?;
+        }
+        if !running {
+            let mut keys = Vec::new();
+            for entry in backend!(self.run_timers.range((id, 0)..=(id, u64::MAX)))? {
+                let (key, due) = backend!(entry)?;
+                keys.push((due.value(), key.value().1));
+            }
+            for key in keys {
+                self.remove_timer(id, key)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn fire(
+        &mut self,
+        fired: TimerRef,
+        now: crate::clock::Timestamp,
+    ) -> Result<Result<(), StoreError>, StoreError> {
+        let Some(timer) = backend!(self.timers.get(fired.key()))?
+            .map(|bytes| decode::<TimerRecord>(fired.id, bytes.value()))
+            .transpose()?
+        else {
+            return Ok(Err(StoreError::TimerGone(fired.id)));
+        };
+        let run = backend!(self.runs.get(timer.run.as_str()))?
+            .map(|bytes| decode::<RunRecord>(&timer.run, bytes.value()))
+            .transpose()?;
+        let Some(mut run) = run.filter(|run| !run.state.is_terminal()) else {
+            // Its run is gone or ended: the timer wakes nothing.
+            self.remove_timer(&timer.run, fired.key())?;
+            return Ok(Err(StoreError::TimerGone(fired.id)));
+        };
+        if let Some(record) = timer.fired_record(&run.id, run.step_records) {
+            backend!(
+                self.steps
+                    .insert((run.id.as_str(), record.seq), encode(&record).as_slice())
+            )?;
+            run.step_records += 1;
+        }
+        run.suspended = false;
+        run.updated_at = now;
+        self.remove_timer(&run.id, fired.key())?;
+        self.set_run(&run.id, &encode(&run), true, false)?;
+        Ok(Ok(()))
+    }
+
+    fn insert_timer(&mut self, timer: &TimerRow) -> Result<(), StoreError> {
+        backend!(self.timers.insert(timer.key, timer.record.as_slice()))?;
+        backend!(
+            self.run_timers
+                .insert((timer.run.as_str(), timer.key.1), timer.key.0)
+        )?;
+        Ok(())
+    }
+
+    fn remove_timer(&mut self, run: &str, key: (u64, u64)) -> Result<(), StoreError> {
+        backend!(self.timers.remove(key))?;
+        backend!(self.run_timers.remove((run, key.1)))?;
+        Ok(())
+    }
+
+    fn definition(&mut self, (digest, encoded): &(String, Vec<u8>)) -> Result<(), StoreError> {
+        if backend!(self.definitions.get(digest.as_str()))?.is_none() {
+            backend!(self.definitions.insert(digest.as_str(), encoded.as_slice()))?;
+        }
+        Ok(())
+    }
+
+    fn components(&mut self, pinned: &[(String, Arc<[u8]>)]) -> Result<(), StoreError> {
+        for (digest, bytes) in pinned {
+            if backend!(self.components.get(digest.as_str()))?.is_none() {
+                backend!(self.components.insert(digest.as_str(), &bytes[..]))?;
+            }
+        }
+        Ok(())
+    }
+}
+
 impl Store for RedbStore {
     fn apply(&self, writes: &[&Write]) -> Result<Vec<Result<(), StoreError>>, StoreError> {
         let txn = backend!(self.writable()?.begin_write())?;
         let mut results = Vec::with_capacity(writes.len());
         {
-            let mut runs = backend!(txn.open_table(RUNS))?;
-            let mut running = backend!(txn.open_table(RUNNING))?;
-            let mut steps = backend!(txn.open_table(STEPS))?;
-            let mut definitions = backend!(txn.open_table(DEFINITIONS))?;
-            let mut components = backend!(txn.open_table(COMPONENTS))?;
-            let mut kv = backend!(txn.open_table(KV))?;
-            let mut outbox = backend!(txn.open_table(OUTBOX))?;
+            let mut t = Tables {
+                runs: backend!(txn.open_table(RUNS))?,
+                running: backend!(txn.open_table(RUNNING))?,
+                steps: backend!(txn.open_table(STEPS))?,
+                definitions: backend!(txn.open_table(DEFINITIONS))?,
+                components: backend!(txn.open_table(COMPONENTS))?,
+                kv: backend!(txn.open_table(KV))?,
+                outbox: backend!(txn.open_table(OUTBOX))?,
+                timers: backend!(txn.open_table(TIMERS))?,
+                run_timers: backend!(txn.open_table(RUN_TIMERS))?,
+            };
             for write in writes {
-                match write {
-                    Write::CreateRun {
-                        id,
-                        run,
-                        definition,
-                        components: pinned,
-                    } => {
-                        if backend!(runs.get(id.as_str()))?.is_some() {
-                            results.push(Err(StoreError::Conflict(format!(
-                                "run `{id}` exists already"
-                            ))));
-                            continue;
-                        }
-                        let (digest, encoded) = definition;
-                        if backend!(definitions.get(digest.as_str()))?.is_none() {
-                            backend!(definitions.insert(digest.as_str(), encoded.as_slice()))?;
-                        }
-                        for (digest, bytes) in pinned {
-                            if backend!(components.get(digest.as_str()))?.is_none() {
-                                backend!(components.insert(digest.as_str(), &bytes[..]))?;
-                            }
-                        }
-                        backend!(runs.insert(id.as_str(), run.as_slice()))?;
-                        backend!(running.insert(id.as_str(), ()))?;
-                    }
-                    Write::CommitStep {
-                        id,
-                        seq,
-                        step,
-                        run,
-                        running: still_running,
-                        kv: effects,
-                        spawn,
-                    } => {
-                        if let Some(effects) = effects {
-                            let space = effects.space.as_str();
-                            let mut changed = None;
-                            for (key, read) in &effects.reads {
-                                let now = backend!(kv.get((space, key.as_str())))?
-                                    .map_or(0, |v| decode_kv(v.value()).version);
-                                if now != *read {
-                                    changed = Some(key);
-                                    break;
-                                }
-                            }
-                            if let Some(key) = changed {
-                                results.push(Err(StoreError::KvConflict {
-                                    space: space.to_owned(),
-                                    key: key.clone(),
-                                }));
-                                continue;
-                            }
-                            for (key, value) in &effects.writes {
-                                let version = backend!(kv.get((space, key.as_str())))?
-                                    .map_or(0, |v| decode_kv(v.value()).version);
-                                let encoded = encode_kv(version + 1, value.as_deref());
-                                backend!(kv.insert((space, key.as_str()), encoded.as_slice()))?;
-                            }
-                        }
-                        if let Some(spawn) = spawn {
-                            let (digest, encoded) = &spawn.definition;
-                            if backend!(definitions.get(digest.as_str()))?.is_none() {
-                                backend!(definitions.insert(digest.as_str(), encoded.as_slice()))?;
-                            }
-                            for (digest, bytes) in &spawn.components {
-                                if backend!(components.get(digest.as_str()))?.is_none() {
-                                    backend!(components.insert(digest.as_str(), &bytes[..]))?;
-                                }
-                            }
-                            let (row, encoded) = &spawn.outbox;
-                            backend!(outbox.insert(row.as_str(), encoded.as_slice()))?;
-                        }
-                        backend!(steps.insert((id.as_str(), *seq), step.as_slice()))?;
-                        backend!(runs.insert(id.as_str(), run.as_slice()))?;
-                        if *still_running {
-                            backend!(running.insert(id.as_str(), ()))?;
-                        } else {
-                            backend!(running.remove(id.as_str()))?;
-                        }
-                    }
-                    Write::StartRun {
-                        outbox: row,
-                        id,
-                        run,
-                    } => {
-                        if backend!(runs.get(id.as_str()))?.is_none() {
-                            backend!(runs.insert(id.as_str(), run.as_slice()))?;
-                            backend!(running.insert(id.as_str(), ()))?;
-                        }
-                        backend!(outbox.remove(row.as_str()))?;
-                    }
-                    Write::UpdateRun {
-                        id,
-                        run,
-                        running: still_running,
-                    } => {
-                        backend!(runs.insert(id.as_str(), run.as_slice()))?;
-                        if *still_running {
-                            backend!(running.insert(id.as_str(), ()))?;
-                        } else {
-                            backend!(running.remove(id.as_str()))?;
-                        }
-                    }
-                }
-                results.push(Ok(()));
+                results.push(t.apply(write)?);
             }
         }
         backend!(txn.commit())?;
@@ -368,6 +478,47 @@ impl Store for RedbStore {
         backend!(definitions.get(digest))?
             .map(|bytes| decode(digest, bytes.value()))
             .transpose()
+    }
+
+    fn timer_keys(&self) -> Result<Vec<(u64, u64)>, StoreError> {
+        let txn = self.begin_read()?;
+        let timers = match txn.open_table(TIMERS) {
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+            other => backend!(other)?,
+        };
+        let mut keys = Vec::with_capacity(usize::try_from(backend!(timers.len())?).unwrap_or(0));
+        for entry in backend!(timers.iter())? {
+            keys.push(backend!(entry)?.0.value());
+        }
+        Ok(keys)
+    }
+
+    fn timer(&self, key: (u64, u64)) -> Result<Option<TimerRecord>, StoreError> {
+        let txn = self.begin_read()?;
+        let timers = match txn.open_table(TIMERS) {
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
+            other => backend!(other)?,
+        };
+        backend!(timers.get(key))?
+            .map(|bytes| decode(key.1, bytes.value()))
+            .transpose()
+    }
+
+    fn run_timers(&self, id: &str) -> Result<Vec<TimerRecord>, StoreError> {
+        let txn = self.begin_read()?;
+        let (timers, run_timers) = match (txn.open_table(TIMERS), txn.open_table(RUN_TIMERS)) {
+            (Err(redb::TableError::TableDoesNotExist(_)), _)
+            | (_, Err(redb::TableError::TableDoesNotExist(_))) => return Ok(Vec::new()),
+            (timers, run_timers) => (backend!(timers)?, backend!(run_timers)?),
+        };
+        let mut found = Vec::new();
+        for entry in backend!(run_timers.range((id, 0)..=(id, u64::MAX)))? {
+            let (key, due) = backend!(entry)?;
+            if let Some(bytes) = backend!(timers.get((due.value(), key.value().1)))? {
+                found.push(decode(key.value().1, bytes.value())?);
+            }
+        }
+        Ok(found)
     }
 
     fn outbox(&self) -> Result<Vec<OutboxRecord>, StoreError> {

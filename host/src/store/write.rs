@@ -3,7 +3,9 @@
 
 use std::sync::Arc;
 
-use super::{DefinitionRecord, Effect, OutboxRecord, RunRecord, RunState, StepRecord};
+use super::{
+    DefinitionRecord, Effect, OutboxRecord, RunRecord, RunState, StepRecord, TimerRecord, TimerRef,
+};
 use crate::runtime::KvEffects;
 
 /// One durable change. A batch of writes commits as one transaction.
@@ -19,6 +21,8 @@ pub enum Write {
         definition: (String, Vec<u8>),
         /// Each pinned component's digest and bytes.
         components: Vec<(String, Arc<[u8]>)>,
+        /// The run's deadline timer.
+        timer: Option<TimerRow>,
     },
     /// A step attempt's record and the run's next state.
     CommitStep {
@@ -32,6 +36,15 @@ pub enum Write {
         run: Vec<u8>,
         /// Whether the run is still `running` after this write.
         running: bool,
+        /// Whether the run waits for timers only after this write: it
+        /// leaves the index of runs to resume.
+        suspended: bool,
+        /// A timer the record sets.
+        timer: Option<TimerRow>,
+        /// The timer whose fire this record is: refused as a whole, with
+        /// [`StoreError::TimerGone`](super::StoreError::TimerGone), unless
+        /// it is still pending; removed with the write.
+        fired: Option<TimerRef>,
         /// The step's key-value effects: refused as a whole, with
         /// [`StoreError::KvConflict`](super::StoreError::KvConflict), if a
         /// key it read has changed since.
@@ -59,6 +72,34 @@ pub enum Write {
         /// Whether the run is still `running` after this write.
         running: bool,
     },
+    /// Fires the timer `.0` for a run that is not in memory: refused with
+    /// [`StoreError::TimerGone`](super::StoreError::TimerGone) unless it is
+    /// pending and its run is running. Commits what its kind records, marks
+    /// the run awake, and removes the timer. See
+    /// [`TimerRecord::fired_record`].
+    FireTimer(TimerRef, crate::clock::Timestamp),
+}
+
+/// A timer to write: its key and its encoded [`TimerRecord`].
+#[derive(Debug, Clone)]
+pub struct TimerRow {
+    /// The run it belongs to.
+    pub run: String,
+    /// `(due, id)`.
+    pub key: (u64, u64),
+    /// The encoded record.
+    pub record: Vec<u8>,
+}
+
+impl TimerRow {
+    /// The row of `timer`.
+    pub fn new(timer: &TimerRecord) -> Self {
+        Self {
+            run: timer.run.clone(),
+            key: timer.timer.key(),
+            record: encode(timer),
+        }
+    }
 }
 
 /// What a step that starts a child run commits beside its record: the
@@ -101,6 +142,16 @@ impl Write {
             run: encode(run),
             definition: (definition.digest.clone(), encode(definition)),
             components,
+            timer: run.deadline.map(|timer| {
+                TimerRow::new(&TimerRecord {
+                    timer,
+                    run: run.id.clone(),
+                    path: super::DEADLINE_PATH.to_owned(),
+                    step_id: super::DEADLINE_PATH.to_owned(),
+                    index: 0,
+                    attempt: 1,
+                })
+            }),
         }
     }
 
@@ -111,13 +162,30 @@ impl Write {
         run: &RunRecord,
         kv: Option<KvEffects>,
         spawn: Option<Spawn>,
+        fired: Option<TimerRef>,
     ) -> Self {
+        let timer = step
+            .timer
+            .filter(|_| run.state == RunState::Running)
+            .map(|timer| {
+                TimerRow::new(&TimerRecord {
+                    timer,
+                    run: run.id.clone(),
+                    path: step.path.clone(),
+                    step_id: step.step_id.clone(),
+                    index: step.index,
+                    attempt: step.attempt,
+                })
+            });
         Self::CommitStep {
             id: run.id.clone(),
             seq: step.seq,
             step: encode(step),
             run: encode(run),
             running: run.state == RunState::Running,
+            suspended: run.suspended,
+            timer,
+            fired,
             kv: kv.filter(|kv| !kv.writes.is_empty() || !kv.reads.is_empty()),
             spawn: spawn.map(Box::new),
         }
