@@ -550,3 +550,26 @@ fn a_branch_may_not_name_a_step_of_another_branch() {
     assert_eq!(run.code, Some(0), "{run:?}");
     assert_eq!(run.json(), json!(1));
 }
+
+#[test]
+fn a_step_timeout_interrupts_a_looping_guest_and_the_attempt_is_retried() {
+    let scratch = Scratch::new(&["spin"]);
+    let text = "id: loop\nsteps:\n  - id: forever\n    uses: spin\n    timeout: 200ms\n    retry: { max_attempts: 2, backoff: fixed, initial: 10ms }\n";
+    let run = run_workflow(&scratch, text);
+    assert_eq!(run.code, Some(1), "{run:?}");
+    assert!(
+        run.stderr.contains("failed at step `forever`: timeout:"),
+        "{}",
+        run.stderr
+    );
+    let records = records_of(&scratch, &run.run_id());
+    let codes: Vec<_> = records
+        .iter()
+        .map(|r| (r["attempt"].clone(), r["error"]["code"].clone()))
+        .collect();
+    assert_eq!(
+        codes,
+        [(json!(1), json!("timeout")), (json!(2), json!("timeout"))]
+    );
+    assert_eq!(records[0]["error"]["retryable"], true);
+}
