@@ -26,6 +26,7 @@ mod expr;
 mod lines;
 mod parse;
 mod policy;
+mod schedule;
 
 use std::path::Path;
 use std::time::Duration;
@@ -36,6 +37,7 @@ pub use error::{DefinitionError, Location};
 pub use expr::{EvalError, Scope, StepEntry, Template};
 pub(crate) use parse::check_id;
 pub use policy::{Backoff, MAX_ATTEMPTS, RetryPolicy};
+pub use schedule::{CatchUp, MAX_CATCH_UP, Overlap, Schedule, ScheduleSpec};
 
 /// A checked workflow, ready to run.
 #[derive(Debug)]
@@ -59,6 +61,8 @@ pub struct Workflow {
     /// with `run_timeout` (which its `catch` may handle) or ends
     /// `timed_out`.
     pub timeout: Option<Duration>,
+    /// Cron triggers (`on: schedule:`), each with its id.
+    pub schedules: Vec<(String, Schedule)>,
     /// Where the definition came from, for messages.
     pub origin: String,
     /// The definition's text, kept so a run can store what it follows.

@@ -12,8 +12,8 @@ use super::expr::Template;
 use super::lines::{IdLines, find_key_line};
 use super::policy::RawRetry;
 use super::{
-    Call, Case, Format, InputSchema, PluginRef, Sleep, Step, StepKind, Subflow, VersionPin,
-    Workflow,
+    Call, Case, Format, InputSchema, PluginRef, ScheduleSpec, Sleep, Step, StepKind, Subflow,
+    VersionPin, Workflow,
 };
 
 /// The most iterations a `while` may declare.
@@ -42,6 +42,16 @@ struct RawWorkflow {
     catch: Option<Vec<RawCase>>,
     #[serde(default)]
     timeout: Option<String>,
+    #[serde(default)]
+    on: Option<RawOn>,
+}
+
+/// What starts a workflow by itself.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawOn {
+    #[serde(default)]
+    schedule: Vec<ScheduleSpec>,
 }
 
 fn default_version() -> u32 {
@@ -492,6 +502,27 @@ pub(super) fn parse(
                 format!("timeout: {m}"),
             )
         })?;
+    let mut schedules: Vec<(String, super::Schedule)> = Vec::new();
+    for (i, spec) in raw
+        .on
+        .map(|on| on.schedule)
+        .unwrap_or_default()
+        .iter()
+        .enumerate()
+    {
+        let invalid = |m: String| {
+            DefinitionError::invalid(
+                at(find_key_line(source, "cron", &spec.cron), None),
+                format!("on.schedule[{i}].{m}"),
+            )
+        };
+        let schedule = spec.compile().map_err(invalid)?;
+        let id = spec.id.clone().unwrap_or_else(|| format!("cron-{}", i + 1));
+        if schedules.iter().any(|(seen, _)| *seen == id) {
+            return Err(invalid(format!("id: `{id}` names an earlier trigger")));
+        }
+        schedules.push((id, schedule));
+    }
     let inputs = raw
         .inputs
         .map(InputSchema::compile)
@@ -542,6 +573,7 @@ pub(super) fn parse(
         outputs,
         catch,
         timeout,
+        schedules,
         origin: origin.to_owned(),
         source: source.to_owned(),
         format,
