@@ -288,6 +288,9 @@ impl Store for NoChildren {
     fn outbox(&self) -> Result<Vec<OutboxRecord>, StoreError> {
         self.0.outbox()
     }
+    fn schedules(&self) -> Result<Vec<weft::store::ScheduleRecord>, StoreError> {
+        self.0.schedules()
+    }
     fn timer_keys(&self) -> Result<Vec<(u64, u64)>, StoreError> {
         self.0.timer_keys()
     }

@@ -28,8 +28,8 @@ use crate::model::{
 };
 use crate::runtime::{CallError, CallOptions, KvAccess, KvEffects, Plugin, StepContext};
 use crate::store::{
-    DEADLINE_PATH, ErrorRecord, ParentLink, RunError, RunRecord, RunState, StepRecord, TimerKind,
-    TimerRecord, TimerRef,
+    CANCEL_PATH, DEADLINE_PATH, ErrorRecord, ParentLink, RunError, RunRecord, RunState, StepRecord,
+    TimerKind, TimerRecord, TimerRef,
 };
 
 use super::launch::{Launcher, MAX_DEPTH, NewRun};
@@ -509,6 +509,42 @@ impl Drive {
         })
     }
 
+    /// The cancellation of this run, as a result to commit: the walk then
+    /// ends the run `cancelled`.
+    pub(super) fn cancelled(&self, clock: &dyn Clock) -> Finished {
+        Finished {
+            path: CANCEL_PATH.to_owned(),
+            record: StepRecord {
+                run_id: self.run.id.clone(),
+                seq: 0,
+                index: self.run.next_step,
+                path: CANCEL_PATH.to_owned(),
+                step_id: CANCEL_PATH.to_owned(),
+                attempt: 1,
+                input: Value::Null,
+                started_at: clock.now(),
+                duration_us: 0,
+                output: None,
+                child: None,
+                error: Some(ErrorRecord {
+                    code: "cancelled".to_owned(),
+                    message: "the run was cancelled".to_owned(),
+                    retryable: false,
+                    details: None,
+                }),
+                skipped: false,
+                retry_in_ms: None,
+                timer: None,
+                kv_writes: Default::default(),
+                logs: Vec::new(),
+            },
+            retry: RetryPolicy::default(),
+            kv: None,
+            spawn: None,
+            fired: None,
+        }
+    }
+
     /// True when every leaf under way waits for a timer (and one does): the
     /// run has nothing to do until one fires. `also` counts as waiting.
     pub(super) fn only_timers(&self, also: Option<&str>) -> bool {
@@ -558,6 +594,10 @@ impl Drive {
                     }
                 }
             }
+            Status::Failed(error, step) if step == CANCEL_PATH => {
+                self.run.state = RunState::Cancelled;
+                self.run.error = Some(RunError { step: None, error });
+            }
             Status::Failed(error, step) if step == DEADLINE_PATH => {
                 self.run.state = RunState::TimedOut;
                 self.run.error = Some(RunError { step: None, error });
@@ -577,6 +617,14 @@ impl Drive {
     /// Walks the whole workflow: its steps, then, if they failed, its
     /// handlers. The flag says a handler took over.
     fn walk<'w>(&self, workflow: &'w Workflow, scope: &mut Scope) -> (Status<'w>, bool) {
+        // A cancelled run ends there: no handler runs.
+        if let Some(Outcome::Failed(error)) = self
+            .results
+            .get(CANCEL_PATH)
+            .and_then(|leaf| leaf.outcome.as_ref())
+        {
+            return (Status::Failed(error.clone(), CANCEL_PATH.to_owned()), false);
+        }
         let deadline = self
             .results
             .get(DEADLINE_PATH)

@@ -156,6 +156,7 @@ impl Launcher {
             created_at: now,
             updated_at: now,
             parent,
+            trigger: None,
             suspended: false,
             deadline: workflow.timeout.map(|timeout| TimerRef {
                 id: timer_id(),

@@ -212,6 +212,19 @@ impl Engine {
         self.core.armed()
     }
 
+    /// Cancels run `run_id`: it ends `cancelled`, its timers with it, and
+    /// whatever its steps still return is dropped. A run in this engine's
+    /// hands ends when its cancellation commits (at once unless a commit
+    /// of it is in flight); any other is cancelled in the store before
+    /// this returns. `Err(RunEnded)` if it had already ended.
+    pub fn cancel(&self, run_id: &str) -> Result<(), StoreError> {
+        match self.store().run(run_id)? {
+            None => Err(StoreError::Conflict(format!("no run `{run_id}`"))),
+            Some(run) if run.state.is_terminal() => Err(StoreError::RunEnded(run.id)),
+            Some(_) => self.core.cancel(run_id),
+        }
+    }
+
     /// Carries out the outbox rows a previous process left open (child runs
     /// that were decided and not yet recorded), and returns how many. Call
     /// it before resuming runs; carrying a row out twice is harmless.

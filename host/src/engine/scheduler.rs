@@ -295,6 +295,43 @@ impl Core {
         let _ = live.task.done.send(outcome);
     }
 
+    /// The run ended without this engine (cancelled in the store): it
+    /// leaves, answering with what the store holds.
+    fn ended_elsewhere(&self, live: &mut Live) {
+        let id = live.task.drive.run.id.clone();
+        let stored = self
+            .launcher
+            .store
+            .run(&id)
+            .and_then(|run| run.ok_or(StoreError::RunEnded(id)));
+        self.finish(live, stored);
+    }
+
+    /// Cancels run `id`: through its cell when it is resident (the walk
+    /// then ends it), otherwise in the store. `Err(RunEnded)` when it has
+    /// already ended.
+    pub(super) fn cancel(self: &Arc<Self>, id: &str) -> Result<(), StoreError> {
+        let cell = lock(&self.cells).get(id).cloned();
+        if let Some(cell) = cell {
+            let mut live = lock(&cell);
+            if !live.closed {
+                let cancelled = live.task.drive.cancelled(self.clock.as_ref());
+                live.finished.push_back(cancelled);
+                drop(live);
+                self.advance(&cell);
+                return Ok(());
+            }
+        }
+        let (tell, answer) = std::sync::mpsc::sync_channel(1);
+        self.commits.submit(
+            Write::CancelRun(id.to_owned(), self.clock.now()),
+            Box::new(move |outcome| {
+                let _ = tell.send(outcome);
+            }),
+        );
+        answer.recv().map_err(|_| StoreError::Closed)?
+    }
+
     fn enqueue(&self, work: Work) {
         lock(&self.ready).push_back(work);
         self.ready_wake.notify_one();
@@ -392,6 +429,7 @@ impl Core {
                                 live.task.drive.undo(undo);
                                 core.enqueue(Work::Advance(Arc::clone(&cell)));
                             }
+                            Err(StoreError::RunEnded(_)) => core.ended_elsewhere(&mut live),
                             Err(StoreError::TimerGone(id)) => {
                                 // Fired or cancelled elsewhere: the leaf
                                 // keeps waiting as it was.
@@ -470,6 +508,9 @@ impl Core {
                         Box::new(move |outcome| {
                             let mut live = lock(&cell);
                             live.committing = false;
+                            if let Err(StoreError::RunEnded(_)) = outcome {
+                                return core.ended_elsewhere(&mut live);
+                            }
                             let outcome = outcome.map(|()| live.task.drive.run.clone());
                             core.finish(&mut live, outcome);
                         }),

@@ -8,8 +8,9 @@ mod write;
 
 pub use self::group::{Done, GroupCommit};
 pub use self::records::{
-    DEADLINE_PATH, DefinitionRecord, Effect, ErrorRecord, OutboxRecord, ParentLink, PinnedPlugin,
-    RunError, RunRecord, RunState, StepRecord, TimerKind, TimerRecord, TimerRef,
+    CANCEL_PATH, DEADLINE_PATH, DefinitionRecord, Effect, ErrorRecord, OutboxRecord, ParentLink,
+    PinnedPlugin, RunError, RunRecord, RunState, ScheduleRecord, StepRecord, TimerKind,
+    TimerRecord, TimerRef, TriggerLink,
 };
 pub use self::redb::RedbStore;
 pub use self::write::{Spawn, TimerRow, Write};
@@ -67,6 +68,10 @@ pub enum StoreError {
     /// (or its run ended). Nothing of the write was stored.
     #[error("store: timer {0} has already fired or been cancelled")]
     TimerGone(u64),
+    /// The run a write would change has ended (it was cancelled, say);
+    /// nothing of the write was stored.
+    #[error("store: run `{0}` has ended")]
+    RunEnded(String),
     /// The store was opened read-only and a write was attempted.
     #[error("the store was opened read-only")]
     ReadOnly,
@@ -135,6 +140,9 @@ pub trait Store: Send + Sync + std::fmt::Debug {
 
     /// The pending timers of run `id`.
     fn run_timers(&self, id: &str) -> Result<Vec<TimerRecord>, StoreError>;
+
+    /// Every cron trigger, by key.
+    fn schedules(&self) -> Result<Vec<ScheduleRecord>, StoreError>;
 
     /// The open outbox rows, oldest first.
     fn outbox(&self) -> Result<Vec<OutboxRecord>, StoreError>;

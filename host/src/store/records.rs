@@ -21,6 +21,8 @@ pub enum RunState {
     Failed,
     /// The run's deadline (`timeout:`) passed and no handler took over.
     TimedOut,
+    /// The run was cancelled.
+    Cancelled,
 }
 
 impl RunState {
@@ -40,8 +42,9 @@ impl std::str::FromStr for RunState {
             "succeeded" => Ok(Self::Succeeded),
             "failed" => Ok(Self::Failed),
             "timed_out" => Ok(Self::TimedOut),
+            "cancelled" => Ok(Self::Cancelled),
             other => Err(format!(
-                "`{other}` is not a run state (running, succeeded, failed, timed_out)"
+                "`{other}` is not a run state (running, succeeded, failed, timed_out, cancelled)"
             )),
         }
     }
@@ -54,6 +57,7 @@ impl std::fmt::Display for RunState {
             Self::Succeeded => "succeeded",
             Self::Failed => "failed",
             Self::TimedOut => "timed_out",
+            Self::Cancelled => "cancelled",
         })
     }
 }
@@ -106,6 +110,59 @@ pub struct RunRecord {
     /// The run's deadline, when its workflow has a `timeout`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deadline: Option<TimerRef>,
+    /// For a run a cron trigger started: the trigger and the fire.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trigger: Option<TriggerLink>,
+}
+
+/// The fire of a cron trigger that started a run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TriggerLink {
+    /// The trigger's key, `<workflow>/<trigger id>`.
+    pub schedule: String,
+    /// The fire's due time.
+    pub fire: Timestamp,
+}
+
+/// The path of the record a run's cancellation leaves.
+pub const CANCEL_PATH: &str = "@cancel";
+
+/// A cron trigger and where it is.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ScheduleRecord {
+    /// `<workflow>/<trigger id>`.
+    pub key: String,
+    /// The workflow it starts (as deployed when it fires).
+    pub workflow: String,
+    /// As written.
+    pub spec: crate::model::ScheduleSpec,
+    /// `workflow` (declared in the workflow's `on:`) or `cli`.
+    pub origin: String,
+    /// A paused trigger does not fire; resuming it skips what it missed.
+    #[serde(default)]
+    pub paused: bool,
+    /// The due time of its last fire.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_fire: Option<Timestamp>,
+    /// The due time of its next fire; `None` if it never fires again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_fire: Option<Timestamp>,
+    /// The last run it started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_run: Option<String>,
+    /// A fire kept by `overlap: buffer_one`, to start when `last_run` ends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub buffered: Option<Timestamp>,
+    /// Fires that started a run.
+    #[serde(default)]
+    pub started: u64,
+    /// Fires that started nothing (overlap, catch-up).
+    #[serde(default)]
+    pub skipped: u64,
+    /// Bumped by every change: a change names the version it read, and
+    /// is refused if the row moved on.
+    #[serde(default)]
+    pub version: u64,
 }
 
 /// A timer, as the record that set it names it.

@@ -42,6 +42,8 @@ const OUTBOX: TableDefinition<&str, &[u8]> = TableDefinition::new("outbox");
 const TIMERS: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("timers");
 /// Each run's pending timers: `(run, id)` to due.
 const RUN_TIMERS: TableDefinition<(&str, u64), u64> = TableDefinition::new("run_timers");
+/// Cron triggers by key.
+const SCHEDULES: TableDefinition<&str, &[u8]> = TableDefinition::new("schedules");
 
 /// The format this build reads and writes.
 const FORMAT: &str = "1";
@@ -107,6 +109,7 @@ impl RedbStore {
             backend!(txn.open_table(OUTBOX))?;
             backend!(txn.open_table(TIMERS))?;
             backend!(txn.open_table(RUN_TIMERS))?;
+            backend!(txn.open_table(SCHEDULES))?;
         }
         backend!(txn.commit())?;
         Ok(Self {
@@ -219,6 +222,7 @@ struct Tables<'t> {
     outbox: Table<'t, &'static str, &'static [u8]>,
     timers: Table<'t, (u64, u64), &'static [u8]>,
     run_timers: Table<'t, (&'static str, u64), u64>,
+    schedules: Table<'t, &'static str, &'static [u8]>,
 }
 
 impl Tables<'_> {
@@ -258,6 +262,9 @@ impl Tables<'_> {
                 kv: effects,
                 spawn,
             } => {
+                if self.ended(id)? {
+                    return Ok(Err(StoreError::RunEnded(id.clone())));
+                }
                 if let Some(fired) = fired
                     && backend!(self.timers.get(fired.key()))?.is_none()
                 {
@@ -309,11 +316,75 @@ impl Tables<'_> {
                 backend!(self.outbox.remove(row.as_str()))?;
             }
             Write::UpdateRun { id, run, running } => {
+                if self.ended(id)? {
+                    return Ok(Err(StoreError::RunEnded(id.clone())));
+                }
                 self.set_run(id, run, *running, false)?;
             }
             Write::FireTimer(fired, now) => return self.fire(*fired, *now),
+            Write::CancelRun(id, now) => {
+                let Some(mut run) = backend!(self.runs.get(id.as_str()))?
+                    .map(|bytes| decode::<RunRecord>(id, bytes.value()))
+                    .transpose()?
+                    .filter(|run| !run.state.is_terminal())
+                else {
+                    return Ok(Err(StoreError::RunEnded(id.clone())));
+                };
+                run.state = super::RunState::Cancelled;
+                run.suspended = false;
+                run.updated_at = *now;
+                run.error = Some(super::RunError {
+                    step: None,
+                    error: super::ErrorRecord {
+                        code: "cancelled".to_owned(),
+                        message: "the run was cancelled".to_owned(),
+                        retryable: false,
+                        details: None,
+                    },
+                });
+                self.set_run(id, &encode(&run), false, false)?;
+            }
+            Write::Schedule {
+                key,
+                expect,
+                row,
+                start,
+            } => {
+                if let Some(expect) = expect {
+                    let stored = backend!(self.schedules.get(key.as_str()))?
+                        .map(|bytes| decode::<super::ScheduleRecord>(key, bytes.value()))
+                        .transpose()?;
+                    if stored.map(|s| s.version) != Some(*expect) {
+                        return Ok(Err(StoreError::Conflict(format!(
+                            "trigger `{key}` changed since it was read"
+                        ))));
+                    }
+                }
+                if let Some(start) = start {
+                    if let Err(refused) = self.apply(start)? {
+                        return Ok(Err(refused));
+                    }
+                }
+                match row {
+                    Some(row) => backend!(self.schedules.insert(key.as_str(), row.as_slice()))?,
+                    None => backend!(self.schedules.remove(key.as_str()))?,
+                };
+            }
         }
         Ok(Ok(()))
+    }
+
+    /// True when run `id` is stored and has ended.
+    fn ended(&self, id: &str) -> Result<bool, StoreError> {
+        /// The one field read, on the committing thread.
+        #[derive(serde::Deserialize)]
+        struct State {
+            state: super::RunState,
+        }
+        Ok(backend!(self.runs.get(id))?
+            .map(|bytes| decode::<State>(id, bytes.value()))
+            .transpose()?
+            .is_some_and(|run| run.state.is_terminal()))
     }
 
     /// Stores run `id`'s record, and keeps the index of runs to resume and
@@ -424,6 +495,7 @@ impl Store for RedbStore {
                 outbox: backend!(txn.open_table(OUTBOX))?,
                 timers: backend!(txn.open_table(TIMERS))?,
                 run_timers: backend!(txn.open_table(RUN_TIMERS))?,
+                schedules: backend!(txn.open_table(SCHEDULES))?,
             };
             for write in writes {
                 results.push(t.apply(write)?);
@@ -519,6 +591,20 @@ impl Store for RedbStore {
             }
         }
         Ok(found)
+    }
+
+    fn schedules(&self) -> Result<Vec<super::ScheduleRecord>, StoreError> {
+        let txn = self.begin_read()?;
+        let schedules = match txn.open_table(SCHEDULES) {
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+            other => backend!(other)?,
+        };
+        let mut rows = Vec::new();
+        for entry in backend!(schedules.iter())? {
+            let (key, value) = backend!(entry)?;
+            rows.push(decode(key.value(), value.value())?);
+        }
+        Ok(rows)
     }
 
     fn outbox(&self) -> Result<Vec<OutboxRecord>, StoreError> {

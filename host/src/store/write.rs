@@ -78,6 +78,25 @@ pub enum Write {
     /// the run awake, and removes the timer. See
     /// [`TimerRecord::fired_record`].
     FireTimer(TimerRef, crate::clock::Timestamp),
+    /// Cancels run `.0`, which must be running and not in memory: refused
+    /// with [`StoreError::RunEnded`](super::StoreError::RunEnded) if it has
+    /// ended. Its timers go with it.
+    CancelRun(String, crate::clock::Timestamp),
+    /// Writes a cron trigger's row; with `expect`, only if the stored row
+    /// is at that version (else refused with
+    /// [`StoreError::Conflict`](super::StoreError::Conflict)), and with
+    /// `start`, together with the run its fire starts (a `CreateRun`).
+    /// `row: None` removes the trigger.
+    Schedule {
+        /// The trigger's key.
+        key: String,
+        /// The version the change was decided on.
+        expect: Option<u64>,
+        /// The encoded [`ScheduleRecord`](super::ScheduleRecord).
+        row: Option<Vec<u8>>,
+        /// The run the fire starts.
+        start: Option<Box<Write>>,
+    },
 }
 
 /// A timer to write: its key and its encoded [`TimerRecord`].
@@ -188,6 +207,21 @@ impl Write {
             fired,
             kv: kv.filter(|kv| !kv.writes.is_empty() || !kv.reads.is_empty()),
             spawn: spawn.map(Box::new),
+        }
+    }
+
+    /// Writes `row` (already at its new version), if the stored one is at
+    /// `expect`, with the run `start` creates.
+    pub fn schedule(
+        row: &super::ScheduleRecord,
+        expect: Option<u64>,
+        start: Option<Write>,
+    ) -> Self {
+        Self::Schedule {
+            key: row.key.clone(),
+            expect,
+            row: Some(encode(row)),
+            start: start.map(Box::new),
         }
     }
 
