@@ -360,10 +360,10 @@ impl Tables<'_> {
                         ))));
                     }
                 }
-                if let Some(start) = start {
-                    if let Err(refused) = self.apply(start)? {
-                        return Ok(Err(refused));
-                    }
+                if let Some(start) = start
+                    && let Err(refused) = self.apply(start)?
+                {
+                    return Ok(Err(refused));
                 }
                 match row {
                     Some(row) => backend!(self.schedules.insert(key.as_str(), row.as_slice()))?,
