@@ -12,6 +12,7 @@ macro_rules! out {
 mod bench;
 mod progress;
 mod runs;
+mod schedules;
 mod serve;
 
 use std::io::Read;
@@ -63,6 +64,9 @@ enum Command {
     /// Inspect recorded runs.
     #[command(subcommand)]
     Runs(runs::RunsCommand),
+    /// Cron triggers: list, pause, resume, add.
+    #[command(subcommand)]
+    Schedules(schedules::SchedulesCommand),
     /// Measure step latency, or durable throughput with --runs.
     Bench(bench::BenchArgs),
     /// Run the host: resume interrupted runs, then serve the HTTP API on
@@ -116,6 +120,7 @@ pub fn main(cli: Cli) -> anyhow::Result<ExitCode> {
             }
         },
         Command::Runs(command) => runs::main(&data_dir, command),
+        Command::Schedules(command) => schedules::main(&data_dir, command),
         Command::Serve(args) => serve::serve(&data_dir, args),
         Command::Start(args) => serve::start(&data_dir, args),
         Command::Bench(args) => {

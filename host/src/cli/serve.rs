@@ -73,7 +73,7 @@ pub fn serve(data_dir: &Path, args: ServeArgs) -> anyhow::Result<ExitCode> {
         max_resident: args.max_resident,
         ..weft::engine::EngineConfig::default()
     };
-    let engine = Arc::new(engine_with(data_dir, &args.plugins, config)?);
+    let mut engine = engine_with(data_dir, &args.plugins, config)?;
     let workflows = Arc::new(workflows);
     engine.set_workflows(workflows.clone());
 
@@ -100,6 +100,18 @@ pub fn serve(data_dir: &Path, args: ServeArgs) -> anyhow::Result<ExitCode> {
             Err(e) => eprintln!("warning: cannot resume run {}: {e}", run.id),
         }
     }
+    // Cron triggers last: fires missed while no host ran follow each
+    // trigger's catch-up policy.
+    let triggers = engine
+        .sync_schedules(&workflows)
+        .context("cannot record the workflows' cron triggers")?;
+    engine
+        .run_schedules()
+        .context("cannot start the cron thread")?;
+    if triggers > 0 {
+        tracing::info!(triggers, "cron triggers active");
+    }
+    let engine = Arc::new(engine);
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

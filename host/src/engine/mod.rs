@@ -26,6 +26,7 @@
 //! says which step failed and why. `Err` means the run could not start or
 //! resume, or the store failed.
 
+mod cron;
 mod drive;
 mod error;
 mod launch;
@@ -40,7 +41,8 @@ use serde_json::Value;
 use crate::clock::Clock;
 use crate::model::{Step, Workflow};
 use crate::plugins::PluginDir;
-use crate::store::{GroupCommit, RunRecord, StepRecord, Store, StoreError, Write};
+use crate::store::{GroupCommit, RunRecord, ScheduleRecord, StepRecord, Store, StoreError, Write};
+use std::collections::HashMap;
 
 use launch::Launcher;
 use scheduler::{Core, Task};
@@ -210,6 +212,80 @@ impl Engine {
     /// twice).
     pub fn armed_timers(&self) -> usize {
         self.core.armed()
+    }
+
+    /// Brings the store's cron triggers in line with the `on: schedule:`
+    /// of `workflows`: a new trigger is added (its first fire the next
+    /// after now), a changed one starts over from now, one no longer
+    /// declared is removed; an unchanged one keeps its next fire, so fires
+    /// missed while no host ran are caught up. Triggers added with `weft
+    /// schedules add` are left alone. Returns how many triggers the
+    /// workflows declare.
+    pub fn sync_schedules(&self, workflows: &crate::WorkflowDir) -> Result<usize, StoreError> {
+        let now = self.core.clock.now();
+        let existing: HashMap<String, ScheduleRecord> = self
+            .store()
+            .schedules()?
+            .into_iter()
+            .map(|row| (row.key.clone(), row))
+            .collect();
+        let mut writes = Vec::new();
+        let mut declared = std::collections::HashSet::new();
+        for workflow in workflows.iter() {
+            for (trigger, schedule) in &workflow.schedules {
+                let key = format!("{}/{trigger}", workflow.id);
+                declared.insert(key.clone());
+                match existing.get(&key) {
+                    Some(row) if row.spec == schedule.spec => {}
+                    Some(row) => {
+                        let mut updated =
+                            cron::new_row(key, &workflow.id, schedule, "workflow", now);
+                        updated.paused = row.paused;
+                        updated.version = row.version + 1;
+                        writes.push(Write::schedule(&updated, Some(row.version), None));
+                    }
+                    None => {
+                        let row = cron::new_row(key, &workflow.id, schedule, "workflow", now);
+                        writes.push(Write::schedule(&row, None, None));
+                    }
+                }
+            }
+        }
+        for (key, row) in &existing {
+            if row.origin == "workflow" && !declared.contains(key) {
+                writes.push(Write::Schedule {
+                    key: key.clone(),
+                    expect: Some(row.version),
+                    row: None,
+                    start: None,
+                });
+            }
+        }
+        for write in writes {
+            let (tell, answer) = sync_channel(1);
+            self.core.commits.submit(
+                write,
+                Box::new(move |outcome| {
+                    let _ = tell.send(outcome);
+                }),
+            );
+            match answer.recv().map_err(|_| StoreError::Closed)? {
+                Ok(()) | Err(StoreError::Conflict(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(declared.len())
+    }
+
+    /// Starts the thread that fires cron triggers. Fires due before this
+    /// call were missed, and follow each trigger's `catch_up` policy.
+    pub fn run_schedules(&mut self) -> std::io::Result<()> {
+        let cron = cron::Cron::new(Arc::clone(&self.core));
+        let thread = std::thread::Builder::new()
+            .name("weft-cron".to_owned())
+            .spawn(move || cron.run())?;
+        self.threads.push(thread);
+        Ok(())
     }
 
     /// Cancels run `run_id`: it ends `cancelled`, its timers with it, and

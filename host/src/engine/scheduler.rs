@@ -109,6 +109,9 @@ pub(super) struct Core {
     /// Suspended runs whose handle someone holds.
     sleepers: Mutex<HashMap<String, Sleeper>>,
     stopping: AtomicBool,
+    /// Wakes threads that pause between rounds (the cron thread) on stop.
+    pauses: Mutex<()>,
+    pauses_wake: Condvar,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -136,6 +139,8 @@ impl Core {
             timers_wake: Condvar::new(),
             sleepers: Mutex::new(HashMap::new()),
             stopping: AtomicBool::new(false),
+            pauses: Mutex::new(()),
+            pauses_wake: Condvar::new(),
         }
     }
 
@@ -169,6 +174,25 @@ impl Core {
         drop(_ready);
         let _timers = lock(&self.timers);
         self.timers_wake.notify_all();
+        drop(_timers);
+        let _pauses = lock(&self.pauses);
+        self.pauses_wake.notify_all();
+    }
+
+    pub(super) fn is_stopping(&self) -> bool {
+        self.stopping.load(Ordering::SeqCst)
+    }
+
+    /// Waits `wait`, or until the engine stops.
+    pub(super) fn pause(&self, wait: Duration) {
+        let pauses = lock(&self.pauses);
+        if self.is_stopping() {
+            return;
+        }
+        let _ = self
+            .pauses_wake
+            .wait_timeout(pauses, wait)
+            .unwrap_or_else(PoisonError::into_inner);
     }
 
     /// Arms the timer `(due, id)`: when it is due, a worker fires it. Arming

@@ -1,0 +1,220 @@
+//! `weft schedules`: cron triggers, in the store. A running `weft serve`
+//! sees a change within a second.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::Subcommand;
+use weft::model::{CatchUp, Overlap, ScheduleSpec};
+use weft::store::{ScheduleRecord, StoreError, Write};
+use weft::{Clock, Store, SystemClock};
+
+use super::{EXIT_INVALID, open_store, read_input};
+
+#[derive(Debug, Subcommand)]
+pub enum SchedulesCommand {
+    /// List every trigger with its next fire.
+    List {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Stop a trigger from firing until it is resumed.
+    Pause {
+        /// The trigger: `<workflow>/<trigger id>`.
+        key: String,
+    },
+    /// Let a paused trigger fire again, from now on (what it missed while
+    /// paused is not caught up).
+    Resume {
+        /// The trigger: `<workflow>/<trigger id>`.
+        key: String,
+    },
+    /// Add a trigger to a workflow deployed on `weft serve`.
+    Add {
+        /// The workflow it starts.
+        workflow: String,
+        /// Six fields, seconds first: `0 */5 * * * *`.
+        #[arg(long)]
+        cron: String,
+        /// The trigger's id within the workflow [default: cli-N].
+        #[arg(long)]
+        id: Option<String>,
+        /// An IANA time zone [default: UTC].
+        #[arg(long)]
+        timezone: Option<String>,
+        /// Start each fire's run up to this much later (`30s`).
+        #[arg(long)]
+        jitter: Option<String>,
+        /// The runs' input: JSON text, `@FILE`, or `-` for stdin.
+        #[arg(long, default_value = "{}")]
+        input: String,
+        /// skip, buffer_one, cancel_previous or allow.
+        #[arg(long, default_value = "skip", value_parser = parse_overlap)]
+        overlap: Overlap,
+        /// all, one or none.
+        #[arg(long, default_value = "one", value_parser = parse_catch_up)]
+        catch_up: CatchUp,
+    },
+}
+
+fn parse_overlap(text: &str) -> Result<Overlap, String> {
+    serde_json::from_value(serde_json::Value::String(text.to_owned()))
+        .map_err(|_| "expected skip, buffer_one, cancel_previous or allow".to_owned())
+}
+
+fn parse_catch_up(text: &str) -> Result<CatchUp, String> {
+    serde_json::from_value(serde_json::Value::String(text.to_owned()))
+        .map_err(|_| "expected all, one or none".to_owned())
+}
+
+pub fn main(data_dir: &Path, command: SchedulesCommand) -> anyhow::Result<ExitCode> {
+    let store = open_store(data_dir)?;
+    match command {
+        SchedulesCommand::List { json } => list(&store, json),
+        SchedulesCommand::Pause { key } => set_paused(&store, &key, true),
+        SchedulesCommand::Resume { key } => set_paused(&store, &key, false),
+        SchedulesCommand::Add {
+            workflow,
+            cron,
+            id,
+            timezone,
+            jitter,
+            input,
+            overlap,
+            catch_up,
+        } => {
+            let input = match read_input(&input) {
+                Ok(input) => input,
+                Err(e) => {
+                    eprintln!("error: {e:#}");
+                    return Ok(ExitCode::from(EXIT_INVALID));
+                }
+            };
+            let existing = store.schedules()?;
+            let id = id.unwrap_or_else(|| {
+                (1..)
+                    .map(|n| format!("cli-{n}"))
+                    .find(|id| !existing.iter().any(|r| r.key == format!("{workflow}/{id}")))
+                    .unwrap_or_default()
+            });
+            let spec = ScheduleSpec {
+                id: Some(id.clone()),
+                cron,
+                timezone,
+                jitter,
+                input,
+                overlap,
+                catch_up,
+                catch_up_limit: None,
+            };
+            let schedule = match spec.compile() {
+                Ok(schedule) => schedule,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return Ok(ExitCode::from(EXIT_INVALID));
+                }
+            };
+            let key = format!("{workflow}/{id}");
+            if existing.iter().any(|r| r.key == key) {
+                eprintln!("error: trigger `{key}` exists already");
+                return Ok(ExitCode::from(EXIT_INVALID));
+            }
+            let row = ScheduleRecord {
+                key: key.clone(),
+                workflow,
+                spec,
+                origin: "cli".to_owned(),
+                paused: false,
+                last_fire: None,
+                next_fire: schedule.next_after(SystemClock.now()),
+                last_run: None,
+                buffered: None,
+                started: 0,
+                skipped: 0,
+                version: 1,
+            };
+            apply(&store, Write::schedule(&row, None, None))??;
+            out!(
+                "added {key}; next fire {}",
+                row.next_fire.map_or("never".to_owned(), |t| t.to_string())
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn apply(store: &impl Store, write: Write) -> anyhow::Result<Result<(), StoreError>> {
+    let mut answers = store.apply(&[&write]).context("cannot write the trigger")?;
+    Ok(answers.pop().unwrap_or(Ok(())))
+}
+
+fn list(store: &impl Store, json: bool) -> anyhow::Result<ExitCode> {
+    let rows = store.schedules()?;
+    if json {
+        out!("{}", serde_json::to_string_pretty(&rows)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    if rows.is_empty() {
+        out!("no triggers");
+        return Ok(ExitCode::SUCCESS);
+    }
+    out!(
+        "{:<32}  {:<18}  {:<14}  {:<7}  {:<24}  {:>7}  {:>7}",
+        "TRIGGER",
+        "CRON",
+        "TIME ZONE",
+        "STATE",
+        "NEXT FIRE",
+        "STARTED",
+        "SKIPPED"
+    );
+    for row in rows {
+        out!(
+            "{:<32}  {:<18}  {:<14}  {:<7}  {:<24}  {:>7}  {:>7}",
+            row.key,
+            row.spec.cron,
+            row.spec.timezone.as_deref().unwrap_or("UTC"),
+            if row.paused { "paused" } else { "active" },
+            if row.paused {
+                "-".to_owned()
+            } else {
+                row.next_fire.map_or("never".to_owned(), |t| t.to_string())
+            },
+            row.started,
+            row.skipped
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn set_paused(store: &impl Store, key: &str, paused: bool) -> anyhow::Result<ExitCode> {
+    for _ in 0..10 {
+        let Some(row) = store.schedules()?.into_iter().find(|r| r.key == key) else {
+            eprintln!("error: no trigger `{key}` (see `weft schedules list`)");
+            return Ok(ExitCode::from(EXIT_INVALID));
+        };
+        let mut updated = row.clone();
+        updated.paused = paused;
+        updated.version += 1;
+        if !paused {
+            let schedule = row
+                .spec
+                .compile()
+                .map_err(|e| anyhow::anyhow!("trigger `{key}`: {e}"))?;
+            updated.next_fire = schedule.next_after(SystemClock.now());
+            updated.buffered = None;
+        }
+        match apply(store, Write::schedule(&updated, Some(row.version), None))? {
+            Ok(()) => {
+                out!("{key} {}", if paused { "paused" } else { "resumed" });
+                return Ok(ExitCode::SUCCESS);
+            }
+            // A host moved it on meanwhile: read it again.
+            Err(StoreError::Conflict(_)) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    anyhow::bail!("trigger `{key}` keeps changing; try again")
+}
