@@ -53,6 +53,7 @@ fn runs_over_the_cap_wait_their_turn_in_arrival_order() {
         EngineConfig {
             workers: 8,
             max_resident: 2,
+            ..EngineConfig::default()
         },
     )
     .unwrap();

@@ -45,11 +45,35 @@ pub struct BenchArgs {
     #[arg(long, value_name = "BYTES")]
     pub keep_resident: Option<usize>,
 
+    /// Measure the timer service: this many pending timers (sleeping runs);
+    /// then, in a fresh process, re-arm them and let --fire of them fire.
+    #[arg(long, value_name = "N")]
+    pub timers: Option<usize>,
+
+    /// With --timers: how many of the timers come due after the restart.
+    #[arg(long, value_name = "M", default_value_t = 100_000)]
+    pub fire: usize,
+
+    /// With --timers: over how long the fires are spread.
+    #[arg(long, default_value = "20s", value_parser = humantime::parse_duration)]
+    pub spread: Duration,
+
+    /// The second half of --timers, in its own process: the store to
+    /// re-arm.
+    #[arg(long, hide = true, value_name = "DIR")]
+    pub rearm: Option<std::path::PathBuf>,
+
     #[command(flatten)]
     pub plugins: PluginArgs,
 }
 
 pub fn main(plugins: &Path, args: &BenchArgs) -> anyhow::Result<ExitCode> {
+    if let Some(dir) = &args.rearm {
+        return super::bench_timers::rearm(dir, args.fire);
+    }
+    if let Some(timers) = args.timers {
+        return super::bench_timers::timers(timers.max(1), args.fire, args.spread);
+    }
     if let Some(runs) = args.runs {
         return throughput(plugins, runs.max(1), args.steps.max(1));
     }
@@ -150,7 +174,7 @@ pub fn main(plugins: &Path, args: &BenchArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// Figures from a debug build are not comparable with a release build's.
-fn build_kind() -> &'static str {
+pub fn build_kind() -> &'static str {
     if cfg!(debug_assertions) {
         "debug"
     } else {
@@ -213,7 +237,7 @@ fn ratio(slow: Duration, fast: Duration) -> f64 {
     slow.as_secs_f64() / fast.as_secs_f64().max(f64::MIN_POSITIVE)
 }
 
-fn show(d: Duration) -> String {
+pub fn show(d: Duration) -> String {
     let micros = d.as_secs_f64() * 1e6;
     if micros < 1000.0 {
         format!("{micros:.1}µs")

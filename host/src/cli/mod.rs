@@ -10,6 +10,7 @@ macro_rules! out {
 }
 
 mod bench;
+mod bench_timers;
 mod progress;
 mod runs;
 mod schedules;

@@ -146,6 +146,9 @@ pub struct EngineConfig {
     /// Runs in progress at once; more are parked, durably recorded, and
     /// started in arrival order as places free. Default: 10,000.
     pub max_resident: usize,
+    /// Note each timer fire's lag behind its due time, for
+    /// [`Engine::take_fire_lags`] (benchmarks). Default: off.
+    pub measure_fires: bool,
 }
 
 impl Default for EngineConfig {
@@ -153,6 +156,7 @@ impl Default for EngineConfig {
         Self {
             workers: std::thread::available_parallelism().map_or(4, |n| n.get() * 4),
             max_resident: 10_000,
+            measure_fires: false,
         }
     }
 }
@@ -178,7 +182,12 @@ impl Engine {
     ) -> std::io::Result<Self> {
         let commits = GroupCommit::start(store.clone())?;
         let launcher = Arc::new(Launcher::new(store, plugins, clock));
-        let core = Arc::new(Core::new(launcher, commits, config.max_resident));
+        let core = Arc::new(Core::new(
+            launcher,
+            commits,
+            config.max_resident,
+            config.measure_fires,
+        ));
         let threads = core.start(config.workers)?;
         Ok(Self { core, threads })
     }
@@ -206,6 +215,12 @@ impl Engine {
         let count = keys.len();
         self.core.arm_all(keys);
         Ok(count)
+    }
+
+    /// Each timer fire's lag behind its due time, in microseconds, since
+    /// the last call; empty unless `measure_fires` is on.
+    pub fn take_fire_lags(&self) -> Vec<i64> {
+        self.core.take_fire_lags()
     }
 
     /// How many timers are armed in memory (a timer armed twice counts

@@ -112,6 +112,9 @@ pub(super) struct Core {
     /// Wakes threads that pause between rounds (the cron thread) on stop.
     pauses: Mutex<()>,
     pauses_wake: Condvar,
+    /// When measuring: each durable fire's lag behind its due time, in
+    /// microseconds of the system clock.
+    fire_lags: Option<Mutex<Vec<i64>>>,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -119,9 +122,15 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Core {
-    pub(super) fn new(launcher: Arc<Launcher>, commits: GroupCommit, max_resident: usize) -> Self {
+    pub(super) fn new(
+        launcher: Arc<Launcher>,
+        commits: GroupCommit,
+        max_resident: usize,
+        measure_fires: bool,
+    ) -> Self {
         let clock = Arc::clone(&launcher.clock);
         Self {
+            fire_lags: measure_fires.then(|| Mutex::new(Vec::new())),
             launcher,
             admission: Mutex::new(Admission {
                 resident: 0,
@@ -463,6 +472,9 @@ impl Core {
                             }
                             Err(e) => core.finish(&mut live, Err(e)),
                             Ok(()) => {
+                                if let Some(fired) = fired {
+                                    core.fired(fired.due);
+                                }
                                 live.task.observer.step_finished(&record);
                                 if let (Some(child), Some(row)) = (spawn, row) {
                                     core.start_child(*child, row);
@@ -696,11 +708,33 @@ impl Core {
         self.commits.submit(
             Write::FireTimer(timer.timer, self.clock.now()),
             Box::new(move |outcome| match outcome {
-                Ok(()) => core.enqueue(Work::Wake(run)),
+                Ok(()) => {
+                    core.fired(timer.timer.due);
+                    core.enqueue(Work::Wake(run));
+                }
                 Err(StoreError::TimerGone(_)) => {}
                 Err(e) => tracing::error!(%run, "cannot fire a timer: {e}"),
             }),
         );
+    }
+
+    /// Notes a durable fire's lag, when measuring.
+    fn fired(&self, due: crate::clock::Timestamp) {
+        if let Some(lags) = &self.fire_lags {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX));
+            let due = i64::try_from(due.as_millis()).unwrap_or(i64::MAX) * 1000;
+            lock(lags).push(now - due);
+        }
+    }
+
+    /// The fire lags noted so far, taken.
+    pub(super) fn take_fire_lags(&self) -> Vec<i64> {
+        self.fire_lags
+            .as_ref()
+            .map(|lags| std::mem::take(&mut *lock(lags)))
+            .unwrap_or_default()
     }
 
     /// Brings run `id` back into memory after a timer woke it.
