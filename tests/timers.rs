@@ -344,3 +344,50 @@ steps:
         "{error:?}"
     );
 }
+
+#[test]
+fn weft_runs_cancel_ends_a_sleeping_run_that_another_process_waits_for() {
+    let scratch = common::Scratch::new(&["echo"]);
+    let wf = scratch.file(
+        "nap.yaml",
+        "id: nap\nsteps:\n  - { id: nap, sleep: 1h }\n  - { id: after, uses: echo, with: 1 }\n",
+    );
+    let waiting = scratch
+        .weft()
+        .args(["run", wf.to_str().unwrap()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let id = loop {
+        assert!(Instant::now() < deadline, "the run never went to sleep");
+        let listed = scratch.run(&["runs", "list", "--json"]);
+        if listed.code == Some(0)
+            && let Some(run) = listed.json().as_array().and_then(|r| r.first().cloned())
+            && run["suspended"] == true
+        {
+            break run["id"].as_str().unwrap().to_owned();
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let cancelled = scratch.run(&["runs", "cancel", &id]);
+    assert_eq!(cancelled.code, Some(0), "{cancelled:?}");
+    let again = scratch.run(&["runs", "cancel", &id]);
+    assert_eq!(again.code, Some(2), "{again:?}");
+    assert!(
+        again.stderr.contains("has already ended: cancelled"),
+        "{again:?}"
+    );
+
+    let waited = common::Run::from(waiting.wait_with_output().unwrap());
+    assert_eq!(waited.code, Some(1), "{waited:?}");
+    assert!(
+        waited.stderr.contains("cancelled: the run was cancelled"),
+        "{}",
+        waited.stderr
+    );
+    let shown = scratch.run(&["runs", "show", &id, "--json"]).json();
+    assert_eq!(shown["run"]["state"], "cancelled");
+    assert_eq!(shown["steps"].as_array().unwrap().len(), 1);
+}

@@ -155,7 +155,10 @@ fn run(data_dir: &std::path::Path, args: RunArgs) -> anyhow::Result<ExitCode> {
         engine.set_workflows(sibling_workflows(&args.workflow));
     }
     let progress = progress::Progress::new();
-    let run = match engine.run(Arc::new(workflow), input, Box::new(progress.clone())) {
+    let run = match engine
+        .start(Arc::new(workflow), input, Box::new(progress.clone()))
+        .and_then(|handle| Ok(wait_here_or_elsewhere(&engine, handle)?))
+    {
         Ok(run) => run,
         Err(
             e @ (StartError::Input { .. } | StartError::Plugin { .. } | StartError::Subflow { .. }),
@@ -171,6 +174,26 @@ fn run(data_dir: &std::path::Path, args: RunArgs) -> anyhow::Result<ExitCode> {
     };
     progress.clear();
     report(&run)
+}
+
+/// Waits for a run this process drives; it may also end in another
+/// process (`weft runs cancel`) while it sleeps here, which the store
+/// tells.
+fn wait_here_or_elsewhere(
+    engine: &Engine,
+    mut handle: weft::engine::RunHandle,
+) -> Result<weft::store::RunRecord, weft::store::StoreError> {
+    handle.recorded()?;
+    loop {
+        if let Some(run) = handle.wait_timeout(std::time::Duration::from_secs(1))? {
+            return Ok(run);
+        }
+        if let Some(run) = engine.store().run(handle.id())?
+            && run.state.is_terminal()
+        {
+            return Ok(run);
+        }
+    }
 }
 
 /// Prints a finished run's outputs, or why it failed, and picks the exit

@@ -21,7 +21,8 @@ pub enum RunsCommand {
         /// Only runs of this workflow.
         #[arg(long, value_name = "ID")]
         workflow: Option<String>,
-        /// Only runs in this state: running, succeeded or failed.
+        /// Only runs in this state: running, succeeded, failed, timed_out or
+        /// cancelled.
         #[arg(long)]
         state: Option<RunState>,
         /// Print JSON instead of a table.
@@ -39,6 +40,13 @@ pub enum RunsCommand {
         all: bool,
         #[command(flatten)]
         plugins: super::PluginArgs,
+    },
+    /// Cancel a run: it ends `cancelled`, whatever its steps return later
+    /// is dropped, and its timers go with it. Works beside a running
+    /// `weft serve`.
+    Cancel {
+        /// The run's id.
+        run_id: String,
     },
     /// Show one run: its state, each step's result and logs, its outputs.
     Show {
@@ -64,6 +72,7 @@ pub fn main(data_dir: &Path, command: RunsCommand) -> anyhow::Result<ExitCode> {
             json,
         } => list(data_dir, &RunFilter { workflow, state }, limit, json),
         RunsCommand::Show { run_id, json } => show(data_dir, &run_id, json),
+        RunsCommand::Cancel { run_id } => cancel(data_dir, &run_id),
     }
 }
 
@@ -119,6 +128,28 @@ fn list(data_dir: &Path, filter: &RunFilter, limit: usize, json: bool) -> anyhow
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn cancel(data_dir: &Path, run_id: &str) -> anyhow::Result<ExitCode> {
+    let store = super::open_store(data_dir)?;
+    let Some(run) = store.run(run_id)? else {
+        eprintln!("error: no run `{run_id}` in {}", data_dir.display());
+        return Ok(ExitCode::from(EXIT_INVALID));
+    };
+    let now = weft::Clock::now(&weft::SystemClock);
+    let cancel = weft::store::Write::CancelRun(run.id.clone(), now);
+    match store.apply(&[&cancel])?.pop().unwrap_or(Ok(())) {
+        Ok(()) => {
+            out!("run {run_id} cancelled");
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(StoreError::RunEnded(_)) => {
+            let state = store.run(run_id)?.map_or(run.state, |r| r.state);
+            eprintln!("error: run {run_id} has already ended: {state}");
+            Ok(ExitCode::from(EXIT_INVALID))
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 fn show(data_dir: &Path, run_id: &str, json: bool) -> anyhow::Result<ExitCode> {

@@ -4,7 +4,7 @@
 //! start child runs from a worker.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 
 use serde_json::Value;
 
@@ -44,7 +44,16 @@ pub(super) struct Launcher {
     pub(super) plugins: PluginDir,
     pub(super) clock: Arc<dyn Clock>,
     workflows: RwLock<Arc<dyn Workflows>>,
+    /// Stored definitions already parsed, and stored components already
+    /// loaded, by digest: loading a run back (a resume, a timer's wake)
+    /// then reads only its own records.
+    parsed: Mutex<HashMap<String, Arc<Workflow>>>,
+    loaded: Mutex<HashMap<String, Plugin>>,
 }
+
+/// The most entries each of the launcher's caches holds before it starts
+/// over.
+const CACHED: usize = 1024;
 
 /// A run made and not yet recorded.
 pub(super) struct NewRun {
@@ -77,6 +86,8 @@ impl Launcher {
             plugins,
             clock,
             workflows: RwLock::new(Arc::new(WorkflowDir::default())),
+            parsed: Mutex::new(HashMap::new()),
+            loaded: Mutex::new(HashMap::new()),
         }
     }
 
@@ -183,12 +194,29 @@ impl Launcher {
                 state: run.state,
             });
         }
-        let definition = self.store.definition(&run.definition)?.ok_or_else(|| {
-            ResumeError::Definition(format!("definition {} is not in the store", run.definition))
-        })?;
-        let format = Format::from_name(&definition.format).unwrap_or(Format::Yaml);
-        let workflow = model::parse(&definition.source, format, &definition.origin)
-            .map_err(|e| ResumeError::Definition(e.to_string()))?;
+        let cached = lock(&self.parsed).get(&run.definition).cloned();
+        let workflow = match cached {
+            Some(workflow) => workflow,
+            None => {
+                let definition = self.store.definition(&run.definition)?.ok_or_else(|| {
+                    ResumeError::Definition(format!(
+                        "definition {} is not in the store",
+                        run.definition
+                    ))
+                })?;
+                let format = Format::from_name(&definition.format).unwrap_or(Format::Yaml);
+                let workflow = Arc::new(
+                    model::parse(&definition.source, format, &definition.origin)
+                        .map_err(|e| ResumeError::Definition(e.to_string()))?,
+                );
+                let mut parsed = lock(&self.parsed);
+                if parsed.len() >= CACHED {
+                    parsed.clear();
+                }
+                parsed.insert(run.definition.clone(), Arc::clone(&workflow));
+                workflow
+            }
+        };
         let plugins = self.pinned_plugins(&run, &workflow)?;
         let mut results: HashMap<String, Leaf> = HashMap::new();
         for record in self.store.steps(&run.id)? {
@@ -207,7 +235,7 @@ impl Launcher {
             .iter()
             .map(|t| t.timer.id)
             .collect();
-        let mut drive = self.drive(run, Arc::new(workflow), plugins, results);
+        let mut drive = self.drive(run, workflow, plugins, results);
         let mut waiting = Vec::new();
         for (path, leaf) in &mut drive.results {
             if let Some(timer) = leaf.timer {
@@ -292,6 +320,11 @@ impl Launcher {
                 plugins.insert(step.id.clone(), plugin.clone());
                 continue;
             }
+            if let Some(plugin) = lock(&self.loaded).get(&pinned.digest).cloned() {
+                loaded.insert(&pinned.digest, plugin.clone());
+                plugins.insert(step.id.clone(), plugin);
+                continue;
+            }
             let bytes = self.store.component(&pinned.digest)?.ok_or_else(|| {
                 component_error(format!("component {} is not in the store", pinned.digest))
             })?;
@@ -308,10 +341,21 @@ impl Launcher {
                 )));
             }
             loaded.insert(&pinned.digest, plugin.clone());
+            {
+                let mut cache = lock(&self.loaded);
+                if cache.len() >= CACHED {
+                    cache.clear();
+                }
+                cache.insert(pinned.digest.clone(), plugin.clone());
+            }
             plugins.insert(step.id.clone(), plugin);
         }
         Ok(plugins)
     }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// The store, as the runtime reads key-value data.

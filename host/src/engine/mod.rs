@@ -105,6 +105,19 @@ impl RunHandle {
     pub fn wait(self) -> Result<RunRecord, StoreError> {
         self.outcome.recv().map_err(|_| StoreError::Closed)?
     }
+
+    /// As [`RunHandle::wait`], for at most `timeout`: `Ok(None)` if the run
+    /// has not ended by then (the handle stays usable).
+    pub fn wait_timeout(
+        &self,
+        timeout: std::time::Duration,
+    ) -> Result<Option<RunRecord>, StoreError> {
+        match self.outcome.recv_timeout(timeout) {
+            Ok(outcome) => outcome.map(Some),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => Ok(None),
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => Err(StoreError::Closed),
+        }
+    }
 }
 
 /// Runs workflows against a store and a directory of plugins.

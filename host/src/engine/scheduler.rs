@@ -82,6 +82,14 @@ enum Work {
     Wake(String),
 }
 
+/// Work to do. Timer fires go first: a fire is one small commit, and its
+/// lag should not grow with the work its wakes bring.
+#[derive(Default)]
+struct Queues {
+    fires: VecDeque<Work>,
+    other: VecDeque<Work>,
+}
+
 /// Runs in the scheduler's hands, and runs waiting for a place.
 struct Admission {
     resident: usize,
@@ -99,7 +107,7 @@ pub(super) struct Core {
     watchers: Mutex<HashMap<String, Vec<Waiting>>>,
     pub(super) commits: GroupCommit,
     pub(super) clock: Arc<dyn Clock>,
-    ready: Mutex<VecDeque<Work>>,
+    ready: Mutex<Queues>,
     ready_wake: Condvar,
     /// Resident runs by id, for timer fires.
     cells: Mutex<HashMap<String, Cell>>,
@@ -141,7 +149,7 @@ impl Core {
             watchers: Mutex::new(HashMap::new()),
             commits,
             clock,
-            ready: Mutex::new(VecDeque::new()),
+            ready: Mutex::new(Queues::default()),
             ready_wake: Condvar::new(),
             cells: Mutex::new(HashMap::new()),
             timers: Mutex::new(BinaryHeap::new()),
@@ -213,7 +221,10 @@ impl Core {
 
     /// Arms many timers at once (a host's start).
     pub(super) fn arm_all(&self, keys: Vec<(u64, u64)>) {
-        lock(&self.timers).extend(keys.into_iter().map(Reverse));
+        // Heapified in place: no copy of a million keys.
+        let mut more: BinaryHeap<Reverse<(u64, u64)>> =
+            keys.into_iter().map(Reverse).collect::<Vec<_>>().into();
+        lock(&self.timers).append(&mut more);
         self.timers_wake.notify_one();
     }
 
@@ -366,7 +377,12 @@ impl Core {
     }
 
     fn enqueue(&self, work: Work) {
-        lock(&self.ready).push_back(work);
+        let mut ready = lock(&self.ready);
+        match work {
+            Work::Fire(_) => ready.fires.push_back(work),
+            work => ready.other.push_back(work),
+        }
+        drop(ready);
         self.ready_wake.notify_one();
     }
 
@@ -376,7 +392,7 @@ impl Core {
             if self.stopping.load(Ordering::SeqCst) {
                 return None;
             }
-            if let Some(work) = ready.pop_front() {
+            if let Some(work) = ready.fires.pop_front().or_else(|| ready.other.pop_front()) {
                 return Some(work);
             }
             ready = self
