@@ -340,3 +340,76 @@ fn a_serve_killed_and_restarted_catches_up_one_fire_then_fires_every_second() {
         "every missed second but the latest was skipped: {rows}"
     );
 }
+
+#[test]
+fn the_api_lists_pauses_and_resumes_triggers_and_cancels_runs() {
+    let scratch = Scratch::new(&["echo"]);
+    std::fs::create_dir_all(scratch.path().join("workflows")).unwrap();
+    std::fs::write(
+        scratch.path().join("workflows/nightly.yaml"),
+        "id: nightly\non:\n  schedule:\n    - { id: at-two, cron: \"0 0 2 * * *\", timezone: Europe/Berlin }\nsteps:\n  - { id: nap, sleep: 1h }\n",
+    )
+    .unwrap();
+    let mut host = serve(&scratch, 0);
+    let url = std::fs::read_to_string(scratch.data_dir().join("serve.addr"))
+        .unwrap()
+        .trim()
+        .to_owned();
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let get = |path: &str| -> (u16, Value) {
+        let mut answer = agent.get(format!("{url}{path}")).call().unwrap();
+        (
+            answer.status().as_u16(),
+            answer.body_mut().read_json().unwrap(),
+        )
+    };
+    let post = |path: &str, body: Value| -> (u16, Value) {
+        let mut answer = agent.post(format!("{url}{path}")).send_json(body).unwrap();
+        (
+            answer.status().as_u16(),
+            answer.body_mut().read_json().unwrap(),
+        )
+    };
+
+    let (status, listed) = get("/v1/schedules");
+    assert_eq!(status, 200);
+    let row = &listed["schedules"][0];
+    assert_eq!(row["key"], "nightly/at-two");
+    assert_eq!(row["spec"]["timezone"], "Europe/Berlin");
+    assert!(row["next_fire"].is_u64(), "{listed}");
+
+    let (status, paused) = post("/v1/schedules/nightly/at-two/pause", json!({}));
+    assert_eq!(status, 200, "{paused}");
+    assert_eq!(paused["schedule"]["paused"], true);
+    let (status, resumed) = post("/v1/schedules/nightly/at-two/resume", json!({}));
+    assert_eq!(status, 200, "{resumed}");
+    assert_eq!(resumed["schedule"]["paused"], false);
+    let (status, missing) = post("/v1/schedules/nightly/nope/pause", json!({}));
+    assert_eq!(status, 404, "{missing}");
+    assert_eq!(missing["error"]["code"], "unknown_schedule");
+
+    let (status, started) = post("/v1/runs", json!({ "workflow": "nightly" }));
+    assert_eq!(status, 201, "{started}");
+    let id = started["id"].as_str().unwrap().to_owned();
+    let (status, cancelled) = post(&format!("/v1/runs/{id}/cancel"), json!({}));
+    assert_eq!(status, 200, "{cancelled}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, shown) = get(&format!("/v1/runs/{id}"));
+        if shown["run"]["state"] == "cancelled" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{shown}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (status, again) = post(&format!("/v1/runs/{id}/cancel"), json!({}));
+    assert_eq!(status, 409, "{again}");
+    assert_eq!(again["error"]["code"], "run_ended");
+    let (status, unknown) = post("/v1/runs/nope/cancel", json!({}));
+    assert_eq!(status, 404, "{unknown}");
+    host.kill().unwrap();
+    host.wait().unwrap();
+}

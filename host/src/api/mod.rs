@@ -9,6 +9,9 @@
 //! | `POST /v1/runs`     | starts `{"workflow": id, "input": {...}}`; answers `201` once the run is durably recorded |
 //! | `GET /v1/runs`      | the newest runs; `?limit=N` (default 20, at most 1000), `&workflow=ID`, `&state=running\|succeeded\|failed` |
 //! | `GET /v1/runs/{id}` | one run and its step records                      |
+//! | `POST /v1/runs/{id}/cancel` | cancels a run; `409 run_ended` if it had ended |
+//! | `GET /v1/schedules` | every cron trigger, with its next fire            |
+//! | `POST /v1/schedules/{workflow}/{trigger}/pause` (or `/resume`) | pauses or resumes a trigger |
 
 mod error;
 
@@ -17,7 +20,7 @@ use std::sync::Arc;
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{DefaultBodyLimit, Path, Query, State};
 use axum::http::StatusCode;
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -51,6 +54,12 @@ impl Api {
             .route("/v1/workflows", get(list_workflows))
             .route("/v1/runs", get(list_runs).post(start_run))
             .route("/v1/runs/{id}", get(get_run))
+            .route("/v1/runs/{id}/cancel", post(cancel_run))
+            .route("/v1/schedules", get(list_schedules))
+            .route(
+                "/v1/schedules/{workflow}/{trigger}/{action}",
+                post(pause_schedule),
+            )
             .fallback(not_found)
             .layer(DefaultBodyLimit::max(MAX_BODY))
             .with_state(self)
@@ -172,6 +181,79 @@ async fn get_run(State(api): State<Api>, Path(id): Path<String>) -> Result<Json<
             StatusCode::NOT_FOUND,
             "unknown_run",
             format!("no run `{id}`"),
+        )),
+    }
+}
+
+async fn cancel_run(
+    State(api): State<Api>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let engine = Arc::clone(&api.engine);
+    let asked = id.clone();
+    let outcome = tokio::task::spawn_blocking(move || engine.cancel(&asked))
+        .await
+        .map_err(|e| ApiError::internal(format!("the cancel task failed: {e}")))?;
+    match outcome {
+        Ok(()) => Ok(Json(json!({ "id": id, "cancelled": true }))),
+        Err(crate::store::StoreError::RunEnded(_)) => {
+            let state = api
+                .engine
+                .store()
+                .run(&id)
+                .ok()
+                .flatten()
+                .map(|run| run.state.to_string())
+                .unwrap_or_default();
+            Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "run_ended",
+                format!("run `{id}` has already ended: {state}"),
+            ))
+        }
+        Err(crate::store::StoreError::Conflict(_)) => Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "unknown_run",
+            format!("no run `{id}`"),
+        )),
+        Err(e) => Err(e.into()),
+    }
+}
+
+async fn list_schedules(State(api): State<Api>) -> Result<Json<Value>, ApiError> {
+    let store = Arc::clone(api.engine.store());
+    let rows = tokio::task::spawn_blocking(move || store.schedules())
+        .await
+        .map_err(|e| ApiError::internal(format!("the read task failed: {e}")))?
+        .map_err(ApiError::from)?;
+    Ok(Json(json!({ "schedules": rows })))
+}
+
+async fn pause_schedule(
+    State(api): State<Api>,
+    Path((workflow, trigger, action)): Path<(String, String, String)>,
+) -> Result<Json<Value>, ApiError> {
+    let paused = match action.as_str() {
+        "pause" => true,
+        "resume" => false,
+        _ => return Err(not_found().await),
+    };
+    let key = format!("{workflow}/{trigger}");
+    let store = Arc::clone(api.engine.store());
+    let now = crate::clock::Clock::now(&crate::clock::SystemClock);
+    let asked = key.clone();
+    let row = tokio::task::spawn_blocking(move || {
+        crate::engine::set_schedule_paused(store.as_ref(), &asked, paused, now)
+    })
+    .await
+    .map_err(|e| ApiError::internal(format!("the write task failed: {e}")))?
+    .map_err(ApiError::from)?;
+    match row {
+        Some(row) => Ok(Json(json!({ "schedule": row }))),
+        None => Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "unknown_schedule",
+            format!("no trigger `{key}`"),
         )),
     }
 }

@@ -8,7 +8,7 @@ use anyhow::Context;
 use clap::Subcommand;
 use weft::model::{CatchUp, Overlap, ScheduleSpec};
 use weft::store::{ScheduleRecord, StoreError, Write};
-use weft::{Clock, Store, SystemClock};
+use weft::{Clock, RedbStore, Store, SystemClock};
 
 use super::{EXIT_INVALID, open_store, read_input};
 
@@ -189,32 +189,22 @@ fn list(store: &impl Store, json: bool) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn set_paused(store: &impl Store, key: &str, paused: bool) -> anyhow::Result<ExitCode> {
-    for _ in 0..10 {
-        let Some(row) = store.schedules()?.into_iter().find(|r| r.key == key) else {
-            eprintln!("error: no trigger `{key}` (see `weft schedules list`)");
-            return Ok(ExitCode::from(EXIT_INVALID));
-        };
-        let mut updated = row.clone();
-        updated.paused = paused;
-        updated.version += 1;
-        if !paused {
-            let schedule = row
-                .spec
-                .compile()
-                .map_err(|e| anyhow::anyhow!("trigger `{key}`: {e}"))?;
-            updated.next_fire = schedule.next_after(SystemClock.now());
-            updated.buffered = None;
+fn set_paused(store: &RedbStore, key: &str, paused: bool) -> anyhow::Result<ExitCode> {
+    match weft::engine::set_schedule_paused(store, key, paused, SystemClock.now())? {
+        Some(row) => {
+            out!(
+                "{key} {}{}",
+                if paused { "paused" } else { "resumed" },
+                match (paused, row.next_fire) {
+                    (false, Some(next)) => format!("; next fire {next}"),
+                    _ => String::new(),
+                }
+            );
+            Ok(ExitCode::SUCCESS)
         }
-        match apply(store, Write::schedule(&updated, Some(row.version), None))? {
-            Ok(()) => {
-                out!("{key} {}", if paused { "paused" } else { "resumed" });
-                return Ok(ExitCode::SUCCESS);
-            }
-            // A host moved it on meanwhile: read it again.
-            Err(StoreError::Conflict(_)) => continue,
-            Err(e) => return Err(e.into()),
+        None => {
+            eprintln!("error: no trigger `{key}` (see `weft schedules list`)");
+            Ok(ExitCode::from(EXIT_INVALID))
         }
     }
-    anyhow::bail!("trigger `{key}` keeps changing; try again")
 }

@@ -274,6 +274,43 @@ impl Cron {
     }
 }
 
+/// Pauses (or resumes) trigger `key` in `store`; `Ok(None)` if there is no
+/// such trigger. Resuming starts over from `now`: fires missed while
+/// paused are not caught up.
+pub fn set_paused(
+    store: &dyn crate::store::Store,
+    key: &str,
+    paused: bool,
+    now: Timestamp,
+) -> Result<Option<ScheduleRecord>, StoreError> {
+    for _ in 0..10 {
+        let Some(row) = store.schedules()?.into_iter().find(|r| r.key == key) else {
+            return Ok(None);
+        };
+        let mut updated = row.clone();
+        updated.paused = paused;
+        updated.version += 1;
+        if !paused {
+            let schedule = row
+                .spec
+                .compile()
+                .map_err(|e| StoreError::Conflict(format!("trigger `{key}`: {e}")))?;
+            updated.next_fire = schedule.next_after(now);
+            updated.buffered = None;
+        }
+        let write = Write::schedule(&updated, Some(row.version), None);
+        match store.apply(&[&write])?.pop().unwrap_or(Ok(())) {
+            Ok(()) => return Ok(Some(updated)),
+            // A host moved it on meanwhile: read it again.
+            Err(StoreError::Conflict(_)) => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(StoreError::Conflict(format!(
+        "trigger `{key}` keeps changing; try again"
+    )))
+}
+
 /// A trigger row for `spec`, new.
 pub(super) fn new_row(
     key: String,

@@ -26,7 +26,7 @@
 //! says which step failed and why. `Err` means the run could not start or
 //! resume, or the store failed.
 
-mod cron;
+pub(crate) mod cron;
 mod drive;
 mod error;
 mod launch;
@@ -47,6 +47,7 @@ use std::collections::HashMap;
 use launch::Launcher;
 use scheduler::{Core, Task};
 
+pub use cron::set_paused as set_schedule_paused;
 pub use error::{ResumeError, StartError};
 pub use launch::{MAX_DEPTH, Workflows};
 
