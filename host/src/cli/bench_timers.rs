@@ -90,8 +90,9 @@ pub fn timers(n: usize, m: usize, spread: Duration) -> anyhow::Result<ExitCode> 
         let lead =
             Duration::from_secs_f64(2.0 * m as f64 / rate.max(1.0)) + Duration::from_secs(15);
         let base = now() + u64::try_from(lead.as_millis()).unwrap_or(u64::MAX);
-        let step = u64::try_from(spread.as_millis()).unwrap_or(0) / (m.max(1) as u64);
-        start_all(&mut (0..m as u64).map(|i| base + i * step))?;
+        let spread = u64::try_from(spread.as_millis()).unwrap_or(0);
+        let m64 = m.max(1) as u64;
+        start_all(&mut (0..m as u64).map(|i| base + i * spread / m64))?;
         while engine.load() != (0, 0) {
             std::thread::sleep(Duration::from_millis(20));
         }

@@ -460,15 +460,7 @@ impl Core {
                 };
                 let write =
                     Write::commit_step(&record, &live.task.drive.run, kv, spawn_write, fired);
-                live.committing = true;
-                drop(guard);
-                let core = Arc::clone(self);
-                let cell = Arc::clone(cell);
-                self.commits.submit(
-                    write,
-                    Box::new(move |outcome| {
-                        let mut live = lock(&cell);
-                        live.committing = false;
+                self.commit(guard, cell, write, move |core, cell, live, outcome| {
                         match outcome {
                             Err(StoreError::KvConflict { space, key }) => {
                                 // Another run changed what this attempt
@@ -476,9 +468,8 @@ impl Core {
                                 // same attempt.
                                 tracing::debug!(run = %live.task.drive.run.id, %space, %key, "key-value conflict; running the step again");
                                 live.task.drive.undo(undo);
-                                core.enqueue(Work::Advance(Arc::clone(&cell)));
+                                core.enqueue(Work::Advance(Arc::clone(cell)));
                             }
-                            Err(StoreError::RunEnded(_)) => core.ended_elsewhere(&mut live),
                             Err(StoreError::TimerGone(id)) => {
                                 // Fired or cancelled elsewhere: the leaf
                                 // keeps waiting as it was.
@@ -486,7 +477,7 @@ impl Core {
                                 live.task.drive.undo(undo);
                                 live.task.drive.busy.insert(path);
                             }
-                            Err(e) => core.finish(&mut live, Err(e)),
+                            Err(e) => core.finish(live, Err(e)),
                             Ok(()) => {
                                 if let Some(fired) = fired {
                                     core.fired(fired.due);
@@ -499,12 +490,11 @@ impl Core {
                                     Next::Step => {
                                         live.task.drive.busy.remove(&path);
                                         live.task.drive.timers.remove(&path);
-                                        core.enqueue(Work::Advance(Arc::clone(&cell)));
+                                        core.enqueue(Work::Advance(Arc::clone(cell)));
                                     }
                                     Next::Wait(timer) => {
                                         live.task.drive.timers.insert(path, timer);
                                         core.arm(timer.key());
-                                        let live = &mut *live;
                                         if live.task.drive.run.suspended
                                             && live.finished.is_empty()
                                             && live.task.drive.only_timers(None)
@@ -514,18 +504,17 @@ impl Core {
                                             // Something came up meanwhile:
                                             // the next commit says awake.
                                             live.task.drive.run.suspended = false;
-                                            core.enqueue(Work::Advance(Arc::clone(&cell)));
+                                            core.enqueue(Work::Advance(Arc::clone(cell)));
                                         }
                                     }
                                     Next::Done => {
                                         let run = live.task.drive.run.clone();
-                                        core.finish(&mut live, Ok(run));
+                                        core.finish(live, Ok(run));
                                     }
                                 }
                             }
                         }
-                    }),
-                );
+                });
                 return;
             }
             let Task {
@@ -551,26 +540,42 @@ impl Core {
                 }
                 Plan::End => {
                     let write = Write::update_run(&live.task.drive.run);
-                    live.committing = true;
-                    drop(guard);
-                    let core = Arc::clone(self);
-                    let cell = Arc::clone(cell);
-                    self.commits.submit(
-                        write,
-                        Box::new(move |outcome| {
-                            let mut live = lock(&cell);
-                            live.committing = false;
-                            if let Err(StoreError::RunEnded(_)) = outcome {
-                                return core.ended_elsewhere(&mut live);
-                            }
-                            let outcome = outcome.map(|()| live.task.drive.run.clone());
-                            core.finish(&mut live, outcome);
-                        }),
-                    );
+                    self.commit(guard, cell, write, |core, _, live, outcome| {
+                        let outcome = outcome.map(|()| live.task.drive.run.clone());
+                        core.finish(live, outcome);
+                    });
                     return;
                 }
             }
         }
+    }
+
+    /// Submits `write` as the run's one commit in flight. `then` runs on
+    /// the committing thread, with the run locked and no commit in flight;
+    /// a commit refused because the run ended elsewhere (cancelled) closes
+    /// the run instead.
+    fn commit(
+        self: &Arc<Self>,
+        mut guard: MutexGuard<'_, Live>,
+        cell: &Cell,
+        write: Write,
+        then: impl FnOnce(&Arc<Core>, &Cell, &mut Live, Result<(), StoreError>) + Send + 'static,
+    ) {
+        guard.committing = true;
+        drop(guard);
+        let core = Arc::clone(self);
+        let cell = Arc::clone(cell);
+        self.commits.submit(
+            write,
+            Box::new(move |outcome| {
+                let mut live = lock(&cell);
+                live.committing = false;
+                if let Err(StoreError::RunEnded(_)) = outcome {
+                    return core.ended_elsewhere(&mut live);
+                }
+                then(&core, &cell, &mut live, outcome);
+            }),
+        );
     }
 
     /// Carries out the outbox row that records a child run, then admits the

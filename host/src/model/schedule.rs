@@ -196,7 +196,7 @@ mod tests {
         )
     }
 
-    fn spec(cron: &str, timezone: Option<&str>) -> Schedule {
+    fn written(cron: &str, timezone: Option<&str>) -> ScheduleSpec {
         ScheduleSpec {
             id: None,
             cron: cron.to_owned(),
@@ -207,8 +207,10 @@ mod tests {
             catch_up: CatchUp::default(),
             catch_up_limit: None,
         }
-        .compile()
-        .unwrap()
+    }
+
+    fn spec(cron: &str, timezone: Option<&str>) -> Schedule {
+        written(cron, timezone).compile().unwrap()
     }
 
     #[test]
@@ -260,20 +262,8 @@ mod tests {
 
     #[test]
     fn bad_specs_name_their_field() {
-        let bad = |cron: &str, timezone: Option<&str>| {
-            ScheduleSpec {
-                id: None,
-                cron: cron.to_owned(),
-                timezone: timezone.map(str::to_owned),
-                jitter: None,
-                input: Value::Null,
-                overlap: Overlap::default(),
-                catch_up: CatchUp::default(),
-                catch_up_limit: None,
-            }
-            .compile()
-            .unwrap_err()
-        };
+        let bad =
+            |cron: &str, timezone: Option<&str>| written(cron, timezone).compile().unwrap_err();
         assert!(bad("*/5 * * * *", None).starts_with("cron: `*/5 * * * *` has 5 fields"));
         assert!(bad("0 0 25 * * *", None).starts_with("cron:"));
         assert!(bad("0 0 * * * *", Some("Mars/Olympus")).starts_with("timezone:"));
