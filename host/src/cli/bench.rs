@@ -342,7 +342,6 @@ fn round(
         .map(|_| {
             let timing = StepTiming {
                 last: Instant::now(),
-                gaps: Vec::new(),
                 all: std::sync::Arc::clone(&gaps),
             };
             engine.start(
@@ -380,10 +379,10 @@ fn round(
 }
 
 /// The time between one step's commit and the next one's, within a run
-/// (the first from the run's creation).
+/// (the first from the run's creation), noted as each step commits: a run's
+/// observer may outlive the answer to its handle.
 struct StepTiming {
     last: Instant,
-    gaps: Vec<Duration>,
     all: std::sync::Arc<std::sync::Mutex<Vec<Duration>>>,
 }
 
@@ -394,17 +393,10 @@ impl weft::engine::Observer for StepTiming {
 
     fn step_finished(&mut self, _record: &weft::store::StepRecord) {
         let now = Instant::now();
-        self.gaps.push(now - self.last);
-        self.last = now;
-    }
-}
-
-impl Drop for StepTiming {
-    fn drop(&mut self) {
-        let mut all = self
-            .all
+        self.all
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        all.append(&mut self.gaps);
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(now - self.last);
+        self.last = now;
     }
 }

@@ -45,6 +45,9 @@ const TIMERS: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("timers"
 const TIMER_KEYS: TableDefinition<(u64, u64), ()> = TableDefinition::new("timer_keys");
 /// Each run's pending timers: `(run, id)` to due.
 const RUN_TIMERS: TableDefinition<(&str, u64), u64> = TableDefinition::new("run_timers");
+/// Runs cancelled in the store (not through the process that drives
+/// them): that process's next commit of the run is refused.
+const CANCELLED: TableDefinition<&str, ()> = TableDefinition::new("cancelled");
 /// Cron triggers by key.
 const SCHEDULES: TableDefinition<&str, &[u8]> = TableDefinition::new("schedules");
 
@@ -114,6 +117,7 @@ impl RedbStore {
             backend!(txn.open_table(RUN_TIMERS))?;
             backend!(txn.open_table(TIMER_KEYS))?;
             backend!(txn.open_table(SCHEDULES))?;
+            backend!(txn.open_table(CANCELLED))?;
         }
         backend!(txn.commit())?;
         Ok(Self {
@@ -228,6 +232,7 @@ struct Tables<'t> {
     run_timers: Table<'t, (&'static str, u64), u64>,
     timer_keys: Table<'t, (u64, u64), ()>,
     schedules: Table<'t, &'static str, &'static [u8]>,
+    cancelled: Table<'t, &'static str, ()>,
 }
 
 impl Tables<'_> {
@@ -348,6 +353,7 @@ impl Tables<'_> {
                     },
                 });
                 self.set_run(id, &encode(&run), false, false)?;
+                backend!(self.cancelled.insert(id.as_str(), ()))?;
             }
             Write::Schedule {
                 key,
@@ -379,17 +385,12 @@ impl Tables<'_> {
         Ok(Ok(()))
     }
 
-    /// True when run `id` is stored and has ended.
+    /// True when run `id` was cancelled in the store, so that the process
+    /// driving it must not write it on. (A run ends otherwise only through
+    /// the process that drives it.) One lookup in a table that is almost
+    /// always empty: this is on every commit's path.
     fn ended(&self, id: &str) -> Result<bool, StoreError> {
-        /// The one field read, on the committing thread.
-        #[derive(serde::Deserialize)]
-        struct State {
-            state: super::RunState,
-        }
-        Ok(backend!(self.runs.get(id))?
-            .map(|bytes| decode::<State>(id, bytes.value()))
-            .transpose()?
-            .is_some_and(|run| run.state.is_terminal()))
+        Ok(backend!(self.cancelled.get(id))?.is_some())
     }
 
     /// Stores run `id`'s record, and keeps the index of runs to resume and
@@ -504,6 +505,7 @@ impl Store for RedbStore {
                 run_timers: backend!(txn.open_table(RUN_TIMERS))?,
                 timer_keys: backend!(txn.open_table(TIMER_KEYS))?,
                 schedules: backend!(txn.open_table(SCHEDULES))?,
+                cancelled: backend!(txn.open_table(CANCELLED))?,
             };
             for write in writes {
                 results.push(t.apply(write)?);
