@@ -403,9 +403,13 @@ impl Tables<'_> {
         suspended: bool,
     ) -> Result<(), StoreError> {
         backend!(self.runs.insert(id, run))?;
+        // Most commits leave the index as it was: look before writing.
+        let listed = backend!(self.running.get(id))?.is_some();
         if running && !suspended {
-            backend!(self.running.insert(id, ()))?;
-        } else {
+            if !listed {
+                backend!(self.running.insert(id, ()))?;
+            }
+        } else if listed {
             backend!(self.running.remove(id))?;
         }
         if !running {
