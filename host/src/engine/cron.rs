@@ -83,7 +83,10 @@ impl Cron {
                 return Some(Timestamp(now.as_millis() + 100));
             }
             let next_fire = row.next_fire;
-            self.start(&mut row, due, next_fire);
+            if !self.start(&mut row, due, next_fire) {
+                // Another host moved it on: read it again next round.
+                return Some(now);
+            }
         }
         for _ in 0..10_000 {
             let next = row.next_fire?;
@@ -127,14 +130,21 @@ impl Cron {
                     continue;
                 }
             }
-            self.fire(&mut row, next, following);
+            if !self.fire(&mut row, next, following) {
+                return Some(now);
+            }
         }
         Some(now)
     }
 
     /// The fire due at `due`: starts a run, unless the overlap policy says
-    /// otherwise.
-    fn fire(&mut self, row: &mut ScheduleRecord, due: Timestamp, following: Option<Timestamp>) {
+    /// otherwise. False if the row had moved on (another host fired it).
+    fn fire(
+        &mut self,
+        row: &mut ScheduleRecord,
+        due: Timestamp,
+        following: Option<Timestamp>,
+    ) -> bool {
         if self.last_run_running(row) {
             let mut updated = row.clone();
             updated.last_fire = Some(due);
@@ -142,14 +152,12 @@ impl Cron {
             match row.spec.overlap {
                 Overlap::Skip => {
                     updated.skipped += 1;
-                    self.write(row, updated, None);
-                    return;
+                    return self.write(row, updated, None);
                 }
                 Overlap::BufferOne => {
                     updated.skipped += u64::from(row.buffered.is_some());
                     updated.buffered = Some(due);
-                    self.write(row, updated, None);
-                    return;
+                    return self.write(row, updated, None);
                 }
                 Overlap::CancelPrevious => {
                     if let Some(previous) = &row.last_run {
@@ -162,12 +170,17 @@ impl Cron {
                 Overlap::Allow => {}
             }
         }
-        self.start(row, due, following);
+        self.start(row, due, following)
     }
 
     /// Starts the run of the fire due at `due`, in the commit that moves
-    /// the trigger on to `next_fire`.
-    fn start(&mut self, row: &mut ScheduleRecord, due: Timestamp, next_fire: Option<Timestamp>) {
+    /// the trigger on to `next_fire`. False if the row had moved on.
+    fn start(
+        &mut self,
+        row: &mut ScheduleRecord,
+        due: Timestamp,
+        next_fire: Option<Timestamp>,
+    ) -> bool {
         let mut updated = row.clone();
         updated.next_fire = next_fire;
         if row.buffered == Some(due) {
@@ -187,8 +200,7 @@ impl Cron {
             Err(e) => {
                 tracing::warn!(trigger = %row.key, "a fire starts nothing: {e}");
                 updated.skipped += 1;
-                self.write(row, updated, None);
-                return;
+                return self.write(row, updated, None);
             }
         };
         new.drive.run.trigger = Some(TriggerLink {
@@ -198,7 +210,10 @@ impl Cron {
         updated.last_run = Some(new.drive.run.id.clone());
         updated.started += 1;
         let create = Write::create_run(&new.drive.run, &new.definition, new.components);
-        if self.write(row, updated, Some(create)) && self.core.claim(&new.drive.run.id) {
+        if !self.write(row, updated, Some(create)) {
+            return false;
+        }
+        if self.core.claim(&new.drive.run.id) {
             tracing::info!(trigger = %row.key, run = %new.drive.run.id, fire = %due, "cron fire");
             let (done, _) = sync_channel(1);
             self.core.admit(Task {
@@ -208,6 +223,7 @@ impl Cron {
                 alive: Weak::new(),
             });
         }
+        true
     }
 
     /// Writes `updated` over `row` if the stored row is still `row`, with
