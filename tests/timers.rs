@@ -391,3 +391,40 @@ fn weft_runs_cancel_ends_a_sleeping_run_that_another_process_waits_for() {
     assert_eq!(shown["run"]["state"], "cancelled");
     assert_eq!(shown["steps"].as_array().unwrap().len(), 1);
 }
+
+#[test]
+fn a_run_deadline_interrupts_a_guest_call_still_running() {
+    let host = Host::new();
+    let runtime = Runtime::new(RuntimeConfig::default()).unwrap();
+    // One worker: a guest that kept it would hold up every other run.
+    let engine = Engine::with_config(
+        host.store.clone(),
+        PluginDir::new(runtime, guests()),
+        host.clock.clone(),
+        EngineConfig {
+            workers: 1,
+            ..EngineConfig::default()
+        },
+    )
+    .unwrap();
+    let stuck = host.start(
+        &engine,
+        "id: stuck\ntimeout: 1m\nsteps:\n  - { id: loop, uses: spin, timeout: 10m }\n",
+        json!({}),
+    );
+    host.wait_for(&stuck, "calling its guest", |run| run.next_step == 0);
+    std::thread::sleep(Duration::from_millis(100));
+    host.clock.advance(Duration::from_secs(61));
+    let run = host.wait_ended(&stuck);
+    assert_eq!(run.state, RunState::TimedOut);
+    // The worker is free again: another run goes through.
+    let next = host.start(
+        &engine,
+        "id: next\nsteps:\n  - { id: echo, uses: echo, with: 1 }\n",
+        json!({}),
+    );
+    let run = host.wait_ended(&next);
+    assert_eq!(run.state, RunState::Succeeded);
+    // The interrupted call left no record: its run had ended.
+    assert!(host.steps(&stuck).iter().all(|s| s.path != "loop"));
+}

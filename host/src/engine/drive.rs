@@ -56,6 +56,9 @@ pub(super) struct Drive {
     /// The busy leaves that wait for a pending timer (a `sleep`, a retry
     /// delay), by path.
     pub(super) timers: HashMap<String, TimerRef>,
+    /// Set when the run leaves the scheduler's hands: its guest calls
+    /// still running are interrupted.
+    pub(super) cancel: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// What is committed for one leaf (one call at one path).
@@ -1079,6 +1082,7 @@ impl Drive {
             timeout: call.timeout,
             memory_limit: call.memory_limit,
             kv: Some(self.kv.clone()),
+            cancel: Some(Arc::clone(&self.cancel)),
         };
         attempt.call = Some(Invocation::Plugin {
             plugin: plugin.clone(),

@@ -275,6 +275,7 @@ impl Launcher {
             busy: HashSet::new(),
             launcher: Arc::clone(self),
             timers: HashMap::new(),
+            cancel: Arc::default(),
         }
     }
 

@@ -76,18 +76,8 @@ enum Work {
     Watch(Cell, Box<Attempt>),
     /// A child run ended: end the waits on it.
     ChildEnded(Box<RunRecord>),
-    /// A timer is due: `(due, id)`.
-    Fire((u64, u64)),
     /// Bring a run that a timer woke back into memory.
     Wake(String),
-}
-
-/// Work to do. Timer fires go first: a fire is one small commit, and its
-/// lag should not grow with the work its wakes bring.
-#[derive(Default)]
-struct Queues {
-    fires: VecDeque<Work>,
-    other: VecDeque<Work>,
 }
 
 /// Runs in the scheduler's hands, and runs waiting for a place.
@@ -107,7 +97,7 @@ pub(super) struct Core {
     watchers: Mutex<HashMap<String, Vec<Waiting>>>,
     pub(super) commits: GroupCommit,
     pub(super) clock: Arc<dyn Clock>,
-    ready: Mutex<Queues>,
+    ready: Mutex<VecDeque<Work>>,
     ready_wake: Condvar,
     /// Resident runs by id, for timer fires.
     cells: Mutex<HashMap<String, Cell>>,
@@ -149,7 +139,7 @@ impl Core {
             watchers: Mutex::new(HashMap::new()),
             commits,
             clock,
-            ready: Mutex::new(Queues::default()),
+            ready: Mutex::new(VecDeque::new()),
             ready_wake: Condvar::new(),
             cells: Mutex::new(HashMap::new()),
             timers: Mutex::new(BinaryHeap::new()),
@@ -292,6 +282,10 @@ impl Core {
     fn release(&self, live: &mut Live) {
         live.closed = true;
         live.finished.clear();
+        live.task
+            .drive
+            .cancel
+            .store(true, std::sync::atomic::Ordering::Relaxed);
         let id = &live.task.drive.run.id;
         lock(&self.cells).remove(id);
         let next = {
@@ -377,12 +371,7 @@ impl Core {
     }
 
     fn enqueue(&self, work: Work) {
-        let mut ready = lock(&self.ready);
-        match work {
-            Work::Fire(_) => ready.fires.push_back(work),
-            work => ready.other.push_back(work),
-        }
-        drop(ready);
+        lock(&self.ready).push_back(work);
         self.ready_wake.notify_one();
     }
 
@@ -392,7 +381,7 @@ impl Core {
             if self.stopping.load(Ordering::SeqCst) {
                 return None;
             }
-            if let Some(work) = ready.fires.pop_front().or_else(|| ready.other.pop_front()) {
+            if let Some(work) = ready.pop_front() {
                 return Some(work);
             }
             ready = self
@@ -407,7 +396,6 @@ impl Core {
             match work {
                 Work::Advance(cell) => self.advance(&cell),
                 Work::Watch(cell, attempt) => self.watch(cell, attempt),
-                Work::Fire(key) => self.fire(key),
                 Work::Wake(id) => self.wake(&id),
                 Work::ChildEnded(child) => self.child_ended(&child),
                 Work::Call(cell, attempt) => {
@@ -794,7 +782,7 @@ impl Core {
         }
     }
 
-    /// The timer thread: hands each due timer to a worker. It reads the
+    /// The timer thread: fires each due timer. It reads the
     /// injected clock; a simulated clock is polled every millisecond.
     fn run_timers(self: Arc<Self>) {
         let mut timers = lock(&self.timers);
@@ -806,7 +794,13 @@ impl Core {
             match timers.peek().map(|Reverse(key)| *key) {
                 Some(key) if key.0 <= now => {
                     timers.pop();
-                    self.enqueue(Work::Fire(key));
+                    // Fired here, not by a worker: every worker may be busy
+                    // in a long guest call that this very fire (a deadline)
+                    // is to interrupt. A fire is a read and a commit handed
+                    // over; waking a run is left to the workers.
+                    drop(timers);
+                    self.fire(key);
+                    timers = lock(&self.timers);
                 }
                 Some((due, _)) => {
                     let wait = self.clock.real_wait(due - now).min(Duration::from_secs(1));

@@ -118,6 +118,11 @@ pub enum CallError {
         /// Why.
         message: String,
     },
+    /// The call was interrupted because its run ended (cancelled, past
+    /// its deadline, or failed elsewhere); what it would have returned is
+    /// not wanted.
+    #[error("the step was interrupted: its run ended")]
+    Cancelled,
     /// The host could not instantiate the component for this call.
     #[error("could not start the step: {message}")]
     Instantiate {
@@ -139,6 +144,7 @@ impl CallError {
             Self::InvalidOutput { .. } => "invalid_output",
             Self::Instantiate { .. } => "instantiate",
             Self::Kv { .. } => "kv",
+            Self::Cancelled => "cancelled",
         }
     }
 
@@ -152,7 +158,7 @@ impl CallError {
             | Self::Trap { .. }
             | Self::Instantiate { .. }
             | Self::Kv { .. } => true,
-            Self::MemoryLimit { .. } | Self::InvalidOutput { .. } => false,
+            Self::MemoryLimit { .. } | Self::InvalidOutput { .. } | Self::Cancelled => false,
         }
     }
 }

@@ -1,6 +1,7 @@
 //! Loading a component as a plugin, and calling it.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -87,6 +88,9 @@ pub struct CallOptions {
     /// The key-value space the call sees; with `None`, reads find nothing
     /// and writes fail.
     pub kv: Option<KvAccess>,
+    /// When set, the call is interrupted at the next epoch tick (within a
+    /// few milliseconds) with [`CallError::Cancelled`]: its run ended.
+    pub cancel: Option<Arc<AtomicBool>>,
 }
 
 /// The result of one call, with the log lines it produced either way.
@@ -155,6 +159,22 @@ impl Plugin {
             log.clone(),
             options.kv.clone(),
         );
+        if let Some(cancel) = options.cancel.clone() {
+            // Looked at every tick; the deadline is counted down here.
+            let mut ticks_left = deadline_ticks(timeout).saturating_add(1);
+            store.set_epoch_deadline(1);
+            store.epoch_deadline_callback(move |_| {
+                if cancel.load(Ordering::Relaxed) {
+                    return Err(wasmtime::Error::new(Cancelled));
+                }
+                ticks_left = ticks_left.saturating_sub(1);
+                Ok(if ticks_left == 0 {
+                    wasmtime::UpdateDeadline::Interrupt
+                } else {
+                    wasmtime::UpdateDeadline::Continue(1)
+                })
+            });
+        }
         let wit_context = bindings::StepContext {
             tenant: context.tenant.clone(),
             workflow: context.workflow.clone(),
@@ -406,6 +426,18 @@ fn step_error(error: bindings::StepError) -> CallError {
 
 /// Turns the error of a failed guest call into what happened, in the
 /// guest author's terms.
+/// Why a cancelled call stopped.
+#[derive(Debug)]
+struct Cancelled;
+
+impl std::fmt::Display for Cancelled {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the call was cancelled")
+    }
+}
+
+impl std::error::Error for Cancelled {}
+
 fn classify_trap(
     error: &wasmtime::Error,
     memory_refused: Option<usize>,
@@ -421,6 +453,9 @@ fn classify_trap(
     }
     if let Some(Trap::Interrupt) = error.downcast_ref::<Trap>() {
         return CallError::Timeout { limit: timeout };
+    }
+    if error.downcast_ref::<Cancelled>().is_some() {
+        return CallError::Cancelled;
     }
     let mut message = if let Some(exit) = error.downcast_ref::<wasmtime_wasi::I32Exit>() {
         format!("the guest exited with status {}", exit.0)
