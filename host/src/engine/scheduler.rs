@@ -27,7 +27,9 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::clock::Clock;
-use crate::store::{GroupCommit, OutboxRecord, RunRecord, StoreError, TimerKind, Write};
+use crate::store::{
+    GroupCommit, OutboxRecord, RunRecord, StoreError, TimerKind, TimerRecord, Write,
+};
 
 use super::drive::{Attempt, Completed, Drive, Finished, Next, Plan};
 use super::launch::{Launcher, NewRun};
@@ -76,8 +78,18 @@ enum Work {
     Watch(Cell, Box<Attempt>),
     /// A child run ended: end the waits on it.
     ChildEnded(Box<RunRecord>),
+    /// A timer is due.
+    Fire(Box<TimerRecord>),
     /// Bring a run that a timer woke back into memory.
     Wake(String),
+}
+
+/// Work to do. Timer fires go first: a fire is one small commit, and its
+/// lag should not grow with the work its wakes bring.
+#[derive(Default)]
+struct Queues {
+    fires: VecDeque<Work>,
+    other: VecDeque<Work>,
 }
 
 /// Runs in the scheduler's hands, and runs waiting for a place.
@@ -97,7 +109,7 @@ pub(super) struct Core {
     watchers: Mutex<HashMap<String, Vec<Waiting>>>,
     pub(super) commits: GroupCommit,
     pub(super) clock: Arc<dyn Clock>,
-    ready: Mutex<VecDeque<Work>>,
+    ready: Mutex<Queues>,
     ready_wake: Condvar,
     /// Resident runs by id, for timer fires.
     cells: Mutex<HashMap<String, Cell>>,
@@ -139,7 +151,7 @@ impl Core {
             watchers: Mutex::new(HashMap::new()),
             commits,
             clock,
-            ready: Mutex::new(VecDeque::new()),
+            ready: Mutex::new(Queues::default()),
             ready_wake: Condvar::new(),
             cells: Mutex::new(HashMap::new()),
             timers: Mutex::new(BinaryHeap::new()),
@@ -371,7 +383,12 @@ impl Core {
     }
 
     fn enqueue(&self, work: Work) {
-        lock(&self.ready).push_back(work);
+        let mut ready = lock(&self.ready);
+        match work {
+            Work::Fire(_) => ready.fires.push_back(work),
+            work => ready.other.push_back(work),
+        }
+        drop(ready);
         self.ready_wake.notify_one();
     }
 
@@ -381,7 +398,7 @@ impl Core {
             if self.stopping.load(Ordering::SeqCst) {
                 return None;
             }
-            if let Some(work) = ready.pop_front() {
+            if let Some(work) = ready.fires.pop_front().or_else(|| ready.other.pop_front()) {
                 return Some(work);
             }
             ready = self
@@ -397,6 +414,7 @@ impl Core {
                 Work::Advance(cell) => self.advance(&cell),
                 Work::Watch(cell, attempt) => self.watch(cell, attempt),
                 Work::Wake(id) => self.wake(&id),
+                Work::Fire(timer) => self.fire(*timer),
                 Work::ChildEnded(child) => self.child_ended(&child),
                 Work::Call(cell, attempt) => {
                     let finished = attempt.run(self.clock.as_ref());
@@ -654,15 +672,7 @@ impl Core {
     /// (the fire commits as the leaf's result, or, for a retry delay, as
     /// the timer's removal); otherwise in the store, then the run is woken.
     /// The timer's row decides: a fire that finds it gone does nothing.
-    fn fire(self: &Arc<Self>, key: (u64, u64)) {
-        let timer = match self.launcher.store.timer(key) {
-            Ok(Some(timer)) => timer,
-            Ok(None) => return,
-            Err(e) => {
-                tracing::error!(timer = key.1, "cannot read a due timer: {e}");
-                return;
-            }
-        };
+    fn fire(self: &Arc<Self>, timer: TimerRecord) {
         let cell = lock(&self.cells).get(&timer.run).cloned();
         if let Some(cell) = cell {
             let mut live = lock(&cell);
@@ -746,6 +756,18 @@ impl Core {
             .unwrap_or_default()
     }
 
+    /// Timer `key` is due: a deadline fires here, on the timer thread,
+    /// since every worker may be inside a long guest call that it is to
+    /// interrupt; other timers go to the workers, ahead of other work.
+    fn due(self: &Arc<Self>, key: (u64, u64)) {
+        match self.launcher.store.timer(key) {
+            Ok(Some(timer)) if timer.timer.kind == TimerKind::Deadline => self.fire(timer),
+            Ok(Some(timer)) => self.enqueue(Work::Fire(Box::new(timer))),
+            Ok(None) => {}
+            Err(e) => tracing::error!(timer = key.1, "cannot read a due timer: {e}"),
+        }
+    }
+
     /// Brings run `id` back into memory after a timer woke it.
     fn wake(&self, id: &str) {
         if !self.claim(id) {
@@ -782,7 +804,7 @@ impl Core {
         }
     }
 
-    /// The timer thread: fires each due timer. It reads the
+    /// The timer thread: each due timer to [`Core::due`]. It reads the
     /// injected clock; a simulated clock is polled every millisecond.
     fn run_timers(self: Arc<Self>) {
         let mut timers = lock(&self.timers);
@@ -794,12 +816,8 @@ impl Core {
             match timers.peek().map(|Reverse(key)| *key) {
                 Some(key) if key.0 <= now => {
                     timers.pop();
-                    // Fired here, not by a worker: every worker may be busy
-                    // in a long guest call that this very fire (a deadline)
-                    // is to interrupt. A fire is a read and a commit handed
-                    // over; waking a run is left to the workers.
                     drop(timers);
-                    self.fire(key);
+                    self.due(key);
                     timers = lock(&self.timers);
                 }
                 Some((due, _)) => {
