@@ -41,13 +41,17 @@ impl Host {
 
     /// An engine on this host's store and clock: a process.
     fn engine(&self) -> Engine {
+        self.engine_with(4)
+    }
+
+    fn engine_with(&self, workers: usize) -> Engine {
         let runtime = Runtime::new(RuntimeConfig::default()).unwrap();
         Engine::with_config(
             self.store.clone(),
             PluginDir::new(runtime, guests()),
             self.clock.clone(),
             EngineConfig {
-                workers: 4,
+                workers,
                 ..EngineConfig::default()
             },
         )
@@ -395,18 +399,8 @@ fn weft_runs_cancel_ends_a_sleeping_run_that_another_process_waits_for() {
 #[test]
 fn a_run_deadline_interrupts_a_guest_call_still_running() {
     let host = Host::new();
-    let runtime = Runtime::new(RuntimeConfig::default()).unwrap();
     // One worker: a guest that kept it would hold up every other run.
-    let engine = Engine::with_config(
-        host.store.clone(),
-        PluginDir::new(runtime, guests()),
-        host.clock.clone(),
-        EngineConfig {
-            workers: 1,
-            ..EngineConfig::default()
-        },
-    )
-    .unwrap();
+    let engine = host.engine_with(1);
     let stuck = host.start(
         &engine,
         "id: stuck\ntimeout: 1m\nsteps:\n  - { id: loop, uses: spin, timeout: 10m }\n",
