@@ -391,6 +391,37 @@ fn the_api_lists_pauses_and_resumes_triggers_and_cancels_runs() {
     assert_eq!(status, 404, "{missing}");
     assert_eq!(missing["error"]["code"], "unknown_schedule");
 
+    // Add a trigger over HTTP; a second with the same id conflicts; a bad
+    // spec names its field.
+    let spec =
+        json!({ "workflow": "nightly", "schedule": { "id": "hourly", "cron": "0 0 * * * *" } });
+    let (status, added) = post("/v1/schedules", spec.clone());
+    assert_eq!(status, 201, "{added}");
+    assert_eq!(added["schedule"]["key"], "nightly/hourly");
+    assert_eq!(added["schedule"]["origin"], "api");
+    let (status, again) = post("/v1/schedules", spec);
+    assert_eq!(status, 409, "{again}");
+    assert_eq!(again["error"]["code"], "schedule_exists");
+    let (status, bad) = post(
+        "/v1/schedules",
+        json!({ "workflow": "nightly", "schedule": { "cron": "0 0 * * * *", "timezone": "Nowhere/Else" } }),
+    );
+    assert_eq!(status, 400, "{bad}");
+    assert!(
+        bad["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("schedule.timezone:"),
+        "{bad}"
+    );
+    let (status, unknown) = post(
+        "/v1/schedules",
+        json!({ "workflow": "ghost", "schedule": { "cron": "0 0 * * * *" } }),
+    );
+    assert_eq!(status, 404, "{unknown}");
+    let (_, listed) = get("/v1/schedules");
+    assert_eq!(listed["schedules"].as_array().unwrap().len(), 2);
+
     let (status, started) = post("/v1/runs", json!({ "workflow": "nightly" }));
     assert_eq!(status, 201, "{started}");
     let id = started["id"].as_str().unwrap().to_owned();

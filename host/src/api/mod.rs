@@ -11,6 +11,7 @@
 //! | `GET /v1/runs/{id}` | one run and its step records                      |
 //! | `POST /v1/runs/{id}/cancel` | cancels a run; `409 run_ended` if it had ended |
 //! | `GET /v1/schedules` | every cron trigger, with its next fire            |
+//! | `POST /v1/schedules` | adds `{"workflow": id, "schedule": {"cron": ..., ...}}` to a served workflow; `201`, or `409 schedule_exists` |
 //! | `POST /v1/schedules/{workflow}/{trigger}/pause` (or `/resume`) | pauses or resumes a trigger |
 
 mod error;
@@ -55,7 +56,7 @@ impl Api {
             .route("/v1/runs", get(list_runs).post(start_run))
             .route("/v1/runs/{id}", get(get_run))
             .route("/v1/runs/{id}/cancel", post(cancel_run))
-            .route("/v1/schedules", get(list_schedules))
+            .route("/v1/schedules", get(list_schedules).post(add_schedule))
             .route(
                 "/v1/schedules/{workflow}/{trigger}/{action}",
                 post(pause_schedule),
@@ -255,5 +256,53 @@ async fn pause_schedule(
             "unknown_schedule",
             format!("no trigger `{key}`"),
         )),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AddScheduleRequest {
+    workflow: String,
+    schedule: crate::model::ScheduleSpec,
+}
+
+async fn add_schedule(
+    State(api): State<Api>,
+    body: Result<Json<AddScheduleRequest>, JsonRejection>,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    let Json(request) = body.map_err(ApiError::from)?;
+    if api.workflows.get(&request.workflow).is_none() {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "unknown_workflow",
+            format!("no workflow `{}` is served here", request.workflow),
+        ));
+    }
+    let store = Arc::clone(api.engine.store());
+    let now = crate::clock::Clock::now(&crate::clock::SystemClock);
+    let added = tokio::task::spawn_blocking(move || {
+        crate::engine::add_schedule(
+            store.as_ref(),
+            &request.workflow,
+            request.schedule,
+            "api",
+            now,
+        )
+    })
+    .await
+    .map_err(|e| ApiError::internal(format!("the write task failed: {e}")))?;
+    match added {
+        Ok(row) => Ok((StatusCode::CREATED, Json(json!({ "schedule": row })))),
+        Err(crate::engine::AddScheduleError::Invalid(message)) => Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_schedule",
+            format!("schedule.{message}"),
+        )),
+        Err(e @ crate::engine::AddScheduleError::Exists(_)) => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "schedule_exists",
+            e.to_string(),
+        )),
+        Err(crate::engine::AddScheduleError::Store(e)) => Err(e.into()),
     }
 }

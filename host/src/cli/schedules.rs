@@ -4,10 +4,8 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use anyhow::Context;
 use clap::Subcommand;
 use weft::model::{CatchUp, Overlap, ScheduleSpec};
-use weft::store::{ScheduleRecord, StoreError, Write};
 use weft::{Clock, RedbStore, Store, SystemClock};
 
 use super::{EXIT_INVALID, open_store, read_input};
@@ -92,15 +90,8 @@ pub fn main(data_dir: &Path, command: SchedulesCommand) -> anyhow::Result<ExitCo
                     return Ok(ExitCode::from(EXIT_INVALID));
                 }
             };
-            let existing = store.schedules()?;
-            let id = id.unwrap_or_else(|| {
-                (1..)
-                    .map(|n| format!("cli-{n}"))
-                    .find(|id| !existing.iter().any(|r| r.key == format!("{workflow}/{id}")))
-                    .unwrap_or_default()
-            });
             let spec = ScheduleSpec {
-                id: Some(id.clone()),
+                id,
                 cron,
                 timezone,
                 jitter,
@@ -109,45 +100,24 @@ pub fn main(data_dir: &Path, command: SchedulesCommand) -> anyhow::Result<ExitCo
                 catch_up,
                 catch_up_limit: None,
             };
-            let schedule = match spec.compile() {
-                Ok(schedule) => schedule,
-                Err(e) => {
-                    eprintln!("error: {e}");
-                    return Ok(ExitCode::from(EXIT_INVALID));
-                }
-            };
-            let key = format!("{workflow}/{id}");
-            if existing.iter().any(|r| r.key == key) {
-                eprintln!("error: trigger `{key}` exists already");
-                return Ok(ExitCode::from(EXIT_INVALID));
-            }
-            let row = ScheduleRecord {
-                key: key.clone(),
-                workflow,
-                spec,
-                origin: "cli".to_owned(),
-                paused: false,
-                last_fire: None,
-                next_fire: schedule.next_after(SystemClock.now()),
-                last_run: None,
-                buffered: None,
-                started: 0,
-                skipped: 0,
-                version: 1,
-            };
-            apply(&store, Write::schedule(&row, None, None))??;
+            let row =
+                match weft::engine::add_schedule(&store, &workflow, spec, "cli", SystemClock.now())
+                {
+                    Ok(row) => row,
+                    Err(weft::engine::AddScheduleError::Store(e)) => return Err(e.into()),
+                    Err(e) => {
+                        eprintln!("error: {e}");
+                        return Ok(ExitCode::from(EXIT_INVALID));
+                    }
+                };
             out!(
-                "added {key}; next fire {}",
+                "added {}; next fire {}",
+                row.key,
                 row.next_fire.map_or("never".to_owned(), |t| t.to_string())
             );
             Ok(ExitCode::SUCCESS)
         }
     }
-}
-
-fn apply(store: &impl Store, write: Write) -> anyhow::Result<Result<(), StoreError>> {
-    let mut answers = store.apply(&[&write]).context("cannot write the trigger")?;
-    Ok(answers.pop().unwrap_or(Ok(())))
 }
 
 fn list(store: &impl Store, json: bool) -> anyhow::Result<ExitCode> {

@@ -327,6 +327,54 @@ pub fn set_paused(
     )))
 }
 
+/// Why a trigger could not be added.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AddScheduleError {
+    /// The spec, or the workflow id, does not check; the message names the
+    /// field.
+    #[error("{0}")]
+    Invalid(String),
+    /// A trigger with that key exists.
+    #[error("trigger `{0}` exists already")]
+    Exists(String),
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Adds a trigger for `workflow` to `store` (`origin`: who adds it, such
+/// as `cli` or `api`; without an id it gets `<origin>-<n>`). Its first
+/// fire is the next after `now`. A running host picks it up within a
+/// second.
+pub fn add_schedule(
+    store: &dyn crate::store::Store,
+    workflow: &str,
+    mut spec: crate::model::ScheduleSpec,
+    origin: &str,
+    now: Timestamp,
+) -> Result<ScheduleRecord, AddScheduleError> {
+    crate::model::check_id(workflow)
+        .map_err(|m| AddScheduleError::Invalid(format!("workflow: {m}")))?;
+    let existing = store.schedules()?;
+    let id = spec.id.clone().unwrap_or_else(|| {
+        (1..)
+            .map(|n| format!("{origin}-{n}"))
+            .find(|id| !existing.iter().any(|r| r.key == format!("{workflow}/{id}")))
+            .unwrap_or_default()
+    });
+    spec.id = Some(id.clone());
+    let schedule = spec.compile().map_err(AddScheduleError::Invalid)?;
+    let key = format!("{workflow}/{id}");
+    let row = new_row(key.clone(), workflow, &schedule, origin, now);
+    // Version 0: only if there is no such row yet.
+    match store.apply(&[&Write::schedule(&row, Some(0), None)])?.pop() {
+        Some(Err(StoreError::Conflict(_))) => Err(AddScheduleError::Exists(key)),
+        Some(Err(e)) => Err(e.into()),
+        _ => Ok(row),
+    }
+}
+
 /// A trigger row for `spec`, new.
 pub(super) fn new_row(
     key: String,

@@ -47,7 +47,7 @@ use std::collections::HashMap;
 use launch::Launcher;
 use scheduler::{Core, Task};
 
-pub use cron::set_paused as set_schedule_paused;
+pub use cron::{AddScheduleError, add_schedule, set_paused as set_schedule_paused};
 pub use error::{ResumeError, StartError};
 pub use launch::{MAX_DEPTH, Workflows};
 

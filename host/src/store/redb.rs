@@ -365,7 +365,8 @@ impl Tables<'_> {
                     let stored = backend!(self.schedules.get(key.as_str()))?
                         .map(|bytes| decode::<super::ScheduleRecord>(key, bytes.value()))
                         .transpose()?;
-                    if stored.map(|s| s.version) != Some(*expect) {
+                    // Version 0 stands for "no such row yet".
+                    if stored.map_or(0, |s| s.version) != *expect {
                         return Ok(Err(StoreError::Conflict(format!(
                             "trigger `{key}` changed since it was read"
                         ))));

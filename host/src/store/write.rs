@@ -83,7 +83,7 @@ pub enum Write {
     /// ended. Its timers go with it.
     CancelRun(String, crate::clock::Timestamp),
     /// Writes a cron trigger's row; with `expect`, only if the stored row
-    /// is at that version (else refused with
+    /// is at that version, 0 meaning that there is none (else refused with
     /// [`StoreError::Conflict`](super::StoreError::Conflict)), and with
     /// `start`, together with the run its fire starts (a `CreateRun`).
     /// `row: None` removes the trigger.
