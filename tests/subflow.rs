@@ -389,3 +389,43 @@ fn an_open_outbox_row_is_carried_out_once_on_the_next_start() {
         .unwrap();
     assert_eq!(children.len(), 1);
 }
+
+#[test]
+fn a_child_cancelled_while_it_sleeps_fails_its_parent_step() {
+    let scratch = Scratch::new(&["echo"]);
+    scratch.file("nap.yaml", "id: nap\nsteps:\n  - { id: zz, sleep: 1h }\n");
+    let parent = scratch.file(
+        "waits.yaml",
+        "id: waits\nsteps:\n  - { id: call, subflow: nap }\n",
+    );
+    let waiting = scratch
+        .weft()
+        .args(["run", parent.to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let child = loop {
+        assert!(Instant::now() < deadline, "the child never went to sleep");
+        let listed = scratch.run(&["runs", "list", "--json", "--workflow", "nap"]);
+        if listed.code == Some(0)
+            && let Some(run) = listed.json().as_array().and_then(|r| r.first().cloned())
+            && run["suspended"] == true
+        {
+            break run["id"].as_str().unwrap().to_owned();
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let cancelled = scratch.run(&["runs", "cancel", &child]);
+    assert_eq!(cancelled.code, Some(0), "{cancelled:?}");
+    let waited = common::Run::from(waiting.wait_with_output().unwrap());
+    assert_eq!(waited.code, Some(1), "{waited:?}");
+    assert!(
+        waited
+            .stderr
+            .contains("of `nap` ended cancelled: cancelled: the run was cancelled"),
+        "{}",
+        waited.stderr
+    );
+}

@@ -283,23 +283,24 @@ impl Attempt {
         if child.state == RunState::Succeeded {
             record.output = Some(child.outputs.clone().unwrap_or(Value::Null));
         } else {
-            let why = match &child.error {
-                Some(RunError { step, error }) => format!(
-                    "{}: {}: {}",
+            // A child that timed out or was cancelled has no failed step.
+            let why = match (&child.error, child.state) {
+                (Some(RunError { step, error }), RunState::Failed) => format!(
+                    "failed {}: {}: {}",
                     step.as_deref()
                         .map(|s| format!("at step `{s}`"))
                         .unwrap_or_else(|| "at its outputs".to_owned()),
                     error.code,
                     error.message
                 ),
-                None => format!("it ended {}", child.state),
+                (Some(RunError { error, .. }), state) => {
+                    format!("ended {state}: {}: {}", error.code, error.message)
+                }
+                (None, state) => format!("ended {state}"),
             };
             record.error = Some(ErrorRecord {
                 code: "subflow_failed".to_owned(),
-                message: format!(
-                    "child run {} of `{}` failed {why}",
-                    child.id, child.workflow
-                ),
+                message: format!("child run {} of `{}` {why}", child.id, child.workflow),
                 retryable: false,
                 details: Some(json!({ "run": child.id, "error": child.error })),
             });

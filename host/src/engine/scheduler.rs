@@ -92,6 +92,9 @@ struct Queues {
     other: VecDeque<Work>,
 }
 
+/// How often waits on child runs are checked against the store.
+const WATCH_POLL: Duration = Duration::from_secs(1);
+
 /// Runs in the scheduler's hands, and runs waiting for a place.
 struct Admission {
     resident: usize,
@@ -653,6 +656,20 @@ impl Core {
         }
     }
 
+    /// Looks up every child run waited on: one that ended where this
+    /// process could not see it (cancelled in the store while suspended,
+    /// say) ends its waits.
+    fn poll_watches(&self) {
+        let children: Vec<String> = lock(&self.watchers).keys().cloned().collect();
+        for child in children {
+            if let Ok(Some(run)) = self.launcher.store.run(&child)
+                && run.state.is_terminal()
+            {
+                self.child_ended(&run);
+            }
+        }
+    }
+
     /// Ends every wait on `child`, which has ended.
     fn child_ended(&self, child: &RunRecord) {
         let waiting = lock(&self.watchers).remove(&child.id).unwrap_or_default();
@@ -808,9 +825,16 @@ impl Core {
     /// injected clock; a simulated clock is polled every millisecond.
     fn run_timers(self: Arc<Self>) {
         let mut timers = lock(&self.timers);
+        let mut polled = std::time::Instant::now();
         loop {
             if self.stopping.load(Ordering::SeqCst) {
                 return;
+            }
+            if polled.elapsed() >= WATCH_POLL {
+                drop(timers);
+                self.poll_watches();
+                polled = std::time::Instant::now();
+                timers = lock(&self.timers);
             }
             let now = self.clock.now().as_millis();
             match timers.peek().map(|Reverse(key)| *key) {
@@ -831,8 +855,9 @@ impl Core {
                 None => {
                     timers = self
                         .timers_wake
-                        .wait(timers)
-                        .unwrap_or_else(PoisonError::into_inner);
+                        .wait_timeout(timers, WATCH_POLL)
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .0;
                 }
             }
         }
