@@ -197,21 +197,7 @@ fn kill_9_while_a_child_runs_then_resume_finishes_both_once() {
         .unwrap();
 
     // Wait until the child has committed its first step, then kill.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let child = loop {
-        assert!(Instant::now() < deadline, "the child never got going");
-        let listed = scratch.run(&["runs", "list", "--json", "--workflow", "slow"]);
-        if listed.code == Some(0)
-            && let Some(child) = listed
-                .json()
-                .as_array()
-                .and_then(|runs| runs.first().cloned())
-            && child["next_step"] == 1
-        {
-            break child;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let child = scratch.wait_for_newest_run("slow", "got going", |run| run["next_step"] == 1);
     process.kill().unwrap(); // SIGKILL
     process.wait().unwrap();
     let child_id = child["id"].as_str().unwrap().to_owned();
@@ -405,18 +391,11 @@ fn a_child_cancelled_while_it_sleeps_fails_its_parent_step() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let child = loop {
-        assert!(Instant::now() < deadline, "the child never went to sleep");
-        let listed = scratch.run(&["runs", "list", "--json", "--workflow", "nap"]);
-        if listed.code == Some(0)
-            && let Some(run) = listed.json().as_array().and_then(|r| r.first().cloned())
-            && run["suspended"] == true
-        {
-            break run["id"].as_str().unwrap().to_owned();
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let child = scratch.wait_for_newest_run("nap", "went to sleep", |run| run["suspended"] == true)
+        ["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     let cancelled = scratch.run(&["runs", "cancel", &child]);
     assert_eq!(cancelled.code, Some(0), "{cancelled:?}");
     let waited = common::Run::from(waiting.wait_with_output().unwrap());

@@ -363,18 +363,11 @@ fn weft_runs_cancel_ends_a_sleeping_run_that_another_process_waits_for() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let id = loop {
-        assert!(Instant::now() < deadline, "the run never went to sleep");
-        let listed = scratch.run(&["runs", "list", "--json"]);
-        if listed.code == Some(0)
-            && let Some(run) = listed.json().as_array().and_then(|r| r.first().cloned())
-            && run["suspended"] == true
-        {
-            break run["id"].as_str().unwrap().to_owned();
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let id =
+        scratch.wait_for_newest_run("nap", "went to sleep", |run| run["suspended"] == true)["id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
     let cancelled = scratch.run(&["runs", "cancel", &id]);
     assert_eq!(cancelled.code, Some(0), "{cancelled:?}");
     let again = scratch.run(&["runs", "cancel", &id]);

@@ -108,6 +108,32 @@ impl Scratch {
         command
     }
 
+    /// Polls `weft runs list` (for up to a minute) until the newest run of
+    /// `workflow` passes `ready`, and returns it; another process is
+    /// driving it.
+    pub fn wait_for_newest_run(
+        &self,
+        workflow: &str,
+        what: &str,
+        ready: impl Fn(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        loop {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the newest run of `{workflow}` never {what}"
+            );
+            let listed = self.run(&["runs", "list", "--json", "--workflow", workflow]);
+            if listed.code == Some(0)
+                && let Some(run) = listed.json().as_array().and_then(|r| r.first().cloned())
+                && ready(&run)
+            {
+                return run;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+
     /// Runs `weft` with `args` and returns what it printed.
     pub fn run(&self, args: &[&str]) -> Run {
         Run::from(self.weft().args(args).output().expect("weft runs"))
