@@ -3,6 +3,7 @@
 mod error;
 pub mod kv;
 pub mod log;
+pub mod outbox;
 
 pub use error::StepError;
 

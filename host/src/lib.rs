@@ -30,6 +30,7 @@
 pub mod api;
 pub mod clock;
 pub mod engine;
+pub mod hub;
 pub mod model;
 pub mod plugins;
 pub mod runtime;

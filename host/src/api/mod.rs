@@ -154,6 +154,7 @@ async fn list_runs(
     let filter = RunFilter {
         workflow: query.workflow,
         state,
+        ..RunFilter::default()
     };
     let store = Arc::clone(api.engine.store());
     let runs = tokio::task::spawn_blocking(move || store.runs(&filter, limit))

@@ -70,7 +70,16 @@ pub fn main(data_dir: &Path, command: RunsCommand) -> anyhow::Result<ExitCode> {
             workflow,
             state,
             json,
-        } => list(data_dir, &RunFilter { workflow, state }, limit, json),
+        } => list(
+            data_dir,
+            &RunFilter {
+                workflow,
+                state,
+                ..RunFilter::default()
+            },
+            limit,
+            json,
+        ),
         RunsCommand::Show { run_id, json } => show(data_dir, &run_id, json),
         RunsCommand::Cancel { run_id } => cancel(data_dir, &run_id),
     }

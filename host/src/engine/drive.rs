@@ -24,12 +24,13 @@ use serde_json::{Map, Value, json};
 use crate::clock::Clock;
 use crate::clock::Timestamp;
 use crate::model::{
-    Call, Case, RetryPolicy, Scope, Sleep, Step, StepEntry, StepKind, Subflow, Template, Workflow,
+    Await, Call, Case, Emit, RetryPolicy, Scope, Sleep, Step, StepEntry, StepKind, Subflow,
+    Template, Workflow,
 };
 use crate::runtime::{CallError, CallOptions, KvAccess, KvEffects, Plugin, StepContext};
 use crate::store::{
-    CANCEL_PATH, DEADLINE_PATH, ErrorRecord, ParentLink, RunError, RunRecord, RunState, StepRecord,
-    TimerKind, TimerRecord, TimerRef,
+    CANCEL_PATH, DEADLINE_PATH, Emission, ErrorRecord, ParentLink, RunError, RunRecord, RunState,
+    StepRecord, StoreError, TimerKind, TimerRecord, TimerRef,
 };
 
 use super::launch::{Launcher, MAX_DEPTH, NewRun};
@@ -54,8 +55,10 @@ pub(super) struct Drive {
     /// Makes the runs that `subflow` steps start.
     pub(super) launcher: Arc<Launcher>,
     /// The busy leaves that wait for a pending timer (a `sleep`, a retry
-    /// delay), by path.
+    /// delay, an `await`'s timeout), by path.
     pub(super) timers: HashMap<String, TimerRef>,
+    /// The busy `await` leaves that wait for an outside actor, by path.
+    pub(super) awaits: HashSet<String>,
     /// Set when the run leaves the scheduler's hands: its guest calls
     /// still running are interrupted.
     pub(super) cancel: Arc<std::sync::atomic::AtomicBool>,
@@ -74,6 +77,11 @@ pub(super) struct Leaf {
     child: Option<String>,
     /// The timer the leaf waits for after its last record.
     pub(super) timer: Option<TimerRef>,
+    /// An `await` leaf that waits for an outside actor.
+    pub(super) awaiting: bool,
+    /// The step id and top-level index of its last record.
+    step_id: String,
+    index: u32,
 }
 
 #[derive(Debug, Clone)]
@@ -102,6 +110,9 @@ impl Leaf {
             self.child = None;
         }
         self.timer = record.timer.filter(|_| self.outcome.is_none());
+        self.awaiting = record.awaiting && self.outcome.is_none();
+        self.step_id.clone_from(&record.step_id);
+        self.index = record.index;
         self.entry = match &self.outcome {
             Some(Outcome::Output(output)) => Some(StepEntry::new(&json!({ "output": output }))),
             Some(Outcome::Skipped) => {
@@ -109,6 +120,18 @@ impl Leaf {
             }
             _ => None,
         };
+    }
+}
+
+/// Where a leaf is, in words: `waiting`, `succeeded`, `failed (code)`,
+/// `skipped`, `running`.
+pub(super) fn leaf_state(leaf: &Leaf) -> String {
+    match &leaf.outcome {
+        Some(Outcome::Output(_)) => "succeeded".to_owned(),
+        Some(Outcome::Skipped) => "skipped".to_owned(),
+        Some(Outcome::Failed(error)) => format!("failed ({})", error.code),
+        None if leaf.awaiting => "waiting".to_owned(),
+        None => "running".to_owned(),
     }
 }
 
@@ -130,6 +153,8 @@ pub(super) struct Attempt {
     /// The plugin call; `None` when the record is already final (the step
     /// was skipped, or its input could not be built).
     call: Option<Invocation>,
+    /// The messages an `emit` step commits with its record.
+    emitted: Vec<Emission>,
 }
 
 enum Invocation {
@@ -161,7 +186,15 @@ pub(super) struct Finished {
     spawn: Option<Box<NewRun>>,
     /// The timer whose fire this is.
     fired: Option<TimerRef>,
+    /// The messages the attempt emitted.
+    emitted: Vec<Emission>,
+    /// Told how the commit went (an outside actor's answer).
+    reply: Option<Reply>,
 }
+
+/// How an answer to an `await` step went: told once its commit is
+/// answered.
+pub(super) type Reply = Box<dyn FnOnce(Result<(), StoreError>) + Send>;
 
 /// A finished attempt folded into its run: what to commit, and after.
 pub(super) struct Completed {
@@ -173,6 +206,10 @@ pub(super) struct Completed {
     pub(super) spawn: Option<Box<NewRun>>,
     /// The timer whose fire this is: the commit is refused if it is gone.
     pub(super) fired: Option<TimerRef>,
+    /// The messages to commit with the record (a successful attempt's).
+    pub(super) emitted: Vec<Emission>,
+    /// Told how the commit went.
+    pub(super) reply: Option<Reply>,
 }
 
 impl Finished {
@@ -204,6 +241,7 @@ impl Attempt {
             mut record,
             retry,
             call,
+            mut emitted,
         } = self;
         let mut kv = None;
         let mut spawn = None;
@@ -221,7 +259,11 @@ impl Attempt {
                 record.logs = outcome.logs;
                 kv = Some(outcome.kv);
                 match outcome.result {
-                    Ok(output) => record.output = Some(output),
+                    Ok(output) => {
+                        record.output = Some(output);
+                        record.messages = outcome.emitted.iter().map(|m| m.id.clone()).collect();
+                        emitted = outcome.emitted;
+                    }
                     Err(error) => record.error = Some(error_record(&error)),
                 }
             }
@@ -267,6 +309,8 @@ impl Attempt {
             kv,
             spawn,
             fired: None,
+            emitted,
+            reply: None,
         }
     }
 
@@ -312,6 +356,8 @@ impl Attempt {
             kv: None,
             spawn: None,
             fired: None,
+            emitted: Vec::new(),
+            reply: None,
         }
     }
 }
@@ -324,6 +370,9 @@ pub(super) enum Next {
     /// Wait for this timer (set by the record): a `sleep`, or a retry
     /// delay.
     Wait(TimerRef),
+    /// Wait for an outside actor, and for the wait's timeout, if it has
+    /// one.
+    Await(Option<TimerRef>),
     /// The run reached a terminal state.
     Done,
 }
@@ -353,6 +402,8 @@ enum Action<'w> {
     Call(&'w Call),
     Subflow(&'w Subflow),
     Sleep(&'w Sleep),
+    Emit(&'w Emit),
+    Await(&'w Await),
 }
 
 /// A ready leaf: where it is, and what its expressions see.
@@ -437,6 +488,8 @@ impl Drive {
             kv,
             spawn,
             fired,
+            emitted,
+            reply,
         } = finished;
         let undo = Undo {
             run: self.run.clone(),
@@ -460,7 +513,9 @@ impl Drive {
                 kind: TimerKind::Retry,
             });
         }
-        if let Some(timer) = record.timer
+        if record.awaiting {
+            next = Next::Await(record.timer);
+        } else if let Some(timer) = record.timer
             && record.output.is_none()
             && !record.skipped
         {
@@ -488,6 +543,11 @@ impl Drive {
         if let Some(kv) = &kv {
             record.kv_writes = kv.writes.clone();
         }
+        let emitted = if record.output.is_some() {
+            emitted
+        } else {
+            Vec::new()
+        };
         Completed {
             record,
             next,
@@ -495,6 +555,8 @@ impl Drive {
             undo,
             spawn,
             fired,
+            emitted,
+            reply,
         }
     }
 
@@ -510,6 +572,8 @@ impl Drive {
             kv: None,
             spawn: None,
             fired: Some(timer.timer),
+            emitted: Vec::new(),
+            reply: None,
         })
     }
 
@@ -541,22 +605,58 @@ impl Drive {
                 timer: None,
                 kv_writes: Default::default(),
                 logs: Vec::new(),
+                awaiting: false,
+                messages: Vec::new(),
             },
             retry: RetryPolicy::default(),
             kv: None,
             spawn: None,
             fired: None,
+            emitted: Vec::new(),
+            reply: None,
         }
+    }
+
+    /// An outside actor's answer to the `await` leaf at `path`, as a result
+    /// to commit (with the wait's timeout, which the commit removes, so an
+    /// answer and a timeout cannot both land). `None` when the leaf does
+    /// not wait. The leaf stops counting as waiting at once, so a second
+    /// answer finds it so.
+    pub(super) fn answer(
+        &mut self,
+        path: &str,
+        answer: &Answer,
+        clock: &dyn Clock,
+        reply: Reply,
+    ) -> Result<Finished, Reply> {
+        let Some(leaf) = self.results.get(path).filter(|l| l.awaiting) else {
+            return Err(reply);
+        };
+        if !self.awaits.remove(path) {
+            return Err(reply);
+        }
+        let record = answer.record(&self.run.id, path, leaf, clock.now());
+        Ok(Finished {
+            path: path.to_owned(),
+            record,
+            retry: RetryPolicy::default(),
+            kv: None,
+            spawn: None,
+            fired: leaf.timer,
+            emitted: Vec::new(),
+            reply: Some(reply),
+        })
     }
 
     /// True when every leaf under way waits for a timer (and one does): the
     /// run has nothing to do until one fires. `also` counts as waiting.
     pub(super) fn only_timers(&self, also: Option<&str>) -> bool {
         !self.busy.is_empty()
-            && self
-                .busy
-                .iter()
-                .all(|path| self.timers.contains_key(path) || Some(path.as_str()) == also)
+            && self.busy.iter().all(|path| {
+                self.timers.contains_key(path)
+                    || self.awaits.contains(path)
+                    || Some(path.as_str()) == also
+            })
     }
 
     /// Takes back the attempt `undo` was taken before, whose commit was
@@ -712,6 +812,8 @@ impl Drive {
                 self.walk_leaf(step, Action::Subflow(subflow), path, scope, top)
             }
             StepKind::Sleep(sleep) => self.walk_leaf(step, Action::Sleep(sleep), path, scope, top),
+            StepKind::Emit(emit) => self.walk_leaf(step, Action::Emit(emit), path, scope, top),
+            StepKind::Await(wait) => self.walk_leaf(step, Action::Await(wait), path, scope, top),
             StepKind::Parallel(branches) => {
                 let mut outputs = Map::new();
                 let mut ready = Vec::new();
@@ -1007,9 +1109,12 @@ impl Drive {
                 logs: Vec::new(),
                 child: None,
                 timer: None,
+                awaiting: false,
+                messages: Vec::new(),
             },
             retry: step.retry.clone(),
             call: None,
+            emitted: Vec::new(),
         };
         if let Some(child) = &ready.child {
             attempt.call = Some(Invocation::Await(child.clone()));
@@ -1037,6 +1142,40 @@ impl Drive {
             }
             Action::Sleep(sleep) => {
                 self.prepare_sleep(sleep, ready, &mut attempt, clock);
+                return attempt;
+            }
+            Action::Emit(emit) => {
+                match emit.with.eval(&ready.scope) {
+                    Ok(payload) => {
+                        let id = uuid::Uuid::now_v7().to_string();
+                        record.output = Some(json!({ "message": id, "channel": emit.channel }));
+                        record.messages = vec![id.clone()];
+                        record.input = payload.clone();
+                        attempt.emitted.push(Emission {
+                            id,
+                            channel: emit.channel.clone(),
+                            payload,
+                        });
+                    }
+                    Err(e) => record.error = Some(expression_error(e.to_string())),
+                }
+                return attempt;
+            }
+            Action::Await(wait) => {
+                match wait.with.eval(&ready.scope) {
+                    Ok(input) => {
+                        record.input = input;
+                        record.awaiting = true;
+                        record.timer = wait.timeout.map(|timeout| TimerRef {
+                            id: timer_id(),
+                            due: Timestamp(clock.now().as_millis().saturating_add(
+                                u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
+                            )),
+                            kind: TimerKind::Await,
+                        });
+                    }
+                    Err(e) => record.error = Some(expression_error(e.to_string())),
+                }
                 return attempt;
             }
         };
@@ -1184,6 +1323,69 @@ impl Drive {
                 depth,
             },
         });
+    }
+}
+
+/// What an outside actor does to a waiting `await` step.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Answer {
+    /// The step succeeds with this output.
+    Complete(Value),
+    /// The step fails with this error (not retried; a `catch` may handle
+    /// it).
+    Fail {
+        /// A short stable code.
+        code: String,
+        /// A message for people.
+        message: String,
+        /// Structured details.
+        details: Option<Value>,
+    },
+    /// The step is skipped: its output is `null`.
+    Skip,
+}
+
+impl Answer {
+    /// The leaf's result record (numbered by whoever commits it).
+    pub(super) fn record(&self, run: &str, path: &str, leaf: &Leaf, now: Timestamp) -> StepRecord {
+        let mut record = StepRecord {
+            run_id: run.to_owned(),
+            seq: 0,
+            index: leaf.index,
+            path: path.to_owned(),
+            step_id: leaf.step_id.clone(),
+            attempt: leaf.attempts.max(1),
+            input: Value::Null,
+            started_at: now,
+            duration_us: 0,
+            output: None,
+            child: None,
+            error: None,
+            skipped: false,
+            retry_in_ms: None,
+            timer: None,
+            kv_writes: Default::default(),
+            logs: Vec::new(),
+            awaiting: false,
+            messages: Vec::new(),
+        };
+        match self {
+            Self::Complete(output) => record.output = Some(output.clone()),
+            Self::Fail {
+                code,
+                message,
+                details,
+            } => {
+                record.error = Some(ErrorRecord {
+                    code: code.clone(),
+                    message: message.clone(),
+                    retryable: false,
+                    details: details.clone(),
+                });
+            }
+            Self::Skip => record.skipped = true,
+        }
+        record
     }
 }
 

@@ -76,3 +76,31 @@ pub enum ResumeError {
     #[error(transparent)]
     Store(#[from] StoreError),
 }
+
+/// Why an answer to an `await` step was not taken. Nothing was stored.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ActError {
+    /// No run has that id.
+    #[error("no run `{0}`")]
+    NotFound(String),
+    /// The run has ended.
+    #[error("run `{0}` has ended")]
+    Ended(String),
+    /// The step does not wait for an answer.
+    #[error("step `{step}` of run `{run}` is not waiting for an action: it is {state}")]
+    NotWaiting {
+        /// The run.
+        run: String,
+        /// The step's path.
+        step: String,
+        /// Where it is.
+        state: String,
+    },
+    /// The run is in progress in another process that shares the store.
+    #[error("{0}")]
+    Busy(String),
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}

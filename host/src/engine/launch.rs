@@ -250,6 +250,18 @@ impl Launcher {
             drive.busy.insert(path.clone());
             drive.timers.insert(path, timer);
         }
+        // `await` leaves wait for an outside actor, with or without a
+        // timeout.
+        let awaiting: Vec<String> = drive
+            .results
+            .iter()
+            .filter(|(_, leaf)| leaf.awaiting)
+            .map(|(path, _)| path.clone())
+            .collect();
+        for path in awaiting {
+            drive.busy.insert(path.clone());
+            drive.awaits.insert(path);
+        }
         Ok(drive)
     }
 
@@ -275,6 +287,7 @@ impl Launcher {
             busy: HashSet::new(),
             launcher: Arc::clone(self),
             timers: HashMap::new(),
+            awaits: HashSet::new(),
             cancel: Arc::default(),
         }
     }

@@ -48,7 +48,8 @@ use launch::Launcher;
 use scheduler::{Core, Task};
 
 pub use cron::{AddScheduleError, add_schedule, set_paused as set_schedule_paused};
-pub use error::{ResumeError, StartError};
+pub use drive::Answer;
+pub use error::{ActError, ResumeError, StartError};
 pub use launch::{MAX_DEPTH, Workflows};
 
 /// The tenant of runs started without one.
@@ -383,10 +384,27 @@ impl Engine {
         &self,
         workflow: Arc<Workflow>,
         input: Value,
+        observer: Box<dyn Observer + Send>,
+    ) -> Result<RunHandle, StartError> {
+        self.start_keyed(workflow, input, observer, None)
+    }
+
+    /// As [`Engine::start`], with a client's idempotency key: if a run was
+    /// recorded with `key` before, nothing is started and
+    /// [`RunHandle::recorded`] answers [`StoreError::Duplicate`], naming
+    /// that run.
+    pub fn start_keyed(
+        &self,
+        workflow: Arc<Workflow>,
+        input: Value,
         mut observer: Box<dyn Observer + Send>,
+        key: Option<String>,
     ) -> Result<RunHandle, StartError> {
         let new = self.core.launcher.make(workflow, input, None)?;
-        let write = Write::create_run(&new.drive.run, &new.definition, new.components);
+        let mut write = Write::create_run(&new.drive.run, &new.definition, new.components);
+        if let Write::CreateRun { idempotency, .. } = &mut write {
+            *idempotency = key;
+        }
         let (done, outcome) = sync_channel(1);
         let (recorded, recorded_answer) = sync_channel(1);
         let alive = Arc::new(());
@@ -415,6 +433,15 @@ impl Engine {
                         core.claim(&task.drive.run.id);
                         core.admit(task);
                     }
+                    Err(StoreError::Duplicate { key, run }) => {
+                        let _ = recorded.send(Err(StoreError::Duplicate {
+                            key,
+                            run: run.clone(),
+                        }));
+                        let _ = task.done.send(Err(StoreError::Conflict(format!(
+                            "not started: run `{run}` has the same idempotency key"
+                        ))));
+                    }
                     Err(e) => {
                         let _ = recorded.send(Err(StoreError::Commit(e.to_string())));
                         let _ = task.done.send(Err(e));
@@ -423,6 +450,49 @@ impl Engine {
             }),
         );
         Ok(handle)
+    }
+
+    /// Answers the waiting `await` step at `path` (such as `approve` or
+    /// `each[2]/approve`) of run `run_id`, and returns once the answer is
+    /// durable; the run then goes on. Blocking.
+    pub fn act(&self, run_id: &str, path: &str, answer: &Answer) -> Result<(), ActError> {
+        self.core.act(run_id, path, answer)
+    }
+
+    /// Commits `write` through the engine's group commit, and waits until
+    /// it is durable (or refused).
+    pub fn commit(&self, write: Write) -> Result<(), StoreError> {
+        self.commit_all(vec![write])
+            .pop()
+            .unwrap_or(Err(StoreError::Closed))
+    }
+
+    /// Commits every write through the group commit (they usually share a
+    /// transaction) and waits for all; one answer per write, in order.
+    pub fn commit_all(&self, writes: Vec<Write>) -> Vec<Result<(), StoreError>> {
+        let receivers: Vec<_> = writes
+            .into_iter()
+            .map(|write| {
+                let (tell, told) = sync_channel(1);
+                self.core.commits.submit(
+                    write,
+                    Box::new(move |outcome| {
+                        let _ = tell.send(outcome);
+                    }),
+                );
+                told
+            })
+            .collect();
+        receivers
+            .into_iter()
+            .map(|told| told.recv().unwrap_or(Err(StoreError::Closed)))
+            .collect()
+    }
+
+    /// Bumped after every commit that carries messages: what delivers them
+    /// waits on it.
+    pub fn message_signal(&self) -> Arc<crate::hub::Signal> {
+        Arc::clone(&self.core.messages)
     }
 
     /// Picks up run `run_id`, which must be `running` (its process died),

@@ -31,7 +31,8 @@ use crate::store::{
     GroupCommit, OutboxRecord, RunRecord, StoreError, TimerKind, TimerRecord, Write,
 };
 
-use super::drive::{Attempt, Completed, Drive, Finished, Next, Plan};
+use super::drive::{Answer, Attempt, Completed, Drive, Finished, Next, Plan, Reply};
+use super::error::ActError;
 use super::launch::{Launcher, NewRun};
 use super::{Observer, Quiet};
 
@@ -128,6 +129,9 @@ pub(super) struct Core {
     /// When measuring: each durable fire's lag behind its due time, in
     /// microseconds of the system clock.
     fire_lags: Option<Mutex<Vec<i64>>>,
+    /// Bumped after every commit that carries messages, for whoever
+    /// delivers them.
+    pub(super) messages: Arc<crate::hub::Signal>,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -163,6 +167,7 @@ impl Core {
             stopping: AtomicBool::new(false),
             pauses: Mutex::new(()),
             pauses_wake: Condvar::new(),
+            messages: Arc::default(),
         }
     }
 
@@ -385,6 +390,128 @@ impl Core {
         answer.recv().map_err(|_| StoreError::Closed)?
     }
 
+    /// Answers the `await` leaf at `path` of run `id`: through its cell
+    /// when it is resident, otherwise in the store (the run must be
+    /// suspended there), then wakes it. Blocks until the answer is
+    /// durable, or refused.
+    pub(super) fn act(
+        self: &Arc<Self>,
+        id: &str,
+        path: &str,
+        answer: &Answer,
+    ) -> Result<(), ActError> {
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            let cell = lock(&self.cells).get(id).cloned();
+            if let Some(cell) = cell {
+                let mut live = lock(&cell);
+                if !live.closed {
+                    let (tell, told) = std::sync::mpsc::sync_channel(1);
+                    let reply: Reply = Box::new(move |outcome| {
+                        let _ = tell.send(outcome);
+                    });
+                    return match live
+                        .task
+                        .drive
+                        .answer(path, answer, self.clock.as_ref(), reply)
+                    {
+                        Ok(finished) => {
+                            live.finished.push_back(finished);
+                            drop(live);
+                            self.advance(&cell);
+                            match told.recv() {
+                                Ok(Ok(())) => Ok(()),
+                                Ok(Err(StoreError::TimerGone(_))) => Err(ActError::NotWaiting {
+                                    run: id.to_owned(),
+                                    step: path.to_owned(),
+                                    state: "timed out".to_owned(),
+                                }),
+                                Ok(Err(e)) => Err(ActError::Store(e)),
+                                // The run ended before the answer landed.
+                                Err(_) => Err(ActError::Ended(id.to_owned())),
+                            }
+                        }
+                        Err(_) => Err(ActError::NotWaiting {
+                            run: id.to_owned(),
+                            step: path.to_owned(),
+                            state: describe_leaf(&live.task.drive, path),
+                        }),
+                    };
+                }
+            }
+            // Parked or being loaded: it has a cell soon.
+            if lock(&self.admission).known.contains(id) && std::time::Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(10));
+                continue;
+            }
+            break;
+        }
+        self.act_in_store(id, path, answer)
+    }
+
+    /// [`Core::act`] for a run that is not in memory.
+    fn act_in_store(
+        self: &Arc<Self>,
+        id: &str,
+        path: &str,
+        answer: &Answer,
+    ) -> Result<(), ActError> {
+        let store = &self.launcher.store;
+        let run = store
+            .run(id)?
+            .ok_or_else(|| ActError::NotFound(id.to_owned()))?;
+        if run.state.is_terminal() {
+            return Err(ActError::Ended(id.to_owned()));
+        }
+        let mut leaf = super::drive::Leaf::default();
+        let mut seen = false;
+        for record in store.steps(id)? {
+            if record.path == path {
+                leaf.apply(&record);
+                seen = true;
+            }
+        }
+        if !seen || !leaf.awaiting {
+            let state = if !seen {
+                "not reached (or not an `await` step)".to_owned()
+            } else {
+                super::drive::leaf_state(&leaf)
+            };
+            return Err(ActError::NotWaiting {
+                run: id.to_owned(),
+                step: path.to_owned(),
+                state,
+            });
+        }
+        let record = answer.record(id, path, &leaf, self.clock.now());
+        let (tell, told) = std::sync::mpsc::sync_channel(1);
+        self.commits.submit(
+            Write::Act {
+                run: id.to_owned(),
+                record: Box::new(record),
+                timer: leaf.timer,
+                now: self.clock.now(),
+            },
+            Box::new(move |outcome| {
+                let _ = tell.send(outcome);
+            }),
+        );
+        match told.recv().map_err(|_| StoreError::Closed)? {
+            Ok(()) => {
+                self.enqueue(Work::Wake(id.to_owned()));
+                Ok(())
+            }
+            Err(StoreError::TimerGone(_)) => Err(ActError::NotWaiting {
+                run: id.to_owned(),
+                step: path.to_owned(),
+                state: "timed out".to_owned(),
+            }),
+            Err(StoreError::RunEnded(_)) => Err(ActError::Ended(id.to_owned())),
+            Err(StoreError::Conflict(message)) => Err(ActError::Busy(message)),
+            Err(e) => Err(ActError::Store(e)),
+        }
+    }
+
     fn enqueue(&self, work: Work) {
         let mut ready = lock(&self.ready);
         match work {
@@ -453,11 +580,13 @@ impl Core {
                     undo,
                     spawn,
                     fired,
+                    emitted,
+                    reply,
                 } = live.task.drive.complete(finished, self.clock.as_ref());
                 // With nothing but timers to wait for, the run leaves memory
                 // once this commits.
                 let drive = &mut live.task.drive;
-                drive.run.suspended = matches!(next, Next::Wait(_))
+                drive.run.suspended = matches!(next, Next::Wait(_) | Next::Await(_))
                     && live.finished.is_empty()
                     && drive.only_timers(Some(&path));
                 let (row, spawn_write) = match &spawn {
@@ -467,9 +596,22 @@ impl Core {
                     }
                     None => (None, None),
                 };
-                let write =
-                    Write::commit_step(&record, &live.task.drive.run, kv, spawn_write, fired);
+                let emits = !emitted.is_empty();
+                let write = Write::commit_step(
+                    &record,
+                    &live.task.drive.run,
+                    kv,
+                    spawn_write,
+                    fired,
+                    emitted,
+                );
                 self.commit(guard, cell, write, move |core, cell, live, outcome| {
+                        if let Some(reply) = reply {
+                            reply(outcome.as_ref().map(|_| ()).map_err(copy_error));
+                        }
+                        if emits && outcome.is_ok() {
+                            core.messages.bump();
+                        }
                         match outcome {
                             Err(StoreError::KvConflict { space, key }) => {
                                 // Another run changed what this attempt
@@ -499,11 +641,22 @@ impl Core {
                                     Next::Step => {
                                         live.task.drive.busy.remove(&path);
                                         live.task.drive.timers.remove(&path);
+                                        live.task.drive.awaits.remove(&path);
                                         core.enqueue(Work::Advance(Arc::clone(cell)));
                                     }
-                                    Next::Wait(timer) => {
-                                        live.task.drive.timers.insert(path, timer);
-                                        core.arm(timer.key());
+                                    Next::Wait(_) | Next::Await(_) => {
+                                        let timer = match next {
+                                            Next::Wait(timer) => Some(timer),
+                                            Next::Await(timer) => {
+                                                live.task.drive.awaits.insert(path.clone());
+                                                timer
+                                            }
+                                            _ => None,
+                                        };
+                                        if let Some(timer) = timer {
+                                            live.task.drive.timers.insert(path, timer);
+                                            core.arm(timer.key());
+                                        }
                                         if live.task.drive.run.suspended
                                             && live.finished.is_empty()
                                             && live.task.drive.only_timers(None)
@@ -861,5 +1014,28 @@ impl Core {
                 }
             }
         }
+    }
+}
+
+/// A copy of `error` for a second listener: the same kind where the
+/// listener acts on it, else its message.
+fn copy_error(error: &StoreError) -> StoreError {
+    match error {
+        StoreError::TimerGone(id) => StoreError::TimerGone(*id),
+        StoreError::RunEnded(id) => StoreError::RunEnded(id.clone()),
+        StoreError::Closed => StoreError::Closed,
+        other => StoreError::Commit(other.to_string()),
+    }
+}
+
+/// Where the leaf at `path` of a resident run is, for an answer that
+/// cannot be taken.
+fn describe_leaf(drive: &Drive, path: &str) -> String {
+    match drive.results.get(path) {
+        None => "not reached (or not an `await` step)".to_owned(),
+        Some(_) if drive.busy.contains(path) && !drive.awaits.contains(path) => {
+            "being answered".to_owned()
+        }
+        Some(leaf) => super::drive::leaf_state(leaf),
     }
 }

@@ -106,6 +106,13 @@ pub enum StepKind {
     /// the child's outputs are the step's output, and a failed child fails
     /// the step.
     Subflow(Subflow),
+    /// `emit:` commits a message (its `with`) on a channel, for the
+    /// channel's subscribers; its output is `{"message": <id>, "channel":
+    /// <channel>}`.
+    Emit(Emit),
+    /// `await:` waits for an outside actor (over the API): its output is
+    /// the payload the actor completes it with.
+    Await(Await),
     /// `parallel:` runs every branch at once; its output is `{branch id:
     /// output}`. The first branch to fail (in document order, among those
     /// that failed) fails the step; branches still running are abandoned.
@@ -171,6 +178,26 @@ pub struct Subflow {
     pub with: Template,
 }
 
+/// A message a step emits.
+#[derive(Debug)]
+pub struct Emit {
+    /// The channel.
+    pub channel: String,
+    /// The payload, with `${{ }}` expressions.
+    pub with: Template,
+}
+
+/// A wait for an outside actor.
+#[derive(Debug)]
+pub struct Await {
+    /// What the actor is shown (the step's input), with `${{ }}`
+    /// expressions.
+    pub with: Template,
+    /// How long to wait before the step fails with `await_timeout`;
+    /// forever when `None`.
+    pub timeout: Option<Duration>,
+}
+
 /// A `switch` case or a `catch` handler.
 #[derive(Debug)]
 pub struct Case {
@@ -202,16 +229,22 @@ impl Step {
     pub fn is_leaf(&self) -> bool {
         matches!(
             self.kind,
-            StepKind::Call(_) | StepKind::Subflow(_) | StepKind::Sleep(_)
+            StepKind::Call(_)
+                | StepKind::Subflow(_)
+                | StepKind::Sleep(_)
+                | StepKind::Emit(_)
+                | StepKind::Await(_)
         )
     }
 
     /// The steps directly inside this one, handlers included.
     pub fn children(&self) -> impl Iterator<Item = &Step> {
         let body: Box<dyn Iterator<Item = &Step>> = match &self.kind {
-            StepKind::Call(_) | StepKind::Subflow(_) | StepKind::Sleep(_) => {
-                Box::new(std::iter::empty())
-            }
+            StepKind::Call(_)
+            | StepKind::Subflow(_)
+            | StepKind::Sleep(_)
+            | StepKind::Emit(_)
+            | StepKind::Await(_) => Box::new(std::iter::empty()),
             StepKind::Parallel(branches) => Box::new(branches.iter()),
             StepKind::Switch(cases) => Box::new(cases.iter().flat_map(|c| c.steps.iter())),
             StepKind::Foreach { steps, .. } | StepKind::While { steps, .. } => {

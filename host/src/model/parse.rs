@@ -12,8 +12,8 @@ use super::expr::Template;
 use super::lines::{IdLines, find_key_line};
 use super::policy::RawRetry;
 use super::{
-    Call, Case, Format, InputSchema, PluginRef, ScheduleSpec, Sleep, Step, StepKind, Subflow,
-    VersionPin, Workflow,
+    Await, Call, Case, Emit, Format, InputSchema, PluginRef, ScheduleSpec, Sleep, Step, StepKind,
+    Subflow, VersionPin, Workflow,
 };
 
 /// The most iterations a `while` may declare.
@@ -73,6 +73,10 @@ struct RawStep {
     #[serde(default)]
     sleep_until: Option<Value>,
     #[serde(default)]
+    emit: Option<String>,
+    #[serde(default, rename = "await")]
+    await_: Option<RawAwait>,
+    #[serde(default)]
     parallel: Option<Vec<RawStep>>,
     #[serde(default)]
     switch: Option<Vec<RawCase>>,
@@ -98,6 +102,14 @@ struct RawStep {
     continue_on_error: bool,
     #[serde(default)]
     catch: Option<Vec<RawCase>>,
+}
+
+/// An `await` step's settings.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAwait {
+    #[serde(default)]
+    timeout: Option<String>,
 }
 
 /// A `switch` case or a `catch` handler: steps, guarded by an optional `if`.
@@ -173,6 +185,8 @@ impl Checker<'_> {
             raw.subflow.is_some(),
             raw.sleep.is_some(),
             raw.sleep_until.is_some(),
+            raw.emit.is_some(),
+            raw.await_.is_some(),
             raw.parallel.is_some(),
             raw.switch.is_some(),
             raw.foreach.is_some(),
@@ -180,7 +194,7 @@ impl Checker<'_> {
         ];
         if kinds.iter().filter(|k| **k).count() != 1 {
             return Err(invalid(
-                "a step needs exactly one of `uses`, `subflow`, `sleep`, `sleep_until`, `parallel`, `switch`, `foreach` or `while`"
+                "a step needs exactly one of `uses`, `subflow`, `sleep`, `sleep_until`, `emit`, `await`, `parallel`, `switch`, `foreach` or `while`"
                     .to_owned(),
             ));
         }
@@ -195,14 +209,21 @@ impl Checker<'_> {
                 "`{key}` applies only to a step with `uses`"
             )));
         }
-        let only_with_leaves = [("with", raw.with.is_some()), ("retry", raw.retry.is_some())];
-        if raw.uses.is_none()
+        if raw.with.is_some()
+            && raw.uses.is_none()
             && raw.subflow.is_none()
-            && let Some((key, _)) = only_with_leaves.iter().find(|(_, set)| *set)
+            && raw.emit.is_none()
+            && raw.await_.is_none()
         {
-            return Err(invalid(format!(
-                "`{key}` applies only to a step with `uses` or `subflow`"
-            )));
+            return Err(invalid(
+                "`with` applies only to a step with `uses`, `subflow`, `emit` or `await`"
+                    .to_owned(),
+            ));
+        }
+        if raw.retry.is_some() && raw.uses.is_none() && raw.subflow.is_none() {
+            return Err(invalid(
+                "`retry` applies only to a step with `uses` or `subflow`".to_owned(),
+            ));
         }
         let loops = raw.foreach.is_some() || raw.while_.is_some();
         if raw.steps.is_some() != loops {
@@ -280,6 +301,25 @@ impl Checker<'_> {
                 })?;
             }
             StepKind::Sleep(Sleep::Until(template))
+        } else if let Some(channel) = raw.emit {
+            crate::store::messages::check_name("emit: the channel", &channel).map_err(invalid)?;
+            let with =
+                Template::compile(&raw.with.unwrap_or(Value::Null), "with").map_err(invalid)?;
+            with.check_references(&self.known_ids(), vars)
+                .map_err(invalid)?;
+            StepKind::Emit(Emit { channel, with })
+        } else if let Some(wait) = raw.await_ {
+            let with =
+                Template::compile(&raw.with.unwrap_or(Value::Null), "with").map_err(invalid)?;
+            with.check_references(&self.known_ids(), vars)
+                .map_err(invalid)?;
+            let timeout = wait
+                .timeout
+                .as_deref()
+                .map(parse_timeout)
+                .transpose()
+                .map_err(|m| invalid(format!("await.timeout: {m}")))?;
+            StepKind::Await(Await { with, timeout })
         } else if let Some(workflow) = raw.subflow {
             check_id(&workflow).map_err(|m| invalid(format!("subflow: {m}")))?;
             let with =

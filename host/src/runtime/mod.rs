@@ -22,6 +22,7 @@ mod error;
 mod kv;
 mod limits;
 mod log;
+mod outbox;
 mod plugin;
 mod sandbox;
 mod slots;
@@ -38,6 +39,7 @@ pub use digest::Digest;
 pub use error::{CallError, LoadError, RuntimeError};
 pub use kv::{KvAccess, KvEffects, KvSource, MAX_KEY, MAX_VALUE, MAX_WRITES, Versioned};
 pub use log::{LogLevel, LogLine, LogSource};
+pub use outbox::{MAX_MESSAGES, MAX_PAYLOAD};
 pub use plugin::{CallOptions, CallOutcome, Plugin, PluginMeta, StepContext};
 
 use cache::CodeCache;
@@ -149,6 +151,7 @@ impl Runtime {
         sandbox::add_to_linker(&mut linker).map_err(|e| RuntimeError::Engine(format!("{e:#}")))?;
         log::add_to_linker(&mut linker).map_err(|e| RuntimeError::Engine(format!("{e:#}")))?;
         kv::add_to_linker(&mut linker).map_err(|e| RuntimeError::Engine(format!("{e:#}")))?;
+        outbox::add_to_linker(&mut linker).map_err(|e| RuntimeError::Engine(format!("{e:#}")))?;
 
         let cache = config
             .cache_dir

@@ -103,6 +103,9 @@ pub struct CallOutcome {
     /// What the call read and wrote in its key-value space. Only a
     /// successful call's effects may be committed.
     pub kv: KvEffects,
+    /// The messages the call emitted, in order. Only a successful call's
+    /// messages may be committed.
+    pub emitted: Vec<crate::store::Emission>,
 }
 
 impl Plugin {
@@ -218,6 +221,7 @@ impl Plugin {
             result,
             logs: log.finish(),
             kv: state.kv.into_effects(),
+            emitted: state.outbox.emitted,
         }
     }
 }

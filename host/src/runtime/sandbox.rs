@@ -19,6 +19,7 @@ pub(super) struct StepState {
     pub(super) limiter: CallLimiter,
     pub(super) log: LogSink,
     pub(super) kv: KvState,
+    pub(super) outbox: super::outbox::OutboxState,
 }
 
 impl std::fmt::Debug for StepState {
@@ -46,6 +47,7 @@ impl StepState {
             limiter: CallLimiter::new(memory_limit),
             log,
             kv: KvState::new(kv),
+            outbox: super::outbox::OutboxState::default(),
         }
     }
 }

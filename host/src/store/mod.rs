@@ -2,11 +2,15 @@
 //! embedded backend.
 
 mod group;
+pub mod messages;
 mod records;
 mod redb;
 mod write;
 
 pub use self::group::{Done, GroupCommit};
+pub use self::messages::{
+    DeliveryOp, DeliveryRecord, DeliveryState, Emission, MessageRecord, SubscriptionRecord, Target,
+};
 pub use self::records::{
     CANCEL_PATH, DEADLINE_PATH, DefinitionRecord, Effect, ErrorRecord, OutboxRecord, ParentLink,
     PinnedPlugin, RunError, RunRecord, RunState, ScheduleRecord, StepRecord, TimerKind,
@@ -72,6 +76,18 @@ pub enum StoreError {
     /// nothing of the write was stored.
     #[error("store: run `{0}` has ended")]
     RunEnded(String),
+    /// What a write names does not exist.
+    #[error("store: no {0}")]
+    NotFound(String),
+    /// A run was started before with this idempotency key; nothing of the
+    /// write was stored.
+    #[error("store: idempotency key `{key}` started run `{run}` already")]
+    Duplicate {
+        /// The key.
+        key: String,
+        /// The run it started.
+        run: String,
+    },
     /// The store was opened read-only and a write was attempted.
     #[error("the store was opened read-only")]
     ReadOnly,
@@ -95,6 +111,10 @@ pub struct RunFilter {
     pub workflow: Option<String>,
     /// Only runs in this state.
     pub state: Option<RunState>,
+    /// Only runs created at or after this time.
+    pub since: Option<crate::clock::Timestamp>,
+    /// Only runs created before this time.
+    pub until: Option<crate::clock::Timestamp>,
 }
 
 impl RunFilter {
@@ -102,6 +122,8 @@ impl RunFilter {
     pub fn keeps(&self, run: &RunRecord) -> bool {
         self.workflow.as_ref().is_none_or(|w| *w == run.workflow)
             && self.state.is_none_or(|s| s == run.state)
+            && self.since.is_none_or(|t| run.created_at >= t)
+            && self.until.is_none_or(|t| run.created_at < t)
     }
 }
 
@@ -156,4 +178,38 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// Up to `limit` keys of `space` that start with `prefix` and have a
     /// value, in byte order.
     fn kv_list(&self, space: &str, prefix: &str, limit: usize) -> Result<Vec<String>, StoreError>;
+
+    /// The subscriptions of `channel`, or of every channel, by key.
+    fn subscriptions(&self, channel: Option<&str>) -> Result<Vec<SubscriptionRecord>, StoreError>;
+
+    /// The subscription `<channel>/<name>`.
+    fn subscription(&self, key: &str) -> Result<Option<SubscriptionRecord>, StoreError>;
+
+    /// The delivery with `id`.
+    fn delivery(&self, id: &str) -> Result<Option<DeliveryRecord>, StoreError>;
+
+    /// The message with `seq`.
+    fn message(&self, seq: u64) -> Result<Option<MessageRecord>, StoreError>;
+
+    /// Up to `limit` unsettled deliveries of `subscription` (with `dead`,
+    /// its dead letters) for messages after `after`, in message order.
+    fn queued(
+        &self,
+        subscription: &str,
+        dead: bool,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<DeliveryRecord>, StoreError>;
+
+    /// Up to `limit` dead letters of every subscription.
+    fn dead_letters(&self, limit: usize) -> Result<Vec<DeliveryRecord>, StoreError>;
+
+    /// Up to `limit` deliveries, newest first.
+    fn deliveries(&self, limit: usize) -> Result<Vec<DeliveryRecord>, StoreError>;
+
+    /// The messages run `id` emitted, in order.
+    fn run_messages(&self, id: &str) -> Result<Vec<MessageRecord>, StoreError>;
+
+    /// The run a start with idempotency key `key` recorded.
+    fn idempotent_run(&self, key: &str) -> Result<Option<String>, StoreError>;
 }

@@ -193,6 +193,9 @@ pub enum TimerKind {
     Retry,
     /// Ends the run's time: a `run_timeout` failure is recorded.
     Deadline,
+    /// Ends an `await` step's wait: an `await_timeout` failure is
+    /// recorded.
+    Await,
 }
 
 /// A durable timer: written in the commit that sets it, removed by the
@@ -238,6 +241,8 @@ impl TimerRecord {
             timer: None,
             kv_writes: BTreeMap::new(),
             logs: Vec::new(),
+            awaiting: false,
+            messages: Vec::new(),
         };
         match self.timer.kind {
             TimerKind::Retry => None,
@@ -249,6 +254,15 @@ impl TimerRecord {
                 error: Some(ErrorRecord {
                     code: "run_timeout".to_owned(),
                     message: format!("the run's deadline passed at {}", self.timer.due),
+                    retryable: false,
+                    details: None,
+                }),
+                ..base
+            }),
+            TimerKind::Await => Some(StepRecord {
+                error: Some(ErrorRecord {
+                    code: "await_timeout".to_owned(),
+                    message: format!("no action came before {}", self.timer.due),
                     retryable: false,
                     details: None,
                 }),
@@ -382,6 +396,13 @@ pub struct StepRecord {
     /// What the step logged.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub logs: Vec<LogLine>,
+    /// For an `await` step: this record starts the wait for an outside
+    /// actor; the step's result is the next record at its path.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub awaiting: bool,
+    /// The ids of the messages committed with this record.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub messages: Vec<String>,
 }
 
 /// A workflow definition as it was when a run started.

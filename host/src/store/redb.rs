@@ -50,6 +50,21 @@ const RUN_TIMERS: TableDefinition<(&str, u64), u64> = TableDefinition::new("run_
 const CANCELLED: TableDefinition<&str, ()> = TableDefinition::new("cancelled");
 /// Cron triggers by key.
 const SCHEDULES: TableDefinition<&str, &[u8]> = TableDefinition::new("schedules");
+/// Messages by `seq`.
+const MESSAGES: TableDefinition<u64, &[u8]> = TableDefinition::new("messages");
+/// Each run's messages: `(run, seq)`.
+const RUN_MESSAGES: TableDefinition<(&str, u64), ()> = TableDefinition::new("run_messages");
+/// Subscriptions by `<channel>/<name>`.
+const SUBSCRIPTIONS: TableDefinition<&str, &[u8]> = TableDefinition::new("subscriptions");
+/// Deliveries by id.
+const DELIVERIES: TableDefinition<&str, &[u8]> = TableDefinition::new("deliveries");
+/// Each subscription's unsettled deliveries in message order:
+/// `(subscription, seq)` to delivery id.
+const QUEUE: TableDefinition<(&str, u64), &str> = TableDefinition::new("queue");
+/// Each subscription's dead letters: `(subscription, seq)` to delivery id.
+const DEAD: TableDefinition<(&str, u64), &str> = TableDefinition::new("dead");
+/// Client-supplied keys of run starts, to the run each started.
+const IDEMPOTENCY: TableDefinition<&str, &str> = TableDefinition::new("idempotency");
 
 /// The format this build reads and writes.
 const FORMAT: &str = "1";
@@ -78,6 +93,8 @@ macro_rules! backend {
         $e.map_err(|e| StoreError::Backend(::redb::Error::from(e)))
     };
 }
+
+mod queue;
 
 impl RedbStore {
     /// Opens the store at `path` for reading and writing, creating it if it
@@ -118,6 +135,13 @@ impl RedbStore {
             backend!(txn.open_table(TIMER_KEYS))?;
             backend!(txn.open_table(SCHEDULES))?;
             backend!(txn.open_table(CANCELLED))?;
+            backend!(txn.open_table(MESSAGES))?;
+            backend!(txn.open_table(RUN_MESSAGES))?;
+            backend!(txn.open_table(SUBSCRIPTIONS))?;
+            backend!(txn.open_table(DELIVERIES))?;
+            backend!(txn.open_table(QUEUE))?;
+            backend!(txn.open_table(DEAD))?;
+            backend!(txn.open_table(IDEMPOTENCY))?;
         }
         backend!(txn.commit())?;
         Ok(Self {
@@ -233,6 +257,13 @@ struct Tables<'t> {
     timer_keys: Table<'t, (u64, u64), ()>,
     schedules: Table<'t, &'static str, &'static [u8]>,
     cancelled: Table<'t, &'static str, ()>,
+    messages: Table<'t, u64, &'static [u8]>,
+    run_messages: Table<'t, (&'static str, u64), ()>,
+    subscriptions: Table<'t, &'static str, &'static [u8]>,
+    deliveries: Table<'t, &'static str, &'static [u8]>,
+    queue: Table<'t, (&'static str, u64), &'static str>,
+    dead: Table<'t, (&'static str, u64), &'static str>,
+    idempotency: Table<'t, &'static str, &'static str>,
 }
 
 impl Tables<'_> {
@@ -246,11 +277,21 @@ impl Tables<'_> {
                 definition,
                 components: pinned,
                 timer,
+                idempotency,
             } => {
                 if backend!(self.runs.get(id.as_str()))?.is_some() {
                     return Ok(Err(StoreError::Conflict(format!(
                         "run `{id}` exists already"
                     ))));
+                }
+                if let Some(key) = idempotency {
+                    if let Some(run) = backend!(self.idempotency.get(key.as_str()))? {
+                        return Ok(Err(StoreError::Duplicate {
+                            key: key.clone(),
+                            run: run.value().to_owned(),
+                        }));
+                    }
+                    backend!(self.idempotency.insert(key.as_str(), id.as_str()))?;
                 }
                 self.definition(definition)?;
                 self.components(pinned)?;
@@ -271,6 +312,7 @@ impl Tables<'_> {
                 fired,
                 kv: effects,
                 spawn,
+                emitted,
             } => {
                 if self.ended(id)? {
                     return Ok(Err(StoreError::RunEnded(id.clone())));
@@ -311,9 +353,21 @@ impl Tables<'_> {
                 if let Some(timer) = timer {
                     self.insert_timer(timer)?;
                 }
+                if let Some(emitted) = emitted {
+                    self.emit(id, &emitted.0, &emitted.1)?;
+                }
                 backend!(self.steps.insert((id.as_str(), *seq), step.as_slice()))?;
                 self.set_run(id, run, *running, *suspended)?;
             }
+            Write::Subscribe(row) => return self.subscribe(row),
+            Write::Unsubscribe(key) => return self.unsubscribe(key),
+            Write::Delivery(id, op) => return self.delivery(id, op),
+            Write::Act {
+                run,
+                record,
+                timer,
+                now,
+            } => return self.act(run, record, *timer, *now),
             Write::StartRun {
                 outbox: row,
                 id,
@@ -493,7 +547,59 @@ impl Tables<'_> {
     }
 }
 
+macro_rules! reads {
+    ($self:ident . $method:ident ( $($arg:expr),* )) => {{
+        let txn = $self.begin_read()?;
+        queue::Reads(&txn).$method($($arg),*)
+    }};
+}
+
 impl Store for RedbStore {
+    fn subscriptions(
+        &self,
+        channel: Option<&str>,
+    ) -> Result<Vec<super::SubscriptionRecord>, StoreError> {
+        reads!(self.subscriptions(channel))
+    }
+
+    fn subscription(&self, key: &str) -> Result<Option<super::SubscriptionRecord>, StoreError> {
+        reads!(self.subscription(key))
+    }
+
+    fn delivery(&self, id: &str) -> Result<Option<super::DeliveryRecord>, StoreError> {
+        reads!(self.delivery(id))
+    }
+
+    fn message(&self, seq: u64) -> Result<Option<super::MessageRecord>, StoreError> {
+        reads!(self.message(seq))
+    }
+
+    fn queued(
+        &self,
+        subscription: &str,
+        dead: bool,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<super::DeliveryRecord>, StoreError> {
+        reads!(self.queued(subscription, dead, after, limit))
+    }
+
+    fn dead_letters(&self, limit: usize) -> Result<Vec<super::DeliveryRecord>, StoreError> {
+        reads!(self.dead_letters(limit))
+    }
+
+    fn deliveries(&self, limit: usize) -> Result<Vec<super::DeliveryRecord>, StoreError> {
+        reads!(self.deliveries(limit))
+    }
+
+    fn run_messages(&self, id: &str) -> Result<Vec<super::MessageRecord>, StoreError> {
+        reads!(self.run_messages(id))
+    }
+
+    fn idempotent_run(&self, key: &str) -> Result<Option<String>, StoreError> {
+        reads!(self.idempotent_run(key))
+    }
+
     fn apply(&self, writes: &[&Write]) -> Result<Vec<Result<(), StoreError>>, StoreError> {
         let txn = backend!(self.writable()?.begin_write())?;
         let mut results = Vec::with_capacity(writes.len());
@@ -511,6 +617,13 @@ impl Store for RedbStore {
                 timer_keys: backend!(txn.open_table(TIMER_KEYS))?,
                 schedules: backend!(txn.open_table(SCHEDULES))?,
                 cancelled: backend!(txn.open_table(CANCELLED))?,
+                messages: backend!(txn.open_table(MESSAGES))?,
+                run_messages: backend!(txn.open_table(RUN_MESSAGES))?,
+                subscriptions: backend!(txn.open_table(SUBSCRIPTIONS))?,
+                deliveries: backend!(txn.open_table(DELIVERIES))?,
+                queue: backend!(txn.open_table(QUEUE))?,
+                dead: backend!(txn.open_table(DEAD))?,
+                idempotency: backend!(txn.open_table(IDEMPOTENCY))?,
             };
             for write in writes {
                 results.push(t.apply(write)?);

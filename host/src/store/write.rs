@@ -4,7 +4,8 @@
 use std::sync::Arc;
 
 use super::{
-    DefinitionRecord, Effect, OutboxRecord, RunRecord, RunState, StepRecord, TimerRecord, TimerRef,
+    DefinitionRecord, DeliveryOp, Effect, Emission, OutboxRecord, RunRecord, RunState, StepRecord,
+    SubscriptionRecord, TimerRecord, TimerRef,
 };
 use crate::runtime::KvEffects;
 
@@ -23,6 +24,10 @@ pub enum Write {
         components: Vec<(String, Arc<[u8]>)>,
         /// The run's deadline timer.
         timer: Option<TimerRow>,
+        /// The client's key for this start: refused with
+        /// [`StoreError::Duplicate`](super::StoreError::Duplicate) if a
+        /// run was recorded with it before.
+        idempotency: Option<String>,
     },
     /// A step attempt's record and the run's next state.
     CommitStep {
@@ -51,6 +56,31 @@ pub enum Write {
         kv: Option<KvEffects>,
         /// A child run the step starts.
         spawn: Option<Box<Spawn>>,
+        /// The messages the step emitted, with its path: each is
+        /// committed, with a delivery for each subscription of its
+        /// channel.
+        emitted: Option<Box<(String, Vec<Emission>)>>,
+    },
+    /// Makes a subscription (one that exists with the same target is
+    /// kept; with another, refused).
+    Subscribe(Box<SubscriptionRecord>),
+    /// Removes the subscription with this key; its deliveries go.
+    Unsubscribe(String),
+    /// Changes delivery `.0`; refused with
+    /// [`StoreError::Conflict`](super::StoreError::Conflict) when the
+    /// change does not apply to its state.
+    Delivery(String, DeliveryOp),
+    /// An outside actor's answer to an `await` step of a run that is not in
+    /// memory; see `act` in the store.
+    Act {
+        /// The run.
+        run: String,
+        /// The step's result (its `seq` is set by the store).
+        record: Box<StepRecord>,
+        /// The wait's timeout, removed with it.
+        timer: Option<TimerRef>,
+        /// Now.
+        now: crate::clock::Timestamp,
     },
     /// Carries out an outbox row that starts a run: records the run unless
     /// one with its id exists, and closes the row. Never refused, so it can
@@ -157,6 +187,7 @@ impl Write {
         components: Vec<(String, Arc<[u8]>)>,
     ) -> Self {
         Self::CreateRun {
+            idempotency: None,
             id: run.id.clone(),
             run: encode(run),
             definition: (definition.digest.clone(), encode(definition)),
@@ -182,6 +213,7 @@ impl Write {
         kv: Option<KvEffects>,
         spawn: Option<Spawn>,
         fired: Option<TimerRef>,
+        emitted: Vec<Emission>,
     ) -> Self {
         let timer = step
             .timer
@@ -207,6 +239,7 @@ impl Write {
             fired,
             kv: kv.filter(|kv| !kv.writes.is_empty() || !kv.reads.is_empty()),
             spawn: spawn.map(Box::new),
+            emitted: (!emitted.is_empty()).then(|| Box::new((step.path.clone(), emitted))),
         }
     }
 
