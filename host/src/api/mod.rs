@@ -14,19 +14,22 @@
 //! | `POST /v1/schedules` | adds `{"workflow": id, "schedule": {"cron": ..., ...}}` to a served workflow; `201`, or `409 schedule_exists` |
 //! | `POST /v1/schedules/{workflow}/{trigger}/pause` (or `/resume`) | pauses or resumes a trigger |
 
+mod deliver;
 mod error;
+mod openapi;
 
 use std::sync::Arc;
 
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{DefaultBodyLimit, Path, Query, State};
 use axum::http::StatusCode;
-use axum::routing::{get, post};
+use axum::routing::{MethodRouter, get, post};
 use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::engine::{Engine, Quiet, StartError};
+use crate::hub::Hub;
 use crate::store::RunFilter;
 use crate::workflows::WorkflowDir;
 
@@ -40,31 +43,79 @@ pub const MAX_BODY: usize = 4 << 20;
 pub struct Api {
     engine: Arc<Engine>,
     workflows: Arc<WorkflowDir>,
+    hub: Hub,
+    /// Places for open event streams.
+    streams: Arc<tokio::sync::Semaphore>,
 }
 
 impl Api {
-    /// An API over `engine`, serving `workflows`.
-    pub fn new(engine: Arc<Engine>, workflows: Arc<WorkflowDir>) -> Self {
-        Self { engine, workflows }
+    /// An API over `engine`, serving `workflows`, delivering through `hub`.
+    pub fn new(engine: Arc<Engine>, workflows: Arc<WorkflowDir>, hub: Hub) -> Self {
+        Self {
+            engine,
+            workflows,
+            hub,
+            streams: Arc::new(tokio::sync::Semaphore::new(deliver::MAX_STREAMS)),
+        }
     }
 
     /// The routes, ready for `axum::serve`.
     pub fn router(self) -> Router {
-        Router::new()
-            .route("/v1/health", get(health))
-            .route("/v1/workflows", get(list_workflows))
-            .route("/v1/runs", get(list_runs).post(start_run))
-            .route("/v1/runs/{id}", get(get_run))
-            .route("/v1/runs/{id}/cancel", post(cancel_run))
-            .route("/v1/schedules", get(list_schedules).post(add_schedule))
-            .route(
-                "/v1/schedules/{workflow}/{trigger}/{action}",
-                post(pause_schedule),
-            )
+        let mut router = Router::new();
+        for (path, methods) in routes() {
+            router = router.route(path, methods);
+        }
+        router
             .fallback(not_found)
             .layer(DefaultBodyLimit::max(MAX_BODY))
             .with_state(self)
     }
+}
+
+/// Every route: the router is built from this list, and a test checks
+/// that the OpenAPI document describes each of them.
+fn routes() -> Vec<(&'static str, MethodRouter<Api>)> {
+    use axum::routing::delete;
+    vec![
+        ("/v1/health", get(health)),
+        ("/v1/openapi.json", get(openapi::document)),
+        ("/v1/workflows", get(list_workflows)),
+        ("/v1/runs", get(list_runs).post(start_run)),
+        ("/v1/runs/{id}", get(get_run)),
+        ("/v1/runs/{id}/steps", get(get_steps)),
+        ("/v1/runs/{id}/steps/{*rest}", post(deliver::act)),
+        ("/v1/runs/{id}/messages", get(deliver::run_messages)),
+        ("/v1/runs/{id}/cancel", post(cancel_run)),
+        ("/v1/schedules", get(list_schedules).post(add_schedule)),
+        (
+            "/v1/schedules/{workflow}/{trigger}/{action}",
+            post(pause_schedule),
+        ),
+        ("/v1/channels/{channel}/events", get(deliver::events)),
+        (
+            "/v1/subscriptions",
+            get(deliver::list_subscriptions).post(deliver::add_subscription),
+        ),
+        (
+            "/v1/subscriptions/{channel}/{name}",
+            delete(deliver::remove_subscription),
+        ),
+        ("/v1/deliveries", get(deliver::list_deliveries)),
+        (
+            "/v1/deliveries/{id}",
+            get(deliver::get_delivery).delete(deliver::clear_delivery),
+        ),
+        ("/v1/deliveries/{id}/{action}", post(deliver::change_delivery)),
+    ]
+}
+
+/// Runs blocking work (the store, the engine) off the async threads.
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| ApiError::internal(format!("a blocking task failed: {e}")))
 }
 
 async fn health() -> Json<Value> {
@@ -97,6 +148,10 @@ struct StartRequest {
     workflow: String,
     #[serde(default)]
     input: Option<Value>,
+    /// A start with a key used before starts nothing and answers with the
+    /// run that key started.
+    #[serde(default)]
+    idempotency_key: Option<String>,
 }
 
 async fn start_run(
@@ -112,20 +167,49 @@ async fn start_run(
         )
     })?;
     let input = request.input.unwrap_or_else(|| json!({}));
+    if let Some(key) = &request.idempotency_key
+        && (key.is_empty() || key.len() > 256)
+    {
+        return Err(ApiError::bad_request(
+            "idempotency_key: must be 1 to 256 bytes long",
+        ));
+    }
     let engine = Arc::clone(&api.engine);
+    let key = request.idempotency_key.clone();
     // Resolving plugins may compile, and recording waits for a sync.
-    let started = tokio::task::spawn_blocking(move || {
-        let mut handle = engine.start(workflow, input, Box::new(Quiet))?;
-        handle.recorded()?;
-        Ok::<_, StartError>(handle.id().to_owned())
+    let started = blocking(move || {
+        if let Some(key) = &key
+            && let Some(run) = engine.store().idempotent_run(key)?
+        {
+            return Ok::<_, StartError>(Err(run));
+        }
+        let mut handle = engine.start_keyed(workflow, input, Box::new(Quiet), key)?;
+        match handle.recorded() {
+            Ok(()) => Ok(Ok(handle.id().to_owned())),
+            Err(crate::store::StoreError::Duplicate { run, .. }) => Ok(Err(run)),
+            Err(e) => Err(e.into()),
+        }
     })
-    .await
-    .map_err(|e| ApiError::internal(format!("the start task failed: {e}")))?;
-    let id = started.map_err(ApiError::from)?;
-    Ok((
-        StatusCode::CREATED,
-        Json(json!({ "id": id, "workflow": request.workflow, "state": "running" })),
-    ))
+    .await?;
+    match started? {
+        Ok(id) => Ok((
+            StatusCode::CREATED,
+            Json(json!({ "id": id, "workflow": request.workflow, "state": "running" })),
+        )),
+        // Started before with this key: the same answer, and nothing new.
+        Err(id) => {
+            let state = api
+                .engine
+                .store()
+                .run(&id)?
+                .map(|r| r.state.to_string())
+                .unwrap_or_default();
+            Ok((
+                StatusCode::OK,
+                Json(json!({ "id": id, "workflow": request.workflow, "state": state, "existing": true })),
+            ))
+        }
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -137,6 +221,29 @@ struct ListQuery {
     workflow: Option<String>,
     #[serde(default)]
     state: Option<String>,
+    #[serde(default)]
+    since: Option<String>,
+    #[serde(default)]
+    until: Option<String>,
+}
+
+/// An RFC 3339 time or milliseconds since the epoch, from a query.
+fn parse_time(field: &str, text: &str) -> Result<crate::clock::Timestamp, ApiError> {
+    if let Ok(millis) = text.parse::<u64>() {
+        return Ok(crate::clock::Timestamp(millis));
+    }
+    humantime::parse_rfc3339_weak(text)
+        .map(|t| {
+            crate::clock::Timestamp(
+                t.duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+            )
+        })
+        .map_err(|e| {
+            ApiError::bad_request(format!(
+                "{field}: `{text}` is not a time such as `2026-12-01T09:00:00Z`: {e}"
+            ))
+        })
 }
 
 async fn list_runs(
@@ -154,7 +261,16 @@ async fn list_runs(
     let filter = RunFilter {
         workflow: query.workflow,
         state,
-        ..RunFilter::default()
+        since: query
+            .since
+            .as_deref()
+            .map(|t| parse_time("since", t))
+            .transpose()?,
+        until: query
+            .until
+            .as_deref()
+            .map(|t| parse_time("until", t))
+            .transpose()?,
     };
     let store = Arc::clone(api.engine.store());
     let runs = tokio::task::spawn_blocking(move || store.runs(&filter, limit))
@@ -180,6 +296,31 @@ async fn get_run(State(api): State<Api>, Path(id): Path<String>) -> Result<Json<
     match found {
         (_, Some(run), steps) => Ok(Json(json!({ "run": run, "steps": steps }))),
         (id, None, _) => Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "unknown_run",
+            format!("no run `{id}`"),
+        )),
+    }
+}
+
+/// `GET /v1/runs/{id}/steps`: the run's step records in commit order, each
+/// with its input, output or error, timing and logs.
+async fn get_steps(
+    State(api): State<Api>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let store = Arc::clone(api.engine.store());
+    let asked = id.clone();
+    let found = blocking(move || {
+        Ok::<_, crate::store::StoreError>(match store.run(&asked)? {
+            Some(_) => Some(store.steps(&asked)?),
+            None => None,
+        })
+    })
+    .await??;
+    match found {
+        Some(steps) => Ok(Json(json!({ "steps": steps }))),
+        None => Err(ApiError::new(
             StatusCode::NOT_FOUND,
             "unknown_run",
             format!("no run `{id}`"),
@@ -305,5 +446,44 @@ async fn add_schedule(
             e.to_string(),
         )),
         Err(crate::engine::AddScheduleError::Store(e)) => Err(e.into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `{name}` matches one segment, `{*name}` the rest of the path.
+    fn matches(route: &str, documented: &str) -> bool {
+        let route: Vec<&str> = route.split('/').collect();
+        let documented: Vec<&str> = documented.split('/').collect();
+        for (i, segment) in route.iter().enumerate() {
+            if segment.starts_with("{*") {
+                return documented.len() > i;
+            }
+            match documented.get(i) {
+                Some(d) if d == segment => {}
+                Some(d) if d.starts_with('{') && segment.starts_with('{') => {}
+                _ => return false,
+            }
+        }
+        route.len() == documented.len()
+    }
+
+    #[test]
+    fn every_route_is_in_the_openapi_document() {
+        let spec = openapi::spec();
+        let paths = spec["paths"].as_object().unwrap();
+        for (route, _) in routes() {
+            assert!(
+                paths.keys().any(|documented| matches(route, documented)),
+                "route {route} is not in the OpenAPI document"
+            );
+        }
+        assert!(!matches("/v1/runs/{id}", "/v1/runs/{id}/steps"));
+        assert!(matches(
+            "/v1/runs/{id}/steps/{*rest}",
+            "/v1/runs/{id}/steps/{step}/actions"
+        ));
     }
 }

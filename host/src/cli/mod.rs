@@ -12,6 +12,7 @@ macro_rules! out {
 mod bench;
 mod bench_timers;
 mod progress;
+mod remote;
 mod runs;
 mod schedules;
 mod serve;
@@ -75,6 +76,15 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Start a run on a running `weft serve`.
     Start(serve::StartArgs),
+    /// Answer a waiting `await` step on a running `weft serve`: complete,
+    /// fail, skip, or cancel the run.
+    Act(remote::ActArgs),
+    /// Print a channel's messages as they come, and ack each (from a
+    /// running `weft serve`).
+    Tail(remote::TailArgs),
+    /// Deliveries and dead letters (of a running `weft serve`).
+    #[command(subcommand)]
+    Deliveries(remote::DeliveriesCommand),
 }
 
 #[derive(Debug, clap::Args)]
@@ -124,6 +134,9 @@ pub fn main(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Schedules(command) => schedules::main(&data_dir, command),
         Command::Serve(args) => serve::serve(&data_dir, args),
         Command::Start(args) => serve::start(&data_dir, args),
+        Command::Act(args) => remote::act(&data_dir, args),
+        Command::Tail(args) => remote::tail(&data_dir, args),
+        Command::Deliveries(command) => remote::deliveries(&data_dir, command),
         Command::Bench(args) => {
             let plugins = plugins_dir(&data_dir, &args.plugins.plugins);
             bench::main(&plugins, &args)

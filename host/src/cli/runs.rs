@@ -28,6 +28,10 @@ pub enum RunsCommand {
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
+        /// Ask a running `weft serve` at this URL instead of reading the
+        /// store.
+        #[arg(long, value_name = "URL")]
+        server: Option<String>,
     },
     /// Resume an interrupted run (one left `running` by a process that
     /// died) at the step it had reached, and run it to the end.
@@ -47,6 +51,10 @@ pub enum RunsCommand {
     Cancel {
         /// The run's id.
         run_id: String,
+        /// Ask a running `weft serve` at this URL instead of writing the
+        /// store.
+        #[arg(long, value_name = "URL")]
+        server: Option<String>,
     },
     /// Show one run: its state, each step's result and logs, its outputs.
     Show {
@@ -55,6 +63,10 @@ pub enum RunsCommand {
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
+        /// Ask a running `weft serve` at this URL instead of reading the
+        /// store.
+        #[arg(long, value_name = "URL")]
+        server: Option<String>,
     },
 }
 
@@ -70,6 +82,7 @@ pub fn main(data_dir: &Path, command: RunsCommand) -> anyhow::Result<ExitCode> {
             workflow,
             state,
             json,
+            server: None,
         } => list(
             data_dir,
             &RunFilter {
@@ -80,8 +93,68 @@ pub fn main(data_dir: &Path, command: RunsCommand) -> anyhow::Result<ExitCode> {
             limit,
             json,
         ),
-        RunsCommand::Show { run_id, json } => show(data_dir, &run_id, json),
-        RunsCommand::Cancel { run_id } => cancel(data_dir, &run_id),
+        RunsCommand::List {
+            limit,
+            workflow,
+            state,
+            json,
+            server: Some(url),
+        } => {
+            let server = super::remote::Server::new(data_dir, Some(url));
+            let mut query = format!("limit={limit}");
+            if let Some(workflow) = workflow {
+                query.push_str(&format!("&workflow={workflow}"));
+            }
+            if let Some(state) = state {
+                query.push_str(&format!("&state={state}"));
+            }
+            match super::remote::runs(&server, &query)? {
+                Ok(runs) => print_runs(data_dir, &runs, json),
+                Err(message) => {
+                    eprintln!("error: {message}");
+                    Ok(ExitCode::from(EXIT_INVALID))
+                }
+            }
+        }
+        RunsCommand::Show {
+            run_id,
+            json,
+            server: None,
+        } => show(data_dir, &run_id, json),
+        RunsCommand::Show {
+            run_id,
+            json,
+            server: Some(url),
+        } => {
+            let server = super::remote::Server::new(data_dir, Some(url));
+            match super::remote::run(&server, &run_id)? {
+                Ok((run, steps)) => print_run(&run, &steps, json),
+                Err(message) => {
+                    eprintln!("error: {message}");
+                    Ok(ExitCode::from(EXIT_INVALID))
+                }
+            }
+        }
+        RunsCommand::Cancel {
+            run_id,
+            server: None,
+        } => cancel(data_dir, &run_id),
+        RunsCommand::Cancel {
+            run_id,
+            server: Some(url),
+        } => {
+            let server = super::remote::Server::new(data_dir, Some(url));
+            match server.call("POST", &format!("/v1/runs/{run_id}/cancel"), None)? {
+                Ok(_) => {
+                    out!("run {run_id} cancelled");
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(message) => {
+                    eprintln!("error: {message}");
+                    Ok(ExitCode::from(EXIT_INVALID))
+                }
+            }
+        }
     }
 }
 
@@ -105,6 +178,14 @@ fn list(data_dir: &Path, filter: &RunFilter, limit: usize, json: bool) -> anyhow
         Some(store) => store.runs(filter, limit)?,
         None => Vec::new(),
     };
+    print_runs(data_dir, &runs, json)
+}
+
+fn print_runs(
+    data_dir: &Path,
+    runs: &[weft::store::RunRecord],
+    json: bool,
+) -> anyhow::Result<ExitCode> {
     if json {
         out!("{}", serde_json::to_string_pretty(&runs)?);
         return Ok(ExitCode::SUCCESS);
@@ -174,6 +255,14 @@ fn show(data_dir: &Path, run_id: &str, json: bool) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::from(EXIT_INVALID));
     };
     let steps = store.steps(run_id)?;
+    print_run(&run, &steps, json)
+}
+
+fn print_run(
+    run: &weft::store::RunRecord,
+    steps: &[weft::store::StepRecord],
+    json: bool,
+) -> anyhow::Result<ExitCode> {
     if json {
         let both = serde_json::json!({ "run": run, "steps": steps });
         out!("{}", serde_json::to_string_pretty(&both)?);
@@ -191,7 +280,7 @@ fn show(data_dir: &Path, run_id: &str, json: bool) -> anyhow::Result<ExitCode> {
     out!("updated   {}", run.updated_at);
     out!("input     {}", run.input);
     out!("steps     {} of {} done", run.next_step, run.step_count);
-    for step in &steps {
+    for step in steps {
         let pinned = run
             .plugins
             .get(&step.step_id)

@@ -131,13 +131,21 @@ pub fn serve(data_dir: &Path, args: ServeArgs) -> anyhow::Result<ExitCode> {
             workflows.iter().count(),
             interrupted.len()
         );
-        let api = Api::new(Arc::clone(&engine), workflows);
+        let hub = weft::hub::Hub::new(Arc::clone(&engine));
+        hub.start().context("cannot start delivering messages")?;
+        let api = Api::new(Arc::clone(&engine), workflows, hub.clone());
         axum::serve(listener, api.router())
-            .with_graceful_shutdown(async {
-                let _ = tokio::signal::ctrl_c().await;
+            .with_graceful_shutdown({
+                // Open event streams end when the hub stops.
+                let hub = hub.clone();
+                async move {
+                    let _ = tokio::signal::ctrl_c().await;
+                    hub.stop();
+                }
             })
             .await
             .context("the server failed")?;
+        hub.stop();
         let _ = std::fs::remove_file(&addr_file);
         Ok::<_, anyhow::Error>(())
     })?;

@@ -1,0 +1,351 @@
+//! Commands that talk to a running `weft serve` over its HTTP API: `weft
+//! act`, `weft tail`, `weft deliveries`, and `weft runs ... --server`.
+
+use std::io::BufRead;
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Subcommand;
+use serde_json::{Value, json};
+
+use super::EXIT_INVALID;
+use super::serve::DEFAULT_LISTEN;
+
+/// A `weft serve` to talk to.
+pub struct Server {
+    url: String,
+    agent: ureq::Agent,
+}
+
+impl Server {
+    /// `url`, or the address in DATA_DIR/serve.addr, else the default.
+    pub fn new(data_dir: &Path, url: Option<String>) -> Self {
+        let url = url.unwrap_or_else(|| {
+            std::fs::read_to_string(data_dir.join("serve.addr"))
+                .map(|text| text.trim().to_owned())
+                .unwrap_or_else(|_| format!("http://{DEFAULT_LISTEN}"))
+        });
+        let agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(60)))
+            .build()
+            .into();
+        Self {
+            url: url.trim_end_matches('/').to_owned(),
+            agent,
+        }
+    }
+
+    /// The server's URL.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Sends a request; `Ok(Err(message))` for an error answer.
+    pub fn call(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<Value>,
+    ) -> anyhow::Result<Result<Value, String>> {
+        let url = format!("{}{path}", self.url);
+        let sent = match (method, body) {
+            ("POST", Some(body)) => self.agent.post(&url).send_json(body),
+            ("POST", None) => self.agent.post(&url).send_empty(),
+            ("DELETE", _) => self.agent.delete(&url).call(),
+            _ => self.agent.get(&url).call(),
+        };
+        let mut response = sent.with_context(|| format!("cannot reach weft serve at {}", self.url))?;
+        let status = response.status();
+        let body: Value = response
+            .body_mut()
+            .read_json()
+            .with_context(|| format!("{} answered {status} with a body that is not JSON", self.url))?;
+        if status.is_success() {
+            Ok(Ok(body))
+        } else {
+            Ok(Err(format!(
+                "{} ({status} {})",
+                body["error"]["message"].as_str().unwrap_or("(no message)"),
+                body["error"]["code"].as_str().unwrap_or("?"),
+            )))
+        }
+    }
+}
+
+/// Prints an error answer and gives the exit status for it.
+fn refused(message: &str) -> anyhow::Result<ExitCode> {
+    eprintln!("error: {message}");
+    Ok(ExitCode::from(EXIT_INVALID))
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ActArgs {
+    /// The run's id.
+    run_id: String,
+    /// The `await` step's path, such as `approve` or `each[2]/approve`.
+    step: String,
+    /// complete, fail, skip, or cancel (the run).
+    action: String,
+    /// complete: the step's output (JSON text, `@FILE`, or `-`).
+    #[arg(long, value_name = "JSON|@FILE|-")]
+    output: Option<String>,
+    /// fail: the error's code.
+    #[arg(long, default_value = "rejected")]
+    code: String,
+    /// fail: the error's message.
+    #[arg(long)]
+    message: Option<String>,
+    /// The server. [default: the address in DATA_DIR/serve.addr, else
+    /// http://127.0.0.1:7420]
+    #[arg(long, value_name = "URL")]
+    server: Option<String>,
+}
+
+/// `weft act`: answers a waiting `await` step.
+pub fn act(data_dir: &Path, args: ActArgs) -> anyhow::Result<ExitCode> {
+    let mut body = json!({ "action": args.action });
+    match args.action.as_str() {
+        "complete" => {
+            let output = match &args.output {
+                Some(text) => super::read_input(text)?,
+                None => Value::Null,
+            };
+            body["output"] = output;
+        }
+        "fail" => {
+            body["error"] = json!({
+                "code": args.code,
+                "message": args.message.unwrap_or_else(|| "rejected".to_owned()),
+            });
+        }
+        "skip" | "cancel" => {}
+        other => {
+            return refused(&format!(
+                "`{other}` is not an action (complete, fail, skip, cancel)"
+            ));
+        }
+    }
+    let server = Server::new(data_dir, args.server);
+    let path = format!("/v1/runs/{}/steps/{}/actions", args.run_id, args.step);
+    match server.call("POST", &path, Some(body))? {
+        Ok(answer) => {
+            out!("{}", serde_json::to_string(&answer)?);
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(message) => refused(&message),
+    }
+}
+
+#[derive(Debug, clap::Args)]
+pub struct TailArgs {
+    /// The channel.
+    channel: String,
+    /// The consumer's name: its unacked deliveries are kept for it between
+    /// connections.
+    #[arg(long, default_value = "default")]
+    consumer: String,
+    /// Print without acking: every delivery comes again on the next
+    /// connection.
+    #[arg(long)]
+    no_ack: bool,
+    /// Stop after this many deliveries.
+    #[arg(long, value_name = "N")]
+    count: Option<u64>,
+    /// The server. [default: the address in DATA_DIR/serve.addr, else
+    /// http://127.0.0.1:7420]
+    #[arg(long, value_name = "URL")]
+    server: Option<String>,
+}
+
+/// `weft tail`: prints a channel's deliveries as they come, one JSON line
+/// each, and acks each once printed.
+pub fn tail(data_dir: &Path, args: TailArgs) -> anyhow::Result<ExitCode> {
+    let server = Server::new(data_dir, args.server);
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let url = format!(
+        "{}/v1/channels/{}/events?consumer={}",
+        server.url(),
+        args.channel,
+        args.consumer
+    );
+    let mut response = agent
+        .get(&url)
+        .header("accept", "text/event-stream")
+        .call()
+        .with_context(|| format!("cannot reach weft serve at {}", server.url()))?;
+    if !response.status().is_success() {
+        let body: Value = response.body_mut().read_json().unwrap_or(Value::Null);
+        return refused(body["error"]["message"].as_str().unwrap_or("refused"));
+    }
+    let reader = std::io::BufReader::new(response.into_body().into_reader());
+    let mut seen = 0;
+    for line in reader.lines() {
+        let line = line.context("the event stream broke")?;
+        let Some(data) = line.strip_prefix("data:") else {
+            continue;
+        };
+        let delivery: Value = serde_json::from_str(data.trim())
+            .with_context(|| format!("an event is not JSON: {data}"))?;
+        out!("{}", serde_json::to_string(&delivery)?);
+        if !args.no_ack
+            && let Some(id) = delivery["delivery"].as_str()
+            && let Err(message) = server.call("POST", &format!("/v1/deliveries/{id}/ack"), None)?
+        {
+            eprintln!("warning: cannot ack {id}: {message}");
+        }
+        seen += 1;
+        if args.count.is_some_and(|count| seen >= count) {
+            break;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[derive(Debug, Subcommand)]
+pub enum DeliveriesCommand {
+    /// List deliveries, newest first, or the dead letters.
+    List {
+        /// Only dead letters.
+        #[arg(long)]
+        dead: bool,
+        /// Only this subscription's, `<channel>/<name>`, in order.
+        #[arg(long, value_name = "KEY")]
+        subscription: Option<String>,
+        /// How many.
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// The server.
+        #[arg(long, value_name = "URL")]
+        server: Option<String>,
+    },
+    /// Put a dead letter back in its queue, with the same id.
+    Resend {
+        /// The delivery's id.
+        id: String,
+        /// The server.
+        #[arg(long, value_name = "URL")]
+        server: Option<String>,
+    },
+    /// Drop a dead letter.
+    Clear {
+        /// The delivery's id.
+        id: String,
+        /// The server.
+        #[arg(long, value_name = "URL")]
+        server: Option<String>,
+    },
+}
+
+/// `weft deliveries`.
+pub fn deliveries(data_dir: &Path, command: DeliveriesCommand) -> anyhow::Result<ExitCode> {
+    match command {
+        DeliveriesCommand::List {
+            dead,
+            subscription,
+            limit,
+            json,
+            server,
+        } => {
+            let server = Server::new(data_dir, server);
+            let mut path = format!("/v1/deliveries?limit={limit}");
+            if dead {
+                path.push_str("&state=error");
+            }
+            if let Some(key) = subscription {
+                path.push_str(&format!("&subscription={key}"));
+            }
+            let answer = match server.call("GET", &path, None)? {
+                Ok(answer) => answer,
+                Err(message) => return refused(&message),
+            };
+            let list = answer["deliveries"].as_array().cloned().unwrap_or_default();
+            if json {
+                out!("{}", serde_json::to_string_pretty(&list)?);
+                return Ok(ExitCode::SUCCESS);
+            }
+            if list.is_empty() {
+                out!("no {}deliveries", if dead { "dead " } else { "" });
+                return Ok(ExitCode::SUCCESS);
+            }
+            out!(
+                "{:<36}  {:<24}  {:<9}  {:>8}  {}",
+                "DELIVERY",
+                "SUBSCRIPTION",
+                "STATE",
+                "ATTEMPTS",
+                "LAST ERROR"
+            );
+            for d in list {
+                out!(
+                    "{:<36}  {:<24}  {:<9}  {:>8}  {}",
+                    d["id"].as_str().unwrap_or("?"),
+                    d["subscription"].as_str().unwrap_or("?"),
+                    d["state"].as_str().unwrap_or("?"),
+                    d["attempts"],
+                    d["last_error"].as_str().unwrap_or("")
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        DeliveriesCommand::Resend { id, server } => {
+            let server = Server::new(data_dir, server);
+            match server.call("POST", &format!("/v1/deliveries/{id}/resend"), None)? {
+                Ok(_) => {
+                    out!("delivery {id} re-sent");
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(message) => refused(&message),
+            }
+        }
+        DeliveriesCommand::Clear { id, server } => {
+            let server = Server::new(data_dir, server);
+            match server.call("DELETE", &format!("/v1/deliveries/{id}"), None)? {
+                Ok(_) => {
+                    out!("delivery {id} cleared");
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(message) => refused(&message),
+            }
+        }
+    }
+}
+
+/// `weft runs list --server`: the runs, as the API gives them.
+pub fn runs(
+    server: &Server,
+    query: &str,
+) -> anyhow::Result<Result<Vec<weft::store::RunRecord>, String>> {
+    Ok(match server.call("GET", &format!("/v1/runs?{query}"), None)? {
+        Ok(answer) => Ok(serde_json::from_value(answer["runs"].clone())
+            .context("the server's runs do not decode")?),
+        Err(message) => Err(message),
+    })
+}
+
+/// `weft runs show --server`: one run and its steps.
+pub fn run(
+    server: &Server,
+    id: &str,
+) -> anyhow::Result<
+    Result<(weft::store::RunRecord, Vec<weft::store::StepRecord>), String>,
+> {
+    Ok(match server.call("GET", &format!("/v1/runs/{id}"), None)? {
+        Ok(answer) => {
+            let run = serde_json::from_value(answer["run"].clone())
+                .context("the server's run does not decode")?;
+            let steps = serde_json::from_value(answer["steps"].clone())
+                .context("the server's steps do not decode")?;
+            Ok((run, steps))
+        }
+        Err(message) => Err(message),
+    })
+}
