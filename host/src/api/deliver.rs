@@ -130,18 +130,15 @@ pub(super) async fn events(
                 })?,
         ),
     };
-    let permit = Arc::clone(&api.streams)
-        .try_acquire_owned()
-        .map_err(|_| {
-            ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "too_many_streams",
-                format!("at most {MAX_STREAMS} event streams may be open at once"),
-            )
-        })?;
+    let permit = Arc::clone(&api.streams).try_acquire_owned().map_err(|_| {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "too_many_streams",
+            format!("at most {MAX_STREAMS} event streams may be open at once"),
+        )
+    })?;
     let hub = api.hub.clone();
-    let mut consumer =
-        blocking(move || hub.consumer(&channel, &consumer, after)).await??;
+    let mut consumer = blocking(move || hub.consumer(&channel, &consumer, after)).await??;
     let (tx, mut rx) = tokio::sync::mpsc::channel::<Event>(256);
     tokio::task::spawn_blocking(move || {
         let _permit = permit;
@@ -296,7 +293,9 @@ pub(super) async fn act(
     };
     let Json(request) = body?;
     let answer = match (request.action, request.output, request.error) {
-        (ActionKind::Complete, output, None) => Some(Answer::Complete(output.unwrap_or(Value::Null))),
+        (ActionKind::Complete, output, None) => {
+            Some(Answer::Complete(output.unwrap_or(Value::Null)))
+        }
         (ActionKind::Fail, None, Some(error)) => Some(Answer::Fail {
             code: error.code.unwrap_or_else(|| "rejected".to_owned()),
             message: error.message,
@@ -309,15 +308,17 @@ pub(super) async fn act(
         }
         (ActionKind::Skip | ActionKind::Cancel, None, None) => None,
         (action, _, _) => {
-            return Err(ApiError::bad_request(format!(
-                "`{action:?}` takes {}",
-                match action {
-                    ActionKind::Complete => "`output` only",
-                    ActionKind::Fail => "`error` only",
-                    ActionKind::Skip | ActionKind::Cancel => "neither `output` nor `error`",
-                }
-            )
-            .to_lowercase()));
+            return Err(ApiError::bad_request(
+                format!(
+                    "`{action:?}` takes {}",
+                    match action {
+                        ActionKind::Complete => "`output` only",
+                        ActionKind::Fail => "`error` only",
+                        ActionKind::Skip | ActionKind::Cancel => "neither `output` nor `error`",
+                    }
+                )
+                .to_lowercase(),
+            ));
         }
     };
     let answer = match (request.action, answer) {

@@ -105,7 +105,10 @@ fn routes() -> Vec<(&'static str, MethodRouter<Api>)> {
             "/v1/deliveries/{id}",
             get(deliver::get_delivery).delete(deliver::clear_delivery),
         ),
-        ("/v1/deliveries/{id}/{action}", post(deliver::change_delivery)),
+        (
+            "/v1/deliveries/{id}/{action}",
+            post(deliver::change_delivery),
+        ),
     ]
 }
 
@@ -206,7 +209,9 @@ async fn start_run(
                 .unwrap_or_default();
             Ok((
                 StatusCode::OK,
-                Json(json!({ "id": id, "workflow": request.workflow, "state": state, "existing": true })),
+                Json(
+                    json!({ "id": id, "workflow": request.workflow, "state": state, "existing": true }),
+                ),
             ))
         }
     }

@@ -57,12 +57,15 @@ impl Server {
             ("DELETE", _) => self.agent.delete(&url).call(),
             _ => self.agent.get(&url).call(),
         };
-        let mut response = sent.with_context(|| format!("cannot reach weft serve at {}", self.url))?;
+        let mut response =
+            sent.with_context(|| format!("cannot reach weft serve at {}", self.url))?;
         let status = response.status();
-        let body: Value = response
-            .body_mut()
-            .read_json()
-            .with_context(|| format!("{} answered {status} with a body that is not JSON", self.url))?;
+        let body: Value = response.body_mut().read_json().with_context(|| {
+            format!(
+                "{} answered {status} with a body that is not JSON",
+                self.url
+            )
+        })?;
         if status.is_success() {
             Ok(Ok(body))
         } else {
@@ -324,20 +327,20 @@ pub fn runs(
     server: &Server,
     query: &str,
 ) -> anyhow::Result<Result<Vec<weft::store::RunRecord>, String>> {
-    Ok(match server.call("GET", &format!("/v1/runs?{query}"), None)? {
-        Ok(answer) => Ok(serde_json::from_value(answer["runs"].clone())
-            .context("the server's runs do not decode")?),
-        Err(message) => Err(message),
-    })
+    Ok(
+        match server.call("GET", &format!("/v1/runs?{query}"), None)? {
+            Ok(answer) => Ok(serde_json::from_value(answer["runs"].clone())
+                .context("the server's runs do not decode")?),
+            Err(message) => Err(message),
+        },
+    )
 }
 
 /// `weft runs show --server`: one run and its steps.
 pub fn run(
     server: &Server,
     id: &str,
-) -> anyhow::Result<
-    Result<(weft::store::RunRecord, Vec<weft::store::StepRecord>), String>,
-> {
+) -> anyhow::Result<Result<(weft::store::RunRecord, Vec<weft::store::StepRecord>), String>> {
     Ok(match server.call("GET", &format!("/v1/runs/{id}"), None)? {
         Ok(answer) => {
             let run = serde_json::from_value(answer["run"].clone())

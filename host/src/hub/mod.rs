@@ -574,6 +574,7 @@ impl Consumer {
                     DeliveryOp::Dead {
                         at: now,
                         error: format!("not acked after {} attempts", delivery.attempts),
+                        attempted: false,
                     },
                 ));
             } else {

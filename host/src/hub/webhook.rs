@@ -111,6 +111,7 @@ pub(super) fn deliver(hub: &Hub, key: &str) {
                 DeliveryOp::Dead {
                     at: now,
                     error: error.clone(),
+                    attempted: true,
                 }
             }
             _ => DeliveryOp::Tried {

@@ -232,6 +232,9 @@ pub enum DeliveryOp {
         at: Timestamp,
         /// The last attempt's error.
         error: String,
+        /// Whether this follows an attempt not counted yet (a webhook's
+        /// last POST).
+        attempted: bool,
     },
     /// A dead letter goes back in its subscription's queue, at its place,
     /// with its attempts counted from zero and the same id.

@@ -240,9 +240,16 @@ impl Tables<'_> {
                 self.settle(key.1, Some(*at))?;
                 return Ok(Ok(()));
             }
-            DeliveryOp::Dead { at, error } => {
+            DeliveryOp::Dead {
+                at,
+                error,
+                attempted,
+            } => {
                 if !open {
                     return refused(&delivery);
+                }
+                if *attempted {
+                    delivery.attempts += 1;
                 }
                 backend!(self.queue.remove(queue_key))?;
                 backend!(self.dead.insert(queue_key, id))?;
