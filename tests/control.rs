@@ -352,7 +352,7 @@ fn malformed_blocks_are_refused_at_load_time() {
     let cases = [
         (
             "id: x\nsteps:\n  - { id: a, uses: echo, parallel: [ { id: b, uses: echo } ] }\n",
-            "step `a`: a step needs exactly one of `uses`, `subflow`, `sleep`, `sleep_until`, `parallel`, `switch`, `foreach` or `while`",
+            "step `a`: a step needs exactly one of `uses`, `subflow`, `sleep`, `sleep_until`, `emit`, `await`, `parallel`, `switch`, `foreach` or `while`",
         ),
         (
             "id: x\nsteps:\n  - { id: w, while: 'true', steps: [ { id: b, uses: echo } ] }\n",
@@ -396,7 +396,23 @@ fn malformed_blocks_are_refused_at_load_time() {
         ),
         (
             "id: x\nsteps:\n  - { id: p, parallel: [ { id: a, uses: echo } ], with: 1 }\n",
-            "`with` applies only to a step with `uses` or `subflow`",
+            "`with` applies only to a step with `uses`, `subflow`, `emit` or `await`",
+        ),
+        (
+            "id: x\nsteps:\n  - { id: e, emit: 'a/b', with: 1 }\n",
+            "step `e`: emit: the channel `a/b` has `/`",
+        ),
+        (
+            "id: x\nsteps:\n  - { id: w, await: { timeout: soon } }\n",
+            "step `w`: await.timeout: `soon` is not a duration",
+        ),
+        (
+            "id: x\nsteps:\n  - { id: w, await: { timeuot: 1s } }\n",
+            "timeuot",
+        ),
+        (
+            "id: x\nsteps:\n  - { id: w, await: {}, retry: { max_attempts: 2 } }\n",
+            "`retry` applies only to a step with `uses` or `subflow`",
         ),
     ];
     for (text, expected) in cases {

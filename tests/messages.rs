@@ -29,6 +29,7 @@ impl Drop for Host {
     }
 }
 
+#[allow(clippy::zombie_processes)] // `Host` waits for it when dropped
 fn serve(scratch: &Scratch, n: usize) -> Host {
     let addr = scratch.data_dir().join("serve.addr");
     let _ = std::fs::remove_file(&addr);

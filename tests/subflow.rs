@@ -14,8 +14,8 @@ use common::{Scratch, guests};
 use serde_json::{Value, json};
 use weft::engine::Quiet;
 use weft::store::{
-    DefinitionRecord, Effect, OutboxRecord, RunFilter, RunRecord, RunState, StepRecord, StoreError,
-    TimerRecord, Write,
+    DefinitionRecord, DeliveryRecord, Effect, MessageRecord, OutboxRecord, RunFilter, RunRecord,
+    RunState, StepRecord, StoreError, SubscriptionRecord, TimerRecord, Write,
 };
 use weft::{Engine, PluginDir, RedbStore, Runtime, RuntimeConfig, Store, SystemClock, WorkflowDir};
 
@@ -294,6 +294,39 @@ impl Store for NoChildren {
     }
     fn kv_list(&self, space: &str, prefix: &str, limit: usize) -> Result<Vec<String>, StoreError> {
         self.0.kv_list(space, prefix, limit)
+    }
+    fn subscriptions(&self, channel: Option<&str>) -> Result<Vec<SubscriptionRecord>, StoreError> {
+        self.0.subscriptions(channel)
+    }
+    fn subscription(&self, key: &str) -> Result<Option<SubscriptionRecord>, StoreError> {
+        self.0.subscription(key)
+    }
+    fn delivery(&self, id: &str) -> Result<Option<DeliveryRecord>, StoreError> {
+        self.0.delivery(id)
+    }
+    fn message(&self, seq: u64) -> Result<Option<MessageRecord>, StoreError> {
+        self.0.message(seq)
+    }
+    fn queued(
+        &self,
+        subscription: &str,
+        dead: bool,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<DeliveryRecord>, StoreError> {
+        self.0.queued(subscription, dead, after, limit)
+    }
+    fn dead_letters(&self, limit: usize) -> Result<Vec<DeliveryRecord>, StoreError> {
+        self.0.dead_letters(limit)
+    }
+    fn deliveries(&self, limit: usize) -> Result<Vec<DeliveryRecord>, StoreError> {
+        self.0.deliveries(limit)
+    }
+    fn run_messages(&self, id: &str) -> Result<Vec<MessageRecord>, StoreError> {
+        self.0.run_messages(id)
+    }
+    fn idempotent_run(&self, key: &str) -> Result<Option<String>, StoreError> {
+        self.0.idempotent_run(key)
     }
 }
 
