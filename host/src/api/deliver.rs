@@ -240,6 +240,44 @@ pub(super) async fn change_delivery(
     Ok(Json(json!({ "delivery": delivery })))
 }
 
+/// The most deliveries one batch ack takes.
+pub const MAX_ACKS: usize = 10_000;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct AcksRequest {
+    deliveries: Vec<String>,
+}
+
+/// `POST /v1/acks`: acks many deliveries in one durable write; answers
+/// each one's state, or its error.
+pub(super) async fn ack_many(
+    State(api): State<Api>,
+    body: Result<Json<AcksRequest>, JsonRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let Json(request) = body?;
+    if request.deliveries.len() > MAX_ACKS {
+        return Err(ApiError::bad_request(format!(
+            "deliveries: at most {MAX_ACKS} at once, not {}",
+            request.deliveries.len()
+        )));
+    }
+    let hub = api.hub.clone();
+    let ids = request.deliveries;
+    let answers = blocking(move || {
+        let answers = hub.ack_all(&ids);
+        ids.into_iter()
+            .zip(answers)
+            .map(|(id, answer)| match answer {
+                Ok(delivery) => json!({ "id": id, "state": delivery.state }),
+                Err(e) => json!({ "id": id, "error": ApiError::from(e).code }),
+            })
+            .collect::<Vec<Value>>()
+    })
+    .await?;
+    Ok(Json(json!({ "acks": answers })))
+}
+
 /// `DELETE /v1/deliveries/{id}`: clears a dead letter.
 pub(super) async fn clear_delivery(
     State(api): State<Api>,

@@ -101,6 +101,7 @@ fn routes() -> Vec<(&'static str, MethodRouter<Api>)> {
             delete(deliver::remove_subscription),
         ),
         ("/v1/deliveries", get(deliver::list_deliveries)),
+        ("/v1/acks", post(deliver::ack_many)),
         (
             "/v1/deliveries/{id}",
             get(deliver::get_delivery).delete(deliver::clear_delivery),

@@ -146,6 +146,13 @@ pub fn spec() -> Value {
                     "responses": responses(("200", "`{\"deliveries\": [...]}`"), &[("400", "invalid_request")])
                 }
             },
+            "/v1/acks": {
+                "post": {
+                    "summary": "Ack many deliveries in one durable write (at most 10,000); each answer is its state or its error code",
+                    "requestBody": body(json!({ "type": "object", "required": ["deliveries"], "additionalProperties": false, "properties": { "deliveries": { "type": "array", "items": { "type": "string" } } } })),
+                    "responses": responses(("200", "`{\"acks\": [{\"id\", \"state\" | \"error\"}]}`"), &[("400", "invalid_request")])
+                }
+            },
             "/v1/deliveries/{id}": {
                 "get": { "summary": "One delivery", "parameters": [delivery_id], "responses": responses(("200", "`{\"delivery\"}`"), &[("404", "unknown_delivery")]) },
                 "delete": { "summary": "Clear a dead letter", "parameters": [delivery_id], "responses": responses(("200", "`{\"cleared\"}`"), &[("404", "unknown_delivery"), ("409", "conflict: not a dead letter")]) }

@@ -58,6 +58,11 @@ pub struct BenchArgs {
     #[arg(long, default_value = "20s", value_parser = humantime::parse_duration)]
     pub spread: Duration,
 
+    /// Measure message delivery: each of --runs runs (default 100) emits
+    /// this many messages to one SSE subscriber that acks each.
+    #[arg(long, value_name = "M")]
+    pub messages: Option<usize>,
+
     /// The second half of --timers, in its own process: the store to
     /// re-arm.
     #[arg(long, hide = true, value_name = "DIR")]
@@ -73,6 +78,9 @@ pub fn main(plugins: &Path, args: &BenchArgs) -> anyhow::Result<ExitCode> {
     }
     if let Some(timers) = args.timers {
         return super::bench_timers::timers(timers.max(1), args.fire, args.spread);
+    }
+    if let Some(per_run) = args.messages {
+        return super::bench_messages::messages(args.runs.unwrap_or(100).max(1), per_run.max(1));
     }
     if let Some(runs) = args.runs {
         return throughput(plugins, runs.max(1), args.steps.max(1));

@@ -239,6 +239,9 @@ struct Shared {
     signal: Arc<Signal>,
     /// The newest consumer of each SSE subscription: an older one stops.
     sessions: Mutex<HashMap<String, u64>>,
+    /// The `seq`s of deliveries acked through this hub, by subscription,
+    /// for its consumers.
+    acked: Mutex<HashMap<String, Vec<u64>>>,
     /// Webhook subscriptions with a thread.
     webhooks: Mutex<HashMap<String, std::thread::JoinHandle<()>>>,
     stopping: AtomicBool,
@@ -273,6 +276,7 @@ impl Hub {
                 clock,
                 signal,
                 sessions: Mutex::new(HashMap::new()),
+                acked: Mutex::new(HashMap::new()),
                 webhooks: Mutex::new(HashMap::new()),
                 stopping: AtomicBool::new(false),
             }),
@@ -406,6 +410,8 @@ impl Hub {
             subscription,
             session,
             cursor: after.unwrap_or(0),
+            inflight: std::collections::BTreeMap::new(),
+            rescan_at: Timestamp(0),
             window: 1000,
         })
     }
@@ -413,8 +419,55 @@ impl Hub {
     /// Acks delivery `id`. A delivery acked already stays as it was (a
     /// late ack is not an error); a dead letter counts as acked.
     pub fn ack(&self, id: &str) -> Result<DeliveryRecord, HubError> {
+        self.ack_all(&[id.to_owned()])
+            .pop()
+            .unwrap_or_else(|| Err(HubError::NotFound(format!("delivery `{id}`"))))
+    }
+
+    /// Acks every delivery of `ids` in one durable write (one sync); one
+    /// answer per id, in order.
+    pub fn ack_all(&self, ids: &[String]) -> Vec<Result<DeliveryRecord, HubError>> {
         let at = self.shared.clock.now();
-        self.change(id, DeliveryOp::Ack { at })
+        let writes = ids
+            .iter()
+            .map(|id| Write::Delivery(id.clone(), DeliveryOp::Ack { at }))
+            .collect();
+        let outcomes = self.shared.engine.commit_all(writes);
+        let answers: Vec<Result<DeliveryRecord, HubError>> = ids
+            .iter()
+            .zip(outcomes)
+            .map(|(id, outcome)| {
+                outcome?;
+                self.shared
+                    .store
+                    .delivery(id)?
+                    .ok_or_else(|| HubError::NotFound(format!("delivery `{id}`")))
+            })
+            .collect();
+        // A consumer here takes them out of what it has in flight; told
+        // before it is woken.
+        {
+            let sessions = self
+                .shared
+                .sessions
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            let mut acked = self
+                .shared
+                .acked
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            for delivery in answers.iter().flatten() {
+                if sessions.contains_key(&delivery.subscription) {
+                    acked
+                        .entry(delivery.subscription.clone())
+                        .or_default()
+                        .push(delivery.seq);
+                }
+            }
+        }
+        self.shared.signal.bump();
+        answers
     }
 
     /// Puts dead letter `id` back in its subscription's queue, with the
@@ -478,6 +531,11 @@ pub struct Consumer {
     session: u64,
     /// The newest `seq` sent to this consumer.
     cursor: u64,
+    /// Deliveries sent to this consumer and not acked, by `seq`, with the
+    /// time each is due again.
+    inflight: std::collections::BTreeMap<u64, Timestamp>,
+    /// When to read back what is in flight.
+    rescan_at: Timestamp,
     /// The most deliveries sent and not acked at once.
     window: usize,
 }
@@ -543,58 +601,78 @@ impl Consumer {
                 == Some(&self.session)
     }
 
-    /// What is due now, and when the next in-flight delivery comes due.
+    /// What is due now, and when to look again for deliveries sent here
+    /// and not acked.
     fn poll(&mut self) -> Result<(Vec<Delivery>, Option<Timestamp>), HubError> {
-        let shared = &self.hub.shared;
+        let shared = Arc::clone(&self.hub.shared);
         let now = shared.clock.now();
-        let queued = shared
-            .store
-            .queued(&self.subscription.key, false, 0, self.window)?;
-        let mut due_next: Option<Timestamp> = None;
-        let mut send = Vec::new();
-        for delivery in queued {
-            let sent_here = delivery.seq <= self.cursor;
-            let due = match (sent_here, delivery.next_at) {
-                (false, _) | (true, None) => true,
-                (true, Some(at)) => at <= now,
-            };
-            if due {
-                send.push(delivery);
-            } else if let Some(at) = delivery.next_at {
-                due_next = Some(due_next.map_or(at, |d| d.min(at)));
+        // Acks made through this hub since the last look.
+        if let Some(acked) = shared
+            .acked
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get_mut(&self.subscription.key)
+        {
+            for seq in acked.drain(..) {
+                self.inflight.remove(&seq);
             }
         }
-        let mut out = Vec::with_capacity(send.len());
-        let mut writes = Vec::with_capacity(send.len());
+        let mut send = Vec::new();
+        // Deliveries sent here and not acked: sent again once due (the
+        // store decides what is still unsettled: acks made elsewhere count).
+        if self.rescan_at <= now {
+            let queued = shared
+                .store
+                .queued(&self.subscription.key, false, 0, self.window)?;
+            self.inflight.clear();
+            for delivery in queued.into_iter().filter(|d| d.seq <= self.cursor) {
+                match delivery.next_at {
+                    Some(at) if at > now => {
+                        self.inflight.insert(delivery.seq, at);
+                    }
+                    _ => send.push(delivery),
+                }
+            }
+        }
+        // New deliveries, as far as the window allows.
+        let room = self.window.saturating_sub(self.inflight.len() + send.len());
+        if room > 0 {
+            send.extend(
+                shared
+                    .store
+                    .queued(&self.subscription.key, false, self.cursor, room)?,
+            );
+        }
+        let ack_by = Timestamp(
+            now.as_millis()
+                .saturating_add(self.subscription.ack_timeout_ms),
+        );
         let max = self.subscription.max_attempts;
-        for delivery in &send {
-            if delivery.attempts >= max {
-                writes.push(Write::Delivery(
-                    delivery.id.clone(),
+        let writes = send
+            .iter()
+            .map(|delivery| {
+                let op = if delivery.attempts >= max {
                     DeliveryOp::Dead {
                         at: now,
                         error: format!("not acked after {} attempts", delivery.attempts),
                         attempted: false,
-                    },
-                ));
-            } else {
-                writes.push(Write::Delivery(
-                    delivery.id.clone(),
+                    }
+                } else {
                     DeliveryOp::Sent {
                         at: now,
-                        next_at: Timestamp(
-                            now.as_millis()
-                                .saturating_add(self.subscription.ack_timeout_ms),
-                        ),
-                    },
-                ));
-            }
-        }
+                        next_at: ack_by,
+                    }
+                };
+                Write::Delivery(delivery.id.clone(), op)
+            })
+            .collect();
         let outcomes = shared.engine.commit_all(writes);
+        let mut out = Vec::with_capacity(send.len());
         for (delivery, outcome) in send.iter().zip(outcomes) {
             self.cursor = self.cursor.max(delivery.seq);
             match outcome {
                 Ok(()) if delivery.attempts < max => {
+                    self.inflight.insert(delivery.seq, ack_by);
                     out.push(self.hub.view(delivery, delivery.attempts + 1)?);
                 }
                 Ok(()) => {
@@ -605,7 +683,14 @@ impl Consumer {
                 Err(e) => return Err(e.into()),
             }
         }
-        Ok((out, due_next))
+        // Look again when the first in flight comes due, and at least once
+        // a second (acks made by another process).
+        let soonest = self.inflight.values().min().copied();
+        let second = Timestamp(now.as_millis().saturating_add(1000));
+        if self.rescan_at <= now {
+            self.rescan_at = soonest.map_or(second, |at| at.min(second));
+        }
+        Ok((out, Some(self.rescan_at)))
     }
 }
 
