@@ -239,6 +239,8 @@ struct Shared {
     signal: Arc<Signal>,
     /// The newest consumer of each SSE subscription: an older one stops.
     sessions: Mutex<HashMap<String, u64>>,
+    /// The last consumer number given.
+    next_session: std::sync::atomic::AtomicU64,
     /// The `seq`s of deliveries acked through this hub, by subscription,
     /// for its consumers.
     acked: Mutex<HashMap<String, Vec<u64>>>,
@@ -277,6 +279,7 @@ impl Hub {
                 signal,
                 sessions: Mutex::new(HashMap::new()),
                 acked: Mutex::new(HashMap::new()),
+                next_session: std::sync::atomic::AtomicU64::new(0),
                 webhooks: Mutex::new(HashMap::new()),
                 stopping: AtomicBool::new(false),
             }),
@@ -400,9 +403,11 @@ impl Hub {
                 .sessions
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner);
-            let session = sessions.entry(subscription.key.clone()).or_insert(0);
-            *session += 1;
-            *session
+            // Numbers are never reused, so a replaced consumer never
+            // counts as current again.
+            let session = self.shared.next_session.fetch_add(1, Ordering::SeqCst) + 1;
+            sessions.insert(subscription.key.clone(), session);
+            session
         };
         self.shared.signal.bump();
         Ok(Consumer {
@@ -546,6 +551,26 @@ impl std::fmt::Debug for Consumer {
             .field("subscription", &self.subscription.key)
             .field("cursor", &self.cursor)
             .finish_non_exhaustive()
+    }
+}
+
+impl Drop for Consumer {
+    /// The last consumer of a subscription to leave takes its place and its
+    /// pending acks with it.
+    fn drop(&mut self) {
+        let shared = &self.hub.shared;
+        let mut sessions = shared
+            .sessions
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if sessions.get(&self.subscription.key) == Some(&self.session) {
+            sessions.remove(&self.subscription.key);
+            shared
+                .acked
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .remove(&self.subscription.key);
+        }
     }
 }
 
