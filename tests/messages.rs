@@ -817,3 +817,58 @@ fn every_route_refuses_bad_input_clearly_and_the_openapi_document_matches() {
         (404, "not_found".to_owned())
     );
 }
+
+#[test]
+fn an_embedder_consumes_and_acks_in_process() {
+    use weft::engine::Quiet;
+    use weft::{Engine, PluginDir, RedbStore, Runtime, RuntimeConfig, SystemClock};
+
+    let scratch = Scratch::new(&[]);
+    let store = Arc::new(RedbStore::open(scratch.data_dir().join("weft.redb")).unwrap());
+    let runtime = Runtime::new(RuntimeConfig::default()).unwrap();
+    let engine = Arc::new(
+        Engine::new(
+            store,
+            PluginDir::new(runtime, scratch.plugins_dir()),
+            Arc::new(SystemClock),
+        )
+        .unwrap(),
+    );
+    let hub = weft::hub::Hub::new(Arc::clone(&engine));
+    let mut consumer = hub.consumer("inproc", "me", None).unwrap();
+    let workflow = Arc::new(
+        weft::model::parse(
+            "id: e\nsteps:\n  - { id: a, emit: inproc, with: 1 }\n  - { id: b, emit: inproc, with: 2 }\n",
+            weft::model::Format::Yaml,
+            "e.yaml",
+        )
+        .unwrap(),
+    );
+    let run = engine.run(workflow, json!({}), Box::new(Quiet)).unwrap();
+    let mut got = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while got.len() < 2 {
+        assert!(Instant::now() < deadline, "got {got:?}");
+        got.extend(consumer.next(Duration::from_secs(1)).unwrap().unwrap());
+    }
+    let payloads: Vec<Value> = got.iter().map(|d| d.payload.clone()).collect();
+    assert_eq!(payloads, [json!(1), json!(2)]);
+    assert!(got.iter().all(|d| d.run == run.id && d.attempt == 1));
+    let ids: Vec<String> = got.iter().map(|d| d.delivery.clone()).collect();
+    for acked in hub.ack_all(&ids) {
+        assert_eq!(acked.unwrap().state, weft::store::DeliveryState::Completed);
+    }
+    // Nothing is sent again once acked, even after its time to ack.
+    assert!(
+        consumer
+            .next(Duration::from_millis(300))
+            .unwrap()
+            .unwrap()
+            .is_empty()
+    );
+    let unknown = hub.ack("no-such-delivery").unwrap_err();
+    assert!(
+        unknown.to_string().contains("no-such-delivery"),
+        "{unknown}"
+    );
+}
