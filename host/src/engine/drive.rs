@@ -583,30 +583,19 @@ impl Drive {
         Finished {
             path: CANCEL_PATH.to_owned(),
             record: StepRecord {
-                run_id: self.run.id.clone(),
-                seq: 0,
-                index: self.run.next_step,
-                path: CANCEL_PATH.to_owned(),
-                step_id: CANCEL_PATH.to_owned(),
-                attempt: 1,
-                input: Value::Null,
-                started_at: clock.now(),
-                duration_us: 0,
-                output: None,
-                child: None,
                 error: Some(ErrorRecord {
                     code: "cancelled".to_owned(),
                     message: "the run was cancelled".to_owned(),
                     retryable: false,
                     details: None,
                 }),
-                skipped: false,
-                retry_in_ms: None,
-                timer: None,
-                kv_writes: Default::default(),
-                logs: Vec::new(),
-                awaiting: false,
-                messages: Vec::new(),
+                ..StepRecord::empty(
+                    &self.run.id,
+                    0,
+                    (self.run.next_step, CANCEL_PATH, CANCEL_PATH),
+                    1,
+                    clock.now(),
+                )
             },
             retry: RetryPolicy::default(),
             kv: None,
@@ -1348,27 +1337,13 @@ pub enum Answer {
 impl Answer {
     /// The leaf's result record (numbered by whoever commits it).
     pub(super) fn record(&self, run: &str, path: &str, leaf: &Leaf, now: Timestamp) -> StepRecord {
-        let mut record = StepRecord {
-            run_id: run.to_owned(),
-            seq: 0,
-            index: leaf.index,
-            path: path.to_owned(),
-            step_id: leaf.step_id.clone(),
-            attempt: leaf.attempts.max(1),
-            input: Value::Null,
-            started_at: now,
-            duration_us: 0,
-            output: None,
-            child: None,
-            error: None,
-            skipped: false,
-            retry_in_ms: None,
-            timer: None,
-            kv_writes: Default::default(),
-            logs: Vec::new(),
-            awaiting: false,
-            messages: Vec::new(),
-        };
+        let mut record = StepRecord::empty(
+            run,
+            0,
+            (leaf.index, path, &leaf.step_id),
+            leaf.attempts.max(1),
+            now,
+        );
         match self {
             Self::Complete(output) => record.output = Some(output.clone()),
             Self::Fail {

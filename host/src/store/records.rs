@@ -223,27 +223,13 @@ pub const DEADLINE_PATH: &str = "@deadline";
 impl TimerRecord {
     /// The record its fire commits, numbered `seq`, if its kind leaves one.
     pub fn fired_record(&self, run_id: &str, seq: u32) -> Option<StepRecord> {
-        let base = StepRecord {
-            run_id: run_id.to_owned(),
+        let base = StepRecord::empty(
+            run_id,
             seq,
-            index: self.index,
-            path: self.path.clone(),
-            step_id: self.step_id.clone(),
-            attempt: self.attempt,
-            input: Value::Null,
-            started_at: self.timer.due,
-            duration_us: 0,
-            output: None,
-            child: None,
-            error: None,
-            skipped: false,
-            retry_in_ms: None,
-            timer: None,
-            kv_writes: BTreeMap::new(),
-            logs: Vec::new(),
-            awaiting: false,
-            messages: Vec::new(),
-        };
+            (self.index, &self.path, &self.step_id),
+            self.attempt,
+            self.timer.due,
+        );
         match self.timer.kind {
             TimerKind::Retry => None,
             TimerKind::Sleep => Some(StepRecord {
@@ -403,6 +389,40 @@ pub struct StepRecord {
     /// The ids of the messages committed with this record.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub messages: Vec<String>,
+}
+
+impl StepRecord {
+    /// A record of attempt `attempt` of the leaf `(index, path, step id)`,
+    /// started `at`, with no input and no outcome yet.
+    pub fn empty(
+        run_id: &str,
+        seq: u32,
+        (index, path, step_id): (u32, &str, &str),
+        attempt: u32,
+        at: Timestamp,
+    ) -> Self {
+        Self {
+            run_id: run_id.to_owned(),
+            seq,
+            index,
+            path: path.to_owned(),
+            step_id: step_id.to_owned(),
+            attempt,
+            input: Value::Null,
+            started_at: at,
+            duration_us: 0,
+            output: None,
+            child: None,
+            error: None,
+            skipped: false,
+            retry_in_ms: None,
+            timer: None,
+            kv_writes: BTreeMap::new(),
+            logs: Vec::new(),
+            awaiting: false,
+            messages: Vec::new(),
+        }
+    }
 }
 
 /// A workflow definition as it was when a run started.
