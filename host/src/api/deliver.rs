@@ -380,11 +380,7 @@ pub(super) async fn act(
             "step": step,
             "action": format!("{:?}", request.action).to_lowercase(),
         }))),
-        Err(ActError::NotFound(id)) => Err(ApiError::new(
-            StatusCode::NOT_FOUND,
-            "unknown_run",
-            format!("no run `{id}`"),
-        )),
+        Err(ActError::NotFound(id)) => Err(ApiError::unknown_run(&id)),
         Err(e @ ActError::Ended(_)) => {
             let state = api
                 .engine
@@ -433,10 +429,6 @@ pub(super) async fn run_messages(
     .await??;
     match found {
         Some(messages) => Ok(Json(json!({ "messages": messages }))),
-        None => Err(ApiError::new(
-            StatusCode::NOT_FOUND,
-            "unknown_run",
-            format!("no run `{id}`"),
-        )),
+        None => Err(ApiError::unknown_run(&id)),
     }
 }

@@ -33,6 +33,15 @@ impl ApiError {
         Self::new(StatusCode::BAD_REQUEST, "invalid_request", message)
     }
 
+    /// `404 unknown_run` for run `id`.
+    pub(super) fn unknown_run(id: &str) -> Self {
+        Self::new(
+            StatusCode::NOT_FOUND,
+            "unknown_run",
+            format!("no run `{id}`"),
+        )
+    }
+
     pub(super) fn internal(message: impl Into<String>) -> Self {
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", message)
     }

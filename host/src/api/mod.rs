@@ -301,11 +301,7 @@ async fn get_run(State(api): State<Api>, Path(id): Path<String>) -> Result<Json<
     .map_err(ApiError::from)?;
     match found {
         (_, Some(run), steps) => Ok(Json(json!({ "run": run, "steps": steps }))),
-        (id, None, _) => Err(ApiError::new(
-            StatusCode::NOT_FOUND,
-            "unknown_run",
-            format!("no run `{id}`"),
-        )),
+        (id, None, _) => Err(ApiError::unknown_run(&id)),
     }
 }
 
@@ -326,11 +322,7 @@ async fn get_steps(
     .await??;
     match found {
         Some(steps) => Ok(Json(json!({ "steps": steps }))),
-        None => Err(ApiError::new(
-            StatusCode::NOT_FOUND,
-            "unknown_run",
-            format!("no run `{id}`"),
-        )),
+        None => Err(ApiError::unknown_run(&id)),
     }
 }
 
@@ -360,11 +352,7 @@ async fn cancel_run(
                 format!("run `{id}` has already ended: {state}"),
             ))
         }
-        Err(crate::store::StoreError::Conflict(_)) => Err(ApiError::new(
-            StatusCode::NOT_FOUND,
-            "unknown_run",
-            format!("no run `{id}`"),
-        )),
+        Err(crate::store::StoreError::Conflict(_)) => Err(ApiError::unknown_run(&id)),
         Err(e) => Err(e.into()),
     }
 }
