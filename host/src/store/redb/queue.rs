@@ -421,35 +421,16 @@ impl Reads<'_> {
             table_or!(self.0, super::QUEUE, Vec::new())
         };
         let deliveries = table_or!(self.0, super::DELIVERIES, Vec::new());
-        let mut found = Vec::new();
         let start = after.saturating_add(1);
-        for entry in backend!(queue.range((subscription, start)..=(subscription, u64::MAX)))? {
-            if found.len() >= limit {
-                break;
-            }
-            let (_, id) = backend!(entry)?;
-            if let Some(bytes) = backend!(deliveries.get(id.value()))? {
-                found.push(decode(id.value(), bytes.value())?);
-            }
-        }
-        Ok(found)
+        let entries = backend!(queue.range((subscription, start)..=(subscription, u64::MAX)))?;
+        resolve(entries, &deliveries, limit)
     }
 
     /// Up to `limit` dead letters, of every subscription.
     pub(super) fn dead_letters(&self, limit: usize) -> Result<Vec<DeliveryRecord>, StoreError> {
         let dead = table_or!(self.0, super::DEAD, Vec::new());
         let deliveries = table_or!(self.0, super::DELIVERIES, Vec::new());
-        let mut found = Vec::new();
-        for entry in backend!(dead.iter())? {
-            if found.len() >= limit {
-                break;
-            }
-            let (_, id) = backend!(entry)?;
-            if let Some(bytes) = backend!(deliveries.get(id.value()))? {
-                found.push(decode(id.value(), bytes.value())?);
-            }
-        }
-        Ok(found)
+        resolve(backend!(dead.iter())?, &deliveries, limit)
     }
 
     /// Up to `limit` of the newest deliveries.
@@ -484,4 +465,24 @@ impl Reads<'_> {
         let table = table_or!(self.0, super::IDEMPOTENCY, None);
         Ok(backend!(table.get(key))?.map(|run| run.value().to_owned()))
     }
+}
+
+/// The delivery records of up to `limit` rows of a queue (or the dead
+/// letters), in row order.
+fn resolve(
+    entries: redb::Range<'_, (&'static str, u64), &'static str>,
+    deliveries: &redb::ReadOnlyTable<&'static str, &'static [u8]>,
+    limit: usize,
+) -> Result<Vec<DeliveryRecord>, StoreError> {
+    let mut found = Vec::new();
+    for entry in entries {
+        if found.len() >= limit {
+            break;
+        }
+        let (_, id) = backend!(entry)?;
+        if let Some(bytes) = backend!(deliveries.get(id.value()))? {
+            found.push(decode(id.value(), bytes.value())?);
+        }
+    }
+    Ok(found)
 }
