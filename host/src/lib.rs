@@ -43,4 +43,4 @@ pub use model::Workflow;
 pub use plugins::PluginDir;
 pub use runtime::{Plugin, Runtime, RuntimeConfig};
 pub use store::{RedbStore, Store};
-pub use workflows::WorkflowDir;
+pub use workflows::{Deployed, Deployments, WorkflowDir};

@@ -1,18 +1,26 @@
-//! Finding the plugin a step `uses:` in a directory of components.
+//! Finding the plugin a step `uses:`: in the registry (the store's plugins,
+//! by digest) and in a directory of components.
 //!
 //! `uses: name[@version]` names the file `name.wasm` in the directory, or
 //! `name_with_underscores.wasm` (what cargo produces for a name with `-`).
-//! The component must describe itself with that name, and its version must
-//! satisfy the requirement; `name@sha256:<hex>` must match the file's digest.
-//! Each file is loaded at most once per `PluginDir`.
+//! The component must describe itself with that name. A file is loaded
+//! again when its size or modification time changes, and bytes loaded from
+//! a file for the first time join the registry, so a version that was
+//! served stays there for the runs pinned to it. Among the versions of `name` in the registry that
+//! satisfy the reference, the highest wins, and between two builds of one
+//! version the one added last; `name@sha256:<hex>` picks one exact
+//! component. A file that no longer loads is reported and the registry's
+//! versions keep serving.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, RwLock};
+use std::time::SystemTime;
 
+use crate::clock::{Clock, SystemClock};
 use crate::model::{PluginRef, VersionPin};
 use crate::runtime::{LoadError, Plugin, Runtime};
-
+use crate::store::{PluginRecord, Store, StoreError, Write};
 /// Why a `uses:` reference could not be satisfied.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -53,6 +61,9 @@ pub enum ResolveError {
         /// The name asked for.
         wanted: String,
     },
+    /// The registry could not be read or written.
+    #[error("plugin registry: {0}")]
+    Store(String),
     /// The component's version does not satisfy the reference.
     #[error("plugin {path} is `{name}` version {found}, which does not satisfy `{wanted}`")]
     WrongVersion {
@@ -67,12 +78,33 @@ pub enum ResolveError {
     },
 }
 
-/// A directory of plugin components, loaded on demand and kept loaded.
+/// A directory of plugin components and the store's registry, loaded on
+/// demand and kept loaded.
 #[derive(Debug)]
 pub struct PluginDir {
     runtime: Runtime,
     dir: PathBuf,
-    loaded: Mutex<HashMap<PathBuf, Plugin>>,
+    /// Files loaded, by path, with the size and time they had.
+    files: Mutex<HashMap<PathBuf, (FileStamp, Plugin)>>,
+    /// Components loaded, by digest.
+    loaded: Mutex<HashMap<String, Plugin>>,
+    registry: OnceLock<Registry>,
+}
+
+#[derive(Debug)]
+struct Registry {
+    store: Arc<dyn Store>,
+    /// Every plugin record, by name.
+    index: RwLock<HashMap<String, Vec<PluginRecord>>>,
+}
+
+type FileStamp = (u64, Option<SystemTime>);
+
+/// The most components kept loaded by digest before the cache starts over.
+const CACHED: usize = 1024;
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl PluginDir {
@@ -81,8 +113,28 @@ impl PluginDir {
         Self {
             runtime,
             dir: dir.into(),
+            files: Mutex::new(HashMap::new()),
             loaded: Mutex::new(HashMap::new()),
+            registry: OnceLock::new(),
         }
+    }
+
+    /// Keeps the registry in `store`: reads its plugins now, and adds
+    /// every plugin loaded from then on. Done once; later calls do nothing.
+    /// Blocking.
+    pub fn attach(&self, store: Arc<dyn Store>) -> Result<(), StoreError> {
+        if self.registry.get().is_some() {
+            return Ok(());
+        }
+        let mut index: HashMap<String, Vec<PluginRecord>> = HashMap::new();
+        for record in store.plugins()? {
+            index.entry(record.name.clone()).or_default().push(record);
+        }
+        let _ = self.registry.set(Registry {
+            store,
+            index: RwLock::new(index),
+        });
+        Ok(())
     }
 
     /// The directory searched.
@@ -95,38 +147,224 @@ impl PluginDir {
         &self.runtime
     }
 
+    /// Every plugin in the registry, by name, newest version first.
+    pub fn list(&self) -> Vec<PluginRecord> {
+        let Some(registry) = self.registry.get() else {
+            return Vec::new();
+        };
+        let index = registry
+            .index
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
+        let mut all: Vec<PluginRecord> = index.values().flatten().cloned().collect();
+        all.sort_by(|a, b| a.name.cmp(&b.name).then_with(|| newer(b, a)));
+        all
+    }
+
+    /// Checks and loads the component `bytes` (compiling it, which can take
+    /// seconds) and adds it to the registry, marked as coming from
+    /// `origin`. Adding bytes that are there already refreshes their row,
+    /// so they win over another build of the same version. Blocking.
+    pub fn add(&self, bytes: &[u8], origin: &str) -> Result<(Plugin, PluginRecord), LoadError> {
+        let plugin = self.runtime.load(bytes)?;
+        let record = self.register(&plugin, origin);
+        Ok((plugin, record))
+    }
+
+    /// Adds every `.wasm` file of the directory to the registry (loading
+    /// those not loaded yet). Returns the path and error of each file that
+    /// does not load. Blocking.
+    pub fn scan(&self) -> Vec<(PathBuf, ResolveError)> {
+        let mut paths: Vec<PathBuf> = std::fs::read_dir(&self.dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|entry| entry.path())
+            .filter(|path| path.extension().is_some_and(|ext| ext == "wasm") && path.is_file())
+            .collect();
+        paths.sort();
+        paths
+            .into_iter()
+            .filter_map(|path| self.load_file(&path).err().map(|e| (path, e)))
+            .collect()
+    }
+
     /// Finds, loads and checks the plugin for `reference`. Blocking: may read
     /// and compile a component.
     pub fn resolve(&self, reference: &PluginRef) -> Result<Plugin, ResolveError> {
-        let path = self.find(&reference.name)?;
-        let plugin = self.load(&path)?;
-        let shown = path.display().to_string();
-        let meta = plugin.meta();
-        if meta.name != reference.name {
-            return Err(ResolveError::WrongName {
-                path: shown,
-                found: meta.name.clone(),
-                wanted: reference.name.clone(),
-            });
-        }
-        let satisfied = match &reference.version {
-            VersionPin::Any => true,
-            VersionPin::Req(req) => req.matches(&meta.version),
-            VersionPin::Digest(digest) => plugin.digest().to_string() == *digest,
+        // The directory's file first: loading it (again, once it changed)
+        // adds it to the registry.
+        let file = match self.find(&reference.name) {
+            Ok(path) => Some((path.display().to_string(), self.load_file(&path))),
+            Err(not_found) => match self.registry.get() {
+                Some(registry) => {
+                    return match self.newest(registry, reference) {
+                        Some(best) => self.by_digest(&best.digest),
+                        None => Err(self.not_in_registry(registry, reference, not_found)),
+                    };
+                }
+                None => return Err(not_found),
+            },
         };
-        if !satisfied {
-            let found = match &reference.version {
-                VersionPin::Digest(_) => format!("{} ({})", meta.version, plugin.digest()),
-                _ => meta.version.to_string(),
-            };
-            return Err(ResolveError::WrongVersion {
-                path: shown,
-                name: meta.name.clone(),
-                found,
-                wanted: reference.to_string(),
-            });
+        let Some((shown, loaded)) = file else {
+            unreachable!("a missing file returned above")
+        };
+        let Some(registry) = self.registry.get() else {
+            return check(&shown, reference, loaded?);
+        };
+        match (self.newest(registry, reference), loaded) {
+            (Some(best), Ok(plugin)) if best.digest == plugin.digest().to_string() => Ok(plugin),
+            (Some(best), Ok(_)) => self.by_digest(&best.digest),
+            (Some(best), Err(error)) => {
+                tracing::warn!(
+                    plugin = %reference,
+                    digest = %best.digest,
+                    "{error}; serving the registry's version"
+                );
+                self.by_digest(&best.digest)
+            }
+            // Nothing satisfies the reference: the file says why.
+            (None, loaded) => check(&shown, reference, loaded?),
         }
+    }
+
+    /// The error for a reference that no file and no registry entry
+    /// satisfies.
+    fn not_in_registry(
+        &self,
+        registry: &Registry,
+        reference: &PluginRef,
+        not_found: ResolveError,
+    ) -> ResolveError {
+        let index = registry
+            .index
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
+        match index.get(&reference.name) {
+            Some(versions) if !versions.is_empty() => ResolveError::WrongVersion {
+                path: "the registry".to_owned(),
+                name: reference.name.clone(),
+                found: versions
+                    .iter()
+                    .map(|r| r.version.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                wanted: reference.to_string(),
+            },
+            _ => not_found,
+        }
+    }
+
+    /// The loaded component with `digest`, from memory or the store.
+    /// Blocking: may read and compile it.
+    pub fn by_digest(&self, digest: &str) -> Result<Plugin, ResolveError> {
+        if let Some(plugin) = lock(&self.loaded).get(digest) {
+            return Ok(plugin.clone());
+        }
+        let shown = format!("component {digest}");
+        let store = &self
+            .registry
+            .get()
+            .ok_or_else(|| ResolveError::Store(format!("no registry to read {shown} from")))?
+            .store;
+        let bytes = store
+            .component(digest)
+            .map_err(|e| ResolveError::Store(e.to_string()))?
+            .ok_or_else(|| ResolveError::Store(format!("{shown} is not in the store")))?;
+        let plugin = self
+            .runtime
+            .load(&bytes)
+            .map_err(|source| ResolveError::Load {
+                path: shown.clone(),
+                source,
+            })?;
+        if plugin.digest().to_string() != digest {
+            return Err(ResolveError::Store(format!(
+                "the stored {shown} has digest {}",
+                plugin.digest()
+            )));
+        }
+        self.keep(&plugin);
         Ok(plugin)
+    }
+
+    /// The registry's best version for `reference`.
+    fn newest(&self, registry: &Registry, reference: &PluginRef) -> Option<PluginRecord> {
+        let index = registry
+            .index
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
+        index
+            .get(&reference.name)?
+            .iter()
+            .filter(|record| match &reference.version {
+                VersionPin::Any => true,
+                VersionPin::Req(req) => record
+                    .version
+                    .parse::<semver::Version>()
+                    .is_ok_and(|v| req.matches(&v)),
+                VersionPin::Digest(digest) => record.digest == *digest,
+            })
+            .max_by(|a, b| newer(a, b))
+            .cloned()
+    }
+
+    fn keep(&self, plugin: &Plugin) {
+        let mut loaded = lock(&self.loaded);
+        if loaded.len() >= CACHED {
+            loaded.clear();
+        }
+        loaded.insert(plugin.digest().to_string(), plugin.clone());
+    }
+
+    /// Adds `plugin` to the registry (if there is one) and to the loaded
+    /// components. A failure to record it is logged: the plugin still
+    /// serves, and runs pinned to it store its bytes themselves.
+    fn register(&self, plugin: &Plugin, origin: &str) -> PluginRecord {
+        let meta = plugin.meta();
+        let bytes = plugin.bytes();
+        let record = PluginRecord {
+            name: meta.name.clone(),
+            version: meta.version.to_string(),
+            digest: plugin.digest().to_string(),
+            size: bytes.len() as u64,
+            description: meta.description.clone(),
+            input_schema: meta.input_schema.clone(),
+            output_schema: meta.output_schema.clone(),
+            added_at: SystemClock.now(),
+            origin: origin.to_owned(),
+        };
+        self.keep(plugin);
+        let Some(registry) = self.registry.get() else {
+            return record;
+        };
+        let write = Write::AddPlugin {
+            name: record.name.clone(),
+            digest: record.digest.clone(),
+            record: crate::store::encode(&record),
+            bytes,
+        };
+        match registry.store.apply(&[&write]) {
+            Ok(results) if results.iter().all(Result::is_ok) => {
+                let mut index = registry
+                    .index
+                    .write()
+                    .unwrap_or_else(PoisonError::into_inner);
+                let versions = index.entry(record.name.clone()).or_default();
+                versions.retain(|r| r.digest != record.digest);
+                versions.push(record.clone());
+            }
+            Ok(results) => tracing::warn!(
+                plugin = %record.name,
+                "cannot add the plugin to the registry: {:?}",
+                results.into_iter().find_map(Result::err)
+            ),
+            Err(e) => tracing::warn!(
+                plugin = %record.name,
+                "cannot add the plugin to the registry: {e}"
+            ),
+        }
+        record
     }
 
     fn find(&self, name: &str) -> Result<PathBuf, ResolveError> {
@@ -165,25 +403,34 @@ impl PluginDir {
         })
     }
 
-    fn load(&self, path: &Path) -> Result<Plugin, ResolveError> {
-        let mut loaded = self
-            .loaded
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(plugin) = loaded.get(path) {
-            return Ok(plugin.clone());
-        }
-        let bytes = std::fs::read(path).map_err(|e| ResolveError::Read {
+    /// The plugin in the file at `path`, loaded again when the file has
+    /// changed since it was last loaded (and then added to the registry).
+    fn load_file(&self, path: &Path) -> Result<Plugin, ResolveError> {
+        let read_error = |e: std::io::Error| ResolveError::Read {
             path: path.display().to_string(),
             message: e.to_string(),
-        })?;
-        let plugin = self
-            .runtime
-            .load(&bytes)
-            .map_err(|source| ResolveError::Load {
-                path: path.display().to_string(),
-                source,
-            })?;
+        };
+        let stamp = std::fs::metadata(path)
+            .map(|m| (m.len(), m.modified().ok()))
+            .map_err(read_error)?;
+        if let Some((seen, plugin)) = lock(&self.files).get(path)
+            && *seen == stamp
+        {
+            return Ok(plugin.clone());
+        }
+        let bytes = std::fs::read(path).map_err(read_error)?;
+        let digest = crate::runtime::Digest::of(&bytes).to_string();
+        let known = lock(&self.loaded).get(&digest).cloned();
+        let plugin = match known {
+            Some(plugin) => plugin,
+            None => self
+                .runtime
+                .load(&bytes)
+                .map_err(|source| ResolveError::Load {
+                    path: path.display().to_string(),
+                    source,
+                })?,
+        };
         tracing::debug!(
             path = %path.display(),
             name = %plugin.meta().name,
@@ -193,7 +440,61 @@ impl PluginDir {
             millis = plugin.load_time().as_millis(),
             "loaded plugin"
         );
-        loaded.insert(path.to_owned(), plugin.clone());
+        // A file joins the registry once: bytes added before keep their
+        // row (an upload of them stays the newest).
+        let listed = self.registry.get().is_some_and(|registry| {
+            registry
+                .index
+                .read()
+                .unwrap_or_else(PoisonError::into_inner)
+                .get(&plugin.meta().name)
+                .is_some_and(|versions| versions.iter().any(|r| r.digest == digest))
+        });
+        if listed {
+            self.keep(&plugin);
+        } else {
+            self.register(&plugin, &format!("file:{}", path.display()));
+        }
+        lock(&self.files).insert(path.to_owned(), (stamp, plugin.clone()));
         Ok(plugin)
     }
+}
+
+/// Orders two records of one plugin: the higher version, then the one
+/// added last.
+fn newer(a: &PluginRecord, b: &PluginRecord) -> std::cmp::Ordering {
+    let version = |r: &PluginRecord| r.version.parse::<semver::Version>().ok();
+    version(a)
+        .cmp(&version(b))
+        .then(a.added_at.cmp(&b.added_at))
+}
+
+/// `plugin` if it is the one `reference` asks for.
+fn check(path: &str, reference: &PluginRef, plugin: Plugin) -> Result<Plugin, ResolveError> {
+    let meta = plugin.meta();
+    if meta.name != reference.name {
+        return Err(ResolveError::WrongName {
+            path: path.to_owned(),
+            found: meta.name.clone(),
+            wanted: reference.name.clone(),
+        });
+    }
+    let satisfied = match &reference.version {
+        VersionPin::Any => true,
+        VersionPin::Req(req) => req.matches(&meta.version),
+        VersionPin::Digest(digest) => plugin.digest().to_string() == *digest,
+    };
+    if !satisfied {
+        let found = match &reference.version {
+            VersionPin::Digest(_) => format!("{} ({})", meta.version, plugin.digest()),
+            _ => meta.version.to_string(),
+        };
+        return Err(ResolveError::WrongVersion {
+            path: path.to_owned(),
+            name: meta.name.clone(),
+            found,
+            wanted: reference.to_string(),
+        });
+    }
+    Ok(plugin)
 }

@@ -1,20 +1,12 @@
-//! The HTTP API, under `/v1`, in its first form: start runs, read them back,
-//! list the workflows served, and a health check. JSON in and out; every
-//! error is `{"error": {"code": ..., "message": ...}}` with a stable code.
-//!
-//! | method and path     | what it does                                      |
-//! |---------------------|---------------------------------------------------|
-//! | `GET /v1/health`    | `{"status": "ok"}`                                |
-//! | `GET /v1/workflows` | the workflows served: id, version, steps          |
-//! | `POST /v1/runs`     | starts `{"workflow": id, "input": {...}}`; answers `201` once the run is durably recorded |
-//! | `GET /v1/runs`      | the newest runs; `?limit=N` (default 20, at most 1000), `&workflow=ID`, `&state=running\|succeeded\|failed` |
-//! | `GET /v1/runs/{id}` | one run and its step records                      |
-//! | `POST /v1/runs/{id}/cancel` | cancels a run; `409 run_ended` if it had ended |
-//! | `GET /v1/schedules` | every cron trigger, with its next fire            |
-//! | `POST /v1/schedules` | adds `{"workflow": id, "schedule": {"cron": ..., ...}}` to a served workflow; `201`, or `409 schedule_exists` |
-//! | `POST /v1/schedules/{workflow}/{trigger}/pause` (or `/resume`) | pauses or resumes a trigger |
+//! The HTTP API, under `/v1`: deploy workflows and plugins, start runs and
+//! read them back, act on waiting steps, receive messages, and manage
+//! deliveries and cron triggers. JSON in and out; every error is
+//! `{"error": {"code": ..., "message": ...}}` with a stable code. The routes
+//! are listed once, in [`routes`]; `GET /v1/openapi.json` describes each
+//! (a test holds the two together).
 
 mod deliver;
+mod deploy;
 mod error;
 mod openapi;
 
@@ -31,7 +23,7 @@ use serde_json::{Value, json};
 use crate::engine::{Engine, Quiet, StartError};
 use crate::hub::Hub;
 use crate::store::RunFilter;
-use crate::workflows::WorkflowDir;
+use crate::workflows::Deployments;
 
 pub use error::ApiError;
 
@@ -42,15 +34,16 @@ pub const MAX_BODY: usize = 4 << 20;
 #[derive(Debug, Clone)]
 pub struct Api {
     engine: Arc<Engine>,
-    workflows: Arc<WorkflowDir>,
+    workflows: Arc<Deployments>,
     hub: Hub,
     /// Places for open event streams.
     streams: Arc<tokio::sync::Semaphore>,
 }
 
 impl Api {
-    /// An API over `engine`, serving `workflows`, delivering through `hub`.
-    pub fn new(engine: Arc<Engine>, workflows: Arc<WorkflowDir>, hub: Hub) -> Self {
+    /// An API over `engine`, serving and deploying `workflows`, delivering
+    /// through `hub`.
+    pub fn new(engine: Arc<Engine>, workflows: Arc<Deployments>, hub: Hub) -> Self {
         Self {
             engine,
             workflows,
@@ -79,7 +72,17 @@ fn routes() -> Vec<(&'static str, MethodRouter<Api>)> {
     vec![
         ("/v1/health", get(health)),
         ("/v1/openapi.json", get(openapi::document)),
-        ("/v1/workflows", get(list_workflows)),
+        (
+            "/v1/workflows",
+            get(deploy::list_workflows).post(deploy::deploy_workflow),
+        ),
+        ("/v1/workflows/{id}", get(deploy::get_workflow)),
+        (
+            "/v1/plugins",
+            get(deploy::list_plugins)
+                .post(deploy::add_plugin)
+                .layer(DefaultBodyLimit::max(deploy::MAX_COMPONENT)),
+        ),
         ("/v1/runs", get(list_runs).post(start_run)),
         ("/v1/runs/{id}", get(get_run)),
         ("/v1/runs/{id}/steps", get(get_steps)),
@@ -130,22 +133,6 @@ async fn not_found() -> ApiError {
     ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route")
 }
 
-async fn list_workflows(State(api): State<Api>) -> Json<Value> {
-    let workflows: Vec<Value> = api
-        .workflows
-        .iter()
-        .map(|wf| {
-            json!({
-                "id": wf.id,
-                "version": wf.version,
-                "description": wf.description,
-                "steps": wf.steps.iter().map(|s| s.id.as_str()).collect::<Vec<_>>(),
-            })
-        })
-        .collect();
-    Json(json!({ "workflows": workflows }))
-}
-
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct StartRequest {
@@ -163,7 +150,7 @@ async fn start_run(
     body: Result<Json<StartRequest>, JsonRejection>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     let Json(request) = body.map_err(ApiError::from)?;
-    let workflow = api.workflows.get(&request.workflow).ok_or_else(|| {
+    let workflow = api.workflows.current().get(&request.workflow).ok_or_else(|| {
         ApiError::new(
             StatusCode::NOT_FOUND,
             "unknown_workflow",
@@ -407,7 +394,7 @@ async fn add_schedule(
     body: Result<Json<AddScheduleRequest>, JsonRejection>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     let Json(request) = body.map_err(ApiError::from)?;
-    if api.workflows.get(&request.workflow).is_none() {
+    if api.workflows.current().get(&request.workflow).is_none() {
         return Err(ApiError::new(
             StatusCode::NOT_FOUND,
             "unknown_workflow",

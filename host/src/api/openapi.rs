@@ -54,7 +54,44 @@ pub fn spec() -> Value {
         "paths": {
             "/v1/health": { "get": { "summary": "Health check", "responses": responses(("200", "`{\"status\": \"ok\"}`"), &[]) } },
             "/v1/openapi.json": { "get": { "summary": "This document", "responses": responses(("200", "the OpenAPI document"), &[]) } },
-            "/v1/workflows": { "get": { "summary": "The workflows served, with their versions", "responses": responses(("200", "`{\"workflows\": [...]}`"), &[]) } },
+            "/v1/workflows": {
+                "get": { "summary": "The workflows served, each with its newest revision and digest", "responses": responses(("200", "`{\"workflows\": [...]}`"), &[]) },
+                "post": {
+                    "summary": "Deploy a workflow definition as the newest version of its id",
+                    "description": "The body is the definition's text: YAML, or JSON when the content type says `json`. Every `uses:` must resolve. New runs start on the new version; runs in flight keep the definition they started with. The version is recorded in the store and served again after a restart.",
+                    "requestBody": { "required": true, "content": { "application/yaml": { "schema": { "type": "string" } }, "application/json": { "schema": { "type": "object" } } } },
+                    "responses": {
+                        "201": answer("`{\"workflow\": {id, version, revision, digest, steps}}`: a new version"),
+                        "200": answer("`{\"workflow\": ..., \"unchanged\": true}`: this text is the version served already"),
+                        "400": { "description": "invalid_request (empty, not UTF-8), invalid_workflow (names the line and the problem)" },
+                        "413": { "description": "body_too_large" },
+                        "422": { "description": "unresolved_plugin (names the step and the plugin)" },
+                        "500": { "description": "store" }
+                    }
+                }
+            },
+            "/v1/workflows/{id}": {
+                "get": {
+                    "summary": "A workflow's served version with its text, and every version deployed",
+                    "parameters": [path_param("id", "the workflow's id"), query_param("revision", "show this version's text instead", "integer")],
+                    "responses": responses(("200", "`{\"workflow\": {id, revision, version, digest, source, served, ...}, \"versions\": [...]}`"), &[("400", "invalid_request"), ("404", "unknown_workflow, unknown_revision")])
+                }
+            },
+            "/v1/plugins": {
+                "get": { "summary": "Every plugin in the registry (name, version, digest, size, schemas), by name, newest first", "responses": responses(("200", "`{\"plugins\": [...]}`"), &[]) },
+                "post": {
+                    "summary": "Add a component to the registry",
+                    "description": "The body is the component's bytes (at most 64 MiB). It is compiled, linked and described before it is added; new runs that `use` its name pick it up when it is the newest version that satisfies them. Runs in flight keep the digests they are pinned to.",
+                    "requestBody": { "required": true, "content": { "application/wasm": { "schema": { "type": "string", "format": "binary" } } } },
+                    "responses": {
+                        "201": answer("`{\"plugin\": {name, version, digest, ...}}`"),
+                        "200": answer("`{\"plugin\": ..., \"existing\": true}`: these bytes were in the registry"),
+                        "400": { "description": "invalid_request (empty), invalid_component (not a component, a contract this host does not speak, an import weft does not provide, named)" },
+                        "413": { "description": "body_too_large" },
+                        "500": { "description": "store" }
+                    }
+                }
+            },
             "/v1/runs": {
                 "get": {
                     "summary": "The newest runs, filtered",

@@ -54,8 +54,9 @@ fn host(dir: &Path) -> anyhow::Result<Host> {
     std::fs::write(workflows_dir.join("burst.yaml"), WORKFLOW)?;
     let (workflows, errors) = WorkflowDir::load(&workflows_dir)?;
     anyhow::ensure!(errors.is_empty(), "the bench workflow does not load");
+    let (deployments, _) = weft::Deployments::open(Arc::clone(engine.store()), &workflows)?;
     let hub = Hub::new(Arc::clone(&engine));
-    let api = weft::api::Api::new(Arc::clone(&engine), Arc::new(workflows), hub);
+    let api = weft::api::Api::new(Arc::clone(&engine), Arc::new(deployments), hub);
     let tokio = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

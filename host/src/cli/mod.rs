@@ -12,6 +12,7 @@ macro_rules! out {
 mod bench;
 mod bench_messages;
 mod bench_timers;
+mod plugin;
 mod progress;
 mod remote;
 mod runs;
@@ -86,6 +87,19 @@ enum Command {
     /// Deliveries and dead letters (of a running `weft serve`).
     #[command(subcommand)]
     Deliveries(remote::DeliveriesCommand),
+    /// Plugins: inspect a component, add one to the registry, list it.
+    #[command(subcommand)]
+    Plugin(plugin::PluginCommand),
+    /// Deploy a workflow file to a running `weft serve` as the newest
+    /// version of its id (runs in flight keep theirs).
+    Deploy {
+        /// The workflow file (YAML, or JSON if it ends in .json).
+        workflow: PathBuf,
+        /// The server. [default: the address in DATA_DIR/serve.addr, else
+        /// http://127.0.0.1:7420]
+        #[arg(long, value_name = "URL")]
+        server: Option<String>,
+    },
 }
 
 #[derive(Debug, clap::Args)]
@@ -138,6 +152,8 @@ pub fn main(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Act(args) => remote::act(&data_dir, args),
         Command::Tail(args) => remote::tail(&data_dir, args),
         Command::Deliveries(command) => remote::deliveries(&data_dir, command),
+        Command::Plugin(command) => plugin::main(&data_dir, command),
+        Command::Deploy { workflow, server } => plugin::deploy(&data_dir, &workflow, server),
         Command::Bench(args) => {
             let plugins = plugins_dir(&data_dir, &args.plugins.plugins);
             bench::main(&plugins, &args)

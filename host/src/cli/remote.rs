@@ -57,6 +57,29 @@ impl Server {
             ("DELETE", _) => self.agent.delete(&url).call(),
             _ => self.agent.get(&url).call(),
         };
+        self.answer(sent)
+    }
+
+    /// POSTs `bytes` with `content_type`; `Ok(Err(message))` for an error
+    /// answer.
+    pub fn send(
+        &self,
+        path: &str,
+        content_type: &str,
+        bytes: &[u8],
+    ) -> anyhow::Result<Result<Value, String>> {
+        let sent = self
+            .agent
+            .post(format!("{}{path}", self.url))
+            .header("content-type", content_type)
+            .send(bytes);
+        self.answer(sent)
+    }
+
+    fn answer(
+        &self,
+        sent: Result<ureq::http::Response<ureq::Body>, ureq::Error>,
+    ) -> anyhow::Result<Result<Value, String>> {
         let mut response =
             sent.with_context(|| format!("cannot reach weft serve at {}", self.url))?;
         let status = response.status();

@@ -159,7 +159,7 @@ pub fn main(data_dir: &Path, command: RunsCommand) -> anyhow::Result<ExitCode> {
 }
 
 /// The store for reading, or `None` when no run was ever stored here.
-fn open(data_dir: &Path) -> anyhow::Result<Option<RedbStore>> {
+pub(super) fn open(data_dir: &Path) -> anyhow::Result<Option<RedbStore>> {
     let path = store_path(data_dir);
     if !path.exists() {
         return Ok(None);

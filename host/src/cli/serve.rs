@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use serde_json::Value;
-use weft::WorkflowDir;
+use weft::{Deployments, WorkflowDir};
 use weft::api::Api;
 use weft::engine::{Quiet, ResumeError};
 use weft::store::RunRecord;
@@ -60,7 +60,7 @@ pub struct StartArgs {
 /// Runs the host until interrupted: resumes interrupted runs, then serves
 /// the HTTP API.
 pub fn serve(data_dir: &Path, args: ServeArgs) -> anyhow::Result<ExitCode> {
-    let (workflows, errors) = WorkflowDir::load(&args.workflows).with_context(|| {
+    let (files, errors) = WorkflowDir::load(&args.workflows).with_context(|| {
         format!(
             "cannot read the workflows directory {}",
             args.workflows.display()
@@ -74,8 +74,14 @@ pub fn serve(data_dir: &Path, args: ServeArgs) -> anyhow::Result<ExitCode> {
         ..weft::engine::EngineConfig::default()
     };
     let mut engine = engine_with(data_dir, &args.plugins, config)?;
-    let workflows = Arc::new(workflows);
-    engine.set_workflows(workflows.clone());
+    // The directory's workflows, and every version deployed before.
+    let (deployments, warnings) = Deployments::open(Arc::clone(engine.store()), &files)
+        .context("cannot read the deployed workflows")?;
+    for warning in &warnings {
+        eprintln!("warning: not serving {warning}");
+    }
+    let deployments = Arc::new(deployments);
+    engine.set_workflows(deployments.clone());
 
     // Recovery: the outbox first (child runs decided and not yet recorded),
     // then every run a previous process left running carries on.
@@ -103,7 +109,7 @@ pub fn serve(data_dir: &Path, args: ServeArgs) -> anyhow::Result<ExitCode> {
     // Cron triggers last: fires missed while no host ran follow each
     // trigger's catch-up policy.
     let triggers = engine
-        .sync_schedules(&workflows)
+        .sync_schedules(&deployments.current())
         .context("cannot record the workflows' cron triggers")?;
     engine
         .run_schedules()
@@ -112,6 +118,19 @@ pub fn serve(data_dir: &Path, args: ServeArgs) -> anyhow::Result<ExitCode> {
         tracing::info!(triggers, "cron triggers active");
     }
     let engine = Arc::new(engine);
+    // Every component in the plugins directory joins the registry, off the
+    // start's path: compiling one that is not cached can take a while.
+    {
+        let engine = Arc::clone(&engine);
+        std::thread::Builder::new()
+            .name("weft-plugin-scan".to_owned())
+            .spawn(move || {
+                for (path, error) in engine.plugins().scan() {
+                    eprintln!("warning: not serving plugin {}: {error}", path.display());
+                }
+            })
+            .context("cannot start the plugin scan")?;
+    }
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -128,12 +147,12 @@ pub fn serve(data_dir: &Path, args: ServeArgs) -> anyhow::Result<ExitCode> {
             .with_context(|| format!("cannot write {}", addr_file.display()))?;
         eprintln!(
             "weft serving {} workflow(s) on http://{addr}; {} interrupted run(s) resumed",
-            workflows.iter().count(),
+            deployments.current().iter().count(),
             interrupted.len()
         );
         let hub = weft::hub::Hub::new(Arc::clone(&engine));
         hub.start().context("cannot start delivering messages")?;
-        let api = Api::new(Arc::clone(&engine), workflows, hub.clone());
+        let api = Api::new(Arc::clone(&engine), deployments, hub.clone());
         axum::serve(listener, api.router())
             .with_graceful_shutdown({
                 // Open event streams end when the hub stops.

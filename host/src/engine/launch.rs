@@ -11,7 +11,7 @@ use serde_json::Value;
 use crate::clock::{Clock, Timestamp};
 use crate::model::{self, Format, Scope, Workflow};
 use crate::plugins::PluginDir;
-use crate::runtime::{Digest, KvAccess, KvSource, Plugin, Versioned};
+use crate::runtime::{KvAccess, KvSource, Plugin, Versioned};
 use crate::store::{
     DefinitionRecord, Effect, OutboxRecord, ParentLink, PinnedPlugin, RunRecord, RunState, Spawn,
     Store, TimerKind, TimerRef,
@@ -44,15 +44,12 @@ pub(super) struct Launcher {
     pub(super) plugins: PluginDir,
     pub(super) clock: Arc<dyn Clock>,
     workflows: RwLock<Arc<dyn Workflows>>,
-    /// Stored definitions already parsed, and stored components already
-    /// loaded, by digest: loading a run back (a resume, a timer's wake)
-    /// then reads only its own records.
+    /// Stored definitions already parsed, by digest: loading a run back
+    /// (a resume, a timer's wake) then reads only its own records.
     parsed: Mutex<HashMap<String, Arc<Workflow>>>,
-    loaded: Mutex<HashMap<String, Plugin>>,
 }
 
-/// The most entries each of the launcher's caches holds before it starts
-/// over.
+/// The most definitions the launcher keeps parsed before it starts over.
 const CACHED: usize = 1024;
 
 /// A run made and not yet recorded.
@@ -87,7 +84,6 @@ impl Launcher {
             clock,
             workflows: RwLock::new(Arc::new(WorkflowDir::default())),
             parsed: Mutex::new(HashMap::new()),
-            loaded: Mutex::new(HashMap::new()),
         }
     }
 
@@ -140,12 +136,7 @@ impl Launcher {
             .iter()
             .map(|p| (p.digest().to_string(), p.bytes()))
             .collect();
-        let definition = DefinitionRecord {
-            digest: Digest::of(workflow.source.as_bytes()).to_string(),
-            origin: workflow.origin.clone(),
-            format: workflow.format.name().to_owned(),
-            source: workflow.source.clone(),
-        };
+        let definition = crate::workflows::definition_of(&workflow);
         let now = self.clock.now();
         let run = RunRecord {
             id: new_run_id(now),
@@ -334,34 +325,11 @@ impl Launcher {
                 plugins.insert(step.id.clone(), plugin.clone());
                 continue;
             }
-            if let Some(plugin) = lock(&self.loaded).get(&pinned.digest).cloned() {
-                loaded.insert(&pinned.digest, plugin.clone());
-                plugins.insert(step.id.clone(), plugin);
-                continue;
-            }
-            let bytes = self.store.component(&pinned.digest)?.ok_or_else(|| {
-                component_error(format!("component {} is not in the store", pinned.digest))
-            })?;
             let plugin = self
                 .plugins
-                .runtime()
-                .load(&bytes)
-                .map_err(|e| component_error(format!("component {} {e}", pinned.digest)))?;
-            if plugin.digest().to_string() != pinned.digest {
-                return Err(component_error(format!(
-                    "the stored component's digest is {}, not {}",
-                    plugin.digest(),
-                    pinned.digest
-                )));
-            }
+                .by_digest(&pinned.digest)
+                .map_err(|e| component_error(e.to_string()))?;
             loaded.insert(&pinned.digest, plugin.clone());
-            {
-                let mut cache = lock(&self.loaded);
-                if cache.len() >= CACHED {
-                    cache.clear();
-                }
-                cache.insert(pinned.digest.clone(), plugin.clone());
-            }
             plugins.insert(step.id.clone(), plugin);
         }
         Ok(plugins)

@@ -195,6 +195,10 @@ impl Engine {
         clock: Arc<dyn Clock>,
         config: EngineConfig,
     ) -> std::io::Result<Self> {
+        // The registry of plugins lives in the store.
+        plugins
+            .attach(store.clone())
+            .map_err(std::io::Error::other)?;
         let commits = GroupCommit::start(store.clone())?;
         let launcher = Arc::new(Launcher::new(store, plugins, clock));
         let core = Arc::new(Core::new(
@@ -205,6 +209,11 @@ impl Engine {
         ));
         let threads = core.start(config.workers)?;
         Ok(Self { core, threads })
+    }
+
+    /// The plugins: the directory and the registry.
+    pub fn plugins(&self) -> &PluginDir {
+        &self.core.launcher.plugins
     }
 
     /// The store.

@@ -33,6 +33,9 @@ struct Loaded {
     meta: PluginMeta,
     code_source: CodeSource,
     load_time: Duration,
+    /// The component's imports and exports, by name.
+    imports: Vec<String>,
+    exports: Vec<String>,
 }
 
 impl std::fmt::Debug for Plugin {
@@ -136,6 +139,25 @@ impl Plugin {
     /// Whether the code was compiled at load or read from the cache.
     pub fn code_source(&self) -> CodeSource {
         self.0.code_source
+    }
+
+    /// The names of the component's imports (interfaces and functions).
+    pub fn imports(&self) -> &[String] {
+        &self.0.imports
+    }
+
+    /// The names of the component's exports; one is
+    /// `weft:plugin/step@<contract version>`.
+    pub fn exports(&self) -> &[String] {
+        &self.0.exports
+    }
+
+    /// The contract version the component was built against.
+    pub fn contract(&self) -> Option<&str> {
+        self.0
+            .exports
+            .iter()
+            .find_map(|name| name.strip_prefix("weft:plugin/step@"))
     }
 
     /// How long [`Runtime::load`] took for this plugin.
@@ -278,6 +300,18 @@ pub(super) fn load(runtime: &Runtime, bytes: &[u8]) -> Result<Plugin, LoadError>
         },
         code_source,
         load_time: Duration::ZERO,
+        imports: {
+            let ty = component.component_type();
+            ty.imports(&shared.engine)
+                .map(|(name, _)| name.to_owned())
+                .collect()
+        },
+        exports: {
+            let ty = component.component_type();
+            ty.exports(&shared.engine)
+                .map(|(name, _)| name.to_owned())
+                .collect()
+        },
     };
     plugin.meta = describe(&plugin)?;
     plugin.input_check = plugin

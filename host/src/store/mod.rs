@@ -5,6 +5,7 @@ mod group;
 pub mod messages;
 mod records;
 mod redb;
+pub mod registry;
 mod write;
 
 pub use self::group::{Done, GroupCommit};
@@ -17,7 +18,9 @@ pub use self::records::{
     TimerRecord, TimerRef, TriggerLink,
 };
 pub use self::redb::RedbStore;
+pub use self::registry::{DeploymentRecord, PluginRecord};
 pub use self::write::{Spawn, TimerRow, Write};
+pub(crate) use self::write::encode;
 
 /// Why the store could not do what was asked. After any error the store is
 /// as it was before the call: every write is one transaction.
@@ -212,4 +215,11 @@ pub trait Store: Send + Sync + std::fmt::Debug {
 
     /// The run a start with idempotency key `key` recorded.
     fn idempotent_run(&self, key: &str) -> Result<Option<String>, StoreError>;
+
+    /// The deployed versions of `workflow`, or of every workflow, by id
+    /// then revision.
+    fn deployments(&self, workflow: Option<&str>) -> Result<Vec<DeploymentRecord>, StoreError>;
+
+    /// Every plugin in the registry, by name then digest.
+    fn plugins(&self) -> Result<Vec<PluginRecord>, StoreError>;
 }

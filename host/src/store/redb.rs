@@ -65,6 +65,10 @@ const QUEUE: TableDefinition<(&str, u64), &str> = TableDefinition::new("queue");
 const DEAD: TableDefinition<(&str, u64), &str> = TableDefinition::new("dead");
 /// Client-supplied keys of run starts, to the run each started.
 const IDEMPOTENCY: TableDefinition<&str, &str> = TableDefinition::new("idempotency");
+/// Deployed workflow versions, by (workflow, revision).
+const DEPLOYMENTS: TableDefinition<(&str, u32), &[u8]> = TableDefinition::new("deployments");
+/// The plugin registry, by (name, digest).
+const PLUGINS: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("plugins");
 
 /// The format this build reads and writes.
 const FORMAT: &str = "1";
@@ -95,6 +99,7 @@ macro_rules! backend {
 }
 
 mod queue;
+mod registry;
 
 impl RedbStore {
     /// Opens the store at `path` for reading and writing, creating it if it
@@ -142,6 +147,8 @@ impl RedbStore {
             backend!(txn.open_table(QUEUE))?;
             backend!(txn.open_table(DEAD))?;
             backend!(txn.open_table(IDEMPOTENCY))?;
+            backend!(txn.open_table(DEPLOYMENTS))?;
+            backend!(txn.open_table(PLUGINS))?;
         }
         backend!(txn.commit())?;
         Ok(Self {
@@ -264,6 +271,8 @@ struct Tables<'t> {
     queue: Table<'t, (&'static str, u64), &'static str>,
     dead: Table<'t, (&'static str, u64), &'static str>,
     idempotency: Table<'t, &'static str, &'static str>,
+    deployments: Table<'t, (&'static str, u32), &'static [u8]>,
+    plugins: Table<'t, (&'static str, &'static str), &'static [u8]>,
 }
 
 impl Tables<'_> {
@@ -409,6 +418,18 @@ impl Tables<'_> {
                 self.set_run(id, &encode(&run), false, false)?;
                 backend!(self.cancelled.insert(id.as_str(), ()))?;
             }
+            Write::Deploy {
+                workflow,
+                revision,
+                record,
+                definition,
+            } => return self.deploy(workflow, *revision, record, definition),
+            Write::AddPlugin {
+                name,
+                digest,
+                record,
+                bytes,
+            } => return self.add_plugin(name, digest, record, bytes),
             Write::Schedule {
                 key,
                 expect,
@@ -600,6 +621,19 @@ impl Store for RedbStore {
         reads!(self.idempotent_run(key))
     }
 
+    fn deployments(
+        &self,
+        workflow: Option<&str>,
+    ) -> Result<Vec<super::DeploymentRecord>, StoreError> {
+        let txn = self.begin_read()?;
+        registry::deployments(&txn, workflow)
+    }
+
+    fn plugins(&self) -> Result<Vec<super::PluginRecord>, StoreError> {
+        let txn = self.begin_read()?;
+        registry::plugins(&txn)
+    }
+
     fn apply(&self, writes: &[&Write]) -> Result<Vec<Result<(), StoreError>>, StoreError> {
         let txn = backend!(self.writable()?.begin_write())?;
         let mut results = Vec::with_capacity(writes.len());
@@ -624,6 +658,8 @@ impl Store for RedbStore {
                 queue: backend!(txn.open_table(QUEUE))?,
                 dead: backend!(txn.open_table(DEAD))?,
                 idempotency: backend!(txn.open_table(IDEMPOTENCY))?,
+                deployments: backend!(txn.open_table(DEPLOYMENTS))?,
+                plugins: backend!(txn.open_table(PLUGINS))?,
             };
             for write in writes {
                 results.push(t.apply(write)?);

@@ -127,6 +127,32 @@ pub enum Write {
         /// The run the fire starts.
         start: Option<Box<Write>>,
     },
+    /// Records version `revision` of `workflow`, with its definition
+    /// (stored once by digest); refused with
+    /// [`StoreError::Conflict`](super::StoreError::Conflict) if that
+    /// revision exists.
+    Deploy {
+        /// The workflow's id.
+        workflow: String,
+        /// The version's number.
+        revision: u32,
+        /// The encoded [`DeploymentRecord`](super::DeploymentRecord).
+        record: Vec<u8>,
+        /// The definition's digest and encoded [`DefinitionRecord`].
+        definition: (String, Vec<u8>),
+    },
+    /// Adds a plugin to the registry, or refreshes the row of one added
+    /// before; its bytes are stored once by digest.
+    AddPlugin {
+        /// The plugin's name.
+        name: String,
+        /// The component's digest.
+        digest: String,
+        /// The encoded [`PluginRecord`](super::PluginRecord).
+        record: Vec<u8>,
+        /// The component's bytes.
+        bytes: Arc<[u8]>,
+    },
 }
 
 /// A timer to write: its key and its encoded [`TimerRecord`].
@@ -283,6 +309,6 @@ impl Write {
 
 /// Records are plain data (strings, numbers, JSON values): encoding them
 /// cannot fail.
-pub(super) fn encode(value: &impl serde::Serialize) -> Vec<u8> {
+pub(crate) fn encode(value: &impl serde::Serialize) -> Vec<u8> {
     serde_json::to_vec(value).unwrap_or_default()
 }

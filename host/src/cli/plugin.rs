@@ -1,0 +1,258 @@
+//! `weft plugin`: look inside a component, and manage the registry of
+//! plugins (locally, or on a running `weft serve`); `weft deploy`.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context;
+use clap::Subcommand;
+use serde_json::{Value, json};
+use weft::store::{PluginRecord, Store};
+use weft::{PluginDir, Runtime, RuntimeConfig};
+
+use super::remote::Server;
+use super::{EXIT_INVALID, PluginArgs, open_store, plugins_dir};
+
+#[derive(Debug, Subcommand)]
+pub enum PluginCommand {
+    /// Print a component's name, version, contract version, digest,
+    /// imports and exports (it is compiled and described, not run).
+    Inspect {
+        /// The component (.wasm).
+        file: PathBuf,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Add a component to the registry: the local store, or with --server
+    /// a running `weft serve`, which takes it without a restart.
+    Add {
+        /// The component (.wasm).
+        file: PathBuf,
+        /// The server to upload to.
+        #[arg(long, value_name = "URL")]
+        server: Option<String>,
+        #[command(flatten)]
+        plugins: PluginArgs,
+    },
+    /// List the registry: every plugin version, by name, newest first.
+    List {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+        /// Ask a running `weft serve` instead of the local store.
+        #[arg(long, value_name = "URL")]
+        server: Option<String>,
+    },
+}
+
+/// The largest component read from a file.
+const MAX_COMPONENT: u64 = 256 << 20;
+
+fn read_component(file: &Path) -> anyhow::Result<Vec<u8>> {
+    use std::io::Read as _;
+    let mut bytes = Vec::new();
+    std::fs::File::open(file)
+        .and_then(|f| f.take(MAX_COMPONENT + 1).read_to_end(&mut bytes))
+        .with_context(|| format!("cannot read {}", file.display()))?;
+    anyhow::ensure!(
+        bytes.len() as u64 <= MAX_COMPONENT,
+        "{} is larger than {} MiB",
+        file.display(),
+        MAX_COMPONENT >> 20
+    );
+    Ok(bytes)
+}
+
+pub fn main(data_dir: &Path, command: PluginCommand) -> anyhow::Result<ExitCode> {
+    match command {
+        PluginCommand::Inspect { file, json } => inspect(data_dir, &file, json),
+        PluginCommand::Add {
+            file,
+            server: Some(url),
+            ..
+        } => {
+            let bytes = read_component(&file)?;
+            let server = Server::new(data_dir, Some(url));
+            match server.send("/v1/plugins", "application/wasm", &bytes)? {
+                Ok(body) => {
+                    print_added(&serde_json::from_value(body["plugin"].clone())?)?;
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(message) => {
+                    eprintln!("error: {}: {message}", file.display());
+                    Ok(ExitCode::from(EXIT_INVALID))
+                }
+            }
+        }
+        PluginCommand::Add {
+            file,
+            server: None,
+            plugins,
+        } => {
+            let bytes = read_component(&file)?;
+            let runtime = Runtime::new(RuntimeConfig {
+                cache_dir: Some(data_dir.join("cache")),
+                ..RuntimeConfig::default()
+            })?;
+            let store: Arc<dyn Store> = Arc::new(open_store(data_dir)?);
+            let registry = PluginDir::new(runtime, plugins_dir(data_dir, &plugins.plugins));
+            registry.attach(store)?;
+            match registry.add(&bytes, "cli") {
+                Ok((_, record)) => {
+                    print_added(&record)?;
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(e) => {
+                    eprintln!("error: {} {e}", file.display());
+                    Ok(ExitCode::from(EXIT_INVALID))
+                }
+            }
+        }
+        PluginCommand::List { json, server } => {
+            let records: Vec<PluginRecord> = match server {
+                Some(url) => match Server::new(data_dir, Some(url)).call("GET", "/v1/plugins", None)? {
+                    Ok(body) => serde_json::from_value(body["plugins"].clone())
+                        .context("the server's plugin list does not decode")?,
+                    Err(message) => {
+                        eprintln!("error: {message}");
+                        return Ok(ExitCode::from(EXIT_INVALID));
+                    }
+                },
+                None => {
+                    let mut records = match super::runs::open(data_dir)? {
+                        Some(store) => store.plugins()?,
+                        None => Vec::new(),
+                    };
+                    records.sort_by(|a, b| {
+                        a.name.cmp(&b.name).then_with(|| {
+                            let version = |r: &PluginRecord| r.version.parse::<semver::Version>().ok();
+                            version(b).cmp(&version(a)).then(b.added_at.cmp(&a.added_at))
+                        })
+                    });
+                    records
+                }
+            };
+            if json {
+                out!("{}", serde_json::to_string_pretty(&json!({ "plugins": records }))?);
+            } else if records.is_empty() {
+                eprintln!("the registry is empty");
+            } else {
+                out!("{:<24} {:<10} {:<20} {:>10}  ORIGIN", "NAME", "VERSION", "DIGEST", "SIZE");
+                for r in &records {
+                    out!(
+                        "{:<24} {:<10} {:<20} {:>10}  {}",
+                        r.name,
+                        r.version,
+                        short(&r.digest),
+                        r.size,
+                        r.origin
+                    );
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn short(digest: &str) -> &str {
+    digest.get(..19).unwrap_or(digest)
+}
+
+fn print_added(record: &PluginRecord) -> anyhow::Result<()> {
+    out!(
+        "added {}@{} {} ({} bytes)",
+        record.name,
+        record.version,
+        record.digest,
+        record.size
+    );
+    Ok(())
+}
+
+fn inspect(data_dir: &Path, file: &Path, json: bool) -> anyhow::Result<ExitCode> {
+    let bytes = read_component(file)?;
+    let runtime = Runtime::new(RuntimeConfig {
+        cache_dir: Some(data_dir.join("cache")),
+        ..RuntimeConfig::default()
+    })?;
+    let plugin = match runtime.load(&bytes) {
+        Ok(plugin) => plugin,
+        Err(e) => {
+            eprintln!("error: {} {e}", file.display());
+            return Ok(ExitCode::from(EXIT_INVALID));
+        }
+    };
+    let meta = plugin.meta();
+    let shown = json!({
+        "name": meta.name,
+        "version": meta.version.to_string(),
+        "description": meta.description,
+        "contract": plugin.contract(),
+        "digest": plugin.digest().to_string(),
+        "size": bytes.len(),
+        "imports": plugin.imports(),
+        "exports": plugin.exports(),
+        "input_schema": meta.input_schema,
+        "output_schema": meta.output_schema,
+    });
+    if json {
+        out!("{}", serde_json::to_string_pretty(&shown)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    out!("name:        {}", meta.name);
+    out!("version:     {}", meta.version);
+    if !meta.description.is_empty() {
+        out!("description: {}", meta.description);
+    }
+    out!("contract:    weft:plugin@{}", plugin.contract().unwrap_or("?"));
+    out!("digest:      {}", plugin.digest());
+    out!("size:        {} bytes", bytes.len());
+    out!("imports:");
+    for name in plugin.imports() {
+        out!("  {name}");
+    }
+    out!("exports:");
+    for name in plugin.exports() {
+        out!("  {name}");
+    }
+    for (label, schema) in [("input", &meta.input_schema), ("output", &meta.output_schema)] {
+        if let Some(schema) = schema {
+            out!("{label} schema: {}", serde_json::to_string(schema)?);
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `weft deploy FILE`: sends a workflow definition to a running `weft
+/// serve`, which serves it as the newest version of its id.
+pub fn deploy(data_dir: &Path, file: &Path, server: Option<String>) -> anyhow::Result<ExitCode> {
+    let text = std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
+    let is_json = file
+        .extension()
+        .is_some_and(|ext| ext.eq_ignore_ascii_case("json"));
+    let content_type = if is_json { "application/json" } else { "application/yaml" };
+    let server = Server::new(data_dir, server);
+    match server.send("/v1/workflows", content_type, &text)? {
+        Ok(body) => {
+            let workflow: &Value = &body["workflow"];
+            let what = if body["unchanged"] == json!(true) {
+                "unchanged"
+            } else {
+                "deployed"
+            };
+            out!(
+                "{what} {} revision {} ({})",
+                workflow["id"].as_str().unwrap_or("?"),
+                workflow["revision"],
+                workflow["digest"].as_str().unwrap_or("?")
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(message) => {
+            eprintln!("error: {}: {message}", file.display());
+            Ok(ExitCode::from(EXIT_INVALID))
+        }
+    }
+}
