@@ -328,6 +328,15 @@ impl Store for NoChildren {
     fn idempotent_run(&self, key: &str) -> Result<Option<String>, StoreError> {
         self.0.idempotent_run(key)
     }
+    fn deployments(
+        &self,
+        workflow: Option<&str>,
+    ) -> Result<Vec<weft::store::DeploymentRecord>, StoreError> {
+        self.0.deployments(workflow)
+    }
+    fn plugins(&self) -> Result<Vec<weft::store::PluginRecord>, StoreError> {
+        self.0.plugins()
+    }
 }
 
 fn engine_over(store: Arc<dyn Store>, dir: &std::path::Path) -> Engine {
