@@ -7,10 +7,10 @@
 
 mod common;
 
-use std::process::{Child, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::server::serve;
 use common::{Scratch, guests};
 use serde_json::{Value, json};
 use weft::engine::EngineConfig;
@@ -261,25 +261,6 @@ fn a_paused_trigger_does_not_fire_and_resumes_from_now() {
 
 // The real-time test: a serve process.
 
-fn serve(scratch: &Scratch, n: usize) -> Child {
-    let addr = scratch.data_dir().join("serve.addr");
-    let _ = std::fs::remove_file(&addr);
-    let child = scratch
-        .weft()
-        .args(["serve", "--listen", "127.0.0.1:0", "--workflows"])
-        .arg(scratch.path().join("workflows"))
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(scratch.path().join(format!("serve-{n}.log"))).unwrap())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !std::fs::read_to_string(&addr).is_ok_and(|t| t.ends_with('\n')) {
-        assert!(Instant::now() < deadline, "weft serve did not start");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child
-}
-
 fn fire_times(scratch: &Scratch) -> Vec<u64> {
     let listed = scratch.run(&["runs", "list", "--json", "--limit", "100000"]);
     assert_eq!(listed.code, Some(0), "{listed:?}");
@@ -309,16 +290,14 @@ fn a_serve_killed_and_restarted_catches_up_one_fire_then_fires_every_second() {
         assert!(Instant::now() < deadline, "no fires");
         std::thread::sleep(Duration::from_millis(100));
     }
-    host.kill().unwrap(); // SIGKILL
-    host.wait().unwrap();
+    host.kill(); // SIGKILL
     let before = fire_times(&scratch);
     let last_before = *before.last().unwrap();
 
     std::thread::sleep(Duration::from_secs(3));
     let mut host = serve(&scratch, 1);
     std::thread::sleep(Duration::from_millis(2500));
-    host.kill().unwrap();
-    host.wait().unwrap();
+    host.kill();
 
     let fires = fire_times(&scratch);
     let mut distinct = fires.clone();
@@ -441,6 +420,5 @@ fn the_api_lists_pauses_and_resumes_triggers_and_cancels_runs() {
     assert_eq!(again["error"]["code"], "run_ended");
     let (status, unknown) = post("/v1/runs/nope/cancel", json!({}));
     assert_eq!(status, 404, "{unknown}");
-    host.kill().unwrap();
-    host.wait().unwrap();
+    host.kill();
 }

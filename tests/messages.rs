@@ -8,53 +8,13 @@ mod common;
 use std::collections::HashSet;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
-use std::process::{Child, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::Scratch;
+use common::server::{Host, agent, serve};
 use serde_json::{Value, json};
-
-/// A `weft serve` on a free loopback port; killed when dropped.
-struct Host {
-    child: Child,
-    url: String,
-}
-
-impl Drop for Host {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-#[allow(clippy::zombie_processes)] // `Host` waits for it when dropped
-fn serve(scratch: &Scratch, n: usize) -> Host {
-    let addr = scratch.data_dir().join("serve.addr");
-    let _ = std::fs::remove_file(&addr);
-    let child = scratch
-        .weft()
-        .args(["serve", "--listen", "127.0.0.1:0", "--workflows"])
-        .arg(scratch.path().join("workflows"))
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(scratch.path().join(format!("serve-{n}.log"))).unwrap())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Ok(text) = std::fs::read_to_string(&addr)
-            && text.ends_with('\n')
-        {
-            return Host {
-                child,
-                url: text.trim().to_owned(),
-            };
-        }
-        assert!(Instant::now() < deadline, "weft serve did not start");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
 
 fn scratch(workflows: &[(&str, &str)]) -> Scratch {
     let scratch = Scratch::new(&["emitter", "echo"]);
@@ -65,32 +25,9 @@ fn scratch(workflows: &[(&str, &str)]) -> Scratch {
     scratch
 }
 
-fn agent() -> ureq::Agent {
-    ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_global(Some(Duration::from_secs(60)))
-        .build()
-        .into()
-}
-
 /// `method path [body]`: the status and the JSON answer.
 fn call(host: &Host, method: &str, path: &str, body: Option<&str>) -> (u16, Value) {
-    let url = format!("{}{path}", host.url);
-    let agent = agent();
-    let response = match (method, body) {
-        ("POST", Some(body)) => agent
-            .post(&url)
-            .header("content-type", "application/json")
-            .send(body),
-        ("POST", None) => agent.post(&url).send_empty(),
-        ("DELETE", _) => agent.delete(&url).call(),
-        ("PUT", _) => agent.put(&url).send_empty(),
-        _ => agent.get(&url).call(),
-    };
-    let mut response = response.unwrap();
-    let status = response.status().as_u16();
-    let text = response.body_mut().read_to_string().unwrap_or_default();
-    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+    host.call(method, path, body)
 }
 
 fn start(host: &Host, workflow: &str, input: Value) -> String {

@@ -140,10 +140,7 @@ impl Deployments {
                 Ok(workflow) => {
                     served.workflows.insert(id, Arc::new(workflow));
                 }
-                Err(e) => warnings.push(format!(
-                    "workflow `{id}` revision {}: {e}",
-                    head.revision
-                )),
+                Err(e) => warnings.push(format!("workflow `{id}` revision {}: {e}", head.revision)),
             }
         }
         *deployments
@@ -180,11 +177,9 @@ impl Deployments {
         let mut next = WorkflowDir {
             workflows: self.current().workflows.clone(),
         };
-        next.workflows.insert(workflow.id.clone(), Arc::new(workflow));
-        *self
-            .current
-            .write()
-            .unwrap_or_else(PoisonError::into_inner) = Arc::new(next);
+        next.workflows
+            .insert(workflow.id.clone(), Arc::new(workflow));
+        *self.current.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(next);
         Ok(Deployed {
             record,
             created: true,

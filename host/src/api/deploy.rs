@@ -145,13 +145,8 @@ pub(super) async fn deploy_workflow(
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.contains("json"));
     let format = if is_json { Format::Json } else { Format::Yaml };
-    let workflow = model::parse(text, format, "request body").map_err(|e| {
-        ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "invalid_workflow",
-            e.to_string(),
-        )
-    })?;
+    let workflow = model::parse(text, format, "request body")
+        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_workflow", e.to_string()))?;
     let engine = Arc::clone(&api.engine);
     let deployments = Arc::clone(&api.workflows);
     let text = text.to_owned();
@@ -173,8 +168,9 @@ pub(super) async fn deploy_workflow(
         }
         // Parsed again with an origin that names the deployment.
         let origin = format!("{} (deployed)", workflow.id);
-        let workflow = model::parse(&text, format, &origin)
-            .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_workflow", e.to_string()))?;
+        let workflow = model::parse(&text, format, &origin).map_err(|e| {
+            ApiError::new(StatusCode::BAD_REQUEST, "invalid_workflow", e.to_string())
+        })?;
         let deployed = deployments.deploy(workflow)?;
         engine.sync_schedules(&deployments.current())?;
         Ok(deployed)

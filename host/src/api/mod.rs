@@ -150,13 +150,17 @@ async fn start_run(
     body: Result<Json<StartRequest>, JsonRejection>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     let Json(request) = body.map_err(ApiError::from)?;
-    let workflow = api.workflows.current().get(&request.workflow).ok_or_else(|| {
-        ApiError::new(
-            StatusCode::NOT_FOUND,
-            "unknown_workflow",
-            format!("no workflow `{}` is served here", request.workflow),
-        )
-    })?;
+    let workflow = api
+        .workflows
+        .current()
+        .get(&request.workflow)
+        .ok_or_else(|| {
+            ApiError::new(
+                StatusCode::NOT_FOUND,
+                "unknown_workflow",
+                format!("no workflow `{}` is served here", request.workflow),
+            )
+        })?;
     let input = request.input.unwrap_or_else(|| json!({}));
     if let Some(key) = &request.idempotency_key
         && (key.is_empty() || key.len() > 256)

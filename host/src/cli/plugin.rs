@@ -112,14 +112,16 @@ pub fn main(data_dir: &Path, command: PluginCommand) -> anyhow::Result<ExitCode>
         }
         PluginCommand::List { json, server } => {
             let records: Vec<PluginRecord> = match server {
-                Some(url) => match Server::new(data_dir, Some(url)).call("GET", "/v1/plugins", None)? {
-                    Ok(body) => serde_json::from_value(body["plugins"].clone())
-                        .context("the server's plugin list does not decode")?,
-                    Err(message) => {
-                        eprintln!("error: {message}");
-                        return Ok(ExitCode::from(EXIT_INVALID));
+                Some(url) => {
+                    match Server::new(data_dir, Some(url)).call("GET", "/v1/plugins", None)? {
+                        Ok(body) => serde_json::from_value(body["plugins"].clone())
+                            .context("the server's plugin list does not decode")?,
+                        Err(message) => {
+                            eprintln!("error: {message}");
+                            return Ok(ExitCode::from(EXIT_INVALID));
+                        }
                     }
-                },
+                }
                 None => {
                     let mut records = match super::runs::open(data_dir)? {
                         Some(store) => store.plugins()?,
@@ -127,19 +129,31 @@ pub fn main(data_dir: &Path, command: PluginCommand) -> anyhow::Result<ExitCode>
                     };
                     records.sort_by(|a, b| {
                         a.name.cmp(&b.name).then_with(|| {
-                            let version = |r: &PluginRecord| r.version.parse::<semver::Version>().ok();
-                            version(b).cmp(&version(a)).then(b.added_at.cmp(&a.added_at))
+                            let version =
+                                |r: &PluginRecord| r.version.parse::<semver::Version>().ok();
+                            version(b)
+                                .cmp(&version(a))
+                                .then(b.added_at.cmp(&a.added_at))
                         })
                     });
                     records
                 }
             };
             if json {
-                out!("{}", serde_json::to_string_pretty(&json!({ "plugins": records }))?);
+                out!(
+                    "{}",
+                    serde_json::to_string_pretty(&json!({ "plugins": records }))?
+                );
             } else if records.is_empty() {
                 eprintln!("the registry is empty");
             } else {
-                out!("{:<24} {:<10} {:<20} {:>10}  ORIGIN", "NAME", "VERSION", "DIGEST", "SIZE");
+                out!(
+                    "{:<24} {:<10} {:<20} {:>10}  ORIGIN",
+                    "NAME",
+                    "VERSION",
+                    "DIGEST",
+                    "SIZE"
+                );
                 for r in &records {
                     out!(
                         "{:<24} {:<10} {:<20} {:>10}  {}",
@@ -206,7 +220,10 @@ fn inspect(data_dir: &Path, file: &Path, json: bool) -> anyhow::Result<ExitCode>
     if !meta.description.is_empty() {
         out!("description: {}", meta.description);
     }
-    out!("contract:    weft:plugin@{}", plugin.contract().unwrap_or("?"));
+    out!(
+        "contract:    weft:plugin@{}",
+        plugin.contract().unwrap_or("?")
+    );
     out!("digest:      {}", plugin.digest());
     out!("size:        {} bytes", bytes.len());
     out!("imports:");
@@ -217,7 +234,10 @@ fn inspect(data_dir: &Path, file: &Path, json: bool) -> anyhow::Result<ExitCode>
     for name in plugin.exports() {
         out!("  {name}");
     }
-    for (label, schema) in [("input", &meta.input_schema), ("output", &meta.output_schema)] {
+    for (label, schema) in [
+        ("input", &meta.input_schema),
+        ("output", &meta.output_schema),
+    ] {
         if let Some(schema) = schema {
             out!("{label} schema: {}", serde_json::to_string(schema)?);
         }
@@ -232,7 +252,11 @@ pub fn deploy(data_dir: &Path, file: &Path, server: Option<String>) -> anyhow::R
     let is_json = file
         .extension()
         .is_some_and(|ext| ext.eq_ignore_ascii_case("json"));
-    let content_type = if is_json { "application/json" } else { "application/yaml" };
+    let content_type = if is_json {
+        "application/json"
+    } else {
+        "application/yaml"
+    };
     let server = Server::new(data_dir, server);
     match server.send("/v1/workflows", content_type, &text)? {
         Ok(body) => {

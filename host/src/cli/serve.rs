@@ -8,10 +8,10 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use serde_json::Value;
-use weft::{Deployments, WorkflowDir};
 use weft::api::Api;
 use weft::engine::{Quiet, ResumeError};
 use weft::store::RunRecord;
+use weft::{Deployments, WorkflowDir};
 
 use super::{EXIT_INVALID, PluginArgs, engine_with, read_input, report};
 

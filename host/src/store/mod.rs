@@ -19,8 +19,8 @@ pub use self::records::{
 };
 pub use self::redb::RedbStore;
 pub use self::registry::{DeploymentRecord, PluginRecord};
-pub use self::write::{Spawn, TimerRow, Write};
 pub(crate) use self::write::encode;
+pub use self::write::{Spawn, TimerRow, Write};
 
 /// Why the store could not do what was asked. After any error the store is
 /// as it was before the call: every write is one transaction.

@@ -1,0 +1,102 @@
+//! A real `weft serve` on a free loopback port, and calls to it.
+
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use super::Scratch;
+
+/// A `weft serve` serving the scratch's `workflows/` folder; killed when
+/// dropped.
+pub struct Host {
+    pub child: Child,
+    pub url: String,
+}
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Host {
+    /// Kills the server with SIGKILL and waits for it to go.
+    pub fn kill(&mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+
+    /// `method path [body]` (a JSON body): the status and the JSON answer.
+    pub fn call(&self, method: &str, path: &str, body: Option<&str>) -> (u16, Value) {
+        let url = format!("{}{path}", self.url);
+        let agent = agent();
+        let response = match (method, body) {
+            ("POST", Some(body)) => agent
+                .post(&url)
+                .header("content-type", "application/json")
+                .send(body),
+            ("POST", None) => agent.post(&url).send_empty(),
+            ("DELETE", _) => agent.delete(&url).call(),
+            ("PUT", _) => agent.put(&url).send_empty(),
+            _ => agent.get(&url).call(),
+        };
+        answer(response)
+    }
+
+    /// POSTs `bytes` as `content_type`: the status and the JSON answer.
+    pub fn send(&self, path: &str, content_type: &str, bytes: &[u8]) -> (u16, Value) {
+        let response = agent()
+            .post(format!("{}{path}", self.url))
+            .header("content-type", content_type)
+            .send(bytes);
+        answer(response)
+    }
+}
+
+fn answer(response: Result<ureq::http::Response<ureq::Body>, ureq::Error>) -> (u16, Value) {
+    let mut response = response.unwrap();
+    let status = response.status().as_u16();
+    let text = response.body_mut().read_to_string().unwrap_or_default();
+    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+}
+
+/// An HTTP client that returns error statuses as answers.
+pub fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(60)))
+        .build()
+        .into()
+}
+
+/// Starts `weft serve` for `scratch`, logging to `serve-<n>.log`, and waits
+/// until it listens.
+#[allow(clippy::zombie_processes)] // `Host` waits for it when dropped
+pub fn serve(scratch: &Scratch, n: usize) -> Host {
+    let addr = scratch.data_dir().join("serve.addr");
+    let _ = std::fs::remove_file(&addr);
+    std::fs::create_dir_all(scratch.path().join("workflows")).unwrap();
+    let child = scratch
+        .weft()
+        .args(["serve", "--listen", "127.0.0.1:0", "--workflows"])
+        .arg(scratch.path().join("workflows"))
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(scratch.path().join(format!("serve-{n}.log"))).unwrap())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Ok(text) = std::fs::read_to_string(&addr)
+            && text.ends_with('\n')
+        {
+            return Host {
+                child,
+                url: text.trim().to_owned(),
+            };
+        }
+        assert!(Instant::now() < deadline, "weft serve did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
