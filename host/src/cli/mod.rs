@@ -13,6 +13,7 @@ mod bench;
 mod bench_messages;
 mod bench_timers;
 mod plugin;
+mod plugin_build;
 mod progress;
 mod remote;
 mod runs;
@@ -359,7 +360,7 @@ fn engine_with(
     config: weft::engine::EngineConfig,
 ) -> anyhow::Result<Engine> {
     let runtime = Runtime::new(RuntimeConfig {
-        cache_dir: Some(data_dir.join("cache")),
+        cache_dir: Some(cache_dir(data_dir)),
         ..RuntimeConfig::default()
     })?;
     let store = open_store(data_dir)?;
@@ -417,6 +418,13 @@ fn data_dir(flag: Option<PathBuf>) -> anyhow::Result<PathBuf> {
 
 fn plugins_dir(data_dir: &std::path::Path, flag: &Option<PathBuf>) -> PathBuf {
     flag.clone().unwrap_or_else(|| data_dir.join("plugins"))
+}
+
+/// Where compiled code is cached: WEFT_CACHE_DIR, else DATA_DIR/cache.
+fn cache_dir(data_dir: &std::path::Path) -> PathBuf {
+    std::env::var_os("WEFT_CACHE_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| data_dir.join("cache"))
 }
 
 fn store_path(data_dir: &std::path::Path) -> PathBuf {

@@ -11,11 +11,47 @@ use serde_json::{Value, json};
 use weft::store::{PluginRecord, Store};
 use weft::{PluginDir, Runtime, RuntimeConfig};
 
+use super::plugin_build::{self, Lang};
 use super::remote::Server;
 use super::{EXIT_INVALID, PluginArgs, open_store, plugins_dir};
 
 #[derive(Debug, Subcommand)]
 pub enum PluginCommand {
+    /// Create a plugin project from a template: it builds, and passes its
+    /// own test, as it is.
+    New {
+        /// The plugin's name (letters, digits, `_`, `-`).
+        name: String,
+        /// The project's language.
+        #[arg(long, value_enum)]
+        lang: Lang,
+        /// Where to create the project's folder.
+        #[arg(long, value_name = "DIR", default_value = ".")]
+        dir: PathBuf,
+        /// The Rust SDK (the weft repository's guest-sdk folder); Rust only.
+        /// [default: WEFT_SDK, else the one this weft was built from]
+        #[arg(long, value_name = "PATH")]
+        sdk: Option<PathBuf>,
+    },
+    /// Build a plugin project (Rust, Python or JavaScript, told by its
+    /// files) into a component, check that it loads, and write it as
+    /// OUT/<name>.wasm.
+    Build {
+        /// The project's folder.
+        #[arg(default_value = ".")]
+        dir: PathBuf,
+        /// Where to write the component. [default: DIR/dist]
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+    },
+    /// Install the Python and JavaScript toolchains now (builds install
+    /// them on first use): componentize-py from PyPI, componentize-js from
+    /// npm, into WEFT_TOOLCHAINS or DATA_DIR/toolchains.
+    Setup {
+        /// Only these languages (`rust` adds the wasm32-wasip2 target).
+        #[arg(long, value_enum)]
+        lang: Vec<Lang>,
+    },
     /// Print a component's name, version, contract version, digest,
     /// imports and exports (it is compiled and described, not run).
     Inspect {
@@ -67,6 +103,14 @@ fn read_component(file: &Path) -> anyhow::Result<Vec<u8>> {
 
 pub fn main(data_dir: &Path, command: PluginCommand) -> anyhow::Result<ExitCode> {
     match command {
+        PluginCommand::New {
+            name,
+            lang,
+            dir,
+            sdk,
+        } => plugin_build::new(&name, lang, &dir, sdk),
+        PluginCommand::Build { dir, out } => plugin_build::build(data_dir, &dir, out),
+        PluginCommand::Setup { lang } => plugin_build::setup(data_dir, &lang),
         PluginCommand::Inspect { file, json } => inspect(data_dir, &file, json),
         PluginCommand::Add {
             file,
@@ -93,7 +137,7 @@ pub fn main(data_dir: &Path, command: PluginCommand) -> anyhow::Result<ExitCode>
         } => {
             let bytes = read_component(&file)?;
             let runtime = Runtime::new(RuntimeConfig {
-                cache_dir: Some(data_dir.join("cache")),
+                cache_dir: Some(super::cache_dir(data_dir)),
                 ..RuntimeConfig::default()
             })?;
             let store: Arc<dyn Store> = Arc::new(open_store(data_dir)?);
@@ -188,7 +232,7 @@ fn print_added(record: &PluginRecord) -> anyhow::Result<()> {
 fn inspect(data_dir: &Path, file: &Path, json: bool) -> anyhow::Result<ExitCode> {
     let bytes = read_component(file)?;
     let runtime = Runtime::new(RuntimeConfig {
-        cache_dir: Some(data_dir.join("cache")),
+        cache_dir: Some(super::cache_dir(data_dir)),
         ..RuntimeConfig::default()
     })?;
     let plugin = match runtime.load(&bytes) {

@@ -35,7 +35,7 @@ use serde_json::Value;
 
 pub use error::{DefinitionError, Location};
 pub use expr::{EvalError, Scope, StepEntry, Template};
-pub(crate) use parse::check_id;
+pub use parse::check_id;
 pub use policy::{Backoff, MAX_ATTEMPTS, RetryPolicy};
 pub use schedule::{CatchUp, MAX_CATCH_UP, Overlap, Schedule, ScheduleSpec};
 

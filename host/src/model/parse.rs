@@ -659,7 +659,7 @@ fn read(source: &str, format: Format, origin: &str) -> Result<RawWorkflow, Defin
 /// Ids and plugin names are what expressions and `uses:` name, so they keep
 /// to letters, digits, `_` and `-`, start with a letter or `_`, and are at
 /// most 128 bytes.
-pub(crate) fn check_id(id: &str) -> Result<(), String> {
+pub fn check_id(id: &str) -> Result<(), String> {
     let mut chars = id.chars();
     match chars.next() {
         None => return Err("must not be empty".to_owned()),
