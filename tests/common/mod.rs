@@ -180,3 +180,56 @@ impl Run {
             .to_owned()
     }
 }
+
+/// The folder the Python and JavaScript toolchains are installed in for
+/// the tests (once per machine; `weft plugin build` installs them).
+pub fn toolchains() -> PathBuf {
+    root().join("target").join("toolchains")
+}
+
+/// A compiled-code cache the tests that load large components share, so
+/// that each is compiled once per machine, not once per test.
+pub fn shared_cache() -> PathBuf {
+    root().join("target").join("test-cache")
+}
+
+/// The component built by `weft plugin build` from the project `dir`
+/// (relative to the workspace), once per test process: its path.
+pub fn built(dir: &str) -> PathBuf {
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+    static BUILT: OnceLock<Mutex<HashMap<String, PathBuf>>> = OnceLock::new();
+    let mut built = BUILT
+        .get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(path) = built.get(dir) {
+        return path.clone();
+    }
+    let out = root().join("target").join("lang-plugins");
+    let run = Command::new(env!("CARGO_BIN_EXE_weft"))
+        .args(["plugin", "build"])
+        .arg(root().join(dir))
+        .arg("--out")
+        .arg(&out)
+        .env("WEFT_TOOLCHAINS", toolchains())
+        .env("WEFT_CACHE_DIR", shared_cache())
+        .env("WEFT_DATA_DIR", root().join("target").join("lang-data"))
+        .output()
+        .expect("weft runs");
+    let stdout = String::from_utf8_lossy(&run.stdout).into_owned();
+    assert!(
+        run.status.success(),
+        "weft plugin build {dir} failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    // "built NAME@VERSION DIGEST -> PATH (...)"
+    let path = stdout
+        .split(" -> ")
+        .nth(1)
+        .and_then(|rest| rest.split(" (").next())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| panic!("no path in: {stdout}"));
+    built.insert(dir.to_owned(), path.clone());
+    path
+}

@@ -129,7 +129,9 @@ impl Toolchains {
             );
             let python = std::env::var("WEFT_PYTHON").unwrap_or_else(|_| "python3".to_owned());
             run(
-                Command::new(&python).args(["-m", "venv", "--clear"]).arg(&venv),
+                Command::new(&python)
+                    .args(["-m", "venv", "--clear"])
+                    .arg(&venv),
                 &format!("{python} -m venv (Python 3.9 or later is needed)"),
             )?;
             run(
@@ -178,10 +180,13 @@ impl Toolchains {
     }
 }
 
-/// Runs `command`, its output to stderr; an error names `what` failed.
+/// Runs `command`, all its output to stderr (stdout is this command's
+/// answer); an error names `what` failed.
 fn run(command: &mut Command, what: &str) -> anyhow::Result<()> {
+    use std::os::fd::AsFd as _;
+    let to_stderr = std::io::stderr().as_fd().try_clone_to_owned()?;
     let status = command
-        .stdout(Stdio::inherit())
+        .stdout(Stdio::from(to_stderr))
         .stderr(Stdio::inherit())
         .status()
         .with_context(|| format!("cannot run {what}"))?;
@@ -345,22 +350,63 @@ fn copy_modules(dir: &Path, to: &Path) -> anyhow::Result<()> {
 }
 
 const TEMPLATES: &[(Lang, &str, &str)] = &[
-    (Lang::Rust, "Cargo.toml", include_str!("../../../templates/rust/Cargo.toml")),
-    (Lang::Rust, "src/lib.rs", include_str!("../../../templates/rust/src/lib.rs")),
-    (Lang::Python, "app.py", include_str!("../../../templates/python/app.py")),
-    (Lang::Python, "greet.py", include_str!("../../../templates/python/greet.py")),
-    (Lang::Python, "test_greet.py", include_str!("../../../templates/python/test_greet.py")),
-    (Lang::Js, "index.js", include_str!("../../../templates/js/index.js")),
-    (Lang::Js, "greet.js", include_str!("../../../templates/js/greet.js")),
-    (Lang::Js, "greet.test.js", include_str!("../../../templates/js/greet.test.js")),
-    (Lang::Js, "package.json", include_str!("../../../templates/js/package.json")),
+    (
+        Lang::Rust,
+        "Cargo.toml",
+        include_str!("../../../templates/rust/Cargo.toml"),
+    ),
+    (
+        Lang::Rust,
+        "src/lib.rs",
+        include_str!("../../../templates/rust/src/lib.rs"),
+    ),
+    (
+        Lang::Python,
+        "app.py",
+        include_str!("../../../templates/python/app.py"),
+    ),
+    (
+        Lang::Python,
+        "greet.py",
+        include_str!("../../../templates/python/greet.py"),
+    ),
+    (
+        Lang::Python,
+        "test_greet.py",
+        include_str!("../../../templates/python/test_greet.py"),
+    ),
+    (
+        Lang::Js,
+        "index.js",
+        include_str!("../../../templates/js/index.js"),
+    ),
+    (
+        Lang::Js,
+        "greet.js",
+        include_str!("../../../templates/js/greet.js"),
+    ),
+    (
+        Lang::Js,
+        "greet.test.js",
+        include_str!("../../../templates/js/greet.test.js"),
+    ),
+    (
+        Lang::Js,
+        "package.json",
+        include_str!("../../../templates/js/package.json"),
+    ),
 ];
 
 const EXAMPLE: &str = include_str!("../../../templates/example.yaml");
 
 /// `weft plugin new NAME --lang L`: a project that builds and passes its
 /// own test as it is.
-pub fn new(name: &str, lang: Lang, parent: &Path, sdk: Option<PathBuf>) -> anyhow::Result<ExitCode> {
+pub fn new(
+    name: &str,
+    lang: Lang,
+    parent: &Path,
+    sdk: Option<PathBuf>,
+) -> anyhow::Result<ExitCode> {
     if let Err(message) = weft::model::check_id(name) {
         eprintln!("error: the plugin name {message}");
         return Ok(ExitCode::from(EXIT_INVALID));
@@ -395,7 +441,8 @@ pub fn new(name: &str, lang: Lang, parent: &Path, sdk: Option<PathBuf>) -> anyho
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent)?;
         }
-        std::fs::write(&path, fill(text)).with_context(|| format!("cannot write {}", path.display()))?;
+        std::fs::write(&path, fill(text))
+            .with_context(|| format!("cannot write {}", path.display()))?;
     }
     std::fs::write(dir.join("example.yaml"), fill(EXAMPLE))?;
     let test = match lang {
