@@ -332,3 +332,78 @@ fn the_cli_inspects_and_adds_components() {
         );
     }
 }
+
+/// Waits until `log` (a serve's stderr) contains `text`.
+fn wait_log(log: &std::path::Path, text: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let seen = std::fs::read_to_string(log).unwrap_or_default();
+        if seen.contains(text) {
+            return seen;
+        }
+        assert!(Instant::now() < deadline, "`{text}` never logged:\n{seen}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_plugin_replaced_on_disk_serves_new_runs_while_fifty_sleeping_runs_finish_on_the_old_one() {
+    let scratch = Scratch::new(&[]);
+    let file = scratch.plugins_dir().join("stamp.wasm");
+    std::fs::write(&file, guest_bytes("stamp_one")).unwrap();
+    std::fs::create_dir_all(scratch.path().join("workflows")).unwrap();
+    std::fs::write(
+        scratch.path().join("workflows/stamped.yaml"),
+        stamped().replace("1500ms", "3s"),
+    )
+    .unwrap();
+    let host = serve(&scratch, 0);
+    let log = scratch.path().join("serve-0.log");
+
+    let sleeping: Vec<String> = (0..50).map(|_| start(&host, "stamped")).collect();
+    // Every one has run its first step, on version 1, and sleeps.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for id in &sleeping {
+        loop {
+            let (_, body) = host.call("GET", &format!("/v1/runs/{id}"), None);
+            if body["run"]["step_records"].as_u64().unwrap_or(0) >= 1 {
+                break;
+            }
+            assert!(Instant::now() < deadline, "{id} never ran its first step");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    // Replaced the way a deploy tool does it: written aside, moved in.
+    let aside = scratch.plugins_dir().join("stamp.wasm.new");
+    std::fs::write(&aside, guest_bytes("stamp_two")).unwrap();
+    std::fs::rename(&aside, &file).unwrap();
+    wait_log(&log, "plugin stamp@2.0.0");
+    let fresh = start(&host, "stamped");
+    for id in &sleeping {
+        let run = ended(&host, id);
+        assert_eq!(run["outputs"], json!({ "first": 1, "second": 1 }), "{run}");
+    }
+    assert_eq!(
+        ended(&host, &fresh)["outputs"],
+        json!({ "first": 2, "second": 2 })
+    );
+
+    // A corrupt component written over it is rejected with its reason, and
+    // version 2 keeps serving.
+    std::fs::write(&file, b"\0asm\x0d\0\x01\0 not really a component").unwrap();
+    let seen = wait_log(&log, "rejected plugin file");
+    assert!(seen.contains("stamp.wasm"), "{seen}");
+    assert_eq!(
+        ended(&host, &start(&host, "stamped"))["outputs"],
+        json!({ "first": 2, "second": 2 })
+    );
+    // Removing the file breaks nothing: the registry keeps the bytes.
+    std::fs::remove_file(&file).unwrap();
+    assert_eq!(
+        ended(&host, &start(&host, "stamped"))["outputs"],
+        json!({ "first": 2, "second": 2 })
+    );
+    let (_, listed) = host.call("GET", "/v1/plugins", None);
+    assert_eq!(listed["plugins"].as_array().unwrap().len(), 2, "{listed}");
+}

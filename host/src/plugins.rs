@@ -84,8 +84,8 @@ pub enum ResolveError {
 pub struct PluginDir {
     runtime: Runtime,
     dir: PathBuf,
-    /// Files loaded, by path, with the size and time they had.
-    files: Mutex<HashMap<PathBuf, (FileStamp, Plugin)>>,
+    /// Files tried, by path, with the size and time they had then.
+    files: Mutex<HashMap<PathBuf, (FileStamp, Result<Plugin, ResolveError>)>>,
     /// Components loaded, by digest.
     loaded: Mutex<HashMap<String, Plugin>>,
     registry: OnceLock<Registry>,
@@ -403,8 +403,17 @@ impl PluginDir {
         })
     }
 
+    /// Loads the file at `path` again if it changed since it was last
+    /// loaded (checking, compiling and adding it to the registry when its
+    /// bytes are new): what a watcher calls when the file changes.
+    /// Blocking.
+    pub fn refresh(&self, path: &Path) -> Result<Plugin, ResolveError> {
+        self.load_file(path)
+    }
+
     /// The plugin in the file at `path`, loaded again when the file has
-    /// changed since it was last loaded (and then added to the registry).
+    /// changed since it was last tried (a failure is kept too, so a bad
+    /// file is not read again for every run).
     fn load_file(&self, path: &Path) -> Result<Plugin, ResolveError> {
         let read_error = |e: std::io::Error| ResolveError::Read {
             path: path.display().to_string(),
@@ -413,12 +422,21 @@ impl PluginDir {
         let stamp = std::fs::metadata(path)
             .map(|m| (m.len(), m.modified().ok()))
             .map_err(read_error)?;
-        if let Some((seen, plugin)) = lock(&self.files).get(path)
+        if let Some((seen, loaded)) = lock(&self.files).get(path)
             && *seen == stamp
         {
-            return Ok(plugin.clone());
+            return loaded.clone();
         }
-        let bytes = std::fs::read(path).map_err(read_error)?;
+        let loaded = self.read_file(path);
+        lock(&self.files).insert(path.to_owned(), (stamp, loaded.clone()));
+        loaded
+    }
+
+    fn read_file(&self, path: &Path) -> Result<Plugin, ResolveError> {
+        let bytes = std::fs::read(path).map_err(|e| ResolveError::Read {
+            path: path.display().to_string(),
+            message: e.to_string(),
+        })?;
         let digest = crate::runtime::Digest::of(&bytes).to_string();
         let known = lock(&self.loaded).get(&digest).cloned();
         let plugin = match known {
@@ -455,9 +473,55 @@ impl PluginDir {
         } else {
             self.register(&plugin, &format!("file:{}", path.display()));
         }
-        lock(&self.files).insert(path.to_owned(), (stamp, plugin.clone()));
         Ok(plugin)
     }
+}
+
+/// Watches a plugins directory; dropping it stops watching.
+#[derive(Debug)]
+pub struct DirWatcher {
+    _watcher: notify::RecommendedWatcher,
+}
+
+/// How long a file must be left alone before it is loaded: a copy in
+/// progress sends many events.
+const SETTLE: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Calls `changed` with each `.wasm` file in `dir` that is created,
+/// written or moved in, once its events have settled, on a thread of its
+/// own. Removals are ignored: the registry keeps what runs are pinned to.
+pub fn watch(dir: &Path, changed: impl Fn(PathBuf) + Send + 'static) -> notify::Result<DirWatcher> {
+    use notify::{EventKind, RecursiveMode, Watcher as _};
+    let (tell, events) = std::sync::mpsc::channel::<PathBuf>();
+    let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+        let Ok(event) = event else { return };
+        if matches!(event.kind, EventKind::Create(_) | EventKind::Modify(_)) {
+            for path in event.paths {
+                if path.extension().is_some_and(|ext| ext == "wasm") {
+                    let _ = tell.send(path);
+                }
+            }
+        }
+    })?;
+    watcher.watch(dir, RecursiveMode::NonRecursive)?;
+    std::thread::Builder::new()
+        .name("weft-plugin-watch".to_owned())
+        .spawn(move || {
+            // Ends when the watcher, and with it the sender, is dropped.
+            while let Ok(first) = events.recv() {
+                let mut paths = std::collections::BTreeSet::from([first]);
+                while let Ok(more) = events.recv_timeout(SETTLE) {
+                    paths.insert(more);
+                }
+                for path in paths {
+                    if path.is_file() {
+                        changed(path);
+                    }
+                }
+            }
+        })
+        .map_err(|e| notify::Error::generic(&e.to_string()))?;
+    Ok(DirWatcher { _watcher: watcher })
 }
 
 /// Orders two records of one plugin: the higher version, then the one

@@ -118,6 +118,38 @@ pub fn serve(data_dir: &Path, args: ServeArgs) -> anyhow::Result<ExitCode> {
         tracing::info!(triggers, "cron triggers active");
     }
     let engine = Arc::new(engine);
+    // A component dropped into the plugins directory is checked, compiled
+    // and registered as it lands; one that fails is reported, and the
+    // registry's versions keep serving.
+    let plugins_dir = engine.plugins().dir().to_owned();
+    let _watcher = std::fs::create_dir_all(&plugins_dir)
+        .map_err(|e| e.to_string())
+        .and_then(|()| {
+            let engine = Arc::clone(&engine);
+            weft::plugins::watch(&plugins_dir, move |path| {
+                match engine.plugins().refresh(&path) {
+                    Ok(plugin) => eprintln!(
+                        "plugin {}@{} {} from {} is ready",
+                        plugin.meta().name,
+                        plugin.meta().version,
+                        plugin.digest(),
+                        path.display()
+                    ),
+                    Err(e) => eprintln!(
+                        "warning: rejected plugin file {}: {e}; the registry's versions keep serving",
+                        path.display()
+                    ),
+                }
+            })
+            .map_err(|e| e.to_string())
+        })
+        .inspect_err(|e| {
+            eprintln!(
+                "warning: not watching {} for plugins: {e}",
+                plugins_dir.display()
+            );
+        })
+        .ok();
     // Every component in the plugins directory joins the registry, off the
     // start's path: compiling one that is not cached can take a while.
     {
