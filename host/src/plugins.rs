@@ -85,7 +85,7 @@ pub struct PluginDir {
     runtime: Runtime,
     dir: PathBuf,
     /// Files tried, by path, with the size and time they had then.
-    files: Mutex<HashMap<PathBuf, (FileStamp, Result<Plugin, ResolveError>)>>,
+    files: Mutex<HashMap<PathBuf, (FileStamp, Tried)>>,
     /// Components loaded, by digest.
     loaded: Mutex<HashMap<String, Plugin>>,
     registry: OnceLock<Registry>,
@@ -99,6 +99,9 @@ struct Registry {
 }
 
 type FileStamp = (u64, Option<SystemTime>);
+
+/// What loading a file gave.
+type Tried = Result<Plugin, ResolveError>;
 
 /// The most components kept loaded by digest before the cache starts over.
 const CACHED: usize = 1024;
