@@ -86,6 +86,9 @@ pub struct PluginDir {
     dir: PathBuf,
     /// Files tried, by path, with the size and time they had then.
     files: Mutex<HashMap<PathBuf, (FileStamp, Tried)>>,
+    /// One lock per file, so that a run start and the watcher do not both
+    /// compile a file that just landed.
+    loading: Mutex<HashMap<PathBuf, Arc<Mutex<()>>>>,
     /// Components loaded, by digest.
     loaded: Mutex<HashMap<String, Plugin>>,
     registry: OnceLock<Registry>,
@@ -117,6 +120,7 @@ impl PluginDir {
             runtime,
             dir: dir.into(),
             files: Mutex::new(HashMap::new()),
+            loading: Mutex::new(HashMap::new()),
             loaded: Mutex::new(HashMap::new()),
             registry: OnceLock::new(),
         }
@@ -425,10 +429,20 @@ impl PluginDir {
         let stamp = std::fs::metadata(path)
             .map(|m| (m.len(), m.modified().ok()))
             .map_err(read_error)?;
-        if let Some((seen, loaded)) = lock(&self.files).get(path)
-            && *seen == stamp
-        {
-            return loaded.clone();
+        let tried = |stamp: &FileStamp| {
+            lock(&self.files)
+                .get(path)
+                .filter(|(seen, _)| seen == stamp)
+                .map(|(_, tried)| tried.clone())
+        };
+        if let Some(tried) = tried(&stamp) {
+            return tried;
+        }
+        let file_lock = Arc::clone(lock(&self.loading).entry(path.to_owned()).or_default());
+        let _loading = lock(&file_lock);
+        // Another thread may have loaded it while this one waited.
+        if let Some(tried) = tried(&stamp) {
+            return tried;
         }
         let loaded = self.read_file(path);
         lock(&self.files).insert(path.to_owned(), (stamp, loaded.clone()));

@@ -63,6 +63,12 @@ pub struct BenchArgs {
     #[arg(long, value_name = "M")]
     pub messages: Option<usize>,
 
+    /// Measure each language's example plugin (template, wordstats,
+    /// headline): compile, cached load, instantiate+call, and the time from
+    /// landing in the plugins directory to the first run.
+    #[arg(long)]
+    pub languages: bool,
+
     /// The second half of --timers, in its own process: the store to
     /// re-arm.
     #[arg(long, hide = true, value_name = "DIR")]
@@ -81,6 +87,14 @@ pub fn main(plugins: &Path, args: &BenchArgs) -> anyhow::Result<ExitCode> {
     }
     if let Some(per_run) = args.messages {
         return super::bench_messages::messages(args.runs.unwrap_or(100).max(1), per_run.max(1));
+    }
+    if args.languages {
+        return super::bench_languages::languages(
+            plugins,
+            args.iterations.clamp(100, 2_000),
+            args.loads.max(1),
+            args.keep_resident,
+        );
     }
     if let Some(runs) = args.runs {
         return throughput(plugins, runs.max(1), args.steps.max(1));
@@ -230,7 +244,7 @@ fn tempfile_dir() -> anyhow::Result<std::path::PathBuf> {
     Ok(dir)
 }
 
-fn percentile(times: &mut [Duration], p: f64) -> Duration {
+pub fn percentile(times: &mut [Duration], p: f64) -> Duration {
     times.sort_unstable();
     let rank = ((p / 100.0) * (times.len() as f64 - 1.0)).round() as usize;
     times.get(rank).copied().unwrap_or_default()
@@ -241,7 +255,7 @@ fn per_second(times: &[Duration]) -> f64 {
     times.len() as f64 / total.as_secs_f64().max(f64::MIN_POSITIVE)
 }
 
-fn ratio(slow: Duration, fast: Duration) -> f64 {
+pub fn ratio(slow: Duration, fast: Duration) -> f64 {
     slow.as_secs_f64() / fast.as_secs_f64().max(f64::MIN_POSITIVE)
 }
 

@@ -10,6 +10,7 @@ macro_rules! out {
 }
 
 mod bench;
+mod bench_languages;
 mod bench_messages;
 mod bench_timers;
 mod plugin;

@@ -248,6 +248,59 @@ impl Plugin {
     }
 }
 
+impl Plugin {
+    /// For `weft bench` only: times `n` calls of `run` on `input` in *one*
+    /// instance, as instance reuse would do. weft never does this for runs:
+    /// a reused instance keeps what one call left in its memory for the
+    /// next, which breaks the isolation between runs and attempts.
+    #[doc(hidden)]
+    pub fn time_reused_calls(&self, input: &str, n: usize) -> Result<Vec<Duration>, CallError> {
+        let config = self.0.runtime.config();
+        let log = LogSink::new(config.log_limit, &self.0.meta.name, "bench");
+        let mut store = new_store(
+            &self.0.runtime,
+            Duration::from_secs(3600),
+            config.default_memory_limit,
+            log,
+            None,
+        );
+        let context = bindings::StepContext {
+            tenant: "bench".to_owned(),
+            workflow: "bench".to_owned(),
+            run_id: "bench".to_owned(),
+            step_id: "bench".to_owned(),
+            attempt: 1,
+            idempotency_key: "bench".to_owned(),
+        };
+        let instance = self
+            .0
+            .pre
+            .instantiate(&mut store)
+            .map_err(|e| CallError::Instantiate {
+                message: format!("{e:#}"),
+            })?;
+        let input = input.to_owned();
+        let mut times = Vec::with_capacity(n);
+        for _ in 0..n {
+            let started = Instant::now();
+            let answer = instance
+                .weft_plugin_step()
+                .call_run(&mut store, &context, &input);
+            times.push(started.elapsed());
+            match answer {
+                Ok(Ok(_)) => {}
+                Ok(Err(error)) => return Err(step_error(error)),
+                Err(trap) => {
+                    return Err(CallError::Instantiate {
+                        message: format!("{trap:#}"),
+                    });
+                }
+            }
+        }
+        Ok(times)
+    }
+}
+
 /// A store for one call: fresh state, the memory cap, and a deadline of one
 /// tick more than `timeout` (the first tick may come at once).
 fn new_store(

@@ -1,0 +1,240 @@
+//! `weft bench --languages`: what a step costs in each language, for the
+//! example plugins `template` (Rust), `wordstats` (Python) and `headline`
+//! (JavaScript) in the plugins directory:
+//! - compile: Cranelift, link and describe, no cache;
+//! - cached load: the same from the compiled-code cache;
+//! - instantiate+call p50/p99, a fresh instance per call, with the pooling
+//!   allocator and, as the baseline measured in the same run, on-demand
+//!   allocation;
+//! - landing: from a component moved into a watched plugins directory to
+//!   the first run recorded on it, uncached and cached.
+
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use serde_json::{Value, json};
+use weft::engine::{Engine, Quiet};
+use weft::runtime::{CallOptions, CodeSource, StepContext};
+use weft::{PluginDir, RedbStore, Runtime, RuntimeConfig, SystemClock, model};
+
+use super::bench::{build_kind, percentile, ratio, show};
+
+/// The example plugins, each with an input it accepts.
+fn examples() -> Vec<(&'static str, &'static str, Value)> {
+    let text = "Ada writes about durability. Why durability? Because durability is where the work is, says Ada.";
+    vec![
+        (
+            "Rust",
+            "template",
+            json!({ "template": "Hello, {{ name }}!", "vars": { "name": "Ada" } }),
+        ),
+        ("Python", "wordstats", json!({ "text": text, "top": 2 })),
+        (
+            "JavaScript",
+            "headline",
+            json!({ "text": text, "words": 15, "top": ["durability", "ada"] }),
+        ),
+    ]
+}
+
+pub fn languages(
+    plugins: &Path,
+    iterations: usize,
+    loads: usize,
+    keep_resident: Option<usize>,
+) -> anyhow::Result<ExitCode> {
+    let keep_resident = keep_resident.unwrap_or(RuntimeConfig::default().memory_keep_resident);
+    out!(
+        "weft bench --languages: {} calls per allocator, {loads} cached loads, pooled memory kept resident {} KiB; build: {}",
+        iterations,
+        keep_resident / 1024,
+        build_kind()
+    );
+    let scratch = tempfile::tempdir()?;
+    out!();
+    out!(
+        "{:<11} {:>9} {:>10} {:>10} {:>9}   {:>22}   {:>22}   {:>8}   {:>22}",
+        "language",
+        "size",
+        "compile",
+        "cached",
+        "speedup",
+        "pooled p50 / p99",
+        "on-demand p50 / p99",
+        "p50 gain",
+        "one instance reused"
+    );
+    for (language, name, input) in examples() {
+        let path = plugins.join(format!("{name}.wasm"));
+        let bytes = std::fs::read(&path).with_context(|| {
+            format!(
+                "cannot read {}; build the example plugins first (scripts/build-plugins)",
+                path.display()
+            )
+        })?;
+        let cache = scratch.path().join(format!("cache-{name}"));
+        let cached_runtime = Runtime::new(RuntimeConfig {
+            cache_dir: Some(cache),
+            memory_keep_resident: keep_resident,
+            ..RuntimeConfig::default()
+        })?;
+        let started = Instant::now();
+        let plugin = cached_runtime.load(&bytes)?;
+        let compile = started.elapsed();
+        anyhow::ensure!(plugin.code_source() == CodeSource::Compiled);
+        let mut cached = Vec::new();
+        for _ in 0..loads {
+            let started = Instant::now();
+            let plugin = cached_runtime.load(&bytes)?;
+            cached.push(started.elapsed());
+            anyhow::ensure!(plugin.code_source() == CodeSource::Cache);
+        }
+        let cached = percentile(&mut cached, 50.0);
+        let input = input.to_string();
+        let mut pooled = calls(&cached_runtime, &bytes, &input, iterations)?;
+        let on_demand_runtime = Runtime::new(RuntimeConfig {
+            pooling: false,
+            cache_dir: Some(scratch.path().join(format!("cache-{name}"))),
+            ..RuntimeConfig::default()
+        })?;
+        let mut on_demand = calls(&on_demand_runtime, &bytes, &input, iterations)?;
+        // What reusing one instance would save (weft does not: see
+        // `time_reused_calls`).
+        let mut reused = cached_runtime
+            .load(&bytes)?
+            .time_reused_calls(&input, iterations)
+            .map_err(|e| anyhow::anyhow!("{name} failed in a reused instance: {e}"))?;
+        let reused = (percentile(&mut reused, 50.0), percentile(&mut reused, 99.0));
+        let p = (
+            percentile(&mut pooled, 50.0),
+            percentile(&mut pooled, 99.0),
+            percentile(&mut on_demand, 50.0),
+            percentile(&mut on_demand, 99.0),
+        );
+        out!(
+            "{:<11} {:>6} MB {:>10} {:>10} {:>8.0}x   {:>10} / {:>9}   {:>10} / {:>9}   {:>7.2}x   {:>10} / {:>9}",
+            language,
+            bytes.len() / 1_000_000,
+            show(compile),
+            show(cached),
+            ratio(compile, cached),
+            show(p.0),
+            show(p.1),
+            show(p.2),
+            show(p.3),
+            ratio(p.2, p.0),
+            show(reused.0),
+            show(reused.1)
+        );
+    }
+
+    out!();
+    out!("landing: a component moved into the watched plugins directory, to the first run on it");
+    for (language, name, input) in examples() {
+        let bytes = std::fs::read(plugins.join(format!("{name}.wasm")))?;
+        let uncached = landing(scratch.path(), name, &bytes, &input, false)?;
+        let cached = landing(scratch.path(), name, &bytes, &input, true)?;
+        out!(
+            "  {:<11} uncached {:>10}   cached {:>10}",
+            language,
+            show(uncached),
+            show(cached)
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `iterations` instantiate+call times of the component, after a warm-up.
+fn calls(
+    runtime: &Runtime,
+    bytes: &[u8],
+    input: &str,
+    iterations: usize,
+) -> anyhow::Result<Vec<Duration>> {
+    let plugin = runtime.load(bytes)?;
+    let context = StepContext {
+        tenant: "bench".to_owned(),
+        workflow: "bench".to_owned(),
+        run_id: "bench".to_owned(),
+        step_id: "step".to_owned(),
+        attempt: 1,
+        idempotency_key: "bench:step".to_owned(),
+    };
+    let warmup = iterations / 10;
+    let mut times = Vec::with_capacity(iterations);
+    for i in 0..warmup + iterations {
+        let started = Instant::now();
+        let outcome = plugin.call(&context, input, &CallOptions::default());
+        let took = started.elapsed();
+        if let Err(e) = outcome.result {
+            bail!("{} failed: {e}", plugin.meta().name);
+        }
+        if i >= warmup {
+            times.push(took);
+        }
+    }
+    Ok(times)
+}
+
+/// Moves the component into a watched, empty plugins directory of a fresh
+/// host and starts runs of a workflow that uses it until one is recorded:
+/// the time from the move to that record. With `cached`, the component's
+/// compiled code is in the cache already.
+fn landing(
+    scratch: &Path,
+    name: &str,
+    bytes: &[u8],
+    input: &Value,
+    cached: bool,
+) -> anyhow::Result<Duration> {
+    let root = scratch.join(format!("landing-{name}-{cached}"));
+    let dir = root.join("plugins");
+    std::fs::create_dir_all(&dir)?;
+    let cache = scratch.join(format!("landing-cache-{name}"));
+    if !cached {
+        let _ = std::fs::remove_dir_all(&cache);
+    }
+    let runtime = Runtime::new(RuntimeConfig {
+        cache_dir: Some(cache),
+        ..RuntimeConfig::default()
+    })?;
+    let engine = Arc::new(Engine::new(
+        Arc::new(RedbStore::open(root.join("weft.redb"))?),
+        PluginDir::new(runtime, &dir),
+        Arc::new(SystemClock),
+    )?);
+    let _watcher = weft::plugins::watch(&dir, {
+        let engine = Arc::clone(&engine);
+        move |path| {
+            let _ = engine.plugins().refresh(&path);
+        }
+    })?;
+    let workflow = Arc::new(model::parse(
+        &format!("id: landing\nsteps:\n  - {{ id: s, uses: {name}, with: {input} }}\n"),
+        model::Format::Yaml,
+        "bench",
+    )?);
+    let aside = root.join(format!("{name}.wasm"));
+    std::fs::write(&aside, bytes)?;
+    let landed = Instant::now();
+    std::fs::rename(&aside, dir.join(format!("{name}.wasm")))?;
+    let deadline = landed + Duration::from_secs(600);
+    loop {
+        match engine.start(Arc::clone(&workflow), json!({}), Box::new(Quiet)) {
+            Ok(mut handle) => {
+                handle.recorded()?;
+                let took = landed.elapsed();
+                handle.wait()?;
+                return Ok(took);
+            }
+            Err(e) if Instant::now() < deadline => {
+                tracing::debug!("not yet: {e}");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Err(e) => bail!("no run started on {name} within 10 minutes: {e}"),
+        }
+    }
+}
