@@ -170,6 +170,7 @@ fn a_bad_deployment_is_refused_with_what_and_where() {
     );
     let (status, body) = host.send("/v1/workflows", "application/yaml", &vec![b'#'; 5 << 20]);
     assert_eq!(status, 413, "{body}");
+    assert_eq!(body["error"]["code"], "body_too_large");
     let (status, body) = host.send("/v1/workflows", "application/yaml", &[0xff, 0xfe]);
     assert_eq!(status, 400, "{body}");
     // Nothing refused was deployed.
@@ -267,6 +268,9 @@ fn an_uploaded_plugin_serves_new_runs_while_runs_in_flight_keep_their_digest() {
     assert_eq!(status, 400, "{body}");
     let (status, body) = host.send("/v1/plugins", "application/wasm", b"");
     assert_eq!(status, 400, "{body}");
+    let (status, body) = host.send("/v1/plugins", "application/wasm", &vec![0; (64 << 20) + 1]);
+    assert_eq!(status, 413, "{body}");
+    assert_eq!(body["error"]["code"], "body_too_large");
     let (_, after) = host.call("GET", "/v1/plugins", None);
     assert_eq!(after["plugins"].as_array().unwrap().len(), 2, "{after}");
 

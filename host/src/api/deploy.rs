@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use axum::Json;
 use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use serde::Deserialize;
@@ -26,6 +27,11 @@ fn summary(workflow: &Workflow, head: Option<&DeploymentRecord>) -> Value {
         "revision": head.map(|h| h.revision),
         "digest": head.map(|h| h.digest.as_str()),
     })
+}
+
+/// A raw body that could not be read: over the limit, or cut short.
+fn unreadable(rejection: BytesRejection) -> ApiError {
+    ApiError::rejected(rejection.status(), rejection.body_text())
 }
 
 fn unknown_workflow(id: &str) -> ApiError {
@@ -131,8 +137,9 @@ pub(super) async fn get_workflow(
 pub(super) async fn deploy_workflow(
     State(api): State<Api>,
     headers: HeaderMap,
-    body: Bytes,
+    body: Result<Bytes, BytesRejection>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
+    let body = body.map_err(unreadable)?;
     let text = std::str::from_utf8(&body)
         .map_err(|e| ApiError::bad_request(format!("the definition is not UTF-8 text: {e}")))?;
     if text.trim().is_empty() {
@@ -201,8 +208,9 @@ pub(super) async fn list_plugins(State(api): State<Api>) -> Json<Value> {
 /// why a component was refused (a missing import is named).
 pub(super) async fn add_plugin(
     State(api): State<Api>,
-    body: Bytes,
+    body: Result<Bytes, BytesRejection>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
+    let body = body.map_err(unreadable)?;
     if body.is_empty() {
         return Err(ApiError::bad_request(
             "the body is empty; send a component's bytes (application/wasm)",

@@ -42,6 +42,17 @@ impl ApiError {
         )
     }
 
+    /// A body that could not be taken: `413 body_too_large` over the
+    /// limit, else `invalid_request` with `status`.
+    pub(super) fn rejected(status: StatusCode, message: String) -> Self {
+        let code = if status == StatusCode::PAYLOAD_TOO_LARGE {
+            "body_too_large"
+        } else {
+            "invalid_request"
+        };
+        Self::new(status, code, message)
+    }
+
     pub(super) fn internal(message: impl Into<String>) -> Self {
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", message)
     }
@@ -59,17 +70,12 @@ impl From<JsonRejection> for ApiError {
     /// field where serde does; a body over the limit: 413.
     fn from(rejection: JsonRejection) -> Self {
         let status = rejection.status();
-        let code = if status == StatusCode::PAYLOAD_TOO_LARGE {
-            "body_too_large"
-        } else {
-            "invalid_request"
-        };
         let status = if status == StatusCode::UNPROCESSABLE_ENTITY {
             StatusCode::BAD_REQUEST
         } else {
             status
         };
-        Self::new(status, code, rejection.body_text())
+        Self::rejected(status, rejection.body_text())
     }
 }
 

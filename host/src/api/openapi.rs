@@ -49,7 +49,7 @@ pub fn spec() -> Value {
         "info": {
             "title": "weft",
             "version": env!("CARGO_PKG_VERSION"),
-            "description": "The HTTP API of `weft serve`. Every error is `{\"error\": {\"code\", \"message\"}}` with a stable code. Bodies over 4 MiB get 413 `body_too_large`; malformed JSON, unknown fields and wrong types get 400 `invalid_request` naming the field."
+            "description": "The HTTP API of `weft serve`. Every error is `{\"error\": {\"code\", \"message\"}}` with a stable code. Bodies over 4 MiB (64 MiB for `POST /v1/plugins`) get 413 `body_too_large`; malformed JSON, unknown fields and wrong types get 400 `invalid_request` naming the field."
         },
         "paths": {
             "/v1/health": { "get": { "summary": "Health check", "responses": responses(("200", "`{\"status\": \"ok\"}`"), &[]) } },

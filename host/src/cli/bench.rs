@@ -215,22 +215,35 @@ fn call_latencies(
         memory_keep_resident,
         ..RuntimeConfig::default()
     })?;
+    timed_calls(&runtime, bytes, "{}", iterations)
+}
+
+/// `iterations` instantiate+call times of the component on `input`, a
+/// fresh instance each, after a tenth as many calls to warm up.
+pub fn timed_calls(
+    runtime: &Runtime,
+    bytes: &[u8],
+    input: &str,
+    iterations: usize,
+) -> anyhow::Result<Vec<Duration>> {
     let plugin = runtime.load(bytes)?;
     let context = StepContext {
         tenant: "bench".to_owned(),
         workflow: "bench".to_owned(),
         run_id: "bench".to_owned(),
-        step_id: "echo".to_owned(),
+        step_id: "bench".to_owned(),
         attempt: 1,
-        idempotency_key: "bench:echo".to_owned(),
+        idempotency_key: "bench:step".to_owned(),
     };
     let warmup = iterations / 10;
     let mut times = Vec::with_capacity(iterations);
     for i in 0..warmup + iterations {
         let started = Instant::now();
-        let outcome = plugin.call(&context, "{}", &weft::runtime::CallOptions::default());
+        let outcome = plugin.call(&context, input, &weft::runtime::CallOptions::default());
         let took = started.elapsed();
-        outcome.result.context("the echo step failed")?;
+        if let Err(e) = outcome.result {
+            anyhow::bail!("{} failed: {e}", plugin.meta().name);
+        }
         if i >= warmup {
             times.push(took);
         }

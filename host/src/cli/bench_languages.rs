@@ -17,10 +17,10 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use serde_json::{Value, json};
 use weft::engine::{Engine, Quiet};
-use weft::runtime::{CallOptions, CodeSource, StepContext};
+use weft::runtime::CodeSource;
 use weft::{PluginDir, RedbStore, Runtime, RuntimeConfig, SystemClock, model};
 
-use super::bench::{build_kind, percentile, ratio, show};
+use super::bench::{build_kind, percentile, ratio, show, timed_calls};
 
 /// The example plugins, each with an input it accepts.
 fn examples() -> Vec<(&'static str, &'static str, Value)> {
@@ -94,13 +94,13 @@ pub fn languages(
         }
         let cached = percentile(&mut cached, 50.0);
         let input = input.to_string();
-        let mut pooled = calls(&cached_runtime, &bytes, &input, iterations)?;
+        let mut pooled = timed_calls(&cached_runtime, &bytes, &input, iterations)?;
         let on_demand_runtime = Runtime::new(RuntimeConfig {
             pooling: false,
             cache_dir: Some(scratch.path().join(format!("cache-{name}"))),
             ..RuntimeConfig::default()
         })?;
-        let mut on_demand = calls(&on_demand_runtime, &bytes, &input, iterations)?;
+        let mut on_demand = timed_calls(&on_demand_runtime, &bytes, &input, iterations)?;
         // What reusing one instance would save (weft does not: see
         // `time_reused_calls`).
         let mut reused = cached_runtime
@@ -145,38 +145,6 @@ pub fn languages(
         );
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// `iterations` instantiate+call times of the component, after a warm-up.
-fn calls(
-    runtime: &Runtime,
-    bytes: &[u8],
-    input: &str,
-    iterations: usize,
-) -> anyhow::Result<Vec<Duration>> {
-    let plugin = runtime.load(bytes)?;
-    let context = StepContext {
-        tenant: "bench".to_owned(),
-        workflow: "bench".to_owned(),
-        run_id: "bench".to_owned(),
-        step_id: "step".to_owned(),
-        attempt: 1,
-        idempotency_key: "bench:step".to_owned(),
-    };
-    let warmup = iterations / 10;
-    let mut times = Vec::with_capacity(iterations);
-    for i in 0..warmup + iterations {
-        let started = Instant::now();
-        let outcome = plugin.call(&context, input, &CallOptions::default());
-        let took = started.elapsed();
-        if let Err(e) = outcome.result {
-            bail!("{} failed: {e}", plugin.meta().name);
-        }
-        if i >= warmup {
-            times.push(took);
-        }
-    }
-    Ok(times)
 }
 
 /// Moves the component into a watched, empty plugins directory of a fresh

@@ -360,10 +360,7 @@ fn engine_with(
     plugins: &PluginArgs,
     config: weft::engine::EngineConfig,
 ) -> anyhow::Result<Engine> {
-    let runtime = Runtime::new(RuntimeConfig {
-        cache_dir: Some(cache_dir(data_dir)),
-        ..RuntimeConfig::default()
-    })?;
+    let runtime = local_runtime(data_dir)?;
     let store = open_store(data_dir)?;
     Engine::with_config(
         Arc::new(store),
@@ -419,6 +416,14 @@ fn data_dir(flag: Option<PathBuf>) -> anyhow::Result<PathBuf> {
 
 fn plugins_dir(data_dir: &std::path::Path, flag: &Option<PathBuf>) -> PathBuf {
     flag.clone().unwrap_or_else(|| data_dir.join("plugins"))
+}
+
+/// A runtime with this data directory's compiled-code cache.
+fn local_runtime(data_dir: &std::path::Path) -> anyhow::Result<Runtime> {
+    Ok(Runtime::new(RuntimeConfig {
+        cache_dir: Some(cache_dir(data_dir)),
+        ..RuntimeConfig::default()
+    })?)
 }
 
 /// Where compiled code is cached: WEFT_CACHE_DIR, else DATA_DIR/cache.

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use anyhow::Context;
 use clap::Subcommand;
 use serde_json::{Value, json};
+use weft::PluginDir;
 use weft::store::{PluginRecord, Store};
-use weft::{PluginDir, Runtime, RuntimeConfig};
 
 use super::plugin_build::{self, Lang};
 use super::remote::Server;
@@ -136,10 +136,7 @@ pub fn main(data_dir: &Path, command: PluginCommand) -> anyhow::Result<ExitCode>
             plugins,
         } => {
             let bytes = read_component(&file)?;
-            let runtime = Runtime::new(RuntimeConfig {
-                cache_dir: Some(super::cache_dir(data_dir)),
-                ..RuntimeConfig::default()
-            })?;
+            let runtime = super::local_runtime(data_dir)?;
             let store: Arc<dyn Store> = Arc::new(open_store(data_dir)?);
             let registry = PluginDir::new(runtime, plugins_dir(data_dir, &plugins.plugins));
             registry.attach(store)?;
@@ -231,10 +228,7 @@ fn print_added(record: &PluginRecord) -> anyhow::Result<()> {
 
 fn inspect(data_dir: &Path, file: &Path, json: bool) -> anyhow::Result<ExitCode> {
     let bytes = read_component(file)?;
-    let runtime = Runtime::new(RuntimeConfig {
-        cache_dir: Some(super::cache_dir(data_dir)),
-        ..RuntimeConfig::default()
-    })?;
+    let runtime = super::local_runtime(data_dir)?;
     let plugin = match runtime.load(&bytes) {
         Ok(plugin) => plugin,
         Err(e) => {

@@ -10,7 +10,6 @@ use std::process::{Command, ExitCode, Stdio};
 use std::time::Instant;
 
 use anyhow::{Context, bail};
-use weft::{Runtime, RuntimeConfig};
 
 use super::EXIT_INVALID;
 
@@ -269,10 +268,7 @@ pub fn build(data_dir: &Path, dir: &Path, out: Option<PathBuf>) -> anyhow::Resul
     let build_time = started.elapsed();
     let bytes = std::fs::read(&built)
         .with_context(|| format!("the build wrote no component at {}", built.display()))?;
-    let runtime = Runtime::new(RuntimeConfig {
-        cache_dir: Some(super::cache_dir(data_dir)),
-        ..RuntimeConfig::default()
-    })?;
+    let runtime = super::local_runtime(data_dir)?;
     let plugin = match runtime.load(&bytes) {
         Ok(plugin) => plugin,
         Err(e) => {
