@@ -201,20 +201,17 @@ impl PluginDir {
     pub fn resolve(&self, reference: &PluginRef) -> Result<Plugin, ResolveError> {
         // The directory's file first: loading it (again, once it changed)
         // adds it to the registry.
-        let file = match self.find(&reference.name) {
-            Ok(path) => Some((path.display().to_string(), self.load_file(&path))),
-            Err(not_found) => match self.registry.get() {
-                Some(registry) => {
-                    return match self.newest(registry, reference) {
-                        Some(best) => self.by_digest(&best.digest),
-                        None => Err(self.not_in_registry(registry, reference, not_found)),
-                    };
-                }
-                None => return Err(not_found),
-            },
-        };
-        let Some((shown, loaded)) = file else {
-            unreachable!("a missing file returned above")
+        let (shown, loaded) = match self.find(&reference.name) {
+            Ok(path) => (path.display().to_string(), self.load_file(&path)),
+            Err(not_found) => {
+                let Some(registry) = self.registry.get() else {
+                    return Err(not_found);
+                };
+                return match self.newest(registry, reference) {
+                    Some(best) => self.by_digest(&best.digest),
+                    None => Err(self.not_in_registry(registry, reference, not_found)),
+                };
+            }
         };
         let Some(registry) = self.registry.get() else {
             return check(&shown, reference, loaded?);
