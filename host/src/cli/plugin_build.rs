@@ -51,6 +51,9 @@ pub enum Lang {
 impl Lang {
     /// The language of the project in `dir`, from its files.
     fn of(dir: &Path) -> anyhow::Result<Self> {
+        if !dir.is_dir() {
+            bail!("{} is not a folder", dir.display());
+        }
         if dir.join("Cargo.toml").is_file() {
             Ok(Self::Rust)
         } else if dir.join("app.py").is_file() {
@@ -222,15 +225,23 @@ pub fn setup(data_dir: &Path, langs: &[Lang]) -> anyhow::Result<ExitCode> {
 /// `weft plugin build [DIR] [--out DIR]`: builds the project's component,
 /// checks that it loads in this host, and writes it as `OUT/<name>.wasm`.
 pub fn build(data_dir: &Path, dir: &Path, out: Option<PathBuf>) -> anyhow::Result<ExitCode> {
-    let lang = Lang::of(dir)?;
+    let lang = match Lang::of(dir) {
+        Ok(lang) => lang,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            return Ok(ExitCode::from(EXIT_INVALID));
+        }
+    };
     let out = out.unwrap_or_else(|| dir.join("dist"));
     std::fs::create_dir_all(&out).with_context(|| format!("cannot create {}", out.display()))?;
     let staging = tempfile::tempdir()?;
     let built = staging.path().join("plugin.wasm");
     let started = Instant::now();
+    // A toolchain that cannot be installed is the host's failure (exit 3);
+    // a build that fails is the project's (exit 2).
     let toolchains = Toolchains::new(data_dir);
-    match lang {
-        Lang::Rust => build_rust(dir, &built)?,
+    let result = match lang {
+        Lang::Rust => build_rust(dir, &built),
         Lang::Python => {
             let (componentize, helper) = toolchains.python()?;
             let wit = toolchains.wit()?;
@@ -245,7 +256,7 @@ pub fn build(data_dir: &Path, dir: &Path, out: Option<PathBuf>) -> anyhow::Resul
                     .arg("-o")
                     .arg(&built),
                 "componentize-py",
-            )?;
+            )
         }
         Lang::Js => {
             let tools = toolchains.js()?;
@@ -262,8 +273,12 @@ pub fn build(data_dir: &Path, dir: &Path, out: Option<PathBuf>) -> anyhow::Resul
                     .arg(&wit)
                     .arg(&built),
                 "componentize-js",
-            )?;
+            )
         }
+    };
+    if let Err(e) = result {
+        eprintln!("error: building {} failed: {e:#}", dir.display());
+        return Ok(ExitCode::from(EXIT_INVALID));
     }
     let build_time = started.elapsed();
     let bytes = std::fs::read(&built)
