@@ -31,27 +31,52 @@ impl Host {
     /// `method path [body]` (a JSON body): the status and the JSON answer.
     pub fn call(&self, method: &str, path: &str, body: Option<&str>) -> (u16, Value) {
         let url = format!("{}{path}", self.url);
-        let agent = agent();
-        let response = match (method, body) {
-            ("POST", Some(body)) => agent
-                .post(&url)
-                .header("content-type", "application/json")
-                .send(body),
-            ("POST", None) => agent.post(&url).send_empty(),
-            ("DELETE", _) => agent.delete(&url).call(),
-            ("PUT", _) => agent.put(&url).send_empty(),
-            _ => agent.get(&url).call(),
-        };
-        answer(response)
+        retried(|| {
+            let agent = agent();
+            match (method, body) {
+                ("POST", Some(body)) => agent
+                    .post(&url)
+                    .header("content-type", "application/json")
+                    .send(body),
+                ("POST", None) => agent.post(&url).send_empty(),
+                ("DELETE", _) => agent.delete(&url).call(),
+                ("PUT", _) => agent.put(&url).send_empty(),
+                _ => agent.get(&url).call(),
+            }
+        })
     }
 
     /// POSTs `bytes` as `content_type`: the status and the JSON answer.
     pub fn send(&self, path: &str, content_type: &str, bytes: &[u8]) -> (u16, Value) {
-        let response = agent()
-            .post(format!("{}{path}", self.url))
-            .header("content-type", content_type)
-            .send(bytes);
-        answer(response)
+        retried(|| {
+            agent()
+                .post(format!("{}{path}", self.url))
+                .header("content-type", content_type)
+                .send(bytes)
+        })
+    }
+}
+
+/// Sends a request and reads its answer. A server that refuses a body over
+/// its limit answers 413 and closes the connection, and the client may
+/// still be writing the body then: its write fails with a broken pipe or a
+/// reset before it reads the answer. That race is the transport's, not the
+/// answer's, so such a request is sent again (at most five times).
+fn retried(
+    mut send: impl FnMut() -> Result<ureq::http::Response<ureq::Body>, ureq::Error>,
+) -> (u16, Value) {
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        match send() {
+            Err(ureq::Error::Io(e))
+                if tries < 5
+                    && matches!(
+                        e.kind(),
+                        std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset
+                    ) => {}
+            response => return answer(response),
+        }
     }
 }
 
