@@ -232,9 +232,16 @@ impl Receiver {
                 let mut length = 0;
                 let mut line = String::new();
                 reader.read_line(&mut line).unwrap_or(0);
+                // A sender killed mid-request (the restart test) leaves
+                // headers without their blank line: not a request.
+                let mut whole = false;
                 loop {
                     line.clear();
-                    if reader.read_line(&mut line).unwrap_or(0) == 0 || line.trim().is_empty() {
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                        break;
+                    }
+                    if line.trim().is_empty() {
+                        whole = true;
                         break;
                     }
                     if let Some((name, value)) = line.trim().split_once(':') {
@@ -245,7 +252,7 @@ impl Receiver {
                     }
                 }
                 let mut body = vec![0; length];
-                if reader.read_exact(&mut body).is_err() {
+                if !whole || reader.read_exact(&mut body).is_err() {
                     continue;
                 }
                 let n = {
