@@ -77,7 +77,7 @@ pub(super) async fn list_subscriptions(
     State(api): State<Api>,
     query: Result<Query<SubscriptionsQuery>, QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
-    let Query(query) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let Query(query) = query?;
     let store = Arc::clone(api.engine.store());
     let found = blocking(move || store.subscriptions(query.channel.as_deref())).await??;
     let shown: Vec<Value> = found.iter().map(|s| shown(s, false)).collect();
@@ -116,7 +116,7 @@ pub(super) async fn events(
     Sse<impl futures_util::Stream<Item = Result<Event, Infallible>> + Send + 'static>,
     ApiError,
 > {
-    let Query(query) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let Query(query) = query?;
     let consumer = query.consumer.unwrap_or_else(|| "default".to_owned());
     let after = match headers.get("last-event-id") {
         None => None,
@@ -189,7 +189,7 @@ pub(super) async fn list_deliveries(
     State(api): State<Api>,
     query: Result<Query<DeliveriesQuery>, QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
-    let Query(query) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let Query(query) = query?;
     let limit = query.limit.unwrap_or(100).min(10_000);
     let state = query
         .state

@@ -77,7 +77,7 @@ pub(super) async fn get_workflow(
     Path(id): Path<String>,
     query: Result<Query<RevisionQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
-    let Query(query) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let Query(query) = query?;
     let deployments = Arc::clone(&api.workflows);
     let asked = id.clone();
     let (versions, shown) = blocking(move || {

@@ -1,5 +1,5 @@
 use axum::Json;
-use axum::extract::rejection::JsonRejection;
+use axum::extract::rejection::{JsonRejection, QueryRejection};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
@@ -76,6 +76,13 @@ impl From<JsonRejection> for ApiError {
             status
         };
         Self::rejected(status, rejection.body_text())
+    }
+}
+
+impl From<QueryRejection> for ApiError {
+    /// A query string that does not parse, or names an unknown field: 400.
+    fn from(rejection: QueryRejection) -> Self {
+        Self::bad_request(rejection.body_text())
     }
 }
 

@@ -247,7 +247,7 @@ async fn list_runs(
     State(api): State<Api>,
     query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
-    let Query(query) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let Query(query) = query?;
     let limit = query.limit.unwrap_or(20).min(1000);
     let state = query
         .state
