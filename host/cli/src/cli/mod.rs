@@ -1,0 +1,479 @@
+//! Subcommands. Errors meet the user here, through `anyhow`.
+
+/// `println!` that returns the write's error instead of panicking, so that
+/// `weft runs list | head` ends quietly when `head` closes the pipe.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        writeln!(std::io::stdout().lock(), $($arg)*)?
+    }};
+}
+
+mod bench;
+mod bench_languages;
+mod bench_messages;
+mod bench_timers;
+mod plugin;
+mod plugin_build;
+mod progress;
+mod remote;
+mod runs;
+mod schedules;
+mod serve;
+
+use std::io::Read;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::{Context, bail};
+use clap::{Parser, Subcommand};
+use serde_json::Value;
+use weft::engine::{EngineConfig, StartError};
+use weft::store::RunState;
+use weft::{
+    Engine, Host, HostConfig, PluginDir, RedbStore, Runtime, RuntimeConfig, SystemClock,
+    WorkflowDir, model,
+};
+
+/// The run failed: a step or the outputs failed.
+pub const EXIT_FAILED: u8 = 1;
+/// The run could not start: bad definition, input or plugin.
+pub const EXIT_INVALID: u8 = 2;
+/// The host failed: store, files, configuration.
+pub const EXIT_HOST: u8 = 3;
+
+/// weft runs workflows whose steps are sandboxed WebAssembly components.
+#[derive(Debug, Parser)]
+#[command(name = "weft", version, about, long_about = None)]
+pub struct Cli {
+    /// Where runs and compiled code are kept.
+    /// [default: the user's data directory, such as ~/.local/share/weft]
+    #[arg(long, global = true, env = "WEFT_DATA_DIR", value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+
+    /// Log more to stderr (-v: info and guest logs, -vv: debug, -vvv:
+    /// trace). WEFT_LOG, in tracing's filter syntax, overrides it.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run a workflow to completion and print its outputs as JSON.
+    Run(RunArgs),
+    /// Check a workflow file without running it.
+    Check {
+        /// The workflow file (YAML, or JSON if it ends in .json).
+        workflow: PathBuf,
+    },
+    /// Inspect recorded runs.
+    #[command(subcommand)]
+    Runs(runs::RunsCommand),
+    /// Cron triggers: list, pause, resume, add.
+    #[command(subcommand)]
+    Schedules(schedules::SchedulesCommand),
+    /// Measure step latency, or durable throughput with --runs.
+    Bench(bench::BenchArgs),
+    /// Run the host: resume interrupted runs, then serve the HTTP API on
+    /// loopback until interrupted.
+    Serve(serve::ServeArgs),
+    /// Start a run on a running `weft serve`.
+    Start(serve::StartArgs),
+    /// Answer a waiting `await` step on a running `weft serve`: complete,
+    /// fail, skip, or cancel the run.
+    Act(remote::ActArgs),
+    /// Print a channel's messages as they come, and ack each (from a
+    /// running `weft serve`).
+    Tail(remote::TailArgs),
+    /// Deliveries and dead letters (of a running `weft serve`).
+    #[command(subcommand)]
+    Deliveries(remote::DeliveriesCommand),
+    /// Plugins: inspect a component, add one to the registry, list it.
+    #[command(subcommand)]
+    Plugin(plugin::PluginCommand),
+    /// Deploy a workflow file to a running `weft serve` as the newest
+    /// version of its id (runs in flight keep theirs).
+    Deploy {
+        /// The workflow file (YAML, or JSON if it ends in .json).
+        workflow: PathBuf,
+        /// The server. [default: the address in DATA_DIR/serve.addr, else
+        /// http://127.0.0.1:7420]
+        #[arg(long, value_name = "URL")]
+        server: Option<String>,
+    },
+}
+
+#[derive(Debug, clap::Args)]
+struct RunArgs {
+    /// The workflow file (YAML, or JSON if it ends in .json).
+    workflow: PathBuf,
+
+    /// The run's input: JSON text, `@FILE` to read a file, or `-` for stdin.
+    #[arg(long, short, default_value = "{}", value_name = "JSON|@FILE|-")]
+    input: String,
+
+    #[command(flatten)]
+    plugins: PluginArgs,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct PluginArgs {
+    /// Where plugins are found: `uses: name` loads NAME.wasm from here.
+    /// [default: DATA_DIR/plugins]
+    #[arg(long, env = "WEFT_PLUGINS", value_name = "DIR")]
+    plugins: Option<PathBuf>,
+}
+
+/// Runs the parsed command line.
+pub fn main(cli: Cli) -> anyhow::Result<ExitCode> {
+    let data_dir = data_dir(cli.data_dir)?;
+    match cli.command {
+        Command::Run(args) => run(&data_dir, args),
+        Command::Check { workflow } => match model::load(&workflow) {
+            Ok(wf) => {
+                out!(
+                    "{}: workflow `{}` version {} is valid ({} step{})",
+                    workflow.display(),
+                    wf.id,
+                    wf.version,
+                    wf.steps.len(),
+                    if wf.steps.len() == 1 { "" } else { "s" }
+                );
+                Ok(ExitCode::SUCCESS)
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                Ok(ExitCode::from(EXIT_INVALID))
+            }
+        },
+        Command::Runs(command) => runs::main(&data_dir, command),
+        Command::Schedules(command) => schedules::main(&data_dir, command),
+        Command::Serve(args) => serve::serve(&data_dir, args),
+        Command::Start(args) => serve::start(&data_dir, args),
+        Command::Act(args) => remote::act(&data_dir, args),
+        Command::Tail(args) => remote::tail(&data_dir, args),
+        Command::Deliveries(command) => remote::deliveries(&data_dir, command),
+        Command::Plugin(command) => plugin::main(&data_dir, command),
+        Command::Deploy { workflow, server } => plugin::deploy(&data_dir, &workflow, server),
+        Command::Bench(args) => {
+            let plugins = plugins_dir(&data_dir, &args.plugins.plugins);
+            bench::main(&plugins, &args)
+        }
+    }
+}
+
+fn run(data_dir: &std::path::Path, args: RunArgs) -> anyhow::Result<ExitCode> {
+    let workflow = match model::load(&args.workflow) {
+        Ok(workflow) => workflow,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return Ok(ExitCode::from(EXIT_INVALID));
+        }
+    };
+    let input = match read_input(&args.input) {
+        Ok(input) => input,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            return Ok(ExitCode::from(EXIT_INVALID));
+        }
+    };
+    let host = local_host(data_dir, &args.plugins)?;
+    let engine = host.engine();
+    if workflow
+        .all_steps()
+        .iter()
+        .any(|step| step.subflow().is_some())
+    {
+        engine.set_workflows(sibling_workflows(&args.workflow));
+    }
+    let progress = progress::Progress::new();
+    let run = match engine
+        .start(Arc::new(workflow), input, Box::new(progress.clone()))
+        .and_then(|handle| Ok(wait_here_or_elsewhere(engine, handle)?))
+    {
+        Ok(run) => run,
+        Err(
+            e @ (StartError::Input { .. } | StartError::Plugin { .. } | StartError::Subflow { .. }),
+        ) => {
+            progress.clear();
+            eprintln!("error: {e}");
+            return Ok(ExitCode::from(EXIT_INVALID));
+        }
+        Err(e) => {
+            progress.clear();
+            return Err(e).context("the run could not be recorded");
+        }
+    };
+    progress.clear();
+    report(&run)
+}
+
+/// Waits for a run this process drives; it may also end in another
+/// process (`weft runs cancel`) while it sleeps here, which the store
+/// tells.
+fn wait_here_or_elsewhere(
+    engine: &Engine,
+    mut handle: weft::engine::RunHandle,
+) -> Result<weft::store::RunRecord, weft::store::StoreError> {
+    handle.recorded()?;
+    loop {
+        if let Some(run) = handle.wait_timeout(std::time::Duration::from_secs(1))? {
+            return Ok(run);
+        }
+        if let Some(run) = engine.store().run(handle.id())?
+            && run.state.is_terminal()
+        {
+            return Ok(run);
+        }
+    }
+}
+
+/// Prints a finished run's outputs, or why it failed, and picks the exit
+/// status.
+fn report(run: &weft::store::RunRecord) -> anyhow::Result<ExitCode> {
+    match run.state {
+        RunState::Succeeded => {
+            let outputs = run.outputs.as_ref().unwrap_or(&Value::Null);
+            out!("{}", serde_json::to_string_pretty(outputs)?);
+            Ok(ExitCode::SUCCESS)
+        }
+        state => {
+            match &run.error {
+                Some(failure) => {
+                    let at = failure
+                        .step
+                        .as_deref()
+                        .map(|s| format!("step `{s}`"))
+                        .unwrap_or_else(|| "its outputs".to_owned());
+                    eprintln!(
+                        "error: run {} failed at {at}: {}: {}",
+                        run.id, failure.error.code, failure.error.message
+                    );
+                    if let Some(details) = &failure.error.details {
+                        eprintln!("details: {details}");
+                    }
+                }
+                None => eprintln!("error: run {} ended {state}", run.id),
+            }
+            eprintln!("see: weft runs show {}", run.id);
+            Ok(ExitCode::from(EXIT_FAILED))
+        }
+    }
+}
+
+/// The workflows `subflow` steps of the workflow in file `path` may start:
+/// those defined in the same directory. Files there that do not load are
+/// reported and left out.
+fn sibling_workflows(path: &std::path::Path) -> Arc<WorkflowDir> {
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => std::path::Path::new("."),
+    };
+    match WorkflowDir::load(dir) {
+        Ok((workflows, errors)) => {
+            for error in errors {
+                eprintln!("warning: subflows cannot use {error}");
+            }
+            Arc::new(workflows)
+        }
+        Err(e) => {
+            eprintln!("warning: cannot read {} for subflows: {e}", dir.display());
+            Arc::new(WorkflowDir::default())
+        }
+    }
+}
+
+/// `weft runs resume`: picks interrupted runs up where they stopped.
+fn resume(
+    data_dir: &std::path::Path,
+    run_id: Option<String>,
+    all: bool,
+    plugins: &PluginArgs,
+) -> anyhow::Result<ExitCode> {
+    let host = local_host(data_dir, plugins)?;
+    let engine = host.engine();
+    let ids: Vec<String> = match run_id {
+        Some(id) if !all => vec![id],
+        // Runs suspended on their timers too: they resume waiting.
+        _ => engine
+            .store()
+            .runs(
+                &weft::store::RunFilter {
+                    state: Some(RunState::Running),
+                    ..Default::default()
+                },
+                usize::MAX,
+            )?
+            .into_iter()
+            .rev()
+            .map(|run| run.id)
+            .collect(),
+    };
+    if ids.is_empty() {
+        eprintln!("no interrupted runs in {}", data_dir.display());
+        return Ok(ExitCode::SUCCESS);
+    }
+    // Child runs decided before the crash and not yet recorded.
+    engine
+        .replay_outbox()
+        .context("cannot carry out the store's outbox")?;
+    // Steps not yet run may start subflows: from beside the definition.
+    if let Some(first) = engine.store().run(&ids[0])? {
+        engine.set_workflows(sibling_workflows(std::path::Path::new(&first.origin)));
+    }
+    let mut worst = ExitCode::SUCCESS;
+    for id in ids {
+        let progress = progress::Progress::new();
+        let outcome = engine
+            .resume(&id, Box::new(progress.clone()))
+            .and_then(|handle| Ok(handle.wait()?));
+        progress.clear();
+        match outcome {
+            Ok(run) => {
+                let code = report(&run)?;
+                if code != ExitCode::SUCCESS {
+                    worst = code;
+                }
+            }
+            // A child resumed by its parent, which ran it to its end.
+            Err(
+                weft::engine::ResumeError::Resident(_)
+                | weft::engine::ResumeError::NotRunning { .. },
+            ) if all => {}
+            Err(e @ weft::engine::ResumeError::Store(_)) => {
+                return Err(e).context("the run could not be recorded");
+            }
+            Err(e) => {
+                eprintln!("error: cannot resume run {id}: {e}");
+                worst = ExitCode::from(EXIT_INVALID);
+            }
+        }
+    }
+    Ok(worst)
+}
+
+/// A host over the data directory's store that drives only its own runs.
+fn local_host(data_dir: &std::path::Path, plugins: &PluginArgs) -> anyhow::Result<Host> {
+    Host::start(host_config(data_dir, plugins, EngineConfig::default())?)
+        .context("cannot start the engine")
+}
+
+/// What a host over the data directory is made of.
+fn host_config(
+    data_dir: &std::path::Path,
+    plugins: &PluginArgs,
+    config: EngineConfig,
+) -> anyhow::Result<HostConfig> {
+    let runtime = local_runtime(data_dir)?;
+    let store = open_store(data_dir)?;
+    Ok(HostConfig::local(
+        Arc::new(store),
+        PluginDir::new(runtime, plugins_dir(data_dir, &plugins.plugins)),
+        Arc::new(SystemClock),
+    )
+    .with_engine(config))
+}
+
+/// The largest input `weft run` reads.
+const MAX_INPUT: u64 = 64 << 20;
+
+fn read_input(arg: &str) -> anyhow::Result<Value> {
+    let read_capped = |reader: &mut dyn Read, from: &str| -> anyhow::Result<String> {
+        let mut text = String::new();
+        reader
+            .take(MAX_INPUT + 1)
+            .read_to_string(&mut text)
+            .with_context(|| format!("cannot read the input from {from}"))?;
+        if text.len() as u64 > MAX_INPUT {
+            bail!("the input in {from} is larger than {} MiB", MAX_INPUT >> 20);
+        }
+        Ok(text)
+    };
+    let (text, from) = if arg == "-" {
+        (
+            read_capped(&mut std::io::stdin(), "stdin")?,
+            "stdin".to_owned(),
+        )
+    } else if let Some(path) = arg.strip_prefix('@') {
+        let mut file = std::fs::File::open(path)
+            .with_context(|| format!("cannot read the input file {path}"))?;
+        (read_capped(&mut file, path)?, path.to_owned())
+    } else {
+        (arg.to_owned(), "--input".to_owned())
+    };
+    serde_json::from_str(&text).with_context(|| format!("the input in {from} is not valid JSON"))
+}
+
+fn data_dir(flag: Option<PathBuf>) -> anyhow::Result<PathBuf> {
+    let dir = match flag {
+        Some(dir) => dir,
+        None => match dirs::data_local_dir() {
+            Some(base) => base.join("weft"),
+            None => bail!("cannot tell where to keep data; pass --data-dir or set WEFT_DATA_DIR"),
+        },
+    };
+    std::fs::create_dir_all(&dir)
+        .with_context(|| format!("cannot create the data directory {}", dir.display()))?;
+    Ok(dir)
+}
+
+fn plugins_dir(data_dir: &std::path::Path, flag: &Option<PathBuf>) -> PathBuf {
+    flag.clone().unwrap_or_else(|| data_dir.join("plugins"))
+}
+
+/// A runtime with this data directory's compiled-code cache.
+fn local_runtime(data_dir: &std::path::Path) -> anyhow::Result<Runtime> {
+    Ok(Runtime::new(RuntimeConfig {
+        cache_dir: Some(cache_dir(data_dir)),
+        ..RuntimeConfig::default()
+    })?)
+}
+
+/// Where compiled code is cached: WEFT_CACHE_DIR, else DATA_DIR/cache.
+fn cache_dir(data_dir: &std::path::Path) -> PathBuf {
+    std::env::var_os("WEFT_CACHE_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| data_dir.join("cache"))
+}
+
+fn store_path(data_dir: &std::path::Path) -> PathBuf {
+    data_dir.join("weft.redb")
+}
+
+fn open_store(data_dir: &std::path::Path) -> anyhow::Result<RedbStore> {
+    let path = store_path(data_dir);
+    RedbStore::open(&path).with_context(|| format!("cannot open the store {}", path.display()))
+}
+
+/// True when `error` is a closed stdout: the reader has gone, and there is
+/// nobody left to tell.
+pub fn is_broken_pipe(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+/// Sends logs to stderr; `WEFT_LOG` overrides the level chosen by `-v`.
+pub fn init_tracing(verbose: u8) {
+    let default = match verbose {
+        // Guest lines are in the run's record (`weft runs show`); with -v they
+        // also stream here.
+        0 => "warn,weft::guest=off",
+        1 => "info",
+        2 => "debug",
+        _ => "trace",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("WEFT_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+}

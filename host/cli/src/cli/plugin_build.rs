@@ -1,0 +1,473 @@
+//! `weft plugin new`, `weft plugin build` and `weft plugin setup`: plugin
+//! projects in Rust, Python and JavaScript, and the toolchains that build
+//! them. The Python and JavaScript toolchains (componentize-py from PyPI,
+//! componentize-js from npm) are installed on first use into one folder,
+//! at pinned versions.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+use std::time::Instant;
+
+use anyhow::{Context, bail};
+
+use super::EXIT_INVALID;
+
+/// componentize-py, from PyPI.
+pub const COMPONENTIZE_PY: &str = "0.25.0";
+/// componentize-js, from npm.
+pub const COMPONENTIZE_JS: &str = "0.23.0";
+
+const WIT: &str = include_str!("../../../../wit/plugin.wit");
+const PY_HELPER: &str = include_str!("../../../../guest-sdk/python/weft.py");
+const JS_HELPER: &str = include_str!("../../../../guest-sdk/js/weft.js");
+
+/// Builds one JavaScript component with componentize-js's API (its CLI
+/// cannot read a WIT folder outside its working directory). Every WASI
+/// feature is left out, so the component imports only `weft:plugin`.
+const JS_BUILD: &str = r#"import { componentize } from '@bytecodealliance/componentize-js';
+import { writeFile } from 'node:fs/promises';
+const [source, wit, out] = process.argv.slice(2);
+const { component } = await componentize({
+  sourcePath: source,
+  witPath: wit,
+  worldName: 'plugin',
+  disableFeatures: ['random', 'stdio', 'clocks', 'http', 'fetch-event'],
+});
+await writeFile(out, component);
+"#;
+
+/// A plugin project's language.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Lang {
+    /// Rust, with the weft-sdk crate.
+    Rust,
+    /// Python, with componentize-py.
+    Python,
+    /// JavaScript, with componentize-js.
+    Js,
+}
+
+impl Lang {
+    /// The language of the project in `dir`, from its files.
+    fn of(dir: &Path) -> anyhow::Result<Self> {
+        if !dir.is_dir() {
+            bail!("{} is not a folder", dir.display());
+        }
+        if dir.join("Cargo.toml").is_file() {
+            Ok(Self::Rust)
+        } else if dir.join("app.py").is_file() {
+            Ok(Self::Python)
+        } else if dir.join("index.js").is_file() {
+            Ok(Self::Js)
+        } else {
+            bail!(
+                "{} is not a plugin project: it has no Cargo.toml (Rust), app.py (Python) \
+                 or index.js (JavaScript)",
+                dir.display()
+            )
+        }
+    }
+}
+
+/// The folder the Python and JavaScript toolchains are installed in:
+/// WEFT_TOOLCHAINS, else DATA_DIR/toolchains.
+pub struct Toolchains {
+    dir: PathBuf,
+}
+
+impl Toolchains {
+    pub fn new(data_dir: &Path) -> Self {
+        let dir = std::env::var_os("WEFT_TOOLCHAINS")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| data_dir.join("toolchains"));
+        Self { dir }
+    }
+
+    /// Holds the folder's lock while `work` runs, so two builds do not
+    /// install at once.
+    fn locked<T>(&self, work: impl FnOnce() -> anyhow::Result<T>) -> anyhow::Result<T> {
+        std::fs::create_dir_all(&self.dir)
+            .with_context(|| format!("cannot create {}", self.dir.display()))?;
+        let lock = File::create(self.dir.join(".lock"))?;
+        lock.lock()
+            .with_context(|| format!("cannot lock {}", self.dir.display()))?;
+        let result = work();
+        let _ = lock.unlock();
+        result
+    }
+
+    /// Writes `text` to `path` unless it holds it already.
+    fn put(path: &Path, text: &str) -> anyhow::Result<()> {
+        if std::fs::read_to_string(path).is_ok_and(|old| old == text) {
+            return Ok(());
+        }
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))
+    }
+
+    /// The folder holding the contract, `plugin.wit`.
+    fn wit(&self) -> anyhow::Result<PathBuf> {
+        let dir = self.dir.join("wit");
+        self.locked(|| Self::put(&dir.join("plugin.wit"), WIT))?;
+        Ok(dir)
+    }
+
+    /// componentize-py, installed first if needed.
+    fn python(&self) -> anyhow::Result<(PathBuf, PathBuf)> {
+        let venv = self.dir.join("python");
+        let marker = venv.join(format!(".componentize-py-{COMPONENTIZE_PY}"));
+        let helper = self.dir.join("sdk").join("python");
+        self.locked(|| {
+            Self::put(&helper.join("weft.py"), PY_HELPER)?;
+            if marker.is_file() {
+                return Ok(());
+            }
+            eprintln!(
+                "installing componentize-py {COMPONENTIZE_PY} from PyPI into {} (once)",
+                venv.display()
+            );
+            let python = std::env::var("WEFT_PYTHON").unwrap_or_else(|_| "python3".to_owned());
+            run(
+                Command::new(&python)
+                    .args(["-m", "venv", "--clear"])
+                    .arg(&venv),
+                &format!("{python} -m venv (Python 3.9 or later is needed)"),
+            )?;
+            run(
+                Command::new(venv.join("bin").join("pip"))
+                    .args(["install", "--disable-pip-version-check", "--quiet"])
+                    .arg(format!("componentize-py=={COMPONENTIZE_PY}")),
+                "pip install componentize-py",
+            )?;
+            std::fs::write(&marker, "")?;
+            Ok(())
+        })?;
+        Ok((venv.join("bin").join("componentize-py"), helper))
+    }
+
+    /// The folder with componentize-js and the build script, installed
+    /// first if needed.
+    fn js(&self) -> anyhow::Result<PathBuf> {
+        let dir = self.dir.join("js");
+        let marker = dir.join(format!(".componentize-js-{COMPONENTIZE_JS}"));
+        self.locked(|| {
+            Self::put(&dir.join("build.mjs"), JS_BUILD)?;
+            Self::put(&dir.join("sdk").join("weft.js"), JS_HELPER)?;
+            if marker.is_file() {
+                return Ok(());
+            }
+            eprintln!(
+                "installing componentize-js {COMPONENTIZE_JS} from npm into {} (once)",
+                dir.display()
+            );
+            Self::put(
+                &dir.join("package.json"),
+                &format!(
+                    "{{\n  \"private\": true,\n  \"type\": \"module\",\n  \"dependencies\": {{ \"@bytecodealliance/componentize-js\": \"{COMPONENTIZE_JS}\" }}\n}}\n"
+                ),
+            )?;
+            run(
+                Command::new("npm")
+                    .current_dir(&dir)
+                    .args(["install", "--no-audit", "--no-fund", "--loglevel=error"]),
+                "npm install @bytecodealliance/componentize-js (Node.js 18 or later is needed)",
+            )?;
+            std::fs::write(&marker, "")?;
+            Ok(())
+        })?;
+        Ok(dir)
+    }
+}
+
+/// Runs `command`, all its output to stderr (stdout is this command's
+/// answer); an error names `what` failed.
+fn run(command: &mut Command, what: &str) -> anyhow::Result<()> {
+    use std::os::fd::AsFd as _;
+    let to_stderr = std::io::stderr().as_fd().try_clone_to_owned()?;
+    let status = command
+        .stdout(Stdio::from(to_stderr))
+        .stderr(Stdio::inherit())
+        .status()
+        .with_context(|| format!("cannot run {what}"))?;
+    if !status.success() {
+        bail!("{what} failed ({status})");
+    }
+    Ok(())
+}
+
+/// `weft plugin setup`: installs the toolchains now.
+pub fn setup(data_dir: &Path, langs: &[Lang]) -> anyhow::Result<ExitCode> {
+    let toolchains = Toolchains::new(data_dir);
+    let all = [Lang::Python, Lang::Js];
+    for lang in if langs.is_empty() { &all[..] } else { langs } {
+        match lang {
+            Lang::Python => {
+                toolchains.python()?;
+            }
+            Lang::Js => {
+                toolchains.js()?;
+            }
+            Lang::Rust => {
+                run(
+                    Command::new("rustup").args(["target", "add", "wasm32-wasip2"]),
+                    "rustup target add wasm32-wasip2",
+                )?;
+            }
+        }
+    }
+    out!("toolchains are in {}", toolchains.dir.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `weft plugin build [DIR] [--out DIR]`: builds the project's component,
+/// checks that it loads in this host, and writes it as `OUT/<name>.wasm`.
+pub fn build(data_dir: &Path, dir: &Path, out: Option<PathBuf>) -> anyhow::Result<ExitCode> {
+    let lang = match Lang::of(dir) {
+        Ok(lang) => lang,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            return Ok(ExitCode::from(EXIT_INVALID));
+        }
+    };
+    let out = out.unwrap_or_else(|| dir.join("dist"));
+    std::fs::create_dir_all(&out).with_context(|| format!("cannot create {}", out.display()))?;
+    let staging = tempfile::tempdir()?;
+    let built = staging.path().join("plugin.wasm");
+    let started = Instant::now();
+    // A toolchain that cannot be installed is the host's failure (exit 3);
+    // a build that fails is the project's (exit 2).
+    let toolchains = Toolchains::new(data_dir);
+    let result = match lang {
+        Lang::Rust => build_rust(dir, &built),
+        Lang::Python => {
+            let (componentize, helper) = toolchains.python()?;
+            let wit = toolchains.wit()?;
+            run(
+                Command::new(componentize)
+                    .arg("-d")
+                    .arg(&wit)
+                    .args(["-w", "plugin", "componentize", "app", "-p"])
+                    .arg(dir)
+                    .arg("-p")
+                    .arg(&helper)
+                    .arg("-o")
+                    .arg(&built),
+                "componentize-py",
+            )
+        }
+        Lang::Js => {
+            let tools = toolchains.js()?;
+            let wit = toolchains.wit()?;
+            // The project's modules beside the helper, so `./weft.js`
+            // resolves.
+            let source = staging.path().join("src");
+            copy_modules(dir, &source)?;
+            std::fs::copy(tools.join("sdk").join("weft.js"), source.join("weft.js"))?;
+            run(
+                Command::new("node")
+                    .arg(tools.join("build.mjs"))
+                    .arg(source.join("index.js"))
+                    .arg(&wit)
+                    .arg(&built),
+                "componentize-js",
+            )
+        }
+    };
+    if let Err(e) = result {
+        eprintln!("error: building {} failed: {e:#}", dir.display());
+        return Ok(ExitCode::from(EXIT_INVALID));
+    }
+    let build_time = started.elapsed();
+    let bytes = std::fs::read(&built)
+        .with_context(|| format!("the build wrote no component at {}", built.display()))?;
+    let runtime = super::local_runtime(data_dir)?;
+    let plugin = match runtime.load(&bytes) {
+        Ok(plugin) => plugin,
+        Err(e) => {
+            eprintln!("error: the component built from {} {e}", dir.display());
+            return Ok(ExitCode::from(EXIT_INVALID));
+        }
+    };
+    let meta = plugin.meta();
+    let file = out.join(format!("{}.wasm", meta.name));
+    std::fs::write(&file, &bytes).with_context(|| format!("cannot write {}", file.display()))?;
+    out!(
+        "built {}@{} {} -> {} ({} bytes; build {:.1?}, load {:.1?})",
+        meta.name,
+        meta.version,
+        plugin.digest(),
+        file.display(),
+        bytes.len(),
+        build_time,
+        plugin.load_time()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn build_rust(dir: &Path, built: &Path) -> anyhow::Result<()> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let output = Command::new(cargo)
+        .current_dir(dir)
+        .args([
+            "build",
+            "--release",
+            "--target",
+            "wasm32-wasip2",
+            "--message-format=json-render-diagnostics",
+        ])
+        .stderr(Stdio::inherit())
+        .output()
+        .context("cannot run cargo")?;
+    if !output.status.success() {
+        bail!(
+            "cargo build failed ({}); is the target installed? `rustup target add wasm32-wasip2`",
+            output.status
+        );
+    }
+    let mut wasm = None;
+    for line in String::from_utf8_lossy(&output.stdout).lines() {
+        let Ok(message) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        if message["reason"] != "compiler-artifact" {
+            continue;
+        }
+        for file in message["filenames"].as_array().into_iter().flatten() {
+            if let Some(file) = file.as_str().filter(|f| f.ends_with(".wasm")) {
+                wasm = Some(PathBuf::from(file));
+            }
+        }
+    }
+    let wasm = wasm.context("cargo built no .wasm; is the crate a `cdylib`?")?;
+    std::fs::copy(&wasm, built).with_context(|| format!("cannot copy {}", wasm.display()))?;
+    Ok(())
+}
+
+/// Copies the `.js` and `.mjs` files of `dir` (not its tests) to `to`.
+fn copy_modules(dir: &Path, to: &Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        let module = name.ends_with(".js") || name.ends_with(".mjs");
+        if path.is_file() && module && !name.contains(".test.") && name != "weft.js" {
+            std::fs::copy(&path, to.join(name))?;
+        }
+    }
+    Ok(())
+}
+
+const TEMPLATES: &[(Lang, &str, &str)] = &[
+    (
+        Lang::Rust,
+        "Cargo.toml",
+        include_str!("../../../../templates/rust/Cargo.toml"),
+    ),
+    (
+        Lang::Rust,
+        "src/lib.rs",
+        include_str!("../../../../templates/rust/src/lib.rs"),
+    ),
+    (
+        Lang::Python,
+        "app.py",
+        include_str!("../../../../templates/python/app.py"),
+    ),
+    (
+        Lang::Python,
+        "greet.py",
+        include_str!("../../../../templates/python/greet.py"),
+    ),
+    (
+        Lang::Python,
+        "test_greet.py",
+        include_str!("../../../../templates/python/test_greet.py"),
+    ),
+    (
+        Lang::Js,
+        "index.js",
+        include_str!("../../../../templates/js/index.js"),
+    ),
+    (
+        Lang::Js,
+        "greet.js",
+        include_str!("../../../../templates/js/greet.js"),
+    ),
+    (
+        Lang::Js,
+        "greet.test.js",
+        include_str!("../../../../templates/js/greet.test.js"),
+    ),
+    (
+        Lang::Js,
+        "package.json",
+        include_str!("../../../../templates/js/package.json"),
+    ),
+];
+
+const EXAMPLE: &str = include_str!("../../../../templates/example.yaml");
+
+/// `weft plugin new NAME --lang L`: a project that builds and passes its
+/// own test as it is.
+pub fn new(
+    name: &str,
+    lang: Lang,
+    parent: &Path,
+    sdk: Option<PathBuf>,
+) -> anyhow::Result<ExitCode> {
+    if let Err(message) = weft::model::check_id(name) {
+        eprintln!("error: the plugin name {message}");
+        return Ok(ExitCode::from(EXIT_INVALID));
+    }
+    let dir = parent.join(name);
+    if dir.exists() {
+        eprintln!("error: {} exists already", dir.display());
+        return Ok(ExitCode::from(EXIT_INVALID));
+    }
+    let sdk = match lang {
+        Lang::Rust => {
+            let sdk = sdk
+                .or_else(|| std::env::var_os("WEFT_SDK").map(PathBuf::from))
+                .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../guest-sdk"));
+            let sdk = sdk.canonicalize().with_context(|| {
+                format!(
+                    "the Rust SDK is not at {}; pass --sdk PATH (the weft repository's guest-sdk folder)",
+                    sdk.display()
+                )
+            })?;
+            sdk.display().to_string()
+        }
+        _ => String::new(),
+    };
+    let fill = |text: &str| {
+        text.replace("{{name}}", name)
+            .replace("{{crate}}", &name.replace('-', "_"))
+            .replace("{{sdk}}", &sdk)
+    };
+    for (_, file, text) in TEMPLATES.iter().filter(|(l, _, _)| *l == lang) {
+        let path = dir.join(file);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        std::fs::write(&path, fill(text))
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    std::fs::write(dir.join("example.yaml"), fill(EXAMPLE))?;
+    let test = match lang {
+        Lang::Rust => "cargo test",
+        Lang::Python => "python3 -m unittest",
+        Lang::Js => "node --test",
+    };
+    out!("created {} ({lang:?})", dir.display());
+    out!("  test:  cd {} && {test}", dir.display());
+    out!("  build: weft plugin build {}", dir.display());
+    out!(
+        "  run:   weft run {}/example.yaml --plugins {}/dist --input '{{\"name\": \"Ada\"}}'",
+        dir.display(),
+        dir.display()
+    );
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,347 @@
+//! `weft runs list` and `weft runs show`.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::Subcommand;
+use weft::Store;
+use weft::store::{RedbStore, RunFilter, RunState, StoreError};
+
+use super::progress::format_micros;
+use super::{EXIT_INVALID, store_path};
+
+#[derive(Debug, Subcommand)]
+pub enum RunsCommand {
+    /// List runs, newest first.
+    List {
+        /// How many runs to show.
+        #[arg(long, default_value_t = 20)]
+        limit: usize,
+        /// Only runs of this workflow.
+        #[arg(long, value_name = "ID")]
+        workflow: Option<String>,
+        /// Only runs in this state: running, succeeded, failed, timed_out or
+        /// cancelled.
+        #[arg(long)]
+        state: Option<RunState>,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// Ask a running `weft serve` at this URL instead of reading the
+        /// store.
+        #[arg(long, value_name = "URL")]
+        server: Option<String>,
+    },
+    /// Resume an interrupted run (one left `running` by a process that
+    /// died) at the step it had reached, and run it to the end.
+    Resume {
+        /// The run's id.
+        #[arg(required_unless_present = "all", conflicts_with = "all")]
+        run_id: Option<String>,
+        /// Resume every interrupted run, oldest first.
+        #[arg(long)]
+        all: bool,
+        #[command(flatten)]
+        plugins: super::PluginArgs,
+    },
+    /// Cancel a run: it ends `cancelled`, whatever its steps return later
+    /// is dropped, and its timers go with it. Works beside a running
+    /// `weft serve`.
+    Cancel {
+        /// The run's id.
+        run_id: String,
+        /// Ask a running `weft serve` at this URL instead of writing the
+        /// store.
+        #[arg(long, value_name = "URL")]
+        server: Option<String>,
+    },
+    /// Show one run: its state, each step's result and logs, its outputs.
+    Show {
+        /// The run's id, as printed by `weft run` and `weft runs list`.
+        run_id: String,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+        /// Ask a running `weft serve` at this URL instead of reading the
+        /// store.
+        #[arg(long, value_name = "URL")]
+        server: Option<String>,
+    },
+}
+
+pub fn main(data_dir: &Path, command: RunsCommand) -> anyhow::Result<ExitCode> {
+    match command {
+        RunsCommand::Resume {
+            run_id,
+            all,
+            plugins,
+        } => super::resume(data_dir, run_id, all, &plugins),
+        RunsCommand::List {
+            limit,
+            workflow,
+            state,
+            json,
+            server: None,
+        } => list(
+            data_dir,
+            &RunFilter {
+                workflow,
+                state,
+                ..RunFilter::default()
+            },
+            limit,
+            json,
+        ),
+        RunsCommand::List {
+            limit,
+            workflow,
+            state,
+            json,
+            server: Some(url),
+        } => {
+            let server = super::remote::Server::new(data_dir, Some(url));
+            let mut query = format!("limit={limit}");
+            if let Some(workflow) = workflow {
+                query.push_str(&format!("&workflow={workflow}"));
+            }
+            if let Some(state) = state {
+                query.push_str(&format!("&state={state}"));
+            }
+            match super::remote::runs(&server, &query)? {
+                Ok(runs) => print_runs(data_dir, &runs, json),
+                Err(message) => {
+                    eprintln!("error: {message}");
+                    Ok(ExitCode::from(EXIT_INVALID))
+                }
+            }
+        }
+        RunsCommand::Show {
+            run_id,
+            json,
+            server: None,
+        } => show(data_dir, &run_id, json),
+        RunsCommand::Show {
+            run_id,
+            json,
+            server: Some(url),
+        } => {
+            let server = super::remote::Server::new(data_dir, Some(url));
+            match super::remote::run(&server, &run_id)? {
+                Ok((run, steps)) => print_run(&run, &steps, json),
+                Err(message) => {
+                    eprintln!("error: {message}");
+                    Ok(ExitCode::from(EXIT_INVALID))
+                }
+            }
+        }
+        RunsCommand::Cancel {
+            run_id,
+            server: None,
+        } => cancel(data_dir, &run_id),
+        RunsCommand::Cancel {
+            run_id,
+            server: Some(url),
+        } => {
+            let server = super::remote::Server::new(data_dir, Some(url));
+            match server.call("POST", &format!("/v1/runs/{run_id}/cancel"), None)? {
+                Ok(_) => {
+                    out!("run {run_id} cancelled");
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(message) => {
+                    eprintln!("error: {message}");
+                    Ok(ExitCode::from(EXIT_INVALID))
+                }
+            }
+        }
+    }
+}
+
+/// The store for reading, or `None` when no run was ever stored here.
+pub(super) fn open(data_dir: &Path) -> anyhow::Result<Option<RedbStore>> {
+    let path = store_path(data_dir);
+    if !path.exists() {
+        return Ok(None);
+    }
+    match RedbStore::open_read_only(&path) {
+        // A run was killed: repairing needs a writable handle.
+        Err(StoreError::NeedsRepair { .. }) => RedbStore::open(&path),
+        other => other,
+    }
+    .map(Some)
+    .with_context(|| format!("cannot open the store {}", path.display()))
+}
+
+fn list(data_dir: &Path, filter: &RunFilter, limit: usize, json: bool) -> anyhow::Result<ExitCode> {
+    let runs = match open(data_dir)? {
+        Some(store) => store.runs(filter, limit)?,
+        None => Vec::new(),
+    };
+    print_runs(data_dir, &runs, json)
+}
+
+fn print_runs(
+    data_dir: &Path,
+    runs: &[weft::store::RunRecord],
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    if json {
+        out!("{}", serde_json::to_string_pretty(&runs)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    if runs.is_empty() {
+        out!("no runs yet in {}", data_dir.display());
+        return Ok(ExitCode::SUCCESS);
+    }
+    out!(
+        "{:<36}  {:<20}  {:<9}  {:<24}  {:>9}",
+        "RUN",
+        "WORKFLOW",
+        "STATE",
+        "STARTED",
+        "TOOK"
+    );
+    for run in runs {
+        let took = format_micros(
+            run.updated_at
+                .millis_since(run.created_at)
+                .saturating_mul(1000),
+        );
+        out!(
+            "{:<36}  {:<20}  {:<9}  {:<24}  {:>9}",
+            run.id,
+            run.workflow,
+            run.state.to_string(),
+            run.created_at.to_string(),
+            took
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn cancel(data_dir: &Path, run_id: &str) -> anyhow::Result<ExitCode> {
+    let store = super::open_store(data_dir)?;
+    let Some(run) = store.run(run_id)? else {
+        eprintln!("error: no run `{run_id}` in {}", data_dir.display());
+        return Ok(ExitCode::from(EXIT_INVALID));
+    };
+    let now = weft::Clock::now(&weft::SystemClock);
+    let cancel = weft::store::Write::CancelRun(run.id.clone(), now);
+    match store.apply(&[&cancel])?.pop().unwrap_or(Ok(())) {
+        Ok(()) => {
+            out!("run {run_id} cancelled");
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(StoreError::RunEnded(_)) => {
+            let state = store.run(run_id)?.map_or(run.state, |r| r.state);
+            eprintln!("error: run {run_id} has already ended: {state}");
+            Ok(ExitCode::from(EXIT_INVALID))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn show(data_dir: &Path, run_id: &str, json: bool) -> anyhow::Result<ExitCode> {
+    let Some(store) = open(data_dir)? else {
+        eprintln!(
+            "error: no run `{run_id}`: there are no runs yet in {}",
+            data_dir.display()
+        );
+        return Ok(ExitCode::from(EXIT_INVALID));
+    };
+    let Some(run) = store.run(run_id)? else {
+        eprintln!("error: no run `{run_id}` in {}", data_dir.display());
+        return Ok(ExitCode::from(EXIT_INVALID));
+    };
+    let steps = store.steps(run_id)?;
+    print_run(&run, &steps, json)
+}
+
+/// How a record reads in one word: a record that starts a wait (a `sleep`,
+/// an `await`, a child run) is not the step's result, which comes later at
+/// the same path.
+fn status_of(step: &weft::store::StepRecord) -> &'static str {
+    let waits = step.awaiting
+        || (step.output.is_none()
+            && step.error.is_none()
+            && !step.skipped
+            && (step.timer.is_some() || step.child.is_some()));
+    match (&step.error, step.skipped) {
+        (_, true) => "skip",
+        (Some(_), _) => "FAIL",
+        (None, _) if waits => "wait",
+        (None, _) => "ok  ",
+    }
+}
+
+fn print_run(
+    run: &weft::store::RunRecord,
+    steps: &[weft::store::StepRecord],
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    if json {
+        let both = serde_json::json!({ "run": run, "steps": steps });
+        out!("{}", serde_json::to_string_pretty(&both)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    out!("run       {}", run.id);
+    out!(
+        "workflow  {} (version {}, from {})",
+        run.workflow,
+        run.workflow_version,
+        run.origin
+    );
+    out!("state     {}", run.state);
+    out!("started   {}", run.created_at);
+    out!("updated   {}", run.updated_at);
+    out!("input     {}", run.input);
+    out!("steps     {} of {} done", run.next_step, run.step_count);
+    for step in steps {
+        let pinned = run
+            .plugins
+            .get(&step.step_id)
+            .map(|p| format!("{}@{} {}", p.name, p.version, p.digest))
+            .unwrap_or_default();
+        let status = status_of(step);
+        out!(
+            "  {status} {} (attempt {}, {}) {pinned}",
+            if step.path.is_empty() {
+                &step.step_id
+            } else {
+                &step.path
+            },
+            step.attempt,
+            format_micros(step.duration_us)
+        );
+        if let Some(error) = &step.error {
+            out!("       error: {}: {}", error.code, error.message);
+            if let Some(delay) = step.retry_in_ms {
+                out!("       retried after {delay} ms");
+            }
+            if let Some(details) = &error.details {
+                out!("       details: {details}");
+            }
+        }
+        for line in &step.logs {
+            out!(
+                "       {:?}/{:?}: {}",
+                line.source,
+                line.level,
+                line.message
+            );
+        }
+    }
+    if let Some(outputs) = &run.outputs {
+        out!("outputs   {}", serde_json::to_string_pretty(outputs)?);
+    }
+    if let Some(failure) = &run.error {
+        let at = failure.step.as_deref().unwrap_or("(outputs)");
+        out!(
+            "error     at {at}: {}: {}",
+            failure.error.code,
+            failure.error.message
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}

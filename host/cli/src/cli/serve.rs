@@ -1,0 +1,219 @@
+//! `weft serve` and `weft start`.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use serde_json::Value;
+use weft::plugins::ResolveError;
+use weft::store::RunRecord;
+use weft::{Host, HostEvents, Plugin, WorkflowDir};
+
+use super::{EXIT_INVALID, PluginArgs, host_config, read_input, report};
+
+/// The address `weft serve` listens on unless told otherwise.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:7420";
+
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    /// Serve every workflow file (.yaml, .yml, .json) in this directory.
+    /// [default: DATA_DIR/workflows, created if missing]
+    #[arg(long, value_name = "DIR")]
+    workflows: Option<PathBuf>,
+
+    /// Where to listen. Port 0 picks a free port; the address is written to
+    /// DATA_DIR/serve.addr either way.
+    #[arg(long, value_name = "ADDR", default_value = DEFAULT_LISTEN)]
+    listen: SocketAddr,
+
+    /// Runs in progress at once; more are recorded, parked, and started in
+    /// arrival order as places free.
+    #[arg(long, value_name = "N", default_value_t = 10_000)]
+    max_resident: usize,
+
+    #[command(flatten)]
+    plugins: PluginArgs,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct StartArgs {
+    /// The id of a workflow the server serves.
+    workflow: String,
+
+    /// The run's input: JSON text, `@FILE` to read a file, or `-` for stdin.
+    #[arg(long, short, default_value = "{}", value_name = "JSON|@FILE|-")]
+    input: String,
+
+    /// The server. [default: the address in DATA_DIR/serve.addr, else
+    /// http://127.0.0.1:7420]
+    #[arg(long, value_name = "URL")]
+    server: Option<String>,
+
+    /// Wait for the run to end and print its outputs, as `weft run` does.
+    #[arg(long)]
+    wait: bool,
+}
+
+/// Runs the host until interrupted: resumes interrupted runs, then serves
+/// the HTTP API.
+pub fn serve(data_dir: &Path, args: ServeArgs) -> anyhow::Result<ExitCode> {
+    let workflows_dir = match &args.workflows {
+        Some(dir) => dir.clone(),
+        None => {
+            let dir = data_dir.join("workflows");
+            std::fs::create_dir_all(&dir)
+                .with_context(|| format!("cannot create {}", dir.display()))?;
+            dir
+        }
+    };
+    let (files, errors) = WorkflowDir::load(&workflows_dir).with_context(|| {
+        format!(
+            "cannot read the workflows directory {}",
+            workflows_dir.display()
+        )
+    })?;
+    for error in &errors {
+        eprintln!("warning: not serving {error}");
+    }
+    let config = weft::engine::EngineConfig {
+        max_resident: args.max_resident,
+        ..weft::engine::EngineConfig::default()
+    };
+    let config = host_config(data_dir, &args.plugins, config)?
+        .serving(files)
+        .with_events(Arc::new(Told));
+    let host = Host::start(config).context("cannot start the host")?;
+    for warning in host.warnings() {
+        eprintln!("warning: not serving {warning}");
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(args.listen)
+            .await
+            .with_context(|| format!("cannot listen on {}", args.listen))?;
+        let addr = listener.local_addr()?;
+        let addr_file = data_dir.join("serve.addr");
+        std::fs::write(&addr_file, format!("http://{addr}\n"))
+            .with_context(|| format!("cannot write {}", addr_file.display()))?;
+        eprintln!(
+            "weft serving {} workflow(s) on http://{addr}; {} interrupted run(s) resumed",
+            host.deployments().current().iter().count(),
+            host.resumed()
+        );
+        let api = host.api();
+        axum::serve(listener, api.router())
+            .with_graceful_shutdown({
+                // Open event streams end when the hub stops.
+                let hub = host.hub().clone();
+                async move {
+                    let _ = tokio::signal::ctrl_c().await;
+                    hub.stop();
+                }
+            })
+            .await
+            .context("the server failed")?;
+        host.stop();
+        let _ = std::fs::remove_file(&addr_file);
+        Ok::<_, anyhow::Error>(())
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Tells the operator, on stderr, what happened to each plugin file.
+#[derive(Debug)]
+struct Told;
+
+impl HostEvents for Told {
+    fn plugin_ready(&self, plugin: &Plugin, file: &Path) {
+        eprintln!(
+            "plugin {}@{} {} from {} is ready",
+            plugin.meta().name,
+            plugin.meta().version,
+            plugin.digest(),
+            file.display()
+        );
+    }
+
+    fn plugin_rejected(&self, file: &Path, error: &ResolveError) {
+        eprintln!(
+            "warning: rejected plugin file {}: {error}; the registry's versions keep serving",
+            file.display()
+        );
+    }
+
+    fn plugin_not_served(&self, file: &Path, error: &ResolveError) {
+        eprintln!("warning: not serving plugin {}: {error}", file.display());
+    }
+
+    fn not_watching(&self, dir: &Path, error: &str) {
+        eprintln!(
+            "warning: not watching {} for plugins: {error}",
+            dir.display()
+        );
+    }
+}
+
+/// Starts a run on a running `weft serve`.
+pub fn start(data_dir: &Path, args: StartArgs) -> anyhow::Result<ExitCode> {
+    let input = match read_input(&args.input) {
+        Ok(input) => input,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            return Ok(ExitCode::from(EXIT_INVALID));
+        }
+    };
+    let server = match args.server {
+        Some(server) => server,
+        None => std::fs::read_to_string(data_dir.join("serve.addr"))
+            .map(|text| text.trim().to_owned())
+            .unwrap_or_else(|_| format!("http://{DEFAULT_LISTEN}")),
+    };
+    let server = server.trim_end_matches('/');
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(60)))
+        .build()
+        .into();
+    let mut response = agent
+        .post(format!("{server}/v1/runs"))
+        .send_json(serde_json::json!({ "workflow": args.workflow, "input": input }))
+        .with_context(|| format!("cannot reach weft serve at {server}"))?;
+    let status = response.status();
+    let body: Value = response
+        .body_mut()
+        .read_json()
+        .with_context(|| format!("{server} answered {status} with a body that is not JSON"))?;
+    if !status.is_success() {
+        let message = body["error"]["message"].as_str().unwrap_or("(no message)");
+        eprintln!("error: {message}");
+        return Ok(ExitCode::from(EXIT_INVALID));
+    }
+    let Some(id) = body["id"].as_str() else {
+        bail!("{server} answered {status} without a run id: {body}");
+    };
+    if !args.wait {
+        out!("{}", serde_json::to_string_pretty(&body)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    eprintln!("run {id} of {} started on {server}", args.workflow);
+    loop {
+        let mut response = agent
+            .get(format!("{server}/v1/runs/{id}"))
+            .call()
+            .with_context(|| format!("cannot reach weft serve at {server}"))?;
+        let shown: Value = response.body_mut().read_json()?;
+        let run: RunRecord = serde_json::from_value(shown["run"].clone())
+            .with_context(|| format!("{server} answered with a run that does not decode"))?;
+        if run.state.is_terminal() {
+            return report(&run);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

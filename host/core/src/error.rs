@@ -1,0 +1,19 @@
+//! The error a run or step ends with, as workflows and people see it.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// An error, as workflows and people see it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ErrorRecord {
+    /// A short stable code: the step's own, or one of `timeout`,
+    /// `memory_limit`, `trap`, `invalid_output`, `instantiate`, `expression`.
+    pub code: String,
+    /// A message for people.
+    pub message: String,
+    /// Whether trying again could help.
+    pub retryable: bool,
+    /// Structured details from the step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub details: Option<Value>,
+}

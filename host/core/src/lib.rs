@@ -1,0 +1,25 @@
+//! The leaf of weft's crates: what every layer shares and nothing of weft's
+//! own is needed to define.
+//!
+//! - [`clock`]: time, injected ([`Clock`], [`Timestamp`]).
+//! - [`Digest`]: a component's or definition's content digest.
+//! - [`names`]: the checks of ids and names people choose.
+//! - [`InputSchema`]: a compiled JSON Schema.
+//! - [`effects`]: what an attempt buffers until its commit.
+//! - [`ErrorRecord`]: how an error is recorded and shown.
+//! - [`Signal`] and [`lock`]: waiting for news, locking without poison.
+
+pub mod clock;
+mod digest;
+pub mod effects;
+mod error;
+pub mod names;
+mod schema;
+mod signal;
+
+pub use clock::{Clock, SimClock, SystemClock, Timestamp};
+pub use digest::Digest;
+pub use effects::{Emission, KvEffects, LogLevel, LogLine, LogSource, Versioned};
+pub use error::ErrorRecord;
+pub use schema::InputSchema;
+pub use signal::{Signal, lock};

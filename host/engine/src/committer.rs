@@ -1,0 +1,74 @@
+//! The one door through which the delivery side of a host (the hub)
+//! writes: subscriptions and delivery moves, committed in the engine's
+//! group commit with everything else. It cannot write a run's records.
+
+use std::sync::Arc;
+
+use weft_core::Signal;
+use weft_store::{DeliveryOp, Store, StoreError, SubscriptionRecord, Write};
+
+use crate::scheduler::Core;
+
+/// A write the delivery side may make.
+#[derive(Debug, Clone)]
+pub enum DeliveryWrite {
+    /// Records a subscription (the same one again is a no-op).
+    Subscribe(SubscriptionRecord),
+    /// Removes the subscription with this key and its deliveries.
+    Unsubscribe(String),
+    /// Moves delivery `id` on.
+    Move(String, DeliveryOp),
+}
+
+impl From<DeliveryWrite> for Write {
+    fn from(write: DeliveryWrite) -> Self {
+        match write {
+            DeliveryWrite::Subscribe(record) => Write::Subscribe(Box::new(record)),
+            DeliveryWrite::Unsubscribe(key) => Write::Unsubscribe(key),
+            DeliveryWrite::Move(id, op) => Write::Delivery(id, op),
+        }
+    }
+}
+
+/// Commits [`DeliveryWrite`]s through an engine's group commit. Cheap to
+/// clone.
+#[derive(Clone)]
+pub struct Committer {
+    core: Arc<Core>,
+}
+
+impl std::fmt::Debug for Committer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Committer").finish_non_exhaustive()
+    }
+}
+
+impl Committer {
+    pub(crate) fn new(core: Arc<Core>) -> Self {
+        Self { core }
+    }
+
+    /// Commits `write` and waits until it is durable, or refused. Blocking.
+    pub fn commit(&self, write: DeliveryWrite) -> Result<(), StoreError> {
+        self.core.commits.commit(write.into())
+    }
+
+    /// Commits every write (they usually share a transaction) and waits
+    /// for all; one answer per write, in order. Blocking.
+    pub fn commit_all(&self, writes: Vec<DeliveryWrite>) -> Vec<Result<(), StoreError>> {
+        self.core
+            .commits
+            .commit_all(writes.into_iter().map(Write::from).collect())
+    }
+
+    /// The store the writes land in, for reading.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.core.launcher.store
+    }
+
+    /// Bumped after every commit that carries messages: what delivers them
+    /// waits on it.
+    pub fn messages(&self) -> Arc<Signal> {
+        Arc::clone(&self.core.messages)
+    }
+}

@@ -1,0 +1,253 @@
+//! One attempt of one leaf: prepared by the drive, run on any worker
+//! (a plugin call, or a child run's start), and handed back to commit.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde_json::{Value, json};
+
+use weft_core::clock::Clock;
+use weft_model::RetryPolicy;
+use weft_runtime::{CallError, CallOptions, KvEffects, Plugin, StepContext};
+use weft_store::{
+    Emission, ErrorRecord, ParentLink, RunError, RunRecord, RunState, StepRecord, StoreError,
+    TimerRef,
+};
+
+use crate::launch::{Launcher, NewRun};
+
+use super::{Next, Undo};
+
+/// One attempt of one leaf, ready to run on any thread.
+pub(crate) struct Attempt {
+    pub(super) path: String,
+    pub(super) record: StepRecord,
+    pub(super) retry: RetryPolicy,
+    /// The plugin call; `None` when the record is already final (the step
+    /// was skipped, or its input could not be built).
+    pub(super) call: Option<Invocation>,
+    /// The messages an `emit` step commits with its record.
+    pub(super) emitted: Vec<Emission>,
+}
+
+pub(super) enum Invocation {
+    /// Call a plugin.
+    Plugin {
+        plugin: Plugin,
+        context: StepContext,
+        input: String,
+        options: CallOptions,
+    },
+    /// Make a child run (recorded through the outbox once this attempt
+    /// commits).
+    Spawn {
+        launcher: Arc<Launcher>,
+        workflow: String,
+        input: Value,
+        parent: ParentLink,
+    },
+    /// Wait for child run `.0` to end; see [`Attempt::resolve`].
+    Await(String),
+}
+
+/// An attempt that ran, to be committed.
+pub(crate) struct Finished {
+    pub(super) path: String,
+    pub(super) record: StepRecord,
+    pub(super) retry: RetryPolicy,
+    pub(super) kv: Option<KvEffects>,
+    pub(super) spawn: Option<Box<NewRun>>,
+    /// The timer whose fire this is.
+    pub(super) fired: Option<TimerRef>,
+    /// The messages the attempt emitted.
+    pub(super) emitted: Vec<Emission>,
+    /// Told how the commit went (an outside actor's answer).
+    pub(super) reply: Option<Reply>,
+}
+
+/// How an answer to an `await` step went: told once its commit is
+/// answered.
+pub(crate) type Reply = Box<dyn FnOnce(Result<(), StoreError>) + Send>;
+
+/// A finished attempt folded into its run: what to commit, and after.
+pub(crate) struct Completed {
+    pub(crate) record: StepRecord,
+    pub(crate) next: Next,
+    pub(crate) kv: Option<KvEffects>,
+    pub(crate) undo: Undo,
+    /// The child run the attempt starts.
+    pub(crate) spawn: Option<Box<NewRun>>,
+    /// The timer whose fire this is: the commit is refused if it is gone.
+    pub(crate) fired: Option<TimerRef>,
+    /// The messages to commit with the record (a successful attempt's).
+    pub(crate) emitted: Vec<Emission>,
+    /// Told how the commit went.
+    pub(crate) reply: Option<Reply>,
+}
+
+impl Finished {
+    /// The leaf's path.
+    pub(crate) fn path(&self) -> &str {
+        &self.path
+    }
+}
+
+impl Attempt {
+    /// True when there is no call to make.
+    pub(crate) fn is_settled(&self) -> bool {
+        self.call.is_none()
+    }
+
+    /// The child run this attempt waits for, if it is a wait.
+    pub(crate) fn awaited(&self) -> Option<&str> {
+        match &self.call {
+            Some(Invocation::Await(child)) => Some(child),
+            _ => None,
+        }
+    }
+
+    /// Makes the call, or the child run. Never fails: a failure is in the
+    /// record. A wait must go to [`Attempt::resolve`] instead.
+    pub(crate) fn run(self, clock: &dyn Clock) -> Finished {
+        let Self {
+            path,
+            mut record,
+            retry,
+            call,
+            mut emitted,
+        } = self;
+        let mut kv = None;
+        let mut spawn = None;
+        record.started_at = clock.now();
+        let timer = Instant::now();
+        match call {
+            None | Some(Invocation::Await(_)) => {}
+            Some(Invocation::Plugin {
+                plugin,
+                context,
+                input,
+                options,
+            }) => {
+                let outcome = plugin.call(&context, &input, &options);
+                record.logs = outcome.logs;
+                kv = Some(outcome.kv);
+                match outcome.result {
+                    Ok(output) => {
+                        record.output = Some(output);
+                        record.messages = outcome.emitted.iter().map(|m| m.id.clone()).collect();
+                        emitted = outcome.emitted;
+                    }
+                    Err(error) => record.error = Some(error_record(&error)),
+                }
+            }
+            Some(Invocation::Spawn {
+                launcher,
+                workflow,
+                input,
+                parent,
+            }) => match launcher.workflow(&workflow) {
+                None => {
+                    record.error = Some(ErrorRecord {
+                        code: "unknown_workflow".to_owned(),
+                        message: format!("subflow: no workflow `{workflow}` is deployed"),
+                        retryable: false,
+                        details: None,
+                    });
+                }
+                Some(child) => match launcher.make(child, input, Some(parent)) {
+                    Ok(child) => {
+                        record.child = Some(child.drive.run.id.clone());
+                        spawn = Some(Box::new(child));
+                    }
+                    Err(e) => {
+                        let code = match e {
+                            crate::StartError::Input { .. } => "invalid_input",
+                            _ => "subflow_start",
+                        };
+                        record.error = Some(ErrorRecord {
+                            code: code.to_owned(),
+                            message: format!("subflow `{workflow}` cannot start: {e}"),
+                            retryable: false,
+                            details: None,
+                        });
+                    }
+                },
+            },
+        }
+        record.duration_us = u64::try_from(timer.elapsed().as_micros()).unwrap_or(u64::MAX);
+        Finished {
+            path,
+            record,
+            retry,
+            kv,
+            spawn,
+            fired: None,
+            emitted,
+            reply: None,
+        }
+    }
+
+    /// Ends a wait with the child's terminal record: its outputs, or its
+    /// failure as this step's.
+    pub(crate) fn resolve(self, child: &RunRecord) -> Finished {
+        let mut record = self.record;
+        record.child = Some(child.id.clone());
+        record.started_at = child.created_at;
+        record.duration_us = child
+            .updated_at
+            .millis_since(child.created_at)
+            .saturating_mul(1000);
+        if child.state == RunState::Succeeded {
+            record.output = Some(child.outputs.clone().unwrap_or(Value::Null));
+        } else {
+            // A child that timed out or was cancelled has no failed step.
+            let why = match (&child.error, child.state) {
+                (Some(RunError { step, error }), RunState::Failed) => format!(
+                    "failed {}: {}: {}",
+                    step.as_deref()
+                        .map(|s| format!("at step `{s}`"))
+                        .unwrap_or_else(|| "at its outputs".to_owned()),
+                    error.code,
+                    error.message
+                ),
+                (Some(RunError { error, .. }), state) => {
+                    format!("ended {state}: {}: {}", error.code, error.message)
+                }
+                (None, state) => format!("ended {state}"),
+            };
+            record.error = Some(ErrorRecord {
+                code: "subflow_failed".to_owned(),
+                message: format!("child run {} of `{}` {why}", child.id, child.workflow),
+                retryable: false,
+                details: Some(json!({ "run": child.id, "error": child.error })),
+            });
+        }
+        Finished {
+            path: self.path,
+            record,
+            retry: self.retry,
+            kv: None,
+            spawn: None,
+            fired: None,
+            emitted: Vec::new(),
+            reply: None,
+        }
+    }
+}
+
+fn error_record(error: &CallError) -> ErrorRecord {
+    let details = match error {
+        CallError::Step { details, .. } => details.clone(),
+        _ => None,
+    };
+    let message = match error {
+        CallError::Step { message, .. } => message.clone(),
+        other => other.to_string(),
+    };
+    ErrorRecord {
+        code: error.code().to_owned(),
+        message,
+        retryable: error.is_retryable(),
+        details,
+    }
+}

@@ -1,0 +1,316 @@
+//! One run's state machine.
+//!
+//! A run's state is the set of committed leaf results (one per plugin call,
+//! by path, such as `fan-out/ship` or `each[3]/fetch`). To find what to do
+//! next, [`Drive`] walks the workflow's steps in document order against
+//! those results: control flow is native and its expressions are pure, so
+//! the walk is deterministic, and resuming a run is the same walk over the
+//! results read back from the store. Every call the walk reaches that has no
+//! final result, and no attempt under way, is ready: the branches of a
+//! `parallel` and up to `concurrency` iterations of a `foreach` are ready
+//! together.
+//!
+//! [`Drive::plan`] turns the ready calls into [`Attempt`]s, which run without
+//! the drive (on any worker, at the same time); [`Drive::complete`] folds a
+//! finished attempt back in and gives the run's next state, to commit with
+//! it.
+
+mod attempt;
+mod events;
+mod leaf;
+mod prepare;
+mod waits;
+mod walk;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use weft_core::clock::Clock;
+use weft_core::clock::Timestamp;
+use weft_model::{Scope, Template, Workflow};
+use weft_runtime::{KvAccess, Plugin};
+use weft_store::{
+    CANCEL_PATH, DEADLINE_PATH, ErrorRecord, RunError, RunRecord, RunState, TimerKind, TimerRef,
+};
+
+use super::Observer;
+use super::launch::Launcher;
+
+pub(crate) use attempt::{Attempt, Completed, Finished, Reply};
+pub use events::Answer;
+pub(crate) use leaf::{Leaf, leaf_state};
+use walk::Status;
+
+/// A run being driven.
+pub(super) struct Drive {
+    pub(super) run: RunRecord,
+    pub(super) workflow: Arc<Workflow>,
+    /// The pinned plugin of each call step, by step id.
+    pub(super) plugins: HashMap<String, Plugin>,
+    /// Committed leaf results, by path.
+    pub(super) results: HashMap<String, Leaf>,
+    /// The workflow's key-value space.
+    pub(super) kv: KvAccess,
+    /// The run's scope before any step, converted once.
+    pub(super) base: Scope,
+    /// Leaves with an attempt under way: running, finished and waiting for
+    /// their commit, or waiting out a retry delay. The walk does not offer
+    /// them again.
+    pub(super) busy: HashSet<String>,
+    /// Makes the runs that `subflow` steps start.
+    pub(super) launcher: Arc<Launcher>,
+    /// The busy leaves that wait for a pending timer (a `sleep`, a retry
+    /// delay, an `await`'s timeout), by path.
+    pub(super) timers: HashMap<String, TimerRef>,
+    /// The busy `await` leaves that wait for an outside actor, by path.
+    pub(super) awaits: HashSet<String>,
+    /// Set when the run leaves the scheduler's hands: its guest calls
+    /// still running are interrupted.
+    pub(super) cancel: Arc<std::sync::atomic::AtomicBool>,
+}
+
+/// What a run can do now.
+pub(super) enum Plan {
+    /// Run these attempts (at least one).
+    Start(Vec<Attempt>),
+    /// Nothing new: wait for the attempts under way.
+    Wait,
+    /// The run reached a terminal state, which is in its record, to commit.
+    End,
+}
+
+/// What happens after an attempt is committed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Next {
+    /// Run the next attempt.
+    Step,
+    /// Wait for this timer (set by the record): a `sleep`, or a retry
+    /// delay.
+    Wait(TimerRef),
+    /// Wait for an outside actor, and for the wait's timeout, if it has
+    /// one.
+    Await(Option<TimerRef>),
+    /// The run reached a terminal state.
+    Done,
+}
+
+/// The state of a [`Drive`] before an attempt, to go back to when the
+/// attempt's commit is refused.
+pub(super) struct Undo {
+    run: RunRecord,
+    path: String,
+    leaf: Option<Leaf>,
+}
+
+impl Drive {
+    /// A fresh scope for this run.
+    fn scope(&self) -> Scope {
+        self.base.clone()
+    }
+
+    /// Walks the run: the attempts to start now, or nothing new to start,
+    /// or the run's end (then set in its record). The attempts' leaves become
+    /// busy.
+    pub(super) fn plan(&mut self, clock: &dyn Clock, observer: &mut dyn Observer) -> Plan {
+        let workflow = Arc::clone(&self.workflow);
+        let mut scope = self.scope();
+        let (status, handled) = self.walk(&workflow, &mut scope);
+        let ready = match status {
+            Status::Pending(ready) if ready.is_empty() => return Plan::Wait,
+            Status::Pending(ready) => ready,
+            status => {
+                self.conclude(status, handled, &scope, clock);
+                return Plan::End;
+            }
+        };
+        if let Some(top) = ready.iter().map(|r| r.top).min() {
+            self.run.next_step = u32::try_from(top).unwrap_or(u32::MAX);
+        }
+        let attempts: Vec<Attempt> = ready
+            .iter()
+            .map(|ready| {
+                if ready.child.is_none() {
+                    observer.step_started(
+                        ready.step,
+                        ready.top,
+                        workflow.steps.len(),
+                        ready.attempt,
+                    );
+                }
+                self.prepare(ready, clock)
+            })
+            .collect();
+        self.busy
+            .extend(attempts.iter().map(|attempt| attempt.path.clone()));
+        Plan::Start(attempts)
+    }
+
+    /// Folds a finished attempt into the run and moves the run's record to
+    /// its next state. Nothing is stored: the caller commits the returned
+    /// record with the run. The leaf stays busy.
+    pub(super) fn complete(&mut self, finished: Finished, clock: &dyn Clock) -> Completed {
+        let Finished {
+            path,
+            mut record,
+            retry,
+            kv,
+            spawn,
+            fired,
+            emitted,
+            reply,
+        } = finished;
+        let undo = Undo {
+            run: self.run.clone(),
+            leaf: self.results.get(&path).cloned(),
+            path: path.clone(),
+        };
+        record.seq = self.run.step_records;
+        self.run.step_records += 1;
+        self.run.updated_at = clock.now();
+
+        let mut next = Next::Step;
+        if let Some(error) = &record.error
+            && retry.retries(record.attempt, &error.code, error.retryable)
+        {
+            let delay = retry.delay(record.attempt);
+            let delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
+            record.retry_in_ms = Some(delay_ms);
+            record.timer = Some(TimerRef {
+                id: timer_id(),
+                due: Timestamp(clock.now().as_millis().saturating_add(delay_ms)),
+                kind: TimerKind::Retry,
+            });
+        }
+        if record.awaiting {
+            next = Next::Await(record.timer);
+        } else if let Some(timer) = record.timer
+            && record.output.is_none()
+            && !record.skipped
+        {
+            next = Next::Wait(timer);
+        }
+        self.results.entry(path).or_default().apply(&record);
+
+        // Walk again with the result, to know the run's next state.
+        let workflow = Arc::clone(&self.workflow);
+        let mut scope = self.scope();
+        let (status, handled) = self.walk(&workflow, &mut scope);
+        match status {
+            Status::Pending(ready) => {
+                if let Some(top) = ready.iter().map(|r| r.top).min() {
+                    self.run.next_step = u32::try_from(top).unwrap_or(u32::MAX);
+                }
+            }
+            status => {
+                self.conclude(status, handled, &scope, clock);
+                next = Next::Done;
+            }
+        }
+        // Only a successful attempt's writes take effect.
+        let kv = kv.filter(|_| record.output.is_some());
+        if let Some(kv) = &kv {
+            record.kv_writes = kv.writes.clone();
+        }
+        let emitted = if record.output.is_some() {
+            emitted
+        } else {
+            Vec::new()
+        };
+        Completed {
+            record,
+            next,
+            kv,
+            undo,
+            spawn,
+            fired,
+            emitted,
+            reply,
+        }
+    }
+
+    /// Takes back the attempt `undo` was taken before, whose commit was
+    /// refused, so that it can run again.
+    pub(super) fn undo(&mut self, undo: Undo) {
+        self.run = undo.run;
+        self.busy.remove(&undo.path);
+        match undo.leaf {
+            Some(leaf) => self.results.insert(undo.path, leaf),
+            None => self.results.remove(&undo.path),
+        };
+    }
+
+    /// Sets the run's terminal state from a walk that ended.
+    /// `handled`: the run failed and a workflow-level handler ran to the
+    /// end; its last output is the run's outputs.
+    fn conclude(&mut self, status: Status<'_>, handled: bool, scope: &Scope, clock: &dyn Clock) {
+        self.run.updated_at = clock.now();
+        match status {
+            Status::Pending(_) => {}
+            Status::Done(last) => {
+                self.run.next_step = self.run.step_count;
+                let outputs = match (&self.workflow.outputs, handled) {
+                    (_, true) => Ok(last),
+                    (None, false) => Ok(last),
+                    (Some(template), false) => template.eval(scope),
+                };
+                match outputs {
+                    Ok(outputs) => {
+                        self.run.state = RunState::Succeeded;
+                        self.run.outputs = Some(outputs);
+                    }
+                    Err(e) => {
+                        self.run.state = RunState::Failed;
+                        self.run.error = Some(RunError {
+                            step: None,
+                            error: expression_error(e.to_string()),
+                        });
+                    }
+                }
+            }
+            Status::Failed(error, step) if step == CANCEL_PATH => {
+                self.run.state = RunState::Cancelled;
+                self.run.error = Some(RunError { step: None, error });
+            }
+            Status::Failed(error, step) if step == DEADLINE_PATH => {
+                self.run.state = RunState::TimedOut;
+                self.run.error = Some(RunError { step: None, error });
+            }
+            Status::Failed(error, step) => {
+                self.run.state = RunState::Failed;
+                self.run.error = Some(RunError {
+                    step: Some(step),
+                    error,
+                });
+            }
+        }
+    }
+}
+
+/// A new timer's id: random, so ids from several processes sharing a
+/// store do not collide.
+pub(super) fn timer_id() -> u64 {
+    // The low half of a UUIDv7 is random.
+    uuid::Uuid::now_v7().as_u64_pair().1
+}
+
+/// Evaluates a condition, which must be `true` or `false`.
+fn truth(condition: &Template, scope: &Scope, field: &str) -> Result<bool, ErrorRecord> {
+    match condition.eval(scope) {
+        Ok(Value::Bool(b)) => Ok(b),
+        Ok(other) => Err(expression_error(format!(
+            "{field}: expected true or false, got {other}"
+        ))),
+        Err(e) => Err(expression_error(e.to_string())),
+    }
+}
+
+fn expression_error(message: String) -> ErrorRecord {
+    ErrorRecord {
+        code: "expression".to_owned(),
+        message,
+        retryable: false,
+        details: None,
+    }
+}

@@ -1,0 +1,309 @@
+//! Preparing an attempt of a ready leaf: its condition and input, and what
+//! it calls, sleeps for, emits, waits for or starts.
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use weft_core::clock::{Clock, Timestamp};
+use weft_model::{Await, Call, Emit, Sleep, Subflow};
+use weft_runtime::{CallOptions, StepContext};
+use weft_store::{Emission, ErrorRecord, ParentLink, StepRecord, TimerKind, TimerRef};
+
+use crate::DEFAULT_TENANT;
+use crate::launch::MAX_DEPTH;
+
+use super::attempt::{Attempt, Invocation};
+use super::walk::{Action, Ready};
+use super::{Drive, expression_error, timer_id, truth};
+
+impl Drive {
+    /// One attempt of a ready call: its condition and input are evaluated
+    /// here; the call itself is made by [`Attempt::run`].
+    pub(super) fn prepare(&self, ready: &Ready<'_>, clock: &dyn Clock) -> Attempt {
+        let run = &self.run;
+        let step = ready.step;
+        let mut attempt = Attempt {
+            path: ready.path.clone(),
+            record: StepRecord {
+                run_id: run.id.clone(),
+                seq: 0,
+                index: u32::try_from(ready.top).unwrap_or(u32::MAX),
+                path: ready.path.clone(),
+                step_id: step.id.clone(),
+                attempt: ready.attempt,
+                input: Value::Null,
+                started_at: clock.now(),
+                duration_us: 0,
+                output: None,
+                error: None,
+                skipped: false,
+                retry_in_ms: None,
+                kv_writes: Default::default(),
+                logs: Vec::new(),
+                child: None,
+                timer: None,
+                awaiting: false,
+                messages: Vec::new(),
+            },
+            retry: step.retry.clone(),
+            call: None,
+            emitted: Vec::new(),
+        };
+        if let Some(child) = &ready.child {
+            attempt.call = Some(Invocation::Await(child.clone()));
+            return attempt;
+        }
+        let record = &mut attempt.record;
+        if let Some(condition) = &step.condition {
+            match truth(condition, &ready.scope, "if") {
+                Ok(true) => {}
+                Ok(false) => {
+                    record.skipped = true;
+                    return attempt;
+                }
+                Err(error) => {
+                    record.error = Some(error);
+                    return attempt;
+                }
+            }
+        }
+        let call = match ready.action {
+            Action::Call(call) => call,
+            Action::Subflow(subflow) => {
+                self.prepare_spawn(subflow, ready, &mut attempt);
+                return attempt;
+            }
+            Action::Sleep(sleep) => {
+                self.prepare_sleep(sleep, ready, &mut attempt, clock);
+                return attempt;
+            }
+            Action::Emit(emit) => {
+                self.prepare_emit(emit, ready, &mut attempt);
+                return attempt;
+            }
+            Action::Await(wait) => {
+                self.prepare_await(wait, ready, &mut attempt, clock);
+                return attempt;
+            }
+        };
+        self.prepare_call(call, ready, &mut attempt);
+        attempt
+    }
+
+    /// A plugin call: the step's pinned plugin, and its input, checked
+    /// against the plugin's input schema.
+    fn prepare_call(&self, call: &Call, ready: &Ready<'_>, attempt: &mut Attempt) {
+        let run = &self.run;
+        let step = ready.step;
+        let record = &mut attempt.record;
+        let Some(plugin) = self.plugins.get(&step.id) else {
+            record.error = Some(ErrorRecord {
+                code: "internal".to_owned(),
+                message: format!("no plugin is pinned for step `{}`", step.id),
+                retryable: false,
+                details: None,
+            });
+            return;
+        };
+        let input = match call.with.eval(&ready.scope) {
+            Ok(input) => input,
+            Err(e) => {
+                record.error = Some(expression_error(e.to_string()));
+                return;
+            }
+        };
+        if let Err(problems) = plugin.check_input(&input) {
+            record.error = Some(ErrorRecord {
+                code: "invalid_input".to_owned(),
+                message: format!(
+                    "the input does not match the input schema of plugin `{}`: {}",
+                    plugin.meta().name,
+                    problems.join("; ")
+                ),
+                retryable: false,
+                details: Some(json!({ "problems": problems })),
+            });
+            record.input = input;
+            return;
+        }
+        let context = StepContext {
+            tenant: DEFAULT_TENANT.to_owned(),
+            workflow: run.workflow.clone(),
+            run_id: run.id.clone(),
+            step_id: step.id.clone(),
+            attempt: ready.attempt,
+            idempotency_key: format!("{}:{}", run.id, ready.path),
+        };
+        let options = CallOptions {
+            timeout: call.timeout,
+            memory_limit: call.memory_limit,
+            kv: Some(self.kv.clone()),
+            cancel: Some(Arc::clone(&self.cancel)),
+        };
+        attempt.call = Some(Invocation::Plugin {
+            plugin: plugin.clone(),
+            context,
+            input: input.to_string(),
+            options,
+        });
+        attempt.record.input = input;
+    }
+
+    /// The message an `emit` step sends, committed with its record.
+    fn prepare_emit(&self, emit: &Emit, ready: &Ready<'_>, attempt: &mut Attempt) {
+        let record = &mut attempt.record;
+        match emit.with.eval(&ready.scope) {
+            Ok(payload) => {
+                let id = uuid::Uuid::now_v7().to_string();
+                record.output = Some(json!({ "message": id, "channel": emit.channel }));
+                record.messages = vec![id.clone()];
+                record.input = payload.clone();
+                attempt.emitted.push(Emission {
+                    id,
+                    channel: emit.channel.clone(),
+                    payload,
+                });
+            }
+            Err(e) => record.error = Some(expression_error(e.to_string())),
+        }
+    }
+
+    /// An `await` step's wait: its input for the outside actor, and the
+    /// timer of its timeout, if it has one.
+    fn prepare_await(
+        &self,
+        wait: &Await,
+        ready: &Ready<'_>,
+        attempt: &mut Attempt,
+        clock: &dyn Clock,
+    ) {
+        let record = &mut attempt.record;
+        match wait.with.eval(&ready.scope) {
+            Ok(input) => {
+                record.input = input;
+                record.awaiting = true;
+                record.timer =
+                    wait.timeout.map(|timeout| TimerRef {
+                        id: timer_id(),
+                        due: Timestamp(clock.now().as_millis().saturating_add(
+                            u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
+                        )),
+                        kind: TimerKind::Await,
+                    });
+            }
+            Err(e) => record.error = Some(expression_error(e.to_string())),
+        }
+    }
+
+    /// The due time of a `sleep`: the attempt records it and sets its
+    /// timer; the step ends when the timer fires.
+    fn prepare_sleep(
+        &self,
+        sleep: &Sleep,
+        ready: &Ready<'_>,
+        attempt: &mut Attempt,
+        clock: &dyn Clock,
+    ) {
+        let record = &mut attempt.record;
+        if let Some(timer) = ready.stale_timer {
+            record.output = Some(json!({ "slept_until": timer.due.to_string() }));
+            return;
+        }
+        let now = clock.now();
+        let due = match sleep {
+            Sleep::For(template) => template
+                .eval(&ready.scope)
+                .map_err(|e| e.to_string())
+                .and_then(|value| sleep_for(&value))
+                .map(|ms| Timestamp(now.as_millis().saturating_add(ms))),
+            Sleep::Until(template) => template
+                .eval(&ready.scope)
+                .map_err(|e| e.to_string())
+                .and_then(|value| sleep_until(&value)),
+        };
+        match due {
+            Ok(due) => {
+                record.input = json!({ "until": due.to_string() });
+                record.timer = Some(TimerRef {
+                    id: timer_id(),
+                    due,
+                    kind: TimerKind::Sleep,
+                });
+            }
+            Err(message) => record.error = Some(expression_error(message)),
+        }
+    }
+
+    /// The input and the parent link of an attempt that starts a child.
+    fn prepare_spawn(&self, subflow: &Subflow, ready: &Ready<'_>, attempt: &mut Attempt) {
+        let record = &mut attempt.record;
+        let input = match subflow.with.eval(&ready.scope) {
+            Ok(input) => input,
+            Err(e) => {
+                record.error = Some(expression_error(e.to_string()));
+                return;
+            }
+        };
+        record.input = input.clone();
+        let depth = self.run.parent.as_ref().map_or(0, |p| p.depth) + 1;
+        if depth > MAX_DEPTH {
+            record.error = Some(ErrorRecord {
+                code: "subflow_depth".to_owned(),
+                message: format!(
+                    "starting `{}` would nest child runs {depth} deep; the limit is {MAX_DEPTH}",
+                    subflow.workflow
+                ),
+                retryable: false,
+                details: None,
+            });
+            return;
+        }
+        attempt.call = Some(Invocation::Spawn {
+            launcher: Arc::clone(&self.launcher),
+            workflow: subflow.workflow.clone(),
+            input,
+            parent: ParentLink {
+                run: self.run.id.clone(),
+                path: ready.path.clone(),
+                depth,
+            },
+        });
+    }
+}
+
+/// A `sleep`'s duration, in milliseconds: text such as `90s`, or a whole
+/// number of milliseconds.
+fn sleep_for(value: &Value) -> Result<u64, String> {
+    match value {
+        Value::String(text) => humantime::parse_duration(text)
+            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+            .map_err(|e| format!("sleep: `{text}` is not a duration such as `90s`: {e}")),
+        Value::Number(n) => n
+            .as_u64()
+            .ok_or_else(|| format!("sleep: {n} is not a whole number of milliseconds")),
+        other => Err(format!("sleep: expected a duration, got {other}")),
+    }
+}
+
+/// A `sleep_until`'s time: text such as `2026-12-01T09:00:00Z`, or
+/// milliseconds since the epoch.
+fn sleep_until(value: &Value) -> Result<Timestamp, String> {
+    match value {
+        Value::String(text) => humantime::parse_rfc3339_weak(text)
+            .map(|t| {
+                Timestamp(
+                    t.duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+                )
+            })
+            .map_err(|e| {
+                format!("sleep_until: `{text}` is not a time such as `2026-12-01T09:00:00Z`: {e}")
+            }),
+        Value::Number(n) => n
+            .as_u64()
+            .map(Timestamp)
+            .ok_or_else(|| format!("sleep_until: {n} is not milliseconds since the epoch")),
+        other => Err(format!("sleep_until: expected a time, got {other}")),
+    }
+}

@@ -1,0 +1,457 @@
+//! The walk: which leaves are ready, from the committed records, or how
+//! the run ended.
+
+use serde_json::{Map, Value, json};
+
+use weft_model::{Await, Call, Case, Emit, Scope, Sleep, Step, StepKind, Subflow, Workflow};
+use weft_store::{CANCEL_PATH, DEADLINE_PATH, ErrorRecord, TimerRef};
+
+use super::leaf::Outcome;
+use super::{Drive, expression_error, truth};
+
+/// Where a walk stopped.
+pub(super) enum Status<'w> {
+    /// Finished, with this output.
+    Done(Value),
+    /// Failed at step `.1`.
+    Failed(ErrorRecord, String),
+    /// Not finished: these calls are ready (none when every unfinished call
+    /// has an attempt under way).
+    Pending(Vec<Ready<'w>>),
+}
+
+/// What a leaf does.
+#[derive(Clone, Copy)]
+pub(super) enum Action<'w> {
+    Call(&'w Call),
+    Subflow(&'w Subflow),
+    Sleep(&'w Sleep),
+    Emit(&'w Emit),
+    Await(&'w Await),
+}
+
+/// A ready leaf: where it is, and what its expressions see.
+pub(super) struct Ready<'w> {
+    pub(super) path: String,
+    pub(super) step: &'w Step,
+    pub(super) action: Action<'w>,
+    /// The child run the attempt waits for.
+    pub(super) child: Option<String>,
+    /// A timer the leaf waited for that is no longer pending (a `sleep`
+    /// whose row was removed without its result).
+    pub(super) stale_timer: Option<TimerRef>,
+    pub(super) scope: Scope,
+    pub(super) attempt: u32,
+    /// The top-level step it belongs to.
+    pub(super) top: usize,
+}
+
+/// The most items a `foreach` takes. Each attempt walks the run from the
+/// start, so a loop's cost grows with the square of its length.
+const MAX_ITEMS: usize = 10_000;
+
+fn join(prefix: &str, id: &str) -> String {
+    if prefix.is_empty() {
+        id.to_owned()
+    } else {
+        format!("{prefix}/{id}")
+    }
+}
+
+impl Drive {
+    /// Walks the whole workflow: its steps, then, if they failed, its
+    /// handlers. The flag says a handler took over.
+    pub(super) fn walk<'w>(&self, workflow: &'w Workflow, scope: &mut Scope) -> (Status<'w>, bool) {
+        // A cancelled run ends there: no handler runs.
+        if let Some(Outcome::Failed(error)) = self
+            .results
+            .get(CANCEL_PATH)
+            .and_then(|leaf| leaf.outcome.as_ref())
+        {
+            return (Status::Failed(error.clone(), CANCEL_PATH.to_owned()), false);
+        }
+        let deadline = self
+            .results
+            .get(DEADLINE_PATH)
+            .and_then(|leaf| match &leaf.outcome {
+                Some(Outcome::Failed(error)) => Some(error.clone()),
+                _ => None,
+            });
+        let status = match deadline {
+            // Past its deadline, the run's steps count as failed, whatever
+            // they had reached; a handler may still take over.
+            Some(error) => Status::Failed(error, DEADLINE_PATH.to_owned()),
+            None => self.walk_steps(&workflow.steps, "", scope, None),
+        };
+        match status {
+            Status::Failed(error, step) if !workflow.catch.is_empty() => {
+                match self.handle(&workflow.catch, "catch", &error, &step, scope, 0) {
+                    Some(status) => (status, true),
+                    None => (Status::Failed(error, step), false),
+                }
+            }
+            status => (status, false),
+        }
+    }
+
+    /// A sequence: each step in turn, stopping at the first that is not
+    /// done. Its output is the last step's.
+    fn walk_steps<'w>(
+        &self,
+        steps: &'w [Step],
+        prefix: &str,
+        scope: &mut Scope,
+        top: Option<usize>,
+    ) -> Status<'w> {
+        let mut last = Value::Null;
+        for (i, step) in steps.iter().enumerate() {
+            match self.walk_step(step, prefix, scope, top.unwrap_or(i)) {
+                Status::Done(output) => last = output,
+                other => return other,
+            }
+        }
+        Status::Done(last)
+    }
+
+    fn walk_step<'w>(
+        &self,
+        step: &'w Step,
+        prefix: &str,
+        scope: &mut Scope,
+        top: usize,
+    ) -> Status<'w> {
+        let path = join(prefix, &step.id);
+        // A call's `if` is evaluated by its attempt, which records it; a
+        // block's is evaluated here.
+        if !step.is_leaf()
+            && let Some(condition) = &step.condition
+        {
+            match truth(condition, scope, "if") {
+                Ok(true) => {}
+                Ok(false) => {
+                    scope.add_step(&step.id, &json!({ "output": null, "skipped": true }));
+                    return Status::Done(Value::Null);
+                }
+                Err(error) => return Status::Failed(error, step.id.clone()),
+            }
+        }
+        let status = self.walk_kind(step, &path, scope, top);
+        self.settle(step, &path, status, scope, top)
+    }
+
+    /// What the step itself does, before handlers.
+    fn walk_kind<'w>(
+        &self,
+        step: &'w Step,
+        path: &str,
+        scope: &mut Scope,
+        top: usize,
+    ) -> Status<'w> {
+        match &step.kind {
+            StepKind::Call(call) => self.walk_leaf(step, Action::Call(call), path, scope, top),
+            StepKind::Subflow(subflow) => {
+                self.walk_leaf(step, Action::Subflow(subflow), path, scope, top)
+            }
+            StepKind::Sleep(sleep) => self.walk_leaf(step, Action::Sleep(sleep), path, scope, top),
+            StepKind::Emit(emit) => self.walk_leaf(step, Action::Emit(emit), path, scope, top),
+            StepKind::Await(wait) => self.walk_leaf(step, Action::Await(wait), path, scope, top),
+            StepKind::Parallel(branches) => self.walk_parallel(branches, path, scope, top),
+            StepKind::Switch(cases) => self.walk_cases(cases, path, scope, top, step),
+            StepKind::Foreach {
+                items,
+                steps,
+                concurrency,
+            } => match items.eval(scope) {
+                Ok(Value::Array(items)) if items.len() > MAX_ITEMS => {
+                    Status::Failed(foreach_limit(step, items.len()), step.id.clone())
+                }
+                Ok(Value::Array(items)) => {
+                    self.walk_foreach(&items, steps, *concurrency, path, scope, top)
+                }
+                Ok(other) => Status::Failed(
+                    expression_error(format!("foreach: expected a list, got {other}")),
+                    step.id.clone(),
+                ),
+                Err(e) => Status::Failed(expression_error(e.to_string()), step.id.clone()),
+            },
+            StepKind::While {
+                condition,
+                steps,
+                max_iterations,
+            } => {
+                let mut last = Value::Null;
+                let mut status = None;
+                for i in 0..=*max_iterations {
+                    let mut inner = scope.clone();
+                    inner.set_local("iteration", &json!(i));
+                    match truth(condition, &inner, "while") {
+                        Ok(false) => break,
+                        Ok(true) if i == *max_iterations => {
+                            status = Some(Status::Failed(
+                                while_limit(step, *max_iterations),
+                                step.id.clone(),
+                            ));
+                            break;
+                        }
+                        Ok(true) => {}
+                        Err(error) => {
+                            status = Some(Status::Failed(error, step.id.clone()));
+                            break;
+                        }
+                    }
+                    let done =
+                        self.walk_steps(steps, &format!("{path}[{i}]"), &mut inner, Some(top));
+                    scope.adopt_steps(&inner);
+                    match done {
+                        Status::Done(output) => last = output,
+                        other => {
+                            status = Some(other);
+                            break;
+                        }
+                    }
+                }
+                status.unwrap_or(Status::Done(last))
+            }
+        }
+    }
+
+    /// A `parallel`: every branch, done when all of them are.
+    fn walk_parallel<'w>(
+        &self,
+        branches: &'w [Step],
+        path: &str,
+        scope: &mut Scope,
+        top: usize,
+    ) -> Status<'w> {
+        let mut outputs = Map::new();
+        let mut ready = Vec::new();
+        let mut pending = false;
+        for branch in branches {
+            match self.walk_step(branch, path, scope, top) {
+                Status::Done(output) => {
+                    outputs.insert(branch.id.clone(), output);
+                }
+                Status::Pending(more) => {
+                    pending = true;
+                    ready.extend(more);
+                }
+                failed => return failed,
+            }
+        }
+        if pending {
+            Status::Pending(ready)
+        } else {
+            Status::Done(Value::Object(outputs))
+        }
+    }
+
+    /// A `foreach` over `items`, the list its expression gave.
+    fn walk_foreach<'w>(
+        &self,
+        items: &[Value],
+        steps: &'w [Step],
+        concurrency: u32,
+        path: &str,
+        scope: &mut Scope,
+        top: usize,
+    ) -> Status<'w> {
+        // Iterations in list order; at most `concurrency` of
+        // them unfinished, so the window slides as the oldest
+        // finish.
+        let mut outputs = Vec::with_capacity(items.len());
+        let mut ready = Vec::new();
+        let mut open = 0;
+        for (i, item) in items.iter().enumerate() {
+            if open == concurrency {
+                break;
+            }
+            let mut inner = scope.clone();
+            inner.set_local("item", item);
+            inner.set_local("index", &json!(i));
+            let done = self.walk_steps(steps, &format!("{path}[{i}]"), &mut inner, Some(top));
+            scope.adopt_steps(&inner);
+            match done {
+                Status::Done(output) => outputs.push(output),
+                Status::Pending(more) => {
+                    open += 1;
+                    ready.extend(more);
+                }
+                failed => return failed,
+            }
+        }
+        if open > 0 {
+            Status::Pending(ready)
+        } else {
+            Status::Done(Value::Array(outputs))
+        }
+    }
+
+    /// What a finished step leaves behind: its entry in `steps`, or its
+    /// handlers' or `continue_on_error`'s say over a failure.
+    fn settle<'w>(
+        &self,
+        step: &'w Step,
+        path: &str,
+        status: Status<'w>,
+        scope: &mut Scope,
+        top: usize,
+    ) -> Status<'w> {
+        match status {
+            Status::Done(output) => {
+                if !step.is_leaf() {
+                    scope.add_step(&step.id, &json!({ "output": output }));
+                }
+                Status::Done(output)
+            }
+            Status::Failed(error, failed) => {
+                if let Some(handled) = self.handle(
+                    &step.catch,
+                    &format!("{path}/catch"),
+                    &error,
+                    &failed,
+                    scope,
+                    top,
+                ) {
+                    if let Status::Done(output) = &handled {
+                        scope.add_step(&step.id, &json!({ "output": output, "error": error }));
+                    }
+                    return handled;
+                }
+                if step.continue_on_error {
+                    scope.add_step(&step.id, &json!({ "output": null, "error": error }));
+                    return Status::Done(Value::Null);
+                }
+                Status::Failed(error, failed)
+            }
+            pending => pending,
+        }
+    }
+
+    /// Runs the first handler whose `if` matches `error`; `None` if none
+    /// does.
+    fn handle<'w>(
+        &self,
+        handlers: &'w [Case],
+        prefix: &str,
+        error: &ErrorRecord,
+        failed: &str,
+        scope: &mut Scope,
+        top: usize,
+    ) -> Option<Status<'w>> {
+        if handlers.is_empty() {
+            return None;
+        }
+        let mut inner = scope.clone();
+        let mut seen = serde_json::to_value(error).unwrap_or(Value::Null);
+        if let Value::Object(fields) = &mut seen {
+            fields.insert("step".to_owned(), json!(failed));
+        }
+        inner.set_local("error", &seen);
+        for case in handlers {
+            let matches = match &case.condition {
+                None => Ok(true),
+                Some(condition) => truth(condition, &inner, "catch if"),
+            };
+            match matches {
+                Ok(true) => {
+                    let status = self.walk_steps(&case.steps, prefix, &mut inner, Some(top));
+                    scope.adopt_steps(&inner);
+                    return Some(status);
+                }
+                Ok(false) => {}
+                Err(e) => return Some(Status::Failed(e, failed.to_owned())),
+            }
+        }
+        None
+    }
+
+    fn walk_cases<'w>(
+        &self,
+        cases: &'w [Case],
+        path: &str,
+        scope: &mut Scope,
+        top: usize,
+        step: &'w Step,
+    ) -> Status<'w> {
+        for case in cases {
+            let matches = match &case.condition {
+                None => Ok(true),
+                Some(condition) => truth(condition, scope, "switch if"),
+            };
+            match matches {
+                Ok(true) => return self.walk_steps(&case.steps, path, scope, Some(top)),
+                Ok(false) => {}
+                Err(error) => return Status::Failed(error, step.id.clone()),
+            }
+        }
+        Status::Done(Value::Null)
+    }
+
+    /// A leaf: done, failed, or ready for its next attempt (or for its wait
+    /// on a child run).
+    fn walk_leaf<'w>(
+        &self,
+        step: &'w Step,
+        action: Action<'w>,
+        path: &str,
+        scope: &mut Scope,
+        top: usize,
+    ) -> Status<'w> {
+        let leaf = self.results.get(path);
+        if let Some(entry) = leaf.and_then(|l| l.entry.as_ref()) {
+            scope.add_entry(&step.id, entry);
+        }
+        match leaf.and_then(|l| l.outcome.as_ref()) {
+            Some(Outcome::Output(output)) => Status::Done(output.clone()),
+            Some(Outcome::Skipped) => Status::Done(Value::Null),
+            Some(Outcome::Failed(error)) => Status::Failed(error.clone(), step.id.clone()),
+            None if self.busy.contains(path) => Status::Pending(Vec::new()),
+            None => {
+                let child = leaf.and_then(|l| l.child.clone());
+                let attempts = leaf.map_or(0, |l| l.attempts);
+                Status::Pending(vec![Ready {
+                    path: path.to_owned(),
+                    step,
+                    action,
+                    // A wait belongs to the attempt that started the child.
+                    attempt: if child.is_some() {
+                        attempts
+                    } else {
+                        attempts + 1
+                    },
+                    child,
+                    stale_timer: leaf.and_then(|l| l.timer),
+                    scope: scope.clone(),
+                    top,
+                }])
+            }
+        }
+    }
+}
+
+/// The error of a `foreach` whose list has more than [`MAX_ITEMS`] items.
+fn foreach_limit(step: &Step, items: usize) -> ErrorRecord {
+    ErrorRecord {
+        code: "foreach_limit".to_owned(),
+        message: format!(
+            "`{}` got a list of {items} items; the limit is {MAX_ITEMS}",
+            step.id
+        ),
+        retryable: false,
+        details: None,
+    }
+}
+
+/// The error of a `while` whose condition still holds after its
+/// `max_iterations` iterations.
+fn while_limit(step: &Step, max_iterations: u32) -> ErrorRecord {
+    ErrorRecord {
+        code: "while_limit".to_owned(),
+        message: format!(
+            "`{}` ran its {max_iterations} iterations and its condition still holds",
+            step.id
+        ),
+        retryable: false,
+        details: None,
+    }
+}

@@ -1,0 +1,103 @@
+use crate::plugins::ResolveError;
+use weft_store::StoreError;
+
+/// Why a run could not start, or could not be recorded.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The input does not satisfy the workflow's `inputs` schema. Nothing
+    /// was stored.
+    #[error("the input does not match the workflow's `inputs` schema:\n  {}", problems.join("\n  "))]
+    Input {
+        /// Every problem, each with the JSON Pointer of the offending value.
+        problems: Vec<String>,
+    },
+    /// A step's plugin could not be resolved. Nothing was stored.
+    #[error("{origin}{}: step `{step}`: {source}", line.map(|l| format!(":{l}")).unwrap_or_default())]
+    Plugin {
+        /// The workflow file.
+        origin: String,
+        /// The step's line, when known.
+        line: Option<usize>,
+        /// The step.
+        step: String,
+        /// Why.
+        source: Box<ResolveError>,
+    },
+    /// A `subflow` step names a workflow that is not deployed. Nothing was
+    /// stored.
+    #[error("{origin}{}: step `{step}`: subflow: no workflow `{workflow}` is deployed", line.map(|l| format!(":{l}")).unwrap_or_default())]
+    Subflow {
+        /// The workflow file.
+        origin: String,
+        /// The step's line, when known.
+        line: Option<usize>,
+        /// The step.
+        step: String,
+        /// The workflow it names.
+        workflow: String,
+    },
+    /// The store failed. A run already recorded stays `running` at the step
+    /// it had reached.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Why a run could not be resumed. The run's record is left as it was.
+#[derive(Debug, thiserror::Error)]
+pub enum ResumeError {
+    /// No run has that id.
+    #[error("no run `{0}`")]
+    NotFound(String),
+    /// The run has ended; only `running` runs resume.
+    #[error("run `{id}` is {state}, not running; only an interrupted run can be resumed")]
+    NotRunning {
+        /// The run.
+        id: String,
+        /// Its state.
+        state: weft_store::RunState,
+    },
+    /// The run is already in this engine's hands.
+    #[error("run `{0}` is already running here")]
+    Resident(String),
+    /// The stored definition is missing or no longer parses.
+    #[error("the run's workflow definition cannot be used: {0}")]
+    Definition(String),
+    /// A pinned component is missing or no longer loads.
+    #[error("step `{step}`: {reason}")]
+    Component {
+        /// The step.
+        step: String,
+        /// Why.
+        reason: String,
+    },
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Why an answer to an `await` step was not taken. Nothing was stored.
+#[derive(Debug, thiserror::Error)]
+pub enum ActError {
+    /// No run has that id.
+    #[error("no run `{0}`")]
+    NotFound(String),
+    /// The run has ended.
+    #[error("run `{0}` has ended")]
+    Ended(String),
+    /// The step does not wait for an answer.
+    #[error("step `{step}` of run `{run}` is not waiting for an action: it is {state}")]
+    NotWaiting {
+        /// The run.
+        run: String,
+        /// The step's path.
+        step: String,
+        /// Where it is.
+        state: String,
+    },
+    /// The run is in progress in another process that shares the store.
+    #[error("{0}")]
+    Busy(String),
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}

@@ -1,0 +1,361 @@
+//! Making runs: a new run from a workflow and an input (resolving and
+//! pinning its plugins), and a recorded run loaded back from the store.
+//! Shared by [`Engine`](super::Engine) and by `subflow` attempts, which
+//! start child runs from a worker.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+
+use serde_json::Value;
+
+use crate::plugins::PluginDir;
+use weft_core::clock::{Clock, Timestamp};
+use weft_core::lock;
+use weft_model::{self as model, Format, Scope, Workflow};
+use weft_model::{WorkflowDir, Workflows};
+use weft_runtime::{KvAccess, KvSource, Plugin, Versioned};
+use weft_store::{
+    DefinitionRecord, Effect, OutboxRecord, ParentLink, PinnedPlugin, RunRecord, RunState, Spawn,
+    Store, TimerKind, TimerRef,
+};
+
+use super::drive::{Drive, Leaf, timer_id};
+use super::error::{ResumeError, StartError};
+
+/// The deepest a chain of child runs may go, so that a workflow that
+/// starts itself ends with an error instead of filling the store.
+pub const MAX_DEPTH: u32 = 32;
+
+/// Makes and loads runs.
+#[derive(Debug)]
+pub(super) struct Launcher {
+    pub(super) store: Arc<dyn Store>,
+    pub(super) plugins: PluginDir,
+    pub(super) clock: Arc<dyn Clock>,
+    workflows: RwLock<Arc<dyn Workflows>>,
+    /// Stored definitions already parsed, by digest: loading a run back
+    /// (a resume, a timer's wake) then reads only its own records.
+    parsed: Mutex<HashMap<String, Arc<Workflow>>>,
+}
+
+/// The most definitions the launcher keeps parsed before it starts over.
+const CACHED: usize = 1024;
+
+/// A run made and not yet recorded.
+pub(super) struct NewRun {
+    pub(super) drive: Drive,
+    pub(super) definition: DefinitionRecord,
+    /// The pinned components' digests and bytes.
+    pub(super) components: Vec<(String, Arc<[u8]>)>,
+}
+
+impl NewRun {
+    /// The outbox row that records this run as a child, and what its
+    /// parent's commit carries with it.
+    pub(super) fn spawn(&self, now: Timestamp) -> (OutboxRecord, Spawn) {
+        let row = OutboxRecord {
+            id: format!("run:{}", self.drive.run.id),
+            created_at: now,
+            effect: Effect::StartRun {
+                run: Box::new(self.drive.run.clone()),
+            },
+        };
+        let spawn = Spawn::new(&row, &self.definition, self.components.clone());
+        (row, spawn)
+    }
+}
+
+impl Launcher {
+    pub(super) fn new(store: Arc<dyn Store>, plugins: PluginDir, clock: Arc<dyn Clock>) -> Self {
+        Self {
+            store,
+            plugins,
+            clock,
+            workflows: RwLock::new(Arc::new(WorkflowDir::default())),
+            parsed: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub(super) fn set_workflows(&self, workflows: Arc<dyn Workflows>) {
+        *self
+            .workflows
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = workflows;
+    }
+
+    pub(super) fn workflow(&self, id: &str) -> Option<Arc<Workflow>> {
+        self.workflows
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(id)
+    }
+
+    /// A new run of `workflow` on `input`: the input is checked against the
+    /// workflow's schema, every plugin resolved (which may compile), and
+    /// every `subflow` checked to name a workflow that exists. Nothing is
+    /// stored.
+    pub(super) fn make(
+        self: &Arc<Self>,
+        workflow: Arc<Workflow>,
+        input: Value,
+        parent: Option<ParentLink>,
+    ) -> Result<NewRun, StartError> {
+        if let Some(schema) = &workflow.inputs {
+            schema
+                .check(&input)
+                .map_err(|problems| StartError::Input { problems })?;
+        }
+        for step in workflow.all_steps() {
+            if let Some(subflow) = step.subflow()
+                && self.workflow(&subflow.workflow).is_none()
+            {
+                return Err(StartError::Subflow {
+                    origin: workflow.origin.clone(),
+                    line: step.line,
+                    step: step.id.clone(),
+                    workflow: subflow.workflow.clone(),
+                });
+            }
+        }
+        let plugins = self.resolve_plugins(&workflow)?;
+        let mut pinned: Vec<&Plugin> = plugins.values().collect();
+        pinned.sort_by_key(|p| p.digest());
+        pinned.dedup_by_key(|p| p.digest());
+        let components = pinned
+            .iter()
+            .map(|p| (p.digest().to_string(), p.bytes()))
+            .collect();
+        let definition = DefinitionRecord::of(&workflow);
+        let now = self.clock.now();
+        let run = RunRecord {
+            id: new_run_id(now),
+            workflow: workflow.id.clone(),
+            workflow_version: workflow.version,
+            origin: workflow.origin.clone(),
+            state: RunState::Running,
+            input,
+            next_step: 0,
+            step_records: 0,
+            step_count: u32::try_from(workflow.steps.len()).unwrap_or(u32::MAX),
+            plugins: plugins
+                .iter()
+                .map(|(id, plugin)| (id.clone(), pin(plugin)))
+                .collect::<BTreeMap<_, _>>(),
+            definition: definition.digest.clone(),
+            outputs: None,
+            error: None,
+            created_at: now,
+            updated_at: now,
+            parent,
+            trigger: None,
+            suspended: false,
+            deadline: workflow.timeout.map(|timeout| TimerRef {
+                id: timer_id(),
+                due: Timestamp(
+                    now.as_millis()
+                        .saturating_add(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX)),
+                ),
+                kind: TimerKind::Deadline,
+            }),
+        };
+        Ok(NewRun {
+            drive: self.drive(run, workflow, plugins, HashMap::new()),
+            definition,
+            components,
+        })
+    }
+
+    /// Loads run `run` back: its definition and pinned components from the
+    /// store, not from files, and its committed results.
+    pub(super) fn load(self: &Arc<Self>, run: RunRecord) -> Result<Drive, ResumeError> {
+        if run.state != RunState::Running {
+            return Err(ResumeError::NotRunning {
+                id: run.id,
+                state: run.state,
+            });
+        }
+        let cached = lock(&self.parsed).get(&run.definition).cloned();
+        let workflow = match cached {
+            Some(workflow) => workflow,
+            None => {
+                let definition = self.store.definition(&run.definition)?.ok_or_else(|| {
+                    ResumeError::Definition(format!(
+                        "definition {} is not in the store",
+                        run.definition
+                    ))
+                })?;
+                let format = Format::from_name(&definition.format).unwrap_or(Format::Yaml);
+                let workflow = Arc::new(
+                    model::parse(&definition.source, format, &definition.origin)
+                        .map_err(|e| ResumeError::Definition(e.to_string()))?,
+                );
+                let mut parsed = lock(&self.parsed);
+                if parsed.len() >= CACHED {
+                    parsed.clear();
+                }
+                parsed.insert(run.definition.clone(), Arc::clone(&workflow));
+                workflow
+            }
+        };
+        let plugins = self.pinned_plugins(&run, &workflow)?;
+        let mut results: HashMap<String, Leaf> = HashMap::new();
+        for record in self.store.steps(&run.id)? {
+            let path = if record.path.is_empty() {
+                record.step_id.clone()
+            } else {
+                record.path.clone()
+            };
+            results.entry(path).or_default().apply(&record);
+        }
+        // Leaves waiting for a timer that is still pending stay busy until
+        // it fires; a retry whose timer is gone may run.
+        let pending: HashSet<u64> = self
+            .store
+            .run_timers(&run.id)?
+            .iter()
+            .map(|t| t.timer.id)
+            .collect();
+        let mut drive = self.drive(run, workflow, plugins, results);
+        let mut waiting = Vec::new();
+        for (path, leaf) in &mut drive.results {
+            if let Some(timer) = leaf.timer {
+                if pending.contains(&timer.id) {
+                    waiting.push((path.clone(), timer));
+                } else if timer.kind == TimerKind::Retry {
+                    leaf.timer = None;
+                }
+            }
+        }
+        for (path, timer) in waiting {
+            drive.busy.insert(path.clone());
+            drive.timers.insert(path, timer);
+        }
+        // `await` leaves wait for an outside actor, with or without a
+        // timeout.
+        let awaiting: Vec<String> = drive
+            .results
+            .iter()
+            .filter(|(_, leaf)| leaf.awaiting)
+            .map(|(path, _)| path.clone())
+            .collect();
+        for path in awaiting {
+            drive.busy.insert(path.clone());
+            drive.awaits.insert(path);
+        }
+        Ok(drive)
+    }
+
+    fn drive(
+        self: &Arc<Self>,
+        run: RunRecord,
+        workflow: Arc<Workflow>,
+        plugins: HashMap<String, Plugin>,
+        results: HashMap<String, Leaf>,
+    ) -> Drive {
+        let kv = KvAccess {
+            space: format!("workflow/{}", workflow.id),
+            source: Arc::new(StoreKv(Arc::clone(&self.store))),
+        };
+        let base = Scope::new(&workflow.id, &run.id, &run.input);
+        Drive {
+            run,
+            workflow,
+            plugins,
+            results,
+            kv,
+            base,
+            busy: HashSet::new(),
+            launcher: Arc::clone(self),
+            timers: HashMap::new(),
+            awaits: HashSet::new(),
+            cancel: Arc::default(),
+        }
+    }
+
+    /// Resolves the plugin of every call step, at every depth, by step id.
+    fn resolve_plugins(&self, workflow: &Workflow) -> Result<HashMap<String, Plugin>, StartError> {
+        let mut plugins = HashMap::new();
+        for step in workflow.all_steps() {
+            let Some(call) = step.call() else { continue };
+            let plugin = self
+                .plugins
+                .resolve(&call.uses)
+                .map_err(|source| StartError::Plugin {
+                    origin: workflow.origin.clone(),
+                    line: step.line,
+                    step: step.id.clone(),
+                    source: Box::new(source),
+                })?;
+            plugins.insert(step.id.clone(), plugin);
+        }
+        Ok(plugins)
+    }
+
+    /// Loads the components a run is pinned to from the store.
+    fn pinned_plugins(
+        &self,
+        run: &RunRecord,
+        workflow: &Workflow,
+    ) -> Result<HashMap<String, Plugin>, ResumeError> {
+        let mut loaded: BTreeMap<&str, Plugin> = BTreeMap::new();
+        let mut plugins = HashMap::new();
+        for step in workflow.all_steps() {
+            if step.call().is_none() {
+                continue;
+            }
+            let component_error = |reason: String| ResumeError::Component {
+                step: step.id.clone(),
+                reason,
+            };
+            let pinned = run.plugins.get(&step.id).ok_or_else(|| {
+                component_error("the run has no plugin pinned for this step".to_owned())
+            })?;
+            if let Some(plugin) = loaded.get(pinned.digest.as_str()) {
+                plugins.insert(step.id.clone(), plugin.clone());
+                continue;
+            }
+            let plugin = self
+                .plugins
+                .by_digest(&pinned.digest)
+                .map_err(|e| component_error(e.to_string()))?;
+            loaded.insert(&pinned.digest, plugin.clone());
+            plugins.insert(step.id.clone(), plugin);
+        }
+        Ok(plugins)
+    }
+}
+
+/// The store, as the runtime reads key-value data.
+#[derive(Debug)]
+struct StoreKv(Arc<dyn Store>);
+
+impl KvSource for StoreKv {
+    fn get(&self, space: &str, key: &str) -> Result<Versioned, String> {
+        self.0.kv_get(space, key).map_err(|e| e.to_string())
+    }
+
+    fn list(&self, space: &str, prefix: &str, limit: usize) -> Result<Vec<String>, String> {
+        self.0
+            .kv_list(space, prefix, limit)
+            .map_err(|e| e.to_string())
+    }
+}
+
+fn pin(plugin: &Plugin) -> PinnedPlugin {
+    PinnedPlugin {
+        name: plugin.meta().name.clone(),
+        version: plugin.meta().version.to_string(),
+        digest: plugin.digest().to_string(),
+    }
+}
+
+/// A UUIDv7 from the injected clock: ids sort by creation time.
+fn new_run_id(now: Timestamp) -> String {
+    let millis = now.as_millis();
+    let ts = uuid::Timestamp::from_unix(
+        uuid::NoContext,
+        millis / 1000,
+        u32::try_from((millis % 1000) * 1_000_000).unwrap_or(0),
+    );
+    uuid::Uuid::new_v7(ts).to_string()
+}

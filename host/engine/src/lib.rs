@@ -1,0 +1,519 @@
+//! Runs workflows: one state machine per run, one commit per step attempt.
+//!
+//! [`Engine::run`] checks the input, resolves and pins every plugin, and
+//! records the run together with its definition and the bytes of the
+//! components it is pinned to. Then it runs the workflow's calls one attempt
+//! at a time, in the order a walk over the control flow gives (see `drive`).
+//! After each attempt it commits, in one transaction, the attempt's record
+//! (input, output or error, logs, timing, key-value writes) and the run's
+//! next state; the last commit also carries the run's outputs and terminal
+//! state.
+//!
+//! Runs are driven by a few worker threads, one step attempt at a time per
+//! worker (see `scheduler`): the ready calls of one run (the branches of a
+//! `parallel`, the iterations of a concurrent `foreach`) run on several
+//! workers at once; no thread belongs to a run, and no thread waits for a
+//! sync.
+//! [`Engine::start`] returns a [`RunHandle`] at once; [`Engine::run`] waits.
+//!
+//! A crash loses at most the attempt in flight. [`Engine::resume`] picks a
+//! `running` run up from its record: the definition and components come from
+//! the store, the committed results are read back, and the walk finds the
+//! call in flight, which runs again as its next attempt. Steps are therefore run
+//! at least once; what they commit is recorded exactly once.
+//!
+//! A failed step is data, not an `Err`: the run ends `failed` and its record
+//! says which step failed and why. `Err` means the run could not start or
+//! resume, or the store failed.
+
+mod committer;
+pub(crate) mod cron;
+mod drive;
+mod error;
+mod launch;
+pub mod plugins;
+mod scheduler;
+
+use std::sync::Arc;
+use std::sync::mpsc::{Receiver, sync_channel};
+use std::thread::JoinHandle;
+
+use serde_json::Value;
+
+use crate::plugins::PluginDir;
+use std::collections::HashMap;
+use weft_core::clock::Clock;
+use weft_model::{Step, Workflow};
+use weft_store::{GroupCommit, RunRecord, ScheduleRecord, StepRecord, Store, StoreError, Write};
+
+use launch::Launcher;
+use scheduler::{Core, Task};
+
+pub use committer::{Committer, DeliveryWrite};
+pub use cron::{AddScheduleError, add_schedule, set_paused as set_schedule_paused};
+pub use drive::Answer;
+pub use error::{ActError, ResumeError, StartError};
+pub use launch::MAX_DEPTH;
+pub use weft_model::Workflows;
+
+/// The tenant of runs started without one.
+pub const DEFAULT_TENANT: &str = "default";
+
+/// Hears about a run's progress, for display. Every method has an empty
+/// default. Methods are called from the engine's threads, one at a time for
+/// a given run, and must be quick.
+pub trait Observer {
+    /// The run was recorded and is about to run its first step.
+    fn run_created(&mut self, _run: &RunRecord) {}
+    /// A `running` run was picked up again at `run.next_step`.
+    fn run_resumed(&mut self, _run: &RunRecord) {}
+    /// Attempt `attempt` of step `index` (of `total`) is about to run.
+    fn step_started(&mut self, _step: &Step, _index: usize, _total: usize, _attempt: u32) {}
+    /// The attempt's record was committed.
+    fn step_finished(&mut self, _record: &StepRecord) {}
+}
+
+/// An [`Observer`] that ignores everything.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Quiet;
+
+impl Observer for Quiet {}
+
+/// A started run.
+#[derive(Debug)]
+pub struct RunHandle {
+    id: String,
+    /// Held so that a run suspended on its timers keeps its answer for
+    /// this handle.
+    _alive: Arc<()>,
+    recorded: Option<Receiver<Result<(), StoreError>>>,
+    outcome: Receiver<Result<RunRecord, StoreError>>,
+}
+
+impl RunHandle {
+    /// The run's id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Blocks until the run's record is durable (`Ok`), or could not be
+    /// stored. Returns at once after the first call.
+    pub fn recorded(&mut self) -> Result<(), StoreError> {
+        match self.recorded.take() {
+            Some(answer) => answer.recv().map_err(|_| StoreError::Closed)?,
+            None => Ok(()),
+        }
+    }
+
+    /// Blocks until the run ends, and returns its final record. `Err` means
+    /// the store failed, or the engine stopped, before the run ended; its
+    /// record then says how far it got, and it can be resumed.
+    pub fn wait(self) -> Result<RunRecord, StoreError> {
+        self.outcome.recv().map_err(|_| StoreError::Closed)?
+    }
+
+    /// As [`RunHandle::wait`], for at most `timeout`: `Ok(None)` if the run
+    /// has not ended by then (the handle stays usable).
+    pub fn wait_timeout(
+        &self,
+        timeout: std::time::Duration,
+    ) -> Result<Option<RunRecord>, StoreError> {
+        match self.outcome.recv_timeout(timeout) {
+            Ok(outcome) => outcome.map(Some),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => Ok(None),
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => Err(StoreError::Closed),
+        }
+    }
+}
+
+/// Runs workflows against a store and a directory of plugins.
+///
+/// Any number of runs may be in flight at once. Their attempts run on the
+/// engine's workers, and their commits are grouped: one transaction and one
+/// sync serve every write that is waiting. Dropping the engine stops its
+/// threads; runs still in flight stay `running` in the store.
+pub struct Engine {
+    core: Arc<Core>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("store", &self.core.launcher.store)
+            .field("plugins", &self.core.launcher.plugins)
+            .field("workers", &self.threads.len().saturating_sub(1))
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        self.core.stop();
+        for thread in self.threads.drain(..) {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// How an engine runs. Every field has a default.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EngineConfig {
+    /// Threads that run step attempts. Default: four per core, so that a few
+    /// long steps do not hold up every other run.
+    pub workers: usize,
+    /// Runs in progress at once; more are parked, durably recorded, and
+    /// started in arrival order as places free. Default: 10,000.
+    pub max_resident: usize,
+    /// Note each timer fire's lag behind its due time, for
+    /// [`Engine::take_fire_lags`] (benchmarks). Default: off.
+    pub measure_fires: bool,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        Self {
+            workers: std::thread::available_parallelism().map_or(4, |n| n.get() * 4),
+            max_resident: 10_000,
+            measure_fires: false,
+        }
+    }
+}
+
+impl Engine {
+    /// An engine over `store`, running plugins from `plugins`, reading time
+    /// from `clock`, configured by default. Starts its threads; fails only if
+    /// they cannot be started.
+    pub fn new(
+        store: Arc<dyn Store>,
+        plugins: PluginDir,
+        clock: Arc<dyn Clock>,
+    ) -> std::io::Result<Self> {
+        Self::with_config(store, plugins, clock, EngineConfig::default())
+    }
+
+    /// As [`Engine::new`], configured by `config`.
+    pub fn with_config(
+        store: Arc<dyn Store>,
+        plugins: PluginDir,
+        clock: Arc<dyn Clock>,
+        config: EngineConfig,
+    ) -> std::io::Result<Self> {
+        // The registry of plugins lives in the store.
+        plugins
+            .attach(store.clone())
+            .map_err(std::io::Error::other)?;
+        let commits = GroupCommit::start(store.clone())?;
+        let launcher = Arc::new(Launcher::new(store, plugins, clock));
+        let core = Arc::new(Core::new(
+            launcher,
+            commits,
+            config.max_resident,
+            config.measure_fires,
+        ));
+        let threads = core.start(config.workers)?;
+        Ok(Self { core, threads })
+    }
+
+    /// The plugins: the directory and the registry.
+    pub fn plugins(&self) -> &PluginDir {
+        &self.core.launcher.plugins
+    }
+
+    /// The source of time every part of this engine reads.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.core.launcher.clock
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.core.launcher.store
+    }
+
+    /// Where `subflow` steps find the workflows they start, by id: nowhere
+    /// until this is called. A run checks at its start that every workflow
+    /// it may start is there, and a child starts the definition found when
+    /// its step runs.
+    pub fn set_workflows(&self, workflows: Arc<dyn Workflows>) {
+        self.core.launcher.set_workflows(workflows);
+    }
+
+    /// Arms every pending timer in the store, and returns how many: a long
+    /// running host calls it once at its start, before resuming runs, so
+    /// that suspended runs wake when their timers come due (those already
+    /// due fire at once). An engine that does not call it only fires the
+    /// timers of runs it drives.
+    pub fn arm_timers(&self) -> Result<usize, StoreError> {
+        let keys = self.store().timer_keys()?;
+        let count = keys.len();
+        self.core.arm_all(keys);
+        Ok(count)
+    }
+
+    /// Each timer fire's lag behind its due time, in microseconds, since
+    /// the last call; empty unless `measure_fires` is on.
+    pub fn take_fire_lags(&self) -> Vec<i64> {
+        self.core.take_fire_lags()
+    }
+
+    /// How many timers are armed in memory (a timer armed twice counts
+    /// twice).
+    pub fn armed_timers(&self) -> usize {
+        self.core.armed()
+    }
+
+    /// Brings the store's cron triggers in line with the `on: schedule:`
+    /// of `workflows`: a new trigger is added (its first fire the next
+    /// after now), a changed one starts over from now, one no longer
+    /// declared is removed; an unchanged one keeps its next fire, so fires
+    /// missed while no host ran are caught up. Triggers added with `weft
+    /// schedules add` are left alone. Returns how many triggers the
+    /// workflows declare.
+    pub fn sync_schedules(&self, workflows: &weft_model::WorkflowDir) -> Result<usize, StoreError> {
+        let now = self.core.clock.now();
+        let existing: HashMap<String, ScheduleRecord> = self
+            .store()
+            .schedules()?
+            .into_iter()
+            .map(|row| (row.key.clone(), row))
+            .collect();
+        let mut writes = Vec::new();
+        let mut declared = std::collections::HashSet::new();
+        for workflow in workflows.iter() {
+            for (trigger, schedule) in &workflow.schedules {
+                let key = format!("{}/{trigger}", workflow.id);
+                declared.insert(key.clone());
+                match existing.get(&key) {
+                    Some(row) if row.spec == schedule.spec => {}
+                    Some(row) => {
+                        let mut updated =
+                            cron::new_row(key, &workflow.id, schedule, "workflow", now);
+                        updated.paused = row.paused;
+                        updated.version = row.version + 1;
+                        writes.push(Write::schedule(&updated, Some(row.version), None));
+                    }
+                    None => {
+                        let row = cron::new_row(key, &workflow.id, schedule, "workflow", now);
+                        writes.push(Write::schedule(&row, None, None));
+                    }
+                }
+            }
+        }
+        for (key, row) in &existing {
+            if row.origin == "workflow" && !declared.contains(key) {
+                writes.push(Write::Schedule {
+                    key: key.clone(),
+                    expect: Some(row.version),
+                    row: None,
+                    start: None,
+                });
+            }
+        }
+        for outcome in self.core.commits.commit_all(writes) {
+            match outcome {
+                Ok(()) | Err(StoreError::Conflict(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(declared.len())
+    }
+
+    /// Starts the thread that fires cron triggers. Fires due before this
+    /// call were missed, and follow each trigger's `catch_up` policy.
+    pub fn run_schedules(&mut self) -> std::io::Result<()> {
+        let cron = cron::Cron::new(Arc::clone(&self.core));
+        let thread = std::thread::Builder::new()
+            .name("weft-cron".to_owned())
+            .spawn(move || cron.run())?;
+        self.threads.push(thread);
+        Ok(())
+    }
+
+    /// Cancels run `run_id`: it ends `cancelled`, its timers with it, and
+    /// whatever its steps still return is dropped. A run in this engine's
+    /// hands ends when its cancellation commits (at once unless a commit
+    /// of it is in flight); any other is cancelled in the store before
+    /// this returns. `Err(RunEnded)` if it had already ended.
+    pub fn cancel(&self, run_id: &str) -> Result<(), StoreError> {
+        match self.store().run(run_id)? {
+            None => Err(StoreError::Conflict(format!("no run `{run_id}`"))),
+            Some(run) if run.state.is_terminal() => Err(StoreError::RunEnded(run.id)),
+            Some(_) => self.core.cancel(run_id),
+        }
+    }
+
+    /// Carries out the outbox rows a previous process left open (child runs
+    /// that were decided and not yet recorded), and returns how many. Call
+    /// it before resuming runs; carrying a row out twice is harmless.
+    pub fn replay_outbox(&self) -> Result<usize, StoreError> {
+        let rows = self.store().outbox()?;
+        let writes = rows.iter().filter_map(Write::start_run).collect();
+        for outcome in self.core.commits.commit_all(writes) {
+            outcome?;
+        }
+        Ok(rows.len())
+    }
+
+    /// How many runs are in progress, and how many are parked waiting for a
+    /// place.
+    pub fn load(&self) -> (usize, usize) {
+        self.core.load()
+    }
+
+    /// Runs `workflow` on `input` to the end; [`Engine::start`] then
+    /// [`RunHandle::wait`]. Blocking.
+    pub fn run(
+        &self,
+        workflow: Arc<Workflow>,
+        input: Value,
+        observer: Box<dyn Observer + Send>,
+    ) -> Result<RunRecord, StartError> {
+        Ok(self.start(workflow, input, observer)?.wait()?)
+    }
+
+    /// Starts a run of `workflow` on `input`, and returns without waiting.
+    ///
+    /// Before anything is stored, the input is checked against the
+    /// workflow's schema and every step's plugin is resolved (which may
+    /// compile a component); a problem there is an `Err` and leaves no trace.
+    /// The run is then recorded, with its definition and the components it
+    /// is pinned to, in one commit, before its first step runs.
+    pub fn start(
+        &self,
+        workflow: Arc<Workflow>,
+        input: Value,
+        observer: Box<dyn Observer + Send>,
+    ) -> Result<RunHandle, StartError> {
+        self.start_keyed(workflow, input, observer, None)
+    }
+
+    /// As [`Engine::start`], with a client's idempotency key: if a run was
+    /// recorded with `key` before, nothing is started and
+    /// [`RunHandle::recorded`] answers [`StoreError::Duplicate`], naming
+    /// that run.
+    pub fn start_keyed(
+        &self,
+        workflow: Arc<Workflow>,
+        input: Value,
+        mut observer: Box<dyn Observer + Send>,
+        key: Option<String>,
+    ) -> Result<RunHandle, StartError> {
+        let new = self.core.launcher.make(workflow, input, None)?;
+        let mut write = Write::create_run(&new.drive.run, &new.definition, new.components);
+        if let Write::CreateRun { idempotency, .. } = &mut write {
+            *idempotency = key;
+        }
+        let (done, outcome) = sync_channel(1);
+        let (recorded, recorded_answer) = sync_channel(1);
+        let alive = Arc::new(());
+        let task = Task {
+            drive: new.drive,
+            observer: Box::new(Quiet),
+            done,
+            alive: Arc::downgrade(&alive),
+        };
+        let handle = RunHandle {
+            id: task.drive.run.id.clone(),
+            _alive: alive,
+            recorded: Some(recorded_answer),
+            outcome,
+        };
+        let core = Arc::clone(&self.core);
+        self.core.commits.submit(
+            write,
+            Box::new(move |result| {
+                let mut task = task;
+                match result {
+                    Ok(()) => {
+                        let _ = recorded.send(Ok(()));
+                        observer.run_created(&task.drive.run);
+                        task.observer = observer;
+                        core.claim(&task.drive.run.id);
+                        core.admit(task);
+                    }
+                    Err(StoreError::Duplicate { key, run }) => {
+                        let _ = recorded.send(Err(StoreError::Duplicate {
+                            key,
+                            run: run.clone(),
+                        }));
+                        let _ = task.done.send(Err(StoreError::Conflict(format!(
+                            "not started: run `{run}` has the same idempotency key"
+                        ))));
+                    }
+                    Err(e) => {
+                        let _ = recorded.send(Err(StoreError::Commit(e.to_string())));
+                        let _ = task.done.send(Err(e));
+                    }
+                }
+            }),
+        );
+        Ok(handle)
+    }
+
+    /// Answers the waiting `await` step at `path` (such as `approve` or
+    /// `each[2]/approve`) of run `run_id`, and returns once the answer is
+    /// durable; the run then goes on. Blocking.
+    pub fn act(&self, run_id: &str, path: &str, answer: &Answer) -> Result<(), ActError> {
+        self.core.act(run_id, path, answer)
+    }
+
+    /// What the delivery side of a host commits through: subscriptions
+    /// and delivery moves, in this engine's group commit.
+    pub fn committer(&self) -> Committer {
+        Committer::new(Arc::clone(&self.core))
+    }
+
+    /// Picks up run `run_id`, which must be `running` (its process died),
+    /// at the step it had reached, and returns without waiting. The
+    /// definition and the pinned components come from the store, not from
+    /// files; the outputs of finished steps are read back.
+    pub fn resume(
+        &self,
+        run_id: &str,
+        mut observer: Box<dyn Observer + Send>,
+    ) -> Result<RunHandle, ResumeError> {
+        let run = self
+            .store()
+            .run(run_id)?
+            .ok_or_else(|| ResumeError::NotFound(run_id.to_owned()))?;
+        if !self.core.claim(&run.id) {
+            return Err(ResumeError::Resident(run.id));
+        }
+        let drive = match self.core.launcher.load(run) {
+            Ok(drive) => drive,
+            Err(e) => {
+                self.core.unclaim(run_id);
+                return Err(e);
+            }
+        };
+        observer.run_resumed(&drive.run);
+        let (done, outcome) = sync_channel(1);
+        let alive = Arc::new(());
+        let handle = RunHandle {
+            id: drive.run.id.clone(),
+            _alive: Arc::clone(&alive),
+            recorded: None,
+            outcome,
+        };
+        self.core.admit(Task {
+            drive,
+            observer,
+            done,
+            alive: Arc::downgrade(&alive),
+        });
+        Ok(handle)
+    }
+}
+
+#[cfg(test)]
+mod send_checks {
+    fn is_send<T: Send>() {}
+    fn is_sync<T: Sync>() {}
+    #[test]
+    fn run_state_can_move_between_threads() {
+        is_send::<weft_model::Scope>();
+        is_send::<weft_model::Workflow>();
+        is_sync::<weft_model::Workflow>();
+        is_send::<weft_runtime::Plugin>();
+    }
+}

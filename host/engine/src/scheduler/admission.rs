@@ -1,0 +1,179 @@
+//! Admission: the runs resident in the scheduler's hands and the runs
+//! parked for a place, and how a run comes into memory and leaves it.
+
+use std::collections::{HashSet, VecDeque};
+use std::sync::{Arc, Mutex, Weak};
+
+use weft_core::lock;
+use weft_store::{RunRecord, StoreError};
+
+use super::{Core, Live, Task, Work};
+
+/// Runs in the scheduler's hands, and runs waiting for a place.
+pub(super) struct Admission {
+    pub(super) resident: usize,
+    pub(super) max: usize,
+    pub(super) parked: VecDeque<Task>,
+    /// The ids of every run resident or parked here.
+    pub(super) known: HashSet<String>,
+}
+
+impl Core {
+    /// Marks run `id` as in this scheduler's hands; false if it already
+    /// is. A run must be claimed before it is admitted.
+    pub(crate) fn claim(&self, id: &str) -> bool {
+        lock(&self.admission).known.insert(id.to_owned())
+    }
+
+    /// Takes back a claim on a run that could not be admitted.
+    pub(crate) fn unclaim(&self, id: &str) {
+        lock(&self.admission).known.remove(id);
+    }
+
+    /// Takes a claimed run into the scheduler, or parks it until a
+    /// resident run ends. A child run is never parked: its parent holds a
+    /// place and waits for it, so parking it could wait forever.
+    pub(crate) fn admit(&self, task: Task) {
+        let mut admission = lock(&self.admission);
+        if admission.resident < admission.max || task.drive.run.parent.is_some() {
+            admission.resident += 1;
+            drop(admission);
+            self.take(task);
+        } else {
+            admission.parked.push_back(task);
+        }
+    }
+
+    /// How many runs are resident, and how many are parked.
+    pub(crate) fn load(&self) -> (usize, usize) {
+        let admission = lock(&self.admission);
+        (admission.resident, admission.parked.len())
+    }
+
+    /// Makes an admitted run resident, and arms its pending timers (which
+    /// may have come due while it was parked or loading).
+    fn take(&self, task: Task) {
+        let drive = &task.drive;
+        let keys: Vec<(u64, u64)> = drive
+            .timers
+            .values()
+            .chain(drive.run.deadline.as_ref())
+            .map(|timer| timer.key())
+            .collect();
+        let id = drive.run.id.clone();
+        let cell = Arc::new(Mutex::new(Live {
+            task,
+            finished: VecDeque::new(),
+            committing: false,
+            closed: false,
+        }));
+        lock(&self.cells).insert(id, Arc::clone(&cell));
+        for key in keys {
+            self.arm(key);
+        }
+        self.enqueue(Work::Advance(cell));
+    }
+
+    /// Gives a run's place up: to the oldest parked run, if any.
+    fn release(&self, live: &mut Live) {
+        live.closed = true;
+        live.finished.clear();
+        live.task
+            .drive
+            .cancel
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        let id = &live.task.drive.run.id;
+        lock(&self.cells).remove(id);
+        let next = {
+            let mut admission = lock(&self.admission);
+            admission.known.remove(id);
+            admission.resident = admission.resident.saturating_sub(1);
+            if admission.resident < admission.max {
+                let next = admission.parked.pop_front();
+                admission.resident += usize::from(next.is_some());
+                next
+            } else {
+                None
+            }
+        };
+        if let Some(next) = next {
+            self.take(next);
+        }
+    }
+
+    /// Takes a run that waits for timers only out of memory; a fire brings
+    /// it back ([`Work::Wake`]). Its observer and answer are kept only if
+    /// someone holds its handle.
+    pub(super) fn suspend(&self, live: &mut Live) {
+        tracing::debug!(run = %live.task.drive.run.id, "suspended until a timer fires");
+        if live.task.alive.upgrade().is_some() {
+            let observer = std::mem::replace(&mut live.task.observer, Box::new(crate::Quiet));
+            lock(&self.sleepers).insert(
+                live.task.drive.run.id.clone(),
+                (observer, live.task.done.clone(), live.task.alive.clone()),
+            );
+        }
+        self.release(live);
+    }
+
+    /// Ends a resident run: gives its place to the oldest parked run, if
+    /// any, then answers its handle (so a caller who sees the answer also
+    /// sees the place freed).
+    pub(super) fn finish(&self, live: &mut Live, outcome: Result<RunRecord, StoreError>) {
+        if let Ok(run) = &outcome
+            && run.parent.is_some()
+        {
+            self.enqueue(Work::ChildEnded(Box::new(run.clone())));
+        }
+        self.release(live);
+        let _ = live.task.done.send(outcome);
+    }
+
+    /// The run ended without this engine (cancelled in the store): it
+    /// leaves, answering with what the store holds.
+    pub(super) fn ended_elsewhere(&self, live: &mut Live) {
+        let id = live.task.drive.run.id.clone();
+        let stored = self
+            .launcher
+            .store
+            .run(&id)
+            .and_then(|run| run.ok_or(StoreError::RunEnded(id)));
+        self.finish(live, stored);
+    }
+
+    /// Brings run `id` back into memory after a timer woke it.
+    pub(super) fn wake(&self, id: &str) {
+        if !self.claim(id) {
+            return;
+        }
+        let loaded = self
+            .launcher
+            .store
+            .run(id)
+            .map_err(crate::ResumeError::from)
+            .and_then(|run| {
+                let run = run.ok_or_else(|| crate::ResumeError::NotFound(id.to_owned()))?;
+                self.launcher.load(run)
+            });
+        match loaded {
+            Ok(drive) => {
+                let (observer, done, alive) =
+                    lock(&self.sleepers).remove(id).unwrap_or_else(|| {
+                        let (done, _) = std::sync::mpsc::sync_channel(1);
+                        (Box::new(crate::Quiet), done, Weak::new())
+                    });
+                self.admit(Task {
+                    drive,
+                    observer,
+                    done,
+                    alive,
+                });
+            }
+            Err(crate::ResumeError::NotRunning { .. }) => self.unclaim(id),
+            Err(e) => {
+                self.unclaim(id);
+                tracing::error!(run = %id, "cannot wake a run: {e}");
+            }
+        }
+    }
+}

@@ -1,0 +1,113 @@
+//! Child runs: starting the ones `subflow` steps make, and ending the
+//! waits on them.
+
+use std::sync::{Arc, Weak};
+
+use weft_core::lock;
+use weft_store::{OutboxRecord, RunRecord, Write};
+
+use crate::Quiet;
+use crate::drive::Attempt;
+use crate::launch::NewRun;
+
+use super::{Cell, Core, Task, Work};
+
+impl Core {
+    /// Carries out the outbox row that records a child run, then admits the
+    /// child. If this fails, the row stays, and the next start of a host on
+    /// this store carries it out.
+    pub(super) fn start_child(self: &Arc<Self>, child: NewRun, row: OutboxRecord) {
+        let Some(write) = Write::start_run(&row) else {
+            return;
+        };
+        let core = Arc::clone(self);
+        self.commits.submit(
+            write,
+            Box::new(move |outcome| match outcome {
+                Ok(()) => {
+                    if core.claim(&child.drive.run.id) {
+                        let (done, _) = std::sync::mpsc::sync_channel(1);
+                        core.admit(Task {
+                            drive: child.drive,
+                            observer: Box::new(Quiet),
+                            done,
+                            alive: Weak::new(),
+                        });
+                    }
+                }
+                Err(e) => {
+                    tracing::error!(outbox = %row.id, "cannot record a child run: {e}");
+                }
+            }),
+        );
+    }
+
+    /// Registers a wait on a child run, then looks the child up: it may
+    /// have ended already, or be recorded but not resident here (after a
+    /// restart), in which case it is resumed.
+    pub(super) fn watch(self: &Arc<Self>, cell: Cell, attempt: Box<Attempt>) {
+        let Some(child) = attempt.awaited().map(str::to_owned) else {
+            return;
+        };
+        lock(&self.watchers)
+            .entry(child.clone())
+            .or_default()
+            .push((cell, attempt));
+        match self.launcher.store.run(&child) {
+            Ok(Some(run)) if run.state.is_terminal() => self.child_ended(&run),
+            // A suspended child is woken by its timers, not here.
+            Ok(Some(run)) if run.suspended => {}
+            Ok(Some(run)) => {
+                if self.claim(&run.id) {
+                    match self.launcher.load(run) {
+                        Ok(drive) => {
+                            let (done, _) = std::sync::mpsc::sync_channel(1);
+                            self.admit(Task {
+                                drive,
+                                observer: Box::new(Quiet),
+                                done,
+                                alive: Weak::new(),
+                            });
+                        }
+                        Err(e) => {
+                            self.unclaim(&child);
+                            tracing::error!(run = %child, "cannot resume a child run: {e}");
+                        }
+                    }
+                }
+            }
+            // Its outbox row is not carried out yet.
+            Ok(None) => {}
+            Err(e) => tracing::error!(run = %child, "cannot read a child run: {e}"),
+        }
+    }
+
+    /// Looks up every child run waited on: one that ended where this
+    /// process could not see it (cancelled in the store while suspended,
+    /// say) ends its waits.
+    pub(super) fn poll_watches(&self) {
+        let children: Vec<String> = lock(&self.watchers).keys().cloned().collect();
+        for child in children {
+            if let Ok(Some(run)) = self.launcher.store.run(&child)
+                && run.state.is_terminal()
+            {
+                self.child_ended(&run);
+            }
+        }
+    }
+
+    /// Ends every wait on `child`, which has ended.
+    pub(super) fn child_ended(&self, child: &RunRecord) {
+        let waiting = lock(&self.watchers).remove(&child.id).unwrap_or_default();
+        for (cell, attempt) in waiting {
+            let finished = attempt.resolve(child);
+            let mut live = lock(&cell);
+            if live.closed {
+                continue;
+            }
+            live.finished.push_back(finished);
+            drop(live);
+            self.enqueue(Work::Advance(cell));
+        }
+    }
+}

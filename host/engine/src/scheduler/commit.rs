@@ -1,0 +1,280 @@
+//! Advancing a run: committing its finished attempts one at a time, or
+//! starting what is ready; and what each commit leads to.
+
+use std::sync::{Arc, MutexGuard};
+
+use weft_core::lock;
+use weft_store::{OutboxRecord, StepRecord, StoreError, TimerRef, Write};
+
+use crate::drive::{Completed, Finished, Next, Plan, Reply, Undo};
+use crate::launch::NewRun;
+
+use super::{Cell, Core, Live, Task, Work};
+
+/// A step's commit in flight: what its answer is acted on with.
+struct Committing {
+    /// The leaf's path.
+    path: String,
+    record: StepRecord,
+    next: Next,
+    undo: Undo,
+    /// The child run the attempt starts, and the outbox row that records
+    /// it.
+    spawn: Option<Box<NewRun>>,
+    row: Option<OutboxRecord>,
+    /// The timer whose fire this is.
+    fired: Option<TimerRef>,
+    /// Told how the commit went.
+    reply: Option<Reply>,
+    /// The commit carries messages.
+    emits: bool,
+}
+
+impl Core {
+    /// Commits the run's oldest finished attempt; or, with none, starts
+    /// every ready attempt, or commits the run's end. Does nothing while a
+    /// commit of the run is in flight.
+    pub(super) fn advance(self: &Arc<Self>, cell: &Cell) {
+        let mut guard = lock(cell);
+        let live = &mut *guard;
+        loop {
+            if live.committing || live.closed {
+                return;
+            }
+            if let Some(finished) = live.finished.pop_front() {
+                self.commit_finished(guard, cell, finished);
+                return;
+            }
+            let Task {
+                drive, observer, ..
+            } = &mut live.task;
+            match drive.plan(self.clock.as_ref(), observer.as_mut()) {
+                Plan::Wait => return,
+                Plan::Start(attempts) => {
+                    let mut settled = false;
+                    for attempt in attempts {
+                        if attempt.awaited().is_some() {
+                            self.enqueue(Work::Watch(Arc::clone(cell), Box::new(attempt)));
+                        } else if attempt.is_settled() {
+                            live.finished.push_back(attempt.run(self.clock.as_ref()));
+                            settled = true;
+                        } else {
+                            self.enqueue(Work::Call(Arc::clone(cell), Box::new(attempt)));
+                        }
+                    }
+                    if !settled {
+                        return;
+                    }
+                }
+                Plan::End => {
+                    let write = Write::update_run(&live.task.drive.run);
+                    self.commit(guard, cell, write, |core, _, live, outcome| {
+                        let outcome = outcome.map(|()| live.task.drive.run.clone());
+                        core.finish(live, outcome);
+                    });
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Commits `finished`, the run's oldest finished attempt, which `guard`
+    /// has taken from the run.
+    fn commit_finished(
+        self: &Arc<Self>,
+        mut guard: MutexGuard<'_, Live>,
+        cell: &Cell,
+        finished: Finished,
+    ) {
+        let live = &mut *guard;
+        let path = finished.path().to_owned();
+        let Completed {
+            record,
+            next,
+            kv,
+            undo,
+            spawn,
+            fired,
+            emitted,
+            reply,
+        } = live.task.drive.complete(finished, self.clock.as_ref());
+        // With nothing but timers to wait for, the run leaves memory
+        // once this commits.
+        let drive = &mut live.task.drive;
+        drive.run.suspended = matches!(next, Next::Wait(_) | Next::Await(_))
+            && live.finished.is_empty()
+            && drive.only_timers(Some(&path));
+        let (row, spawn_write) = match &spawn {
+            Some(child) => {
+                let (row, write) = child.spawn(self.clock.now());
+                (Some(row), Some(write))
+            }
+            None => (None, None),
+        };
+        let emits = !emitted.is_empty();
+        let write = Write::commit_step(
+            &record,
+            &live.task.drive.run,
+            kv,
+            spawn_write,
+            fired,
+            emitted,
+        );
+        let committing = Committing {
+            path,
+            record,
+            next,
+            undo,
+            spawn,
+            row,
+            fired,
+            reply,
+            emits,
+        };
+        self.commit(guard, cell, write, move |core, cell, live, outcome| {
+            core.step_committed(cell, live, committing, outcome);
+        });
+    }
+
+    /// A step's commit is answered: the answer is passed on, then a
+    /// conflict runs the attempt again, a fire that lost its race leaves
+    /// the leaf waiting, a failed store ends the run, and a durable commit
+    /// goes on in [`Core::step_durable`].
+    fn step_committed(
+        self: &Arc<Self>,
+        cell: &Cell,
+        live: &mut Live,
+        mut committing: Committing,
+        outcome: Result<(), StoreError>,
+    ) {
+        if let Some(reply) = committing.reply.take() {
+            reply(outcome.as_ref().map(|_| ()).map_err(copy_error));
+        }
+        if committing.emits && outcome.is_ok() {
+            self.messages.bump();
+        }
+        match outcome {
+            Err(StoreError::KvConflict { space, key }) => {
+                // Another run changed what this attempt
+                // read: run it again on fresh data, as the
+                // same attempt.
+                tracing::debug!(
+                    run = %live.task.drive.run.id, %space, %key,
+                    "key-value conflict; running the step again"
+                );
+                live.task.drive.undo(committing.undo);
+                self.enqueue(Work::Advance(Arc::clone(cell)));
+            }
+            Err(StoreError::TimerGone(id)) => {
+                // Fired or cancelled elsewhere: the leaf
+                // keeps waiting as it was.
+                tracing::debug!(
+                    run = %live.task.drive.run.id, timer = id,
+                    "a timer's fire lost its race"
+                );
+                live.task.drive.undo(committing.undo);
+                live.task.drive.busy.insert(committing.path);
+            }
+            Err(e) => self.finish(live, Err(e)),
+            Ok(()) => self.step_durable(cell, live, committing),
+        }
+    }
+
+    /// A step's commit is durable: the fire's lag is noted, the observer
+    /// told, the child run started; then the run goes on, waits (leaving
+    /// memory if it waits for timers only), or ends.
+    fn step_durable(self: &Arc<Self>, cell: &Cell, live: &mut Live, committing: Committing) {
+        let Committing {
+            path,
+            record,
+            next,
+            spawn,
+            row,
+            fired,
+            ..
+        } = committing;
+        if let Some(fired) = fired {
+            self.fired(fired.due);
+        }
+        live.task.observer.step_finished(&record);
+        if let (Some(child), Some(row)) = (spawn, row) {
+            self.start_child(*child, row);
+        }
+        match next {
+            Next::Step => {
+                live.task.drive.busy.remove(&path);
+                live.task.drive.timers.remove(&path);
+                live.task.drive.awaits.remove(&path);
+                self.enqueue(Work::Advance(Arc::clone(cell)));
+            }
+            Next::Wait(_) | Next::Await(_) => {
+                let timer = match next {
+                    Next::Wait(timer) => Some(timer),
+                    Next::Await(timer) => {
+                        live.task.drive.awaits.insert(path.clone());
+                        timer
+                    }
+                    _ => None,
+                };
+                if let Some(timer) = timer {
+                    live.task.drive.timers.insert(path, timer);
+                    self.arm(timer.key());
+                }
+                if live.task.drive.run.suspended
+                    && live.finished.is_empty()
+                    && live.task.drive.only_timers(None)
+                {
+                    self.suspend(live);
+                } else {
+                    // Something came up meanwhile:
+                    // the next commit says awake.
+                    live.task.drive.run.suspended = false;
+                    self.enqueue(Work::Advance(Arc::clone(cell)));
+                }
+            }
+            Next::Done => {
+                let run = live.task.drive.run.clone();
+                self.finish(live, Ok(run));
+            }
+        }
+    }
+
+    /// Submits `write` as the run's one commit in flight. `then` runs on
+    /// the committing thread, with the run locked and no commit in flight;
+    /// a commit refused because the run ended elsewhere (cancelled) closes
+    /// the run instead.
+    fn commit(
+        self: &Arc<Self>,
+        mut guard: MutexGuard<'_, Live>,
+        cell: &Cell,
+        write: Write,
+        then: impl FnOnce(&Arc<Core>, &Cell, &mut Live, Result<(), StoreError>) + Send + 'static,
+    ) {
+        guard.committing = true;
+        drop(guard);
+        let core = Arc::clone(self);
+        let cell = Arc::clone(cell);
+        self.commits.submit(
+            write,
+            Box::new(move |outcome| {
+                let mut live = lock(&cell);
+                live.committing = false;
+                if let Err(StoreError::RunEnded(_)) = outcome {
+                    return core.ended_elsewhere(&mut live);
+                }
+                then(&core, &cell, &mut live, outcome);
+            }),
+        );
+    }
+}
+
+/// A copy of `error` for a second listener: the same kind where the
+/// listener acts on it, else its message.
+fn copy_error(error: &StoreError) -> StoreError {
+    match error {
+        StoreError::TimerGone(id) => StoreError::TimerGone(*id),
+        StoreError::RunEnded(id) => StoreError::RunEnded(id.clone()),
+        StoreError::Closed => StoreError::Closed,
+        other => StoreError::Commit(other.to_string()),
+    }
+}

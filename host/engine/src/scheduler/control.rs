@@ -1,0 +1,161 @@
+//! What callers do to a run from outside: cancel it, or answer one of its
+//! `await` steps.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use weft_core::lock;
+use weft_store::{StoreError, Write};
+
+use crate::drive::{Answer, Drive, Reply};
+use crate::error::ActError;
+
+use super::{Core, Work};
+
+impl Core {
+    /// Cancels run `id`: through its cell when it is resident (the walk
+    /// then ends it), otherwise in the store. `Err(RunEnded)` when it has
+    /// already ended.
+    pub(crate) fn cancel(self: &Arc<Self>, id: &str) -> Result<(), StoreError> {
+        let cell = lock(&self.cells).get(id).cloned();
+        if let Some(cell) = cell {
+            let mut live = lock(&cell);
+            if !live.closed {
+                let cancelled = live.task.drive.cancelled(self.clock.as_ref());
+                live.finished.push_back(cancelled);
+                drop(live);
+                self.advance(&cell);
+                return Ok(());
+            }
+        }
+        self.commits
+            .commit(Write::CancelRun(id.to_owned(), self.clock.now()))
+    }
+
+    /// Answers the `await` leaf at `path` of run `id`: through its cell
+    /// when it is resident, otherwise in the store (the run must be
+    /// suspended there), then wakes it. Blocks until the answer is
+    /// durable, or refused.
+    pub(crate) fn act(
+        self: &Arc<Self>,
+        id: &str,
+        path: &str,
+        answer: &Answer,
+    ) -> Result<(), ActError> {
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            let cell = lock(&self.cells).get(id).cloned();
+            if let Some(cell) = cell {
+                let mut live = lock(&cell);
+                if !live.closed {
+                    let (tell, told) = std::sync::mpsc::sync_channel(1);
+                    let reply: Reply = Box::new(move |outcome| {
+                        let _ = tell.send(outcome);
+                    });
+                    return match live
+                        .task
+                        .drive
+                        .answer(path, answer, self.clock.as_ref(), reply)
+                    {
+                        Ok(finished) => {
+                            live.finished.push_back(finished);
+                            drop(live);
+                            self.advance(&cell);
+                            match told.recv() {
+                                Ok(Ok(())) => Ok(()),
+                                Ok(Err(StoreError::TimerGone(_))) => Err(ActError::NotWaiting {
+                                    run: id.to_owned(),
+                                    step: path.to_owned(),
+                                    state: "timed out".to_owned(),
+                                }),
+                                Ok(Err(e)) => Err(ActError::Store(e)),
+                                // The run ended before the answer landed.
+                                Err(_) => Err(ActError::Ended(id.to_owned())),
+                            }
+                        }
+                        Err(_) => Err(ActError::NotWaiting {
+                            run: id.to_owned(),
+                            step: path.to_owned(),
+                            state: describe_leaf(&live.task.drive, path),
+                        }),
+                    };
+                }
+            }
+            // Parked or being loaded: it has a cell soon.
+            if lock(&self.admission).known.contains(id) && std::time::Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(10));
+                continue;
+            }
+            break;
+        }
+        self.act_in_store(id, path, answer)
+    }
+
+    /// [`Core::act`] for a run that is not in memory.
+    fn act_in_store(
+        self: &Arc<Self>,
+        id: &str,
+        path: &str,
+        answer: &Answer,
+    ) -> Result<(), ActError> {
+        let store = &self.launcher.store;
+        let run = store
+            .run(id)?
+            .ok_or_else(|| ActError::NotFound(id.to_owned()))?;
+        if run.state.is_terminal() {
+            return Err(ActError::Ended(id.to_owned()));
+        }
+        let mut leaf = crate::drive::Leaf::default();
+        let mut seen = false;
+        for record in store.steps(id)? {
+            if record.path == path {
+                leaf.apply(&record);
+                seen = true;
+            }
+        }
+        if !seen || !leaf.awaiting {
+            let state = if !seen {
+                "not reached (or not an `await` step)".to_owned()
+            } else {
+                crate::drive::leaf_state(&leaf)
+            };
+            return Err(ActError::NotWaiting {
+                run: id.to_owned(),
+                step: path.to_owned(),
+                state,
+            });
+        }
+        let record = answer.record(id, path, &leaf, self.clock.now());
+        match self.commits.commit(Write::Act {
+            run: id.to_owned(),
+            record: Box::new(record),
+            timer: leaf.timer,
+            now: self.clock.now(),
+        }) {
+            Ok(()) => {
+                self.enqueue(Work::Wake(id.to_owned()));
+                Ok(())
+            }
+            Err(StoreError::TimerGone(_)) => Err(ActError::NotWaiting {
+                run: id.to_owned(),
+                step: path.to_owned(),
+                state: "timed out".to_owned(),
+            }),
+            Err(StoreError::RunEnded(_)) => Err(ActError::Ended(id.to_owned())),
+            Err(StoreError::Conflict(message)) => Err(ActError::Busy(message)),
+            Err(e) => Err(ActError::Store(e)),
+        }
+    }
+}
+
+/// Where the leaf at `path` of a resident run is, for an answer that
+/// cannot be taken.
+fn describe_leaf(drive: &Drive, path: &str) -> String {
+    match drive.results.get(path) {
+        None => "not reached (or not an `await` step)".to_owned(),
+        Some(_) if drive.busy.contains(path) && !drive.awaits.contains(path) => {
+            "being answered".to_owned()
+        }
+        Some(leaf) => crate::drive::leaf_state(leaf),
+    }
+}

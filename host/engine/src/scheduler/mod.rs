@@ -1,0 +1,263 @@
+//! Worker threads that drive runs, one step attempt at a time per worker.
+//!
+//! A resident run is a cell: its [`Drive`], the attempts that finished and
+//! wait for their commit, and whether a commit is in flight. Work on the
+//! ready queue is either "advance this run" or "run this attempt". To
+//! advance a run, a worker commits its oldest finished attempt or, when
+//! there is none, plans it: every ready call becomes an attempt on the
+//! queue, so the branches of a `parallel` run on several workers at once.
+//! A run has at most one commit in flight, and is not planned while it has
+//! one; attempts that finish meanwhile wait their turn. The commit goes to
+//! the group commit with a callback, and the worker moves on at once; the
+//! callback advances the run again (or delays a leaf for its retry, or
+//! answers the run's handle). No thread waits for a sync, and no thread
+//! belongs to a run.
+//!
+//! Admission: at most `max_resident` runs are in the scheduler's hands at
+//! once. A run started (or resumed) beyond that is parked, in arrival order;
+//! its record is already durable. When a resident run ends, the oldest
+//! parked run is admitted. A resident run is never evicted.
+
+mod admission;
+mod children;
+mod commit;
+mod control;
+mod timers;
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::SyncSender;
+use std::sync::{Arc, Condvar, Mutex, PoisonError, Weak};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use weft_core::clock::Clock;
+use weft_core::lock;
+use weft_store::{GroupCommit, RunRecord, StoreError, TimerRecord};
+
+use super::Observer;
+use super::drive::{Attempt, Drive, Finished};
+use super::launch::Launcher;
+
+use admission::Admission;
+
+/// A run, before it is admitted.
+pub(super) struct Task {
+    pub(super) drive: Drive,
+    pub(super) observer: Box<dyn Observer + Send>,
+    pub(super) done: SyncSender<Result<RunRecord, StoreError>>,
+    /// Alive while someone holds the run's handle: a suspended run keeps
+    /// its observer and answer only then.
+    pub(super) alive: Weak<()>,
+}
+
+/// A suspended run's observer and answer, kept for its handle.
+type Sleeper = (
+    Box<dyn Observer + Send>,
+    SyncSender<Result<RunRecord, StoreError>>,
+    Weak<()>,
+);
+
+/// A resident run.
+struct Live {
+    task: Task,
+    /// Attempts that ran and wait for their commit, oldest first.
+    finished: VecDeque<Finished>,
+    /// A commit of this run is in flight: nothing else is committed or
+    /// planned until it is answered.
+    committing: bool,
+    /// The run ended (or its store failed): what finishes late is dropped.
+    closed: bool,
+}
+
+type Cell = Arc<Mutex<Live>>;
+
+/// An attempt waiting for a child run, and its run.
+type Waiting = (Cell, Box<Attempt>);
+
+enum Work {
+    /// Commit what finished, or start what is ready.
+    Advance(Cell),
+    /// Run one attempt.
+    Call(Cell, Box<Attempt>),
+    /// Wait for the child run an attempt started.
+    Watch(Cell, Box<Attempt>),
+    /// A child run ended: end the waits on it.
+    ChildEnded(Box<RunRecord>),
+    /// A timer is due.
+    Fire(Box<TimerRecord>),
+    /// Bring a run that a timer woke back into memory.
+    Wake(String),
+}
+
+/// Work to do. Timer fires go first: a fire is one small commit, and its
+/// lag should not grow with the work its wakes bring.
+#[derive(Default)]
+struct Queues {
+    fires: VecDeque<Work>,
+    other: VecDeque<Work>,
+}
+
+/// What the engine, its workers and the commit callbacks share.
+pub(super) struct Core {
+    pub(super) launcher: Arc<Launcher>,
+    admission: Mutex<Admission>,
+    /// Attempts waiting for a child run, by the child's id.
+    watchers: Mutex<HashMap<String, Vec<Waiting>>>,
+    pub(super) commits: GroupCommit,
+    pub(super) clock: Arc<dyn Clock>,
+    ready: Mutex<Queues>,
+    ready_wake: Condvar,
+    /// Resident runs by id, for timer fires.
+    cells: Mutex<HashMap<String, Cell>>,
+    /// Armed timers, `(due, id)`, soonest first: 16 bytes each.
+    timers: Mutex<BinaryHeap<Reverse<(u64, u64)>>>,
+    timers_wake: Condvar,
+    /// Suspended runs whose handle someone holds.
+    sleepers: Mutex<HashMap<String, Sleeper>>,
+    stopping: AtomicBool,
+    /// Wakes threads that pause between rounds (the cron thread) on stop.
+    pauses: Mutex<()>,
+    pauses_wake: Condvar,
+    /// When measuring: each durable fire's lag behind its due time, in
+    /// microseconds of the system clock.
+    fire_lags: Option<Mutex<Vec<i64>>>,
+    /// Bumped after every commit that carries messages, for whoever
+    /// delivers them.
+    pub(super) messages: Arc<weft_core::Signal>,
+}
+
+impl Core {
+    pub(super) fn new(
+        launcher: Arc<Launcher>,
+        commits: GroupCommit,
+        max_resident: usize,
+        measure_fires: bool,
+    ) -> Self {
+        let clock = Arc::clone(&launcher.clock);
+        Self {
+            fire_lags: measure_fires.then(|| Mutex::new(Vec::new())),
+            launcher,
+            admission: Mutex::new(Admission {
+                resident: 0,
+                max: max_resident.max(1),
+                parked: VecDeque::new(),
+                known: HashSet::new(),
+            }),
+            watchers: Mutex::new(HashMap::new()),
+            commits,
+            clock,
+            ready: Mutex::new(Queues::default()),
+            ready_wake: Condvar::new(),
+            cells: Mutex::new(HashMap::new()),
+            timers: Mutex::new(BinaryHeap::new()),
+            timers_wake: Condvar::new(),
+            sleepers: Mutex::new(HashMap::new()),
+            stopping: AtomicBool::new(false),
+            pauses: Mutex::new(()),
+            pauses_wake: Condvar::new(),
+            messages: Arc::default(),
+        }
+    }
+
+    /// Starts `workers` workers and the timer thread.
+    pub(super) fn start(self: &Arc<Self>, workers: usize) -> std::io::Result<Vec<JoinHandle<()>>> {
+        let mut threads = Vec::with_capacity(workers + 1);
+        for n in 0..workers.max(1) {
+            let core = Arc::clone(self);
+            threads.push(
+                std::thread::Builder::new()
+                    .name(format!("weft-worker-{n}"))
+                    .stack_size(8 << 20)
+                    .spawn(move || core.work())?,
+            );
+        }
+        let core = Arc::clone(self);
+        threads.push(
+            std::thread::Builder::new()
+                .name("weft-timers".to_owned())
+                .spawn(move || core.run_timers())?,
+        );
+        Ok(threads)
+    }
+
+    /// Asks every thread to stop; queued runs are dropped, and their
+    /// handles answer [`StoreError::Closed`].
+    pub(super) fn stop(&self) {
+        self.stopping.store(true, Ordering::SeqCst);
+        let _ready = lock(&self.ready);
+        self.ready_wake.notify_all();
+        drop(_ready);
+        let _timers = lock(&self.timers);
+        self.timers_wake.notify_all();
+        drop(_timers);
+        let _pauses = lock(&self.pauses);
+        self.pauses_wake.notify_all();
+    }
+
+    pub(super) fn is_stopping(&self) -> bool {
+        self.stopping.load(Ordering::SeqCst)
+    }
+
+    /// Waits `wait`, or until the engine stops.
+    pub(super) fn pause(&self, wait: Duration) {
+        let pauses = lock(&self.pauses);
+        if self.is_stopping() {
+            return;
+        }
+        let _ = self
+            .pauses_wake
+            .wait_timeout(pauses, wait)
+            .unwrap_or_else(PoisonError::into_inner);
+    }
+
+    fn enqueue(&self, work: Work) {
+        let mut ready = lock(&self.ready);
+        match work {
+            Work::Fire(_) => ready.fires.push_back(work),
+            work => ready.other.push_back(work),
+        }
+        drop(ready);
+        self.ready_wake.notify_one();
+    }
+
+    fn next(&self) -> Option<Work> {
+        let mut ready = lock(&self.ready);
+        loop {
+            if self.stopping.load(Ordering::SeqCst) {
+                return None;
+            }
+            if let Some(work) = ready.fires.pop_front().or_else(|| ready.other.pop_front()) {
+                return Some(work);
+            }
+            ready = self
+                .ready_wake
+                .wait(ready)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+
+    fn work(self: Arc<Self>) {
+        while let Some(work) = self.next() {
+            match work {
+                Work::Advance(cell) => self.advance(&cell),
+                Work::Watch(cell, attempt) => self.watch(cell, attempt),
+                Work::Wake(id) => self.wake(&id),
+                Work::Fire(timer) => self.fire(*timer),
+                Work::ChildEnded(child) => self.child_ended(&child),
+                Work::Call(cell, attempt) => {
+                    let finished = attempt.run(self.clock.as_ref());
+                    {
+                        let mut live = lock(&cell);
+                        if live.closed {
+                            continue;
+                        }
+                        live.finished.push_back(finished);
+                    }
+                    self.advance(&cell);
+                }
+            }
+        }
+    }
+}

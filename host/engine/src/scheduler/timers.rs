@@ -1,0 +1,181 @@
+//! Timers: arming them, the timer thread that finds them due, and their
+//! fires.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, PoisonError};
+use std::time::Duration;
+
+use weft_core::lock;
+use weft_store::{StoreError, TimerKind, TimerRecord, Write};
+
+use super::{Core, Work};
+
+/// How often waits on child runs are checked against the store.
+const WATCH_POLL: Duration = Duration::from_secs(1);
+
+impl Core {
+    /// Arms the timer `(due, id)`: when it is due, a worker fires it. Arming
+    /// one twice is harmless: a fire needs the timer's row.
+    pub(super) fn arm(&self, key: (u64, u64)) {
+        lock(&self.timers).push(Reverse(key));
+        self.timers_wake.notify_one();
+    }
+
+    /// Arms many timers at once (a host's start).
+    pub(crate) fn arm_all(&self, keys: Vec<(u64, u64)>) {
+        // Heapified in place: no copy of a million keys.
+        let mut more: BinaryHeap<Reverse<(u64, u64)>> =
+            keys.into_iter().map(Reverse).collect::<Vec<_>>().into();
+        lock(&self.timers).append(&mut more);
+        self.timers_wake.notify_one();
+    }
+
+    /// How many timers are armed.
+    pub(crate) fn armed(&self) -> usize {
+        lock(&self.timers).len()
+    }
+
+    /// Fires timer `key`: through its run's cell when the run is resident
+    /// (the fire commits as the leaf's result, or, for a retry delay, as
+    /// the timer's removal); otherwise in the store, then the run is woken.
+    /// The timer's row decides: a fire that finds it gone does nothing.
+    pub(super) fn fire(self: &Arc<Self>, timer: TimerRecord) {
+        let cell = lock(&self.cells).get(&timer.run).cloned();
+        if let Some(cell) = cell {
+            let mut live = lock(&cell);
+            if !live.closed {
+                if timer.timer.kind == TimerKind::Retry {
+                    // Firing: the leaf no longer counts as waiting, so the
+                    // run cannot suspend before the fire lands.
+                    live.task.drive.timers.remove(&timer.path);
+                    drop(live);
+                    let core = Arc::clone(self);
+                    let write = Write::FireTimer(timer.timer, self.clock.now());
+                    self.commits.submit(
+                        write,
+                        Box::new(move |outcome| {
+                            let mut live = lock(&cell);
+                            if live.closed {
+                                if outcome.is_ok() {
+                                    core.enqueue(Work::Wake(timer.run));
+                                }
+                                return;
+                            }
+                            match outcome {
+                                Ok(()) | Err(StoreError::TimerGone(_)) => {
+                                    let drive = &mut live.task.drive;
+                                    drive.busy.remove(&timer.path);
+                                    if let Some(leaf) = drive.results.get_mut(&timer.path) {
+                                        leaf.timer = None;
+                                    }
+                                    core.enqueue(Work::Advance(Arc::clone(&cell)));
+                                }
+                                Err(e) => core.finish(&mut live, Err(e)),
+                            }
+                        }),
+                    );
+                } else {
+                    if let Some(finished) = live.task.drive.fired(&timer) {
+                        live.finished.push_back(finished);
+                    }
+                    drop(live);
+                    self.advance(&cell);
+                }
+                return;
+            }
+        }
+        // Parked or being loaded: its timers are armed again when it is
+        // taken in.
+        if lock(&self.admission).known.contains(&timer.run) {
+            return;
+        }
+        let core = Arc::clone(self);
+        let run = timer.run.clone();
+        self.commits.submit(
+            Write::FireTimer(timer.timer, self.clock.now()),
+            Box::new(move |outcome| match outcome {
+                Ok(()) => {
+                    core.fired(timer.timer.due);
+                    core.enqueue(Work::Wake(run));
+                }
+                Err(StoreError::TimerGone(_)) => {}
+                Err(e) => tracing::error!(%run, "cannot fire a timer: {e}"),
+            }),
+        );
+    }
+
+    /// Notes a durable fire's lag, when measuring.
+    pub(super) fn fired(&self, due: weft_core::clock::Timestamp) {
+        if let Some(lags) = &self.fire_lags {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX));
+            let due = i64::try_from(due.as_millis()).unwrap_or(i64::MAX) * 1000;
+            lock(lags).push(now - due);
+        }
+    }
+
+    /// The fire lags noted so far, taken.
+    pub(crate) fn take_fire_lags(&self) -> Vec<i64> {
+        self.fire_lags
+            .as_ref()
+            .map(|lags| std::mem::take(&mut *lock(lags)))
+            .unwrap_or_default()
+    }
+
+    /// Timer `key` is due: a deadline fires here, on the timer thread,
+    /// since every worker may be inside a long guest call that it is to
+    /// interrupt; other timers go to the workers, ahead of other work.
+    fn due(self: &Arc<Self>, key: (u64, u64)) {
+        match self.launcher.store.timer(key) {
+            Ok(Some(timer)) if timer.timer.kind == TimerKind::Deadline => self.fire(timer),
+            Ok(Some(timer)) => self.enqueue(Work::Fire(Box::new(timer))),
+            Ok(None) => {}
+            Err(e) => tracing::error!(timer = key.1, "cannot read a due timer: {e}"),
+        }
+    }
+
+    /// The timer thread: each due timer to [`Core::due`]. It reads the
+    /// injected clock; a simulated clock is polled every millisecond.
+    pub(super) fn run_timers(self: Arc<Self>) {
+        let mut timers = lock(&self.timers);
+        let mut polled = std::time::Instant::now();
+        loop {
+            if self.stopping.load(Ordering::SeqCst) {
+                return;
+            }
+            if polled.elapsed() >= WATCH_POLL {
+                drop(timers);
+                self.poll_watches();
+                polled = std::time::Instant::now();
+                timers = lock(&self.timers);
+            }
+            let now = self.clock.now().as_millis();
+            match timers.peek().map(|Reverse(key)| *key) {
+                Some(key) if key.0 <= now => {
+                    timers.pop();
+                    drop(timers);
+                    self.due(key);
+                    timers = lock(&self.timers);
+                }
+                Some((due, _)) => {
+                    let wait = self.clock.real_wait(due - now).min(Duration::from_secs(1));
+                    timers = self
+                        .timers_wake
+                        .wait_timeout(timers, wait)
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .0;
+                }
+                None => {
+                    timers = self
+                        .timers_wake
+                        .wait_timeout(timers, WATCH_POLL)
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .0;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,285 @@
+//! Cron triggers: when a workflow starts by itself. A spec is what a
+//! workflow's `on: schedule:` (or `weft schedules add`) says; it is kept
+//! as written in the trigger's row and compiled where it is used.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use chrono::{LocalResult, TimeZone, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use weft_core::clock::Timestamp;
+
+/// The most missed fires `catch_up: all` starts.
+pub const MAX_CATCH_UP: u32 = 1_000;
+
+/// A cron trigger, as written.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScheduleSpec {
+    /// The trigger's name within its workflow; `cron-<n>` (its position,
+    /// from 1) when not given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// Six fields, seconds first: `sec min hour day-of-month month
+    /// day-of-week` (a seventh, the year, is allowed).
+    pub cron: String,
+    /// An IANA time zone (`Europe/Berlin`); UTC when not given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timezone: Option<String>,
+    /// Each fire starts its run up to this much later (`30s`), by an
+    /// amount fixed for that fire, so that many triggers do not start at
+    /// once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jitter: Option<String>,
+    /// The started run's input.
+    #[serde(default)]
+    pub input: Value,
+    /// What a fire does while the trigger's previous run is still running.
+    #[serde(default)]
+    pub overlap: Overlap,
+    /// What happens to fires missed while no host was running.
+    #[serde(default)]
+    pub catch_up: CatchUp,
+    /// For `catch_up: all`: at most this many missed fires are started,
+    /// the latest ones (default 100, at most 1,000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub catch_up_limit: Option<u32>,
+}
+
+/// What a fire does while the previous run is still running.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Overlap {
+    /// The fire starts nothing.
+    #[default]
+    Skip,
+    /// The fire is kept, one at most, and starts when the previous run
+    /// ends.
+    BufferOne,
+    /// The previous run is cancelled, and the fire starts a new one.
+    CancelPrevious,
+    /// The fire starts a run anyway.
+    Allow,
+}
+
+/// What happens to fires missed while no host was running.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CatchUp {
+    /// Each missed fire starts a run (the latest `catch_up_limit`).
+    All,
+    /// The latest missed fire starts one run.
+    #[default]
+    One,
+    /// Missed fires start nothing.
+    None,
+}
+
+/// A spec, checked and compiled.
+#[derive(Debug, Clone)]
+pub struct Schedule {
+    /// As written.
+    pub spec: ScheduleSpec,
+    cron: cron::Schedule,
+    timezone: chrono_tz::Tz,
+    jitter: Duration,
+}
+
+impl ScheduleSpec {
+    /// Checks and compiles the spec; the error names the field.
+    pub fn compile(&self) -> Result<Schedule, String> {
+        let fields = self.cron.split_whitespace().count();
+        if !(6..=7).contains(&fields) {
+            return Err(format!(
+                "cron: `{}` has {fields} fields; weft's cron has six, seconds first \
+                 (`0 */5 * * * *` is every five minutes)",
+                self.cron
+            ));
+        }
+        let cron = cron::Schedule::from_str(&self.cron)
+            .map_err(|e| format!("cron: `{}` is not a cron expression: {e}", self.cron))?;
+        let timezone = match &self.timezone {
+            None => chrono_tz::UTC,
+            Some(name) => name.parse::<chrono_tz::Tz>().map_err(|_| {
+                format!("timezone: `{name}` is not an IANA time zone such as `Europe/Berlin`")
+            })?,
+        };
+        let jitter = match &self.jitter {
+            None => Duration::ZERO,
+            Some(text) => humantime::parse_duration(text)
+                .map_err(|e| format!("jitter: `{text}` is not a duration such as `30s`: {e}"))?,
+        };
+        if let Some(id) = &self.id {
+            crate::check_id(id).map_err(|m| format!("id: {m}"))?;
+        }
+        if let Some(limit) = self.catch_up_limit
+            && !(1..=MAX_CATCH_UP).contains(&limit)
+        {
+            return Err(format!(
+                "catch_up_limit: must be from 1 to {MAX_CATCH_UP}, not {limit}"
+            ));
+        }
+        if cron.upcoming(timezone).next().is_none() {
+            return Err(format!("cron: `{}` never fires again", self.cron));
+        }
+        Ok(Schedule {
+            spec: self.clone(),
+            cron,
+            timezone,
+            jitter,
+        })
+    }
+}
+
+impl Schedule {
+    /// The first fire strictly after `after`, or `None` if there is none.
+    ///
+    /// Fire times are wall-clock times in the trigger's time zone. Across
+    /// a daylight-saving change, a time that does not exist (the clocks
+    /// jump over it) does not fire that day, and a time that happens twice
+    /// (the clocks go back) fires once, the first time.
+    pub fn next_after(&self, after: Timestamp) -> Option<Timestamp> {
+        let millis = i64::try_from(after.as_millis()).ok()?;
+        let start = Utc
+            .timestamp_millis_opt(millis)
+            .single()?
+            .with_timezone(&self.timezone);
+        self.cron
+            .after(&start)
+            .find(
+                |candidate| match self.timezone.from_local_datetime(&candidate.naive_local()) {
+                    LocalResult::Ambiguous(first, _) => first == *candidate,
+                    _ => true,
+                },
+            )
+            .and_then(|next| u64::try_from(next.timestamp_millis()).ok())
+            .map(Timestamp)
+    }
+
+    /// How long after its due time the fire due at `due` starts: fixed
+    /// for that fire (so a restart agrees), below the jitter.
+    pub fn jitter_for(&self, key: &str, due: Timestamp) -> Duration {
+        let jitter = u64::try_from(self.jitter.as_millis()).unwrap_or(u64::MAX);
+        if jitter == 0 {
+            return Duration::ZERO;
+        }
+        // FNV-1a over the trigger and the fire time.
+        let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+        for byte in key.bytes().chain(due.as_millis().to_le_bytes()) {
+            hash ^= u64::from(byte);
+            hash = hash.wrapping_mul(0x0100_0000_01b3);
+        }
+        Duration::from_millis(hash % jitter)
+    }
+
+    /// The most missed fires `catch_up: all` starts.
+    pub fn catch_up_limit(&self) -> u32 {
+        self.spec.catch_up_limit.unwrap_or(100)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(text: &str) -> Timestamp {
+        let time = humantime::parse_rfc3339(text).unwrap();
+        Timestamp(
+            u64::try_from(
+                time.duration_since(std::time::UNIX_EPOCH)
+                    .unwrap()
+                    .as_millis(),
+            )
+            .unwrap(),
+        )
+    }
+
+    fn written(cron: &str, timezone: Option<&str>) -> ScheduleSpec {
+        ScheduleSpec {
+            id: None,
+            cron: cron.to_owned(),
+            timezone: timezone.map(str::to_owned),
+            jitter: None,
+            input: Value::Null,
+            overlap: Overlap::default(),
+            catch_up: CatchUp::default(),
+            catch_up_limit: None,
+        }
+    }
+
+    fn spec(cron: &str, timezone: Option<&str>) -> Schedule {
+        written(cron, timezone).compile().unwrap()
+    }
+
+    #[test]
+    fn fires_follow_the_seconds_field() {
+        let every_5s = spec("*/5 * * * * *", None);
+        assert_eq!(
+            every_5s.next_after(at("2026-11-30T10:00:03Z")),
+            Some(at("2026-11-30T10:00:05Z"))
+        );
+        assert_eq!(
+            every_5s.next_after(at("2026-11-30T10:00:05Z")),
+            Some(at("2026-11-30T10:00:10Z"))
+        );
+    }
+
+    #[test]
+    fn a_skipped_wall_time_does_not_fire_and_a_repeated_one_fires_once() {
+        // Europe/Berlin: 2026-03-29 02:00 CET jumps to 03:00 CEST; 2026-10-25
+        // 03:00 CEST goes back to 02:00 CET.
+        let daily = spec("0 30 2 * * *", Some("Europe/Berlin"));
+        assert_eq!(
+            daily.next_after(at("2026-03-28T12:00:00Z")),
+            Some(at("2026-03-30T00:30:00Z")),
+            "02:30 does not exist on March 29"
+        );
+        let first = daily.next_after(at("2026-10-24T12:00:00Z")).unwrap();
+        assert_eq!(first, at("2026-10-25T00:30:00Z"), "02:30 CEST");
+        assert_eq!(
+            daily.next_after(first),
+            Some(at("2026-10-26T01:30:00Z")),
+            "not again at 02:30 CET"
+        );
+        // An hourly trigger fires on each wall-clock hour once, the
+        // repeated 02:00 included: 01:00 to 22:00 local, 22 fires.
+        let hourly = spec("0 0 * * * *", Some("Europe/Berlin"));
+        let mut t = at("2026-10-24T22:00:00Z");
+        let mut fires = Vec::new();
+        while let Some(next) = hourly.next_after(t) {
+            if next >= at("2026-10-25T22:00:00Z") {
+                break;
+            }
+            fires.push(next);
+            t = next;
+        }
+        assert_eq!(fires.len(), 22);
+        assert!(fires.contains(&at("2026-10-25T00:00:00Z")), "02:00 CEST");
+        assert!(!fires.contains(&at("2026-10-25T01:00:00Z")), "02:00 CET");
+    }
+
+    #[test]
+    fn bad_specs_name_their_field() {
+        let bad =
+            |cron: &str, timezone: Option<&str>| written(cron, timezone).compile().unwrap_err();
+        assert!(bad("*/5 * * * *", None).starts_with("cron: `*/5 * * * *` has 5 fields"));
+        assert!(bad("0 0 25 * * *", None).starts_with("cron:"));
+        assert!(bad("0 0 * * * *", Some("Mars/Olympus")).starts_with("timezone:"));
+    }
+
+    #[test]
+    fn jitter_is_fixed_per_fire_and_below_its_bound() {
+        let mut schedule = spec("* * * * * *", None);
+        schedule.jitter = Duration::from_secs(10);
+        let due = at("2026-11-30T10:00:00Z");
+        let a = schedule.jitter_for("wf/t", due);
+        assert_eq!(a, schedule.jitter_for("wf/t", due));
+        assert!(a < Duration::from_secs(10));
+        let spread: std::collections::HashSet<_> = (0..50)
+            .map(|i| schedule.jitter_for("wf/t", Timestamp(due.as_millis() + i * 1000)))
+            .collect();
+        assert!(spread.len() > 10, "{spread:?}");
+    }
+}

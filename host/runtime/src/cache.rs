@@ -1,0 +1,149 @@
+//! Compiled code on disk, keyed by component digest and engine configuration.
+//!
+//! Each entry is the serialized component followed by the SHA-256 of those
+//! bytes. An entry is written to a temporary file, synced, then renamed into
+//! place, so a reader sees a whole entry or none; concurrent writers of one
+//! key race harmlessly (last rename wins, both are whole). A torn or corrupt
+//! entry fails its checksum, is reported, and is rebuilt; it is never loaded.
+//!
+//! Trust: loading an entry runs native code that this host compiled. The
+//! cache directory must be writable only by whoever may run the host.
+
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use sha2::{Digest as _, Sha256};
+use wasmtime::component::Component;
+
+use weft_core::Digest;
+
+const CHECKSUM_LEN: usize = 32;
+
+/// Where a plugin's compiled code came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CodeSource {
+    /// Compiled now (no cache, a cache miss, or a rebuilt bad entry).
+    Compiled,
+    /// Loaded from the on-disk cache.
+    Cache,
+}
+
+#[derive(Debug)]
+pub(super) struct CodeCache {
+    dir: PathBuf,
+    engine_key: u64,
+}
+
+impl CodeCache {
+    /// Opens (creating if needed) the cache in `dir` for `engine`'s settings.
+    pub(super) fn open(dir: &Path, engine: &wasmtime::Engine) -> std::io::Result<Self> {
+        std::fs::create_dir_all(dir)?;
+        let mut hasher = DefaultHasher::new();
+        engine.precompile_compatibility_hash().hash(&mut hasher);
+        Ok(Self {
+            dir: dir.to_owned(),
+            engine_key: hasher.finish(),
+        })
+    }
+
+    fn path_for(&self, digest: &Digest) -> PathBuf {
+        self.dir
+            .join(format!("{}-{:016x}.cwasm", digest.hex(), self.engine_key))
+    }
+
+    /// Returns the compiled component for `bytes`, from the cache when a
+    /// whole, matching entry is there, else by compiling and storing it.
+    /// Blocking: reads and writes files, and compiling can take seconds.
+    pub(super) fn get_or_compile(
+        &self,
+        engine: &wasmtime::Engine,
+        digest: &Digest,
+        bytes: &[u8],
+    ) -> wasmtime::Result<(Component, CodeSource)> {
+        let path = self.path_for(digest);
+        match std::fs::read(&path) {
+            Ok(entry) => match verified_body(&entry) {
+                // SAFETY: the body was written by `store` below from
+                // `Component::serialize` on an engine with the same
+                // compatibility hash (it is part of the file name), and its
+                // checksum matches, so it is the bytes that were written.
+                // wasmtime also checks the header against this engine.
+                Some(body) => match unsafe { Component::deserialize(engine, body) } {
+                    Ok(component) => return Ok((component, CodeSource::Cache)),
+                    Err(e) => tracing::warn!(
+                        path = %path.display(),
+                        "compiled-code cache entry is unusable, rebuilding it: {e:#}"
+                    ),
+                },
+                None => tracing::warn!(
+                    path = %path.display(),
+                    "compiled-code cache entry fails its checksum, rebuilding it"
+                ),
+            },
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => tracing::warn!(
+                path = %path.display(),
+                "cannot read compiled-code cache entry, compiling instead: {e}"
+            ),
+        }
+        let component = Component::new(engine, bytes)?;
+        match component.serialize() {
+            Ok(body) => {
+                if let Err(e) = self.store(&path, &body) {
+                    tracing::warn!(
+                        path = %path.display(),
+                        "cannot write compiled-code cache entry: {e}"
+                    );
+                }
+            }
+            Err(e) => tracing::warn!("cannot serialize compiled component: {e:#}"),
+        }
+        Ok((component, CodeSource::Compiled))
+    }
+
+    fn store(&self, path: &Path, body: &[u8]) -> std::io::Result<()> {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let tmp = path.with_extension(format!(
+            "tmp.{}.{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        let result = (|| {
+            let mut file = std::fs::File::create(&tmp)?;
+            file.write_all(body)?;
+            file.write_all(&Sha256::digest(body))?;
+            file.sync_all()?;
+            std::fs::rename(&tmp, path)
+        })();
+        if result.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        result
+    }
+}
+
+fn verified_body(entry: &[u8]) -> Option<&[u8]> {
+    let split = entry.len().checked_sub(CHECKSUM_LEN)?;
+    let (body, checksum) = entry.split_at(split);
+    (Sha256::digest(body).as_slice() == checksum).then_some(body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_whole_entries_verify() {
+        let body = b"compiled code".to_vec();
+        let mut entry = body.clone();
+        entry.extend_from_slice(&Sha256::digest(&body));
+        assert_eq!(verified_body(&entry), Some(body.as_slice()));
+        assert_eq!(verified_body(&entry[..entry.len() - 1]), None);
+        let mut flipped = entry.clone();
+        flipped[0] ^= 1;
+        assert_eq!(verified_body(&flipped), None);
+        assert_eq!(verified_body(b"short"), None);
+    }
+}

@@ -1,0 +1,251 @@
+//! The `kv` capability: a workflow's durable key-value space, seen through
+//! the call's own buffered writes.
+//!
+//! The runtime never stores anything. It reads through a [`KvSource`] (the
+//! store, in the engine) and returns the call's writes, and the versions of
+//! the keys it read, in the [`CallOutcome`](super::CallOutcome); the engine
+//! commits them with the step's result, and refuses the commit if a key
+//! read has changed since.
+
+use std::sync::Arc;
+
+use wasmtime::component::{HasSelf, Linker};
+
+use super::bindings;
+use super::sandbox::StepState;
+use weft_core::{KvEffects, Versioned};
+
+/// The longest key.
+pub const MAX_KEY: usize = 1024;
+/// The longest value.
+pub const MAX_VALUE: usize = 1 << 20;
+/// The most keys one call may write.
+pub const MAX_WRITES: usize = 10_000;
+
+/// Where committed key-value data is read from. Blocking.
+pub trait KvSource: Send + Sync + std::fmt::Debug {
+    /// The committed state of `key` in `space`.
+    fn get(&self, space: &str, key: &str) -> Result<Versioned, String>;
+    /// Up to `limit` committed keys of `space` starting with `prefix`, in
+    /// byte order.
+    fn list(&self, space: &str, prefix: &str, limit: usize) -> Result<Vec<String>, String>;
+}
+
+/// A call's access to a key space.
+#[derive(Debug, Clone)]
+pub struct KvAccess {
+    /// The space, such as `workflow/order`.
+    pub space: String,
+    /// Where committed data is read.
+    pub source: Arc<dyn KvSource>,
+}
+
+/// The kv state of one call.
+#[derive(Debug, Default)]
+pub(super) struct KvState {
+    access: Option<KvAccess>,
+    effects: KvEffects,
+    /// Set when a read of committed data failed: the call's view is not
+    /// trustworthy, so the call must fail.
+    pub(super) failed: Option<String>,
+}
+
+impl KvState {
+    pub(super) fn new(access: Option<KvAccess>) -> Self {
+        let space = access.as_ref().map(|a| a.space.clone()).unwrap_or_default();
+        Self {
+            access,
+            effects: KvEffects {
+                space,
+                ..KvEffects::default()
+            },
+            failed: None,
+        }
+    }
+
+    pub(super) fn into_effects(self) -> KvEffects {
+        self.effects
+    }
+
+    fn get(&mut self, key: &str) -> Option<String> {
+        if let Some(write) = self.effects.writes.get(key) {
+            return write.clone();
+        }
+        let access = self.access.as_ref()?;
+        match access.source.get(&access.space, key) {
+            Ok(found) => {
+                self.effects
+                    .reads
+                    .entry(key.to_owned())
+                    .or_insert(found.version);
+                found.value
+            }
+            Err(e) => {
+                self.failed.get_or_insert(e);
+                None
+            }
+        }
+    }
+
+    fn write(&mut self, key: String, value: Option<String>) -> Result<(), String> {
+        if self.access.is_none() {
+            return Err("this step has no key-value space".to_owned());
+        }
+        if key.len() > MAX_KEY {
+            return Err(format!(
+                "the key is {} bytes; the limit is {MAX_KEY}",
+                key.len()
+            ));
+        }
+        if let Some(value) = &value
+            && value.len() > MAX_VALUE
+        {
+            return Err(format!(
+                "the value of `{key}` is {} bytes; the limit is {MAX_VALUE}",
+                value.len()
+            ));
+        }
+        if self.effects.writes.len() >= MAX_WRITES && !self.effects.writes.contains_key(&key) {
+            return Err(format!("a step may write at most {MAX_WRITES} keys"));
+        }
+        self.effects.writes.insert(key, value);
+        Ok(())
+    }
+
+    fn list(&mut self, prefix: &str, limit: usize) -> Vec<String> {
+        let mut keys: std::collections::BTreeSet<String> = match &self.access {
+            // Deleted keys may hide committed ones: ask for enough to fill
+            // the limit after they are taken out.
+            Some(access) => match access.source.list(
+                &access.space,
+                prefix,
+                limit.saturating_add(self.effects.writes.len()),
+            ) {
+                Ok(keys) => keys.into_iter().collect(),
+                Err(e) => {
+                    self.failed.get_or_insert(e);
+                    return Vec::new();
+                }
+            },
+            None => return Vec::new(),
+        };
+        for (key, value) in self.effects.writes.range(prefix.to_owned()..) {
+            if !key.starts_with(prefix) {
+                break;
+            }
+            match value {
+                Some(_) => keys.insert(key.clone()),
+                None => keys.remove(key),
+            };
+        }
+        keys.into_iter().take(limit).collect()
+    }
+}
+
+/// Links `weft:plugin/kv` into `linker`.
+pub(super) fn add_to_linker(linker: &mut Linker<StepState>) -> wasmtime::Result<()> {
+    bindings::weft::plugin::kv::add_to_linker::<StepState, HasSelf<StepState>>(linker, |s| s)
+}
+
+impl bindings::weft::plugin::kv::Host for StepState {
+    fn get(&mut self, key: String) -> Option<String> {
+        self.kv.get(&key)
+    }
+
+    fn set(&mut self, key: String, value: String) -> Result<(), String> {
+        self.kv.write(key, Some(value))
+    }
+
+    fn delete(&mut self, key: String) -> Result<(), String> {
+        self.kv.write(key, None)
+    }
+
+    fn keys(&mut self, prefix: String, limit: u32) -> Vec<String> {
+        self.kv.list(
+            &prefix,
+            usize::try_from(limit).unwrap_or(usize::MAX).min(10_000),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+    use std::sync::Mutex;
+
+    #[derive(Debug, Default)]
+    struct Memory(Mutex<BTreeMap<String, Versioned>>);
+
+    impl KvSource for Memory {
+        fn get(&self, _space: &str, key: &str) -> Result<Versioned, String> {
+            Ok(self.0.lock().unwrap().get(key).cloned().unwrap_or_default())
+        }
+
+        fn list(&self, _space: &str, prefix: &str, limit: usize) -> Result<Vec<String>, String> {
+            Ok(self
+                .0
+                .lock()
+                .unwrap()
+                .keys()
+                .filter(|k| k.starts_with(prefix))
+                .take(limit)
+                .cloned()
+                .collect())
+        }
+    }
+
+    fn state() -> KvState {
+        let memory = Memory::default();
+        for (key, value) in [("a/1", "one"), ("a/2", "two"), ("b", "bee")] {
+            memory.0.lock().unwrap().insert(
+                key.to_owned(),
+                Versioned {
+                    value: Some(value.to_owned()),
+                    version: 3,
+                },
+            );
+        }
+        KvState::new(Some(KvAccess {
+            space: "s".to_owned(),
+            source: Arc::new(memory),
+        }))
+    }
+
+    #[test]
+    fn reads_see_the_calls_own_writes_and_record_versions() {
+        let mut kv = state();
+        assert_eq!(kv.get("a/1").as_deref(), Some("one"));
+        kv.write("a/1".to_owned(), Some("uno".to_owned())).unwrap();
+        assert_eq!(kv.get("a/1").as_deref(), Some("uno"));
+        kv.write("a/2".to_owned(), None).unwrap();
+        assert_eq!(kv.get("a/2"), None);
+        assert_eq!(kv.get("zz"), None);
+        kv.write("a/3".to_owned(), Some("three".to_owned()))
+            .unwrap();
+        assert_eq!(kv.list("a/", 10), ["a/1", "a/3"]);
+        assert_eq!(kv.list("a/", 1), ["a/1"]);
+        let effects = kv.into_effects();
+        assert_eq!(
+            effects.reads,
+            BTreeMap::from([("a/1".to_owned(), 3), ("zz".to_owned(), 0)])
+        );
+        assert_eq!(effects.writes.len(), 3);
+    }
+
+    #[test]
+    fn limits_are_enforced_with_a_clear_error() {
+        let mut kv = state();
+        let e = kv
+            .write("k".repeat(MAX_KEY + 1), Some(String::new()))
+            .unwrap_err();
+        assert!(e.contains("the limit is 1024"), "{e}");
+        let e = kv
+            .write("k".to_owned(), Some("v".repeat(MAX_VALUE + 1)))
+            .unwrap_err();
+        assert!(e.contains("the limit is 1048576"), "{e}");
+        let mut none = KvState::new(None);
+        assert!(none.write("k".to_owned(), None).is_err());
+        assert_eq!(none.get("k"), None);
+    }
+}

@@ -1,0 +1,91 @@
+//! The `outbox` capability: messages a call emits, buffered and returned in
+//! the [`CallOutcome`](super::CallOutcome); the engine commits them with
+//! the step's result, only if the step succeeds.
+
+use wasmtime::component::{HasSelf, Linker};
+
+use super::bindings;
+use super::sandbox::StepState;
+use weft_core::Emission;
+use weft_core::names::check_name;
+
+/// The largest payload.
+pub const MAX_PAYLOAD: usize = 1 << 20;
+/// The most messages one call may emit.
+pub const MAX_MESSAGES: usize = 10_000;
+
+/// The messages of one call.
+#[derive(Debug, Default)]
+pub(super) struct OutboxState {
+    pub(super) emitted: Vec<Emission>,
+}
+
+impl OutboxState {
+    /// Buffers one message; its id is returned to the guest.
+    pub(super) fn emit(&mut self, channel: String, payload: &str) -> Result<String, String> {
+        check_name("channel", &channel)?;
+        if payload.len() > MAX_PAYLOAD {
+            return Err(format!(
+                "the payload is {} bytes; the limit is {MAX_PAYLOAD}",
+                payload.len()
+            ));
+        }
+        if self.emitted.len() >= MAX_MESSAGES {
+            return Err(format!("a step may emit at most {MAX_MESSAGES} messages"));
+        }
+        let payload =
+            serde_json::from_str(payload).map_err(|e| format!("the payload is not JSON: {e}"))?;
+        let id = uuid::Uuid::now_v7().to_string();
+        self.emitted.push(Emission {
+            id: id.clone(),
+            channel,
+            payload,
+        });
+        Ok(id)
+    }
+}
+
+/// Links `weft:plugin/outbox` into `linker`.
+pub(super) fn add_to_linker(linker: &mut Linker<StepState>) -> wasmtime::Result<()> {
+    bindings::weft::plugin::outbox::add_to_linker::<StepState, HasSelf<StepState>>(linker, |s| s)
+}
+
+impl bindings::weft::plugin::outbox::Host for StepState {
+    fn emit(&mut self, channel: String, payload: String) -> Result<String, String> {
+        self.outbox.emit(channel, &payload)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn emits_are_checked_and_kept_in_order() {
+        let mut outbox = OutboxState::default();
+        let a = outbox.emit("orders".to_owned(), r#"{"n":1}"#).unwrap();
+        let b = outbox.emit("orders".to_owned(), "2").unwrap();
+        assert_ne!(a, b);
+        assert!(
+            outbox
+                .emit("bad/name".to_owned(), "1")
+                .unwrap_err()
+                .contains("`/`")
+        );
+        assert!(
+            outbox
+                .emit("orders".to_owned(), "{")
+                .unwrap_err()
+                .contains("not JSON")
+        );
+        let big = format!("\"{}\"", "x".repeat(MAX_PAYLOAD));
+        assert!(
+            outbox
+                .emit("orders".to_owned(), &big)
+                .unwrap_err()
+                .contains("limit")
+        );
+        let ids: Vec<_> = outbox.emitted.iter().map(|e| e.id.clone()).collect();
+        assert_eq!(ids, [a, b]);
+    }
+}

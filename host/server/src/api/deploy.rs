@@ -1,0 +1,238 @@
+//! Deploying: workflows (every deployment a new version) and plugins (the
+//! registry, by digest).
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::{Api, ApiError, blocking};
+use weft_model::{Format, Workflow};
+use weft_store::DeploymentRecord;
+
+use crate::workflows::DeployError;
+
+/// The largest component `POST /v1/plugins` accepts.
+pub const MAX_COMPONENT: usize = 64 << 20;
+
+fn summary(workflow: &Workflow, head: Option<&DeploymentRecord>) -> Value {
+    json!({
+        "id": workflow.id,
+        "version": workflow.version,
+        "description": workflow.description,
+        "steps": workflow.steps.iter().map(|s| s.id.as_str()).collect::<Vec<_>>(),
+        "revision": head.map(|h| h.revision),
+        "digest": head.map(|h| h.digest.as_str()),
+    })
+}
+
+/// A raw body that could not be read: over the limit, or cut short.
+fn unreadable(rejection: BytesRejection) -> ApiError {
+    ApiError::rejected(rejection.status(), rejection.body_text())
+}
+
+fn unknown_workflow(id: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "unknown_workflow",
+        format!("no workflow `{id}` is served here"),
+    )
+}
+
+/// `GET /v1/workflows`: every workflow served, with its newest revision.
+pub(super) async fn list_workflows(State(api): State<Api>) -> Result<Json<Value>, ApiError> {
+    let deployments = Arc::clone(&api.workflows);
+    let listed = blocking(move || {
+        let heads: std::collections::HashMap<String, DeploymentRecord> = deployments
+            .all_versions()?
+            .into_iter()
+            .map(|r| (r.workflow.clone(), r))
+            .collect();
+        let current = deployments.current();
+        Ok::<_, weft_store::StoreError>(
+            current
+                .iter()
+                .map(|wf| summary(wf, heads.get(&wf.id)))
+                .collect::<Vec<_>>(),
+        )
+    })
+    .await??;
+    Ok(Json(json!({ "workflows": listed })))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RevisionQuery {
+    #[serde(default)]
+    revision: Option<u32>,
+}
+
+/// `GET /v1/workflows/{id}`: the served version with its text, and every
+/// version; `?revision=N` shows that version's text instead.
+pub(super) async fn get_workflow(
+    State(api): State<Api>,
+    Path(id): Path<String>,
+    query: Result<Query<RevisionQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let Query(query) = query?;
+    let deployments = Arc::clone(&api.workflows);
+    let asked = id.clone();
+    let (versions, shown) = blocking(move || {
+        let versions = deployments.versions(&asked)?;
+        let revision = match query.revision {
+            Some(revision) => Some(revision),
+            None if deployments.current().get(&asked).is_some() => {
+                versions.last().map(|v| v.revision)
+            }
+            None => None,
+        };
+        let shown = match revision {
+            Some(revision) => deployments.definition(&asked, revision)?,
+            None => None,
+        };
+        Ok::<_, weft_store::StoreError>((versions, shown))
+    })
+    .await??;
+    let served = api.workflows.current().get(&id);
+    let Some((record, definition)) = shown else {
+        return Err(match query.revision {
+            Some(revision) if !versions.is_empty() => ApiError::new(
+                StatusCode::NOT_FOUND,
+                "unknown_revision",
+                format!(
+                    "workflow `{id}` has no revision {revision} (it has 1 to {})",
+                    versions.len()
+                ),
+            ),
+            _ => unknown_workflow(&id),
+        });
+    };
+    let served_revision = served
+        .as_ref()
+        .and_then(|_| versions.last().map(|v| v.revision));
+    Ok(Json(json!({
+        "workflow": {
+            "id": id,
+            "revision": record.revision,
+            "version": record.version,
+            "digest": record.digest,
+            "deployed_at": record.deployed_at,
+            "origin": record.origin,
+            "format": definition.format,
+            "source": definition.source,
+            "served": served_revision == Some(record.revision),
+        },
+        "versions": versions,
+    })))
+}
+
+/// `POST /v1/workflows`: deploys the definition in the body (YAML, or
+/// JSON when the content type says so) as the newest version of its id.
+/// `201` with the new revision; `200` with `unchanged: true` when it is the
+/// version served already. Every `uses:` must resolve now, so a workflow
+/// that cannot start is refused at deployment.
+pub(super) async fn deploy_workflow(
+    State(api): State<Api>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    let body = body.map_err(unreadable)?;
+    let text = std::str::from_utf8(&body)
+        .map_err(|e| ApiError::bad_request(format!("the definition is not UTF-8 text: {e}")))?;
+    if text.trim().is_empty() {
+        return Err(ApiError::bad_request(
+            "the body is empty; send a workflow definition (YAML or JSON)",
+        ));
+    }
+    let is_json = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains("json"));
+    let format = if is_json { Format::Json } else { Format::Yaml };
+    let engine = Arc::clone(&api.engine);
+    let deployments = Arc::clone(&api.workflows);
+    let text = text.to_owned();
+    let deployed =
+        blocking(move || deployments.deploy_checked(&engine, &text, format, "request body"))
+            .await?
+            .map_err(deploy_error)?;
+    let current = api.workflows.current();
+    let served = current
+        .get(&deployed.record.workflow)
+        .ok_or_else(|| ApiError::internal("the deployed workflow is not served"))?;
+    let mut body = json!({ "workflow": summary(&served, Some(&deployed.record)) });
+    if deployed.created {
+        Ok((StatusCode::CREATED, Json(body)))
+    } else {
+        body["unchanged"] = json!(true);
+        Ok((StatusCode::OK, Json(body)))
+    }
+}
+
+/// The answer to a refused deployment.
+fn deploy_error(error: DeployError) -> ApiError {
+    let (status, code) = match error {
+        DeployError::Invalid(_) => (StatusCode::BAD_REQUEST, "invalid_workflow"),
+        DeployError::UnresolvedPlugin { .. } => {
+            (StatusCode::UNPROCESSABLE_ENTITY, "unresolved_plugin")
+        }
+        DeployError::UnknownSubflow { .. } => {
+            (StatusCode::UNPROCESSABLE_ENTITY, "unresolved_subflow")
+        }
+        DeployError::Store(e) => return ApiError::from(e),
+    };
+    ApiError::new(status, code, error.to_string())
+}
+
+/// `GET /v1/plugins`: every plugin in the registry, by name, newest
+/// version first.
+pub(super) async fn list_plugins(State(api): State<Api>) -> Json<Value> {
+    Json(json!({ "plugins": api.engine.plugins().list() }))
+}
+
+/// `POST /v1/plugins`: adds the component in the body to the registry once
+/// it loads (compiled, linked, described). `201`, or `200` with `existing:
+/// true` for bytes that were there already; `400 invalid_component` says
+/// why a component was refused (a missing import is named).
+pub(super) async fn add_plugin(
+    State(api): State<Api>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    let body = body.map_err(unreadable)?;
+    if body.is_empty() {
+        return Err(ApiError::bad_request(
+            "the body is empty; send a component's bytes (application/wasm)",
+        ));
+    }
+    let engine = Arc::clone(&api.engine);
+    let (record, existed) = blocking(move || {
+        let digest = weft_runtime::Digest::of(&body).to_string();
+        let existed = engine.plugins().list().iter().any(|r| r.digest == digest);
+        engine
+            .plugins()
+            .add(&body, "api")
+            .map(|(_, record)| (record, existed))
+            .map_err(|e| {
+                ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    "invalid_component",
+                    format!("the component was refused: it {e}"),
+                )
+            })
+    })
+    .await??;
+    tracing::info!(plugin = %record.name, version = %record.version, digest = %record.digest, "plugin added over the API");
+    if existed {
+        Ok((
+            StatusCode::OK,
+            Json(json!({ "plugin": record, "existing": true })),
+        ))
+    } else {
+        Ok((StatusCode::CREATED, Json(json!({ "plugin": record }))))
+    }
+}

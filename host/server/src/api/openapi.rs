@@ -1,0 +1,264 @@
+//! The OpenAPI 3.1 document of the API, served at `/v1/openapi.json`.
+//! Written by hand, next to the routes; tests check that it names every
+//! route and that every operation it names answers.
+
+use axum::Json;
+use serde_json::{Value, json};
+
+/// A JSON body with `schema`.
+fn body(schema: Value) -> Value {
+    json!({ "required": true, "content": { "application/json": { "schema": schema } } })
+}
+
+/// A JSON answer described by `description`.
+fn answer(description: &str) -> Value {
+    json!({ "description": description, "content": { "application/json": { "schema": { "type": "object" } } } })
+}
+
+/// The error answers every operation may give, with `more`.
+fn responses(ok: (&str, &str), more: &[(&str, &str)]) -> Value {
+    let mut map = serde_json::Map::new();
+    map.insert(ok.0.to_owned(), answer(ok.1));
+    for (status, description) in more {
+        map.insert(
+            (*status).to_owned(),
+            json!({ "description": description, "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Error" } } } }),
+        );
+    }
+    map.insert(
+        "500".to_owned(),
+        json!({ "description": "the store failed", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Error" } } } }),
+    );
+    Value::Object(map)
+}
+
+fn path_param(name: &str, description: &str) -> Value {
+    json!({ "name": name, "in": "path", "required": true, "description": description, "schema": { "type": "string" } })
+}
+
+fn query_param(name: &str, description: &str, kind: &str) -> Value {
+    json!({ "name": name, "in": "query", "required": false, "description": description, "schema": { "type": kind } })
+}
+
+/// The document.
+pub fn spec() -> Value {
+    let run_id = path_param("id", "the run's id");
+    let delivery_id = path_param("id", "the delivery's id");
+    let mut document = json!({
+        "openapi": "3.1.0",
+        "info": {
+            "title": "weft",
+            "version": env!("CARGO_PKG_VERSION"),
+            "description": "The HTTP API of `weft serve`. Every error is `{\"error\": {\"code\", \"message\"}}` with a stable code. Bodies over 4 MiB (64 MiB for `POST /v1/plugins`) get 413 `body_too_large`; malformed JSON, unknown fields and wrong types get 400 `invalid_request` naming the field."
+        },
+        "paths": {
+            "/v1/health": { "get": { "summary": "Health check", "responses": responses(("200", "`{\"status\": \"ok\"}`"), &[]) } },
+            "/v1/openapi.json": { "get": { "summary": "This document", "responses": responses(("200", "the OpenAPI document"), &[]) } },
+            "/v1/workflows": {
+                "get": { "summary": "The workflows served, each with its newest revision and digest", "responses": responses(("200", "`{\"workflows\": [...]}`"), &[]) },
+                "post": {
+                    "summary": "Deploy a workflow definition as the newest version of its id",
+                    "description": "The body is the definition's text: YAML, or JSON when the content type says `json`. Every `uses:` must resolve. New runs start on the new version; runs in flight keep the definition they started with. The version is recorded in the store and served again after a restart.",
+                    "requestBody": { "required": true, "content": { "application/yaml": { "schema": { "type": "string" } }, "application/json": { "schema": { "type": "object" } } } },
+                    "responses": {
+                        "201": answer("`{\"workflow\": {id, version, revision, digest, steps}}`: a new version"),
+                        "200": answer("`{\"workflow\": ..., \"unchanged\": true}`: this text is the version served already"),
+                        "400": { "description": "invalid_request (empty, not UTF-8), invalid_workflow (names the line and the problem)" },
+                        "413": { "description": "body_too_large" },
+                        "422": { "description": "unresolved_plugin (names the step and the plugin), unresolved_subflow (names the step and the workflow)" },
+                        "500": { "description": "store" }
+                    }
+                }
+            },
+            "/v1/workflows/{id}": {
+                "get": {
+                    "summary": "A workflow's served version with its text, and every version deployed",
+                    "parameters": [path_param("id", "the workflow's id"), query_param("revision", "show this version's text instead", "integer")],
+                    "responses": responses(("200", "`{\"workflow\": {id, revision, version, digest, source, served, ...}, \"versions\": [...]}`"), &[("400", "invalid_request"), ("404", "unknown_workflow, unknown_revision")])
+                }
+            },
+            "/v1/plugins": {
+                "get": { "summary": "Every plugin in the registry (name, version, digest, size, schemas), by name, newest first", "responses": responses(("200", "`{\"plugins\": [...]}`"), &[]) },
+                "post": {
+                    "summary": "Add a component to the registry",
+                    "description": "The body is the component's bytes (at most 64 MiB). It is compiled, linked and described before it is added; new runs that `use` its name pick it up when it is the newest version that satisfies them. Runs in flight keep the digests they are pinned to.",
+                    "requestBody": { "required": true, "content": { "application/wasm": { "schema": { "type": "string", "format": "binary" } } } },
+                    "responses": {
+                        "201": answer("`{\"plugin\": {name, version, digest, ...}}`"),
+                        "200": answer("`{\"plugin\": ..., \"existing\": true}`: these bytes were in the registry"),
+                        "400": { "description": "invalid_request (empty), invalid_component (not a component, a contract this host does not speak, an import weft does not provide, named)" },
+                        "413": { "description": "body_too_large" },
+                        "500": { "description": "store" }
+                    }
+                }
+            },
+            "/v1/runs": {
+                "get": {
+                    "summary": "The newest runs, filtered",
+                    "parameters": [
+                        query_param("limit", "at most this many (default 20, at most 1000)", "integer"),
+                        query_param("workflow", "only runs of this workflow", "string"),
+                        query_param("state", "running, succeeded, failed, timed_out or cancelled", "string"),
+                        query_param("since", "created at or after (RFC 3339, or ms since the epoch)", "string"),
+                        query_param("until", "created before (RFC 3339, or ms since the epoch)", "string")
+                    ],
+                    "responses": responses(("200", "`{\"runs\": [...]}`"), &[("400", "invalid_request")])
+                },
+                "post": {
+                    "summary": "Start a run; answers once it is durably recorded",
+                    "requestBody": body(json!({ "$ref": "#/components/schemas/StartRequest" })),
+                    "responses": {
+                        "201": answer("`{\"id\", \"workflow\", \"state\"}`: started"),
+                        "200": answer("`{\"id\", \"workflow\", \"state\", \"existing\": true}`: the run this idempotency key started before"),
+                        "400": { "description": "invalid_request, invalid_input" },
+                        "404": { "description": "unknown_workflow" },
+                        "413": { "description": "body_too_large" },
+                        "422": { "description": "plugin_unavailable, workflow_unavailable" },
+                        "500": { "description": "store" }
+                    }
+                }
+            },
+            "/v1/runs/{id}": { "get": { "summary": "One run and its step records", "parameters": [run_id], "responses": responses(("200", "`{\"run\", \"steps\"}`"), &[("404", "unknown_run")]) } },
+            "/v1/runs/{id}/steps": { "get": { "summary": "A run's step history: each attempt's input, output or error, timing and logs, in commit order", "parameters": [run_id], "responses": responses(("200", "`{\"steps\": [...]}`"), &[("404", "unknown_run")]) } },
+            "/v1/runs/{id}/steps/{step}/actions": {
+                "post": {
+                    "summary": "Answer a waiting `await` step: complete (its output), fail (its error), skip, or cancel the run",
+                    "parameters": [run_id, path_param("step", "the step's path, such as `approve` or `each[2]/approve` (its `/` may stay as it is)")],
+                    "requestBody": body(json!({ "$ref": "#/components/schemas/Action" })),
+                    "responses": responses(("200", "`{\"run\", \"step\", \"action\"}`: durable; the run goes on"), &[("400", "invalid_request"), ("404", "unknown_run"), ("409", "not_waiting (with the step's state), run_ended, run_busy")])
+                }
+            },
+            "/v1/runs/{id}/messages": { "get": { "summary": "The messages a run emitted, with their deliveries", "parameters": [run_id], "responses": responses(("200", "`{\"messages\": [...]}`"), &[("404", "unknown_run")]) } },
+            "/v1/runs/{id}/cancel": { "post": { "summary": "Cancel a run", "parameters": [run_id], "responses": responses(("200", "`{\"id\", \"cancelled\": true}`"), &[("404", "unknown_run"), ("409", "run_ended")]) } },
+            "/v1/schedules": {
+                "get": { "summary": "Every cron trigger, with its next fire", "responses": responses(("200", "`{\"schedules\": [...]}`"), &[]) },
+                "post": {
+                    "summary": "Add a cron trigger to a served workflow",
+                    "requestBody": body(json!({ "type": "object", "required": ["workflow", "schedule"], "additionalProperties": false, "properties": { "workflow": { "type": "string" }, "schedule": { "type": "object", "description": "the fields of `on: schedule:`" } } })),
+                    "responses": responses(("201", "`{\"schedule\"}`"), &[("400", "invalid_request, invalid_schedule"), ("404", "unknown_workflow"), ("409", "schedule_exists")])
+                }
+            },
+            "/v1/schedules/{workflow}/{trigger}/{action}": {
+                "post": {
+                    "summary": "Pause or resume a trigger (`action`: pause or resume)",
+                    "parameters": [path_param("workflow", "the workflow"), path_param("trigger", "the trigger's id"), path_param("action", "pause or resume")],
+                    "responses": responses(("200", "`{\"schedule\"}`"), &[("404", "unknown_schedule, not_found")])
+                }
+            },
+            "/v1/channels/{channel}/events": {
+                "get": {
+                    "summary": "A consumer's deliveries as Server-Sent Events (`event: message`, `id:` the message's seq, `data:` the delivery); ack each with POST /v1/deliveries/{id}/ack. Unacked deliveries are sent again after the subscription's ack_timeout, and on reconnection (with `Last-Event-ID`, those up to it only after their ack_timeout)",
+                    "parameters": [
+                        path_param("channel", "the channel"),
+                        query_param("consumer", "the consumer's name (default `default`); made an SSE subscription on first use; a newer connection replaces an older one", "string"),
+                        { "name": "Last-Event-ID", "in": "header", "required": false, "schema": { "type": "string" } }
+                    ],
+                    "responses": {
+                        "200": { "description": "an event stream", "content": { "text/event-stream": { "schema": { "$ref": "#/components/schemas/Delivery" } } } },
+                        "400": { "description": "invalid_request" },
+                        "409": { "description": "conflict: the name is a webhook subscription" },
+                        "503": { "description": "too_many_streams" }
+                    }
+                }
+            },
+            "/v1/subscriptions": {
+                "get": { "summary": "Subscriptions (webhook secrets not shown)", "parameters": [query_param("channel", "only this channel's", "string")], "responses": responses(("200", "`{\"subscriptions\": [...]}`"), &[("400", "invalid_request")]) },
+                "post": {
+                    "summary": "Subscribe to a channel: an SSE consumer, or a webhook. One with the same key and target is kept",
+                    "requestBody": body(json!({ "$ref": "#/components/schemas/Subscription" })),
+                    "responses": responses(("201", "`{\"subscription\"}`, with the webhook's secret"), &[("400", "invalid_request"), ("409", "conflict: the key exists with another target")])
+                }
+            },
+            "/v1/subscriptions/{channel}/{name}": {
+                "delete": { "summary": "Remove a subscription and its deliveries", "parameters": [path_param("channel", "the channel"), path_param("name", "the subscription's name")], "responses": responses(("200", "`{\"removed\"}`"), &[("404", "unknown_subscription")]) }
+            },
+            "/v1/deliveries": {
+                "get": {
+                    "summary": "Deliveries: the newest; `state=error` for dead letters; `subscription=` for one subscription's queue in order",
+                    "parameters": [
+                        query_param("state", "created, delivered, acked, completed or error", "string"),
+                        query_param("subscription", "`<channel>/<name>`", "string"),
+                        query_param("limit", "at most this many (default 100)", "integer")
+                    ],
+                    "responses": responses(("200", "`{\"deliveries\": [...]}`"), &[("400", "invalid_request")])
+                }
+            },
+            "/v1/acks": {
+                "post": {
+                    "summary": "Ack many deliveries in one durable write (at most 10,000); each answer is its state or its error code",
+                    "requestBody": body(json!({ "type": "object", "required": ["deliveries"], "additionalProperties": false, "properties": { "deliveries": { "type": "array", "items": { "type": "string" } } } })),
+                    "responses": responses(("200", "`{\"acks\": [{\"id\", \"state\" | \"error\"}]}`"), &[("400", "invalid_request")])
+                }
+            },
+            "/v1/deliveries/{id}": {
+                "get": { "summary": "One delivery", "parameters": [delivery_id], "responses": responses(("200", "`{\"delivery\"}`"), &[("404", "unknown_delivery")]) },
+                "delete": { "summary": "Clear a dead letter", "parameters": [delivery_id], "responses": responses(("200", "`{\"cleared\"}`"), &[("404", "unknown_delivery"), ("409", "conflict: not a dead letter")]) }
+            },
+            "/v1/deliveries/{id}/{action}": {
+                "post": {
+                    "summary": "`ack` a delivery (a late ack changes nothing), or `resend` a dead letter with the same id",
+                    "parameters": [delivery_id, path_param("action", "ack or resend")],
+                    "responses": responses(("200", "`{\"delivery\"}`"), &[("404", "unknown_delivery, not_found"), ("409", "conflict: not a dead letter (resend)")])
+                }
+            }
+        },
+        "components": {
+            "schemas": {
+                "Error": { "type": "object", "required": ["error"], "properties": { "error": { "type": "object", "required": ["code", "message"], "properties": { "code": { "type": "string" }, "message": { "type": "string" } } } } },
+                "StartRequest": { "type": "object", "required": ["workflow"], "additionalProperties": false, "properties": { "workflow": { "type": "string" }, "input": {}, "idempotency_key": { "type": "string", "minLength": 1, "maxLength": 256 } } },
+                "Action": { "type": "object", "required": ["action"], "additionalProperties": false, "properties": {
+                    "action": { "enum": ["complete", "fail", "skip", "cancel"] },
+                    "output": { "description": "complete: the step's output" },
+                    "error": { "type": "object", "required": ["message"], "additionalProperties": false, "properties": { "code": { "type": "string", "default": "rejected" }, "message": { "type": "string" }, "details": {} } }
+                } },
+                "Subscription": { "type": "object", "required": ["channel"], "additionalProperties": false, "properties": {
+                    "channel": { "type": "string" },
+                    "name": { "type": "string", "default": "default" },
+                    "webhook": { "type": "object", "required": ["url"], "additionalProperties": false, "properties": { "url": { "type": "string" }, "secret": { "type": "string", "description": "HMAC-SHA256 key; default: random, returned once" } } },
+                    "max_attempts": { "type": "integer", "default": 10 },
+                    "backoff": { "type": "string", "default": "1s" },
+                    "max_backoff": { "type": "string", "default": "5m" },
+                    "ack_timeout": { "type": "string", "default": "30s" }
+                } },
+                "Delivery": { "type": "object", "properties": {
+                    "delivery": { "type": "string" }, "message": { "type": "string" }, "seq": { "type": "integer" },
+                    "channel": { "type": "string" }, "run": { "type": "string" }, "step": { "type": "string" },
+                    "attempt": { "type": "integer" }, "payload": {}, "committed_us": { "type": "integer" }
+                } }
+            }
+        }
+    });
+    add_body_errors(&mut document);
+    document
+}
+
+/// Every operation that reads a JSON body may also answer 413 (too large)
+/// and 415 (not sent as `application/json`); says so on each of them.
+fn add_body_errors(document: &mut Value) {
+    let Some(paths) = document["paths"].as_object_mut() else {
+        return;
+    };
+    for operation in paths.values_mut().filter_map(Value::as_object_mut) {
+        for op in operation.values_mut() {
+            let json_body = op["requestBody"]["content"]
+                .as_object()
+                .is_some_and(|content| content.contains_key("application/json"));
+            let Some(responses) = op["responses"].as_object_mut() else {
+                continue;
+            };
+            let error = |description: &str| json!({ "description": description, "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Error" } } } });
+            if json_body {
+                responses
+                    .entry("413")
+                    .or_insert_with(|| error("body_too_large"));
+                responses.entry("415").or_insert_with(|| {
+                    error("unsupported_media_type: the body was not sent as `application/json`")
+                });
+            }
+        }
+    }
+}
+
+pub(super) async fn document() -> Json<Value> {
+    Json(spec())
+}

@@ -1,0 +1,353 @@
+//! A running weft host: the engine, the deployed workflows and the hub,
+//! started in the one order that recovery needs. `weft serve`, `weft run`
+//! and the tests all start here, so the order lives in one place.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use weft_core::Clock;
+use weft_engine::plugins::{self, DirWatcher, ResolveError};
+use weft_engine::{Engine, EngineConfig, Quiet, ResumeError};
+use weft_model::WorkflowDir;
+use weft_runtime::Plugin;
+use weft_store::{Store, StoreError};
+
+use crate::api::Api;
+use crate::hub::Hub;
+use crate::workflows::Deployments;
+
+/// What a host is made of, and how much of the store's state it takes
+/// over when it starts.
+#[derive(Debug)]
+pub struct HostConfig {
+    /// Where every durable fact lives.
+    pub store: Arc<dyn Store>,
+    /// Where plugins are found.
+    pub plugins: plugins::PluginDir,
+    /// The source of time.
+    pub clock: Arc<dyn Clock>,
+    /// The engine's limits.
+    pub engine: EngineConfig,
+    /// The workflow files to serve (each one not yet a revision is
+    /// deployed). `None`: the host serves no deployments, as `weft run`.
+    pub workflows: Option<WorkflowDir>,
+    /// Take over the store: carry out its outbox, arm its timers, resume
+    /// its interrupted runs, fire its cron triggers, deliver its messages
+    /// and watch the plugins directory. Exactly one process per store
+    /// should do so (`weft serve`); a process that only runs its own runs
+    /// (`weft run`) leaves it off.
+    pub recover: bool,
+    /// Who hears what happens to plugin files. Default: tracing.
+    pub events: Arc<dyn HostEvents>,
+}
+
+/// Hears what a host does with the files of its plugins directory. Each
+/// method defaults to a tracing event; called from the host's threads.
+pub trait HostEvents: Send + Sync + std::fmt::Debug {
+    /// A component in the plugins directory was loaded and registered.
+    fn plugin_ready(&self, plugin: &Plugin, file: &Path) {
+        tracing::info!(
+            plugin = %plugin.meta().name,
+            version = %plugin.meta().version,
+            digest = %plugin.digest(),
+            file = %file.display(),
+            "plugin is ready"
+        );
+    }
+
+    /// A file that landed in the plugins directory was refused; the
+    /// registry's versions keep serving.
+    fn plugin_rejected(&self, file: &Path, error: &ResolveError) {
+        tracing::warn!(file = %file.display(), "rejected plugin file: {error}");
+    }
+
+    /// A file found by the start's scan of the plugins directory is not
+    /// served.
+    fn plugin_not_served(&self, file: &Path, error: &ResolveError) {
+        tracing::warn!(file = %file.display(), "not serving plugin: {error}");
+    }
+
+    /// The plugins directory cannot be watched; files that land there are
+    /// not picked up until the next start.
+    fn not_watching(&self, dir: &Path, error: &str) {
+        tracing::warn!(dir = %dir.display(), "not watching for plugins: {error}");
+    }
+}
+
+/// The default [`HostEvents`]: tracing only.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Traced;
+
+impl HostEvents for Traced {}
+
+impl HostConfig {
+    /// A host that drives only the runs it starts or resumes itself (`weft
+    /// run`), with the default engine limits: it serves no deployments and
+    /// takes nothing over.
+    pub fn local(
+        store: Arc<dyn Store>,
+        plugins: plugins::PluginDir,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
+        Self {
+            store,
+            plugins,
+            clock,
+            engine: EngineConfig::default(),
+            workflows: None,
+            recover: false,
+            events: Arc::new(Traced),
+        }
+    }
+
+    /// This host serves `workflows` and every revision deployed before, and
+    /// takes the store over (`weft serve`).
+    pub fn serving(self, workflows: WorkflowDir) -> Self {
+        Self {
+            workflows: Some(workflows),
+            recover: true,
+            ..self
+        }
+    }
+
+    /// The engine's limits.
+    pub fn with_engine(self, engine: EngineConfig) -> Self {
+        Self { engine, ..self }
+    }
+
+    /// Who hears what happens to plugin files.
+    pub fn with_events(self, events: Arc<dyn HostEvents>) -> Self {
+        Self { events, ..self }
+    }
+}
+
+/// Why a host could not start. Nothing it did before the failure is
+/// undone; each step it takes is durable and safe to take again.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum HostError {
+    /// The engine's threads could not start.
+    #[error("cannot start the engine: {0}")]
+    Engine(std::io::Error),
+    /// The deployed workflows could not be read or recorded.
+    #[error("cannot read the deployed workflows: {0}")]
+    Deployments(StoreError),
+    /// A recovery step failed in the store.
+    #[error("cannot {step}: {error}")]
+    Recovery {
+        /// The step, such as "carry out the store's outbox".
+        step: &'static str,
+        /// What the store said.
+        error: StoreError,
+    },
+    /// A thread could not be started.
+    #[error("cannot start {what}: {error}")]
+    Thread {
+        /// Which thread.
+        what: &'static str,
+        /// What the system said.
+        error: std::io::Error,
+    },
+}
+
+/// A started host. Dropping it stops nothing that is durable: a host that
+/// goes away is recovered by the next one to start on its store.
+#[derive(Debug)]
+pub struct Host {
+    engine: Arc<Engine>,
+    deployments: Arc<Deployments>,
+    hub: Hub,
+    resumed: usize,
+    warnings: Vec<String>,
+    _watcher: Option<DirWatcher>,
+}
+
+impl Host {
+    /// Starts a host. Without [`HostConfig::recover`], only the engine
+    /// starts (and the deployments, if any). With it, in this order, each
+    /// step only after the one before it is done:
+    ///
+    /// 1. the workflows are deployed and served (before anything runs, so
+    ///    a resumed `subflow` finds its target);
+    /// 2. the outbox is carried out: child runs decided before a crash and
+    ///    not yet recorded are recorded, before any parent resumes;
+    /// 3. every pending timer is armed (one already due fires at once);
+    /// 4. every run left `running` resumes at its last commit;
+    /// 5. the cron triggers are brought in line with the workflows, then
+    ///    fired (missed fires follow each trigger's catch-up policy);
+    /// 6. the plugins directory is watched and scanned;
+    /// 7. the hub starts delivering messages.
+    ///
+    /// Blocking; a store with many runs takes a while.
+    pub fn start(config: HostConfig) -> Result<Self, HostError> {
+        let mut engine = Engine::with_config(
+            Arc::clone(&config.store),
+            config.plugins,
+            Arc::clone(&config.clock),
+            config.engine,
+        )
+        .map_err(HostError::Engine)?;
+        let (deployments, warnings) = match &config.workflows {
+            Some(files) => {
+                Deployments::open(Arc::clone(&config.store), Arc::clone(&config.clock), files)
+                    .map_err(HostError::Deployments)?
+            }
+            None => (
+                Deployments::none(Arc::clone(&config.store), Arc::clone(&config.clock)),
+                Vec::new(),
+            ),
+        };
+        let deployments = Arc::new(deployments);
+        engine.set_workflows(deployments.clone());
+        let mut resumed = 0;
+        if config.recover {
+            resumed = recover(&mut engine, &deployments)?;
+        }
+        let engine = Arc::new(engine);
+        let watcher = if config.recover {
+            let watcher = watch_plugins(&engine, &config.events);
+            scan_plugins(&engine, &config.events)?;
+            watcher
+        } else {
+            None
+        };
+        let hub = Hub::new(engine.committer());
+        if config.recover {
+            hub.start().map_err(|error| HostError::Thread {
+                what: "delivering messages",
+                error,
+            })?;
+        }
+        Ok(Self {
+            engine,
+            deployments,
+            hub,
+            resumed,
+            warnings,
+            _watcher: watcher,
+        })
+    }
+
+    /// The engine: start, cancel and answer runs.
+    pub fn engine(&self) -> &Arc<Engine> {
+        &self.engine
+    }
+
+    /// The workflows served, and deployment of new revisions.
+    pub fn deployments(&self) -> &Arc<Deployments> {
+        &self.deployments
+    }
+
+    /// The hub: subscriptions, consumers, acks.
+    pub fn hub(&self) -> &Hub {
+        &self.hub
+    }
+
+    /// The HTTP API over this host.
+    pub fn api(&self) -> Api {
+        Api::new(
+            Arc::clone(&self.engine),
+            Arc::clone(&self.deployments),
+            self.hub.clone(),
+        )
+    }
+
+    /// How many interrupted runs this host resumed when it started.
+    pub fn resumed(&self) -> usize {
+        self.resumed
+    }
+
+    /// The workflow revisions the host could not serve, each with why.
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
+    }
+
+    /// Stops delivering messages. Runs in progress are left to the next
+    /// host on the store.
+    pub fn stop(&self) {
+        self.hub.stop();
+    }
+}
+
+/// Steps 2 to 5 of [`Host::start`]; returns how many runs resumed.
+fn recover(engine: &mut Engine, deployments: &Deployments) -> Result<usize, HostError> {
+    let step = |step: &'static str| move |error| HostError::Recovery { step, error };
+    let replayed = engine
+        .replay_outbox()
+        .map_err(step("carry out the store's outbox"))?;
+    if replayed > 0 {
+        tracing::info!(rows = replayed, "carried out open outbox rows");
+    }
+    let armed = engine
+        .arm_timers()
+        .map_err(step("read the store's timers"))?;
+    if armed > 0 {
+        tracing::info!(timers = armed, "armed pending timers");
+    }
+    let interrupted = engine
+        .store()
+        .running()
+        .map_err(step("read the interrupted runs"))?;
+    let mut resumed = 0;
+    for run in &interrupted {
+        match engine.resume(&run.id, Box::new(Quiet)) {
+            Ok(_) => {
+                resumed += 1;
+                tracing::info!(run = %run.id, "resumed an interrupted run");
+            }
+            // A child its parent resumed first, or one that ended since.
+            Err(ResumeError::Resident(_) | ResumeError::NotRunning { .. }) => {}
+            Err(e) => tracing::warn!(run = %run.id, "cannot resume: {e}"),
+        }
+    }
+    let triggers = engine
+        .sync_schedules(&deployments.current())
+        .map_err(step("record the workflows' cron triggers"))?;
+    engine.run_schedules().map_err(|error| HostError::Thread {
+        what: "the cron thread",
+        error,
+    })?;
+    if triggers > 0 {
+        tracing::info!(triggers, "cron triggers active");
+    }
+    Ok(resumed)
+}
+
+/// Step 6, the watch: a component dropped into the plugins directory is
+/// checked, compiled and registered as it lands; one that fails is
+/// reported, and the registry's versions keep serving.
+fn watch_plugins(engine: &Arc<Engine>, events: &Arc<dyn HostEvents>) -> Option<DirWatcher> {
+    let dir = engine.plugins().dir().to_owned();
+    let watched = std::fs::create_dir_all(&dir)
+        .map_err(|e| e.to_string())
+        .and_then(|()| {
+            let engine = Arc::clone(engine);
+            let events = Arc::clone(events);
+            plugins::watch(&dir, move |path| match engine.plugins().refresh(&path) {
+                Ok(plugin) => events.plugin_ready(&plugin, &path),
+                Err(e) => events.plugin_rejected(&path, &e),
+            })
+            .map_err(|e| e.to_string())
+        });
+    watched.inspect_err(|e| events.not_watching(&dir, e)).ok()
+}
+
+/// Step 6, the scan: every component in the plugins directory joins the
+/// registry, off the start's path (compiling one that is not cached can
+/// take a while).
+fn scan_plugins(engine: &Arc<Engine>, events: &Arc<dyn HostEvents>) -> Result<(), HostError> {
+    let engine = Arc::clone(engine);
+    let events = Arc::clone(events);
+    std::thread::Builder::new()
+        .name("weft-plugin-scan".to_owned())
+        .spawn(move || {
+            for (path, error) in engine.plugins().scan() {
+                events.plugin_not_served(&path, &error);
+            }
+        })
+        .map(drop)
+        .map_err(|error| HostError::Thread {
+            what: "the plugin scan",
+            error,
+        })
+}

@@ -1,0 +1,50 @@
+//! weft: a durable workflow host whose steps are sandboxed WebAssembly
+//! components.
+//!
+//! - [`model`] parses and checks workflow files into a [`Workflow`].
+//! - [`runtime`] runs plugins: one wasmtime engine, compiled-code cache,
+//!   per-call limits and a sandbox that grants nothing by default.
+//! - [`plugins`] finds the plugin a step `uses:`.
+//! - [`store`] keeps every durable fact, in redb.
+//! - [`engine`] drives runs: one state machine per run, one commit per step
+//!   attempt, commits grouped across runs.
+//! - [`workflows`] holds the workflows a long-running host serves.
+//! - [`api`] is the HTTP API of `weft serve`.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use weft::{Engine, PluginDir, RedbStore, Runtime, RuntimeConfig, SystemClock, model};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let runtime = Runtime::new(RuntimeConfig::default())?;
+//! let plugins = PluginDir::new(runtime, "plugins");
+//! let store = Arc::new(RedbStore::open("weft.redb")?);
+//! let engine = Engine::new(store, plugins, Arc::new(SystemClock))?;
+//! let workflow = Arc::new(model::load("examples/order.yaml")?);
+//! let run = engine.run(workflow, serde_json::json!({}), Box::new(weft::engine::Quiet))?;
+//! println!("{:?}: {:?}", run.state, run.outputs);
+//! # Ok(())
+//! # }
+//! ```
+
+pub mod api;
+mod host;
+pub mod hub;
+pub mod workflows;
+
+pub use weft_core as core;
+pub use weft_core::clock;
+pub use weft_engine as engine;
+pub use weft_engine::plugins;
+pub use weft_model as model;
+pub use weft_runtime as runtime;
+pub use weft_store as store;
+
+pub use host::{Host, HostConfig, HostError, HostEvents, Traced};
+pub use weft_core::{Clock, SimClock, SystemClock, Timestamp};
+pub use weft_engine::Engine;
+pub use weft_engine::plugins::PluginDir;
+pub use weft_model::{Workflow, WorkflowDir};
+pub use weft_runtime::{Plugin, Runtime, RuntimeConfig};
+pub use weft_store::{RedbStore, Store};
+pub use workflows::{Deployed, Deployments};

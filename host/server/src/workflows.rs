@@ -1,0 +1,289 @@
+//! The workflows a long-running host serves: every definition in a
+//! directory, by id, and the versions deployed since.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+
+use weft_core::clock::Clock;
+use weft_engine::Engine;
+use weft_engine::plugins::ResolveError;
+use weft_model::{self as model, DefinitionError, Format, Workflow, WorkflowDir};
+use weft_store::{DefinitionRecord, DeploymentRecord, Store, StoreError, Write};
+
+/// The workflows a server serves, deployable while it runs. Every
+/// deployment is a new version of its workflow, numbered and recorded in the
+/// store with its definition, so what was deployed over the API is served
+/// again after a restart. Runs are pinned to the definition they started
+/// with; a new version serves new runs only.
+#[derive(Debug)]
+pub struct Deployments {
+    store: Arc<dyn Store>,
+    clock: Arc<dyn Clock>,
+    current: RwLock<Arc<WorkflowDir>>,
+    /// Deployments are numbered one at a time.
+    deploying: Mutex<()>,
+}
+
+/// Why a definition was not deployed. Nothing was stored.
+#[derive(Debug, thiserror::Error)]
+pub enum DeployError {
+    /// The text is not a valid workflow.
+    #[error("{0}")]
+    Invalid(DefinitionError),
+    /// A step's plugin is not in the registry.
+    #[error("{at}step `{step}`: {error}")]
+    UnresolvedPlugin {
+        /// Where the step is (`SOURCE:LINE: `), or empty.
+        at: String,
+        /// The step's id.
+        step: String,
+        /// Why it does not resolve.
+        error: Box<ResolveError>,
+    },
+    /// A `subflow` step names a workflow that is not served.
+    #[error(
+        "{at}step `{step}`: subflow `{workflow}` is not a workflow served here; deploy it first"
+    )]
+    UnknownSubflow {
+        /// Where the step is (`SOURCE:LINE: `), or empty.
+        at: String,
+        /// The step's id.
+        step: String,
+        /// The workflow it names.
+        workflow: String,
+    },
+    /// The store failed.
+    #[error(transparent)]
+    Store(StoreError),
+}
+
+/// What a deployment did.
+#[derive(Debug, Clone)]
+pub struct Deployed {
+    /// The version now served.
+    pub record: DeploymentRecord,
+    /// False when the definition was the one served already (nothing was
+    /// recorded).
+    pub created: bool,
+}
+
+impl Deployments {
+    /// Serves nothing, and reads nothing of the store until a deployment.
+    pub fn none(store: Arc<dyn Store>, clock: Arc<dyn Clock>) -> Self {
+        Self {
+            store,
+            clock,
+            current: RwLock::new(Arc::new(WorkflowDir::default())),
+            deploying: Mutex::new(()),
+        }
+    }
+
+    /// The workflows to serve: each file of `files` whose text is not a
+    /// version of its workflow yet is deployed as the newest, then every
+    /// workflow's newest version is served. A workflow whose newest version
+    /// came from a file that is gone from `files` is not served. Returns
+    /// one warning per workflow that cannot be served. Blocking.
+    pub fn open(
+        store: Arc<dyn Store>,
+        clock: Arc<dyn Clock>,
+        files: &WorkflowDir,
+    ) -> Result<(Self, Vec<String>), StoreError> {
+        let deployments = Self::none(store, clock);
+        let mut heads: BTreeMap<String, DeploymentRecord> = BTreeMap::new();
+        let mut known: std::collections::HashSet<(String, String)> = Default::default();
+        for record in deployments.store.deployments(None)? {
+            known.insert((record.workflow.clone(), record.digest.clone()));
+            heads.insert(record.workflow.clone(), record);
+        }
+        let now = deployments.clock.now();
+        let mut served = WorkflowDir::default();
+        for workflow in files.iter() {
+            let digest = DefinitionRecord::of(workflow).digest;
+            if !known.contains(&(workflow.id.clone(), digest)) {
+                let origin = format!("file:{}", workflow.origin);
+                let record = deployments.record(workflow, &origin, now, heads.get(&workflow.id))?;
+                heads.insert(workflow.id.clone(), record);
+            }
+        }
+        let mut warnings = Vec::new();
+        for (id, head) in heads {
+            if let Some(file) = files.get(&id) {
+                if DefinitionRecord::of(&file).digest == head.digest {
+                    served.insert(file);
+                    continue;
+                }
+            } else if let Some(path) = head.from_file() {
+                tracing::info!(workflow = %id, "not serving: its file {path} is gone");
+                continue;
+            }
+            match deployments.parse(&head) {
+                Ok(workflow) => {
+                    served.insert(Arc::new(workflow));
+                }
+                Err(e) => warnings.push(format!("workflow `{id}` revision {}: {e}", head.revision)),
+            }
+        }
+        *deployments
+            .current
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = Arc::new(served);
+        Ok((deployments, warnings))
+    }
+
+    /// The workflows served now.
+    pub fn current(&self) -> Arc<WorkflowDir> {
+        Arc::clone(&self.current.read().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// Deploys `workflow` (its `origin` names where it came from) as the
+    /// newest version of its id, unless it is the version served already.
+    /// Durable when it returns. Blocking.
+    pub fn deploy(&self, workflow: Workflow) -> Result<Deployed, StoreError> {
+        let _one_at_a_time = self
+            .deploying
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let head = self.store.deployments(Some(&workflow.id))?.pop();
+        let digest = DefinitionRecord::of(&workflow).digest;
+        if let Some(head) = head.as_ref().filter(|head| head.digest == digest)
+            && self.current().get(&workflow.id).is_some()
+        {
+            return Ok(Deployed {
+                record: head.clone(),
+                created: false,
+            });
+        }
+        let record = self.record(&workflow, "api", self.clock.now(), head.as_ref())?;
+        let next = self.current().with(workflow);
+        *self.current.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(next);
+        Ok(Deployed {
+            record,
+            created: true,
+        })
+    }
+
+    /// Deploys the definition `text` sent by a client, after checking it
+    /// as a run would: it parses, every plugin it `uses:` resolves in
+    /// `engine`'s registry, and every `subflow` names a workflow served
+    /// here (or itself). Then its cron triggers are brought in line.
+    /// Durable when it returns. Blocking.
+    pub fn deploy_checked(
+        &self,
+        engine: &Engine,
+        text: &str,
+        format: Format,
+        source: &str,
+    ) -> Result<Deployed, DeployError> {
+        let workflow = model::parse(text, format, source).map_err(DeployError::Invalid)?;
+        let served = self.current();
+        for step in workflow.all_steps() {
+            let at = match step.line {
+                Some(line) => format!("{source}:{line}: "),
+                None => String::new(),
+            };
+            if let Some(call) = step.call()
+                && let Err(error) = engine.plugins().resolve(&call.uses)
+            {
+                return Err(DeployError::UnresolvedPlugin {
+                    at,
+                    step: step.id.clone(),
+                    error: Box::new(error),
+                });
+            }
+            if let Some(subflow) = step.subflow()
+                && subflow.workflow != workflow.id
+                && served.get(&subflow.workflow).is_none()
+            {
+                return Err(DeployError::UnknownSubflow {
+                    at,
+                    step: step.id.clone(),
+                    workflow: subflow.workflow.clone(),
+                });
+            }
+        }
+        // Parsed again with an origin that names the deployment.
+        let origin = format!("{} (deployed)", workflow.id);
+        let workflow = model::parse(text, format, &origin).map_err(DeployError::Invalid)?;
+        let deployed = self.deploy(workflow).map_err(DeployError::Store)?;
+        engine
+            .sync_schedules(&self.current())
+            .map_err(DeployError::Store)?;
+        Ok(deployed)
+    }
+
+    /// Every version of every workflow, by id, oldest first.
+    pub fn all_versions(&self) -> Result<Vec<DeploymentRecord>, StoreError> {
+        self.store.deployments(None)
+    }
+
+    /// Every version of workflow `id`, oldest first.
+    pub fn versions(&self, id: &str) -> Result<Vec<DeploymentRecord>, StoreError> {
+        self.store.deployments(Some(id))
+    }
+
+    /// The definition of version `revision` of workflow `id`.
+    pub fn definition(
+        &self,
+        id: &str,
+        revision: u32,
+    ) -> Result<Option<(DeploymentRecord, DefinitionRecord)>, StoreError> {
+        let Some(record) = self
+            .versions(id)?
+            .into_iter()
+            .find(|r| r.revision == revision)
+        else {
+            return Ok(None);
+        };
+        Ok(self
+            .store
+            .definition(&record.digest)?
+            .map(|definition| (record, definition)))
+    }
+
+    /// Records `workflow` as the version after `head`.
+    fn record(
+        &self,
+        workflow: &Workflow,
+        origin: &str,
+        now: weft_core::clock::Timestamp,
+        head: Option<&DeploymentRecord>,
+    ) -> Result<DeploymentRecord, StoreError> {
+        let definition = DefinitionRecord::of(workflow);
+        let record = DeploymentRecord {
+            workflow: workflow.id.clone(),
+            revision: head.map_or(1, |h| h.revision + 1),
+            digest: definition.digest.clone(),
+            version: workflow.version,
+            deployed_at: now,
+            origin: origin.to_owned(),
+        };
+        let write = Write::Deploy {
+            workflow: record.workflow.clone(),
+            revision: record.revision,
+            record: weft_store::encode(&record),
+            definition: (definition.digest.clone(), weft_store::encode(&definition)),
+        };
+        self.store
+            .apply(&[&write])?
+            .pop()
+            .unwrap_or(Err(StoreError::Closed))?;
+        Ok(record)
+    }
+
+    fn parse(&self, head: &DeploymentRecord) -> Result<Workflow, String> {
+        let definition = self
+            .store
+            .definition(&head.digest)
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| format!("definition {} is not in the store", head.digest))?;
+        let format = model::Format::from_name(&definition.format)
+            .ok_or_else(|| format!("unknown format `{}`", definition.format))?;
+        model::parse(&definition.source, format, &definition.origin).map_err(|e| e.to_string())
+    }
+}
+
+impl weft_model::Workflows for Deployments {
+    fn get(&self, id: &str) -> Option<Arc<Workflow>> {
+        self.current().get(id)
+    }
+}

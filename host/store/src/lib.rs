@@ -1,0 +1,226 @@
+//! Every durable fact, behind the [`Store`] trait. [`RedbStore`] is the
+//! embedded backend.
+
+mod group;
+pub mod messages;
+mod records;
+mod redb;
+pub mod registry;
+mod write;
+
+pub use self::group::{Done, GroupCommit};
+pub use self::messages::{
+    DeliveryOp, DeliveryRecord, DeliveryState, MessageRecord, SubscriptionRecord, Target,
+};
+pub use self::records::{
+    CANCEL_PATH, DEADLINE_PATH, DefinitionRecord, Effect, OutboxRecord, ParentLink, PinnedPlugin,
+    RunError, RunRecord, RunState, ScheduleRecord, StepRecord, TimerKind, TimerRecord, TimerRef,
+    TriggerLink,
+};
+pub use self::redb::RedbStore;
+pub use self::registry::{DeploymentRecord, PluginRecord};
+pub use self::write::encode;
+pub use self::write::{Spawn, TimerRow, Write};
+pub use weft_core::{Emission, ErrorRecord};
+
+/// Why the store could not do what was asked. After any error the store is
+/// as it was before the call: every write is one transaction.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// Another process holds the database in a way that excludes this one.
+    #[error("the store at {path} is in use by another process")]
+    Locked {
+        /// The database file.
+        path: String,
+    },
+    /// The file was written by an incompatible version of weft.
+    #[error("the store at {path} has format {found}; this weft reads format {expected}")]
+    Format {
+        /// The database file.
+        path: String,
+        /// The format found.
+        found: String,
+        /// The format this build reads and writes.
+        expected: String,
+    },
+    /// The write conflicts with what is stored, such as a second run with
+    /// the same id.
+    #[error("store: {0}")]
+    Conflict(String),
+    /// A writer crashed and the file needs repair, which a read-only handle
+    /// cannot do; open it with [`RedbStore::open`] once to repair it.
+    #[error("the store at {path} needs repair after a crash; open it for writing to repair it")]
+    NeedsRepair {
+        /// The database file.
+        path: String,
+    },
+    /// The batch this write was committed with failed; nothing in it was
+    /// stored.
+    #[error("the commit failed: {0}")]
+    Commit(String),
+    /// The committing thread has stopped.
+    #[error("store: the committing thread has stopped")]
+    Closed,
+    /// A key a step read was changed by another run before the step's
+    /// result committed; nothing of the write was stored, and the step must
+    /// run again.
+    #[error("store: key `{key}` of {space} changed since the step read it")]
+    KvConflict {
+        /// The key space.
+        space: String,
+        /// The key.
+        key: String,
+    },
+    /// The timer a write fires is gone: it fired or was cancelled already
+    /// (or its run ended). Nothing of the write was stored.
+    #[error("store: timer {0} has already fired or been cancelled")]
+    TimerGone(u64),
+    /// The run a write would change has ended (it was cancelled, say);
+    /// nothing of the write was stored.
+    #[error("store: run `{0}` has ended")]
+    RunEnded(String),
+    /// What a write names does not exist.
+    #[error("store: no {0}")]
+    NotFound(String),
+    /// A run was started before with this idempotency key; nothing of the
+    /// write was stored.
+    #[error("store: idempotency key `{key}` started run `{run}` already")]
+    Duplicate {
+        /// The key.
+        key: String,
+        /// The run it started.
+        run: String,
+    },
+    /// The store was opened read-only and a write was attempted.
+    #[error("the store was opened read-only")]
+    ReadOnly,
+    /// The database failed: I/O, corruption, a full disk.
+    #[error("store: {0}")]
+    Backend(#[from] ::redb::Error),
+    /// A record could not be encoded or decoded.
+    #[error("store: record `{key}` cannot be decoded: {message}")]
+    Codec {
+        /// The record's key.
+        key: String,
+        /// Why.
+        message: String,
+    },
+}
+
+/// Which runs a listing keeps. The default keeps every run.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RunFilter {
+    /// Only runs of this workflow.
+    pub workflow: Option<String>,
+    /// Only runs in this state.
+    pub state: Option<RunState>,
+    /// Only runs created at or after this time.
+    pub since: Option<weft_core::clock::Timestamp>,
+    /// Only runs created before this time.
+    pub until: Option<weft_core::clock::Timestamp>,
+}
+
+impl RunFilter {
+    /// Whether `run` passes.
+    pub fn keeps(&self, run: &RunRecord) -> bool {
+        self.workflow.as_ref().is_none_or(|w| *w == run.workflow)
+            && self.state.is_none_or(|s| s == run.state)
+            && self.since.is_none_or(|t| run.created_at >= t)
+            && self.until.is_none_or(|t| run.created_at < t)
+    }
+}
+
+/// Durable storage of runs and their steps.
+///
+/// Every method is blocking and, for writes, durable when it returns `Ok`:
+/// the data has been committed and synced. A crash during a write leaves the
+/// state before it.
+pub trait Store: Send + Sync + std::fmt::Debug {
+    /// Applies `writes` in one transaction, synced once, and answers for
+    /// each: a write may be refused on its own (a run id that exists is a
+    /// [`StoreError::Conflict`]) without affecting the others. `Err` means
+    /// the transaction failed and none of the writes was stored.
+    fn apply(&self, writes: &[&Write]) -> Result<Vec<Result<(), StoreError>>, StoreError>;
+
+    /// The run with id `id`.
+    fn run(&self, id: &str) -> Result<Option<RunRecord>, StoreError>;
+
+    /// Up to `limit` runs that pass `filter`, newest first.
+    fn runs(&self, filter: &RunFilter, limit: usize) -> Result<Vec<RunRecord>, StoreError>;
+
+    /// The step records of run `id`, in order.
+    fn steps(&self, id: &str) -> Result<Vec<StepRecord>, StoreError>;
+
+    /// The runs in state `running`, oldest first.
+    fn running(&self) -> Result<Vec<RunRecord>, StoreError>;
+
+    /// The definition with `digest`.
+    fn definition(&self, digest: &str) -> Result<Option<DefinitionRecord>, StoreError>;
+
+    /// Every pending timer's key `(due, id)`, soonest first.
+    fn timer_keys(&self) -> Result<Vec<(u64, u64)>, StoreError>;
+
+    /// The pending timer with key `(due, id)`.
+    fn timer(&self, key: (u64, u64)) -> Result<Option<TimerRecord>, StoreError>;
+
+    /// The pending timers of run `id`.
+    fn run_timers(&self, id: &str) -> Result<Vec<TimerRecord>, StoreError>;
+
+    /// Every cron trigger, by key.
+    fn schedules(&self) -> Result<Vec<ScheduleRecord>, StoreError>;
+
+    /// The open outbox rows, oldest first.
+    fn outbox(&self) -> Result<Vec<OutboxRecord>, StoreError>;
+
+    /// The bytes of the component with `digest`.
+    fn component(&self, digest: &str) -> Result<Option<Vec<u8>>, StoreError>;
+
+    /// The committed state of `key` in key space `space`.
+    fn kv_get(&self, space: &str, key: &str) -> Result<weft_core::Versioned, StoreError>;
+
+    /// Up to `limit` keys of `space` that start with `prefix` and have a
+    /// value, in byte order.
+    fn kv_list(&self, space: &str, prefix: &str, limit: usize) -> Result<Vec<String>, StoreError>;
+
+    /// The subscriptions of `channel`, or of every channel, by key.
+    fn subscriptions(&self, channel: Option<&str>) -> Result<Vec<SubscriptionRecord>, StoreError>;
+
+    /// The subscription `<channel>/<name>`.
+    fn subscription(&self, key: &str) -> Result<Option<SubscriptionRecord>, StoreError>;
+
+    /// The delivery with `id`.
+    fn delivery(&self, id: &str) -> Result<Option<DeliveryRecord>, StoreError>;
+
+    /// The message with `seq`.
+    fn message(&self, seq: u64) -> Result<Option<MessageRecord>, StoreError>;
+
+    /// Up to `limit` unsettled deliveries of `subscription` (with `dead`,
+    /// its dead letters) for messages after `after`, in message order.
+    fn queued(
+        &self,
+        subscription: &str,
+        dead: bool,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<DeliveryRecord>, StoreError>;
+
+    /// Up to `limit` dead letters of every subscription.
+    fn dead_letters(&self, limit: usize) -> Result<Vec<DeliveryRecord>, StoreError>;
+
+    /// Up to `limit` deliveries, newest first.
+    fn deliveries(&self, limit: usize) -> Result<Vec<DeliveryRecord>, StoreError>;
+
+    /// The messages run `id` emitted, in order.
+    fn run_messages(&self, id: &str) -> Result<Vec<MessageRecord>, StoreError>;
+
+    /// The run a start with idempotency key `key` recorded.
+    fn idempotent_run(&self, key: &str) -> Result<Option<String>, StoreError>;
+
+    /// The deployed versions of `workflow`, or of every workflow, by id
+    /// then revision.
+    fn deployments(&self, workflow: Option<&str>) -> Result<Vec<DeploymentRecord>, StoreError>;
+
+    /// Every plugin in the registry, by name then digest.
+    fn plugins(&self) -> Result<Vec<PluginRecord>, StoreError>;
+}

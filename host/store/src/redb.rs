@@ -1,0 +1,831 @@
+//! The embedded store: one redb file.
+//!
+//! Tables:
+//! - `meta`: `format` → the store's format version;
+//! - `runs`: run id → [`RunRecord`] as JSON;
+//! - `running`: the ids of runs in state `running`, kept with `runs`;
+//! - `steps`: (run id, record number) → [`StepRecord`] as JSON;
+//! - `definitions`: digest → [`DefinitionRecord`] as JSON;
+//! - `components`: digest → the component's bytes;
+//! - `kv`: (key space, key) → version (8 bytes, little-endian), then `1` and
+//!   the value, or `0` for a deleted key (kept, so its version keeps growing).
+//!
+//! The file is opened in redb's multi-writer mode, so several `weft`
+//! processes (two `weft run`s, or a `weft runs list` beside a run) can use one
+//! data directory at once; each write transaction is still exclusive.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use redb::{
+    ConcurrencyMode, Database, ReadOnlyDatabase, ReadTransaction, ReadableDatabase, ReadableTable,
+    ReadableTableMetadata, Table, TableDefinition,
+};
+use serde::de::DeserializeOwned;
+
+use super::write::{TimerRow, encode};
+use super::{
+    DefinitionRecord, OutboxRecord, RunFilter, RunRecord, StepRecord, Store, StoreError,
+    TimerRecord, TimerRef, Write,
+};
+use weft_core::Versioned;
+
+const META: TableDefinition<&str, &str> = TableDefinition::new("meta");
+const RUNS: TableDefinition<&str, &[u8]> = TableDefinition::new("runs");
+const RUNNING: TableDefinition<&str, ()> = TableDefinition::new("running");
+const STEPS: TableDefinition<(&str, u32), &[u8]> = TableDefinition::new("steps");
+const DEFINITIONS: TableDefinition<&str, &[u8]> = TableDefinition::new("definitions");
+const COMPONENTS: TableDefinition<&str, &[u8]> = TableDefinition::new("components");
+const KV: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("kv");
+const OUTBOX: TableDefinition<&str, &[u8]> = TableDefinition::new("outbox");
+/// Pending timers by `(due, id)`.
+const TIMERS: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("timers");
+/// The same keys alone, so that arming a million timers reads 16 bytes
+/// each.
+const TIMER_KEYS: TableDefinition<(u64, u64), ()> = TableDefinition::new("timer_keys");
+/// Each run's pending timers: `(run, id)` to due.
+const RUN_TIMERS: TableDefinition<(&str, u64), u64> = TableDefinition::new("run_timers");
+/// Runs cancelled in the store (not through the process that drives
+/// them): that process's next commit of the run is refused.
+const CANCELLED: TableDefinition<&str, ()> = TableDefinition::new("cancelled");
+/// Cron triggers by key.
+const SCHEDULES: TableDefinition<&str, &[u8]> = TableDefinition::new("schedules");
+/// Messages by `seq`.
+const MESSAGES: TableDefinition<u64, &[u8]> = TableDefinition::new("messages");
+/// Each run's messages: `(run, seq)`.
+const RUN_MESSAGES: TableDefinition<(&str, u64), ()> = TableDefinition::new("run_messages");
+/// Subscriptions by `<channel>/<name>`.
+const SUBSCRIPTIONS: TableDefinition<&str, &[u8]> = TableDefinition::new("subscriptions");
+/// Deliveries by id.
+const DELIVERIES: TableDefinition<&str, &[u8]> = TableDefinition::new("deliveries");
+/// Each subscription's unsettled deliveries in message order:
+/// `(subscription, seq)` to delivery id.
+const QUEUE: TableDefinition<(&str, u64), &str> = TableDefinition::new("queue");
+/// Each subscription's dead letters: `(subscription, seq)` to delivery id.
+const DEAD: TableDefinition<(&str, u64), &str> = TableDefinition::new("dead");
+/// Client-supplied keys of run starts, to the run each started.
+const IDEMPOTENCY: TableDefinition<&str, &str> = TableDefinition::new("idempotency");
+/// Deployed workflow versions, by (workflow, revision).
+const DEPLOYMENTS: TableDefinition<(&str, u32), &[u8]> = TableDefinition::new("deployments");
+/// The plugin registry, by (name, digest).
+const PLUGINS: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("plugins");
+
+/// The format this build reads and writes.
+const FORMAT: &str = "1";
+
+/// The store in one redb file.
+pub struct RedbStore {
+    db: Handle,
+    path: PathBuf,
+}
+
+enum Handle {
+    ReadWrite(Database),
+    ReadOnly(ReadOnlyDatabase),
+}
+
+impl std::fmt::Debug for RedbStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedbStore")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+macro_rules! backend {
+    ($e:expr) => {
+        $e.map_err(|e| StoreError::Backend(::redb::Error::from(e)))
+    };
+}
+
+mod queue;
+mod registry;
+
+impl RedbStore {
+    /// Opens the store at `path` for reading and writing, creating it if it
+    /// does not exist. Blocking; may repair the file after a crash.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
+        let path = path.as_ref();
+        let shown = path.display().to_string();
+        let db = redb::Builder::new()
+            .set_concurrency_mode(ConcurrencyMode::MultiWriter)
+            .create(path)
+            .map_err(|e| open_error(e, &shown))?;
+        let txn = backend!(db.begin_write())?;
+        {
+            let mut meta = backend!(txn.open_table(META))?;
+            let found = backend!(meta.get("format"))?.map(|v| v.value().to_owned());
+            match found {
+                None => {
+                    backend!(meta.insert("format", FORMAT))?;
+                }
+                Some(found) if found == FORMAT => {}
+                Some(found) => {
+                    return Err(StoreError::Format {
+                        path: shown,
+                        found,
+                        expected: FORMAT.to_owned(),
+                    });
+                }
+            }
+            backend!(txn.open_table(RUNS))?;
+            backend!(txn.open_table(RUNNING))?;
+            backend!(txn.open_table(STEPS))?;
+            backend!(txn.open_table(DEFINITIONS))?;
+            backend!(txn.open_table(COMPONENTS))?;
+            backend!(txn.open_table(KV))?;
+            backend!(txn.open_table(OUTBOX))?;
+            backend!(txn.open_table(TIMERS))?;
+            backend!(txn.open_table(RUN_TIMERS))?;
+            backend!(txn.open_table(TIMER_KEYS))?;
+            backend!(txn.open_table(SCHEDULES))?;
+            backend!(txn.open_table(CANCELLED))?;
+            backend!(txn.open_table(MESSAGES))?;
+            backend!(txn.open_table(RUN_MESSAGES))?;
+            backend!(txn.open_table(SUBSCRIPTIONS))?;
+            backend!(txn.open_table(DELIVERIES))?;
+            backend!(txn.open_table(QUEUE))?;
+            backend!(txn.open_table(DEAD))?;
+            backend!(txn.open_table(IDEMPOTENCY))?;
+            backend!(txn.open_table(DEPLOYMENTS))?;
+            backend!(txn.open_table(PLUGINS))?;
+        }
+        backend!(txn.commit())?;
+        Ok(Self {
+            db: Handle::ReadWrite(db),
+            path: path.to_owned(),
+        })
+    }
+
+    /// Opens an existing store at `path` for reading only. Blocking. A file
+    /// left by a writer that crashed needs repair first:
+    /// [`StoreError::NeedsRepair`].
+    pub fn open_read_only(path: impl AsRef<Path>) -> Result<Self, StoreError> {
+        let path = path.as_ref();
+        let shown = path.display().to_string();
+        let db = redb::Builder::new()
+            .set_concurrency_mode(ConcurrencyMode::MultiWriter)
+            .open_read_only(path)
+            .map_err(|e| open_error(e, &shown))?;
+        let store = Self {
+            db: Handle::ReadOnly(db),
+            path: path.to_owned(),
+        };
+        let txn = store.begin_read()?;
+        let meta = backend!(txn.open_table(META))?;
+        let found = backend!(meta.get("format"))?.map(|v| v.value().to_owned());
+        if found.as_deref() != Some(FORMAT) {
+            return Err(StoreError::Format {
+                path: shown,
+                found: found.unwrap_or_else(|| "none".to_owned()),
+                expected: FORMAT.to_owned(),
+            });
+        }
+        Ok(store)
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn begin_read(&self) -> Result<ReadTransaction, StoreError> {
+        match &self.db {
+            Handle::ReadWrite(db) => backend!(db.begin_read()),
+            Handle::ReadOnly(db) => backend!(db.begin_read()),
+        }
+    }
+
+    fn writable(&self) -> Result<&Database, StoreError> {
+        match &self.db {
+            Handle::ReadWrite(db) => Ok(db),
+            Handle::ReadOnly(_) => Err(StoreError::ReadOnly),
+        }
+    }
+}
+
+fn encode_kv(version: u64, value: Option<&str>) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(9 + value.map_or(0, str::len));
+    bytes.extend_from_slice(&version.to_le_bytes());
+    match value {
+        Some(value) => {
+            bytes.push(1);
+            bytes.extend_from_slice(value.as_bytes());
+        }
+        None => bytes.push(0),
+    }
+    bytes
+}
+
+fn decode_kv(bytes: &[u8]) -> Versioned {
+    let version = bytes
+        .get(..8)
+        .and_then(|b| b.try_into().ok())
+        .map_or(0, u64::from_le_bytes);
+    let value = match bytes.get(8) {
+        Some(1) => Some(String::from_utf8_lossy(&bytes[9..]).into_owned()),
+        _ => None,
+    };
+    Versioned { version, value }
+}
+
+fn open_error(error: redb::DatabaseError, path: &str) -> StoreError {
+    match error {
+        redb::DatabaseError::RepairAborted => StoreError::NeedsRepair {
+            path: path.to_owned(),
+        },
+        redb::DatabaseError::DatabaseAlreadyOpen | redb::DatabaseError::LockProtocolMismatch => {
+            StoreError::Locked {
+                path: path.to_owned(),
+            }
+        }
+        other => StoreError::Backend(other.into()),
+    }
+}
+
+fn decode<T: DeserializeOwned>(key: impl std::fmt::Display, bytes: &[u8]) -> Result<T, StoreError> {
+    serde_json::from_slice(bytes).map_err(|e| StoreError::Codec {
+        key: key.to_string(),
+        message: e.to_string(),
+    })
+}
+
+/// The tables of one write transaction.
+struct Tables<'t> {
+    runs: Table<'t, &'static str, &'static [u8]>,
+    running: Table<'t, &'static str, ()>,
+    steps: Table<'t, (&'static str, u32), &'static [u8]>,
+    definitions: Table<'t, &'static str, &'static [u8]>,
+    components: Table<'t, &'static str, &'static [u8]>,
+    kv: Table<'t, (&'static str, &'static str), &'static [u8]>,
+    outbox: Table<'t, &'static str, &'static [u8]>,
+    timers: Table<'t, (u64, u64), &'static [u8]>,
+    run_timers: Table<'t, (&'static str, u64), u64>,
+    timer_keys: Table<'t, (u64, u64), ()>,
+    schedules: Table<'t, &'static str, &'static [u8]>,
+    cancelled: Table<'t, &'static str, ()>,
+    messages: Table<'t, u64, &'static [u8]>,
+    run_messages: Table<'t, (&'static str, u64), ()>,
+    subscriptions: Table<'t, &'static str, &'static [u8]>,
+    deliveries: Table<'t, &'static str, &'static [u8]>,
+    queue: Table<'t, (&'static str, u64), &'static str>,
+    dead: Table<'t, (&'static str, u64), &'static str>,
+    idempotency: Table<'t, &'static str, &'static str>,
+    deployments: Table<'t, (&'static str, u32), &'static [u8]>,
+    plugins: Table<'t, (&'static str, &'static str), &'static [u8]>,
+}
+
+impl Tables<'_> {
+    /// Applies one write. `Ok(Err(_))`: this write is refused and nothing
+    /// of it was stored; `Err(_)`: the transaction failed.
+    fn apply(&mut self, write: &Write) -> Result<Result<(), StoreError>, StoreError> {
+        match write {
+            Write::CreateRun {
+                id,
+                run,
+                definition,
+                components: pinned,
+                timer,
+                idempotency,
+            } => {
+                if backend!(self.runs.get(id.as_str()))?.is_some() {
+                    return Ok(Err(StoreError::Conflict(format!(
+                        "run `{id}` exists already"
+                    ))));
+                }
+                if let Some(key) = idempotency {
+                    if let Some(run) = backend!(self.idempotency.get(key.as_str()))? {
+                        return Ok(Err(StoreError::Duplicate {
+                            key: key.clone(),
+                            run: run.value().to_owned(),
+                        }));
+                    }
+                    backend!(self.idempotency.insert(key.as_str(), id.as_str()))?;
+                }
+                self.definition(definition)?;
+                self.components(pinned)?;
+                backend!(self.runs.insert(id.as_str(), run.as_slice()))?;
+                backend!(self.running.insert(id.as_str(), ()))?;
+                if let Some(timer) = timer {
+                    self.insert_timer(timer)?;
+                }
+            }
+            Write::CommitStep {
+                id,
+                seq,
+                step,
+                run,
+                running,
+                suspended,
+                timer,
+                fired,
+                kv: effects,
+                spawn,
+                emitted,
+            } => {
+                if self.ended(id)? {
+                    return Ok(Err(StoreError::RunEnded(id.clone())));
+                }
+                if let Some(fired) = fired
+                    && backend!(self.timers.get(fired.key()))?.is_none()
+                {
+                    return Ok(Err(StoreError::TimerGone(fired.id)));
+                }
+                if let Some(effects) = effects {
+                    let space = effects.space.as_str();
+                    for (key, read) in &effects.reads {
+                        let now = backend!(self.kv.get((space, key.as_str())))?
+                            .map_or(0, |v| decode_kv(v.value()).version);
+                        if now != *read {
+                            return Ok(Err(StoreError::KvConflict {
+                                space: space.to_owned(),
+                                key: key.clone(),
+                            }));
+                        }
+                    }
+                    for (key, value) in &effects.writes {
+                        let version = backend!(self.kv.get((space, key.as_str())))?
+                            .map_or(0, |v| decode_kv(v.value()).version);
+                        let encoded = encode_kv(version + 1, value.as_deref());
+                        backend!(self.kv.insert((space, key.as_str()), encoded.as_slice()))?;
+                    }
+                }
+                if let Some(spawn) = spawn {
+                    self.definition(&spawn.definition)?;
+                    self.components(&spawn.components)?;
+                    let (row, encoded) = &spawn.outbox;
+                    backend!(self.outbox.insert(row.as_str(), encoded.as_slice()))?;
+                }
+                if let Some(fired) = fired {
+                    self.remove_timer(id, fired.key())?;
+                }
+                if let Some(timer) = timer {
+                    self.insert_timer(timer)?;
+                }
+                if let Some(emitted) = emitted {
+                    self.emit(id, &emitted.0, &emitted.1)?;
+                }
+                backend!(self.steps.insert((id.as_str(), *seq), step.as_slice()))?;
+                self.set_run(id, run, *running, *suspended)?;
+            }
+            Write::Subscribe(row) => return self.subscribe(row),
+            Write::Unsubscribe(key) => return self.unsubscribe(key),
+            Write::Delivery(id, op) => return self.delivery(id, op),
+            Write::Act {
+                run,
+                record,
+                timer,
+                now,
+            } => return self.act(run, record, *timer, *now),
+            Write::StartRun {
+                outbox: row,
+                id,
+                run,
+            } => {
+                if backend!(self.runs.get(id.as_str()))?.is_none() {
+                    backend!(self.runs.insert(id.as_str(), run.as_slice()))?;
+                    backend!(self.running.insert(id.as_str(), ()))?;
+                }
+                backend!(self.outbox.remove(row.as_str()))?;
+            }
+            Write::UpdateRun { id, run, running } => {
+                if self.ended(id)? {
+                    return Ok(Err(StoreError::RunEnded(id.clone())));
+                }
+                self.set_run(id, run, *running, false)?;
+            }
+            Write::FireTimer(fired, now) => return self.fire(*fired, *now),
+            Write::CancelRun(id, now) => {
+                let Some(mut run) = backend!(self.runs.get(id.as_str()))?
+                    .map(|bytes| decode::<RunRecord>(id, bytes.value()))
+                    .transpose()?
+                    .filter(|run| !run.state.is_terminal())
+                else {
+                    return Ok(Err(StoreError::RunEnded(id.clone())));
+                };
+                run.state = super::RunState::Cancelled;
+                run.suspended = false;
+                run.updated_at = *now;
+                run.error = Some(super::RunError {
+                    step: None,
+                    error: super::ErrorRecord {
+                        code: "cancelled".to_owned(),
+                        message: "the run was cancelled".to_owned(),
+                        retryable: false,
+                        details: None,
+                    },
+                });
+                self.set_run(id, &encode(&run), false, false)?;
+                backend!(self.cancelled.insert(id.as_str(), ()))?;
+            }
+            Write::Deploy {
+                workflow,
+                revision,
+                record,
+                definition,
+            } => return self.deploy(workflow, *revision, record, definition),
+            Write::AddPlugin {
+                name,
+                digest,
+                record,
+                bytes,
+            } => return self.add_plugin(name, digest, record, bytes),
+            Write::Schedule {
+                key,
+                expect,
+                row,
+                start,
+            } => {
+                if let Some(expect) = expect {
+                    let stored = backend!(self.schedules.get(key.as_str()))?
+                        .map(|bytes| decode::<super::ScheduleRecord>(key, bytes.value()))
+                        .transpose()?;
+                    // Version 0 stands for "no such row yet".
+                    if stored.map_or(0, |s| s.version) != *expect {
+                        return Ok(Err(StoreError::Conflict(format!(
+                            "trigger `{key}` changed since it was read"
+                        ))));
+                    }
+                }
+                if let Some(start) = start
+                    && let Err(refused) = self.apply(start)?
+                {
+                    return Ok(Err(refused));
+                }
+                match row {
+                    Some(row) => backend!(self.schedules.insert(key.as_str(), row.as_slice()))?,
+                    None => backend!(self.schedules.remove(key.as_str()))?,
+                };
+            }
+        }
+        Ok(Ok(()))
+    }
+
+    /// True when run `id` was cancelled in the store, so that the process
+    /// driving it must not write it on. (A run ends otherwise only through
+    /// the process that drives it.) One lookup in a table that is almost
+    /// always empty: this is on every commit's path.
+    fn ended(&self, id: &str) -> Result<bool, StoreError> {
+        Ok(backend!(self.cancelled.get(id))?.is_some())
+    }
+
+    /// Stores run `id`'s record, and keeps the index of runs to resume and
+    /// the run's timers in step: a run that ended has no timers.
+    fn set_run(
+        &mut self,
+        id: &str,
+        run: &[u8],
+        running: bool,
+        suspended: bool,
+    ) -> Result<(), StoreError> {
+        backend!(self.runs.insert(id, run))?;
+        // Most commits leave the index as it was: look before writing.
+        let listed = backend!(self.running.get(id))?.is_some();
+        if running && !suspended {
+            if !listed {
+                backend!(self.running.insert(id, ()))?;
+            }
+        } else if listed {
+            backend!(self.running.remove(id))?;
+        }
+        if !running {
+            let mut keys = Vec::new();
+            for entry in backend!(self.run_timers.range((id, 0)..=(id, u64::MAX)))? {
+                let (key, due) = backend!(entry)?;
+                keys.push((due.value(), key.value().1));
+            }
+            for key in keys {
+                self.remove_timer(id, key)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn fire(
+        &mut self,
+        fired: TimerRef,
+        now: weft_core::clock::Timestamp,
+    ) -> Result<Result<(), StoreError>, StoreError> {
+        let Some(timer) = backend!(self.timers.get(fired.key()))?
+            .map(|bytes| decode::<TimerRecord>(fired.id, bytes.value()))
+            .transpose()?
+        else {
+            return Ok(Err(StoreError::TimerGone(fired.id)));
+        };
+        let run = backend!(self.runs.get(timer.run.as_str()))?
+            .map(|bytes| decode::<RunRecord>(&timer.run, bytes.value()))
+            .transpose()?;
+        let Some(mut run) = run.filter(|run| !run.state.is_terminal()) else {
+            // Its run is gone or ended: the timer wakes nothing.
+            self.remove_timer(&timer.run, fired.key())?;
+            return Ok(Err(StoreError::TimerGone(fired.id)));
+        };
+        if let Some(record) = timer.fired_record(&run.id, run.step_records) {
+            backend!(
+                self.steps
+                    .insert((run.id.as_str(), record.seq), encode(&record).as_slice())
+            )?;
+            run.step_records += 1;
+        }
+        run.suspended = false;
+        run.updated_at = now;
+        self.remove_timer(&run.id, fired.key())?;
+        self.set_run(&run.id, &encode(&run), true, false)?;
+        Ok(Ok(()))
+    }
+
+    fn insert_timer(&mut self, timer: &TimerRow) -> Result<(), StoreError> {
+        backend!(self.timers.insert(timer.key, timer.record.as_slice()))?;
+        backend!(self.timer_keys.insert(timer.key, ()))?;
+        backend!(
+            self.run_timers
+                .insert((timer.run.as_str(), timer.key.1), timer.key.0)
+        )?;
+        Ok(())
+    }
+
+    fn remove_timer(&mut self, run: &str, key: (u64, u64)) -> Result<(), StoreError> {
+        backend!(self.timers.remove(key))?;
+        backend!(self.timer_keys.remove(key))?;
+        backend!(self.run_timers.remove((run, key.1)))?;
+        Ok(())
+    }
+
+    fn definition(&mut self, (digest, encoded): &(String, Vec<u8>)) -> Result<(), StoreError> {
+        if backend!(self.definitions.get(digest.as_str()))?.is_none() {
+            backend!(self.definitions.insert(digest.as_str(), encoded.as_slice()))?;
+        }
+        Ok(())
+    }
+
+    fn components(&mut self, pinned: &[(String, Arc<[u8]>)]) -> Result<(), StoreError> {
+        for (digest, bytes) in pinned {
+            if backend!(self.components.get(digest.as_str()))?.is_none() {
+                backend!(self.components.insert(digest.as_str(), &bytes[..]))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+macro_rules! reads {
+    ($self:ident . $method:ident ( $($arg:expr),* )) => {{
+        let txn = $self.begin_read()?;
+        queue::Reads(&txn).$method($($arg),*)
+    }};
+}
+
+impl Store for RedbStore {
+    fn subscriptions(
+        &self,
+        channel: Option<&str>,
+    ) -> Result<Vec<super::SubscriptionRecord>, StoreError> {
+        reads!(self.subscriptions(channel))
+    }
+
+    fn subscription(&self, key: &str) -> Result<Option<super::SubscriptionRecord>, StoreError> {
+        reads!(self.subscription(key))
+    }
+
+    fn delivery(&self, id: &str) -> Result<Option<super::DeliveryRecord>, StoreError> {
+        reads!(self.delivery(id))
+    }
+
+    fn message(&self, seq: u64) -> Result<Option<super::MessageRecord>, StoreError> {
+        reads!(self.message(seq))
+    }
+
+    fn queued(
+        &self,
+        subscription: &str,
+        dead: bool,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<super::DeliveryRecord>, StoreError> {
+        reads!(self.queued(subscription, dead, after, limit))
+    }
+
+    fn dead_letters(&self, limit: usize) -> Result<Vec<super::DeliveryRecord>, StoreError> {
+        reads!(self.dead_letters(limit))
+    }
+
+    fn deliveries(&self, limit: usize) -> Result<Vec<super::DeliveryRecord>, StoreError> {
+        reads!(self.deliveries(limit))
+    }
+
+    fn run_messages(&self, id: &str) -> Result<Vec<super::MessageRecord>, StoreError> {
+        reads!(self.run_messages(id))
+    }
+
+    fn idempotent_run(&self, key: &str) -> Result<Option<String>, StoreError> {
+        reads!(self.idempotent_run(key))
+    }
+
+    fn deployments(
+        &self,
+        workflow: Option<&str>,
+    ) -> Result<Vec<super::DeploymentRecord>, StoreError> {
+        let txn = self.begin_read()?;
+        registry::deployments(&txn, workflow)
+    }
+
+    fn plugins(&self) -> Result<Vec<super::PluginRecord>, StoreError> {
+        let txn = self.begin_read()?;
+        registry::plugins(&txn)
+    }
+
+    fn apply(&self, writes: &[&Write]) -> Result<Vec<Result<(), StoreError>>, StoreError> {
+        let txn = backend!(self.writable()?.begin_write())?;
+        let mut results = Vec::with_capacity(writes.len());
+        {
+            let mut t = Tables {
+                runs: backend!(txn.open_table(RUNS))?,
+                running: backend!(txn.open_table(RUNNING))?,
+                steps: backend!(txn.open_table(STEPS))?,
+                definitions: backend!(txn.open_table(DEFINITIONS))?,
+                components: backend!(txn.open_table(COMPONENTS))?,
+                kv: backend!(txn.open_table(KV))?,
+                outbox: backend!(txn.open_table(OUTBOX))?,
+                timers: backend!(txn.open_table(TIMERS))?,
+                run_timers: backend!(txn.open_table(RUN_TIMERS))?,
+                timer_keys: backend!(txn.open_table(TIMER_KEYS))?,
+                schedules: backend!(txn.open_table(SCHEDULES))?,
+                cancelled: backend!(txn.open_table(CANCELLED))?,
+                messages: backend!(txn.open_table(MESSAGES))?,
+                run_messages: backend!(txn.open_table(RUN_MESSAGES))?,
+                subscriptions: backend!(txn.open_table(SUBSCRIPTIONS))?,
+                deliveries: backend!(txn.open_table(DELIVERIES))?,
+                queue: backend!(txn.open_table(QUEUE))?,
+                dead: backend!(txn.open_table(DEAD))?,
+                idempotency: backend!(txn.open_table(IDEMPOTENCY))?,
+                deployments: backend!(txn.open_table(DEPLOYMENTS))?,
+                plugins: backend!(txn.open_table(PLUGINS))?,
+            };
+            for write in writes {
+                results.push(t.apply(write)?);
+            }
+        }
+        backend!(txn.commit())?;
+        Ok(results)
+    }
+
+    fn run(&self, id: &str) -> Result<Option<RunRecord>, StoreError> {
+        let txn = self.begin_read()?;
+        let runs = backend!(txn.open_table(RUNS))?;
+        backend!(runs.get(id))?
+            .map(|bytes| decode(id, bytes.value()))
+            .transpose()
+    }
+
+    fn runs(&self, filter: &RunFilter, limit: usize) -> Result<Vec<RunRecord>, StoreError> {
+        let txn = self.begin_read()?;
+        let runs = backend!(txn.open_table(RUNS))?;
+        let mut found = Vec::new();
+        for entry in backend!(runs.iter())?.rev() {
+            if found.len() >= limit {
+                break;
+            }
+            let (key, value) = backend!(entry)?;
+            let run: RunRecord = decode(key.value(), value.value())?;
+            if filter.keeps(&run) {
+                found.push(run);
+            }
+        }
+        Ok(found)
+    }
+
+    fn running(&self) -> Result<Vec<RunRecord>, StoreError> {
+        let txn = self.begin_read()?;
+        let running = backend!(txn.open_table(RUNNING))?;
+        let runs = backend!(txn.open_table(RUNS))?;
+        let mut found = Vec::new();
+        for entry in backend!(running.iter())? {
+            let (id, ()) = backend!(entry).map(|(k, _)| (k, ()))?;
+            if let Some(bytes) = backend!(runs.get(id.value()))? {
+                found.push(decode(id.value(), bytes.value())?);
+            }
+        }
+        Ok(found)
+    }
+
+    fn definition(&self, digest: &str) -> Result<Option<DefinitionRecord>, StoreError> {
+        let txn = self.begin_read()?;
+        let definitions = backend!(txn.open_table(DEFINITIONS))?;
+        backend!(definitions.get(digest))?
+            .map(|bytes| decode(digest, bytes.value()))
+            .transpose()
+    }
+
+    fn timer_keys(&self) -> Result<Vec<(u64, u64)>, StoreError> {
+        let txn = self.begin_read()?;
+        let timers = match txn.open_table(TIMER_KEYS) {
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+            other => backend!(other)?,
+        };
+        let mut keys = Vec::with_capacity(usize::try_from(backend!(timers.len())?).unwrap_or(0));
+        for entry in backend!(timers.iter())? {
+            keys.push(backend!(entry)?.0.value());
+        }
+        Ok(keys)
+    }
+
+    fn timer(&self, key: (u64, u64)) -> Result<Option<TimerRecord>, StoreError> {
+        let txn = self.begin_read()?;
+        let timers = match txn.open_table(TIMERS) {
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
+            other => backend!(other)?,
+        };
+        backend!(timers.get(key))?
+            .map(|bytes| decode(key.1, bytes.value()))
+            .transpose()
+    }
+
+    fn run_timers(&self, id: &str) -> Result<Vec<TimerRecord>, StoreError> {
+        let txn = self.begin_read()?;
+        let (timers, run_timers) = match (txn.open_table(TIMERS), txn.open_table(RUN_TIMERS)) {
+            (Err(redb::TableError::TableDoesNotExist(_)), _)
+            | (_, Err(redb::TableError::TableDoesNotExist(_))) => return Ok(Vec::new()),
+            (timers, run_timers) => (backend!(timers)?, backend!(run_timers)?),
+        };
+        let mut found = Vec::new();
+        for entry in backend!(run_timers.range((id, 0)..=(id, u64::MAX)))? {
+            let (key, due) = backend!(entry)?;
+            if let Some(bytes) = backend!(timers.get((due.value(), key.value().1)))? {
+                found.push(decode(key.value().1, bytes.value())?);
+            }
+        }
+        Ok(found)
+    }
+
+    fn schedules(&self) -> Result<Vec<super::ScheduleRecord>, StoreError> {
+        let txn = self.begin_read()?;
+        let schedules = match txn.open_table(SCHEDULES) {
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+            other => backend!(other)?,
+        };
+        let mut rows = Vec::new();
+        for entry in backend!(schedules.iter())? {
+            let (key, value) = backend!(entry)?;
+            rows.push(decode(key.value(), value.value())?);
+        }
+        Ok(rows)
+    }
+
+    fn outbox(&self) -> Result<Vec<OutboxRecord>, StoreError> {
+        let txn = self.begin_read()?;
+        // A file written before outboxes existed, opened read-only.
+        let outbox = match txn.open_table(OUTBOX) {
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+            other => backend!(other)?,
+        };
+        let mut rows = Vec::new();
+        for entry in backend!(outbox.iter())? {
+            let (key, value) = backend!(entry)?;
+            rows.push(decode(key.value(), value.value())?);
+        }
+        Ok(rows)
+    }
+
+    fn component(&self, digest: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        let txn = self.begin_read()?;
+        let components = backend!(txn.open_table(COMPONENTS))?;
+        Ok(backend!(components.get(digest))?.map(|bytes| bytes.value().to_vec()))
+    }
+
+    fn kv_get(&self, space: &str, key: &str) -> Result<Versioned, StoreError> {
+        let txn = self.begin_read()?;
+        let kv = backend!(txn.open_table(KV))?;
+        Ok(backend!(kv.get((space, key)))?
+            .map(|v| decode_kv(v.value()))
+            .unwrap_or_default())
+    }
+
+    fn kv_list(&self, space: &str, prefix: &str, limit: usize) -> Result<Vec<String>, StoreError> {
+        let txn = self.begin_read()?;
+        let kv = backend!(txn.open_table(KV))?;
+        let mut keys = Vec::new();
+        for entry in backend!(kv.range((space, prefix)..))? {
+            let (key, value) = backend!(entry)?;
+            let (entry_space, entry_key) = key.value();
+            if entry_space != space || !entry_key.starts_with(prefix) || keys.len() >= limit {
+                break;
+            }
+            if decode_kv(value.value()).value.is_some() {
+                keys.push(entry_key.to_owned());
+            }
+        }
+        Ok(keys)
+    }
+
+    fn steps(&self, id: &str) -> Result<Vec<StepRecord>, StoreError> {
+        let txn = self.begin_read()?;
+        let steps = backend!(txn.open_table(STEPS))?;
+        let mut found = Vec::new();
+        for entry in backend!(steps.range((id, 0u32)..=(id, u32::MAX)))? {
+            let (key, value) = backend!(entry)?;
+            let (run, seq) = key.value();
+            found.push(decode(format!("{run}/{seq}"), value.value())?);
+        }
+        Ok(found)
+    }
+}

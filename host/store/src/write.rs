@@ -1,0 +1,314 @@
+//! Writes, encoded on the caller's thread, so the one thread that commits
+//! does no more than insert bytes and sync.
+
+use std::sync::Arc;
+
+use super::{
+    DefinitionRecord, DeliveryOp, Effect, Emission, OutboxRecord, RunRecord, RunState, StepRecord,
+    SubscriptionRecord, TimerRecord, TimerRef,
+};
+use weft_core::KvEffects;
+
+/// One durable change. A batch of writes commits as one transaction.
+#[derive(Debug, Clone)]
+pub enum Write {
+    /// A new run, with its definition and the components it is pinned to.
+    CreateRun {
+        /// The run's id.
+        id: String,
+        /// The encoded [`RunRecord`].
+        run: Vec<u8>,
+        /// The definition's digest and encoded [`DefinitionRecord`].
+        definition: (String, Vec<u8>),
+        /// Each pinned component's digest and bytes.
+        components: Vec<(String, Arc<[u8]>)>,
+        /// The run's deadline timer.
+        timer: Option<TimerRow>,
+        /// The client's key for this start: refused with
+        /// [`StoreError::Duplicate`](super::StoreError::Duplicate) if a
+        /// run was recorded with it before.
+        idempotency: Option<String>,
+    },
+    /// A step attempt's record and the run's next state.
+    CommitStep {
+        /// The run's id.
+        id: String,
+        /// The record's number within the run.
+        seq: u32,
+        /// The encoded [`StepRecord`].
+        step: Vec<u8>,
+        /// The encoded [`RunRecord`].
+        run: Vec<u8>,
+        /// Whether the run is still `running` after this write.
+        running: bool,
+        /// Whether the run waits for timers only after this write: it
+        /// leaves the index of runs to resume.
+        suspended: bool,
+        /// A timer the record sets.
+        timer: Option<TimerRow>,
+        /// The timer whose fire this record is: refused as a whole, with
+        /// [`StoreError::TimerGone`](super::StoreError::TimerGone), unless
+        /// it is still pending; removed with the write.
+        fired: Option<TimerRef>,
+        /// The step's key-value effects: refused as a whole, with
+        /// [`StoreError::KvConflict`](super::StoreError::KvConflict), if a
+        /// key it read has changed since.
+        kv: Option<KvEffects>,
+        /// A child run the step starts.
+        spawn: Option<Box<Spawn>>,
+        /// The messages the step emitted, with its path: each is
+        /// committed, with a delivery for each subscription of its
+        /// channel.
+        emitted: Option<Box<(String, Vec<Emission>)>>,
+    },
+    /// Makes a subscription (one that exists with the same target is
+    /// kept; with another, refused).
+    Subscribe(Box<SubscriptionRecord>),
+    /// Removes the subscription with this key; its deliveries go.
+    Unsubscribe(String),
+    /// Changes delivery `.0`; refused with
+    /// [`StoreError::Conflict`](super::StoreError::Conflict) when the
+    /// change does not apply to its state.
+    Delivery(String, DeliveryOp),
+    /// An outside actor's answer to an `await` step of a run that is not in
+    /// memory; see `act` in the store.
+    Act {
+        /// The run.
+        run: String,
+        /// The step's result (its `seq` is set by the store).
+        record: Box<StepRecord>,
+        /// The wait's timeout, removed with it.
+        timer: Option<TimerRef>,
+        /// Now.
+        now: weft_core::clock::Timestamp,
+    },
+    /// Carries out an outbox row that starts a run: records the run unless
+    /// one with its id exists, and closes the row. Never refused, so it can
+    /// be carried out again.
+    StartRun {
+        /// The outbox row.
+        outbox: String,
+        /// The run's id.
+        id: String,
+        /// The encoded [`RunRecord`].
+        run: Vec<u8>,
+    },
+    /// The run's new state alone (a run that ended on an expression).
+    UpdateRun {
+        /// The run's id.
+        id: String,
+        /// The encoded [`RunRecord`].
+        run: Vec<u8>,
+        /// Whether the run is still `running` after this write.
+        running: bool,
+    },
+    /// Fires the timer `.0` for a run that is not in memory: refused with
+    /// [`StoreError::TimerGone`](super::StoreError::TimerGone) unless it is
+    /// pending and its run is running. Commits what its kind records, marks
+    /// the run awake, and removes the timer. See
+    /// [`TimerRecord::fired_record`].
+    FireTimer(TimerRef, weft_core::clock::Timestamp),
+    /// Cancels run `.0`, which must be running and not in memory: refused
+    /// with [`StoreError::RunEnded`](super::StoreError::RunEnded) if it has
+    /// ended. Its timers go with it.
+    CancelRun(String, weft_core::clock::Timestamp),
+    /// Writes a cron trigger's row; with `expect`, only if the stored row
+    /// is at that version, 0 meaning that there is none (else refused with
+    /// [`StoreError::Conflict`](super::StoreError::Conflict)), and with
+    /// `start`, together with the run its fire starts (a `CreateRun`).
+    /// `row: None` removes the trigger.
+    Schedule {
+        /// The trigger's key.
+        key: String,
+        /// The version the change was decided on.
+        expect: Option<u64>,
+        /// The encoded [`ScheduleRecord`](super::ScheduleRecord).
+        row: Option<Vec<u8>>,
+        /// The run the fire starts.
+        start: Option<Box<Write>>,
+    },
+    /// Records version `revision` of `workflow`, with its definition
+    /// (stored once by digest); refused with
+    /// [`StoreError::Conflict`](super::StoreError::Conflict) if that
+    /// revision exists.
+    Deploy {
+        /// The workflow's id.
+        workflow: String,
+        /// The version's number.
+        revision: u32,
+        /// The encoded [`DeploymentRecord`](super::DeploymentRecord).
+        record: Vec<u8>,
+        /// The definition's digest and encoded [`DefinitionRecord`].
+        definition: (String, Vec<u8>),
+    },
+    /// Adds a plugin to the registry, or refreshes the row of one added
+    /// before; its bytes are stored once by digest.
+    AddPlugin {
+        /// The plugin's name.
+        name: String,
+        /// The component's digest.
+        digest: String,
+        /// The encoded [`PluginRecord`](super::PluginRecord).
+        record: Vec<u8>,
+        /// The component's bytes.
+        bytes: Arc<[u8]>,
+    },
+}
+
+/// A timer to write: its key and its encoded [`TimerRecord`].
+#[derive(Debug, Clone)]
+pub struct TimerRow {
+    /// The run it belongs to.
+    pub run: String,
+    /// `(due, id)`.
+    pub key: (u64, u64),
+    /// The encoded record.
+    pub record: Vec<u8>,
+}
+
+impl TimerRow {
+    /// The row of `timer`.
+    pub fn new(timer: &TimerRecord) -> Self {
+        Self {
+            run: timer.run.clone(),
+            key: timer.timer.key(),
+            record: encode(timer),
+        }
+    }
+}
+
+/// What a step that starts a child run commits beside its record: the
+/// child's definition and components (by digest, stored once), and the
+/// outbox row that will record the child.
+#[derive(Debug, Clone)]
+pub struct Spawn {
+    /// The outbox row's id and encoded [`OutboxRecord`].
+    pub outbox: (String, Vec<u8>),
+    /// The definition's digest and encoded [`DefinitionRecord`].
+    pub definition: (String, Vec<u8>),
+    /// Each pinned component's digest and bytes.
+    pub components: Vec<(String, Arc<[u8]>)>,
+}
+
+impl Spawn {
+    /// The parts of a child's start.
+    pub fn new(
+        outbox: &OutboxRecord,
+        definition: &DefinitionRecord,
+        components: Vec<(String, Arc<[u8]>)>,
+    ) -> Self {
+        Self {
+            outbox: (outbox.id.clone(), encode(outbox)),
+            definition: (definition.digest.clone(), encode(definition)),
+            components,
+        }
+    }
+}
+
+impl Write {
+    /// A new run.
+    pub fn create_run(
+        run: &RunRecord,
+        definition: &DefinitionRecord,
+        components: Vec<(String, Arc<[u8]>)>,
+    ) -> Self {
+        Self::CreateRun {
+            idempotency: None,
+            id: run.id.clone(),
+            run: encode(run),
+            definition: (definition.digest.clone(), encode(definition)),
+            components,
+            timer: run.deadline.map(|timer| {
+                TimerRow::new(&TimerRecord {
+                    timer,
+                    run: run.id.clone(),
+                    path: super::DEADLINE_PATH.to_owned(),
+                    step_id: super::DEADLINE_PATH.to_owned(),
+                    index: 0,
+                    attempt: 1,
+                })
+            }),
+        }
+    }
+
+    /// A step attempt's result, its key-value effects, and the run's next
+    /// state.
+    pub fn commit_step(
+        step: &StepRecord,
+        run: &RunRecord,
+        kv: Option<KvEffects>,
+        spawn: Option<Spawn>,
+        fired: Option<TimerRef>,
+        emitted: Vec<Emission>,
+    ) -> Self {
+        let timer = step
+            .timer
+            .filter(|_| run.state == RunState::Running)
+            .map(|timer| {
+                TimerRow::new(&TimerRecord {
+                    timer,
+                    run: run.id.clone(),
+                    path: step.path.clone(),
+                    step_id: step.step_id.clone(),
+                    index: step.index,
+                    attempt: step.attempt,
+                })
+            });
+        Self::CommitStep {
+            id: run.id.clone(),
+            seq: step.seq,
+            step: encode(step),
+            run: encode(run),
+            running: run.state == RunState::Running,
+            suspended: run.suspended,
+            timer,
+            fired,
+            kv: kv.filter(|kv| !kv.writes.is_empty() || !kv.reads.is_empty()),
+            spawn: spawn.map(Box::new),
+            emitted: (!emitted.is_empty()).then(|| Box::new((step.path.clone(), emitted))),
+        }
+    }
+
+    /// Writes `row` (already at its new version), if the stored one is at
+    /// `expect`, with the run `start` creates.
+    pub fn schedule(
+        row: &super::ScheduleRecord,
+        expect: Option<u64>,
+        start: Option<Write>,
+    ) -> Self {
+        Self::Schedule {
+            key: row.key.clone(),
+            expect,
+            row: Some(encode(row)),
+            start: start.map(Box::new),
+        }
+    }
+
+    /// Carries out outbox row `row` (which must start a run).
+    pub fn start_run(row: &OutboxRecord) -> Option<Self> {
+        match &row.effect {
+            Effect::StartRun { run } => Some(Self::StartRun {
+                outbox: row.id.clone(),
+                id: run.id.clone(),
+                run: encode(run),
+            }),
+        }
+    }
+}
+
+impl Write {
+    /// The run's new state alone.
+    pub fn update_run(run: &RunRecord) -> Self {
+        Self::UpdateRun {
+            id: run.id.clone(),
+            run: encode(run),
+            running: run.state == RunState::Running,
+        }
+    }
+}
+
+/// Records are plain data (strings, numbers, JSON values): encoding them
+/// cannot fail.
+pub fn encode(value: &impl serde::Serialize) -> Vec<u8> {
+    serde_json::to_vec(value).unwrap_or_default()
+}

@@ -1,0 +1,186 @@
+//! Plugins in Rust, Python and JavaScript, built with `weft plugin build`
+//! by the toolchains it installs (componentize-py from PyPI,
+//! componentize-js from npm), run in one workflow; and `weft plugin new`'s
+//! templates, each built, tested and run.
+
+use std::path::Path;
+use std::process::Command;
+
+use crate::common::{Scratch, built, root, shared_cache, toolchains};
+use serde_json::json;
+
+fn scratch_with_languages() -> Scratch {
+    let scratch = Scratch::new(&["template"]);
+    for dir in ["plugins/wordstats-py", "plugins/headline-js"] {
+        let component = built(dir);
+        std::fs::copy(
+            &component,
+            scratch.plugins_dir().join(component.file_name().unwrap()),
+        )
+        .unwrap();
+    }
+    scratch
+}
+
+fn weft(scratch: &Scratch) -> Command {
+    let mut command = scratch.weft();
+    command
+        .env("WEFT_TOOLCHAINS", toolchains())
+        .env("WEFT_CACHE_DIR", shared_cache());
+    command
+}
+
+#[test]
+fn one_workflow_passes_data_through_rust_python_and_javascript_steps() {
+    let scratch = scratch_with_languages();
+    let example = root().join("examples/polyglot.yaml");
+    let run: crate::common::Run = weft(&scratch)
+        .arg("run")
+        .arg(&example)
+        .args(["--input", r#"{"author": "Ada", "topic": "durability"}"#])
+        .output()
+        .unwrap()
+        .into();
+    assert_eq!(run.code, Some(0), "{run:?}");
+    assert_eq!(
+        run.json(),
+        json!({
+            "note": "Ada writes about durability. Why durability? Because durability is where the work is, says Ada.",
+            "words": 15,
+            "headline": "Durability, Ada: 15 words",
+        })
+    );
+    // Each step's record names the exact component it ran, and the Python
+    // and JavaScript steps' log lines are in the run's log.
+    let shown = scratch
+        .run(&["runs", "show", &run.run_id(), "--json"])
+        .json();
+    let logs = shown["steps"].to_string();
+    assert!(logs.contains("15 words, 11 distinct"), "{logs}");
+    assert!(logs.contains("headline from 2 words"), "{logs}");
+
+    // The host checks input against the Python plugin's schema before the
+    // call, naming the field.
+    let bad = scratch.file(
+        "bad.yaml",
+        "id: bad\nsteps:\n  - { id: stats, uses: wordstats, with: { text: 5 } }\n",
+    );
+    let refused: crate::common::Run = weft(&scratch).arg("run").arg(&bad).output().unwrap().into();
+    assert_eq!(refused.code, Some(1), "{refused:?}");
+    assert!(refused.stderr.contains("/text"), "{refused:?}");
+
+    // A JavaScript step's typed error reaches the run as written.
+    let empty = scratch.file(
+        "empty.yaml",
+        "id: empty\nsteps:\n  - { id: title, uses: headline, with: { text: '', top: [] } }\n",
+    );
+    let failed: crate::common::Run = weft(&scratch)
+        .arg("run")
+        .arg(&empty)
+        .output()
+        .unwrap()
+        .into();
+    assert_eq!(failed.code, Some(1), "{failed:?}");
+    assert!(
+        failed
+            .stderr
+            .contains("no_words: there is nothing to make a headline of"),
+        "{failed:?}"
+    );
+}
+
+/// Runs `program args` in `dir`; panics with its output if it fails.
+fn check(dir: &Path, program: &str, args: &[&str], env: &[(&str, &Path)]) -> String {
+    let mut command = Command::new(program);
+    command.current_dir(dir).args(args);
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    let output = command
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {program}: {e}"));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        output.status.success(),
+        "{program} {args:?} in {} failed:\n{text}",
+        dir.display()
+    );
+    text
+}
+
+#[test]
+fn every_template_builds_passes_its_own_test_and_runs_in_a_workflow() {
+    let scratch = Scratch::new(&[]);
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    // The Rust template's dependencies are built once per machine.
+    let target = root().join("target").join("templates");
+    for (lang, name, test) in [
+        ("python", "hello-py", vec!["python3", "-m", "unittest"]),
+        ("js", "hello-js", vec!["node", "--test"]),
+        ("rust", "hello-rs", vec![cargo.as_str(), "test"]),
+    ] {
+        let created = weft(&scratch)
+            .args(["plugin", "new", name, "--lang", lang, "--dir"])
+            .arg(scratch.path())
+            .output()
+            .unwrap();
+        assert!(created.status.success(), "{created:?}");
+        let dir = scratch.path().join(name);
+        let tested = check(&dir, test[0], &test[1..], &[("CARGO_TARGET_DIR", &target)]);
+        assert!(
+            tested.contains("OK") || tested.contains("# pass 2") || tested.contains("1 passed"),
+            "{lang}: {tested}"
+        );
+        let build: crate::common::Run = weft(&scratch)
+            .args(["plugin", "build"])
+            .arg(&dir)
+            .env("CARGO_TARGET_DIR", &target)
+            .output()
+            .unwrap()
+            .into();
+        assert_eq!(build.code, Some(0), "{lang}: {build:?}");
+        assert!(
+            build
+                .stdout
+                .starts_with(&format!("built {name}@0.1.0 sha256:")),
+            "{lang}: {build:?}"
+        );
+        let run: crate::common::Run = weft(&scratch)
+            .arg("run")
+            .arg(dir.join("example.yaml"))
+            .arg("--plugins")
+            .arg(dir.join("dist"))
+            .args(["--input", r#"{"name": "Ada"}"#])
+            .output()
+            .unwrap()
+            .into();
+        assert_eq!(run.code, Some(0), "{lang}: {run:?}");
+        assert_eq!(run.json(), json!({ "greeting": "Hello, Ada!" }), "{lang}");
+        let empty: crate::common::Run = weft(&scratch)
+            .arg("run")
+            .arg(dir.join("example.yaml"))
+            .arg("--plugins")
+            .arg(dir.join("dist"))
+            .args(["--input", r#"{"name": " "}"#])
+            .output()
+            .unwrap()
+            .into();
+        assert!(
+            empty.stderr.contains("empty_name: name must not be empty"),
+            "{lang}: {empty:?}"
+        );
+    }
+    // A name that is not an id, and a folder that exists, are refused.
+    let bad = scratch.run(&["plugin", "new", "9lives", "--lang", "js"]);
+    assert_eq!(bad.code, Some(2), "{bad:?}");
+    let again = weft(&scratch)
+        .args(["plugin", "new", "hello-js", "--lang", "js", "--dir"])
+        .arg(scratch.path())
+        .output()
+        .unwrap();
+    assert_eq!(again.status.code(), Some(2));
+}
