@@ -17,3 +17,20 @@ pub struct ErrorRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub details: Option<Value>,
 }
+
+impl ErrorRecord {
+    /// An error that trying again cannot mend, with no details.
+    pub fn fatal(code: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            code: code.into(),
+            message: message.into(),
+            retryable: false,
+            details: None,
+        }
+    }
+
+    /// The host's own failure (`internal`), not the step's.
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::fatal("internal", message)
+    }
+}

@@ -3,24 +3,22 @@
 //! Shared by [`Engine`](super::Engine) and by `subflow` attempts, which
 //! start child runs from a worker.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use serde_json::Value;
 
-use crate::plugins::PluginDir;
 use weft_core::clock::{Clock, Timestamp};
 use weft_core::lock;
-use weft_model::{self as model, Format, Scope, Workflow};
-use weft_model::{WorkflowDir, Workflows};
-use weft_runtime::{KvAccess, KvSource, Plugin, Versioned};
+use weft_model::{self as model, Format, Scope, Workflow, WorkflowDir, Workflows};
 use weft_store::{
-    DefinitionRecord, Effect, OutboxRecord, ParentLink, PinnedPlugin, RunRecord, RunState, Spawn,
-    Store, TimerKind, TimerRef,
+    DefinitionRecord, Effect, OutboxRecord, ParentLink, RunRecord, RunState, Spawn, Store,
+    TimerKind, TimerRef,
 };
 
-use super::drive::{Drive, Leaf, timer_id};
-use super::error::{ResumeError, StartError};
+use crate::drive::{Drive, Leaf, timer_id};
+use crate::error::{ResumeError, StartError};
+use crate::runner::{Pinned, RunnerSource, StepRunner};
 
 /// The deepest a chain of child runs may go, so that a workflow that
 /// starts itself ends with an error instead of filling the store.
@@ -30,7 +28,8 @@ pub const MAX_DEPTH: u32 = 32;
 #[derive(Debug)]
 pub(super) struct Launcher {
     pub(super) store: Arc<dyn Store>,
-    pub(super) plugins: PluginDir,
+    /// Where runs get their plugins.
+    source: Arc<dyn RunnerSource>,
     pub(super) clock: Arc<dyn Clock>,
     workflows: RwLock<Arc<dyn Workflows>>,
     /// Stored definitions already parsed, by digest: loading a run back
@@ -66,10 +65,14 @@ impl NewRun {
 }
 
 impl Launcher {
-    pub(super) fn new(store: Arc<dyn Store>, plugins: PluginDir, clock: Arc<dyn Clock>) -> Self {
+    pub(super) fn new(
+        store: Arc<dyn Store>,
+        source: Arc<dyn RunnerSource>,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
         Self {
             store,
-            plugins,
+            source,
             clock,
             workflows: RwLock::new(Arc::new(WorkflowDir::default())),
             parsed: Mutex::new(HashMap::new()),
@@ -117,14 +120,11 @@ impl Launcher {
                 });
             }
         }
-        let plugins = self.resolve_plugins(&workflow)?;
-        let mut pinned: Vec<&Plugin> = plugins.values().collect();
-        pinned.sort_by_key(|p| p.digest());
-        pinned.dedup_by_key(|p| p.digest());
-        let components = pinned
-            .iter()
-            .map(|p| (p.digest().to_string(), p.bytes()))
-            .collect();
+        let Pinned {
+            runner,
+            pins,
+            components,
+        } = self.source.pin(&workflow)?;
         let definition = DefinitionRecord::of(&workflow);
         let now = self.clock.now();
         let run = RunRecord {
@@ -137,10 +137,7 @@ impl Launcher {
             next_step: 0,
             step_records: 0,
             step_count: u32::try_from(workflow.steps.len()).unwrap_or(u32::MAX),
-            plugins: plugins
-                .iter()
-                .map(|(id, plugin)| (id.clone(), pin(plugin)))
-                .collect::<BTreeMap<_, _>>(),
+            plugins: pins,
             definition: definition.digest.clone(),
             outputs: None,
             error: None,
@@ -159,7 +156,7 @@ impl Launcher {
             }),
         };
         Ok(NewRun {
-            drive: self.drive(run, workflow, plugins, HashMap::new()),
+            drive: self.drive(run, workflow, runner, HashMap::new()),
             definition,
             components,
         })
@@ -197,7 +194,7 @@ impl Launcher {
                 workflow
             }
         };
-        let plugins = self.pinned_plugins(&run, &workflow)?;
+        let runner = self.source.load(&run, &workflow)?;
         let mut results: HashMap<String, Leaf> = HashMap::new();
         for record in self.store.steps(&run.id)? {
             let path = if record.path.is_empty() {
@@ -215,7 +212,7 @@ impl Launcher {
             .iter()
             .map(|t| t.timer.id)
             .collect();
-        let mut drive = self.drive(run, workflow, plugins, results);
+        let mut drive = self.drive(run, workflow, runner, results);
         let mut waiting = Vec::new();
         for (path, leaf) in &mut drive.results {
             if let Some(timer) = leaf.timer {
@@ -249,20 +246,15 @@ impl Launcher {
         self: &Arc<Self>,
         run: RunRecord,
         workflow: Arc<Workflow>,
-        plugins: HashMap<String, Plugin>,
+        runner: Arc<dyn StepRunner>,
         results: HashMap<String, Leaf>,
     ) -> Drive {
-        let kv = KvAccess {
-            space: format!("workflow/{}", workflow.id),
-            source: Arc::new(StoreKv(Arc::clone(&self.store))),
-        };
         let base = Scope::new(&workflow.id, &run.id, &run.input);
         Drive {
             run,
             workflow,
-            plugins,
+            runner,
             results,
-            kv,
             base,
             busy: HashSet::new(),
             launcher: Arc::clone(self),
@@ -270,82 +262,6 @@ impl Launcher {
             awaits: HashSet::new(),
             cancel: Arc::default(),
         }
-    }
-
-    /// Resolves the plugin of every call step, at every depth, by step id.
-    fn resolve_plugins(&self, workflow: &Workflow) -> Result<HashMap<String, Plugin>, StartError> {
-        let mut plugins = HashMap::new();
-        for step in workflow.all_steps() {
-            let Some(call) = step.call() else { continue };
-            let plugin = self
-                .plugins
-                .resolve(&call.uses)
-                .map_err(|source| StartError::Plugin {
-                    origin: workflow.origin.clone(),
-                    line: step.line,
-                    step: step.id.clone(),
-                    source: Box::new(source),
-                })?;
-            plugins.insert(step.id.clone(), plugin);
-        }
-        Ok(plugins)
-    }
-
-    /// Loads the components a run is pinned to from the store.
-    fn pinned_plugins(
-        &self,
-        run: &RunRecord,
-        workflow: &Workflow,
-    ) -> Result<HashMap<String, Plugin>, ResumeError> {
-        let mut loaded: BTreeMap<&str, Plugin> = BTreeMap::new();
-        let mut plugins = HashMap::new();
-        for step in workflow.all_steps() {
-            if step.call().is_none() {
-                continue;
-            }
-            let component_error = |reason: String| ResumeError::Component {
-                step: step.id.clone(),
-                reason,
-            };
-            let pinned = run.plugins.get(&step.id).ok_or_else(|| {
-                component_error("the run has no plugin pinned for this step".to_owned())
-            })?;
-            if let Some(plugin) = loaded.get(pinned.digest.as_str()) {
-                plugins.insert(step.id.clone(), plugin.clone());
-                continue;
-            }
-            let plugin = self
-                .plugins
-                .by_digest(&pinned.digest)
-                .map_err(|e| component_error(e.to_string()))?;
-            loaded.insert(&pinned.digest, plugin.clone());
-            plugins.insert(step.id.clone(), plugin);
-        }
-        Ok(plugins)
-    }
-}
-
-/// The store, as the runtime reads key-value data.
-#[derive(Debug)]
-struct StoreKv(Arc<dyn Store>);
-
-impl KvSource for StoreKv {
-    fn get(&self, space: &str, key: &str) -> Result<Versioned, String> {
-        self.0.kv_get(space, key).map_err(|e| e.to_string())
-    }
-
-    fn list(&self, space: &str, prefix: &str, limit: usize) -> Result<Vec<String>, String> {
-        self.0
-            .kv_list(space, prefix, limit)
-            .map_err(|e| e.to_string())
-    }
-}
-
-fn pin(plugin: &Plugin) -> PinnedPlugin {
-    PinnedPlugin {
-        name: plugin.meta().name.clone(),
-        version: plugin.meta().version.to_string(),
-        digest: plugin.digest().to_string(),
     }
 }
 

@@ -32,6 +32,7 @@ mod drive;
 mod error;
 mod launch;
 pub mod plugins;
+mod runner;
 mod scheduler;
 
 use std::sync::Arc;
@@ -54,6 +55,7 @@ pub use cron::{AddScheduleError, add_schedule, set_paused as set_schedule_paused
 pub use drive::Answer;
 pub use error::{ActError, ResumeError, StartError};
 pub use launch::MAX_DEPTH;
+pub use runner::{Pinned, RunnerSource, StepCall, StepOutcome, StepRunner, WasmPlugins};
 pub use weft_model::Workflows;
 
 /// The tenant of runs started without one.
@@ -134,6 +136,7 @@ impl RunHandle {
 /// threads; runs still in flight stay `running` in the store.
 pub struct Engine {
     core: Arc<Core>,
+    plugins: Arc<PluginDir>,
     threads: Vec<JoinHandle<()>>,
 }
 
@@ -141,7 +144,7 @@ impl std::fmt::Debug for Engine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Engine")
             .field("store", &self.core.launcher.store)
-            .field("plugins", &self.core.launcher.plugins)
+            .field("plugins", &self.plugins)
             .field("workers", &self.threads.len().saturating_sub(1))
             .finish_non_exhaustive()
     }
@@ -203,8 +206,24 @@ impl Engine {
         plugins
             .attach(store.clone())
             .map_err(std::io::Error::other)?;
+        let plugins = Arc::new(plugins);
+        let source = Arc::new(WasmPlugins::new(Arc::clone(&plugins), Arc::clone(&store)));
+        Self::with_source(store, plugins, source, clock, config)
+    }
+
+    /// As [`Engine::with_config`], with runs taking their plugins from
+    /// `source` instead of running the registry's components: the seam a
+    /// test or a simulator drives the engine through without WebAssembly.
+    /// `plugins` is still the registry the engine shows and adds to.
+    pub fn with_source(
+        store: Arc<dyn Store>,
+        plugins: Arc<PluginDir>,
+        source: Arc<dyn RunnerSource>,
+        clock: Arc<dyn Clock>,
+        config: EngineConfig,
+    ) -> std::io::Result<Self> {
         let commits = GroupCommit::start(store.clone())?;
-        let launcher = Arc::new(Launcher::new(store, plugins, clock));
+        let launcher = Arc::new(Launcher::new(store, source, clock));
         let core = Arc::new(Core::new(
             launcher,
             commits,
@@ -212,12 +231,16 @@ impl Engine {
             config.measure_fires,
         ));
         let threads = core.start(config.workers)?;
-        Ok(Self { core, threads })
+        Ok(Self {
+            core,
+            plugins,
+            threads,
+        })
     }
 
     /// The plugins: the directory and the registry.
     pub fn plugins(&self) -> &PluginDir {
-        &self.core.launcher.plugins
+        &self.plugins
     }
 
     /// The source of time every part of this engine reads.

@@ -6,15 +6,16 @@ use std::time::Instant;
 
 use serde_json::{Value, json};
 
+use weft_core::KvEffects;
 use weft_core::clock::Clock;
 use weft_model::RetryPolicy;
-use weft_runtime::{CallError, CallOptions, KvEffects, Plugin, StepContext};
 use weft_store::{
     Emission, ErrorRecord, ParentLink, RunError, RunRecord, RunState, StepRecord, StoreError,
     TimerRef,
 };
 
 use crate::launch::{Launcher, NewRun};
+use crate::runner::{StepCall, StepRunner};
 
 use super::{Next, Undo};
 
@@ -33,10 +34,8 @@ pub(crate) struct Attempt {
 pub(super) enum Invocation {
     /// Call a plugin.
     Plugin {
-        plugin: Plugin,
-        context: StepContext,
-        input: String,
-        options: CallOptions,
+        runner: Arc<dyn StepRunner>,
+        call: StepCall,
     },
     /// Make a child run (recorded through the outbox once this attempt
     /// commits).
@@ -122,13 +121,8 @@ impl Attempt {
         let timer = Instant::now();
         match call {
             None | Some(Invocation::Await(_)) => {}
-            Some(Invocation::Plugin {
-                plugin,
-                context,
-                input,
-                options,
-            }) => {
-                let outcome = plugin.call(&context, &input, &options);
+            Some(Invocation::Plugin { runner, call }) => {
+                let outcome = runner.call(&call);
                 record.logs = outcome.logs;
                 kv = Some(outcome.kv);
                 match outcome.result {
@@ -137,7 +131,7 @@ impl Attempt {
                         record.messages = outcome.emitted.iter().map(|m| m.id.clone()).collect();
                         emitted = outcome.emitted;
                     }
-                    Err(error) => record.error = Some(error_record(&error)),
+                    Err(error) => record.error = Some(error),
                 }
             }
             Some(Invocation::Spawn {
@@ -232,22 +226,5 @@ impl Attempt {
             emitted: Vec::new(),
             reply: None,
         }
-    }
-}
-
-fn error_record(error: &CallError) -> ErrorRecord {
-    let details = match error {
-        CallError::Step { details, .. } => details.clone(),
-        _ => None,
-    };
-    let message = match error {
-        CallError::Step { message, .. } => message.clone(),
-        other => other.to_string(),
-    };
-    ErrorRecord {
-        code: error.code().to_owned(),
-        message,
-        retryable: error.is_retryable(),
-        details,
     }
 }

@@ -30,13 +30,13 @@ use serde_json::Value;
 use weft_core::clock::Clock;
 use weft_core::clock::Timestamp;
 use weft_model::{Scope, Template, Workflow};
-use weft_runtime::{KvAccess, Plugin};
 use weft_store::{
     CANCEL_PATH, DEADLINE_PATH, ErrorRecord, RunError, RunRecord, RunState, TimerKind, TimerRef,
 };
 
 use super::Observer;
 use super::launch::Launcher;
+use crate::runner::StepRunner;
 
 pub(crate) use attempt::{Attempt, Completed, Finished, Reply};
 pub use events::Answer;
@@ -47,12 +47,10 @@ use walk::Status;
 pub(super) struct Drive {
     pub(super) run: RunRecord,
     pub(super) workflow: Arc<Workflow>,
-    /// The pinned plugin of each call step, by step id.
-    pub(super) plugins: HashMap<String, Plugin>,
+    /// Makes the calls of the plugins the run is pinned to.
+    pub(super) runner: Arc<dyn StepRunner>,
     /// Committed leaf results, by path.
     pub(super) results: HashMap<String, Leaf>,
-    /// The workflow's key-value space.
-    pub(super) kv: KvAccess,
     /// The run's scope before any step, converted once.
     pub(super) base: Scope,
     /// Leaves with an attempt under way: running, finished and waiting for

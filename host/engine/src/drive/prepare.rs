@@ -7,11 +7,12 @@ use serde_json::{Value, json};
 
 use weft_core::clock::{Clock, Timestamp};
 use weft_model::{Await, Call, Emit, Sleep, Subflow};
-use weft_runtime::{CallOptions, StepContext};
+use weft_runtime::StepContext;
 use weft_store::{Emission, ErrorRecord, ParentLink, StepRecord, TimerKind, TimerRef};
 
 use crate::DEFAULT_TENANT;
 use crate::launch::MAX_DEPTH;
+use crate::runner::StepCall;
 
 use super::attempt::{Attempt, Invocation};
 use super::walk::{Action, Ready};
@@ -97,13 +98,11 @@ impl Drive {
         let run = &self.run;
         let step = ready.step;
         let record = &mut attempt.record;
-        let Some(plugin) = self.plugins.get(&step.id) else {
-            record.error = Some(ErrorRecord {
-                code: "internal".to_owned(),
-                message: format!("no plugin is pinned for step `{}`", step.id),
-                retryable: false,
-                details: None,
-            });
+        let Some(plugin) = self.runner.plugin(&step.id) else {
+            record.error = Some(ErrorRecord::internal(format!(
+                "no plugin is pinned for step `{}`",
+                step.id
+            )));
             return;
         };
         let input = match call.with.eval(&ready.scope) {
@@ -113,12 +112,12 @@ impl Drive {
                 return;
             }
         };
-        if let Err(problems) = plugin.check_input(&input) {
+        if let Err(problems) = self.runner.check_input(&step.id, &input) {
             record.error = Some(ErrorRecord {
                 code: "invalid_input".to_owned(),
                 message: format!(
                     "the input does not match the input schema of plugin `{}`: {}",
-                    plugin.meta().name,
+                    plugin,
                     problems.join("; ")
                 ),
                 retryable: false,
@@ -135,17 +134,15 @@ impl Drive {
             attempt: ready.attempt,
             idempotency_key: format!("{}:{}", run.id, ready.path),
         };
-        let options = CallOptions {
-            timeout: call.timeout,
-            memory_limit: call.memory_limit,
-            kv: Some(self.kv.clone()),
-            cancel: Some(Arc::clone(&self.cancel)),
-        };
         attempt.call = Some(Invocation::Plugin {
-            plugin: plugin.clone(),
-            context,
-            input: input.to_string(),
-            options,
+            runner: Arc::clone(&self.runner),
+            call: StepCall {
+                context,
+                input: input.to_string(),
+                timeout: call.timeout,
+                memory_limit: call.memory_limit,
+                cancel: Arc::clone(&self.cancel),
+            },
         });
         attempt.record.input = input;
     }

@@ -1,0 +1,281 @@
+//! The seam between the engine and the code its steps run: a run's
+//! [`StepRunner`] makes its plugin calls, and a [`RunnerSource`] pins a new
+//! run's plugins and loads a recorded run's back. The engine's walk and
+//! scheduler see only these traits, so they are tested with a fake runner
+//! and no WebAssembly; [`WasmPlugins`] is the real source, over the plugin
+//! registry and the wasmtime runtime.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use weft_core::{Emission, ErrorRecord, KvEffects, LogLine, Versioned};
+use weft_model::Workflow;
+use weft_runtime::{CallError, CallOptions, KvAccess, KvSource, Plugin, StepContext};
+use weft_store::{PinnedPlugin, RunRecord, Store};
+
+use crate::error::{ResumeError, StartError};
+use crate::plugins::PluginDir;
+
+/// One call of a step's pinned plugin.
+#[derive(Debug, Clone)]
+pub struct StepCall {
+    /// Who is calling: the run, the step, the attempt, and the key that
+    /// stays the same across the step's attempts.
+    pub context: StepContext,
+    /// The input, as JSON text.
+    pub input: String,
+    /// The call's deadline; the runner's default when `None`.
+    pub timeout: Option<Duration>,
+    /// The cap on the call's memory, in bytes; the runner's default when
+    /// `None`.
+    pub memory_limit: Option<u64>,
+    /// Set when the run leaves the engine's hands: the call should stop.
+    pub cancel: Arc<AtomicBool>,
+}
+
+/// What one call gave, with what it did besides its result.
+#[derive(Debug, Clone)]
+pub struct StepOutcome {
+    /// The output, or the error the step ends this attempt with.
+    pub result: Result<Value, ErrorRecord>,
+    /// What the call logged.
+    pub logs: Vec<LogLine>,
+    /// Its key-value reads and buffered writes.
+    pub kv: KvEffects,
+    /// The messages it emitted, committed only if it succeeded.
+    pub emitted: Vec<Emission>,
+}
+
+/// The plugins one run is pinned to, by step id. Shared by the run's
+/// attempts, which run on any worker at once.
+pub trait StepRunner: Send + Sync + std::fmt::Debug {
+    /// The name of the plugin pinned for step `step`; `None` when none is
+    /// (the attempt then fails `internal`).
+    fn plugin(&self, step: &str) -> Option<&str>;
+
+    /// Checks `input` against the input schema of step `step`'s plugin;
+    /// `Err` lists every problem.
+    fn check_input(&self, step: &str, input: &Value) -> Result<(), Vec<String>>;
+
+    /// Makes the call of step `call.context.step_id`. Blocking. Never
+    /// fails: a failure is the outcome's error.
+    fn call(&self, call: &StepCall) -> StepOutcome;
+}
+
+/// A new run's plugins, pinned at its start.
+#[derive(Debug)]
+pub struct Pinned {
+    /// Makes its calls.
+    pub runner: Arc<dyn StepRunner>,
+    /// What the run record says each call step is pinned to, by step id.
+    pub pins: BTreeMap<String, PinnedPlugin>,
+    /// The components to store with the run: digest and bytes, once each.
+    pub components: Vec<(String, Arc<[u8]>)>,
+}
+
+/// Where runs get their plugins.
+pub trait RunnerSource: Send + Sync + std::fmt::Debug {
+    /// Resolves the plugin of every call step of `workflow`, at every
+    /// depth. May compile; nothing is stored.
+    fn pin(&self, workflow: &Workflow) -> Result<Pinned, StartError>;
+
+    /// The runner of recorded run `run`, from the components it is pinned
+    /// to (never from a newer version).
+    fn load(
+        &self,
+        run: &RunRecord,
+        workflow: &Workflow,
+    ) -> Result<Arc<dyn StepRunner>, ResumeError>;
+}
+
+/// The real source: plugins from the registry and the plugins directory,
+/// run in wasmtime, with the workflow's key-value space in the store.
+#[derive(Debug)]
+pub struct WasmPlugins {
+    plugins: Arc<PluginDir>,
+    store: Arc<dyn Store>,
+}
+
+impl WasmPlugins {
+    /// A source over `plugins`, reading key-value data from `store`.
+    pub fn new(plugins: Arc<PluginDir>, store: Arc<dyn Store>) -> Self {
+        Self { plugins, store }
+    }
+
+    fn runner(&self, workflow: &Workflow, plugins: HashMap<String, Plugin>) -> WasmRunner {
+        WasmRunner {
+            plugins,
+            kv: KvAccess {
+                space: format!("workflow/{}", workflow.id),
+                source: Arc::new(StoreKv(Arc::clone(&self.store))),
+            },
+        }
+    }
+}
+
+impl RunnerSource for WasmPlugins {
+    fn pin(&self, workflow: &Workflow) -> Result<Pinned, StartError> {
+        let mut plugins = HashMap::new();
+        for step in workflow.all_steps() {
+            let Some(call) = step.call() else { continue };
+            let plugin = self
+                .plugins
+                .resolve(&call.uses)
+                .map_err(|source| StartError::Plugin {
+                    origin: workflow.origin.clone(),
+                    line: step.line,
+                    step: step.id.clone(),
+                    source: Box::new(source),
+                })?;
+            plugins.insert(step.id.clone(), plugin);
+        }
+        let mut distinct: Vec<&Plugin> = plugins.values().collect();
+        distinct.sort_by_key(|p| p.digest());
+        distinct.dedup_by_key(|p| p.digest());
+        let components = distinct
+            .iter()
+            .map(|p| (p.digest().to_string(), p.bytes()))
+            .collect();
+        let pins = plugins
+            .iter()
+            .map(|(id, plugin)| (id.clone(), pin(plugin)))
+            .collect();
+        Ok(Pinned {
+            runner: Arc::new(self.runner(workflow, plugins)),
+            pins,
+            components,
+        })
+    }
+
+    fn load(
+        &self,
+        run: &RunRecord,
+        workflow: &Workflow,
+    ) -> Result<Arc<dyn StepRunner>, ResumeError> {
+        let mut loaded: BTreeMap<&str, Plugin> = BTreeMap::new();
+        let mut plugins = HashMap::new();
+        for step in workflow.all_steps() {
+            if step.call().is_none() {
+                continue;
+            }
+            let component_error = |reason: String| ResumeError::Component {
+                step: step.id.clone(),
+                reason,
+            };
+            let pinned = run.plugins.get(&step.id).ok_or_else(|| {
+                component_error("the run has no plugin pinned for this step".to_owned())
+            })?;
+            if let Some(plugin) = loaded.get(pinned.digest.as_str()) {
+                plugins.insert(step.id.clone(), plugin.clone());
+                continue;
+            }
+            let plugin = self
+                .plugins
+                .by_digest(&pinned.digest)
+                .map_err(|e| component_error(e.to_string()))?;
+            loaded.insert(&pinned.digest, plugin.clone());
+            plugins.insert(step.id.clone(), plugin);
+        }
+        Ok(Arc::new(self.runner(workflow, plugins)))
+    }
+}
+
+/// Pinned wasm plugins and the workflow's key-value space.
+#[derive(Debug)]
+struct WasmRunner {
+    plugins: HashMap<String, Plugin>,
+    kv: KvAccess,
+}
+
+impl StepOutcome {
+    /// An outcome with `result` and nothing else: no logs, no key-value
+    /// effects, no messages.
+    pub fn of(result: Result<Value, ErrorRecord>) -> Self {
+        Self {
+            result,
+            logs: Vec::new(),
+            kv: KvEffects::default(),
+            emitted: Vec::new(),
+        }
+    }
+}
+
+impl StepRunner for WasmRunner {
+    fn plugin(&self, step: &str) -> Option<&str> {
+        self.plugins.get(step).map(|p| p.meta().name.as_str())
+    }
+
+    fn check_input(&self, step: &str, input: &Value) -> Result<(), Vec<String>> {
+        self.plugins
+            .get(step)
+            .map_or(Ok(()), |plugin| plugin.check_input(input))
+    }
+
+    fn call(&self, call: &StepCall) -> StepOutcome {
+        let Some(plugin) = self.plugins.get(&call.context.step_id) else {
+            return StepOutcome::of(Err(ErrorRecord::internal(format!(
+                "no plugin is pinned for step `{}`",
+                call.context.step_id
+            ))));
+        };
+        let options = CallOptions {
+            timeout: call.timeout,
+            memory_limit: call.memory_limit,
+            kv: Some(self.kv.clone()),
+            cancel: Some(Arc::clone(&call.cancel)),
+        };
+        let outcome = plugin.call(&call.context, &call.input, &options);
+        StepOutcome {
+            result: outcome.result.map_err(|e| error_record(&e)),
+            logs: outcome.logs,
+            kv: outcome.kv,
+            emitted: outcome.emitted,
+        }
+    }
+}
+
+/// A call's error as the run records it.
+fn error_record(error: &CallError) -> ErrorRecord {
+    let details = match error {
+        CallError::Step { details, .. } => details.clone(),
+        _ => None,
+    };
+    let message = match error {
+        CallError::Step { message, .. } => message.clone(),
+        other => other.to_string(),
+    };
+    ErrorRecord {
+        code: error.code().to_owned(),
+        message,
+        retryable: error.is_retryable(),
+        details,
+    }
+}
+
+/// The store, as the runtime reads key-value data.
+#[derive(Debug)]
+struct StoreKv(Arc<dyn Store>);
+
+impl KvSource for StoreKv {
+    fn get(&self, space: &str, key: &str) -> Result<Versioned, String> {
+        self.0.kv_get(space, key).map_err(|e| e.to_string())
+    }
+
+    fn list(&self, space: &str, prefix: &str, limit: usize) -> Result<Vec<String>, String> {
+        self.0
+            .kv_list(space, prefix, limit)
+            .map_err(|e| e.to_string())
+    }
+}
+
+fn pin(plugin: &Plugin) -> PinnedPlugin {
+    PinnedPlugin {
+        name: plugin.meta().name.clone(),
+        version: plugin.meta().version.to_string(),
+        digest: plugin.digest().to_string(),
+    }
+}
