@@ -2,7 +2,7 @@
 //! tests can drive it with a clock of their own.
 
 use std::fmt;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
@@ -21,6 +21,40 @@ impl Timestamp {
     pub fn millis_since(self, earlier: Timestamp) -> u64 {
         self.0.saturating_sub(earlier.0)
     }
+}
+
+impl Timestamp {
+    /// Reads an RFC 3339 time (`2026-12-01T09:00:00Z`) or a whole number
+    /// of milliseconds since the epoch; `Err` says why `text` is neither.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        if let Ok(millis) = text.trim().parse::<u64>() {
+            return Ok(Self(millis));
+        }
+        humantime::parse_rfc3339_weak(text)
+            .map(|time| Self(time.duration_since(UNIX_EPOCH).map_or(0, millis)))
+            .map_err(|e| format!("`{text}` is not a time such as `2026-12-01T09:00:00Z`: {e}"))
+    }
+}
+
+impl std::ops::Add<Duration> for Timestamp {
+    type Output = Timestamp;
+
+    /// `by` later; the end of time rather than an overflow.
+    fn add(self, by: Duration) -> Timestamp {
+        Timestamp(self.0.saturating_add(millis(by)))
+    }
+}
+
+/// `duration` in whole milliseconds, saturating.
+pub fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// Reads a duration such as `500ms`, `30s`, `2m` or `1h 30m`; `Err` says
+/// why `text` is not one.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    humantime::parse_duration(text)
+        .map_err(|e| format!("`{text}` is not a duration such as `500ms`, `30s` or `2m`: {e}"))
 }
 
 impl fmt::Display for Timestamp {
@@ -57,9 +91,8 @@ impl SimClock {
 
     /// Moves the clock `by` forward.
     pub fn advance(&self, by: std::time::Duration) {
-        let millis = u64::try_from(by.as_millis()).unwrap_or(u64::MAX);
         self.0
-            .fetch_add(millis, std::sync::atomic::Ordering::SeqCst);
+            .fetch_add(millis(by), std::sync::atomic::Ordering::SeqCst);
     }
 
     /// Sets the clock to `to` (it may go back, as a wall clock can).
@@ -87,13 +120,39 @@ impl Clock for SystemClock {
         let since_epoch = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default();
-        Timestamp(u64::try_from(since_epoch.as_millis()).unwrap_or(u64::MAX))
+        Timestamp(millis(since_epoch))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn times_parse_from_rfc3339_or_milliseconds() {
+        assert_eq!(Timestamp::parse("1000"), Ok(Timestamp(1000)));
+        assert_eq!(
+            Timestamp::parse("1970-01-01T00:00:01.500Z"),
+            Ok(Timestamp(1500))
+        );
+        let refused = Timestamp::parse("soon").unwrap_err();
+        assert!(refused.starts_with("`soon` is not a time"), "{refused}");
+    }
+
+    #[test]
+    fn adding_a_duration_saturates() {
+        assert_eq!(Timestamp(1) + Duration::from_secs(1), Timestamp(1001));
+        assert_eq!(
+            Timestamp(u64::MAX - 1) + Duration::from_secs(1),
+            Timestamp(u64::MAX)
+        );
+        assert_eq!(parse_duration("90s"), Ok(Duration::from_secs(90)));
+        assert!(
+            parse_duration("soon")
+                .unwrap_err()
+                .contains("`soon` is not a duration")
+        );
+    }
 
     #[test]
     fn timestamps_print_as_rfc3339_utc() {

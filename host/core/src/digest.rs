@@ -1,3 +1,5 @@
+//! Content digests: a component or a definition is known by the SHA-256
+//! of its bytes.
 use std::fmt;
 
 use sha2::{Digest as _, Sha256};

@@ -1,4 +1,6 @@
-//! Cron triggers: one thread looks at every trigger row, fires those that
+//! Cron triggers: `add_schedule` and `set_paused` (which write the store
+//! directly, outside the group commit), and one thread that looks at every
+//! trigger row, fires those that
 //! are due, and sleeps until the next one (or a second, to see rows that
 //! another process changed: `weft schedules pause`, say).
 //!
@@ -21,7 +23,7 @@ use std::time::Duration;
 
 use weft_core::clock::Timestamp;
 use weft_model::{CatchUp, Overlap, Schedule};
-use weft_store::{ScheduleRecord, StoreError, TriggerLink, Write};
+use weft_store::{ScheduleRecord, StoreError, TriggerLink, What, Write};
 
 use super::Quiet;
 use super::scheduler::{Core, Task};
@@ -90,9 +92,7 @@ impl Cron {
         }
         for _ in 0..10_000 {
             let next = row.next_fire?;
-            let at = Timestamp(next.as_millis().saturating_add(
-                u64::try_from(schedule.jitter_for(&row.key, next).as_millis()).unwrap_or(u64::MAX),
-            ));
+            let at = next + schedule.jitter_for(&row.key, next);
             if at > now {
                 return Some(at);
             }
@@ -163,6 +163,8 @@ impl Cron {
                     if let Some(previous) = &row.last_run {
                         match self.core.cancel(previous) {
                             Ok(()) | Err(StoreError::RunEnded(_)) => {}
+                            // Gone meanwhile.
+                            Err(StoreError::NotFound(What::Run(_))) => {}
                             Err(e) => tracing::error!(run = %previous, "cannot cancel: {e}"),
                         }
                     }
@@ -247,7 +249,8 @@ impl Cron {
                 *row = updated;
                 true
             }
-            Err(StoreError::Conflict(_)) => false,
+            // The row moved on: another host fired it.
+            Err(StoreError::Changed(_)) => false,
             Err(e) => {
                 tracing::error!(trigger = %row.key, "cannot move the trigger on: {e}");
                 false
@@ -295,7 +298,7 @@ pub fn set_paused(
     key: &str,
     paused: bool,
     now: Timestamp,
-) -> Result<Option<ScheduleRecord>, StoreError> {
+) -> Result<Option<ScheduleRecord>, ScheduleError> {
     for _ in 0..10 {
         let Some(row) = store.schedules()?.into_iter().find(|r| r.key == key) else {
             return Ok(None);
@@ -307,33 +310,37 @@ pub fn set_paused(
             let schedule = row
                 .spec
                 .compile()
-                .map_err(|e| StoreError::Conflict(format!("trigger `{key}`: {e}")))?;
+                .map_err(|e| ScheduleError::Invalid(format!("trigger `{key}`: {e}")))?;
             updated.next_fire = schedule.next_after(now);
             updated.buffered = None;
         }
         let write = Write::schedule(&updated, Some(row.version), None);
         match store.apply(&[&write])?.pop().unwrap_or(Ok(())) {
             Ok(()) => return Ok(Some(updated)),
-            // A host moved it on meanwhile: read it again.
-            Err(StoreError::Conflict(_)) => continue,
-            Err(e) => return Err(e),
+            // A host moved it on (or removed it) meanwhile: read it again.
+            Err(StoreError::Changed(_)) => continue,
+            Err(e) => return Err(e.into()),
         }
     }
-    Err(StoreError::Conflict(format!(
-        "trigger `{key}` keeps changing; try again"
-    )))
+    Err(ScheduleError::Contended(key.to_owned()))
 }
 
-/// Why a trigger could not be added.
-#[derive(Debug, thiserror::Error)]
-pub enum AddScheduleError {
+/// Why a trigger could not be added ([`add_schedule`]), paused or resumed
+/// ([`set_paused`]).
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ScheduleError {
     /// The spec, or the workflow id, does not check; the message names the
-    /// field.
+    /// field. On resuming: the stored spec no longer compiles, and the
+    /// message names the trigger.
     #[error("{0}")]
     Invalid(String),
     /// A trigger with that key exists.
     #[error("trigger `{0}` exists already")]
     Exists(String),
+    /// The trigger kept changing under the write (other hosts moving it
+    /// on); trying again later may succeed.
+    #[error("trigger `{0}` keeps changing; try again")]
+    Contended(String),
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -349,9 +356,8 @@ pub fn add_schedule(
     mut spec: weft_model::ScheduleSpec,
     origin: &str,
     now: Timestamp,
-) -> Result<ScheduleRecord, AddScheduleError> {
-    weft_model::check_id(workflow)
-        .map_err(|m| AddScheduleError::Invalid(format!("workflow: {m}")))?;
+) -> Result<ScheduleRecord, ScheduleError> {
+    weft_model::check_id(workflow).map_err(|m| ScheduleError::Invalid(format!("workflow: {m}")))?;
     let existing = store.schedules()?;
     let id = spec.id.clone().unwrap_or_else(|| {
         (1..)
@@ -360,12 +366,12 @@ pub fn add_schedule(
             .unwrap_or_default()
     });
     spec.id = Some(id.clone());
-    let schedule = spec.compile().map_err(AddScheduleError::Invalid)?;
+    let schedule = spec.compile().map_err(ScheduleError::Invalid)?;
     let key = format!("{workflow}/{id}");
     let row = new_row(key.clone(), workflow, &schedule, origin, now);
     // Version 0: only if there is no such row yet.
     match store.apply(&[&Write::schedule(&row, Some(0), None)])?.pop() {
-        Some(Err(StoreError::Conflict(_))) => Err(AddScheduleError::Exists(key)),
+        Some(Err(StoreError::Exists(What::Schedule(_)))) => Err(ScheduleError::Exists(key)),
         Some(Err(e)) => Err(e.into()),
         _ => Ok(row),
     }

@@ -1,3 +1,6 @@
+//! The engine's errors: why a run could not start, resume or be
+//! answered. A step that fails is not one of them; it is in the run's
+//! record.
 use crate::plugins::ResolveError;
 use weft_store::StoreError;
 

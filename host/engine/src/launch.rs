@@ -148,10 +148,7 @@ impl Launcher {
             suspended: false,
             deadline: workflow.timeout.map(|timeout| TimerRef {
                 id: timer_id(),
-                due: Timestamp(
-                    now.as_millis()
-                        .saturating_add(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX)),
-                ),
+                due: now + timeout,
                 kind: TimerKind::Deadline,
             }),
         };

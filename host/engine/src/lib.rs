@@ -25,6 +25,13 @@
 //! A failed step is data, not an `Err`: the run ends `failed` and its record
 //! says which step failed and why. `Err` means the run could not start or
 //! resume, or the store failed.
+//!
+//! What this crate owns: the walk (`drive`), the scheduler, making and
+//! loading runs (`launch`), cron, the [`StepRunner`] seam to the code steps
+//! run (wasm through [`WasmPlugins`], or anything else through
+//! [`Engine::with_source`]), the plugin registry ([`plugins`]) and the
+//! [`Committer`] the hub writes through. It never names wasmtime, axum or
+//! redb.
 
 mod committer;
 pub(crate) mod cron;
@@ -51,7 +58,7 @@ use launch::Launcher;
 use scheduler::{Core, Task};
 
 pub use committer::{Committer, DeliveryWrite};
-pub use cron::{AddScheduleError, add_schedule, set_paused as set_schedule_paused};
+pub use cron::{ScheduleError, add_schedule, set_paused as set_schedule_paused};
 pub use drive::Answer;
 pub use error::{ActError, ResumeError, StartError};
 pub use launch::MAX_DEPTH;
@@ -109,7 +116,9 @@ impl RunHandle {
 
     /// Blocks until the run ends, and returns its final record. `Err` means
     /// the store failed, or the engine stopped, before the run ended; its
-    /// record then says how far it got, and it can be resumed.
+    /// record then says how far it got, and it can be resumed. (A start
+    /// that was not recorded, such as a [`StoreError::Duplicate`], answers
+    /// here as in [`RunHandle::recorded`].)
     pub fn wait(self) -> Result<RunRecord, StoreError> {
         self.outcome.recv().map_err(|_| StoreError::Closed)?
     }
@@ -334,7 +343,8 @@ impl Engine {
         }
         for outcome in self.core.commits.commit_all(writes) {
             match outcome {
-                Ok(()) | Err(StoreError::Conflict(_)) => {}
+                // Another host changed the trigger first: it wins.
+                Ok(()) | Err(StoreError::Changed(_) | StoreError::Exists(_)) => {}
                 Err(e) => return Err(e),
             }
         }
@@ -356,10 +366,13 @@ impl Engine {
     /// whatever its steps still return is dropped. A run in this engine's
     /// hands ends when its cancellation commits (at once unless a commit
     /// of it is in flight); any other is cancelled in the store before
-    /// this returns. `Err(RunEnded)` if it had already ended.
+    /// this returns. `Err(RunEnded)` if it had already ended,
+    /// `Err(NotFound)` if there is no such run.
     pub fn cancel(&self, run_id: &str) -> Result<(), StoreError> {
         match self.store().run(run_id)? {
-            None => Err(StoreError::Conflict(format!("no run `{run_id}`"))),
+            None => Err(StoreError::NotFound(weft_store::What::Run(
+                run_id.to_owned(),
+            ))),
             Some(run) if run.state.is_terminal() => Err(StoreError::RunEnded(run.id)),
             Some(_) => self.core.cancel(run_id),
         }
@@ -454,17 +467,10 @@ impl Engine {
                         core.claim(&task.drive.run.id);
                         core.admit(task);
                     }
-                    Err(StoreError::Duplicate { key, run }) => {
-                        let _ = recorded.send(Err(StoreError::Duplicate {
-                            key,
-                            run: run.clone(),
-                        }));
-                        let _ = task.done.send(Err(StoreError::Conflict(format!(
-                            "not started: run `{run}` has the same idempotency key"
-                        ))));
-                    }
+                    // Not started (a `Duplicate` names the run the key
+                    // started before): both listeners hear why.
                     Err(e) => {
-                        let _ = recorded.send(Err(StoreError::Commit(e.to_string())));
+                        let _ = recorded.send(Err(e.clone()));
                         let _ = task.done.send(Err(e));
                     }
                 }

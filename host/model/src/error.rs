@@ -1,3 +1,5 @@
+//! Why a definition is refused, and where: the file, line, column and
+//! step a message names.
 use std::fmt;
 use std::path::PathBuf;
 

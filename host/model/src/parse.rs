@@ -294,11 +294,8 @@ impl Checker<'_> {
             if let Value::String(text) = &value
                 && !text.contains("${{")
             {
-                humantime::parse_rfc3339_weak(text).map_err(|e| {
-                    invalid(format!(
-                        "sleep_until: `{text}` is not a time such as `2026-12-01T09:00:00Z`: {e}"
-                    ))
-                })?;
+                weft_core::Timestamp::parse(text)
+                    .map_err(|message| invalid(format!("sleep_until: {message}")))?;
             }
             StepKind::Sleep(Sleep::Until(template))
         } else if let Some(channel) = raw.emit {
@@ -685,8 +682,7 @@ pub(crate) fn parse_plugin_ref(text: &str) -> Result<PluginRef, String> {
 }
 
 fn parse_timeout(text: &str) -> Result<Duration, String> {
-    let duration = humantime::parse_duration(text)
-        .map_err(|e| format!("`{text}` is not a duration such as `500ms`, `10s` or `2m`: {e}"))?;
+    let duration = weft_core::clock::parse_duration(text)?;
     if duration.is_zero() {
         return Err("must be longer than zero".to_owned());
     }

@@ -104,9 +104,8 @@ impl RawRetry {
         let defaults = RetryPolicy::default();
         let duration = |field: &str, text: Option<String>, default: Duration| {
             text.map_or(Ok(default), |text| {
-                humantime::parse_duration(&text).map_err(|e| {
-                    format!("{field}: `{text}` is not a duration such as `200ms` or `30s`: {e}")
-                })
+                weft_core::clock::parse_duration(&text)
+                    .map_err(|message| format!("{field}: {message}"))
             })
         };
         let initial = duration("initial", self.initial, defaults.initial)?;

@@ -108,8 +108,8 @@ impl ScheduleSpec {
         };
         let jitter = match &self.jitter {
             None => Duration::ZERO,
-            Some(text) => humantime::parse_duration(text)
-                .map_err(|e| format!("jitter: `{text}` is not a duration such as `30s`: {e}"))?,
+            Some(text) => weft_core::clock::parse_duration(text)
+                .map_err(|message| format!("jitter: {message}"))?,
         };
         if let Some(id) = &self.id {
             crate::check_id(id).map_err(|m| format!("id: {m}"))?;
@@ -161,7 +161,7 @@ impl Schedule {
     /// How long after its due time the fire due at `due` starts: fixed
     /// for that fire (so a restart agrees), below the jitter.
     pub fn jitter_for(&self, key: &str, due: Timestamp) -> Duration {
-        let jitter = u64::try_from(self.jitter.as_millis()).unwrap_or(u64::MAX);
+        let jitter = weft_core::clock::millis(self.jitter);
         if jitter == 0 {
             return Duration::ZERO;
         }

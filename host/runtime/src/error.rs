@@ -1,3 +1,6 @@
+//! The runtime's errors, kept apart: a component that cannot be loaded,
+//! a call that failed (a guest's typed error, a trap, a limit), and the
+//! runtime itself failing to start.
 use std::time::Duration;
 
 use serde_json::Value;

@@ -1,4 +1,4 @@
-//! Per-call resource limits enforced inside the store.
+//! Per-call resource limits, enforced by the call's wasmtime `Store`.
 
 use wasmtime::ResourceLimiter;
 

@@ -2,8 +2,8 @@
 //! every component built by a standard toolchain imports it, but the context
 //! grants nothing: no files, no network, no environment variables, no
 //! arguments, no stdin. Clocks and random numbers work. stdout and stderr go
-//! to the call's log. The weft capabilities (`log`, `kv`) are the only other
-//! imports.
+//! to the call's log. The weft capabilities (`log`, `kv`, `outbox`) are the
+//! only other imports.
 
 use wasmtime::component::{Linker, ResourceTable};
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};

@@ -1,6 +1,7 @@
 //! A running weft host: the engine, the deployed workflows and the hub,
-//! started in the one order that recovery needs. `weft serve`, `weft run`
-//! and the tests all start here, so the order lives in one place.
+//! started in the one order that recovery needs. `weft serve` and `weft
+//! run` start here (and the end-to-end tests through them), so the order
+//! lives in one place.
 
 use std::path::Path;
 use std::sync::Arc;

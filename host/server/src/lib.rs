@@ -1,15 +1,19 @@
 //! weft: a durable workflow host whose steps are sandboxed WebAssembly
 //! components.
 //!
-//! - [`model`] parses and checks workflow files into a [`Workflow`].
-//! - [`runtime`] runs plugins: one wasmtime engine, compiled-code cache,
-//!   per-call limits and a sandbox that grants nothing by default.
-//! - [`plugins`] finds the plugin a step `uses:`.
-//! - [`store`] keeps every durable fact, in redb.
-//! - [`engine`] drives runs: one state machine per run, one commit per step
-//!   attempt, commits grouped across runs.
-//! - [`workflows`] holds the workflows a long-running host serves.
-//! - [`api`] is the HTTP API of `weft serve`.
+//! This crate is the host as a library: [`Host`] starts one in the order
+//! recovery needs; [`workflows`] deploys and serves workflows; [`hub`]
+//! delivers messages; [`api`] is the HTTP API of `weft serve`. The layers
+//! below are crates of their own, re-exported here:
+//!
+//! - [`core`] (weft-core): time, digests, names, effects, error records;
+//! - [`model`] (weft-model): workflow files into a [`Workflow`];
+//! - [`runtime`] (weft-runtime): plugins in wasmtime, a sandbox that grants
+//!   nothing by default;
+//! - [`store`] (weft-store): every durable fact, in redb;
+//! - [`engine`] (weft-engine): one state machine per run, one commit per
+//!   step attempt, commits grouped across runs; [`plugins`] finds the
+//!   plugin a step `uses:`.
 //!
 //! ```no_run
 //! use std::sync::Arc;

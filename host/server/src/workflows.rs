@@ -1,5 +1,6 @@
-//! The workflows a long-running host serves: every definition in a
-//! directory, by id, and the versions deployed since.
+//! Deployments: the workflows a host serves, each as numbered revisions
+//! in the store, and the one deploy service (checks, then a revision, then
+//! the cron triggers) that the API uses.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError, RwLock};

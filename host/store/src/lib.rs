@@ -23,9 +23,19 @@ pub use self::write::encode;
 pub use self::write::{Spawn, TimerRow, Write};
 pub use weft_core::{Emission, ErrorRecord};
 
+use std::sync::Arc;
+
 /// Why the store could not do what was asked. After any error the store is
 /// as it was before the call: every write is one transaction.
-#[derive(Debug, thiserror::Error)]
+///
+/// A write refused on its own (see [`Store::apply`]) answers with what it
+/// ran into: [`NotFound`](Self::NotFound), [`Exists`](Self::Exists),
+/// [`Changed`](Self::Changed), [`Busy`](Self::Busy),
+/// [`NotWaiting`](Self::NotWaiting),
+/// [`DeliveryState`](Self::DeliveryState), [`RunEnded`](Self::RunEnded),
+/// [`TimerGone`](Self::TimerGone), [`Duplicate`](Self::Duplicate) or
+/// [`KvConflict`](Self::KvConflict). The others fail a call as a whole.
+#[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum StoreError {
     /// Another process holds the database in a way that excludes this one.
@@ -44,10 +54,49 @@ pub enum StoreError {
         /// The format this build reads and writes.
         expected: String,
     },
-    /// The write conflicts with what is stored, such as a second run with
-    /// the same id.
-    #[error("store: {0}")]
-    Conflict(String),
+    /// What a write names does not exist (a run to act on or cancel, a
+    /// subscription to remove, a delivery to move on); nothing of the
+    /// write was stored.
+    #[error("store: no {0}")]
+    NotFound(What),
+    /// What a write would make exists already: a run with that id, a
+    /// subscription with that key and another target, a trigger with that
+    /// key, a workflow revision. Nothing of the write was stored.
+    #[error("store: {}", exists(.0))]
+    Exists(What),
+    /// A version check failed: what the write was computed from changed
+    /// since it was read (a trigger another host moved on, or removed).
+    /// Nothing of the write was stored; read again and recompute.
+    #[error("store: {0} changed since it was read")]
+    Changed(What),
+    /// The run is in progress in another process that shares the store
+    /// (it is not suspended), so only that process may write it on.
+    /// Nothing of the write was stored.
+    #[error("store: run `{run}` is in progress in another process")]
+    Busy {
+        /// The run.
+        run: String,
+    },
+    /// An answer to a step that is not waiting for one: its last record
+    /// is not an `await` wait without an outcome. Nothing of the write
+    /// was stored.
+    #[error("store: step `{step}` of run `{run}` is not waiting")]
+    NotWaiting {
+        /// The run.
+        run: String,
+        /// The step's path.
+        step: String,
+    },
+    /// The delivery is not in a state the operation applies to (a resend
+    /// of one that is not a dead letter, say). Nothing of the write was
+    /// stored.
+    #[error("store: delivery `{id}` is {state}")]
+    DeliveryState {
+        /// The delivery.
+        id: String,
+        /// Its state.
+        state: DeliveryState,
+    },
     /// A writer crashed and the file needs repair, which a read-only handle
     /// cannot do; open it with [`RedbStore::open`] once to repair it.
     #[error("the store at {path} needs repair after a crash; open it for writing to repair it")]
@@ -80,9 +129,6 @@ pub enum StoreError {
     /// nothing of the write was stored.
     #[error("store: run `{0}` has ended")]
     RunEnded(String),
-    /// What a write names does not exist.
-    #[error("store: no {0}")]
-    NotFound(String),
     /// A run was started before with this idempotency key; nothing of the
     /// write was stored.
     #[error("store: idempotency key `{key}` started run `{run}` already")]
@@ -95,9 +141,10 @@ pub enum StoreError {
     /// The store was opened read-only and a write was attempted.
     #[error("the store was opened read-only")]
     ReadOnly,
-    /// The database failed: I/O, corruption, a full disk.
+    /// The database failed: I/O, corruption, a full disk. Shared, so that
+    /// the error can be cloned for every listener.
     #[error("store: {0}")]
-    Backend(#[from] ::redb::Error),
+    Backend(#[source] Arc<::redb::Error>),
     /// A record could not be encoded or decoded.
     #[error("store: record `{key}` cannot be decoded: {message}")]
     Codec {
@@ -106,6 +153,61 @@ pub enum StoreError {
         /// Why.
         message: String,
     },
+}
+
+impl From<::redb::Error> for StoreError {
+    fn from(error: ::redb::Error) -> Self {
+        Self::Backend(Arc::new(error))
+    }
+}
+
+/// How [`StoreError::Exists`] reads: a subscription exists "with another
+/// target" (one with the same target is kept, not refused).
+fn exists(what: &What) -> String {
+    match what {
+        What::Subscription(_) => format!("{what} exists with another target"),
+        _ => format!("{what} exists already"),
+    }
+}
+
+/// What a refused write named, for [`StoreError::NotFound`],
+/// [`StoreError::Exists`] and [`StoreError::Changed`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum What {
+    /// The run with this id: "run `id`".
+    Run(String),
+    /// The subscription with this key, `<channel>/<name>`.
+    Subscription(String),
+    /// The delivery with this id.
+    Delivery(String),
+    /// The message with this seq.
+    Message(u64),
+    /// The cron trigger with this key, `<workflow>/<trigger>`: "trigger
+    /// `key`".
+    Schedule(String),
+    /// One deployed version of a workflow.
+    Revision {
+        /// The workflow's id.
+        workflow: String,
+        /// The revision.
+        revision: u32,
+    },
+}
+
+impl std::fmt::Display for What {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Run(id) => write!(f, "run `{id}`"),
+            Self::Subscription(key) => write!(f, "subscription `{key}`"),
+            Self::Delivery(id) => write!(f, "delivery `{id}`"),
+            Self::Message(seq) => write!(f, "message {seq}"),
+            Self::Schedule(key) => write!(f, "trigger `{key}`"),
+            Self::Revision { workflow, revision } => {
+                write!(f, "workflow `{workflow}` revision {revision}")
+            }
+        }
+    }
 }
 
 /// Which runs a listing keeps. The default keeps every run.
@@ -138,9 +240,10 @@ impl RunFilter {
 /// state before it.
 pub trait Store: Send + Sync + std::fmt::Debug {
     /// Applies `writes` in one transaction, synced once, and answers for
-    /// each: a write may be refused on its own (a run id that exists is a
-    /// [`StoreError::Conflict`]) without affecting the others. `Err` means
-    /// the transaction failed and none of the writes was stored.
+    /// each: a write may be refused on its own (a run id that exists is
+    /// [`StoreError::Exists`]; see [`StoreError`] for every refusal)
+    /// without affecting the others. `Err` means the transaction failed and
+    /// none of the writes was stored.
     fn apply(&self, writes: &[&Write]) -> Result<Vec<Result<(), StoreError>>, StoreError>;
 
     /// The run with id `id`.

@@ -1,14 +1,12 @@
 //! The embedded store: one redb file.
 //!
-//! Tables:
-//! - `meta`: `format` → the store's format version;
-//! - `runs`: run id → [`RunRecord`] as JSON;
-//! - `running`: the ids of runs in state `running`, kept with `runs`;
-//! - `steps`: (run id, record number) → [`StepRecord`] as JSON;
-//! - `definitions`: digest → [`DefinitionRecord`] as JSON;
-//! - `components`: digest → the component's bytes;
-//! - `kv`: (key space, key) → version (8 bytes, little-endian), then `1` and
-//!   the value, or `0` for a deleted key (kept, so its version keeps growing).
+//! Tables: the `TableDefinition` constants below, each documented with
+//! what it holds (runs, steps, definitions, components, key-value data,
+//! outbox, timers, cancellations, schedules, messages, subscriptions,
+//! deliveries and their queues, idempotency keys, deployments, plugins).
+//! Records are JSON; the `kv` table holds a version (8 bytes,
+//! little-endian), then `1` and the value, or `0` for a deleted key (kept,
+//! so its version keeps growing).
 //!
 //! The file is opened in redb's multi-writer mode, so several `weft`
 //! processes (two `weft run`s, or a `weft runs list` beside a run) can use one
@@ -26,7 +24,7 @@ use serde::de::DeserializeOwned;
 use super::write::{TimerRow, encode};
 use super::{
     DefinitionRecord, OutboxRecord, RunFilter, RunRecord, StepRecord, Store, StoreError,
-    TimerRecord, TimerRef, Write,
+    TimerRecord, TimerRef, What, Write,
 };
 use weft_core::Versioned;
 
@@ -94,7 +92,7 @@ impl std::fmt::Debug for RedbStore {
 
 macro_rules! backend {
     ($e:expr) => {
-        $e.map_err(|e| StoreError::Backend(::redb::Error::from(e)))
+        $e.map_err(|e| StoreError::from(::redb::Error::from(e)))
     };
 }
 
@@ -239,7 +237,7 @@ fn open_error(error: redb::DatabaseError, path: &str) -> StoreError {
                 path: path.to_owned(),
             }
         }
-        other => StoreError::Backend(other.into()),
+        other => StoreError::from(::redb::Error::from(other)),
     }
 }
 
@@ -289,9 +287,7 @@ impl Tables<'_> {
                 idempotency,
             } => {
                 if backend!(self.runs.get(id.as_str()))?.is_some() {
-                    return Ok(Err(StoreError::Conflict(format!(
-                        "run `{id}` exists already"
-                    ))));
+                    return Ok(Err(StoreError::Exists(What::Run(id.clone()))));
                 }
                 if let Some(key) = idempotency {
                     if let Some(run) = backend!(self.idempotency.get(key.as_str()))? {
@@ -399,10 +395,12 @@ impl Tables<'_> {
                 let Some(mut run) = backend!(self.runs.get(id.as_str()))?
                     .map(|bytes| decode::<RunRecord>(id, bytes.value()))
                     .transpose()?
-                    .filter(|run| !run.state.is_terminal())
                 else {
-                    return Ok(Err(StoreError::RunEnded(id.clone())));
+                    return Ok(Err(StoreError::NotFound(What::Run(id.clone()))));
                 };
+                if run.state.is_terminal() {
+                    return Ok(Err(StoreError::RunEnded(id.clone())));
+                }
                 run.state = super::RunState::Cancelled;
                 run.suspended = false;
                 run.updated_at = *now;
@@ -441,10 +439,14 @@ impl Tables<'_> {
                         .map(|bytes| decode::<super::ScheduleRecord>(key, bytes.value()))
                         .transpose()?;
                     // Version 0 stands for "no such row yet".
-                    if stored.map_or(0, |s| s.version) != *expect {
-                        return Ok(Err(StoreError::Conflict(format!(
-                            "trigger `{key}` changed since it was read"
-                        ))));
+                    let found = stored.map_or(0, |s| s.version);
+                    if found != *expect {
+                        let what = What::Schedule(key.clone());
+                        return Ok(Err(if *expect == 0 {
+                            StoreError::Exists(what)
+                        } else {
+                            StoreError::Changed(what)
+                        }));
                     }
                 }
                 if let Some(start) = start

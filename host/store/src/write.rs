@@ -1,5 +1,8 @@
-//! Writes, encoded on the caller's thread, so the one thread that commits
-//! does no more than insert bytes and sync.
+//! Writes: one variant per durable change. Records are encoded on the
+//! caller's thread where the write carries them whole (`CreateRun`,
+//! `CommitStep`, `UpdateRun`, `Deploy`, ...); `Act`, `FireTimer`,
+//! `CancelRun`, `Delivery` and `Subscribe` still read and re-encode stored
+//! records inside the transaction.
 
 use std::sync::Arc;
 
@@ -12,7 +15,9 @@ use weft_core::KvEffects;
 /// One durable change. A batch of writes commits as one transaction.
 #[derive(Debug, Clone)]
 pub enum Write {
-    /// A new run, with its definition and the components it is pinned to.
+    /// A new run, with its definition and the components it is pinned to;
+    /// refused with [`StoreError::Exists`](super::StoreError::Exists) if a
+    /// run with its id exists.
     CreateRun {
         /// The run's id.
         id: String,
@@ -62,16 +67,26 @@ pub enum Write {
         emitted: Option<Box<(String, Vec<Emission>)>>,
     },
     /// Makes a subscription (one that exists with the same target is
-    /// kept; with another, refused).
+    /// kept; with another, refused with
+    /// [`StoreError::Exists`](super::StoreError::Exists)).
     Subscribe(Box<SubscriptionRecord>),
-    /// Removes the subscription with this key; its deliveries go.
+    /// Removes the subscription with this key; its deliveries go. Refused
+    /// with [`StoreError::NotFound`](super::StoreError::NotFound) if there
+    /// is none.
     Unsubscribe(String),
     /// Changes delivery `.0`; refused with
-    /// [`StoreError::Conflict`](super::StoreError::Conflict) when the
-    /// change does not apply to its state.
+    /// [`StoreError::NotFound`](super::StoreError::NotFound) if there is
+    /// none, and with
+    /// [`StoreError::DeliveryState`](super::StoreError::DeliveryState) when
+    /// the change does not apply to its state.
     Delivery(String, DeliveryOp),
     /// An outside actor's answer to an `await` step of a run that is not in
-    /// memory; see `act` in the store.
+    /// memory; see `act` in the store. Refused with
+    /// [`StoreError::NotFound`](super::StoreError::NotFound) (no such run),
+    /// [`StoreError::RunEnded`](super::StoreError::RunEnded),
+    /// [`StoreError::Busy`](super::StoreError::Busy) (the run is not
+    /// suspended), [`StoreError::NotWaiting`](super::StoreError::NotWaiting)
+    /// or [`StoreError::TimerGone`](super::StoreError::TimerGone).
     Act {
         /// The run.
         run: String,
@@ -109,13 +124,17 @@ pub enum Write {
     /// [`TimerRecord::fired_record`].
     FireTimer(TimerRef, weft_core::clock::Timestamp),
     /// Cancels run `.0`, which must be running and not in memory: refused
-    /// with [`StoreError::RunEnded`](super::StoreError::RunEnded) if it has
+    /// with [`StoreError::NotFound`](super::StoreError::NotFound) if there
+    /// is no such run, and with
+    /// [`StoreError::RunEnded`](super::StoreError::RunEnded) if it has
     /// ended. Its timers go with it.
     CancelRun(String, weft_core::clock::Timestamp),
     /// Writes a cron trigger's row; with `expect`, only if the stored row
     /// is at that version, 0 meaning that there is none (else refused with
-    /// [`StoreError::Conflict`](super::StoreError::Conflict)), and with
-    /// `start`, together with the run its fire starts (a `CreateRun`).
+    /// [`StoreError::Exists`](super::StoreError::Exists) when 0 was
+    /// expected, [`StoreError::Changed`](super::StoreError::Changed)
+    /// otherwise), and with `start`, together with the run its fire starts
+    /// (a `CreateRun`, whose own refusal is this write's).
     /// `row: None` removes the trigger.
     Schedule {
         /// The trigger's key.
@@ -129,8 +148,8 @@ pub enum Write {
     },
     /// Records version `revision` of `workflow`, with its definition
     /// (stored once by digest); refused with
-    /// [`StoreError::Conflict`](super::StoreError::Conflict) if that
-    /// revision exists.
+    /// [`StoreError::Exists`](super::StoreError::Exists) if that revision
+    /// exists.
     Deploy {
         /// The workflow's id.
         workflow: String,

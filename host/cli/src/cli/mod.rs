@@ -10,9 +10,6 @@ macro_rules! out {
 }
 
 mod bench;
-mod bench_languages;
-mod bench_messages;
-mod bench_timers;
 mod plugin;
 mod plugin_build;
 mod progress;

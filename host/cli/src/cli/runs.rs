@@ -1,4 +1,4 @@
-//! `weft runs list` and `weft runs show`.
+//! `weft runs list`, `show` and `cancel`, and the dispatch of `resume`.
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -236,6 +236,10 @@ fn cancel(data_dir: &Path, run_id: &str) -> anyhow::Result<ExitCode> {
         Err(StoreError::RunEnded(_)) => {
             let state = store.run(run_id)?.map_or(run.state, |r| r.state);
             eprintln!("error: run {run_id} has already ended: {state}");
+            Ok(ExitCode::from(EXIT_INVALID))
+        }
+        Err(StoreError::NotFound(_)) => {
+            eprintln!("error: no run `{run_id}` in {}", data_dir.display());
             Ok(ExitCode::from(EXIT_INVALID))
         }
         Err(e) => Err(e.into()),

@@ -104,7 +104,7 @@ pub fn main(data_dir: &Path, command: SchedulesCommand) -> anyhow::Result<ExitCo
                 match weft::engine::add_schedule(&store, &workflow, spec, "cli", SystemClock.now())
                 {
                     Ok(row) => row,
-                    Err(weft::engine::AddScheduleError::Store(e)) => return Err(e.into()),
+                    Err(weft::engine::ScheduleError::Store(e)) => return Err(e.into()),
                     Err(e) => {
                         eprintln!("error: {e}");
                         return Ok(ExitCode::from(EXIT_INVALID));

@@ -7,11 +7,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use serde_json::Value;
 use weft::plugins::ResolveError;
 use weft::store::RunRecord;
 use weft::{Host, HostEvents, Plugin, WorkflowDir};
 
+use super::remote::Server;
 use super::{EXIT_INVALID, PluginArgs, host_config, read_input, report};
 
 /// The address `weft serve` listens on unless told otherwise.
@@ -169,48 +169,34 @@ pub fn start(data_dir: &Path, args: StartArgs) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::from(EXIT_INVALID));
         }
     };
-    let server = match args.server {
-        Some(server) => server,
-        None => std::fs::read_to_string(data_dir.join("serve.addr"))
-            .map(|text| text.trim().to_owned())
-            .unwrap_or_else(|_| format!("http://{DEFAULT_LISTEN}")),
+    let server = Server::new(data_dir, args.server);
+    let body = match server.call(
+        "POST",
+        "/v1/runs",
+        Some(serde_json::json!({ "workflow": args.workflow, "input": input })),
+    )? {
+        Ok(body) => body,
+        Err(message) => {
+            eprintln!("error: {message}");
+            return Ok(ExitCode::from(EXIT_INVALID));
+        }
     };
-    let server = server.trim_end_matches('/');
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_global(Some(Duration::from_secs(60)))
-        .build()
-        .into();
-    let mut response = agent
-        .post(format!("{server}/v1/runs"))
-        .send_json(serde_json::json!({ "workflow": args.workflow, "input": input }))
-        .with_context(|| format!("cannot reach weft serve at {server}"))?;
-    let status = response.status();
-    let body: Value = response
-        .body_mut()
-        .read_json()
-        .with_context(|| format!("{server} answered {status} with a body that is not JSON"))?;
-    if !status.is_success() {
-        let message = body["error"]["message"].as_str().unwrap_or("(no message)");
-        eprintln!("error: {message}");
-        return Ok(ExitCode::from(EXIT_INVALID));
-    }
     let Some(id) = body["id"].as_str() else {
-        bail!("{server} answered {status} without a run id: {body}");
+        bail!("{} answered without a run id: {body}", server.url());
     };
     if !args.wait {
         out!("{}", serde_json::to_string_pretty(&body)?);
         return Ok(ExitCode::SUCCESS);
     }
-    eprintln!("run {id} of {} started on {server}", args.workflow);
+    eprintln!("run {id} of {} started on {}", args.workflow, server.url());
     loop {
-        let mut response = agent
-            .get(format!("{server}/v1/runs/{id}"))
-            .call()
-            .with_context(|| format!("cannot reach weft serve at {server}"))?;
-        let shown: Value = response.body_mut().read_json()?;
-        let run: RunRecord = serde_json::from_value(shown["run"].clone())
-            .with_context(|| format!("{server} answered with a run that does not decode"))?;
+        let shown = match server.call("GET", &format!("/v1/runs/{id}"), None)? {
+            Ok(shown) => shown,
+            Err(message) => bail!("{message}"),
+        };
+        let run: RunRecord = serde_json::from_value(shown["run"].clone()).with_context(|| {
+            format!("{} answered with a run that does not decode", server.url())
+        })?;
         if run.state.is_terminal() {
             return report(&run);
         }

@@ -141,12 +141,10 @@ impl Attempt {
                 parent,
             }) => match launcher.workflow(&workflow) {
                 None => {
-                    record.error = Some(ErrorRecord {
-                        code: "unknown_workflow".to_owned(),
-                        message: format!("subflow: no workflow `{workflow}` is deployed"),
-                        retryable: false,
-                        details: None,
-                    });
+                    record.error = Some(ErrorRecord::fatal(
+                        "unknown_workflow",
+                        format!("subflow: no workflow `{workflow}` is deployed"),
+                    ));
                 }
                 Some(child) => match launcher.make(child, input, Some(parent)) {
                     Ok(child) => {
@@ -158,12 +156,10 @@ impl Attempt {
                             crate::StartError::Input { .. } => "invalid_input",
                             _ => "subflow_start",
                         };
-                        record.error = Some(ErrorRecord {
-                            code: code.to_owned(),
-                            message: format!("subflow `{workflow}` cannot start: {e}"),
-                            retryable: false,
-                            details: None,
-                        });
+                        record.error = Some(ErrorRecord::fatal(
+                            code,
+                            format!("subflow `{workflow}` cannot start: {e}"),
+                        ));
                     }
                 },
             },

@@ -33,12 +33,7 @@ impl Drive {
         Finished {
             path: CANCEL_PATH.to_owned(),
             record: StepRecord {
-                error: Some(ErrorRecord {
-                    code: "cancelled".to_owned(),
-                    message: "the run was cancelled".to_owned(),
-                    retryable: false,
-                    details: None,
-                }),
+                error: Some(ErrorRecord::fatal("cancelled", "the run was cancelled")),
                 ..StepRecord::empty(
                     &self.run.id,
                     0,

@@ -28,7 +28,6 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use weft_core::clock::Clock;
-use weft_core::clock::Timestamp;
 use weft_model::{Scope, Template, Workflow};
 use weft_store::{
     CANCEL_PATH, DEADLINE_PATH, ErrorRecord, RunError, RunRecord, RunState, TimerKind, TimerRef,
@@ -173,11 +172,10 @@ impl Drive {
             && retry.retries(record.attempt, &error.code, error.retryable)
         {
             let delay = retry.delay(record.attempt);
-            let delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
-            record.retry_in_ms = Some(delay_ms);
+            record.retry_in_ms = Some(weft_core::clock::millis(delay));
             record.timer = Some(TimerRef {
                 id: timer_id(),
-                due: Timestamp(clock.now().as_millis().saturating_add(delay_ms)),
+                due: clock.now() + delay,
                 kind: TimerKind::Retry,
             });
         }
@@ -305,10 +303,5 @@ fn truth(condition: &Template, scope: &Scope, field: &str) -> Result<bool, Error
 }
 
 fn expression_error(message: String) -> ErrorRecord {
-    ErrorRecord {
-        code: "expression".to_owned(),
-        message,
-        retryable: false,
-        details: None,
-    }
+    ErrorRecord::fatal("expression", message)
 }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use weft_core::clock::{Clock, Timestamp};
+use weft_core::clock::{Clock, Timestamp, millis, parse_duration};
 use weft_model::{Await, Call, Emit, Sleep, Subflow};
 use weft_runtime::StepContext;
 use weft_store::{Emission, ErrorRecord, ParentLink, StepRecord, TimerKind, TimerRef};
@@ -180,14 +180,11 @@ impl Drive {
             Ok(input) => {
                 record.input = input;
                 record.awaiting = true;
-                record.timer =
-                    wait.timeout.map(|timeout| TimerRef {
-                        id: timer_id(),
-                        due: Timestamp(clock.now().as_millis().saturating_add(
-                            u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
-                        )),
-                        kind: TimerKind::Await,
-                    });
+                record.timer = wait.timeout.map(|timeout| TimerRef {
+                    id: timer_id(),
+                    due: clock.now() + timeout,
+                    kind: TimerKind::Await,
+                });
             }
             Err(e) => record.error = Some(expression_error(e.to_string())),
         }
@@ -245,15 +242,13 @@ impl Drive {
         record.input = input.clone();
         let depth = self.run.parent.as_ref().map_or(0, |p| p.depth) + 1;
         if depth > MAX_DEPTH {
-            record.error = Some(ErrorRecord {
-                code: "subflow_depth".to_owned(),
-                message: format!(
+            record.error = Some(ErrorRecord::fatal(
+                "subflow_depth",
+                format!(
                     "starting `{}` would nest child runs {depth} deep; the limit is {MAX_DEPTH}",
                     subflow.workflow
                 ),
-                retryable: false,
-                details: None,
-            });
+            ));
             return;
         }
         attempt.call = Some(Invocation::Spawn {
@@ -273,9 +268,9 @@ impl Drive {
 /// number of milliseconds.
 fn sleep_for(value: &Value) -> Result<u64, String> {
     match value {
-        Value::String(text) => humantime::parse_duration(text)
-            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-            .map_err(|e| format!("sleep: `{text}` is not a duration such as `90s`: {e}")),
+        Value::String(text) => parse_duration(text)
+            .map(millis)
+            .map_err(|message| format!("sleep: {message}")),
         Value::Number(n) => n
             .as_u64()
             .ok_or_else(|| format!("sleep: {n} is not a whole number of milliseconds")),
@@ -287,16 +282,9 @@ fn sleep_for(value: &Value) -> Result<u64, String> {
 /// milliseconds since the epoch.
 fn sleep_until(value: &Value) -> Result<Timestamp, String> {
     match value {
-        Value::String(text) => humantime::parse_rfc3339_weak(text)
-            .map(|t| {
-                Timestamp(
-                    t.duration_since(std::time::UNIX_EPOCH)
-                        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
-                )
-            })
-            .map_err(|e| {
-                format!("sleep_until: `{text}` is not a time such as `2026-12-01T09:00:00Z`: {e}")
-            }),
+        Value::String(text) => {
+            Timestamp::parse(text).map_err(|message| format!("sleep_until: {message}"))
+        }
         Value::Number(n) => n
             .as_u64()
             .map(Timestamp)

@@ -431,27 +431,23 @@ impl Drive {
 
 /// The error of a `foreach` whose list has more than [`MAX_ITEMS`] items.
 fn foreach_limit(step: &Step, items: usize) -> ErrorRecord {
-    ErrorRecord {
-        code: "foreach_limit".to_owned(),
-        message: format!(
+    ErrorRecord::fatal(
+        "foreach_limit",
+        format!(
             "`{}` got a list of {items} items; the limit is {MAX_ITEMS}",
             step.id
         ),
-        retryable: false,
-        details: None,
-    }
+    )
 }
 
 /// The error of a `while` whose condition still holds after its
 /// `max_iterations` iterations.
 fn while_limit(step: &Step, max_iterations: u32) -> ErrorRecord {
-    ErrorRecord {
-        code: "while_limit".to_owned(),
-        message: format!(
+    ErrorRecord::fatal(
+        "while_limit",
+        format!(
             "`{}` ran its {max_iterations} iterations and its condition still holds",
             step.id
         ),
-        retryable: false,
-        details: None,
-    }
+    )
 }

@@ -137,7 +137,7 @@ impl Core {
             .launcher
             .store
             .run(&id)
-            .and_then(|run| run.ok_or(StoreError::RunEnded(id)));
+            .and_then(|run| run.ok_or(StoreError::NotFound(weft_store::What::Run(id))));
         self.finish(live, stored);
     }
 

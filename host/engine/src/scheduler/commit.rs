@@ -148,7 +148,7 @@ impl Core {
         outcome: Result<(), StoreError>,
     ) {
         if let Some(reply) = committing.reply.take() {
-            reply(outcome.as_ref().map(|_| ()).map_err(copy_error));
+            reply(outcome.clone());
         }
         if committing.emits && outcome.is_ok() {
             self.messages.bump();
@@ -265,16 +265,5 @@ impl Core {
                 then(&core, &cell, &mut live, outcome);
             }),
         );
-    }
-}
-
-/// A copy of `error` for a second listener: the same kind where the
-/// listener acts on it, else its message.
-fn copy_error(error: &StoreError) -> StoreError {
-    match error {
-        StoreError::TimerGone(id) => StoreError::TimerGone(*id),
-        StoreError::RunEnded(id) => StoreError::RunEnded(id.clone()),
-        StoreError::Closed => StoreError::Closed,
-        other => StoreError::Commit(other.to_string()),
     }
 }

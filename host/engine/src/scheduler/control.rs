@@ -15,7 +15,7 @@ use super::{Core, Work};
 impl Core {
     /// Cancels run `id`: through its cell when it is resident (the walk
     /// then ends it), otherwise in the store. `Err(RunEnded)` when it has
-    /// already ended.
+    /// already ended, `Err(NotFound)` when the store has no such run.
     pub(crate) fn cancel(self: &Arc<Self>, id: &str) -> Result<(), StoreError> {
         let cell = lock(&self.cells).get(id).cloned();
         if let Some(cell) = cell {
@@ -142,7 +142,19 @@ impl Core {
                 state: "timed out".to_owned(),
             }),
             Err(StoreError::RunEnded(_)) => Err(ActError::Ended(id.to_owned())),
-            Err(StoreError::Conflict(message)) => Err(ActError::Busy(message)),
+            // What was read above changed before the write: another
+            // process answered the step, woke the run, or removed it.
+            Err(StoreError::NotWaiting { .. }) => Err(ActError::NotWaiting {
+                run: id.to_owned(),
+                step: path.to_owned(),
+                state: "no longer waiting".to_owned(),
+            }),
+            Err(StoreError::Busy { run }) => Err(ActError::Busy(format!(
+                "run `{run}` is in progress in another process"
+            ))),
+            Err(StoreError::NotFound(weft_store::What::Run(_))) => {
+                Err(ActError::NotFound(id.to_owned()))
+            }
             Err(e) => Err(ActError::Store(e)),
         }
     }

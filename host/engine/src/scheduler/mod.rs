@@ -6,8 +6,9 @@
 //! advance a run, a worker commits its oldest finished attempt or, when
 //! there is none, plans it: every ready call becomes an attempt on the
 //! queue, so the branches of a `parallel` run on several workers at once.
-//! A run has at most one commit in flight, and is not planned while it has
-//! one; attempts that finish meanwhile wait their turn. The commit goes to
+//! A run has at most one commit of an attempt in flight, and is not
+//! planned while it has one; attempts that finish meanwhile wait their
+//! turn. (A resident run's retry fire commits its `FireTimer` beside it.) The commit goes to
 //! the group commit with a callback, and the worker moves on at once; the
 //! callback advances the run again (or delays a leaf for its retry, or
 //! answers the run's handle). No thread waits for a sync, and no thread

@@ -25,14 +25,7 @@ pub const MAX_STREAMS: usize = 256;
 impl From<HubError> for ApiError {
     fn from(error: HubError) -> Self {
         match error {
-            HubError::NotFound(what) => {
-                let code = if what.starts_with("subscription") {
-                    "unknown_subscription"
-                } else {
-                    "unknown_delivery"
-                };
-                ApiError::new(StatusCode::NOT_FOUND, code, format!("no {what}"))
-            }
+            HubError::NotFound(what) => ApiError::not_found(&what),
             HubError::Conflict(message) => ApiError::new(StatusCode::CONFLICT, "conflict", message),
             HubError::Invalid(message) => ApiError::bad_request(message),
             HubError::Store(e) => e.into(),
@@ -222,7 +215,7 @@ pub(super) async fn get_delivery(
     let asked = id.clone();
     match blocking(move || store.delivery(&asked)).await?? {
         Some(delivery) => Ok(Json(json!({ "delivery": delivery }))),
-        None => Err(HubError::NotFound(format!("delivery `{id}`")).into()),
+        None => Err(ApiError::not_found(&weft_store::What::Delivery(id))),
     }
 }
 
@@ -369,7 +362,9 @@ pub(super) async fn act(
         Some(answer) => engine.act(&asked_run, &asked_step, &answer),
         None => engine.cancel(&asked_run).map_err(|e| match e {
             weft_store::StoreError::RunEnded(id) => ActError::Ended(id),
-            weft_store::StoreError::Conflict(_) => ActError::NotFound(asked_run.clone()),
+            weft_store::StoreError::NotFound(weft_store::What::Run(_)) => {
+                ActError::NotFound(asked_run.clone())
+            }
             other => ActError::Store(other),
         }),
     })

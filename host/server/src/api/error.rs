@@ -1,3 +1,6 @@
+//! Error answers: every refusal is `{"error": {"code", "message"}}` with
+//! a stable code; the conversions from the engine's and the store's
+//! errors pick the status in one place.
 use axum::Json;
 use axum::extract::rejection::{JsonRejection, QueryRejection};
 use axum::http::StatusCode;
@@ -5,7 +8,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
 use weft_engine::StartError;
-use weft_store::StoreError;
+use weft_store::{StoreError, What};
 
 /// An error answer: a status, a stable code and a message.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -86,14 +89,68 @@ impl From<QueryRejection> for ApiError {
     }
 }
 
+impl ApiError {
+    /// `404` for `what`, which does not exist: `unknown_run`,
+    /// `unknown_subscription`, `unknown_delivery`, `unknown_schedule` or
+    /// `unknown_revision`. Anything else named missing (a delivery's
+    /// message) is an inconsistent store: `500 store`.
+    pub(super) fn not_found(what: &What) -> Self {
+        let code = match what {
+            What::Run(_) => "unknown_run",
+            What::Subscription(_) => "unknown_subscription",
+            What::Delivery(_) => "unknown_delivery",
+            What::Schedule(_) => "unknown_schedule",
+            What::Revision { .. } => "unknown_revision",
+            _ => return Self::store(&format!("no {what}")),
+        };
+        Self::new(StatusCode::NOT_FOUND, code, format!("no {what}"))
+    }
+
+    /// `500 store`, logged.
+    fn store(message: &str) -> Self {
+        tracing::error!("store error answering a request: {message}");
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "store", message)
+    }
+}
+
 impl From<StoreError> for ApiError {
+    /// What the store refused, as the client's error: `404` for what does
+    /// not exist ([`ApiError::not_found`]); `409` for a write that does not
+    /// apply to what is stored (`conflict`, `schedule_exists`,
+    /// `run_ended`, `run_busy`, `not_waiting`); `503 unavailable` when the
+    /// engine is stopping; anything else is `500 store`, logged.
     fn from(error: StoreError) -> Self {
-        tracing::error!("store error answering a request: {error}");
-        Self::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "store",
-            error.to_string(),
-        )
+        let conflict = |code, message: String| Self::new(StatusCode::CONFLICT, code, message);
+        match &error {
+            StoreError::NotFound(what) => Self::not_found(what),
+            StoreError::Exists(what @ What::Subscription(_)) => {
+                conflict("conflict", format!("{what} exists with another target"))
+            }
+            StoreError::Exists(what @ What::Schedule(_)) => {
+                conflict("schedule_exists", format!("{what} exists already"))
+            }
+            StoreError::Changed(what) => {
+                conflict("conflict", format!("{what} changed since it was read"))
+            }
+            StoreError::DeliveryState { id, state } => {
+                conflict("conflict", format!("delivery `{id}` is {state}"))
+            }
+            StoreError::RunEnded(run) => conflict("run_ended", format!("run `{run}` has ended")),
+            StoreError::Busy { run } => conflict(
+                "run_busy",
+                format!("run `{run}` is in progress in another process"),
+            ),
+            StoreError::NotWaiting { run, step } => conflict(
+                "not_waiting",
+                format!("step `{step}` of run `{run}` is not waiting"),
+            ),
+            StoreError::Closed => Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "unavailable",
+                "the host is shutting down; try again",
+            ),
+            _ => Self::store(&error.to_string()),
+        }
     }
 }
 

@@ -226,21 +226,8 @@ struct ListQuery {
 
 /// An RFC 3339 time or milliseconds since the epoch, from a query.
 fn parse_time(field: &str, text: &str) -> Result<weft_core::clock::Timestamp, ApiError> {
-    if let Ok(millis) = text.parse::<u64>() {
-        return Ok(weft_core::clock::Timestamp(millis));
-    }
-    humantime::parse_rfc3339_weak(text)
-        .map(|t| {
-            weft_core::clock::Timestamp(
-                t.duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
-            )
-        })
-        .map_err(|e| {
-            ApiError::bad_request(format!(
-                "{field}: `{text}` is not a time such as `2026-12-01T09:00:00Z`: {e}"
-            ))
-        })
+    weft_core::clock::Timestamp::parse(text)
+        .map_err(|message| ApiError::bad_request(format!("{field}: {message}")))
 }
 
 async fn list_runs(
@@ -339,7 +326,7 @@ async fn cancel_run(
                 format!("run `{id}` has already ended: {state}"),
             ))
         }
-        Err(weft_store::StoreError::Conflict(_)) => Err(ApiError::unknown_run(&id)),
+        // `NotFound` is `404 unknown_run`.
         Err(e) => Err(e.into()),
     }
 }
@@ -368,14 +355,18 @@ async fn pause_schedule(
     let row =
         blocking(move || weft_engine::set_schedule_paused(store.as_ref(), &asked, paused, now))
             .await?
-            .map_err(ApiError::from)?;
+            .map_err(|e| match e {
+                weft_engine::ScheduleError::Store(e) => ApiError::from(e),
+                e @ weft_engine::ScheduleError::Contended(_) => {
+                    ApiError::new(StatusCode::CONFLICT, "conflict", e.to_string())
+                }
+                // The stored spec no longer compiles: not the request's
+                // fault.
+                e => ApiError::internal(e.to_string()),
+            })?;
     match row {
         Some(row) => Ok(Json(json!({ "schedule": row }))),
-        None => Err(ApiError::new(
-            StatusCode::NOT_FOUND,
-            "unknown_schedule",
-            format!("no trigger `{key}`"),
-        )),
+        None => Err(ApiError::not_found(&weft_store::What::Schedule(key))),
     }
 }
 
@@ -412,17 +403,22 @@ async fn add_schedule(
     .await?;
     match added {
         Ok(row) => Ok((StatusCode::CREATED, Json(json!({ "schedule": row })))),
-        Err(weft_engine::AddScheduleError::Invalid(message)) => Err(ApiError::new(
+        Err(weft_engine::ScheduleError::Invalid(message)) => Err(ApiError::new(
             StatusCode::BAD_REQUEST,
             "invalid_schedule",
             format!("schedule.{message}"),
         )),
-        Err(e @ weft_engine::AddScheduleError::Exists(_)) => Err(ApiError::new(
+        Err(e @ weft_engine::ScheduleError::Exists(_)) => Err(ApiError::new(
             StatusCode::CONFLICT,
             "schedule_exists",
             e.to_string(),
         )),
-        Err(weft_engine::AddScheduleError::Store(e)) => Err(e.into()),
+        Err(e @ weft_engine::ScheduleError::Contended(_)) => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "conflict",
+            e.to_string(),
+        )),
+        Err(weft_engine::ScheduleError::Store(e)) => Err(e.into()),
     }
 }
 

@@ -29,6 +29,9 @@ fn responses(ok: (&str, &str), more: &[(&str, &str)]) -> Value {
         "500".to_owned(),
         json!({ "description": "the store failed", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Error" } } } }),
     );
+    map.entry("503").or_insert_with(|| {
+        json!({ "description": "unavailable: the host is shutting down", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Error" } } } })
+    });
     Value::Object(map)
 }
 
@@ -49,7 +52,7 @@ pub fn spec() -> Value {
         "info": {
             "title": "weft",
             "version": env!("CARGO_PKG_VERSION"),
-            "description": "The HTTP API of `weft serve`. Every error is `{\"error\": {\"code\", \"message\"}}` with a stable code. Bodies over 4 MiB (64 MiB for `POST /v1/plugins`) get 413 `body_too_large`; malformed JSON, unknown fields and wrong types get 400 `invalid_request` naming the field."
+            "description": "The HTTP API of `weft serve`. Every error is `{\"error\": {\"code\", \"message\"}}` with a stable code. Bodies over 4 MiB (64 MiB for `POST /v1/plugins`) get 413 `body_too_large`; malformed JSON, unknown fields and wrong types get 400 `invalid_request` naming the field; a host that is shutting down answers 503 `unavailable`."
         },
         "paths": {
             "/v1/health": { "get": { "summary": "Health check", "responses": responses(("200", "`{\"status\": \"ok\"}`"), &[]) } },
@@ -114,7 +117,8 @@ pub fn spec() -> Value {
                         "404": { "description": "unknown_workflow" },
                         "413": { "description": "body_too_large" },
                         "422": { "description": "plugin_unavailable, workflow_unavailable" },
-                        "500": { "description": "store" }
+                        "500": { "description": "store" },
+                        "503": { "description": "unavailable" }
                     }
                 }
             },
@@ -142,7 +146,7 @@ pub fn spec() -> Value {
                 "post": {
                     "summary": "Pause or resume a trigger (`action`: pause or resume)",
                     "parameters": [path_param("workflow", "the workflow"), path_param("trigger", "the trigger's id"), path_param("action", "pause or resume")],
-                    "responses": responses(("200", "`{\"schedule\"}`"), &[("404", "unknown_schedule, not_found")])
+                    "responses": responses(("200", "`{\"schedule\"}`"), &[("404", "unknown_schedule, not_found"), ("409", "conflict: the trigger keeps changing; try again")])
                 }
             },
             "/v1/channels/{channel}/events": {

@@ -32,7 +32,7 @@ use weft_core::clock::{Clock, SystemClock, Timestamp};
 use weft_core::names::check_name;
 use weft_engine::{Committer, DeliveryWrite};
 use weft_store::{
-    DeliveryOp, DeliveryRecord, DeliveryState, Store, StoreError, SubscriptionRecord, Target,
+    DeliveryOp, DeliveryRecord, DeliveryState, Store, StoreError, SubscriptionRecord, Target, What,
 };
 
 pub use webhook::{SIGNATURE_HEADER, sign};
@@ -41,16 +41,21 @@ pub use webhook::{SIGNATURE_HEADER, sign};
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum HubError {
-    /// What was named does not exist.
+    /// What was named does not exist (the store's
+    /// [`StoreError::NotFound`] is this too).
     #[error("no {0}")]
-    NotFound(String),
-    /// The change does not apply to what is stored.
+    NotFound(What),
+    /// The request does not apply to what is stored (a consumer for a
+    /// webhook subscription). A write the store refuses is
+    /// [`HubError::Store`], with the store's reason.
     #[error("{0}")]
     Conflict(String),
     /// The request is malformed; the message names the field.
     #[error("{0}")]
     Invalid(String),
-    /// The store failed.
+    /// The store refused the write (a subscription key taken by another
+    /// target, a delivery not in a state the change applies to), or
+    /// failed.
     #[error(transparent)]
     Store(StoreError),
 }
@@ -59,10 +64,18 @@ impl From<StoreError> for HubError {
     fn from(error: StoreError) -> Self {
         match error {
             StoreError::NotFound(what) => Self::NotFound(what),
-            StoreError::Conflict(message) => Self::Conflict(message),
             other => Self::Store(other),
         }
     }
+}
+
+/// True when the store refused to move a delivery on because it moved on
+/// meanwhile: acked, cleared, or gone with its subscription.
+fn moved_on(error: &StoreError) -> bool {
+    matches!(
+        error,
+        StoreError::DeliveryState { .. } | StoreError::NotFound(What::Delivery(_))
+    )
 }
 
 /// A new subscription, as a client asks for it. Every field but
@@ -144,13 +157,9 @@ impl SubscriptionSpec {
         }
         let millis = |field: &str, text: Option<String>, default: u64| match text {
             None => Ok(default),
-            Some(text) => humantime::parse_duration(&text)
-                .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1))
-                .map_err(|e| {
-                    HubError::Invalid(format!(
-                        "{field}: `{text}` is not a duration such as `5s`: {e}"
-                    ))
-                }),
+            Some(text) => weft_core::clock::parse_duration(&text)
+                .map(|d| weft_core::clock::millis(d).max(1))
+                .map_err(|message| HubError::Invalid(format!("{field}: {message}"))),
         };
         Ok(SubscriptionRecord {
             key: format!("{}/{name}", self.channel),
@@ -384,7 +393,7 @@ impl Hub {
     pub fn ack(&self, id: &str) -> Result<DeliveryRecord, HubError> {
         self.ack_all(&[id.to_owned()])
             .pop()
-            .unwrap_or_else(|| Err(HubError::NotFound(format!("delivery `{id}`"))))
+            .unwrap_or_else(|| Err(HubError::NotFound(What::Delivery(id.to_owned()))))
     }
 
     /// Acks every delivery of `ids` in one durable write (one sync); one
@@ -404,7 +413,7 @@ impl Hub {
                 self.shared
                     .store
                     .delivery(id)?
-                    .ok_or_else(|| HubError::NotFound(format!("delivery `{id}`")))
+                    .ok_or_else(|| HubError::NotFound(What::Delivery(id.clone())))
             })
             .collect();
         // A consumer here takes them out of what it has in flight; told
@@ -451,7 +460,7 @@ impl Hub {
         self.shared
             .store
             .delivery(id)?
-            .ok_or_else(|| HubError::NotFound(format!("delivery `{id}`")))
+            .ok_or_else(|| HubError::NotFound(What::Delivery(id.to_owned())))
     }
 
     fn commit(&self, write: DeliveryWrite) -> Result<(), HubError> {
@@ -465,7 +474,7 @@ impl Hub {
             .shared
             .store
             .message(delivery.seq)?
-            .ok_or_else(|| HubError::NotFound(format!("message {}", delivery.seq)))?;
+            .ok_or_else(|| HubError::NotFound(What::Message(delivery.seq)))?;
         Ok(Delivery {
             delivery: delivery.id.clone(),
             message: message.id,
@@ -662,7 +671,7 @@ impl Consumer {
                     tracing::warn!(delivery = %delivery.id, subscription = %self.subscription.key, "a delivery's attempts ran out: dead letter");
                 }
                 // Acked meanwhile.
-                Err(StoreError::Conflict(_) | StoreError::NotFound(_)) => {}
+                Err(e) if moved_on(&e) => {}
                 Err(e) => return Err(e.into()),
             }
         }

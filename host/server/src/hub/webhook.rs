@@ -15,7 +15,7 @@ use sha2::Sha256;
 use super::Hub;
 use weft_core::clock::Timestamp;
 use weft_engine::DeliveryWrite;
-use weft_store::{DeliveryOp, StoreError, Target};
+use weft_store::{DeliveryOp, Target};
 
 /// The header that carries the body's signature.
 pub const SIGNATURE_HEADER: &str = "weft-signature";
@@ -131,8 +131,9 @@ pub(super) fn deliver(hub: &Hub, key: &str) {
             .committer
             .commit(DeliveryWrite::Move(delivery.id.clone(), op))
         {
+            Ok(()) => {}
             // Acked or cleared meanwhile: the next head decides.
-            Ok(()) | Err(StoreError::Conflict(_) | StoreError::NotFound(_)) => {}
+            Err(e) if super::moved_on(&e) => {}
             Err(e) => {
                 tracing::error!(delivery = %delivery.id, "cannot record a webhook attempt: {e}");
                 shared.signal.wait_past(seen, Duration::from_secs(1));

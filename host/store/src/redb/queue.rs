@@ -8,7 +8,7 @@ use crate::messages::{
     DeliveryOp, DeliveryRecord, DeliveryState, MessageRecord, SubscriptionRecord,
 };
 use crate::write::encode;
-use crate::{RunRecord, StepRecord, StoreError, TimerRef};
+use crate::{RunRecord, StepRecord, StoreError, TimerRef, What};
 use weft_core::Emission;
 use weft_core::clock::Timestamp;
 
@@ -105,10 +105,7 @@ impl Tables<'_> {
             .transpose()?;
         match stored {
             Some(stored) if stored.target == row.target => Ok(Ok(())),
-            Some(_) => Ok(Err(StoreError::Conflict(format!(
-                "subscription `{}` exists with another target",
-                row.key
-            )))),
+            Some(_) => Ok(Err(StoreError::Exists(What::Subscription(row.key.clone())))),
             None => {
                 backend!(
                     self.subscriptions
@@ -123,7 +120,9 @@ impl Tables<'_> {
     /// count as settled.
     pub(super) fn unsubscribe(&mut self, key: &str) -> Result<Result<(), StoreError>, StoreError> {
         if backend!(self.subscriptions.remove(key))?.is_none() {
-            return Ok(Err(StoreError::NotFound(format!("subscription `{key}`"))));
+            return Ok(Err(StoreError::NotFound(What::Subscription(
+                key.to_owned(),
+            ))));
         }
         let mut ids = Vec::new();
         for table in [&self.queue, &self.dead] {
@@ -176,7 +175,7 @@ impl Tables<'_> {
         op: &DeliveryOp,
     ) -> Result<Result<(), StoreError>, StoreError> {
         let Some(mut delivery) = self.get_delivery(id)? else {
-            return Ok(Err(StoreError::NotFound(format!("delivery `{id}`"))));
+            return Ok(Err(StoreError::NotFound(What::Delivery(id.to_owned()))));
         };
         let key = (delivery.subscription.clone(), delivery.seq);
         let queue_key = (key.0.as_str(), key.1);
@@ -185,10 +184,10 @@ impl Tables<'_> {
             DeliveryState::Created | DeliveryState::Delivered
         );
         let refused = |delivery: &DeliveryRecord| {
-            Ok(Err(StoreError::Conflict(format!(
-                "delivery `{}` is {}",
-                delivery.id, delivery.state
-            ))))
+            Ok(Err(StoreError::DeliveryState {
+                id: delivery.id.clone(),
+                state: delivery.state,
+            }))
         };
         match op {
             DeliveryOp::Sent { at, next_at } => {
@@ -298,15 +297,13 @@ impl Tables<'_> {
             .map(|bytes| decode::<RunRecord>(id, bytes.value()))
             .transpose()?
         else {
-            return Ok(Err(StoreError::NotFound(format!("run `{id}`"))));
+            return Ok(Err(StoreError::NotFound(What::Run(id.to_owned()))));
         };
         if run.state.is_terminal() || self.ended(id)? {
             return Ok(Err(StoreError::RunEnded(id.to_owned())));
         }
         if !run.suspended {
-            return Ok(Err(StoreError::Conflict(format!(
-                "run `{id}` is in progress in another process"
-            ))));
+            return Ok(Err(StoreError::Busy { run: id.to_owned() }));
         }
         let mut last: Option<StepRecord> = None;
         for entry in backend!(self.steps.range((id, 0u32)..=(id, u32::MAX)))? {
@@ -320,10 +317,10 @@ impl Tables<'_> {
             .as_ref()
             .is_some_and(|l| l.awaiting && l.output.is_none() && l.error.is_none() && !l.skipped);
         if !waiting {
-            return Ok(Err(StoreError::Conflict(format!(
-                "step `{}` of run `{id}` is not waiting",
-                record.path
-            ))));
+            return Ok(Err(StoreError::NotWaiting {
+                run: id.to_owned(),
+                step: record.path.clone(),
+            }));
         }
         if let Some(timer) = timer {
             if backend!(self.timers.get(timer.key()))?.is_none() {

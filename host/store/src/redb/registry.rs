@@ -5,7 +5,7 @@ use std::sync::Arc;
 use redb::{ReadTransaction, ReadableTable};
 
 use super::{DEPLOYMENTS, PLUGINS, Tables, decode};
-use crate::{DeploymentRecord, PluginRecord, StoreError};
+use crate::{DeploymentRecord, PluginRecord, StoreError, What};
 
 impl Tables<'_> {
     pub(super) fn deploy(
@@ -16,9 +16,10 @@ impl Tables<'_> {
         definition: &(String, Vec<u8>),
     ) -> Result<Result<(), StoreError>, StoreError> {
         if backend!(self.deployments.get((workflow, revision)))?.is_some() {
-            return Ok(Err(StoreError::Conflict(format!(
-                "workflow `{workflow}` revision {revision} exists already"
-            ))));
+            return Ok(Err(StoreError::Exists(What::Revision {
+                workflow: workflow.to_owned(),
+                revision,
+            })));
         }
         self.definition(definition)?;
         backend!(self.deployments.insert((workflow, revision), record))?;

@@ -12,6 +12,10 @@
 //!   allocator and, as the baseline measured in the same run, with on-demand
 //!   allocation; p50, p99 and the ratio between them.
 
+mod languages;
+mod messages;
+mod timers;
+
 use std::path::Path;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -80,16 +84,16 @@ pub struct BenchArgs {
 
 pub fn main(plugins: &Path, args: &BenchArgs) -> anyhow::Result<ExitCode> {
     if let Some(dir) = &args.rearm {
-        return super::bench_timers::rearm(dir, args.fire);
+        return timers::rearm(dir, args.fire);
     }
     if let Some(timers) = args.timers {
-        return super::bench_timers::timers(timers.max(1), args.fire, args.spread);
+        return timers::timers(timers.max(1), args.fire, args.spread);
     }
     if let Some(per_run) = args.messages {
-        return super::bench_messages::messages(args.runs.unwrap_or(100).max(1), per_run.max(1));
+        return messages::messages(args.runs.unwrap_or(100).max(1), per_run.max(1));
     }
     if args.languages {
-        return super::bench_languages::languages(
+        return languages::languages(
             plugins,
             args.iterations.clamp(100, 2_000),
             args.loads.max(1),

@@ -106,7 +106,7 @@ pub fn messages(runs: usize, per_run: usize) -> anyhow::Result<ExitCode> {
     out!(
         "weft bench: {runs} runs at once, {per_run} messages each ({total} in all), one `emit` step per message, every commit synced"
     );
-    out!("build: {}", super::bench::build_kind());
+    out!("build: {}", super::build_kind());
 
     // Baseline: no subscriber.
     let scratch = std::env::temp_dir().join(format!("weft-bench-messages-{}", std::process::id()));
@@ -123,7 +123,7 @@ pub fn messages(runs: usize, per_run: usize) -> anyhow::Result<ExitCode> {
         "  no subscriber        {:>8.0} messages/s committed ({} in {})",
         baseline_rate,
         total,
-        super::bench::show(baseline)
+        super::show(baseline)
     );
 
     // One SSE consumer, acking everything.
@@ -233,14 +233,14 @@ pub fn messages(runs: usize, per_run: usize) -> anyhow::Result<ExitCode> {
         "  one SSE subscriber   {:>8.0} messages/s delivered and acked ({} in {}; emitting took {})",
         rate,
         total,
-        super::bench::show(elapsed),
-        super::bench::show(committed)
+        super::show(elapsed),
+        super::show(committed)
     );
     out!(
         "  commit to subscriber p50 {} p99 {} max {}",
-        super::bench::show(at(0.5)),
-        super::bench::show(at(0.99)),
-        super::bench::show(at(1.0))
+        super::show(at(0.5)),
+        super::show(at(0.99)),
+        super::show(at(1.0))
     );
     out!(
         "  delivered and acked vs committed with no subscriber: {:.2}x",

@@ -47,7 +47,7 @@ pub fn timers(n: usize, m: usize, spread: Duration) -> anyhow::Result<ExitCode> 
     std::fs::create_dir_all(&dir)?;
     let result = (|| {
         out!("weft bench: {n} pending timers (sleeping runs), {m} of them firing after a restart");
-        out!("build: {}", super::bench::build_kind());
+        out!("build: {}", super::build_kind());
         let engine = engine(&dir, false)?;
         let workflow = Arc::new(weft::model::parse(
             NAP,
@@ -132,7 +132,7 @@ pub fn rearm(dir: &Path, m: usize) -> anyhow::Result<ExitCode> {
     let after = rss();
     out!(
         "  re-armed       {armed} timers in {} ({:.0} timers/s)",
-        super::bench::show(took),
+        super::show(took),
         armed as f64 / took.as_secs_f64().max(1e-9)
     );
     if let (Some(before), Some(after)) = (before, after) {

@@ -20,7 +20,7 @@ use weft::engine::{Engine, Quiet};
 use weft::runtime::CodeSource;
 use weft::{PluginDir, RedbStore, Runtime, RuntimeConfig, SystemClock, model};
 
-use super::bench::{build_kind, percentile, ratio, show, timed_calls};
+use super::{build_kind, percentile, ratio, show, timed_calls};
 
 /// The example plugins, each with an input it accepts.
 fn examples() -> Vec<(&'static str, &'static str, Value)> {
