@@ -7,7 +7,8 @@
 //! - [`InputSchema`]: a compiled JSON Schema.
 //! - [`effects`]: what an attempt buffers until its commit.
 //! - [`ErrorRecord`]: how an error is recorded and shown.
-//! - [`Signal`] and [`lock`]: waiting for news, locking without poison.
+//! - [`Signal`], [`lock`], [`read`] and [`write`]: waiting for news, locking
+//!   without poison.
 
 pub mod clock;
 mod digest;
@@ -22,4 +23,4 @@ pub use digest::Digest;
 pub use effects::{Emission, KvEffects, LogLevel, LogLine, LogSource, Versioned};
 pub use error::ErrorRecord;
 pub use schema::InputSchema;
-pub use signal::{Signal, lock};
+pub use signal::{Signal, lock, read, write};

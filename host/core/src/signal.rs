@@ -1,7 +1,9 @@
 //! A counter that threads wait on, and the poison-tolerant lock every
 //! shared table uses.
 
-use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{
+    Condvar, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard,
+};
 use std::time::Duration;
 
 /// Locks `mutex`, taking it over if a thread panicked while holding it: the
@@ -9,6 +11,17 @@ use std::time::Duration;
 /// panic elsewhere does not make it unusable.
 pub fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Reads `lock` the way [`lock`] locks a mutex: a panic elsewhere does not
+/// make the data unusable.
+pub fn read<T>(lock: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+    lock.read().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Writes `lock` the way [`lock`] locks a mutex.
+pub fn write<T>(lock: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
+    lock.write().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// A counter that threads wait on: bumped when there is news (messages

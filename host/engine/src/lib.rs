@@ -179,6 +179,7 @@ pub struct EngineConfig {
     pub max_resident: usize,
     /// Note each timer fire's lag behind its due time, for
     /// [`Engine::take_fire_lags`] (benchmarks). Default: off.
+    #[cfg(feature = "bench")]
     pub measure_fires: bool,
 }
 
@@ -187,6 +188,7 @@ impl Default for EngineConfig {
         Self {
             workers: std::thread::available_parallelism().map_or(4, |n| n.get() * 4),
             max_resident: 10_000,
+            #[cfg(feature = "bench")]
             measure_fires: false,
         }
     }
@@ -233,11 +235,15 @@ impl Engine {
     ) -> std::io::Result<Self> {
         let commits = GroupCommit::start(store.clone())?;
         let launcher = Arc::new(Launcher::new(store, source, clock));
+        #[cfg(feature = "bench")]
+        let measure_fires = config.measure_fires;
+        #[cfg(not(feature = "bench"))]
+        let measure_fires = false;
         let core = Arc::new(Core::new(
             launcher,
             commits,
             config.max_resident,
-            config.measure_fires,
+            measure_fires,
         ));
         let threads = core.start(config.workers)?;
         Ok(Self {
@@ -284,6 +290,7 @@ impl Engine {
 
     /// Each timer fire's lag behind its due time, in microseconds, since
     /// the last call; empty unless `measure_fires` is on.
+    #[cfg(feature = "bench")]
     pub fn take_fire_lags(&self) -> Vec<i64> {
         self.core.take_fire_lags()
     }

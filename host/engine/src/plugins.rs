@@ -14,7 +14,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::SystemTime;
 
 use weft_core::clock::{Clock, SystemClock};
@@ -156,10 +156,7 @@ impl PluginDir {
         let Some(registry) = self.registry.get() else {
             return Vec::new();
         };
-        let index = registry
-            .index
-            .read()
-            .unwrap_or_else(PoisonError::into_inner);
+        let index = weft_core::read(&registry.index);
         let mut all: Vec<PluginRecord> = index.values().flatten().cloned().collect();
         all.sort_by(|a, b| a.name.cmp(&b.name).then_with(|| newer(b, a)));
         all
@@ -237,10 +234,7 @@ impl PluginDir {
         reference: &PluginRef,
         not_found: ResolveError,
     ) -> ResolveError {
-        let index = registry
-            .index
-            .read()
-            .unwrap_or_else(PoisonError::into_inner);
+        let index = weft_core::read(&registry.index);
         match index.get(&reference.name) {
             Some(versions) if !versions.is_empty() => ResolveError::WrongVersion {
                 path: "the registry".to_owned(),
@@ -291,10 +285,7 @@ impl PluginDir {
 
     /// The registry's best version for `reference`.
     fn newest(&self, registry: &Registry, reference: &PluginRef) -> Option<PluginRecord> {
-        let index = registry
-            .index
-            .read()
-            .unwrap_or_else(PoisonError::into_inner);
+        let index = weft_core::read(&registry.index);
         index
             .get(&reference.name)?
             .iter()
@@ -347,10 +338,7 @@ impl PluginDir {
         };
         match registry.store.apply(&[&write]) {
             Ok(results) if results.iter().all(Result::is_ok) => {
-                let mut index = registry
-                    .index
-                    .write()
-                    .unwrap_or_else(PoisonError::into_inner);
+                let mut index = weft_core::write(&registry.index);
                 let versions = index.entry(record.name.clone()).or_default();
                 versions.retain(|r| r.digest != record.digest);
                 versions.push(record.clone());
@@ -472,10 +460,7 @@ impl PluginDir {
         // A file joins the registry once: bytes added before keep their
         // row (an upload of them stays the newest).
         let listed = self.registry.get().is_some_and(|registry| {
-            registry
-                .index
-                .read()
-                .unwrap_or_else(PoisonError::into_inner)
+            weft_core::read(&registry.index)
                 .get(&plugin.meta().name)
                 .is_some_and(|versions| versions.iter().any(|r| r.digest == digest))
         });
@@ -537,7 +522,7 @@ pub fn watch(dir: &Path, changed: impl Fn(PathBuf) + Send + 'static) -> notify::
 
 /// Orders two records of one plugin: the higher version, then the one
 /// added last.
-fn newer(a: &PluginRecord, b: &PluginRecord) -> std::cmp::Ordering {
+pub fn newer(a: &PluginRecord, b: &PluginRecord) -> std::cmp::Ordering {
     let version = |r: &PluginRecord| r.version.parse::<semver::Version>().ok();
     version(a)
         .cmp(&version(b))

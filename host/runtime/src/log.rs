@@ -7,7 +7,7 @@
 //! the guest sees, so logging can't make a step fail.
 
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 
 use wasmtime::component::{HasSelf, Linker};
@@ -52,7 +52,7 @@ impl LogSink {
 
     fn state(&self) -> MutexGuard<'_, SinkState> {
         // A panic while holding the lock leaves only log lines behind: keep going.
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+        weft_core::lock(&self.0)
     }
 
     pub(super) fn push(&self, level: LogLevel, source: LogSource, message: &str) {

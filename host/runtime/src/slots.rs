@@ -26,7 +26,7 @@ impl Slots {
 
     /// Takes a slot, blocking until one is free.
     pub(super) fn acquire(&self) -> Slot<'_> {
-        let mut used = self.used.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut used = weft_core::lock(&self.used);
         while *used >= self.max {
             used = self
                 .freed
@@ -40,7 +40,7 @@ impl Slots {
 
 impl Drop for Slot<'_> {
     fn drop(&mut self) {
-        let mut used = self.0.used.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut used = weft_core::lock(&self.0.used);
         *used -= 1;
         self.0.freed.notify_one();
     }

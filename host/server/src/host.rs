@@ -212,7 +212,7 @@ impl Host {
         } else {
             None
         };
-        let hub = Hub::new(engine.committer());
+        let hub = Hub::with_clock(engine.committer(), Arc::clone(engine.clock()));
         if config.recover {
             hub.start().map_err(|error| HostError::Thread {
                 what: "delivering messages",

@@ -3,7 +3,7 @@
 //! the cron triggers) that the API uses.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 use weft_core::clock::Clock;
 use weft_engine::Engine;
@@ -124,26 +124,20 @@ impl Deployments {
                 Err(e) => warnings.push(format!("workflow `{id}` revision {}: {e}", head.revision)),
             }
         }
-        *deployments
-            .current
-            .write()
-            .unwrap_or_else(PoisonError::into_inner) = Arc::new(served);
+        *weft_core::write(&deployments.current) = Arc::new(served);
         Ok((deployments, warnings))
     }
 
     /// The workflows served now.
     pub fn current(&self) -> Arc<WorkflowDir> {
-        Arc::clone(&self.current.read().unwrap_or_else(PoisonError::into_inner))
+        Arc::clone(&weft_core::read(&self.current))
     }
 
     /// Deploys `workflow` (its `origin` names where it came from) as the
     /// newest version of its id, unless it is the version served already.
     /// Durable when it returns. Blocking.
     pub fn deploy(&self, workflow: Workflow) -> Result<Deployed, StoreError> {
-        let _one_at_a_time = self
-            .deploying
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let _one_at_a_time = weft_core::lock(&self.deploying);
         let head = self.store.deployments(Some(&workflow.id))?.pop();
         let digest = DefinitionRecord::of(&workflow).digest;
         if let Some(head) = head.as_ref().filter(|head| head.digest == digest)
@@ -156,7 +150,7 @@ impl Deployments {
         }
         let record = self.record(&workflow, "api", self.clock.now(), head.as_ref())?;
         let next = self.current().with(workflow);
-        *self.current.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(next);
+        *weft_core::write(&self.current) = Arc::new(next);
         Ok(Deployed {
             record,
             created: true,

@@ -8,23 +8,27 @@
 //! little-endian), then `1` and the value, or `0` for a deleted key (kept,
 //! so its version keeps growing).
 //!
+//! This module opens the file and reads it. A batch of writes is one
+//! transaction over `tables::Tables`; `apply` has one function for each
+//! `Write`, and `queue` and `registry` those of the message and registry
+//! tables.
+//!
 //! The file is opened in redb's multi-writer mode, so several `weft`
 //! processes (two `weft run`s, or a `weft runs list` beside a run) can use one
 //! data directory at once; each write transaction is still exclusive.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use redb::{
     ConcurrencyMode, Database, ReadOnlyDatabase, ReadTransaction, ReadableDatabase, ReadableTable,
-    ReadableTableMetadata, Table, TableDefinition,
+    ReadableTableMetadata, TableDefinition,
 };
 use serde::de::DeserializeOwned;
 
-use super::write::{TimerRow, encode};
+use self::tables::Tables;
 use super::{
     DefinitionRecord, OutboxRecord, RunFilter, RunRecord, StepRecord, Store, StoreError,
-    TimerRecord, TimerRef, What, Write,
+    TimerRecord, Write,
 };
 use weft_core::Versioned;
 
@@ -96,8 +100,10 @@ macro_rules! backend {
     };
 }
 
+mod apply;
 mod queue;
 mod registry;
+mod tables;
 
 impl RedbStore {
     /// Opens the store at `path` for reading and writing, creating it if it
@@ -248,328 +254,6 @@ fn decode<T: DeserializeOwned>(key: impl std::fmt::Display, bytes: &[u8]) -> Res
     })
 }
 
-/// The tables of one write transaction.
-struct Tables<'t> {
-    runs: Table<'t, &'static str, &'static [u8]>,
-    running: Table<'t, &'static str, ()>,
-    steps: Table<'t, (&'static str, u32), &'static [u8]>,
-    definitions: Table<'t, &'static str, &'static [u8]>,
-    components: Table<'t, &'static str, &'static [u8]>,
-    kv: Table<'t, (&'static str, &'static str), &'static [u8]>,
-    outbox: Table<'t, &'static str, &'static [u8]>,
-    timers: Table<'t, (u64, u64), &'static [u8]>,
-    run_timers: Table<'t, (&'static str, u64), u64>,
-    timer_keys: Table<'t, (u64, u64), ()>,
-    schedules: Table<'t, &'static str, &'static [u8]>,
-    cancelled: Table<'t, &'static str, ()>,
-    messages: Table<'t, u64, &'static [u8]>,
-    run_messages: Table<'t, (&'static str, u64), ()>,
-    subscriptions: Table<'t, &'static str, &'static [u8]>,
-    deliveries: Table<'t, &'static str, &'static [u8]>,
-    queue: Table<'t, (&'static str, u64), &'static str>,
-    dead: Table<'t, (&'static str, u64), &'static str>,
-    idempotency: Table<'t, &'static str, &'static str>,
-    deployments: Table<'t, (&'static str, u32), &'static [u8]>,
-    plugins: Table<'t, (&'static str, &'static str), &'static [u8]>,
-}
-
-impl Tables<'_> {
-    /// Applies one write. `Ok(Err(_))`: this write is refused and nothing
-    /// of it was stored; `Err(_)`: the transaction failed.
-    fn apply(&mut self, write: &Write) -> Result<Result<(), StoreError>, StoreError> {
-        match write {
-            Write::CreateRun {
-                id,
-                run,
-                definition,
-                components: pinned,
-                timer,
-                idempotency,
-            } => {
-                if backend!(self.runs.get(id.as_str()))?.is_some() {
-                    return Ok(Err(StoreError::Exists(What::Run(id.clone()))));
-                }
-                if let Some(key) = idempotency {
-                    if let Some(run) = backend!(self.idempotency.get(key.as_str()))? {
-                        return Ok(Err(StoreError::Duplicate {
-                            key: key.clone(),
-                            run: run.value().to_owned(),
-                        }));
-                    }
-                    backend!(self.idempotency.insert(key.as_str(), id.as_str()))?;
-                }
-                self.definition(definition)?;
-                self.components(pinned)?;
-                backend!(self.runs.insert(id.as_str(), run.as_slice()))?;
-                backend!(self.running.insert(id.as_str(), ()))?;
-                if let Some(timer) = timer {
-                    self.insert_timer(timer)?;
-                }
-            }
-            Write::CommitStep {
-                id,
-                seq,
-                step,
-                run,
-                running,
-                suspended,
-                timer,
-                fired,
-                kv: effects,
-                spawn,
-                emitted,
-            } => {
-                if self.ended(id)? {
-                    return Ok(Err(StoreError::RunEnded(id.clone())));
-                }
-                if let Some(fired) = fired
-                    && backend!(self.timers.get(fired.key()))?.is_none()
-                {
-                    return Ok(Err(StoreError::TimerGone(fired.id)));
-                }
-                if let Some(effects) = effects {
-                    let space = effects.space.as_str();
-                    for (key, read) in &effects.reads {
-                        let now = backend!(self.kv.get((space, key.as_str())))?
-                            .map_or(0, |v| decode_kv(v.value()).version);
-                        if now != *read {
-                            return Ok(Err(StoreError::KvConflict {
-                                space: space.to_owned(),
-                                key: key.clone(),
-                            }));
-                        }
-                    }
-                    for (key, value) in &effects.writes {
-                        let version = backend!(self.kv.get((space, key.as_str())))?
-                            .map_or(0, |v| decode_kv(v.value()).version);
-                        let encoded = encode_kv(version + 1, value.as_deref());
-                        backend!(self.kv.insert((space, key.as_str()), encoded.as_slice()))?;
-                    }
-                }
-                if let Some(spawn) = spawn {
-                    self.definition(&spawn.definition)?;
-                    self.components(&spawn.components)?;
-                    let (row, encoded) = &spawn.outbox;
-                    backend!(self.outbox.insert(row.as_str(), encoded.as_slice()))?;
-                }
-                if let Some(fired) = fired {
-                    self.remove_timer(id, fired.key())?;
-                }
-                if let Some(timer) = timer {
-                    self.insert_timer(timer)?;
-                }
-                if let Some(emitted) = emitted {
-                    self.emit(id, &emitted.0, &emitted.1)?;
-                }
-                backend!(self.steps.insert((id.as_str(), *seq), step.as_slice()))?;
-                self.set_run(id, run, *running, *suspended)?;
-            }
-            Write::Subscribe(row) => return self.subscribe(row),
-            Write::Unsubscribe(key) => return self.unsubscribe(key),
-            Write::Delivery(id, op) => return self.delivery(id, op),
-            Write::Act {
-                run,
-                record,
-                timer,
-                now,
-            } => return self.act(run, record, *timer, *now),
-            Write::StartRun {
-                outbox: row,
-                id,
-                run,
-            } => {
-                if backend!(self.runs.get(id.as_str()))?.is_none() {
-                    backend!(self.runs.insert(id.as_str(), run.as_slice()))?;
-                    backend!(self.running.insert(id.as_str(), ()))?;
-                }
-                backend!(self.outbox.remove(row.as_str()))?;
-            }
-            Write::UpdateRun { id, run, running } => {
-                if self.ended(id)? {
-                    return Ok(Err(StoreError::RunEnded(id.clone())));
-                }
-                self.set_run(id, run, *running, false)?;
-            }
-            Write::FireTimer(fired, now) => return self.fire(*fired, *now),
-            Write::CancelRun(id, now) => {
-                let Some(mut run) = backend!(self.runs.get(id.as_str()))?
-                    .map(|bytes| decode::<RunRecord>(id, bytes.value()))
-                    .transpose()?
-                else {
-                    return Ok(Err(StoreError::NotFound(What::Run(id.clone()))));
-                };
-                if run.state.is_terminal() {
-                    return Ok(Err(StoreError::RunEnded(id.clone())));
-                }
-                run.state = super::RunState::Cancelled;
-                run.suspended = false;
-                run.updated_at = *now;
-                run.error = Some(super::RunError {
-                    step: None,
-                    error: super::ErrorRecord {
-                        code: "cancelled".to_owned(),
-                        message: "the run was cancelled".to_owned(),
-                        retryable: false,
-                        details: None,
-                    },
-                });
-                self.set_run(id, &encode(&run), false, false)?;
-                backend!(self.cancelled.insert(id.as_str(), ()))?;
-            }
-            Write::Deploy {
-                workflow,
-                revision,
-                record,
-                definition,
-            } => return self.deploy(workflow, *revision, record, definition),
-            Write::AddPlugin {
-                name,
-                digest,
-                record,
-                bytes,
-            } => return self.add_plugin(name, digest, record, bytes),
-            Write::Schedule {
-                key,
-                expect,
-                row,
-                start,
-            } => {
-                if let Some(expect) = expect {
-                    let stored = backend!(self.schedules.get(key.as_str()))?
-                        .map(|bytes| decode::<super::ScheduleRecord>(key, bytes.value()))
-                        .transpose()?;
-                    // Version 0 stands for "no such row yet".
-                    let found = stored.map_or(0, |s| s.version);
-                    if found != *expect {
-                        let what = What::Schedule(key.clone());
-                        return Ok(Err(if *expect == 0 {
-                            StoreError::Exists(what)
-                        } else {
-                            StoreError::Changed(what)
-                        }));
-                    }
-                }
-                if let Some(start) = start
-                    && let Err(refused) = self.apply(start)?
-                {
-                    return Ok(Err(refused));
-                }
-                match row {
-                    Some(row) => backend!(self.schedules.insert(key.as_str(), row.as_slice()))?,
-                    None => backend!(self.schedules.remove(key.as_str()))?,
-                };
-            }
-        }
-        Ok(Ok(()))
-    }
-
-    /// True when run `id` was cancelled in the store, so that the process
-    /// driving it must not write it on. (A run ends otherwise only through
-    /// the process that drives it.) One lookup in a table that is almost
-    /// always empty: this is on every commit's path.
-    fn ended(&self, id: &str) -> Result<bool, StoreError> {
-        Ok(backend!(self.cancelled.get(id))?.is_some())
-    }
-
-    /// Stores run `id`'s record, and keeps the index of runs to resume and
-    /// the run's timers in step: a run that ended has no timers.
-    fn set_run(
-        &mut self,
-        id: &str,
-        run: &[u8],
-        running: bool,
-        suspended: bool,
-    ) -> Result<(), StoreError> {
-        backend!(self.runs.insert(id, run))?;
-        // Most commits leave the index as it was: look before writing.
-        let listed = backend!(self.running.get(id))?.is_some();
-        if running && !suspended {
-            if !listed {
-                backend!(self.running.insert(id, ()))?;
-            }
-        } else if listed {
-            backend!(self.running.remove(id))?;
-        }
-        if !running {
-            let mut keys = Vec::new();
-            for entry in backend!(self.run_timers.range((id, 0)..=(id, u64::MAX)))? {
-                let (key, due) = backend!(entry)?;
-                keys.push((due.value(), key.value().1));
-            }
-            for key in keys {
-                self.remove_timer(id, key)?;
-            }
-        }
-        Ok(())
-    }
-
-    fn fire(
-        &mut self,
-        fired: TimerRef,
-        now: weft_core::clock::Timestamp,
-    ) -> Result<Result<(), StoreError>, StoreError> {
-        let Some(timer) = backend!(self.timers.get(fired.key()))?
-            .map(|bytes| decode::<TimerRecord>(fired.id, bytes.value()))
-            .transpose()?
-        else {
-            return Ok(Err(StoreError::TimerGone(fired.id)));
-        };
-        let run = backend!(self.runs.get(timer.run.as_str()))?
-            .map(|bytes| decode::<RunRecord>(&timer.run, bytes.value()))
-            .transpose()?;
-        let Some(mut run) = run.filter(|run| !run.state.is_terminal()) else {
-            // Its run is gone or ended: the timer wakes nothing.
-            self.remove_timer(&timer.run, fired.key())?;
-            return Ok(Err(StoreError::TimerGone(fired.id)));
-        };
-        if let Some(record) = timer.fired_record(&run.id, run.step_records) {
-            backend!(
-                self.steps
-                    .insert((run.id.as_str(), record.seq), encode(&record).as_slice())
-            )?;
-            run.step_records += 1;
-        }
-        run.suspended = false;
-        run.updated_at = now;
-        self.remove_timer(&run.id, fired.key())?;
-        self.set_run(&run.id, &encode(&run), true, false)?;
-        Ok(Ok(()))
-    }
-
-    fn insert_timer(&mut self, timer: &TimerRow) -> Result<(), StoreError> {
-        backend!(self.timers.insert(timer.key, timer.record.as_slice()))?;
-        backend!(self.timer_keys.insert(timer.key, ()))?;
-        backend!(
-            self.run_timers
-                .insert((timer.run.as_str(), timer.key.1), timer.key.0)
-        )?;
-        Ok(())
-    }
-
-    fn remove_timer(&mut self, run: &str, key: (u64, u64)) -> Result<(), StoreError> {
-        backend!(self.timers.remove(key))?;
-        backend!(self.timer_keys.remove(key))?;
-        backend!(self.run_timers.remove((run, key.1)))?;
-        Ok(())
-    }
-
-    fn definition(&mut self, (digest, encoded): &(String, Vec<u8>)) -> Result<(), StoreError> {
-        if backend!(self.definitions.get(digest.as_str()))?.is_none() {
-            backend!(self.definitions.insert(digest.as_str(), encoded.as_slice()))?;
-        }
-        Ok(())
-    }
-
-    fn components(&mut self, pinned: &[(String, Arc<[u8]>)]) -> Result<(), StoreError> {
-        for (digest, bytes) in pinned {
-            if backend!(self.components.get(digest.as_str()))?.is_none() {
-                backend!(self.components.insert(digest.as_str(), &bytes[..]))?;
-            }
-        }
-        Ok(())
-    }
-}
-
 macro_rules! reads {
     ($self:ident . $method:ident ( $($arg:expr),* )) => {{
         let txn = $self.begin_read()?;
@@ -640,31 +324,9 @@ impl Store for RedbStore {
         let txn = backend!(self.writable()?.begin_write())?;
         let mut results = Vec::with_capacity(writes.len());
         {
-            let mut t = Tables {
-                runs: backend!(txn.open_table(RUNS))?,
-                running: backend!(txn.open_table(RUNNING))?,
-                steps: backend!(txn.open_table(STEPS))?,
-                definitions: backend!(txn.open_table(DEFINITIONS))?,
-                components: backend!(txn.open_table(COMPONENTS))?,
-                kv: backend!(txn.open_table(KV))?,
-                outbox: backend!(txn.open_table(OUTBOX))?,
-                timers: backend!(txn.open_table(TIMERS))?,
-                run_timers: backend!(txn.open_table(RUN_TIMERS))?,
-                timer_keys: backend!(txn.open_table(TIMER_KEYS))?,
-                schedules: backend!(txn.open_table(SCHEDULES))?,
-                cancelled: backend!(txn.open_table(CANCELLED))?,
-                messages: backend!(txn.open_table(MESSAGES))?,
-                run_messages: backend!(txn.open_table(RUN_MESSAGES))?,
-                subscriptions: backend!(txn.open_table(SUBSCRIPTIONS))?,
-                deliveries: backend!(txn.open_table(DELIVERIES))?,
-                queue: backend!(txn.open_table(QUEUE))?,
-                dead: backend!(txn.open_table(DEAD))?,
-                idempotency: backend!(txn.open_table(IDEMPOTENCY))?,
-                deployments: backend!(txn.open_table(DEPLOYMENTS))?,
-                plugins: backend!(txn.open_table(PLUGINS))?,
-            };
+            let mut tables = Tables::open(&txn)?;
             for write in writes {
-                results.push(t.apply(write)?);
+                results.push(tables.apply(write)?);
             }
         }
         backend!(txn.commit())?;

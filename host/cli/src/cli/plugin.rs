@@ -116,99 +116,112 @@ pub fn main(data_dir: &Path, command: PluginCommand) -> anyhow::Result<ExitCode>
             file,
             server: Some(url),
             ..
-        } => {
-            let bytes = read_component(&file)?;
-            let server = Server::new(data_dir, Some(url));
-            match server.send("/v1/plugins", "application/wasm", &bytes)? {
-                Ok(body) => {
-                    print_added(&serde_json::from_value(body["plugin"].clone())?)?;
-                    Ok(ExitCode::SUCCESS)
-                }
-                Err(message) => {
-                    eprintln!("error: {}: {message}", file.display());
-                    Ok(ExitCode::from(EXIT_INVALID))
-                }
-            }
-        }
+        } => add_remote(data_dir, &file, url),
         PluginCommand::Add {
             file,
             server: None,
             plugins,
-        } => {
-            let bytes = read_component(&file)?;
-            let runtime = super::local_runtime(data_dir)?;
-            let store: Arc<dyn Store> = Arc::new(open_store(data_dir)?);
-            let registry = PluginDir::new(runtime, plugins_dir(data_dir, &plugins.plugins));
-            registry.attach(store)?;
-            match registry.add(&bytes, "cli") {
-                Ok((_, record)) => {
-                    print_added(&record)?;
-                    Ok(ExitCode::SUCCESS)
-                }
-                Err(e) => {
-                    eprintln!("error: {} {e}", file.display());
-                    Ok(ExitCode::from(EXIT_INVALID))
-                }
-            }
-        }
-        PluginCommand::List { json, server } => {
-            let records: Vec<PluginRecord> = match server {
-                Some(url) => {
-                    match Server::new(data_dir, Some(url)).call("GET", "/v1/plugins", None)? {
-                        Ok(body) => serde_json::from_value(body["plugins"].clone())
-                            .context("the server's plugin list does not decode")?,
-                        Err(message) => {
-                            eprintln!("error: {message}");
-                            return Ok(ExitCode::from(EXIT_INVALID));
-                        }
-                    }
-                }
-                None => {
-                    let mut records = match super::runs::open(data_dir)? {
-                        Some(store) => store.plugins()?,
-                        None => Vec::new(),
-                    };
-                    records.sort_by(|a, b| {
-                        a.name.cmp(&b.name).then_with(|| {
-                            let version =
-                                |r: &PluginRecord| r.version.parse::<semver::Version>().ok();
-                            version(b)
-                                .cmp(&version(a))
-                                .then(b.added_at.cmp(&a.added_at))
-                        })
-                    });
-                    records
-                }
-            };
-            if json {
-                out!(
-                    "{}",
-                    serde_json::to_string_pretty(&json!({ "plugins": records }))?
-                );
-            } else if records.is_empty() {
-                eprintln!("the registry is empty");
-            } else {
-                out!(
-                    "{:<24} {:<10} {:<20} {:>10}  ORIGIN",
-                    "NAME",
-                    "VERSION",
-                    "DIGEST",
-                    "SIZE"
-                );
-                for r in &records {
-                    out!(
-                        "{:<24} {:<10} {:<20} {:>10}  {}",
-                        r.name,
-                        r.version,
-                        short(&r.digest),
-                        r.size,
-                        r.origin
-                    );
-                }
-            }
+        } => add_local(data_dir, &file, &plugins),
+        PluginCommand::List { json, server } => list(data_dir, json, server),
+    }
+}
+
+/// `weft plugin add FILE --server URL`: uploads the component to a running
+/// `weft serve`.
+fn add_remote(data_dir: &Path, file: &Path, url: String) -> anyhow::Result<ExitCode> {
+    let bytes = read_component(file)?;
+    let server = Server::new(data_dir, Some(url));
+    match server.send("/v1/plugins", "application/wasm", &bytes)? {
+        Ok(body) => {
+            print_added(&serde_json::from_value(body["plugin"].clone())?)?;
             Ok(ExitCode::SUCCESS)
         }
+        Err(message) => {
+            eprintln!("error: {}: {message}", file.display());
+            Ok(ExitCode::from(EXIT_INVALID))
+        }
     }
+}
+
+/// `weft plugin add FILE`: adds the component to the local store's
+/// registry.
+fn add_local(data_dir: &Path, file: &Path, plugins: &PluginArgs) -> anyhow::Result<ExitCode> {
+    let bytes = read_component(file)?;
+    let runtime = super::local_runtime(data_dir)?;
+    let store: Arc<dyn Store> = Arc::new(open_store(data_dir)?);
+    let registry = PluginDir::new(runtime, plugins_dir(data_dir, &plugins.plugins));
+    registry.attach(store)?;
+    match registry.add(&bytes, "cli") {
+        Ok((_, record)) => {
+            print_added(&record)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            eprintln!("error: {} {e}", file.display());
+            Ok(ExitCode::from(EXIT_INVALID))
+        }
+    }
+}
+
+/// `weft plugin list`: the registry of a running `weft serve` with
+/// `server`, else of the local store.
+fn list(data_dir: &Path, json: bool, server: Option<String>) -> anyhow::Result<ExitCode> {
+    let records: Vec<PluginRecord> = match server {
+        Some(url) => match Server::new(data_dir, Some(url)).call("GET", "/v1/plugins", None)? {
+            Ok(body) => serde_json::from_value(body["plugins"].clone())
+                .context("the server's plugin list does not decode")?,
+            Err(message) => {
+                eprintln!("error: {message}");
+                return Ok(ExitCode::from(EXIT_INVALID));
+            }
+        },
+        None => local_plugins(data_dir)?,
+    };
+    print_plugins(&records, json)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The local store's registry (empty when nothing was ever stored), by
+/// name, newest version first.
+fn local_plugins(data_dir: &Path) -> anyhow::Result<Vec<PluginRecord>> {
+    let mut records = match super::runs::open(data_dir)? {
+        Some(store) => store.plugins()?,
+        None => Vec::new(),
+    };
+    records.sort_by(|a, b| a.name.cmp(&b.name).then_with(|| weft::plugins::newer(b, a)));
+    Ok(records)
+}
+
+/// Prints the registry as JSON, or as a table (on stderr, that it is
+/// empty).
+fn print_plugins(records: &[PluginRecord], json: bool) -> anyhow::Result<()> {
+    if json {
+        out!(
+            "{}",
+            serde_json::to_string_pretty(&json!({ "plugins": records }))?
+        );
+    } else if records.is_empty() {
+        eprintln!("the registry is empty");
+    } else {
+        out!(
+            "{:<24} {:<10} {:<20} {:>10}  ORIGIN",
+            "NAME",
+            "VERSION",
+            "DIGEST",
+            "SIZE"
+        );
+        for r in records {
+            out!(
+                "{:<24} {:<10} {:<20} {:>10}  {}",
+                r.name,
+                r.version,
+                short(&r.digest),
+                r.size,
+                r.origin
+            );
+        }
+    }
+    Ok(())
 }
 
 fn short(digest: &str) -> &str {

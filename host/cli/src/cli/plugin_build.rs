@@ -7,7 +7,7 @@
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 
@@ -245,18 +245,7 @@ pub fn build(data_dir: &Path, dir: &Path, out: Option<PathBuf>) -> anyhow::Resul
         Lang::Python => {
             let (componentize, helper) = toolchains.python()?;
             let wit = toolchains.wit()?;
-            run(
-                Command::new(componentize)
-                    .arg("-d")
-                    .arg(&wit)
-                    .args(["-w", "plugin", "componentize", "app", "-p"])
-                    .arg(dir)
-                    .arg("-p")
-                    .arg(&helper)
-                    .arg("-o")
-                    .arg(&built),
-                "componentize-py",
-            )
+            build_python(&componentize, &wit, dir, &helper, &built)
         }
         Lang::Js => {
             let tools = toolchains.js()?;
@@ -266,14 +255,7 @@ pub fn build(data_dir: &Path, dir: &Path, out: Option<PathBuf>) -> anyhow::Resul
             let source = staging.path().join("src");
             copy_modules(dir, &source)?;
             std::fs::copy(tools.join("sdk").join("weft.js"), source.join("weft.js"))?;
-            run(
-                Command::new("node")
-                    .arg(tools.join("build.mjs"))
-                    .arg(source.join("index.js"))
-                    .arg(&wit)
-                    .arg(&built),
-                "componentize-js",
-            )
+            build_js(&tools, &source, &wit, &built)
         }
     };
     if let Err(e) = result {
@@ -281,7 +263,19 @@ pub fn build(data_dir: &Path, dir: &Path, out: Option<PathBuf>) -> anyhow::Resul
         return Ok(ExitCode::from(EXIT_INVALID));
     }
     let build_time = started.elapsed();
-    let bytes = std::fs::read(&built)
+    check_and_write(data_dir, dir, &built, &out, build_time)
+}
+
+/// Loads the component the project in `dir` was built into, `built`, in
+/// this host, and writes it as `out/<name>.wasm` if it loads.
+fn check_and_write(
+    data_dir: &Path,
+    dir: &Path,
+    built: &Path,
+    out: &Path,
+    build_time: Duration,
+) -> anyhow::Result<ExitCode> {
+    let bytes = std::fs::read(built)
         .with_context(|| format!("the build wrote no component at {}", built.display()))?;
     let runtime = super::local_runtime(data_dir)?;
     let plugin = match runtime.load(&bytes) {
@@ -305,6 +299,42 @@ pub fn build(data_dir: &Path, dir: &Path, out: Option<PathBuf>) -> anyhow::Resul
         plugin.load_time()
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// Builds the Python project in `dir` into `built` with componentize-py,
+/// beside the SDK's helper module in `helper`.
+fn build_python(
+    componentize: &Path,
+    wit: &Path,
+    dir: &Path,
+    helper: &Path,
+    built: &Path,
+) -> anyhow::Result<()> {
+    run(
+        Command::new(componentize)
+            .arg("-d")
+            .arg(wit)
+            .args(["-w", "plugin", "componentize", "app", "-p"])
+            .arg(dir)
+            .arg("-p")
+            .arg(helper)
+            .arg("-o")
+            .arg(built),
+        "componentize-py",
+    )
+}
+
+/// Builds the JavaScript modules in `source` into `built` with the build
+/// script in `tools`.
+fn build_js(tools: &Path, source: &Path, wit: &Path, built: &Path) -> anyhow::Result<()> {
+    run(
+        Command::new("node")
+            .arg(tools.join("build.mjs"))
+            .arg(source.join("index.js"))
+            .arg(wit)
+            .arg(built),
+        "componentize-js",
+    )
 }
 
 fn build_rust(dir: &Path, built: &Path) -> anyhow::Result<()> {

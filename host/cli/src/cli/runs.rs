@@ -82,38 +82,16 @@ pub fn main(data_dir: &Path, command: RunsCommand) -> anyhow::Result<ExitCode> {
             workflow,
             state,
             json,
-            server: None,
-        } => list(
-            data_dir,
-            &RunFilter {
+            server,
+        } => {
+            let filter = RunFilter {
                 workflow,
                 state,
                 ..RunFilter::default()
-            },
-            limit,
-            json,
-        ),
-        RunsCommand::List {
-            limit,
-            workflow,
-            state,
-            json,
-            server: Some(url),
-        } => {
-            let server = super::remote::Server::new(data_dir, Some(url));
-            let mut query = format!("limit={limit}");
-            if let Some(workflow) = workflow {
-                query.push_str(&format!("&workflow={workflow}"));
-            }
-            if let Some(state) = state {
-                query.push_str(&format!("&state={state}"));
-            }
-            match super::remote::runs(&server, &query)? {
-                Ok(runs) => print_runs(data_dir, &runs, json),
-                Err(message) => {
-                    eprintln!("error: {message}");
-                    Ok(ExitCode::from(EXIT_INVALID))
-                }
+            };
+            match server {
+                None => list(data_dir, &filter, limit, json),
+                Some(url) => list_remote(data_dir, url, &filter, limit, json),
             }
         }
         RunsCommand::Show {
@@ -125,16 +103,7 @@ pub fn main(data_dir: &Path, command: RunsCommand) -> anyhow::Result<ExitCode> {
             run_id,
             json,
             server: Some(url),
-        } => {
-            let server = super::remote::Server::new(data_dir, Some(url));
-            match super::remote::run(&server, &run_id)? {
-                Ok((run, steps)) => print_run(&run, &steps, json),
-                Err(message) => {
-                    eprintln!("error: {message}");
-                    Ok(ExitCode::from(EXIT_INVALID))
-                }
-            }
-        }
+        } => show_remote(data_dir, url, &run_id, json),
         RunsCommand::Cancel {
             run_id,
             server: None,
@@ -142,18 +111,59 @@ pub fn main(data_dir: &Path, command: RunsCommand) -> anyhow::Result<ExitCode> {
         RunsCommand::Cancel {
             run_id,
             server: Some(url),
-        } => {
-            let server = super::remote::Server::new(data_dir, Some(url));
-            match server.call("POST", &format!("/v1/runs/{run_id}/cancel"), None)? {
-                Ok(_) => {
-                    out!("run {run_id} cancelled");
-                    Ok(ExitCode::SUCCESS)
-                }
-                Err(message) => {
-                    eprintln!("error: {message}");
-                    Ok(ExitCode::from(EXIT_INVALID))
-                }
-            }
+        } => cancel_remote(data_dir, url, &run_id),
+    }
+}
+
+/// `weft runs list --server URL`: the runs a running `weft serve` has, by
+/// the filter's workflow and state.
+fn list_remote(
+    data_dir: &Path,
+    url: String,
+    filter: &RunFilter,
+    limit: usize,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let server = super::remote::Server::new(data_dir, Some(url));
+    let mut query = format!("limit={limit}");
+    if let Some(workflow) = &filter.workflow {
+        query.push_str(&format!("&workflow={workflow}"));
+    }
+    if let Some(state) = &filter.state {
+        query.push_str(&format!("&state={state}"));
+    }
+    match super::remote::runs(&server, &query)? {
+        Ok(runs) => print_runs(data_dir, &runs, json),
+        Err(message) => {
+            eprintln!("error: {message}");
+            Ok(ExitCode::from(EXIT_INVALID))
+        }
+    }
+}
+
+/// `weft runs show RUN --server URL`.
+fn show_remote(data_dir: &Path, url: String, run_id: &str, json: bool) -> anyhow::Result<ExitCode> {
+    let server = super::remote::Server::new(data_dir, Some(url));
+    match super::remote::run(&server, run_id)? {
+        Ok((run, steps)) => print_run(&run, &steps, json),
+        Err(message) => {
+            eprintln!("error: {message}");
+            Ok(ExitCode::from(EXIT_INVALID))
+        }
+    }
+}
+
+/// `weft runs cancel RUN --server URL`.
+fn cancel_remote(data_dir: &Path, url: String, run_id: &str) -> anyhow::Result<ExitCode> {
+    let server = super::remote::Server::new(data_dir, Some(url));
+    match server.call("POST", &format!("/v1/runs/{run_id}/cancel"), None)? {
+        Ok(_) => {
+            out!("run {run_id} cancelled");
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(message) => {
+            eprintln!("error: {message}");
+            Ok(ExitCode::from(EXIT_INVALID))
         }
     }
 }

@@ -118,6 +118,7 @@ impl Core {
     }
 
     /// The fire lags noted so far, taken.
+    #[cfg(feature = "bench")]
     pub(crate) fn take_fire_lags(&self) -> Vec<i64> {
         self.fire_lags
             .as_ref()

@@ -16,25 +16,33 @@
 //!
 //! Delivery is at least once: a crash between a send and its ack sends it
 //! again, with the same delivery id, for the consumer to deduplicate.
+//!
+//! This module owns the [`Hub`] itself (its shared state, its start and
+//! stop), its errors and what a subscriber receives; the rest is split by
+//! concern: `subscription` (what a client asks for, and making it),
+//! `consumer` (SSE consumers and what each is sent), `settle` (acks and
+//! dead letters) and `webhook` (the webhook threads).
 
+mod consumer;
+mod settle;
+mod subscription;
 mod webhook;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use weft_core::Signal;
-use weft_core::clock::{Clock, SystemClock, Timestamp};
-use weft_core::names::check_name;
+use weft_core::clock::{Clock, SystemClock};
 use weft_engine::{Committer, DeliveryWrite};
-use weft_store::{
-    DeliveryOp, DeliveryRecord, DeliveryState, Store, StoreError, SubscriptionRecord, Target, What,
-};
+use weft_store::{DeliveryRecord, DeliveryState, Store, StoreError, What};
 
+pub use consumer::Consumer;
+pub use subscription::{MAX_ATTEMPTS, SubscriptionSpec, WebhookSpec};
 pub use webhook::{SIGNATURE_HEADER, sign};
 
 /// Why the hub could not do what was asked.
@@ -78,103 +86,6 @@ fn moved_on(error: &StoreError) -> bool {
     )
 }
 
-/// A new subscription, as a client asks for it. Every field but
-/// `channel` has a default.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SubscriptionSpec {
-    /// The channel.
-    pub channel: String,
-    /// The name within the channel; default `default`.
-    #[serde(default)]
-    pub name: Option<String>,
-    /// For a webhook: where to POST.
-    #[serde(default)]
-    pub webhook: Option<WebhookSpec>,
-    /// Attempts before a dead letter; default 10.
-    #[serde(default)]
-    pub max_attempts: Option<u32>,
-    /// The first retry delay, such as `1s`; default 1 s.
-    #[serde(default)]
-    pub backoff: Option<String>,
-    /// The longest retry delay; default 5 min.
-    #[serde(default)]
-    pub max_backoff: Option<String>,
-    /// How long a consumer has to ack; default 30 s.
-    #[serde(default)]
-    pub ack_timeout: Option<String>,
-}
-
-/// Where a webhook subscription POSTs.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct WebhookSpec {
-    /// An `http://` or `https://` URL.
-    pub url: String,
-    /// The HMAC-SHA256 key; default: a random one, returned once.
-    #[serde(default)]
-    pub secret: Option<String>,
-}
-
-/// The most attempts a subscription may allow.
-pub const MAX_ATTEMPTS: u32 = 1000;
-
-impl SubscriptionSpec {
-    /// The record this asks for, checked; each error names its field.
-    pub fn record(self, now: Timestamp) -> Result<SubscriptionRecord, HubError> {
-        check_name("channel", &self.channel).map_err(HubError::Invalid)?;
-        let name = self.name.unwrap_or_else(|| "default".to_owned());
-        check_name("name", &name).map_err(HubError::Invalid)?;
-        let target = match self.webhook {
-            None => Target::Sse,
-            Some(webhook) => {
-                if !(webhook.url.starts_with("http://") || webhook.url.starts_with("https://")) {
-                    return Err(HubError::Invalid(format!(
-                        "webhook.url: `{}` is not an http:// or https:// URL",
-                        webhook.url
-                    )));
-                }
-                let secret = webhook.secret.unwrap_or_else(|| {
-                    let (a, b) = uuid::Uuid::new_v4().as_u64_pair();
-                    format!("{a:016x}{b:016x}")
-                });
-                if secret.is_empty() {
-                    return Err(HubError::Invalid(
-                        "webhook.secret: must not be empty".to_owned(),
-                    ));
-                }
-                Target::Webhook {
-                    url: webhook.url,
-                    secret,
-                }
-            }
-        };
-        let max_attempts = self.max_attempts.unwrap_or(10);
-        if max_attempts == 0 || max_attempts > MAX_ATTEMPTS {
-            return Err(HubError::Invalid(format!(
-                "max_attempts: must be from 1 to {MAX_ATTEMPTS}, not {max_attempts}"
-            )));
-        }
-        let millis = |field: &str, text: Option<String>, default: u64| match text {
-            None => Ok(default),
-            Some(text) => weft_core::clock::parse_duration(&text)
-                .map(|d| weft_core::clock::millis(d).max(1))
-                .map_err(|message| HubError::Invalid(format!("{field}: {message}"))),
-        };
-        Ok(SubscriptionRecord {
-            key: format!("{}/{name}", self.channel),
-            channel: self.channel,
-            name,
-            target,
-            max_attempts,
-            backoff_ms: millis("backoff", self.backoff, 1000)?,
-            max_backoff_ms: millis("max_backoff", self.max_backoff, 300_000)?,
-            ack_timeout_ms: millis("ack_timeout", self.ack_timeout, 30_000)?,
-            created_at: now,
-        })
-    }
-}
-
 /// One delivery, as a subscriber receives it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Delivery {
@@ -197,6 +108,20 @@ pub struct Delivery {
     /// When the emitting step's commit was applied, in microseconds since
     /// the epoch.
     pub committed_us: u64,
+}
+
+/// Every delivery state, for listings.
+pub fn delivery_state(text: &str) -> Result<DeliveryState, String> {
+    match text {
+        "created" => Ok(DeliveryState::Created),
+        "delivered" => Ok(DeliveryState::Delivered),
+        "acked" => Ok(DeliveryState::Acked),
+        "completed" => Ok(DeliveryState::Completed),
+        "error" => Ok(DeliveryState::Error),
+        other => Err(format!(
+            "`{other}` is not a delivery state (created, delivered, acked, completed, error)"
+        )),
+    }
 }
 
 struct Shared {
@@ -282,187 +207,6 @@ impl Hub {
         self.shared.signal.bump();
     }
 
-    fn start_webhooks(&self) {
-        let Ok(subscriptions) = self.shared.store.subscriptions(None) else {
-            return;
-        };
-        let mut running = self
-            .shared
-            .webhooks
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        running.retain(|_, thread| !thread.is_finished());
-        for subscription in subscriptions {
-            if matches!(subscription.target, Target::Webhook { .. })
-                && !running.contains_key(&subscription.key)
-                && !self.shared.stopping.load(Ordering::SeqCst)
-            {
-                let hub = self.clone();
-                let key = subscription.key.clone();
-                match std::thread::Builder::new()
-                    .name(format!("weft-webhook-{key}"))
-                    .spawn(move || webhook::deliver(&hub, &key))
-                {
-                    Ok(thread) => {
-                        running.insert(subscription.key, thread);
-                    }
-                    Err(e) => {
-                        tracing::error!(subscription = %subscription.key, "cannot start a webhook thread: {e}")
-                    }
-                }
-            }
-        }
-    }
-
-    /// Makes a subscription; one with the same key and target is kept as
-    /// it is. A webhook starts receiving at once.
-    pub fn subscribe(&self, spec: SubscriptionSpec) -> Result<SubscriptionRecord, HubError> {
-        let record = spec.record(self.shared.clock.now())?;
-        self.commit(DeliveryWrite::Subscribe(record.clone()))?;
-        if matches!(record.target, Target::Webhook { .. }) {
-            self.start_webhooks();
-        }
-        Ok(self
-            .shared
-            .store
-            .subscription(&record.key)?
-            .unwrap_or(record))
-    }
-
-    /// Removes subscription `key` (`<channel>/<name>`) and its deliveries.
-    pub fn unsubscribe(&self, key: &str) -> Result<(), HubError> {
-        self.commit(DeliveryWrite::Unsubscribe(key.to_owned()))?;
-        self.shared.signal.bump();
-        Ok(())
-    }
-
-    /// A consumer of `channel` as `name` (made an SSE subscription if there
-    /// is none), replacing any other consumer of it. With `after`, the
-    /// deliveries up to that `seq` count as received by this consumer: they
-    /// are sent again only once their time to ack has passed.
-    pub fn consumer(
-        &self,
-        channel: &str,
-        name: &str,
-        after: Option<u64>,
-    ) -> Result<Consumer, HubError> {
-        let subscription = match self
-            .shared
-            .store
-            .subscription(&format!("{channel}/{name}"))?
-        {
-            Some(found) => found,
-            None => self.subscribe(SubscriptionSpec {
-                channel: channel.to_owned(),
-                name: Some(name.to_owned()),
-                ..SubscriptionSpec::default()
-            })?,
-        };
-        if subscription.target != Target::Sse {
-            return Err(HubError::Conflict(format!(
-                "subscription `{}` is a webhook; it has no consumer",
-                subscription.key
-            )));
-        }
-        let session = {
-            let mut sessions = self
-                .shared
-                .sessions
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
-            // Numbers are never reused, so a replaced consumer never
-            // counts as current again.
-            let session = self.shared.next_session.fetch_add(1, Ordering::SeqCst) + 1;
-            sessions.insert(subscription.key.clone(), session);
-            session
-        };
-        self.shared.signal.bump();
-        Ok(Consumer {
-            hub: self.clone(),
-            subscription,
-            session,
-            cursor: after.unwrap_or(0),
-            inflight: std::collections::BTreeMap::new(),
-            rescan_at: Timestamp(0),
-            window: 1000,
-        })
-    }
-
-    /// Acks delivery `id`. A delivery acked already stays as it was (a
-    /// late ack is not an error); a dead letter counts as acked.
-    pub fn ack(&self, id: &str) -> Result<DeliveryRecord, HubError> {
-        self.ack_all(&[id.to_owned()])
-            .pop()
-            .unwrap_or_else(|| Err(HubError::NotFound(What::Delivery(id.to_owned()))))
-    }
-
-    /// Acks every delivery of `ids` in one durable write (one sync); one
-    /// answer per id, in order.
-    pub fn ack_all(&self, ids: &[String]) -> Vec<Result<DeliveryRecord, HubError>> {
-        let at = self.shared.clock.now();
-        let writes = ids
-            .iter()
-            .map(|id| DeliveryWrite::Move(id.clone(), DeliveryOp::Ack { at }))
-            .collect();
-        let outcomes = self.shared.committer.commit_all(writes);
-        let answers: Vec<Result<DeliveryRecord, HubError>> = ids
-            .iter()
-            .zip(outcomes)
-            .map(|(id, outcome)| {
-                outcome?;
-                self.shared
-                    .store
-                    .delivery(id)?
-                    .ok_or_else(|| HubError::NotFound(What::Delivery(id.clone())))
-            })
-            .collect();
-        // A consumer here takes them out of what it has in flight; told
-        // before it is woken.
-        {
-            let sessions = self
-                .shared
-                .sessions
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
-            let mut acked = self
-                .shared
-                .acked
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
-            for delivery in answers.iter().flatten() {
-                if sessions.contains_key(&delivery.subscription) {
-                    acked
-                        .entry(delivery.subscription.clone())
-                        .or_default()
-                        .push(delivery.seq);
-                }
-            }
-        }
-        self.shared.signal.bump();
-        answers
-    }
-
-    /// Puts dead letter `id` back in its subscription's queue, with the
-    /// same id and its attempts counted afresh.
-    pub fn resend(&self, id: &str) -> Result<DeliveryRecord, HubError> {
-        self.change(id, DeliveryOp::Resend)
-    }
-
-    /// Drops dead letter `id`.
-    pub fn clear(&self, id: &str) -> Result<(), HubError> {
-        self.commit(DeliveryWrite::Move(id.to_owned(), DeliveryOp::Clear))?;
-        Ok(())
-    }
-
-    fn change(&self, id: &str, op: DeliveryOp) -> Result<DeliveryRecord, HubError> {
-        self.commit(DeliveryWrite::Move(id.to_owned(), op))?;
-        self.shared.signal.bump();
-        self.shared
-            .store
-            .delivery(id)?
-            .ok_or_else(|| HubError::NotFound(What::Delivery(id.to_owned())))
-    }
-
     fn commit(&self, write: DeliveryWrite) -> Result<(), HubError> {
         Ok(self.shared.committer.commit(write)?)
     }
@@ -492,210 +236,5 @@ impl Hub {
 impl Drop for Shared {
     fn drop(&mut self) {
         self.stopping.store(true, Ordering::SeqCst);
-    }
-}
-
-/// A consumer of one SSE subscription. [`Consumer::next`] gives what to
-/// send now; the consumer acks each delivery with [`Hub::ack`].
-pub struct Consumer {
-    hub: Hub,
-    subscription: SubscriptionRecord,
-    session: u64,
-    /// The newest `seq` sent to this consumer.
-    cursor: u64,
-    /// Deliveries sent to this consumer and not acked, by `seq`, with the
-    /// time each is due again.
-    inflight: std::collections::BTreeMap<u64, Timestamp>,
-    /// When to read back what is in flight.
-    rescan_at: Timestamp,
-    /// The most deliveries sent and not acked at once.
-    window: usize,
-}
-
-impl std::fmt::Debug for Consumer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Consumer")
-            .field("subscription", &self.subscription.key)
-            .field("cursor", &self.cursor)
-            .finish_non_exhaustive()
-    }
-}
-
-impl Drop for Consumer {
-    /// The last consumer of a subscription to leave takes its place and its
-    /// pending acks with it.
-    fn drop(&mut self) {
-        let shared = &self.hub.shared;
-        let mut sessions = shared
-            .sessions
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if sessions.get(&self.subscription.key) == Some(&self.session) {
-            sessions.remove(&self.subscription.key);
-            shared
-                .acked
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .remove(&self.subscription.key);
-        }
-    }
-}
-
-impl Consumer {
-    /// The subscription.
-    pub fn subscription(&self) -> &SubscriptionRecord {
-        &self.subscription
-    }
-
-    /// Sets how many deliveries may be sent and not acked at once (default
-    /// 1,000; at least 1).
-    pub fn set_window(&mut self, window: usize) {
-        self.window = window.max(1);
-    }
-
-    /// The deliveries to send now, in order, each recorded as sent (one
-    /// more attempt) before it is returned; waits up to `wait` for there
-    /// to be some. `Ok(None)`: this consumer was replaced by a newer one
-    /// of the same subscription, or the hub stopped.
-    pub fn next(&mut self, wait: Duration) -> Result<Option<Vec<Delivery>>, HubError> {
-        let shared = Arc::clone(&self.hub.shared);
-        let until = std::time::Instant::now() + wait;
-        loop {
-            if !self.current() {
-                return Ok(None);
-            }
-            let seen = shared.signal.current();
-            let (batch, due) = self.poll()?;
-            if !batch.is_empty() {
-                return Ok(Some(batch));
-            }
-            let now = std::time::Instant::now();
-            if now >= until {
-                return Ok(Some(Vec::new()));
-            }
-            let mut left = until - now;
-            if let Some(due) = due {
-                let millis = due.millis_since(shared.clock.now()).max(1);
-                left = left.min(shared.clock.real_wait(millis));
-            }
-            shared.signal.wait_past(seen, left);
-        }
-    }
-
-    fn current(&self) -> bool {
-        let shared = &self.hub.shared;
-        !shared.stopping.load(Ordering::SeqCst)
-            && shared
-                .sessions
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .get(&self.subscription.key)
-                == Some(&self.session)
-    }
-
-    /// What is due now, and when to look again for deliveries sent here
-    /// and not acked.
-    fn poll(&mut self) -> Result<(Vec<Delivery>, Option<Timestamp>), HubError> {
-        let shared = Arc::clone(&self.hub.shared);
-        let now = shared.clock.now();
-        // Acks made through this hub since the last look.
-        if let Some(acked) = shared
-            .acked
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get_mut(&self.subscription.key)
-        {
-            for seq in acked.drain(..) {
-                self.inflight.remove(&seq);
-            }
-        }
-        let mut send = Vec::new();
-        // Deliveries sent here and not acked: sent again once due (the
-        // store decides what is still unsettled: acks made elsewhere count).
-        if self.rescan_at <= now {
-            let queued = shared
-                .store
-                .queued(&self.subscription.key, false, 0, self.window)?;
-            self.inflight.clear();
-            for delivery in queued.into_iter().filter(|d| d.seq <= self.cursor) {
-                match delivery.next_at {
-                    Some(at) if at > now => {
-                        self.inflight.insert(delivery.seq, at);
-                    }
-                    _ => send.push(delivery),
-                }
-            }
-        }
-        // New deliveries, as far as the window allows.
-        let room = self.window.saturating_sub(self.inflight.len() + send.len());
-        if room > 0 {
-            send.extend(
-                shared
-                    .store
-                    .queued(&self.subscription.key, false, self.cursor, room)?,
-            );
-        }
-        let ack_by = Timestamp(
-            now.as_millis()
-                .saturating_add(self.subscription.ack_timeout_ms),
-        );
-        let max = self.subscription.max_attempts;
-        let writes = send
-            .iter()
-            .map(|delivery| {
-                let op = if delivery.attempts >= max {
-                    DeliveryOp::Dead {
-                        at: now,
-                        error: format!("not acked after {} attempts", delivery.attempts),
-                        attempted: false,
-                    }
-                } else {
-                    DeliveryOp::Sent {
-                        at: now,
-                        next_at: ack_by,
-                    }
-                };
-                DeliveryWrite::Move(delivery.id.clone(), op)
-            })
-            .collect();
-        let outcomes = shared.committer.commit_all(writes);
-        let mut out = Vec::with_capacity(send.len());
-        for (delivery, outcome) in send.iter().zip(outcomes) {
-            self.cursor = self.cursor.max(delivery.seq);
-            match outcome {
-                Ok(()) if delivery.attempts < max => {
-                    self.inflight.insert(delivery.seq, ack_by);
-                    out.push(self.hub.view(delivery, delivery.attempts + 1)?);
-                }
-                Ok(()) => {
-                    tracing::warn!(delivery = %delivery.id, subscription = %self.subscription.key, "a delivery's attempts ran out: dead letter");
-                }
-                // Acked meanwhile.
-                Err(e) if moved_on(&e) => {}
-                Err(e) => return Err(e.into()),
-            }
-        }
-        // Look again when the first in flight comes due, and at least once
-        // a second (acks made by another process).
-        let soonest = self.inflight.values().min().copied();
-        let second = Timestamp(now.as_millis().saturating_add(1000));
-        if self.rescan_at <= now {
-            self.rescan_at = soonest.map_or(second, |at| at.min(second));
-        }
-        Ok((out, Some(self.rescan_at)))
-    }
-}
-
-/// Every delivery state, for listings.
-pub fn delivery_state(text: &str) -> Result<DeliveryState, String> {
-    match text {
-        "created" => Ok(DeliveryState::Created),
-        "delivered" => Ok(DeliveryState::Delivered),
-        "acked" => Ok(DeliveryState::Acked),
-        "completed" => Ok(DeliveryState::Completed),
-        "error" => Ok(DeliveryState::Error),
-        other => Err(format!(
-            "`{other}` is not a delivery state (created, delivered, acked, completed, error)"
-        )),
     }
 }

@@ -6,16 +6,17 @@
 //! `weft-message`, `weft-attempt`, and `weft-signature: sha256=<hex>`, the
 //! HMAC-SHA256 of the body with the subscription's secret.
 
+use std::sync::PoisonError;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
-use super::Hub;
+use super::{Delivery, Hub, Shared, moved_on};
 use weft_core::clock::Timestamp;
 use weft_engine::DeliveryWrite;
-use weft_store::{DeliveryOp, Target};
+use weft_store::{DeliveryOp, DeliveryRecord, SubscriptionRecord, Target};
 
 /// The header that carries the body's signature.
 pub const SIGNATURE_HEADER: &str = "weft-signature";
@@ -37,107 +38,193 @@ pub fn sign(secret: &str, body: &[u8]) -> String {
     format!("sha256={hex}")
 }
 
+impl Hub {
+    /// Starts a thread for each webhook subscription that has none (or
+    /// whose thread ended), unless the hub is stopping.
+    pub(super) fn start_webhooks(&self) {
+        let Ok(subscriptions) = self.shared.store.subscriptions(None) else {
+            return;
+        };
+        let mut running = self
+            .shared
+            .webhooks
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        running.retain(|_, thread| !thread.is_finished());
+        for subscription in subscriptions {
+            if matches!(subscription.target, Target::Webhook { .. })
+                && !running.contains_key(&subscription.key)
+                && !self.shared.stopping.load(Ordering::SeqCst)
+            {
+                let hub = self.clone();
+                let key = subscription.key.clone();
+                match std::thread::Builder::new()
+                    .name(format!("weft-webhook-{key}"))
+                    .spawn(move || deliver(&hub, &key))
+                {
+                    Ok(thread) => {
+                        running.insert(subscription.key, thread);
+                    }
+                    Err(e) => {
+                        tracing::error!(subscription = %subscription.key, "cannot start a webhook thread: {e}")
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// What a webhook thread does after one turn.
+enum Next {
+    /// End the thread: the subscription went, or is no webhook.
+    Stop,
+    /// Wait this long, or until the hub's signal is bumped.
+    Wait(Duration),
+    /// Take the next turn at once.
+    Again,
+}
+
 /// Delivers subscription `key`'s queue, in order, until the hub stops or
 /// the subscription goes.
-pub(super) fn deliver(hub: &Hub, key: &str) {
+fn deliver(hub: &Hub, key: &str) {
     let shared = &hub.shared;
-    let agent: ureq::Agent = ureq::Agent::config_builder()
+    let agent = agent();
+    while !shared.stopping.load(Ordering::SeqCst) {
+        let seen = shared.signal.current();
+        match turn(hub, &agent, key) {
+            Next::Stop => return,
+            Next::Wait(wait) => {
+                shared.signal.wait_past(seen, wait);
+            }
+            Next::Again => {}
+        }
+    }
+}
+
+/// An agent that takes any status as an answer (a non-2xx fails the
+/// attempt; it is not an error) and gives up on a POST after
+/// [`POST_TIMEOUT`].
+fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
         .http_status_as_error(false)
         .timeout_global(Some(POST_TIMEOUT))
         .build()
-        .into();
-    while !shared.stopping.load(Ordering::SeqCst) {
-        let seen = shared.signal.current();
-        let subscription = match shared.store.subscription(key) {
-            Ok(Some(subscription)) => subscription,
-            Ok(None) => return,
-            Err(e) => {
-                tracing::error!(subscription = %key, "cannot read a subscription: {e}");
-                shared.signal.wait_past(seen, Duration::from_secs(1));
-                continue;
-            }
-        };
-        let Target::Webhook { url, secret } = &subscription.target else {
-            return;
-        };
-        let head = match shared.store.queued(key, false, 0, 1) {
-            Ok(mut head) => head.pop(),
-            Err(e) => {
-                tracing::error!(subscription = %key, "cannot read a queue: {e}");
-                None
-            }
-        };
-        let Some(delivery) = head else {
-            shared.signal.wait_past(seen, Duration::from_secs(1));
-            continue;
-        };
-        let now = shared.clock.now();
-        if let Some(at) = delivery.next_at
-            && at > now
-        {
-            let wait = shared
-                .clock
-                .real_wait(at.millis_since(now))
-                .min(Duration::from_secs(1));
-            shared.signal.wait_past(seen, wait);
-            continue;
+        .into()
+}
+
+/// One turn: POSTs the head of `key`'s queue once it is due, and records
+/// the attempt. Blocks for up to [`POST_TIMEOUT`].
+fn turn(hub: &Hub, agent: &ureq::Agent, key: &str) -> Next {
+    let shared = &hub.shared;
+    let subscription = match shared.store.subscription(key) {
+        Ok(Some(subscription)) => subscription,
+        Ok(None) => return Next::Stop,
+        Err(e) => {
+            tracing::error!(subscription = %key, "cannot read a subscription: {e}");
+            return Next::Wait(Duration::from_secs(1));
         }
-        let attempt = delivery.attempts + 1;
-        let view = match hub.view(&delivery, attempt) {
-            Ok(view) => view,
-            Err(e) => {
-                tracing::error!(delivery = %delivery.id, "cannot read a delivery's message: {e}");
-                shared.signal.wait_past(seen, Duration::from_secs(1));
-                continue;
-            }
-        };
-        let body = serde_json::to_vec(&view).unwrap_or_default();
-        let error = match agent
-            .post(url)
-            .header("content-type", "application/json")
-            .header("weft-delivery", &delivery.id)
-            .header("weft-message", &view.message)
-            .header("weft-attempt", attempt.to_string())
-            .header(SIGNATURE_HEADER, sign(secret, &body))
-            .send(&body[..])
-        {
-            Ok(response) if response.status().is_success() => None,
-            Ok(response) => Some(format!("{url} answered {}", response.status())),
-            Err(e) => Some(format!("cannot POST to {url}: {e}")),
-        };
-        let now = shared.clock.now();
-        let op = match &error {
-            Some(error) if attempt >= subscription.max_attempts => {
-                tracing::warn!(delivery = %delivery.id, subscription = %key, "webhook attempts ran out: dead letter ({error})");
-                DeliveryOp::Dead {
-                    at: now,
-                    error: error.clone(),
-                    attempted: true,
-                }
-            }
-            _ => DeliveryOp::Tried {
+    };
+    let Target::Webhook { url, secret } = &subscription.target else {
+        return Next::Stop;
+    };
+    let Some(delivery) = head(shared, key) else {
+        return Next::Wait(Duration::from_secs(1));
+    };
+    let now = shared.clock.now();
+    if let Some(at) = delivery.next_at
+        && at > now
+    {
+        let wait = shared.clock.real_wait(at.millis_since(now));
+        return Next::Wait(wait.min(Duration::from_secs(1)));
+    }
+    let attempt = delivery.attempts + 1;
+    let view = match hub.view(&delivery, attempt) {
+        Ok(view) => view,
+        Err(e) => {
+            tracing::error!(delivery = %delivery.id, "cannot read a delivery's message: {e}");
+            return Next::Wait(Duration::from_secs(1));
+        }
+    };
+    let error = post(agent, url, secret, &view);
+    let now = shared.clock.now();
+    let op = attempt_op(&subscription, attempt, error.as_deref(), now);
+    if let DeliveryOp::Dead { error, .. } = &op {
+        tracing::warn!(delivery = %delivery.id, subscription = %key, "webhook attempts ran out: dead letter ({error})");
+    }
+    if let Some(error) = &error {
+        tracing::debug!(delivery = %delivery.id, attempt, "webhook attempt failed: {error}");
+    }
+    record(shared, &delivery.id, op)
+}
+
+/// The oldest unsettled delivery of `key`, if any; a store error is
+/// logged and counts as none.
+fn head(shared: &Shared, key: &str) -> Option<DeliveryRecord> {
+    match shared.store.queued(key, false, 0, 1) {
+        Ok(mut head) => head.pop(),
+        Err(e) => {
+            tracing::error!(subscription = %key, "cannot read a queue: {e}");
+            None
+        }
+    }
+}
+
+/// POSTs `view` to `url`, signed with `secret`: `None` on a 2xx answer,
+/// else why the attempt failed.
+fn post(agent: &ureq::Agent, url: &str, secret: &str, view: &Delivery) -> Option<String> {
+    let body = serde_json::to_vec(view).unwrap_or_default();
+    match agent
+        .post(url)
+        .header("content-type", "application/json")
+        .header("weft-delivery", &view.delivery)
+        .header("weft-message", &view.message)
+        .header("weft-attempt", view.attempt.to_string())
+        .header(SIGNATURE_HEADER, sign(secret, &body))
+        .send(&body[..])
+    {
+        Ok(response) if response.status().is_success() => None,
+        Ok(response) => Some(format!("{url} answered {}", response.status())),
+        Err(e) => Some(format!("cannot POST to {url}: {e}")),
+    }
+}
+
+/// What attempt `attempt` comes to, given its `error` (`None`: a 2xx
+/// answer, which acks it): a dead letter once the subscription's attempts
+/// ran out, else tried, and due again after the retry delay.
+fn attempt_op(
+    subscription: &SubscriptionRecord,
+    attempt: u32,
+    error: Option<&str>,
+    now: Timestamp,
+) -> DeliveryOp {
+    match error {
+        Some(error) if attempt >= subscription.max_attempts => DeliveryOp::Dead {
+            at: now,
+            error: error.to_owned(),
+            attempted: true,
+        },
+        _ => {
+            let delay = subscription.retry_delay_ms(attempt);
+            DeliveryOp::Tried {
                 at: now,
-                error: error.clone(),
-                next_at: Timestamp(
-                    now.as_millis()
-                        .saturating_add(subscription.retry_delay_ms(attempt)),
-                ),
-            },
-        };
-        if let Some(error) = &error {
-            tracing::debug!(delivery = %delivery.id, attempt, "webhook attempt failed: {error}");
-        }
-        match shared
-            .committer
-            .commit(DeliveryWrite::Move(delivery.id.clone(), op))
-        {
-            Ok(()) => {}
-            // Acked or cleared meanwhile: the next head decides.
-            Err(e) if super::moved_on(&e) => {}
-            Err(e) => {
-                tracing::error!(delivery = %delivery.id, "cannot record a webhook attempt: {e}");
-                shared.signal.wait_past(seen, Duration::from_secs(1));
+                error: error.map(str::to_owned),
+                next_at: Timestamp(now.as_millis().saturating_add(delay)),
             }
+        }
+    }
+}
+
+/// Records attempt `op` at delivery `id`: one durable write. What to do
+/// next if the store fails is to wait a second.
+fn record(shared: &Shared, id: &str, op: DeliveryOp) -> Next {
+    let write = DeliveryWrite::Move(id.to_owned(), op);
+    match shared.committer.commit(write) {
+        Ok(()) => Next::Again,
+        // Acked or cleared meanwhile: the next head decides.
+        Err(e) if moved_on(&e) => Next::Again,
+        Err(e) => {
+            tracing::error!(delivery = %id, "cannot record a webhook attempt: {e}");
+            Next::Wait(Duration::from_secs(1))
         }
     }
 }

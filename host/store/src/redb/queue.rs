@@ -18,6 +18,23 @@ fn channel_range(channel: &str) -> (String, String) {
     (format!("{channel}/"), format!("{channel}0"))
 }
 
+/// Whether `delivery` is in its subscription's queue: not settled, and
+/// not a dead letter.
+fn in_queue(delivery: &DeliveryRecord) -> bool {
+    matches!(
+        delivery.state,
+        DeliveryState::Created | DeliveryState::Delivered
+    )
+}
+
+/// The refusal of a change that does not apply to `delivery`'s state.
+fn wrong_state(delivery: &DeliveryRecord) -> StoreError {
+    StoreError::DeliveryState {
+        id: delivery.id.clone(),
+        state: delivery.state,
+    }
+}
+
 impl Tables<'_> {
     /// Commits `emitted` (from step `path` of run `run`): each message gets
     /// the next `seq`, and each subscription of its channel a delivery.
@@ -168,117 +185,179 @@ impl Tables<'_> {
         Ok(())
     }
 
-    /// Applies `op` to delivery `id`.
+    /// Applies `op` to delivery `id`: refused if there is none, or if `op`
+    /// does not apply to its state.
     pub(super) fn delivery(
         &mut self,
         id: &str,
         op: &DeliveryOp,
     ) -> Result<Result<(), StoreError>, StoreError> {
-        let Some(mut delivery) = self.get_delivery(id)? else {
+        let Some(delivery) = self.get_delivery(id)? else {
             return Ok(Err(StoreError::NotFound(What::Delivery(id.to_owned()))));
         };
-        let key = (delivery.subscription.clone(), delivery.seq);
-        let queue_key = (key.0.as_str(), key.1);
-        let open = matches!(
-            delivery.state,
-            DeliveryState::Created | DeliveryState::Delivered
-        );
-        let refused = |delivery: &DeliveryRecord| {
-            Ok(Err(StoreError::DeliveryState {
-                id: delivery.id.clone(),
-                state: delivery.state,
-            }))
-        };
         match op {
-            DeliveryOp::Sent { at, next_at } => {
-                if !open {
-                    return refused(&delivery);
-                }
-                delivery.attempts += 1;
-                delivery.state = DeliveryState::Delivered;
-                delivery.delivered_at = Some(*at);
-                delivery.next_at = Some(*next_at);
-            }
+            DeliveryOp::Sent { at, next_at } => self.mark_sent(delivery, *at, *next_at),
             DeliveryOp::Tried { at, error, next_at } => {
-                if !open {
-                    return refused(&delivery);
-                }
-                delivery.attempts += 1;
-                delivery.delivered_at = Some(*at);
-                match error {
-                    None => {
-                        delivery.state = DeliveryState::Acked;
-                        delivery.acked_at = Some(*at);
-                        delivery.next_at = None;
-                        backend!(self.queue.remove(queue_key))?;
-                        self.put_delivery(&delivery)?;
-                        self.settle(key.1, Some(*at))?;
-                        return Ok(Ok(()));
-                    }
-                    Some(error) => {
-                        delivery.state = DeliveryState::Delivered;
-                        delivery.last_error = Some(error.clone());
-                        delivery.next_at = Some(*next_at);
-                    }
-                }
+                self.mark_tried(delivery, *at, error.as_deref(), *next_at)
             }
-            DeliveryOp::Ack { at } => {
-                match delivery.state {
-                    // Late: nothing changes.
-                    DeliveryState::Acked | DeliveryState::Completed => return Ok(Ok(())),
-                    DeliveryState::Created | DeliveryState::Delivered => {
-                        backend!(self.queue.remove(queue_key))?;
-                    }
-                    DeliveryState::Error => {
-                        backend!(self.dead.remove(queue_key))?;
-                    }
-                }
-                delivery.state = DeliveryState::Acked;
-                delivery.acked_at = Some(*at);
-                delivery.next_at = None;
-                self.put_delivery(&delivery)?;
-                self.settle(key.1, Some(*at))?;
-                return Ok(Ok(()));
-            }
+            DeliveryOp::Ack { at } => self.ack(delivery, *at),
             DeliveryOp::Dead {
                 at,
                 error,
                 attempted,
-            } => {
-                if !open {
-                    return refused(&delivery);
-                }
-                if *attempted {
-                    delivery.attempts += 1;
-                }
+            } => self.dead_letter(id, delivery, *at, error, *attempted),
+            DeliveryOp::Resend => self.resend(id, delivery),
+            DeliveryOp::Clear => self.clear_dead_letter(id, &delivery),
+        }
+    }
+
+    /// `Sent`: one more attempt, due again at `next_at`. Refused once
+    /// settled.
+    fn mark_sent(
+        &mut self,
+        mut delivery: DeliveryRecord,
+        at: Timestamp,
+        next_at: Timestamp,
+    ) -> Result<Result<(), StoreError>, StoreError> {
+        if !in_queue(&delivery) {
+            return Ok(Err(wrong_state(&delivery)));
+        }
+        delivery.attempts += 1;
+        delivery.state = DeliveryState::Delivered;
+        delivery.delivered_at = Some(at);
+        delivery.next_at = Some(next_at);
+        self.put_delivery(&delivery)?;
+        Ok(Ok(()))
+    }
+
+    /// `Tried`: a webhook attempt, acked (no `error`) or due again at
+    /// `next_at`. Refused once settled.
+    fn mark_tried(
+        &mut self,
+        mut delivery: DeliveryRecord,
+        at: Timestamp,
+        error: Option<&str>,
+        next_at: Timestamp,
+    ) -> Result<Result<(), StoreError>, StoreError> {
+        if !in_queue(&delivery) {
+            return Ok(Err(wrong_state(&delivery)));
+        }
+        delivery.attempts += 1;
+        delivery.delivered_at = Some(at);
+        match error {
+            None => {
+                let queue_key = (delivery.subscription.as_str(), delivery.seq);
                 backend!(self.queue.remove(queue_key))?;
-                backend!(self.dead.insert(queue_key, id))?;
-                delivery.state = DeliveryState::Error;
-                delivery.last_error = Some(error.clone());
-                delivery.next_at = None;
-                delivery.delivered_at = delivery.delivered_at.or(Some(*at));
+                self.record_ack(delivery, at)?;
             }
-            DeliveryOp::Resend => {
-                if delivery.state != DeliveryState::Error {
-                    return refused(&delivery);
-                }
-                backend!(self.dead.remove(queue_key))?;
-                backend!(self.queue.insert(queue_key, id))?;
-                delivery.state = DeliveryState::Created;
-                delivery.attempts = 0;
-                delivery.next_at = None;
-            }
-            DeliveryOp::Clear => {
-                if delivery.state != DeliveryState::Error {
-                    return refused(&delivery);
-                }
-                backend!(self.dead.remove(queue_key))?;
-                backend!(self.deliveries.remove(id))?;
-                self.settle(key.1, None)?;
-                return Ok(Ok(()));
+            Some(error) => {
+                delivery.state = DeliveryState::Delivered;
+                delivery.last_error = Some(error.to_owned());
+                delivery.next_at = Some(next_at);
+                self.put_delivery(&delivery)?;
             }
         }
+        Ok(Ok(()))
+    }
+
+    /// `Ack`: the delivery leaves its queue (or its subscription's dead
+    /// letters) acked. One acked already stays as it is.
+    fn ack(
+        &mut self,
+        delivery: DeliveryRecord,
+        at: Timestamp,
+    ) -> Result<Result<(), StoreError>, StoreError> {
+        let queue_key = (delivery.subscription.as_str(), delivery.seq);
+        match delivery.state {
+            // Late: nothing changes.
+            DeliveryState::Acked | DeliveryState::Completed => return Ok(Ok(())),
+            DeliveryState::Created | DeliveryState::Delivered => {
+                backend!(self.queue.remove(queue_key))?;
+            }
+            DeliveryState::Error => {
+                backend!(self.dead.remove(queue_key))?;
+            }
+        }
+        self.record_ack(delivery, at)?;
+        Ok(Ok(()))
+    }
+
+    /// Stores `delivery`, out of its queue or dead letters already, as
+    /// acked at `at`, and settles its message.
+    fn record_ack(
+        &mut self,
+        mut delivery: DeliveryRecord,
+        at: Timestamp,
+    ) -> Result<(), StoreError> {
+        delivery.state = DeliveryState::Acked;
+        delivery.acked_at = Some(at);
+        delivery.next_at = None;
         self.put_delivery(&delivery)?;
+        self.settle(delivery.seq, Some(at))
+    }
+
+    /// `Dead`: its attempts ran out, and delivery `id` moves from its queue
+    /// to its subscription's dead letters. Refused once settled.
+    fn dead_letter(
+        &mut self,
+        id: &str,
+        mut delivery: DeliveryRecord,
+        at: Timestamp,
+        error: &str,
+        attempted: bool,
+    ) -> Result<Result<(), StoreError>, StoreError> {
+        if !in_queue(&delivery) {
+            return Ok(Err(wrong_state(&delivery)));
+        }
+        if attempted {
+            delivery.attempts += 1;
+        }
+        let queue_key = (delivery.subscription.as_str(), delivery.seq);
+        backend!(self.queue.remove(queue_key))?;
+        backend!(self.dead.insert(queue_key, id))?;
+        delivery.state = DeliveryState::Error;
+        delivery.last_error = Some(error.to_owned());
+        delivery.next_at = None;
+        delivery.delivered_at = delivery.delivered_at.or(Some(at));
+        self.put_delivery(&delivery)?;
+        Ok(Ok(()))
+    }
+
+    /// `Resend`: dead letter `id` goes back in its subscription's queue,
+    /// at its place, with its attempts counted from zero. Refused unless
+    /// it is a dead letter.
+    fn resend(
+        &mut self,
+        id: &str,
+        mut delivery: DeliveryRecord,
+    ) -> Result<Result<(), StoreError>, StoreError> {
+        if delivery.state != DeliveryState::Error {
+            return Ok(Err(wrong_state(&delivery)));
+        }
+        let queue_key = (delivery.subscription.as_str(), delivery.seq);
+        backend!(self.dead.remove(queue_key))?;
+        backend!(self.queue.insert(queue_key, id))?;
+        delivery.state = DeliveryState::Created;
+        delivery.attempts = 0;
+        delivery.next_at = None;
+        self.put_delivery(&delivery)?;
+        Ok(Ok(()))
+    }
+
+    /// `Clear`: dead letter `id` is dropped, and counts as settled.
+    /// Refused unless it is a dead letter.
+    fn clear_dead_letter(
+        &mut self,
+        id: &str,
+        delivery: &DeliveryRecord,
+    ) -> Result<Result<(), StoreError>, StoreError> {
+        if delivery.state != DeliveryState::Error {
+            return Ok(Err(wrong_state(delivery)));
+        }
+        let queue_key = (delivery.subscription.as_str(), delivery.seq);
+        backend!(self.dead.remove(queue_key))?;
+        backend!(self.deliveries.remove(id))?;
+        self.settle(delivery.seq, None)?;
         Ok(Ok(()))
     }
 

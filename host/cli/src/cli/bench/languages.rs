@@ -40,6 +40,30 @@ fn examples() -> Vec<(&'static str, &'static str, Value)> {
     ]
 }
 
+/// How much each language is measured, the same for all.
+struct Rounds {
+    /// Instantiate+call iterations per allocator.
+    iterations: usize,
+    /// Loads from the cache.
+    loads: usize,
+    /// Bytes of each pooled memory kept resident between calls.
+    keep_resident: usize,
+}
+
+/// One language's row of the table.
+struct Row {
+    size: usize,
+    compile: Duration,
+    /// The cached load's p50.
+    cached: Duration,
+    /// p50 and p99 of instantiate+call with the pooling allocator.
+    pooled: (Duration, Duration),
+    /// p50 and p99 of instantiate+call with on-demand allocation.
+    on_demand: (Duration, Duration),
+    /// p50 and p99 of calls to one instance, reused.
+    reused: (Duration, Duration),
+}
+
 pub fn languages(
     plugins: &Path,
     iterations: usize,
@@ -55,80 +79,17 @@ pub fn languages(
     );
     let scratch = tempfile::tempdir()?;
     out!();
-    out!(
-        "{:<11} {:>9} {:>10} {:>10} {:>9}   {:>22}   {:>22}   {:>8}   {:>22}",
-        "language",
-        "size",
-        "compile",
-        "cached",
-        "speedup",
-        "pooled p50 / p99",
-        "on-demand p50 / p99",
-        "p50 gain",
-        "one instance reused"
-    );
+    print_table_header()?;
+    let rounds = Rounds {
+        iterations,
+        loads,
+        keep_resident,
+    };
     for (language, name, input) in examples() {
-        let path = plugins.join(format!("{name}.wasm"));
-        let bytes = std::fs::read(&path).with_context(|| {
-            format!(
-                "cannot read {}; build the example plugins first (scripts/build-plugins)",
-                path.display()
-            )
-        })?;
+        let bytes = read_example(plugins, name)?;
         let cache = scratch.path().join(format!("cache-{name}"));
-        let cached_runtime = Runtime::new(RuntimeConfig {
-            cache_dir: Some(cache),
-            memory_keep_resident: keep_resident,
-            ..RuntimeConfig::default()
-        })?;
-        let started = Instant::now();
-        let plugin = cached_runtime.load(&bytes)?;
-        let compile = started.elapsed();
-        anyhow::ensure!(plugin.code_source() == CodeSource::Compiled);
-        let mut cached = Vec::new();
-        for _ in 0..loads {
-            let started = Instant::now();
-            let plugin = cached_runtime.load(&bytes)?;
-            cached.push(started.elapsed());
-            anyhow::ensure!(plugin.code_source() == CodeSource::Cache);
-        }
-        let cached = percentile(&mut cached, 50.0);
-        let input = input.to_string();
-        let mut pooled = timed_calls(&cached_runtime, &bytes, &input, iterations)?;
-        let on_demand_runtime = Runtime::new(RuntimeConfig {
-            pooling: false,
-            cache_dir: Some(scratch.path().join(format!("cache-{name}"))),
-            ..RuntimeConfig::default()
-        })?;
-        let mut on_demand = timed_calls(&on_demand_runtime, &bytes, &input, iterations)?;
-        // What reusing one instance would save (weft does not: see
-        // `time_reused_calls`).
-        let mut reused = cached_runtime
-            .load(&bytes)?
-            .time_reused_calls(&input, iterations)
-            .map_err(|e| anyhow::anyhow!("{name} failed in a reused instance: {e}"))?;
-        let reused = (percentile(&mut reused, 50.0), percentile(&mut reused, 99.0));
-        let p = (
-            percentile(&mut pooled, 50.0),
-            percentile(&mut pooled, 99.0),
-            percentile(&mut on_demand, 50.0),
-            percentile(&mut on_demand, 99.0),
-        );
-        out!(
-            "{:<11} {:>6} MB {:>10} {:>10} {:>8.0}x   {:>10} / {:>9}   {:>10} / {:>9}   {:>7.2}x   {:>10} / {:>9}",
-            language,
-            bytes.len() / 1_000_000,
-            show(compile),
-            show(cached),
-            ratio(compile, cached),
-            show(p.0),
-            show(p.1),
-            show(p.2),
-            show(p.3),
-            ratio(p.2, p.0),
-            show(reused.0),
-            show(reused.1)
-        );
+        let row = measure(name, &bytes, &input, &cache, &rounds)?;
+        print_row(language, &row)?;
     }
 
     out!();
@@ -145,6 +106,113 @@ pub fn languages(
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The example plugin `name` from the plugins directory.
+fn read_example(plugins: &Path, name: &str) -> anyhow::Result<Vec<u8>> {
+    let path = plugins.join(format!("{name}.wasm"));
+    std::fs::read(&path).with_context(|| {
+        format!(
+            "cannot read {}; build the example plugins first (scripts/build-plugins)",
+            path.display()
+        )
+    })
+}
+
+/// Measures one component on `input`: compiled into the empty cache
+/// `cache`, loaded from it, then instantiated and called with each
+/// allocator and in one reused instance.
+fn measure(
+    name: &str,
+    bytes: &[u8],
+    input: &Value,
+    cache: &Path,
+    rounds: &Rounds,
+) -> anyhow::Result<Row> {
+    let cached_runtime = Runtime::new(RuntimeConfig {
+        cache_dir: Some(cache.to_path_buf()),
+        memory_keep_resident: rounds.keep_resident,
+        ..RuntimeConfig::default()
+    })?;
+    let started = Instant::now();
+    let plugin = cached_runtime.load(bytes)?;
+    let compile = started.elapsed();
+    anyhow::ensure!(plugin.code_source() == CodeSource::Compiled);
+    let cached = cached_load_p50(&cached_runtime, bytes, rounds.loads)?;
+    let input = input.to_string();
+    let mut pooled = timed_calls(&cached_runtime, bytes, &input, rounds.iterations)?;
+    let on_demand_runtime = Runtime::new(RuntimeConfig {
+        pooling: false,
+        cache_dir: Some(cache.to_path_buf()),
+        ..RuntimeConfig::default()
+    })?;
+    let mut on_demand = timed_calls(&on_demand_runtime, bytes, &input, rounds.iterations)?;
+    // What reusing one instance would save (weft does not: see
+    // `time_reused_calls`).
+    let mut reused = cached_runtime
+        .load(bytes)?
+        .time_reused_calls(&input, rounds.iterations)
+        .map_err(|e| anyhow::anyhow!("{name} failed in a reused instance: {e}"))?;
+    Ok(Row {
+        size: bytes.len(),
+        compile,
+        cached,
+        pooled: p50_p99(&mut pooled),
+        on_demand: p50_p99(&mut on_demand),
+        reused: p50_p99(&mut reused),
+    })
+}
+
+/// The p50 of `loads` loads from the filled cache; an error if one of them
+/// compiled instead.
+fn cached_load_p50(runtime: &Runtime, bytes: &[u8], loads: usize) -> anyhow::Result<Duration> {
+    let mut cached = Vec::new();
+    for _ in 0..loads {
+        let started = Instant::now();
+        let plugin = runtime.load(bytes)?;
+        cached.push(started.elapsed());
+        anyhow::ensure!(plugin.code_source() == CodeSource::Cache);
+    }
+    Ok(percentile(&mut cached, 50.0))
+}
+
+fn p50_p99(times: &mut [Duration]) -> (Duration, Duration) {
+    (percentile(times, 50.0), percentile(times, 99.0))
+}
+
+fn print_table_header() -> anyhow::Result<()> {
+    out!(
+        "{:<11} {:>9} {:>10} {:>10} {:>9}   {:>22}   {:>22}   {:>8}   {:>22}",
+        "language",
+        "size",
+        "compile",
+        "cached",
+        "speedup",
+        "pooled p50 / p99",
+        "on-demand p50 / p99",
+        "p50 gain",
+        "one instance reused"
+    );
+    Ok(())
+}
+
+fn print_row(language: &str, row: &Row) -> anyhow::Result<()> {
+    out!(
+        "{:<11} {:>6} MB {:>10} {:>10} {:>8.0}x   {:>10} / {:>9}   {:>10} / {:>9}   {:>7.2}x   {:>10} / {:>9}",
+        language,
+        row.size / 1_000_000,
+        show(row.compile),
+        show(row.cached),
+        ratio(row.compile, row.cached),
+        show(row.pooled.0),
+        show(row.pooled.1),
+        show(row.on_demand.0),
+        show(row.on_demand.1),
+        ratio(row.on_demand.0, row.pooled.0),
+        show(row.reused.0),
+        show(row.reused.1)
+    );
+    Ok(())
 }
 
 /// Moves the component into a watched, empty plugins directory of a fresh

@@ -103,6 +103,13 @@ pub fn main(plugins: &Path, args: &BenchArgs) -> anyhow::Result<ExitCode> {
     if let Some(runs) = args.runs {
         return throughput(plugins, runs.max(1), args.steps.max(1));
     }
+    step_cost(plugins, args)
+}
+
+/// The default bench: what loading the `echo` plugin costs, cold and
+/// from the cache, then what an instantiate+call costs with each
+/// allocator.
+fn step_cost(plugins: &Path, args: &BenchArgs) -> anyhow::Result<ExitCode> {
     let path = plugins.join("echo.wasm");
     let bytes = std::fs::read(&path).with_context(|| {
         format!(
@@ -121,34 +128,59 @@ pub fn main(plugins: &Path, args: &BenchArgs) -> anyhow::Result<ExitCode> {
     );
     out!("build: {}", build_kind());
 
+    // Both runtimes stay alive to the end, through the timed calls.
     let cold_runtime = Runtime::new(RuntimeConfig::default())?;
-    let mut cold = Vec::new();
-    for _ in 0..loads {
-        let started = Instant::now();
-        cold_runtime.load(&bytes)?;
-        cold.push(started.elapsed());
-    }
-
+    let mut cold = cold_loads(&cold_runtime, &bytes, loads)?;
     let cache_dir = tempfile_dir()?;
     let cached_runtime = Runtime::new(RuntimeConfig {
         cache_dir: Some(cache_dir.clone()),
         ..RuntimeConfig::default()
     })?;
     cached_runtime.load(&bytes)?; // fills the cache
+    let mut cached = cached_loads(&cached_runtime, &bytes, loads)?;
+    let _ = std::fs::remove_dir_all(&cache_dir);
+    report_loads(percentile(&mut cold, 50.0), percentile(&mut cached, 50.0))?;
+
+    let keep_resident = args
+        .keep_resident
+        .unwrap_or(RuntimeConfig::default().memory_keep_resident);
+    let pooled = call_latencies(&bytes, true, keep_resident, iterations)?;
+    let on_demand = call_latencies(&bytes, false, 0, iterations)?;
+    report_calls(keep_resident, pooled, on_demand)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `loads` times to compile, link and describe the component, with no
+/// cache.
+fn cold_loads(runtime: &Runtime, bytes: &[u8], loads: usize) -> anyhow::Result<Vec<Duration>> {
+    let mut cold = Vec::new();
+    for _ in 0..loads {
+        let started = Instant::now();
+        runtime.load(bytes)?;
+        cold.push(started.elapsed());
+    }
+    Ok(cold)
+}
+
+/// `loads` times to load the component from the filled cache; an error if
+/// one of them compiled instead.
+fn cached_loads(runtime: &Runtime, bytes: &[u8], loads: usize) -> anyhow::Result<Vec<Duration>> {
     let mut cached = Vec::new();
     for _ in 0..loads {
         let started = Instant::now();
-        let plugin = cached_runtime.load(&bytes)?;
+        let plugin = runtime.load(bytes)?;
         cached.push(started.elapsed());
         anyhow::ensure!(
             plugin.code_source() == CodeSource::Cache,
             "the cache was not used"
         );
     }
-    let _ = std::fs::remove_dir_all(&cache_dir);
+    Ok(cached)
+}
 
-    let cold_p50 = percentile(&mut cold, 50.0);
-    let cached_p50 = percentile(&mut cached, 50.0);
+/// Prints the cold and the cached load's p50, and how much faster the
+/// cache is.
+fn report_loads(cold_p50: Duration, cached_p50: Duration) -> anyhow::Result<()> {
     out!();
     out!(
         "load (compile, link, describe)    p50 {:>10}",
@@ -159,18 +191,21 @@ pub fn main(plugins: &Path, args: &BenchArgs) -> anyhow::Result<ExitCode> {
         show(cached_p50),
         ratio(cold_p50, cached_p50)
     );
+    Ok(())
+}
 
-    let keep_resident = args
-        .keep_resident
-        .unwrap_or(RuntimeConfig::default().memory_keep_resident);
-    let pooled = call_latencies(&bytes, true, keep_resident, iterations)?;
-    let on_demand = call_latencies(&bytes, false, 0, iterations)?;
+/// Prints each allocator's instantiate+call p50, p99 and rate, and how
+/// the pooling allocator compares with on-demand allocation.
+fn report_calls(
+    keep_resident: usize,
+    mut pooled: Vec<Duration>,
+    mut on_demand: Vec<Duration>,
+) -> anyhow::Result<()> {
     out!();
     out!(
         "instantiate+call (fresh instance each call; pooled memory kept resident: {} KiB)",
         keep_resident / 1024
     );
-    let (mut pooled, mut on_demand) = (pooled, on_demand);
     let p50 = (
         percentile(&mut pooled, 50.0),
         percentile(&mut on_demand, 50.0),
@@ -196,7 +231,7 @@ pub fn main(plugins: &Path, args: &BenchArgs) -> anyhow::Result<ExitCode> {
         ratio(p50.1, p50.0),
         ratio(p99.1, p99.0)
     );
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }
 
 /// Figures from a debug build are not comparable with a release build's.

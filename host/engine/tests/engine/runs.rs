@@ -1,0 +1,191 @@
+//! Runs as a whole: a `subflow`'s child run, admission beyond
+//! `max_resident`, resumption from records after a crash, and a failed
+//! attempt whose effects are never committed.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::json;
+
+use weft_core::{Emission, SimClock};
+use weft_engine::{Quiet, ResumeError, StartError, StepOutcome};
+use weft_model::{Format, WorkflowDir};
+use weft_store::{RunState, StoreError};
+
+use crate::common::{
+    Host, START, assert_succeeded, engine, eventually, finish, inputs, paths, steps_called, store,
+    workflow,
+};
+use crate::fake::{Behaviour, Gate, calls, echo, source, unavailable};
+
+#[test]
+fn a_subflow_starts_a_child_run_whose_outputs_become_the_step_output() {
+    let host = Host::new(vec![]);
+    let parent = r#"
+id: order
+steps:
+  - { id: price, subflow: pricing, with: { qty: "${{ inputs.qty }}" } }
+  - { id: confirm, uses: echo, with: { charged: "${{ steps.price.output.total }}" } }
+"#;
+    let refused = host
+        .engine
+        .start(workflow(parent), json!({}), Box::new(Quiet));
+    assert_matches!(refused, Err(StartError::Subflow { .. }));
+    let child = r#"
+id: pricing
+steps: [ { id: price, uses: echo, with: { total: "${{ inputs.qty * 3 }}" } } ]
+outputs: "${{ steps.price.output }}"
+"#;
+    let child = weft_model::parse(child, Format::Yaml, "child.yaml").unwrap();
+    host.engine
+        .set_workflows(Arc::new(WorkflowDir::default().with(child)));
+
+    let run = finish(host.start(parent, json!({ "qty": 4 })));
+    assert_succeeded(&run, json!({ "charged": 12 }));
+    let records = host.steps(&run.id);
+    assert_eq!(paths(&records), ["price", "price", "confirm"]);
+    let child_id = records[0].child.clone().expect("its child");
+    assert_eq!(records[1].output, Some(json!({ "total": 12 })));
+    let calls = host.calls();
+    let workflows: Vec<&str> = calls.iter().map(|c| c.workflow.as_str()).collect();
+    assert_eq!(workflows, ["pricing", "order"]);
+    let runs: Vec<&String> = calls.iter().map(|c| &c.run).collect();
+    assert_eq!(runs, [&child_id, &run.id]);
+
+    let child = host.record(&child_id);
+    assert_eq!(child.state, RunState::Succeeded);
+    assert_eq!(child.input, json!({ "qty": 4 }));
+    let link = child.parent.unwrap();
+    assert_eq!((&link.run, link.depth), (&run.id, 1));
+    assert_eq!(link.path, "price");
+}
+
+#[test]
+fn runs_beyond_max_resident_are_parked_durably_and_admitted_in_arrival_order() {
+    let gate = Arc::new(Gate::default());
+    let host = Host::with_config(vec![("gate", gate.plugin())], 1);
+    let text = "id: one\nsteps: [ { id: only, uses: gate, with: \"${{ inputs.n }}\" } ]\n";
+    let first = host.start(text, json!({ "n": 1 }));
+    gate.wait_entered(1);
+    let second = host.start(text, json!({ "n": 2 }));
+    let third = host.start(text, json!({ "n": 3 }));
+    eventually("two runs to be parked", || host.engine.load() == (1, 2));
+    assert_eq!(host.calls().len(), 1, "parked runs do not run");
+    let parked = host.record(third.id());
+    assert_eq!(parked.state, RunState::Running, "recorded while parked");
+
+    gate.open();
+    let ids = [first.id(), second.id(), third.id()].map(str::to_owned);
+    for handle in [first, second, third] {
+        assert_eq!(finish(handle).state, RunState::Succeeded);
+    }
+    let order: Vec<String> = host.calls().into_iter().map(|c| c.run).collect();
+    assert_eq!(order, ids);
+    assert_eq!(host.engine.load(), (0, 0));
+}
+
+#[test]
+fn a_resumed_run_does_not_call_its_committed_steps_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store(&dir);
+    let clock = Arc::new(SimClock::new(START));
+    // The first engine dies in `b`: the call never gives a result, as if
+    // the process had been killed there (its worker panics).
+    let gate = Arc::new(Gate::default());
+    let passing = Arc::clone(&gate);
+    let dies: Behaviour = Arc::new(move |call, _| {
+        passing.pass(call);
+        panic!("simulated crash in `{}`", call.context.step_id)
+    });
+    let crashed = source(vec![("gate", dies)]);
+    let first = engine(&store, &crashed, &clock, &dir, 10_000);
+    let text = r#"
+id: resumable
+steps:
+  - { id: a, uses: echo, with: { n: "${{ inputs.n }}" } }
+  - { id: b, uses: gate, with: { from_a: "${{ steps.a.output.n }}" } }
+  - { id: c, uses: echo, with: { from_b: "${{ steps.b.output.from_a }}" } }
+outputs: "${{ steps.c.output }}"
+"#;
+    let input = json!({ "n": 7 });
+    let stuck = first.start(workflow(text), input, Box::new(Quiet)).unwrap();
+    let id = stuck.id().to_owned();
+    gate.wait_entered(1);
+    gate.open();
+    drop(first);
+    let stopped = stuck.wait_timeout(Duration::from_secs(1));
+    assert_matches!(stopped, Err(StoreError::Closed));
+    assert_eq!(steps_called(&calls(&crashed)), ["a", "b"]);
+    let stored = store.run(&id).unwrap().unwrap();
+    assert_eq!((stored.state, stored.next_step), (RunState::Running, 1));
+    assert_eq!(paths(&store.steps(&id).unwrap()), ["a"]);
+
+    // A new engine, with plugins of its own, picks the run up.
+    let fresh = source(vec![("gate", echo())]);
+    let second = engine(&store, &fresh, &clock, &dir, 10_000);
+    let run = finish(second.resume(&id, Box::new(Quiet)).unwrap());
+    assert_succeeded(&run, json!({ "from_b": 7 }));
+    // `a` is not called again; `b` sees its output, read back.
+    let resumed = calls(&fresh);
+    let (b, c) = (json!({ "from_a": 7 }), json!({ "from_b": 7 }));
+    assert_eq!(inputs(&resumed), [("b", &b), ("c", &c)]);
+    assert_eq!(resumed[0].attempt, 1);
+    let records = store.steps(&id).unwrap();
+    assert_eq!(paths(&records), ["a", "b", "c"]);
+    assert_eq!(records.iter().map(|r| r.seq).collect::<Vec<_>>(), [0, 1, 2]);
+    let again = second.resume(&id, Box::new(Quiet));
+    assert_matches!(again, Err(ResumeError::NotRunning { .. }));
+}
+
+#[test]
+fn a_failed_attempt_commits_neither_its_key_value_writes_nor_its_messages() {
+    // Writes `last` and emits a message on every attempt; fails the first.
+    let effects: Behaviour = Arc::new(|call, _| {
+        let attempt = call.context.attempt;
+        let ok = (attempt > 1).then(|| json!(attempt));
+        let mut outcome = StepOutcome::of(ok.ok_or_else(|| unavailable(1)));
+        outcome.kv.space = format!("workflow/{}", call.context.workflow);
+        outcome
+            .kv
+            .writes
+            .insert("last".into(), Some(attempt.to_string()));
+        let id = format!("{}#{attempt}", call.context.idempotency_key);
+        let payload = json!({ "attempt": attempt });
+        let channel = "audit".to_owned();
+        outcome.emitted.push(Emission {
+            id,
+            channel,
+            payload,
+        });
+        outcome
+    });
+    let host = Host::new(vec![("effects", effects)]);
+    let text = r#"
+id: fx
+steps:
+  - { id: write, uses: effects, retry: { max_attempts: 2, backoff: fixed, initial: 1s } }
+"#;
+    let handle = host.start(text, json!({}));
+    let id = handle.id().to_owned();
+    let store = host.engine.store();
+    host.suspended(&id);
+    assert!(store.run_messages(&id).unwrap().is_empty());
+    assert_eq!(store.kv_get("workflow/fx", "last").unwrap().version, 0);
+    let failed = &host.steps(&id)[0];
+    assert!(failed.error.is_some(), "{failed:?}");
+    assert!(failed.kv_writes.is_empty() && failed.messages.is_empty());
+
+    host.advance(1);
+    assert_succeeded(&finish(handle), json!(2));
+    let messages = store.run_messages(&id).unwrap();
+    assert_eq!(messages.len(), 1, "{messages:?}");
+    let message = &messages[0];
+    assert_eq!([&message.channel, &message.step], ["audit", "write"]);
+    assert_eq!(message.payload, json!({ "attempt": 2 }));
+    let last = store.kv_get("workflow/fx", "last").unwrap();
+    assert_eq!((last.version, last.value.as_deref()), (1, Some("2")));
+    let records = host.steps(&id);
+    let written = records[1].kv_writes.get("last").cloned().flatten();
+    assert_eq!(written.as_deref(), Some("2"));
+    assert_eq!(records[1].messages, [message.id.as_str()]);
+}

@@ -1,0 +1,136 @@
+//! Subscriptions: what a client asks for ([`SubscriptionSpec`]), checked
+//! once into the record the store keeps, and making or removing one
+//! through the hub.
+//!
+//! Checking is a plain function of the spec and the time (and, for a
+//! webhook given no secret, a random one): it does no I/O. The store keeps
+//! a subscription's key to one target.
+
+use serde::Deserialize;
+
+use super::{Hub, HubError};
+use weft_core::clock::Timestamp;
+use weft_core::names::check_name;
+use weft_engine::DeliveryWrite;
+use weft_store::{SubscriptionRecord, Target};
+
+/// A new subscription, as a client asks for it. Every field but
+/// `channel` has a default.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SubscriptionSpec {
+    /// The channel.
+    pub channel: String,
+    /// The name within the channel; default `default`.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// For a webhook: where to POST.
+    #[serde(default)]
+    pub webhook: Option<WebhookSpec>,
+    /// Attempts before a dead letter; default 10.
+    #[serde(default)]
+    pub max_attempts: Option<u32>,
+    /// The first retry delay, such as `1s`; default 1 s.
+    #[serde(default)]
+    pub backoff: Option<String>,
+    /// The longest retry delay; default 5 min.
+    #[serde(default)]
+    pub max_backoff: Option<String>,
+    /// How long a consumer has to ack; default 30 s.
+    #[serde(default)]
+    pub ack_timeout: Option<String>,
+}
+
+/// Where a webhook subscription POSTs.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WebhookSpec {
+    /// An `http://` or `https://` URL.
+    pub url: String,
+    /// The HMAC-SHA256 key; default: a random one, returned once.
+    #[serde(default)]
+    pub secret: Option<String>,
+}
+
+/// The most attempts a subscription may allow.
+pub const MAX_ATTEMPTS: u32 = 1000;
+
+impl SubscriptionSpec {
+    /// The record this asks for, checked; each error names its field.
+    pub fn record(self, now: Timestamp) -> Result<SubscriptionRecord, HubError> {
+        check_name("channel", &self.channel).map_err(HubError::Invalid)?;
+        let name = self.name.unwrap_or_else(|| "default".to_owned());
+        check_name("name", &name).map_err(HubError::Invalid)?;
+        let target = match self.webhook {
+            None => Target::Sse,
+            Some(webhook) => {
+                if !(webhook.url.starts_with("http://") || webhook.url.starts_with("https://")) {
+                    return Err(HubError::Invalid(format!(
+                        "webhook.url: `{}` is not an http:// or https:// URL",
+                        webhook.url
+                    )));
+                }
+                let secret = webhook.secret.unwrap_or_else(|| {
+                    let (a, b) = uuid::Uuid::new_v4().as_u64_pair();
+                    format!("{a:016x}{b:016x}")
+                });
+                if secret.is_empty() {
+                    return Err(HubError::Invalid(
+                        "webhook.secret: must not be empty".to_owned(),
+                    ));
+                }
+                Target::Webhook {
+                    url: webhook.url,
+                    secret,
+                }
+            }
+        };
+        let max_attempts = self.max_attempts.unwrap_or(10);
+        if max_attempts == 0 || max_attempts > MAX_ATTEMPTS {
+            return Err(HubError::Invalid(format!(
+                "max_attempts: must be from 1 to {MAX_ATTEMPTS}, not {max_attempts}"
+            )));
+        }
+        let millis = |field: &str, text: Option<String>, default: u64| match text {
+            None => Ok(default),
+            Some(text) => weft_core::clock::parse_duration(&text)
+                .map(|d| weft_core::clock::millis(d).max(1))
+                .map_err(|message| HubError::Invalid(format!("{field}: {message}"))),
+        };
+        Ok(SubscriptionRecord {
+            key: format!("{}/{name}", self.channel),
+            channel: self.channel,
+            name,
+            target,
+            max_attempts,
+            backoff_ms: millis("backoff", self.backoff, 1000)?,
+            max_backoff_ms: millis("max_backoff", self.max_backoff, 300_000)?,
+            ack_timeout_ms: millis("ack_timeout", self.ack_timeout, 30_000)?,
+            created_at: now,
+        })
+    }
+}
+
+impl Hub {
+    /// Makes a subscription; one with the same key and target is kept as
+    /// it is. A webhook starts receiving at once.
+    pub fn subscribe(&self, spec: SubscriptionSpec) -> Result<SubscriptionRecord, HubError> {
+        let record = spec.record(self.shared.clock.now())?;
+        self.commit(DeliveryWrite::Subscribe(record.clone()))?;
+        if matches!(record.target, Target::Webhook { .. }) {
+            self.start_webhooks();
+        }
+        Ok(self
+            .shared
+            .store
+            .subscription(&record.key)?
+            .unwrap_or(record))
+    }
+
+    /// Removes subscription `key` (`<channel>/<name>`) and its deliveries.
+    pub fn unsubscribe(&self, key: &str) -> Result<(), HubError> {
+        self.commit(DeliveryWrite::Unsubscribe(key.to_owned()))?;
+        self.shared.signal.bump();
+        Ok(())
+    }
+}

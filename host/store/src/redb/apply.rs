@@ -1,0 +1,351 @@
+//! How each `Write` changes the tables: `Tables::apply` hands each variant,
+//! with its fields, to one function. The run, step, key-value, outbox,
+//! timer and schedule writes are here; the message writes are in `queue`,
+//! the registry's in `registry`.
+//!
+//! Each function checks what may refuse its write before its first
+//! write, so that a refused write stores nothing. The one exception: a
+//! timer that fires for a run that is gone or has ended is removed as it
+//! is refused.
+
+use std::sync::Arc;
+
+use redb::ReadableTable;
+
+use super::{Tables, decode, decode_kv, encode_kv};
+use crate::write::encode;
+use crate::{
+    Emission, ErrorRecord, RunError, RunRecord, RunState, ScheduleRecord, Spawn, StoreError,
+    TimerRecord, TimerRef, TimerRow, What, Write,
+};
+use weft_core::KvEffects;
+use weft_core::clock::Timestamp;
+
+impl Tables<'_> {
+    /// Applies one write. `Ok(Err(_))`: this write is refused and nothing
+    /// of it was stored; `Err(_)`: the transaction failed.
+    pub(super) fn apply(&mut self, write: &Write) -> Result<Result<(), StoreError>, StoreError> {
+        match write {
+            Write::CreateRun {
+                id,
+                run,
+                definition,
+                components,
+                timer,
+                idempotency,
+            } => self.create_run(
+                id,
+                run,
+                definition,
+                components,
+                timer.as_ref(),
+                idempotency.as_deref(),
+            ),
+            Write::CommitStep {
+                id,
+                seq,
+                step,
+                run,
+                running,
+                suspended,
+                timer,
+                fired,
+                kv,
+                spawn,
+                emitted,
+            } => self.commit_step(
+                id,
+                *seq,
+                step,
+                run,
+                *running,
+                *suspended,
+                timer.as_ref(),
+                *fired,
+                kv.as_ref(),
+                spawn.as_deref(),
+                emitted.as_deref(),
+            ),
+            Write::Subscribe(row) => self.subscribe(row),
+            Write::Unsubscribe(key) => self.unsubscribe(key),
+            Write::Delivery(id, op) => self.delivery(id, op),
+            Write::Act {
+                run,
+                record,
+                timer,
+                now,
+            } => self.act(run, record, *timer, *now),
+            Write::StartRun { outbox, id, run } => self.start_run(outbox, id, run),
+            Write::UpdateRun { id, run, running } => self.update_run(id, run, *running),
+            Write::FireTimer(fired, now) => self.fire_timer(*fired, *now),
+            Write::CancelRun(id, now) => self.cancel_run(id, *now),
+            Write::Schedule {
+                key,
+                expect,
+                row,
+                start,
+            } => self.schedule(key, *expect, row.as_deref(), start.as_deref()),
+            Write::Deploy {
+                workflow,
+                revision,
+                record,
+                definition,
+            } => self.deploy(workflow, *revision, record, definition),
+            Write::AddPlugin {
+                name,
+                digest,
+                record,
+                bytes,
+            } => self.add_plugin(name, digest, record, bytes),
+        }
+    }
+
+    /// A new run, with its definition and components (each stored once),
+    /// its deadline timer and the client's key for its start. Refused if a
+    /// run with its id exists, or if the key started a run before.
+    fn create_run(
+        &mut self,
+        id: &str,
+        run: &[u8],
+        definition: &(String, Vec<u8>),
+        components: &[(String, Arc<[u8]>)],
+        timer: Option<&TimerRow>,
+        idempotency: Option<&str>,
+    ) -> Result<Result<(), StoreError>, StoreError> {
+        if backend!(self.runs.get(id))?.is_some() {
+            return Ok(Err(StoreError::Exists(What::Run(id.to_owned()))));
+        }
+        if let Some(key) = idempotency {
+            if let Some(run) = backend!(self.idempotency.get(key))? {
+                return Ok(Err(StoreError::Duplicate {
+                    key: key.to_owned(),
+                    run: run.value().to_owned(),
+                }));
+            }
+            backend!(self.idempotency.insert(key, id))?;
+        }
+        self.definition(definition)?;
+        self.components(components)?;
+        backend!(self.runs.insert(id, run))?;
+        backend!(self.running.insert(id, ()))?;
+        if let Some(timer) = timer {
+            self.insert_timer(timer)?;
+        }
+        Ok(Ok(()))
+    }
+
+    /// A step attempt's record and the run's next state, with what else
+    /// the step did: its key-value writes, the child run it starts, the
+    /// timer it fired and the one it set, the messages it emitted. Refused
+    /// if the run was cancelled in the store, if the timer it fired is
+    /// gone, or if a key it read has changed since.
+    #[allow(clippy::too_many_arguments)] // One per field of `Write::CommitStep`.
+    fn commit_step(
+        &mut self,
+        id: &str,
+        seq: u32,
+        step: &[u8],
+        run: &[u8],
+        running: bool,
+        suspended: bool,
+        timer: Option<&TimerRow>,
+        fired: Option<TimerRef>,
+        kv: Option<&KvEffects>,
+        spawn: Option<&Spawn>,
+        emitted: Option<&(String, Vec<Emission>)>,
+    ) -> Result<Result<(), StoreError>, StoreError> {
+        if self.ended(id)? {
+            return Ok(Err(StoreError::RunEnded(id.to_owned())));
+        }
+        if let Some(fired) = fired
+            && backend!(self.timers.get(fired.key()))?.is_none()
+        {
+            return Ok(Err(StoreError::TimerGone(fired.id)));
+        }
+        if let Some(effects) = kv
+            && let Err(refused) = self.write_kv(effects)?
+        {
+            return Ok(Err(refused));
+        }
+        if let Some(spawn) = spawn {
+            self.definition(&spawn.definition)?;
+            self.components(&spawn.components)?;
+            let (row, encoded) = &spawn.outbox;
+            backend!(self.outbox.insert(row.as_str(), encoded.as_slice()))?;
+        }
+        if let Some(fired) = fired {
+            self.remove_timer(id, fired.key())?;
+        }
+        if let Some(timer) = timer {
+            self.insert_timer(timer)?;
+        }
+        if let Some((path, emissions)) = emitted {
+            self.emit(id, path, emissions)?;
+        }
+        backend!(self.steps.insert((id, seq), step))?;
+        self.set_run(id, run, running, suspended)?;
+        Ok(Ok(()))
+    }
+
+    /// Writes `effects`' keys, each at its next version, unless a key it
+    /// read has changed since: then refused, with nothing written.
+    fn write_kv(&mut self, effects: &KvEffects) -> Result<Result<(), StoreError>, StoreError> {
+        let space = effects.space.as_str();
+        for (key, read) in &effects.reads {
+            let now = backend!(self.kv.get((space, key.as_str())))?
+                .map_or(0, |v| decode_kv(v.value()).version);
+            if now != *read {
+                return Ok(Err(StoreError::KvConflict {
+                    space: space.to_owned(),
+                    key: key.clone(),
+                }));
+            }
+        }
+        for (key, value) in &effects.writes {
+            let version = backend!(self.kv.get((space, key.as_str())))?
+                .map_or(0, |v| decode_kv(v.value()).version);
+            let encoded = encode_kv(version + 1, value.as_deref());
+            backend!(self.kv.insert((space, key.as_str()), encoded.as_slice()))?;
+        }
+        Ok(Ok(()))
+    }
+
+    /// Carries out the outbox row `outbox`, which starts run `id`: records
+    /// the run unless one with its id exists, and closes the row. Never
+    /// refused.
+    fn start_run(
+        &mut self,
+        outbox: &str,
+        id: &str,
+        run: &[u8],
+    ) -> Result<Result<(), StoreError>, StoreError> {
+        if backend!(self.runs.get(id))?.is_none() {
+            backend!(self.runs.insert(id, run))?;
+            backend!(self.running.insert(id, ()))?;
+        }
+        backend!(self.outbox.remove(outbox))?;
+        Ok(Ok(()))
+    }
+
+    /// Run `id`'s new state alone. Refused if the run was cancelled in the
+    /// store.
+    fn update_run(
+        &mut self,
+        id: &str,
+        run: &[u8],
+        running: bool,
+    ) -> Result<Result<(), StoreError>, StoreError> {
+        if self.ended(id)? {
+            return Ok(Err(StoreError::RunEnded(id.to_owned())));
+        }
+        self.set_run(id, run, running, false)?;
+        Ok(Ok(()))
+    }
+
+    /// Fires timer `fired` for a run that is not in memory: commits what
+    /// its kind records, marks the run awake and removes the timer.
+    /// Refused unless the timer is pending and its run is running.
+    fn fire_timer(
+        &mut self,
+        fired: TimerRef,
+        now: Timestamp,
+    ) -> Result<Result<(), StoreError>, StoreError> {
+        let Some(timer) = backend!(self.timers.get(fired.key()))?
+            .map(|bytes| decode::<TimerRecord>(fired.id, bytes.value()))
+            .transpose()?
+        else {
+            return Ok(Err(StoreError::TimerGone(fired.id)));
+        };
+        let run = backend!(self.runs.get(timer.run.as_str()))?
+            .map(|bytes| decode::<RunRecord>(&timer.run, bytes.value()))
+            .transpose()?;
+        let Some(mut run) = run.filter(|run| !run.state.is_terminal()) else {
+            // Its run is gone or ended: the timer wakes nothing.
+            self.remove_timer(&timer.run, fired.key())?;
+            return Ok(Err(StoreError::TimerGone(fired.id)));
+        };
+        if let Some(record) = timer.fired_record(&run.id, run.step_records) {
+            backend!(
+                self.steps
+                    .insert((run.id.as_str(), record.seq), encode(&record).as_slice())
+            )?;
+            run.step_records += 1;
+        }
+        run.suspended = false;
+        run.updated_at = now;
+        self.remove_timer(&run.id, fired.key())?;
+        self.set_run(&run.id, &encode(&run), true, false)?;
+        Ok(Ok(()))
+    }
+
+    /// Cancels run `id`, which is not in memory; its timers go with it.
+    /// Refused if there is no such run, or if it has ended.
+    fn cancel_run(
+        &mut self,
+        id: &str,
+        now: Timestamp,
+    ) -> Result<Result<(), StoreError>, StoreError> {
+        let Some(mut run) = backend!(self.runs.get(id))?
+            .map(|bytes| decode::<RunRecord>(id, bytes.value()))
+            .transpose()?
+        else {
+            return Ok(Err(StoreError::NotFound(What::Run(id.to_owned()))));
+        };
+        if run.state.is_terminal() {
+            return Ok(Err(StoreError::RunEnded(id.to_owned())));
+        }
+        run.state = RunState::Cancelled;
+        run.suspended = false;
+        run.updated_at = now;
+        run.error = Some(RunError {
+            step: None,
+            error: ErrorRecord {
+                code: "cancelled".to_owned(),
+                message: "the run was cancelled".to_owned(),
+                retryable: false,
+                details: None,
+            },
+        });
+        self.set_run(id, &encode(&run), false, false)?;
+        backend!(self.cancelled.insert(id, ()))?;
+        Ok(Ok(()))
+    }
+
+    /// Writes cron trigger `key`'s row (`None` removes it), with the run
+    /// its fire starts. With `expect`, refused unless the stored row is at
+    /// that version (0: there is none); a refusal of `start` is this
+    /// write's.
+    fn schedule(
+        &mut self,
+        key: &str,
+        expect: Option<u64>,
+        row: Option<&[u8]>,
+        start: Option<&Write>,
+    ) -> Result<Result<(), StoreError>, StoreError> {
+        if let Some(expect) = expect {
+            let stored = backend!(self.schedules.get(key))?
+                .map(|bytes| decode::<ScheduleRecord>(key, bytes.value()))
+                .transpose()?;
+            // Version 0 stands for "no such row yet".
+            let found = stored.map_or(0, |s| s.version);
+            if found != expect {
+                let what = What::Schedule(key.to_owned());
+                return Ok(Err(if expect == 0 {
+                    StoreError::Exists(what)
+                } else {
+                    StoreError::Changed(what)
+                }));
+            }
+        }
+        if let Some(start) = start
+            && let Err(refused) = self.apply(start)?
+        {
+            return Ok(Err(refused));
+        }
+        match row {
+            Some(row) => backend!(self.schedules.insert(key, row))?,
+            None => backend!(self.schedules.remove(key))?,
+        };
+        Ok(Ok(()))
+    }
+}
