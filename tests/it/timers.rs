@@ -5,9 +5,9 @@
 //! for a simulated duration in real time.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crate::common::guests;
+use crate::common::{guests, wait};
 use serde_json::{Value, json};
 use weft::engine::{EngineConfig, Quiet};
 use weft::store::{RunRecord, RunState, StepRecord, StoreError, TimerKind, Write};
@@ -73,19 +73,20 @@ impl Host {
 
     /// Polls (in real time, briefly) until `done` holds for the run.
     fn wait_for(&self, id: &str, what: &str, done: impl Fn(&RunRecord) -> bool) -> RunRecord {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
+        let look = || {
             let run = self.run(id);
             if done(&run) {
-                return run;
+                Ok(run)
+            } else {
+                Err(Box::new(run))
             }
-            assert!(
-                Instant::now() < deadline,
-                "run never {what}: {run:?}\n{:?}",
-                self.steps(id)
-            );
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        };
+        wait(
+            Duration::from_secs(30),
+            Duration::from_millis(5),
+            look,
+            |run| format!("run never {what}: {run:?}\n{:?}", self.steps(id)),
+        )
     }
 
     fn wait_suspended(&self, id: &str) -> RunRecord {
@@ -262,7 +263,14 @@ fn a_fire_and_a_run_s_end_race_and_the_first_commit_wins() {
         ended.state = RunState::Failed;
         ended.suspended = false;
         let end = Write::update_run(&ended);
-        let fire = Write::FireTimer(timer, T0);
+        // The fire as the engine decides it on the run as stored.
+        let asleep = host.run(&id);
+        let seq = asleep.step_records;
+        let mut slept = StepRecord::empty(&id, seq, (1, "nap", "nap"), 1, timer.due);
+        slept.output = Some(json!({ "slept_until": timer.due.to_string() }));
+        let mut wake = asleep;
+        (wake.step_records, wake.suspended) = (seq + 1, false);
+        let fire = Write::fire_timer(timer, seq, Some(&slept), &wake);
         let writes: Vec<&Write> = if fire_first {
             vec![&fire, &end]
         } else {

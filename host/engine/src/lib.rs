@@ -41,6 +41,7 @@ mod launch;
 pub mod plugins;
 mod runner;
 mod scheduler;
+mod stored;
 
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, sync_channel};
@@ -63,6 +64,7 @@ pub use drive::Answer;
 pub use error::{ActError, ResumeError, StartError};
 pub use launch::MAX_DEPTH;
 pub use runner::{Pinned, RunnerSource, StepCall, StepOutcome, StepRunner, WasmPlugins};
+pub use stored::cancel_in_store;
 pub use weft_model::Workflows;
 
 /// The tenant of runs started without one.

@@ -20,7 +20,7 @@ pub use self::records::{
 pub use self::redb::RedbStore;
 pub use self::registry::{DeploymentRecord, PluginRecord};
 pub use self::write::encode;
-pub use self::write::{Spawn, TimerRow, Write};
+pub use self::write::{Emitted, Spawn, TimerRow, Write};
 pub use weft_core::{Emission, ErrorRecord};
 
 use std::sync::Arc;
@@ -31,7 +31,6 @@ use std::sync::Arc;
 /// A write refused on its own (see [`Store::apply`]) answers with what it
 /// ran into: [`NotFound`](Self::NotFound), [`Exists`](Self::Exists),
 /// [`Changed`](Self::Changed), [`Busy`](Self::Busy),
-/// [`NotWaiting`](Self::NotWaiting),
 /// [`DeliveryState`](Self::DeliveryState), [`RunEnded`](Self::RunEnded),
 /// [`TimerGone`](Self::TimerGone), [`Duplicate`](Self::Duplicate) or
 /// [`KvConflict`](Self::KvConflict). The others fail a call as a whole.
@@ -65,7 +64,8 @@ pub enum StoreError {
     #[error("store: {}", exists(.0))]
     Exists(What),
     /// A version check failed: what the write was computed from changed
-    /// since it was read (a trigger another host moved on, or removed).
+    /// since it was read (a trigger another host moved on, or removed; a
+    /// run with another number of records than the write was decided on).
     /// Nothing of the write was stored; read again and recompute.
     #[error("store: {0} changed since it was read")]
     Changed(What),
@@ -76,16 +76,6 @@ pub enum StoreError {
     Busy {
         /// The run.
         run: String,
-    },
-    /// An answer to a step that is not waiting for one: its last record
-    /// is not an `await` wait without an outcome. Nothing of the write
-    /// was stored.
-    #[error("store: step `{step}` of run `{run}` is not waiting")]
-    NotWaiting {
-        /// The run.
-        run: String,
-        /// The step's path.
-        step: String,
     },
     /// The delivery is not in a state the operation applies to (a resend
     /// of one that is not a dead letter, say). Nothing of the write was

@@ -1,8 +1,10 @@
-//! Writes: one variant per durable change. Records are encoded on the
-//! caller's thread where the write carries them whole (`CreateRun`,
-//! `CommitStep`, `UpdateRun`, `Deploy`, ...); `Act`, `FireTimer`,
-//! `CancelRun`, `Delivery` and `Subscribe` still read and re-encode stored
-//! records inside the transaction.
+//! Writes: one variant per durable change. The engine decides what each
+//! record says and encodes it on its own thread; the store checks a
+//! write's conditions (the timer row is there, the run has not ended, the
+//! run is at the number of records the write was decided on, the key
+//! versions match) and stores its bytes. The delivery writes (`Delivery`,
+//! `Subscribe`, `Unsubscribe`) and a step's emissions are the exception:
+//! their state machine lives in the store's `queue` module.
 
 use std::sync::Arc;
 
@@ -61,10 +63,9 @@ pub enum Write {
         kv: Option<KvEffects>,
         /// A child run the step starts.
         spawn: Option<Box<Spawn>>,
-        /// The messages the step emitted, with its path: each is
-        /// committed, with a delivery for each subscription of its
-        /// channel.
-        emitted: Option<Box<(String, Vec<Emission>)>>,
+        /// The messages the step emitted: each is committed, with a
+        /// delivery for each subscription of its channel.
+        emitted: Option<Box<Emitted>>,
     },
     /// Makes a subscription (one that exists with the same target is
     /// kept; with another, refused with
@@ -81,21 +82,27 @@ pub enum Write {
     /// the change does not apply to its state.
     Delivery(String, DeliveryOp),
     /// An outside actor's answer to an `await` step of a run that is not in
-    /// memory; see `act` in the store. Refused with
-    /// [`StoreError::NotFound`](super::StoreError::NotFound) (no such run),
-    /// [`StoreError::RunEnded`](super::StoreError::RunEnded),
+    /// memory, decided on the run as it was at `expect` step records: the
+    /// answer's record goes to `(run, expect)`, the run's record is
+    /// replaced, the wait's timeout goes, and the run is awake. Refused
+    /// with [`StoreError::NotFound`](super::StoreError::NotFound) (no such
+    /// run), [`StoreError::RunEnded`](super::StoreError::RunEnded),
     /// [`StoreError::Busy`](super::StoreError::Busy) (the run is not
-    /// suspended), [`StoreError::NotWaiting`](super::StoreError::NotWaiting)
-    /// or [`StoreError::TimerGone`](super::StoreError::TimerGone).
+    /// suspended), [`StoreError::Changed`](super::StoreError::Changed) (it
+    /// has another number of records) or
+    /// [`StoreError::TimerGone`](super::StoreError::TimerGone).
     Act {
         /// The run.
         run: String,
-        /// The step's result (its `seq` is set by the store).
-        record: Box<StepRecord>,
+        /// Its step records when the answer was decided; the answer's
+        /// `seq`.
+        expect: u32,
+        /// The encoded [`StepRecord`] of the answer.
+        record: Vec<u8>,
+        /// The encoded [`RunRecord`], awake.
+        wake: Vec<u8>,
         /// The wait's timeout, removed with it.
         timer: Option<TimerRef>,
-        /// Now.
-        now: weft_core::clock::Timestamp,
     },
     /// Carries out an outbox row that starts a run: records the run unless
     /// one with its id exists, and closes the row. Never refused, so it can
@@ -117,18 +124,41 @@ pub enum Write {
         /// Whether the run is still `running` after this write.
         running: bool,
     },
-    /// Fires the timer `.0` for a run that is not in memory: refused with
-    /// [`StoreError::TimerGone`](super::StoreError::TimerGone) unless it is
-    /// pending and its run is running. Commits what its kind records, marks
-    /// the run awake, and removes the timer. See
-    /// [`TimerRecord::fired_record`].
-    FireTimer(TimerRef, weft_core::clock::Timestamp),
-    /// Cancels run `.0`, which must be running and not in memory: refused
-    /// with [`StoreError::NotFound`](super::StoreError::NotFound) if there
-    /// is no such run, and with
-    /// [`StoreError::RunEnded`](super::StoreError::RunEnded) if it has
-    /// ended. Its timers go with it.
-    CancelRun(String, weft_core::clock::Timestamp),
+    /// Fires a timer, decided on its run as it was at `expect` step
+    /// records: the fire's record (if its kind leaves one) goes to `(run,
+    /// expect)`, the run's record is replaced (awake), and the timer row
+    /// goes. Refused with
+    /// [`StoreError::TimerGone`](super::StoreError::TimerGone) unless the
+    /// row is pending and the run is running, and with
+    /// [`StoreError::Changed`](super::StoreError::Changed) if the run has
+    /// another number of records.
+    FireTimer {
+        /// The timer.
+        fired: TimerRef,
+        /// Its run.
+        run: String,
+        /// The run's step records the fire was decided on.
+        expect: u32,
+        /// The encoded [`StepRecord`] the fire leaves, numbered `expect`.
+        record: Option<Vec<u8>>,
+        /// The encoded [`RunRecord`], awake.
+        wake: Vec<u8>,
+    },
+    /// Cancels a run that is not in memory, decided on it as it was at
+    /// `expect` step records: its record is replaced by `ended`, it is
+    /// marked cancelled, and its timers go. Refused with
+    /// [`StoreError::NotFound`](super::StoreError::NotFound) if there is no
+    /// such run, [`StoreError::RunEnded`](super::StoreError::RunEnded) if
+    /// it has ended, and [`StoreError::Changed`](super::StoreError::Changed)
+    /// if it has another number of records.
+    CancelRun {
+        /// The run.
+        id: String,
+        /// Its step records when the cancel was decided.
+        expect: u32,
+        /// The encoded [`RunRecord`], cancelled.
+        ended: Vec<u8>,
+    },
     /// Writes a cron trigger's row; with `expect`, only if the stored row
     /// is at that version, 0 meaning that there is none (else refused with
     /// [`StoreError::Exists`](super::StoreError::Exists) when 0 was
@@ -172,6 +202,18 @@ pub enum Write {
         /// The component's bytes.
         bytes: Arc<[u8]>,
     },
+}
+
+/// The messages one step emitted, committed with its record.
+#[derive(Debug, Clone)]
+pub struct Emitted {
+    /// The step's path.
+    pub path: String,
+    /// When the step's commit was decided: the messages' and deliveries'
+    /// stamp.
+    pub at: weft_core::clock::Timestamp,
+    /// The messages, in the order they were emitted.
+    pub messages: Vec<Emission>,
 }
 
 /// A timer to write: its key and its encoded [`TimerRecord`].
@@ -284,7 +326,13 @@ impl Write {
             fired,
             kv: kv.filter(|kv| !kv.writes.is_empty() || !kv.reads.is_empty()),
             spawn: spawn.map(Box::new),
-            emitted: (!emitted.is_empty()).then(|| Box::new((step.path.clone(), emitted))),
+            emitted: (!emitted.is_empty()).then(|| {
+                Box::new(Emitted {
+                    path: step.path.clone(),
+                    at: run.updated_at,
+                    messages: emitted,
+                })
+            }),
         }
     }
 
@@ -322,6 +370,45 @@ impl Write {
             id: run.id.clone(),
             run: encode(run),
             running: run.state == RunState::Running,
+        }
+    }
+
+    /// Timer `fired`'s fire, leaving `record` (numbered `expect`), decided
+    /// on the run as it was at `expect` records; `wake` is the run after it.
+    pub fn fire_timer(
+        fired: TimerRef,
+        expect: u32,
+        record: Option<&StepRecord>,
+        wake: &RunRecord,
+    ) -> Self {
+        Self::FireTimer {
+            fired,
+            run: wake.id.clone(),
+            expect,
+            record: record.map(encode),
+            wake: encode(wake),
+        }
+    }
+
+    /// An `await` answer, `record` (numbered `expect`), which also removes
+    /// the wait's `timer`; `wake` is the run after it.
+    pub fn act(record: &StepRecord, timer: Option<TimerRef>, wake: &RunRecord) -> Self {
+        Self::Act {
+            run: wake.id.clone(),
+            expect: record.seq,
+            record: encode(record),
+            wake: encode(wake),
+            timer,
+        }
+    }
+
+    /// The cancel of a run that had `expect` records; `ended` is the run
+    /// after it.
+    pub fn cancel_run(expect: u32, ended: &RunRecord) -> Self {
+        Self::CancelRun {
+            id: ended.id.clone(),
+            expect,
+            ended: encode(ended),
         }
     }
 }

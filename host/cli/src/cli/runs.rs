@@ -237,8 +237,10 @@ fn cancel(data_dir: &Path, run_id: &str) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::from(EXIT_INVALID));
     };
     let now = weft::Clock::now(&weft::SystemClock);
-    let cancel = weft::store::Write::CancelRun(run.id.clone(), now);
-    match store.apply(&[&cancel])?.pop().unwrap_or(Ok(())) {
+    let cancelled = weft::engine::cancel_in_store(&store, &run.id, now, |write| {
+        store.apply(&[&write])?.pop().unwrap_or(Ok(()))
+    });
+    match cancelled {
         Ok(()) => {
             out!("run {run_id} cancelled");
             Ok(ExitCode::SUCCESS)

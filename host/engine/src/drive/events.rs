@@ -14,7 +14,7 @@ impl Drive {
     /// commit (a `sleep`'s end, the run's deadline); `None` for a retry
     /// delay, whose fire records nothing.
     pub(crate) fn fired(&self, timer: &TimerRecord) -> Option<Finished> {
-        let record = timer.fired_record(&self.run.id, 0)?;
+        let record = crate::stored::fired_record(timer, 0)?;
         Some(Finished {
             path: timer.path.clone(),
             record,

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use weft_core::lock;
-use weft_store::{StoreError, Write};
+use weft_store::StoreError;
 
 use crate::drive::{Answer, Drive, Reply};
 use crate::error::ActError;
@@ -28,8 +28,12 @@ impl Core {
                 return Ok(());
             }
         }
-        self.commits
-            .commit(Write::CancelRun(id.to_owned(), self.clock.now()))
+        crate::stored::cancel_in_store(
+            self.launcher.store.as_ref(),
+            id,
+            self.clock.now(),
+            |write| self.commits.commit(write),
+        )
     }
 
     /// Answers the `await` leaf at `path` of run `id`: through its cell
@@ -125,13 +129,12 @@ impl Core {
                 state,
             });
         }
-        let record = answer.record(id, path, &leaf, self.clock.now());
-        match self.commits.commit(Write::Act {
-            run: id.to_owned(),
-            record: Box::new(record),
-            timer: leaf.timer,
-            now: self.clock.now(),
-        }) {
+        let now = self.clock.now();
+        let record = answer.record(id, path, &leaf, now);
+        match self
+            .commits
+            .commit(crate::stored::act(record, leaf.timer, &run, now))
+        {
             Ok(()) => {
                 self.enqueue(Work::Wake(id.to_owned()));
                 Ok(())
@@ -142,9 +145,9 @@ impl Core {
                 state: "timed out".to_owned(),
             }),
             Err(StoreError::RunEnded(_)) => Err(ActError::Ended(id.to_owned())),
-            // What was read above changed before the write: another
-            // process answered the step, woke the run, or removed it.
-            Err(StoreError::NotWaiting { .. }) => Err(ActError::NotWaiting {
+            // The run moved on after it was read above: another process
+            // answered the step, or the run woke.
+            Err(StoreError::Changed(_)) => Err(ActError::NotWaiting {
                 run: id.to_owned(),
                 step: path.to_owned(),
                 state: "no longer waiting".to_owned(),

@@ -4,13 +4,13 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use weft_core::lock;
-use weft_store::{StoreError, TimerKind, TimerRecord, Write};
+use weft_store::{StoreError, TimerKind, TimerRecord};
 
-use super::{Core, Work};
+use super::{Core, Live, Work};
 
 /// How often waits on child runs are checked against the store.
 const WATCH_POLL: Duration = Duration::from_secs(1);
@@ -51,31 +51,7 @@ impl Core {
                     // run cannot suspend before the fire lands.
                     live.task.drive.timers.remove(&timer.path);
                     drop(live);
-                    let core = Arc::clone(self);
-                    let write = Write::FireTimer(timer.timer, self.clock.now());
-                    self.commits.submit(
-                        write,
-                        Box::new(move |outcome| {
-                            let mut live = lock(&cell);
-                            if live.closed {
-                                if outcome.is_ok() {
-                                    core.enqueue(Work::Wake(timer.run));
-                                }
-                                return;
-                            }
-                            match outcome {
-                                Ok(()) | Err(StoreError::TimerGone(_)) => {
-                                    let drive = &mut live.task.drive;
-                                    drive.busy.remove(&timer.path);
-                                    if let Some(leaf) = drive.results.get_mut(&timer.path) {
-                                        leaf.timer = None;
-                                    }
-                                    core.enqueue(Work::Advance(Arc::clone(&cell)));
-                                }
-                                Err(e) => core.finish(&mut live, Err(e)),
-                            }
-                        }),
-                    );
+                    self.fire_retry(cell, timer);
                 } else {
                     if let Some(finished) = live.task.drive.fired(&timer) {
                         live.finished.push_back(finished);
@@ -91,19 +67,83 @@ impl Core {
         if lock(&self.admission).known.contains(&timer.run) {
             return;
         }
+        let run = match self.launcher.store.run(&timer.run) {
+            Ok(Some(run)) if !run.state.is_terminal() => run,
+            // Gone or ended: the timer wakes nothing.
+            Ok(_) => return,
+            Err(e) => {
+                tracing::error!(run = %timer.run, "cannot fire a timer: {e}");
+                return;
+            }
+        };
         let core = Arc::clone(self);
-        let run = timer.run.clone();
         self.commits.submit(
-            Write::FireTimer(timer.timer, self.clock.now()),
+            crate::stored::fire(&timer, &run, self.clock.now()),
             Box::new(move |outcome| match outcome {
                 Ok(()) => {
                     core.fired(timer.timer.due);
-                    core.enqueue(Work::Wake(run));
+                    core.enqueue(Work::Wake(timer.run));
                 }
                 Err(StoreError::TimerGone(_)) => {}
-                Err(e) => tracing::error!(%run, "cannot fire a timer: {e}"),
+                // The run moved on since it was read: decide again.
+                Err(StoreError::Changed(_)) => core.enqueue(Work::Fire(Box::new(timer))),
+                Err(e) => tracing::error!(run = %timer.run, "cannot fire a timer: {e}"),
             }),
         );
+    }
+
+    /// Fires retry delay `timer` of resident run `cell`: the store removes
+    /// the timer row and marks the stored run awake, then the leaf is ready
+    /// for its next attempt.
+    fn fire_retry(self: &Arc<Self>, cell: Arc<Mutex<Live>>, timer: TimerRecord) {
+        let write = match self.launcher.store.run(&timer.run) {
+            Ok(Some(run)) if !run.state.is_terminal() => {
+                crate::stored::fire(&timer, &run, self.clock.now())
+            }
+            // Ended in the store: the run's next commit is refused and
+            // closes it.
+            Ok(_) => {
+                let mut live = lock(&cell);
+                if !live.closed {
+                    self.retry_ready(&mut live, &cell, &timer.path);
+                }
+                return;
+            }
+            Err(e) => return self.finish(&mut lock(&cell), Err(e)),
+        };
+        let core = Arc::clone(self);
+        self.commits.submit(
+            write,
+            Box::new(move |outcome| {
+                let mut live = lock(&cell);
+                if live.closed {
+                    if outcome.is_ok() {
+                        core.enqueue(Work::Wake(timer.run));
+                    }
+                    return;
+                }
+                match outcome {
+                    Ok(()) | Err(StoreError::TimerGone(_)) => {
+                        core.retry_ready(&mut live, &cell, &timer.path);
+                    }
+                    // A commit of the run landed since it was read: decide
+                    // again.
+                    Err(StoreError::Changed(_)) => core.enqueue(Work::Fire(Box::new(timer))),
+                    Err(e) => core.finish(&mut live, Err(e)),
+                }
+            }),
+        );
+    }
+
+    /// The retry delay of the leaf at `path` is over: it is ready for its
+    /// next attempt.
+    fn retry_ready(self: &Arc<Self>, live: &mut Live, cell: &Arc<Mutex<Live>>, path: &str) {
+        let drive = &mut live.task.drive;
+        drive.busy.remove(path);
+        if let Some(leaf) = drive.results.get_mut(path) {
+            leaf.timer = None;
+        }
+        self.enqueue(Work::Advance(Arc::clone(cell)));
     }
 
     /// Notes a durable fire's lag, when measuring.

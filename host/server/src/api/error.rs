@@ -140,10 +140,6 @@ impl From<StoreError> for ApiError {
                 "run_busy",
                 format!("run `{run}` is in progress in another process"),
             ),
-            StoreError::NotWaiting { run, step } => conflict(
-                "not_waiting",
-                format!("step `{step}` of run `{run}` is not waiting"),
-            ),
             StoreError::Closed => Self::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "unavailable",

@@ -6,20 +6,19 @@
 //! Each function checks what may refuse its write before its first
 //! write, so that a refused write stores nothing. The one exception: a
 //! timer that fires for a run that is gone or has ended is removed as it
-//! is refused.
+//! is refused. No function here decides what a record says: the engine
+//! builds every run and step record, and a write decided on a run read
+//! before names the number of records it saw (`run_at`).
 
 use std::sync::Arc;
 
 use redb::ReadableTable;
 
 use super::{Tables, decode, decode_kv, encode_kv};
-use crate::write::encode;
 use crate::{
-    Emission, ErrorRecord, RunError, RunRecord, RunState, ScheduleRecord, Spawn, StoreError,
-    TimerRecord, TimerRef, TimerRow, What, Write,
+    Emitted, RunRecord, ScheduleRecord, Spawn, StoreError, TimerRef, TimerRow, What, Write,
 };
 use weft_core::KvEffects;
-use weft_core::clock::Timestamp;
 
 impl Tables<'_> {
     /// Applies one write. `Ok(Err(_))`: this write is refused and nothing
@@ -71,14 +70,21 @@ impl Tables<'_> {
             Write::Delivery(id, op) => self.delivery(id, op),
             Write::Act {
                 run,
+                expect,
                 record,
+                wake,
                 timer,
-                now,
-            } => self.act(run, record, *timer, *now),
+            } => self.act(run, *expect, record, wake, *timer),
             Write::StartRun { outbox, id, run } => self.start_run(outbox, id, run),
             Write::UpdateRun { id, run, running } => self.update_run(id, run, *running),
-            Write::FireTimer(fired, now) => self.fire_timer(*fired, *now),
-            Write::CancelRun(id, now) => self.cancel_run(id, *now),
+            Write::FireTimer {
+                fired,
+                run,
+                expect,
+                record,
+                wake,
+            } => self.fire_timer(*fired, run, *expect, record.as_deref(), wake),
+            Write::CancelRun { id, expect, ended } => self.cancel_run(id, *expect, ended),
             Write::Schedule {
                 key,
                 expect,
@@ -152,7 +158,7 @@ impl Tables<'_> {
         fired: Option<TimerRef>,
         kv: Option<&KvEffects>,
         spawn: Option<&Spawn>,
-        emitted: Option<&(String, Vec<Emission>)>,
+        emitted: Option<&Emitted>,
     ) -> Result<Result<(), StoreError>, StoreError> {
         if self.ended(id)? {
             return Ok(Err(StoreError::RunEnded(id.to_owned())));
@@ -179,8 +185,8 @@ impl Tables<'_> {
         if let Some(timer) = timer {
             self.insert_timer(timer)?;
         }
-        if let Some((path, emissions)) = emitted {
-            self.emit(id, path, emissions)?;
+        if let Some(emitted) = emitted {
+            self.emit(id, emitted)?;
         }
         backend!(self.steps.insert((id, seq), step))?;
         self.set_run(id, run, running, suspended)?;
@@ -242,73 +248,108 @@ impl Tables<'_> {
         Ok(Ok(()))
     }
 
-    /// Fires timer `fired` for a run that is not in memory: commits what
-    /// its kind records, marks the run awake and removes the timer.
-    /// Refused unless the timer is pending and its run is running.
+    /// Fires timer `fired` of run `id`: stores the fire's `record` at
+    /// `(id, expect)` and `wake` as the run, awake, and removes the timer.
+    /// Refused unless the timer is pending, its run is running, and the run
+    /// has `expect` records.
     fn fire_timer(
         &mut self,
         fired: TimerRef,
-        now: Timestamp,
+        id: &str,
+        expect: u32,
+        record: Option<&[u8]>,
+        wake: &[u8],
     ) -> Result<Result<(), StoreError>, StoreError> {
-        let Some(timer) = backend!(self.timers.get(fired.key()))?
-            .map(|bytes| decode::<TimerRecord>(fired.id, bytes.value()))
-            .transpose()?
-        else {
+        if backend!(self.timers.get(fired.key()))?.is_none() {
             return Ok(Err(StoreError::TimerGone(fired.id)));
-        };
-        let run = backend!(self.runs.get(timer.run.as_str()))?
-            .map(|bytes| decode::<RunRecord>(&timer.run, bytes.value()))
-            .transpose()?;
-        let Some(mut run) = run.filter(|run| !run.state.is_terminal()) else {
-            // Its run is gone or ended: the timer wakes nothing.
-            self.remove_timer(&timer.run, fired.key())?;
-            return Ok(Err(StoreError::TimerGone(fired.id)));
-        };
-        if let Some(record) = timer.fired_record(&run.id, run.step_records) {
-            backend!(
-                self.steps
-                    .insert((run.id.as_str(), record.seq), encode(&record).as_slice())
-            )?;
-            run.step_records += 1;
         }
-        run.suspended = false;
-        run.updated_at = now;
-        self.remove_timer(&run.id, fired.key())?;
-        self.set_run(&run.id, &encode(&run), true, false)?;
+        match self.run_at(id, expect)? {
+            Ok(_) => {}
+            Err(StoreError::Changed(what)) => return Ok(Err(StoreError::Changed(what))),
+            Err(_) => {
+                // Its run is gone or ended: the timer wakes nothing.
+                self.remove_timer(id, fired.key())?;
+                return Ok(Err(StoreError::TimerGone(fired.id)));
+            }
+        }
+        if let Some(record) = record {
+            backend!(self.steps.insert((id, expect), record))?;
+        }
+        self.remove_timer(id, fired.key())?;
+        self.set_run(id, wake, true, false)?;
         Ok(Ok(()))
     }
 
-    /// Cancels run `id`, which is not in memory; its timers go with it.
-    /// Refused if there is no such run, or if it has ended.
+    /// Cancels run `id`: stores `ended` as its record and marks it
+    /// cancelled; its timers go with it. Refused if there is no such run,
+    /// if it has ended, or if it does not have `expect` records.
     fn cancel_run(
         &mut self,
         id: &str,
-        now: Timestamp,
+        expect: u32,
+        ended: &[u8],
     ) -> Result<Result<(), StoreError>, StoreError> {
-        let Some(mut run) = backend!(self.runs.get(id))?
+        if let Err(refused) = self.run_at(id, expect)? {
+            return Ok(Err(refused));
+        }
+        self.set_run(id, ended, false, false)?;
+        backend!(self.cancelled.insert(id, ()))?;
+        Ok(Ok(()))
+    }
+
+    /// An answer to an `await` step of suspended run `id`, decided on the
+    /// run at `expect` records (whether the step waits is the engine's to
+    /// say): stores `record` at `(id, expect)` and `wake` as the run, and
+    /// removes the wait's timeout. Refused unless the run is suspended with
+    /// `expect` records and the timeout is pending.
+    pub(super) fn act(
+        &mut self,
+        id: &str,
+        expect: u32,
+        record: &[u8],
+        wake: &[u8],
+        timer: Option<TimerRef>,
+    ) -> Result<Result<(), StoreError>, StoreError> {
+        let run = match self.run_at(id, expect)? {
+            Ok(run) => run,
+            Err(refused) => return Ok(Err(refused)),
+        };
+        if !run.suspended {
+            return Ok(Err(StoreError::Busy { run: id.to_owned() }));
+        }
+        if let Some(timer) = timer {
+            if backend!(self.timers.get(timer.key()))?.is_none() {
+                return Ok(Err(StoreError::TimerGone(timer.id)));
+            }
+            self.remove_timer(id, timer.key())?;
+        }
+        backend!(self.steps.insert((id, expect), record))?;
+        self.set_run(id, wake, true, false)?;
+        Ok(Ok(()))
+    }
+
+    /// The stored run `id`, if it is running (or suspended) with `expect`
+    /// step records: the condition of every write decided on a run read
+    /// before. `Ok(Err(_))`: [`StoreError::NotFound`],
+    /// [`StoreError::RunEnded`] or [`StoreError::Changed`].
+    pub(super) fn run_at(
+        &self,
+        id: &str,
+        expect: u32,
+    ) -> Result<Result<RunRecord, StoreError>, StoreError> {
+        let Some(run) = backend!(self.runs.get(id))?
             .map(|bytes| decode::<RunRecord>(id, bytes.value()))
             .transpose()?
         else {
             return Ok(Err(StoreError::NotFound(What::Run(id.to_owned()))));
         };
-        if run.state.is_terminal() {
+        if run.state.is_terminal() || self.ended(id)? {
             return Ok(Err(StoreError::RunEnded(id.to_owned())));
         }
-        run.state = RunState::Cancelled;
-        run.suspended = false;
-        run.updated_at = now;
-        run.error = Some(RunError {
-            step: None,
-            error: ErrorRecord {
-                code: "cancelled".to_owned(),
-                message: "the run was cancelled".to_owned(),
-                retryable: false,
-                details: None,
-            },
-        });
-        self.set_run(id, &encode(&run), false, false)?;
-        backend!(self.cancelled.insert(id, ()))?;
-        Ok(Ok(()))
+        if run.step_records != expect {
+            return Ok(Err(StoreError::Changed(What::Run(id.to_owned()))));
+        }
+        Ok(Ok(run))
     }
 
     /// Writes cron trigger `key`'s row (`None` removes it), with the run

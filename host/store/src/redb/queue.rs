@@ -8,8 +8,7 @@ use crate::messages::{
     DeliveryOp, DeliveryRecord, DeliveryState, MessageRecord, SubscriptionRecord,
 };
 use crate::write::encode;
-use crate::{RunRecord, StepRecord, StoreError, TimerRef, What};
-use weft_core::Emission;
+use crate::{Emitted, StoreError, What};
 use weft_core::clock::Timestamp;
 
 /// The keys of `channel`'s subscriptions in a table keyed
@@ -36,20 +35,15 @@ fn wrong_state(delivery: &DeliveryRecord) -> StoreError {
 }
 
 impl Tables<'_> {
-    /// Commits `emitted` (from step `path` of run `run`): each message gets
-    /// the next `seq`, and each subscription of its channel a delivery.
-    pub(super) fn emit(
-        &mut self,
-        run: &str,
-        path: &str,
-        emitted: &[Emission],
-    ) -> Result<(), StoreError> {
+    /// Commits what a step of run `run` emitted: each message gets the next
+    /// `seq`, and each subscription of its channel a delivery, stamped with
+    /// the commit's time.
+    pub(super) fn emit(&mut self, run: &str, emitted: &Emitted) -> Result<(), StoreError> {
         let mut seq = backend!(self.messages.last())?.map_or(0, |(k, _)| k.value());
-        let committed_us = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
-        let now = Timestamp(committed_us / 1000);
-        for emission in emitted {
+        let now = emitted.at;
+        let committed_us = now.as_millis().saturating_mul(1000);
+        let path = emitted.path.as_str();
+        for emission in &emitted.messages {
             seq += 1;
             let (from, to) = channel_range(&emission.channel);
             let mut subscriptions = Vec::new();
@@ -358,65 +352,6 @@ impl Tables<'_> {
         backend!(self.dead.remove(queue_key))?;
         backend!(self.deliveries.remove(id))?;
         self.settle(delivery.seq, None)?;
-        Ok(Ok(()))
-    }
-
-    /// Records an outside actor's answer to a waiting `await` step of a run
-    /// that is not in memory: refused unless the run is suspended and the
-    /// step's last record is its wait, without an outcome. The run is
-    /// marked awake; the caller brings it back.
-    pub(super) fn act(
-        &mut self,
-        id: &str,
-        record: &StepRecord,
-        timer: Option<TimerRef>,
-        now: Timestamp,
-    ) -> Result<Result<(), StoreError>, StoreError> {
-        let Some(mut run) = backend!(self.runs.get(id))?
-            .map(|bytes| decode::<RunRecord>(id, bytes.value()))
-            .transpose()?
-        else {
-            return Ok(Err(StoreError::NotFound(What::Run(id.to_owned()))));
-        };
-        if run.state.is_terminal() || self.ended(id)? {
-            return Ok(Err(StoreError::RunEnded(id.to_owned())));
-        }
-        if !run.suspended {
-            return Ok(Err(StoreError::Busy { run: id.to_owned() }));
-        }
-        let mut last: Option<StepRecord> = None;
-        for entry in backend!(self.steps.range((id, 0u32)..=(id, u32::MAX)))? {
-            let (_, value) = backend!(entry)?;
-            let stored: StepRecord = decode(id, value.value())?;
-            if stored.path == record.path {
-                last = Some(stored);
-            }
-        }
-        let waiting = last
-            .as_ref()
-            .is_some_and(|l| l.awaiting && l.output.is_none() && l.error.is_none() && !l.skipped);
-        if !waiting {
-            return Ok(Err(StoreError::NotWaiting {
-                run: id.to_owned(),
-                step: record.path.clone(),
-            }));
-        }
-        if let Some(timer) = timer {
-            if backend!(self.timers.get(timer.key()))?.is_none() {
-                return Ok(Err(StoreError::TimerGone(timer.id)));
-            }
-            self.remove_timer(id, timer.key())?;
-        }
-        let mut record = record.clone();
-        record.seq = run.step_records;
-        backend!(
-            self.steps
-                .insert((id, record.seq), encode(&record).as_slice())
-        )?;
-        run.step_records += 1;
-        run.suspended = false;
-        run.updated_at = now;
-        self.set_run(id, &encode(&run), true, false)?;
         Ok(Ok(()))
     }
 }

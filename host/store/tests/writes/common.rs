@@ -133,8 +133,26 @@ pub(crate) fn spawn() -> Spawn {
     Spawn::new(&outbox_row(), &def("d2", "id: child"), vec![component])
 }
 
-pub(crate) fn cancel(secs: u64) -> Write {
-    Write::CancelRun(R.to_owned(), at(secs))
+/// Run `r` as stored, or as it would be made when there is none.
+pub(crate) fn current(s: &dyn Store) -> RunRecord {
+    s.run(R).unwrap().unwrap_or_else(|| run(R))
+}
+
+/// Run `r`'s cancel at `secs`, decided on the run as stored.
+pub(crate) fn cancel(s: &dyn Store, secs: u64) -> Write {
+    let run = current(s);
+    let mut ended = run.clone();
+    (ended.state, ended.suspended) = (RunState::Cancelled, false);
+    ended.updated_at = at(secs);
+    Write::cancel_run(run.step_records, &ended)
+}
+
+/// `decide`'s write, decided on the store as it is, after which run `r`
+/// moves on by one record: the write is stale when it lands.
+pub(crate) fn stale(s: &dyn Store, decide: fn(&dyn Store) -> Write) -> Write {
+    let write = decide(s);
+    put(s, commit(s, R, "later"));
+    write
 }
 
 /// Run `r` as stored, in state `state`, awake.
@@ -224,6 +242,11 @@ pub(crate) fn duplicate(e: &StoreError, used: &str, by: &str) -> bool {
 
 pub(crate) fn exists(e: &StoreError, what: What) -> bool {
     matches!(e, StoreError::Exists(found) if *found == what)
+}
+
+/// The refusal of a write decided on run `r` before it moved on.
+pub(crate) fn changed(e: &StoreError) -> bool {
+    matches!(e, StoreError::Changed(What::Run(id)) if id == R)
 }
 
 pub(crate) fn not_found(e: &StoreError, what: What) -> bool {

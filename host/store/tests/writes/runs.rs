@@ -8,9 +8,9 @@ use weft_store::TimerKind::Deadline;
 use weft_store::{DEADLINE_PATH, Store, StoreError, What, Write};
 
 use crate::common::{
-    R, armed, at, cancel, child, commit, commit_with, create, def, dozing, duplicate, ended,
-    exists, glance, is_running, keyed, no_timers, not_found, outbox_row, run, spawn, started,
-    stored_run, timer, timers, update, with_deadline,
+    R, armed, at, cancel, changed, child, commit, commit_with, create, def, dozing, duplicate,
+    ended, exists, glance, is_running, keyed, no_timers, not_found, outbox_row, run, spawn, stale,
+    started, stored_run, timer, timers, update, with_deadline,
 };
 use crate::table::{given, open, put, walk};
 
@@ -134,7 +134,7 @@ fn update_run() {
                 assert!(is_running(s, R));
             }),
         given("a run cancelled in the store", started)
-            .then(|_| cancel(9))
+            .then(|s| cancel(s, 9))
             .write(|s| update(s, Failed))
             .refused(ended),
     ]);
@@ -146,21 +146,25 @@ fn update_run() {
 fn cancel_run() {
     walk(&[
         given("a cancel: the run ends, says why", dozing)
-            .write(|_| cancel(9))
+            .write(|s| cancel(s, 9))
             .stored(|s| {
                 assert_eq!(glance(s), (Cancelled, 1, false, false));
-                let run = stored_run(s, R);
-                let error = run.error.unwrap();
-                assert_eq!((error.step, error.error.code.as_str()), (None, "cancelled"));
-                assert_eq!(run.updated_at, at(9));
+                assert_eq!(stored_run(s, R).updated_at, at(9));
                 assert!(no_timers(s));
             }),
+        given("a cancel, then the driver's next commit", dozing)
+            .then(|s| cancel(s, 9))
+            .write(|s| commit(s, R, "next"))
+            .refused(ended),
+        given("a cancel decided before the run moved on", dozing)
+            .write(|s| stale(s, |s| cancel(s, 9)))
+            .refused(changed),
         given("a run that ended", started)
             .then(|s| update(s, Succeeded))
-            .write(|_| cancel(9))
+            .write(|s| cancel(s, 9))
             .refused(ended),
         given("no such run", |_| {})
-            .write(|_| cancel(9))
+            .write(|s| cancel(s, 9))
             .refused(|e| not_found(e, What::Run(R.into()))),
     ]);
 }

@@ -10,9 +10,9 @@ use weft_store::TimerKind::{self, Await, Deadline, Retry, Sleep};
 use weft_store::{DEADLINE_PATH, StepRecord, Store, StoreError, What, Write};
 
 use crate::common::{
-    R, SPACE, armed, at, cancel, commit, commit_with, def, dozing, emission, emit, ended, glance,
-    nap, no_timers, not_found, outbox_row, queued, spawn, started, step, stored_run, subscribe,
-    timer, timers, update,
+    R, SPACE, armed, at, cancel, changed, commit, commit_with, current, def, dozing, emission,
+    emit, ended, glance, nap, no_timers, not_found, outbox_row, queued, spawn, stale, started,
+    step, stored_run, subscribe, timer, timers, update,
 };
 use crate::table::{given, put, walk};
 
@@ -27,10 +27,6 @@ fn steps(s: &dyn Store) -> Vec<StepRecord> {
 
 fn timer_gone(e: &StoreError) -> bool {
     matches!(e, StoreError::TimerGone(7))
-}
-
-fn not_waiting(e: &StoreError, path: &str) -> bool {
-    matches!(e, StoreError::NotWaiting { run, step } if run == R && step == path)
 }
 
 fn kv_conflict(e: &StoreError, on: &str) -> bool {
@@ -107,7 +103,7 @@ fn commit_step() {
             })
             .refused(timer_gone),
         given("a run cancelled in the store", started)
-            .then(|_| cancel(9))
+            .then(|s| cancel(s, 9))
             .write(|s| commit(s, R, "one"))
             .refused(ended),
     ]);
@@ -197,24 +193,23 @@ fn awaiting(s: &dyn Store) {
     put(s, wait);
 }
 
-/// An outside actor's answer to the wait at `path`.
-fn answer(path: &str) -> Write {
-    let mut record = StepRecord::empty(R, 0, (0, path, path), 1, at(5));
+/// An outside actor's answer to the wait at `path`, decided on run `r` as
+/// stored.
+fn answer(s: &dyn Store, path: &str) -> Write {
+    let run = current(s);
+    let mut record = StepRecord::empty(R, run.step_records, (0, path, path), 1, at(5));
     record.output = Some(json!({ "approved": true }));
-    let (run, record, timer) = (R.to_owned(), Box::new(record), Some(timer(Await)));
-    Write::Act {
-        run,
-        record,
-        timer,
-        now: at(5),
-    }
+    let mut wake = run;
+    (wake.step_records, wake.suspended) = (wake.step_records + 1, false);
+    wake.updated_at = at(5);
+    Write::act(&record, Some(timer(Await)), &wake)
 }
 
 #[test]
 fn act() {
     walk(&[
         given("an answer to a waiting step", awaiting)
-            .write(|_| answer("ask"))
+            .write(|s| answer(s, "ask"))
             .stored(|s| {
                 let last = steps(s).pop().unwrap();
                 assert_eq!((last.seq, last.path.as_str()), (1, "ask"));
@@ -224,44 +219,62 @@ fn act() {
                 assert!(no_timers(s));
             }),
         given("no such run", |_| {})
-            .write(|_| answer("ask"))
+            .write(|s| answer(s, "ask"))
             .refused(|e| not_found(e, What::Run(R.into()))),
         given("a run that ended", awaiting)
             .then(|s| update(s, Failed))
-            .write(|_| answer("ask"))
+            .write(|s| answer(s, "ask"))
             .refused(ended),
         given("a run cancelled in the store", awaiting)
-            .then(|_| cancel(9))
-            .write(|_| answer("ask"))
+            .then(|s| cancel(s, 9))
+            .write(|s| answer(s, "ask"))
             .refused(ended),
         given("a run awake in a process", awaiting)
             .then(|s| update(s, Running))
-            .write(|_| answer("ask"))
+            .write(|s| answer(s, "ask"))
             .refused(|e| matches!(e, StoreError::Busy { run } if run == R)),
-        given("a step answered already", awaiting)
-            .then(|s| commit_with(s, R, "ask", |_, run, _| run.suspended = true))
-            .write(|_| answer("ask"))
-            .refused(|e| not_waiting(e, "ask")),
+        given("an answer decided before the run moved on", awaiting)
+            .write(|s| stale(s, |s| answer(s, "ask")))
+            .refused(changed),
         given("a wait whose timeout fired", awaiting)
             .then(|s| {
                 commit_with(s, R, "side", |_, run, x| {
                     (x.fired, run.suspended) = (Some(timer(Await)), true);
                 })
             })
-            .write(|_| answer("ask"))
+            .write(|s| answer(s, "ask"))
             .refused(timer_gone),
     ]);
 }
 
 // FireTimer.
 
-fn fire(kind: TimerKind) -> Write {
-    Write::FireTimer(timer(kind), at(61))
+/// Timer `kind`'s fire at 61 s, decided on run `r` as stored: every kind
+/// but a retry leaves a record, at the timer's path.
+fn fire(s: &dyn Store, kind: TimerKind) -> Write {
+    let run = current(s);
+    let seq = run.step_records;
+    let path = if kind == Deadline {
+        DEADLINE_PATH
+    } else {
+        "nap"
+    };
+    let record = (kind != Retry).then(|| {
+        let mut record = step(R, seq, path);
+        record.output = Some(json!({ "fired": seq }));
+        record
+    });
+    let mut wake = run;
+    wake.step_records += u32::from(record.is_some());
+    (wake.suspended, wake.updated_at) = (false, at(61));
+    Write::fire_timer(timer(kind), seq, record.as_ref(), &wake)
 }
 
-/// Run `r`'s last record's error code.
-fn last_error(s: &dyn Store) -> String {
-    steps(s).pop().unwrap().error.unwrap().code
+/// Run `r`'s last record: at `path`, numbered `seq`, the fire's.
+fn fired_at(s: &dyn Store, seq: u32, path: &str) {
+    let last = steps(s).pop().unwrap();
+    assert_eq!((last.seq, last.path.as_str()), (seq, path));
+    assert_eq!(last.output, Some(json!({ "fired": seq })));
 }
 
 /// Run `r` woke at 61 s, with `records` records.
@@ -274,44 +287,43 @@ fn woke(s: &dyn Store, records: u32) {
 fn fire_timer() {
     walk(&[
         given("a sleep's: records its end, wakes the run", sleeping)
-            .write(|_| fire(Sleep))
+            .write(|s| fire(s, Sleep))
             .stored(|s| {
-                let last = steps(s).pop().unwrap();
-                assert_eq!((last.seq, last.path.as_str(), last.error), (1, "nap", None));
-                let until = timer(Sleep).due.to_string();
-                assert_eq!(last.output, Some(json!({ "slept_until": until })));
+                fired_at(s, 1, "nap");
                 assert!(no_timers(s));
                 woke(s, 2);
             }),
         given("a retry's: wakes the run alone", started)
             .then(|s| nap(s, Retry))
-            .write(|_| fire(Retry))
+            .write(|s| fire(s, Retry))
             .stored(|s| {
                 assert!(no_timers(s));
                 woke(s, 1);
             }),
         given("a deadline's: records run_timeout", dozing)
-            .write(|_| fire(Deadline))
+            .write(|s| fire(s, Deadline))
             .stored(|s| {
-                assert_eq!(steps(s).pop().unwrap().path, DEADLINE_PATH);
-                assert_eq!(last_error(s), "run_timeout");
+                fired_at(s, 1, DEADLINE_PATH);
                 assert_eq!(timers(s, R), [armed(Sleep, "nap")]);
                 woke(s, 2);
             }),
         given("an await's: records await_timeout", started)
             .then(|s| nap(s, Await))
-            .write(|_| fire(Await))
+            .write(|s| fire(s, Await))
             .stored(|s| {
-                assert_eq!(last_error(s), "await_timeout");
+                fired_at(s, 1, "nap");
                 woke(s, 2);
             }),
         given("a timer that fired already", sleeping)
-            .then(|_| fire(Sleep))
-            .write(|_| fire(Sleep))
+            .then(|s| fire(s, Sleep))
+            .write(|s| fire(s, Sleep))
             .refused(timer_gone),
+        given("a fire decided before the run moved on", sleeping)
+            .write(|s| stale(s, |s| fire(s, Sleep)))
+            .refused(changed),
         given("a timer its run's cancel removed", sleeping)
-            .then(|_| cancel(9))
-            .write(|_| fire(Sleep))
+            .then(|s| cancel(s, 9))
+            .write(|s| fire(s, Sleep))
             .refused(timer_gone),
     ]);
 }

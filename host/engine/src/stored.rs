@@ -1,0 +1,237 @@
+//! What the engine writes to a run it does not hold in memory: a timer's
+//! fire, a cancel, an answer to an `await` step. Each record is decided
+//! here, on the run as read from the store; the write names the number of
+//! records that read saw, so the store refuses it (`StoreError::Changed`)
+//! if the run moved on meanwhile, and the change is decided again on a
+//! fresh read.
+
+use weft_core::ErrorRecord;
+use weft_core::clock::Timestamp;
+use weft_store::{
+    RunError, RunRecord, RunState, StepRecord, Store, StoreError, TimerKind, TimerRecord, Write,
+};
+
+/// How many times a change refused because its run moved on is decided
+/// again before the caller is told the run is busy.
+pub(crate) const ATTEMPTS: usize = 8;
+
+/// The record timer `timer`'s fire leaves in its run, numbered `seq`, if
+/// its kind leaves one: a `sleep` has slept, a deadline or an `await`
+/// timeout has failed; a retry delay leaves none (its next attempt is the
+/// record).
+pub(crate) fn fired_record(timer: &TimerRecord, seq: u32) -> Option<StepRecord> {
+    let base = StepRecord::empty(
+        &timer.run,
+        seq,
+        (timer.index, &timer.path, &timer.step_id),
+        timer.attempt,
+        timer.timer.due,
+    );
+    let due = timer.timer.due;
+    match timer.timer.kind {
+        TimerKind::Retry => None,
+        TimerKind::Sleep => Some(StepRecord {
+            output: Some(serde_json::json!({ "slept_until": due.to_string() })),
+            ..base
+        }),
+        TimerKind::Deadline => Some(StepRecord {
+            error: Some(ErrorRecord::fatal(
+                "run_timeout",
+                format!("the run's deadline passed at {due}"),
+            )),
+            ..base
+        }),
+        TimerKind::Await => Some(StepRecord {
+            error: Some(ErrorRecord::fatal(
+                "await_timeout",
+                format!("no action came before {due}"),
+            )),
+            ..base
+        }),
+    }
+}
+
+/// Timer `timer`'s fire in `run` as stored: the record it leaves, and the
+/// run awake.
+pub(crate) fn fire(timer: &TimerRecord, run: &RunRecord, now: Timestamp) -> Write {
+    let expect = run.step_records;
+    let record = fired_record(timer, expect);
+    let mut wake = run.clone();
+    if record.is_some() {
+        wake.step_records += 1;
+    }
+    wake.suspended = false;
+    wake.updated_at = now;
+    Write::fire_timer(timer.timer, expect, record.as_ref(), &wake)
+}
+
+/// The answer `record` to an `await` step of suspended `run`: numbered
+/// next, with the run awake.
+pub(crate) fn act(
+    mut record: StepRecord,
+    timer: Option<weft_store::TimerRef>,
+    run: &RunRecord,
+    now: Timestamp,
+) -> Write {
+    record.seq = run.step_records;
+    let mut wake = run.clone();
+    wake.step_records += 1;
+    wake.suspended = false;
+    wake.updated_at = now;
+    Write::act(&record, timer, &wake)
+}
+
+/// Cancels run `id`, which this process does not drive, through `commit`:
+/// the run ends `cancelled`, with error `cancelled`, and is marked so that
+/// whoever drives it stops at its next commit. Decided again while the run
+/// moves on under it, up to [`ATTEMPTS`] times. `Err(NotFound)` when there
+/// is no such run, `Err(RunEnded)` when it has ended, `Err(Busy)` when it
+/// kept moving.
+pub fn cancel_in_store(
+    store: &dyn Store,
+    id: &str,
+    now: Timestamp,
+    commit: impl Fn(Write) -> Result<(), StoreError>,
+) -> Result<(), StoreError> {
+    for _ in 0..ATTEMPTS {
+        let run = store
+            .run(id)?
+            .ok_or_else(|| StoreError::NotFound(weft_store::What::Run(id.to_owned())))?;
+        if run.state.is_terminal() {
+            return Err(StoreError::RunEnded(id.to_owned()));
+        }
+        match commit(cancel(&run, now)) {
+            Err(StoreError::Changed(_)) => continue,
+            outcome => return outcome,
+        }
+    }
+    Err(StoreError::Busy { run: id.to_owned() })
+}
+
+/// Run `run` cancelled.
+fn cancel(run: &RunRecord, now: Timestamp) -> Write {
+    let mut ended = run.clone();
+    ended.state = RunState::Cancelled;
+    ended.suspended = false;
+    ended.updated_at = now;
+    ended.error = Some(RunError {
+        step: None,
+        error: ErrorRecord::fatal("cancelled", "the run was cancelled"),
+    });
+    Write::cancel_run(run.step_records, &ended)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::panic)]
+
+    use serde_json::json;
+    use weft_store::{TimerRef, encode};
+
+    use super::*;
+
+    const NOW: Timestamp = Timestamp(90_000);
+
+    fn run() -> RunRecord {
+        serde_json::from_value(json!({
+            "id": "r", "workflow": "wf", "workflow_version": 1, "origin": "test",
+            "state": "running", "input": {}, "next_step": 0, "step_records": 3,
+            "step_count": 2, "plugins": {}, "definition": "d0", "created_at": Timestamp(0),
+            "updated_at": Timestamp(0), "suspended": true,
+        }))
+        .unwrap()
+    }
+
+    fn timer(kind: TimerKind) -> TimerRecord {
+        TimerRecord {
+            timer: TimerRef {
+                id: 7,
+                due: Timestamp(60_000),
+                kind,
+            },
+            run: "r".to_owned(),
+            path: "nap".to_owned(),
+            step_id: "nap".to_owned(),
+            index: 1,
+            attempt: 2,
+        }
+    }
+
+    #[test]
+    fn each_kind_of_fire_leaves_its_record() {
+        assert!(fired_record(&timer(TimerKind::Retry), 3).is_none());
+        let slept = fired_record(&timer(TimerKind::Sleep), 3).unwrap();
+        let until = Timestamp(60_000).to_string();
+        assert_eq!(slept.output, Some(json!({ "slept_until": until })));
+        assert_eq!(
+            (slept.seq, slept.path.as_str(), slept.attempt),
+            (3, "nap", 2)
+        );
+        let late = fired_record(&timer(TimerKind::Deadline), 3).unwrap();
+        assert_eq!(late.error.unwrap().code, "run_timeout");
+        let unanswered = fired_record(&timer(TimerKind::Await), 3).unwrap();
+        let error = unanswered.error.unwrap();
+        assert_eq!(
+            (error.code.as_str(), error.retryable),
+            ("await_timeout", false)
+        );
+    }
+
+    #[test]
+    fn a_fire_wakes_the_run_one_record_on_when_it_leaves_one() {
+        let Write::FireTimer {
+            expect,
+            record,
+            wake,
+            ..
+        } = fire(&timer(TimerKind::Sleep), &run(), NOW)
+        else {
+            panic!("not a fire");
+        };
+        let fired = fired_record(&timer(TimerKind::Sleep), 3).unwrap();
+        assert_eq!((expect, record), (3, Some(encode(&fired))));
+        let mut woken = run();
+        (woken.step_records, woken.suspended, woken.updated_at) = (4, false, NOW);
+        assert_eq!(wake, encode(&woken));
+        let Write::FireTimer { record, wake, .. } = fire(&timer(TimerKind::Retry), &run(), NOW)
+        else {
+            panic!("not a fire");
+        };
+        woken.step_records = 3;
+        assert_eq!((record, wake), (None, encode(&woken)));
+    }
+
+    #[test]
+    fn an_answer_is_numbered_next_and_wakes_the_run() {
+        let answer = StepRecord::empty("r", 0, (1, "ask", "ask"), 1, NOW);
+        let Write::Act {
+            expect,
+            record,
+            wake,
+            ..
+        } = act(answer.clone(), None, &run(), NOW)
+        else {
+            panic!("not an answer");
+        };
+        let numbered = StepRecord { seq: 3, ..answer };
+        assert_eq!((expect, record), (3, encode(&numbered)));
+        let mut woken = run();
+        (woken.step_records, woken.suspended, woken.updated_at) = (4, false, NOW);
+        assert_eq!(wake, encode(&woken));
+    }
+
+    #[test]
+    fn a_cancel_ends_the_run_and_says_why() {
+        let Write::CancelRun { expect, ended, .. } = cancel(&run(), NOW) else {
+            panic!("not a cancel");
+        };
+        let ended: RunRecord = serde_json::from_slice(&ended).unwrap();
+        assert_eq!(
+            (expect, ended.state, ended.suspended),
+            (3, RunState::Cancelled, false)
+        );
+        let error = ended.error.unwrap();
+        assert_eq!((error.step, error.error.code.as_str()), (None, "cancelled"));
+        assert_eq!(ended.updated_at, NOW);
+    }
+}
