@@ -9,6 +9,7 @@ use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::common::Scratch;
+use crate::common::server::{address_file, wait_for_address};
 use serde_json::{Value, json};
 
 const WORKFLOW: &str = r#"
@@ -79,8 +80,7 @@ impl Server {
 // The child is handed back inside `Server`; the test kills and waits for it.
 #[allow(clippy::zombie_processes)]
 fn start_server(scratch: &Scratch, n: usize) -> Server {
-    let addr_file = scratch.data_dir().join("serve.addr");
-    let _ = std::fs::remove_file(&addr_file);
+    let _ = std::fs::remove_file(address_file(scratch));
     let workflows = scratch.path().join("workflows");
     let log = scratch.path().join(format!("serve-{n}.log"));
     let mut child = scratch
@@ -91,25 +91,13 @@ fn start_server(scratch: &Scratch, n: usize) -> Server {
         .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Ok(text) = std::fs::read_to_string(&addr_file)
-            && text.ends_with('\n')
-        {
-            // The address file is written after recovery and the start line.
-            return Server {
-                child,
-                url: text.trim().to_owned(),
-                log,
-            };
-        }
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("weft serve did not start");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    // The address file is written after recovery and the start line.
+    let Some(url) = wait_for_address(scratch) else {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("weft serve did not start");
+    };
+    Server { child, url, log }
 }
 
 fn agent() -> ureq::Agent {

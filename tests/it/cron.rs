@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::common::server::serve;
-use crate::common::{Scratch, guests};
+use crate::common::{Scratch, guests, wait};
 use serde_json::{Value, json};
 use weft::engine::EngineConfig;
 use weft::store::{RunFilter, RunRecord, RunState, ScheduleRecord};
@@ -85,16 +85,19 @@ impl Host {
     }
 
     fn wait_until(&self, what: &str, done: impl Fn() -> bool) {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !done() {
-            assert!(
-                Instant::now() < deadline,
-                "never {what}: runs {:#?}\ntrigger {:#?}",
-                self.runs(),
-                self.store.schedules().unwrap()
-            );
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        let look = || if done() { Ok(()) } else { Err(()) };
+        wait(
+            Duration::from_secs(30),
+            Duration::from_millis(5),
+            look,
+            |()| {
+                format!(
+                    "never {what}: runs {:#?}\ntrigger {:#?}",
+                    self.runs(),
+                    self.store.schedules().unwrap()
+                )
+            },
+        );
     }
 
     /// Lets the cron thread look at the triggers a few times.
@@ -326,10 +329,7 @@ fn the_api_lists_pauses_and_resumes_triggers_and_cancels_runs() {
     )
     .unwrap();
     let mut host = serve(&scratch, 0);
-    let url = std::fs::read_to_string(scratch.data_dir().join("serve.addr"))
-        .unwrap()
-        .trim()
-        .to_owned();
+    let url = host.url.clone();
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .http_status_as_error(false)
         .build()

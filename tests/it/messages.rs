@@ -8,8 +8,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::common::Scratch;
 use crate::common::server::{Host, agent, serve};
+use crate::common::{Scratch, wait};
 use serde_json::{Value, json};
 
 fn scratch(workflows: &[(&str, &str)]) -> Scratch {
@@ -38,15 +38,20 @@ fn start(host: &Host, workflow: &str, input: Value) -> String {
 }
 
 fn wait_run(host: &Host, id: &str, what: &str, ready: impl Fn(&Value) -> bool) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
+    let look = || {
         let (status, body) = call(host, "GET", &format!("/v1/runs/{id}"), None);
         if status == 200 && ready(&body) {
-            return body;
+            Ok(body)
+        } else {
+            Err(body)
         }
-        assert!(Instant::now() < deadline, "run {id} never {what}: {body}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    };
+    wait(
+        Duration::from_secs(60),
+        Duration::from_millis(20),
+        look,
+        |body| format!("run {id} never {what}: {body}"),
+    )
 }
 
 fn ended(host: &Host, id: &str) -> Value {

@@ -6,6 +6,8 @@
 //! - [`names`]: the checks of ids and names people choose.
 //! - [`InputSchema`]: a compiled JSON Schema.
 //! - [`effects`]: what an attempt buffers until its commit.
+//! - [`ScheduleSpec`], [`Overlap`] and [`CatchUp`]: a cron trigger as
+//!   written (weft-model compiles it).
 //! - [`ErrorRecord`]: how an error is recorded and shown.
 //! - [`Signal`], [`lock`], [`read`] and [`write`]: waiting for news, locking
 //!   without poison.
@@ -15,6 +17,7 @@ mod digest;
 pub mod effects;
 mod error;
 pub mod names;
+mod schedule;
 mod schema;
 mod signal;
 
@@ -22,5 +25,6 @@ pub use clock::{Clock, SimClock, SystemClock, Timestamp};
 pub use digest::Digest;
 pub use effects::{Emission, KvEffects, LogLevel, LogLine, LogSource, Versioned};
 pub use error::ErrorRecord;
+pub use schedule::{CatchUp, Overlap, ScheduleSpec};
 pub use schema::InputSchema;
 pub use signal::{Signal, lock, read, write};

@@ -53,7 +53,7 @@ impl Cron {
     pub(super) fn run(mut self) {
         while !self.core.is_stopping() {
             let now = self.core.clock.now();
-            let mut next = Timestamp(now.as_millis().saturating_add(1_000));
+            let mut next = now + Duration::from_secs(1);
             match self.core.launcher.store.schedules() {
                 Ok(rows) => {
                     for row in rows {
@@ -82,7 +82,7 @@ impl Cron {
         // A buffered fire waits for the trigger's last run to end.
         if let Some(due) = row.buffered {
             if self.last_run_running(&row) {
-                return Some(Timestamp(now.as_millis() + 100));
+                return Some(now + Duration::from_millis(100));
             }
             let next_fire = row.next_fire;
             if !self.start(&mut row, due, next_fire) {
@@ -276,7 +276,7 @@ impl Cron {
         {
             return Some(schedule.clone());
         }
-        match row.spec.compile() {
+        match Schedule::compile(&row.spec) {
             Ok(schedule) => {
                 self.compiled
                     .insert(row.key.clone(), (row.version, schedule.clone()));
@@ -307,9 +307,7 @@ pub fn set_paused(
         updated.paused = paused;
         updated.version += 1;
         if !paused {
-            let schedule = row
-                .spec
-                .compile()
+            let schedule = Schedule::compile(&row.spec)
                 .map_err(|e| ScheduleError::Invalid(format!("trigger `{key}`: {e}")))?;
             updated.next_fire = schedule.next_after(now);
             updated.buffered = None;
@@ -366,7 +364,7 @@ pub fn add_schedule(
             .unwrap_or_default()
     });
     spec.id = Some(id.clone());
-    let schedule = spec.compile().map_err(ScheduleError::Invalid)?;
+    let schedule = Schedule::compile(&spec).map_err(ScheduleError::Invalid)?;
     let key = format!("{workflow}/{id}");
     let row = new_row(key.clone(), workflow, &schedule, origin, now);
     // Version 0: only if there is no such row yet.

@@ -4,12 +4,12 @@
 //! start child runs from a worker.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 use serde_json::Value;
 
 use weft_core::clock::{Clock, Timestamp};
-use weft_core::lock;
+use weft_core::{lock, read, write};
 use weft_model::{self as model, Format, Scope, Workflow, WorkflowDir, Workflows};
 use weft_store::{
     DefinitionRecord, Effect, OutboxRecord, ParentLink, RunRecord, RunState, Spawn, Store,
@@ -80,17 +80,11 @@ impl Launcher {
     }
 
     pub(super) fn set_workflows(&self, workflows: Arc<dyn Workflows>) {
-        *self
-            .workflows
-            .write()
-            .unwrap_or_else(PoisonError::into_inner) = workflows;
+        *write(&self.workflows) = workflows;
     }
 
     pub(super) fn workflow(&self, id: &str) -> Option<Arc<Workflow>> {
-        self.workflows
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(id)
+        read(&self.workflows).get(id)
     }
 
     /// A new run of `workflow` on `input`: the input is checked against the
@@ -125,7 +119,8 @@ impl Launcher {
             pins,
             components,
         } = self.source.pin(&workflow)?;
-        let definition = DefinitionRecord::of(&workflow);
+        let definition =
+            DefinitionRecord::new(&workflow.origin, workflow.format.name(), &workflow.source);
         let now = self.clock.now();
         let run = RunRecord {
             id: new_run_id(now),

@@ -36,9 +36,9 @@ pub use dir::{WorkflowDir, Workflows};
 pub use error::{DefinitionError, Location};
 pub use expr::{EvalError, Scope, StepEntry, Template};
 pub use policy::{Backoff, MAX_ATTEMPTS, RetryPolicy};
-pub use schedule::{CatchUp, MAX_CATCH_UP, Overlap, Schedule, ScheduleSpec};
-pub use weft_core::InputSchema;
+pub use schedule::{MAX_CATCH_UP, Schedule};
 pub use weft_core::names::check_id;
+pub use weft_core::{CatchUp, InputSchema, Overlap, ScheduleSpec};
 
 /// A checked workflow, ready to run.
 #[derive(Debug)]

@@ -1,81 +1,18 @@
-//! Cron triggers: when a workflow starts by itself. A spec is what a
-//! workflow's `on: schedule:` (or `weft schedules add`) says; it is kept
-//! as written in the trigger's row and compiled where it is used.
+//! Cron triggers: when a workflow starts by itself. A spec
+//! ([`ScheduleSpec`], in weft-core) is what a workflow's `on: schedule:` (or
+//! `weft schedules add`) says; it is kept as written in the trigger's row
+//! and compiled here ([`Schedule::compile`]) where it is used.
 
 use std::str::FromStr;
 use std::time::Duration;
 
 use chrono::{LocalResult, TimeZone, Utc};
-use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
+use weft_core::ScheduleSpec;
 use weft_core::clock::Timestamp;
 
 /// The most missed fires `catch_up: all` starts.
 pub const MAX_CATCH_UP: u32 = 1_000;
-
-/// A cron trigger, as written.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ScheduleSpec {
-    /// The trigger's name within its workflow; `cron-<n>` (its position,
-    /// from 1) when not given.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub id: Option<String>,
-    /// Six fields, seconds first: `sec min hour day-of-month month
-    /// day-of-week` (a seventh, the year, is allowed).
-    pub cron: String,
-    /// An IANA time zone (`Europe/Berlin`); UTC when not given.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub timezone: Option<String>,
-    /// Each fire starts its run up to this much later (`30s`), by an
-    /// amount fixed for that fire, so that many triggers do not start at
-    /// once.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub jitter: Option<String>,
-    /// The started run's input.
-    #[serde(default)]
-    pub input: Value,
-    /// What a fire does while the trigger's previous run is still running.
-    #[serde(default)]
-    pub overlap: Overlap,
-    /// What happens to fires missed while no host was running.
-    #[serde(default)]
-    pub catch_up: CatchUp,
-    /// For `catch_up: all`: at most this many missed fires are started,
-    /// the latest ones (default 100, at most 1,000).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub catch_up_limit: Option<u32>,
-}
-
-/// What a fire does while the previous run is still running.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Overlap {
-    /// The fire starts nothing.
-    #[default]
-    Skip,
-    /// The fire is kept, one at most, and starts when the previous run
-    /// ends.
-    BufferOne,
-    /// The previous run is cancelled, and the fire starts a new one.
-    CancelPrevious,
-    /// The fire starts a run anyway.
-    Allow,
-}
-
-/// What happens to fires missed while no host was running.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum CatchUp {
-    /// Each missed fire starts a run (the latest `catch_up_limit`).
-    All,
-    /// The latest missed fire starts one run.
-    #[default]
-    One,
-    /// Missed fires start nothing.
-    None,
-}
 
 /// A spec, checked and compiled.
 #[derive(Debug, Clone)]
@@ -87,34 +24,34 @@ pub struct Schedule {
     jitter: Duration,
 }
 
-impl ScheduleSpec {
-    /// Checks and compiles the spec; the error names the field.
-    pub fn compile(&self) -> Result<Schedule, String> {
-        let fields = self.cron.split_whitespace().count();
+impl Schedule {
+    /// Checks and compiles `spec`; the error names the field.
+    pub fn compile(spec: &ScheduleSpec) -> Result<Self, String> {
+        let fields = spec.cron.split_whitespace().count();
         if !(6..=7).contains(&fields) {
             return Err(format!(
                 "cron: `{}` has {fields} fields; weft's cron has six, seconds first \
                  (`0 */5 * * * *` is every five minutes)",
-                self.cron
+                spec.cron
             ));
         }
-        let cron = cron::Schedule::from_str(&self.cron)
-            .map_err(|e| format!("cron: `{}` is not a cron expression: {e}", self.cron))?;
-        let timezone = match &self.timezone {
+        let cron = cron::Schedule::from_str(&spec.cron)
+            .map_err(|e| format!("cron: `{}` is not a cron expression: {e}", spec.cron))?;
+        let timezone = match &spec.timezone {
             None => chrono_tz::UTC,
             Some(name) => name.parse::<chrono_tz::Tz>().map_err(|_| {
                 format!("timezone: `{name}` is not an IANA time zone such as `Europe/Berlin`")
             })?,
         };
-        let jitter = match &self.jitter {
+        let jitter = match &spec.jitter {
             None => Duration::ZERO,
             Some(text) => weft_core::clock::parse_duration(text)
                 .map_err(|message| format!("jitter: {message}"))?,
         };
-        if let Some(id) = &self.id {
+        if let Some(id) = &spec.id {
             crate::check_id(id).map_err(|m| format!("id: {m}"))?;
         }
-        if let Some(limit) = self.catch_up_limit
+        if let Some(limit) = spec.catch_up_limit
             && !(1..=MAX_CATCH_UP).contains(&limit)
         {
             return Err(format!(
@@ -122,18 +59,16 @@ impl ScheduleSpec {
             ));
         }
         if cron.upcoming(timezone).next().is_none() {
-            return Err(format!("cron: `{}` never fires again", self.cron));
+            return Err(format!("cron: `{}` never fires again", spec.cron));
         }
-        Ok(Schedule {
-            spec: self.clone(),
+        Ok(Self {
+            spec: spec.clone(),
             cron,
             timezone,
             jitter,
         })
     }
-}
 
-impl Schedule {
     /// The first fire strictly after `after`, or `None` if there is none.
     ///
     /// Fire times are wall-clock times in the trigger's time zone. Across
@@ -182,6 +117,9 @@ impl Schedule {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::Value;
+    use weft_core::{CatchUp, Overlap};
+
     use super::*;
 
     fn at(text: &str) -> Timestamp {
@@ -210,7 +148,7 @@ mod tests {
     }
 
     fn spec(cron: &str, timezone: Option<&str>) -> Schedule {
-        written(cron, timezone).compile().unwrap()
+        Schedule::compile(&written(cron, timezone)).unwrap()
     }
 
     #[test]
@@ -262,8 +200,9 @@ mod tests {
 
     #[test]
     fn bad_specs_name_their_field() {
-        let bad =
-            |cron: &str, timezone: Option<&str>| written(cron, timezone).compile().unwrap_err();
+        let bad = |cron: &str, timezone: Option<&str>| {
+            Schedule::compile(&written(cron, timezone)).unwrap_err()
+        };
         assert!(bad("*/5 * * * *", None).starts_with("cron: `*/5 * * * *` has 5 fields"));
         assert!(bad("0 0 25 * * *", None).starts_with("cron:"));
         assert!(bad("0 0 * * * *", Some("Mars/Olympus")).starts_with("timezone:"));

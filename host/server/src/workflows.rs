@@ -99,7 +99,7 @@ impl Deployments {
         let now = deployments.clock.now();
         let mut served = WorkflowDir::default();
         for workflow in files.iter() {
-            let digest = DefinitionRecord::of(workflow).digest;
+            let digest = definition_of(workflow).digest;
             if !known.contains(&(workflow.id.clone(), digest)) {
                 let origin = format!("file:{}", workflow.origin);
                 let record = deployments.record(workflow, &origin, now, heads.get(&workflow.id))?;
@@ -109,7 +109,7 @@ impl Deployments {
         let mut warnings = Vec::new();
         for (id, head) in heads {
             if let Some(file) = files.get(&id) {
-                if DefinitionRecord::of(&file).digest == head.digest {
+                if definition_of(&file).digest == head.digest {
                     served.insert(file);
                     continue;
                 }
@@ -139,7 +139,7 @@ impl Deployments {
     pub fn deploy(&self, workflow: Workflow) -> Result<Deployed, StoreError> {
         let _one_at_a_time = weft_core::lock(&self.deploying);
         let head = self.store.deployments(Some(&workflow.id))?.pop();
-        let digest = DefinitionRecord::of(&workflow).digest;
+        let digest = definition_of(&workflow).digest;
         if let Some(head) = head.as_ref().filter(|head| head.digest == digest)
             && self.current().get(&workflow.id).is_some()
         {
@@ -243,7 +243,7 @@ impl Deployments {
         now: weft_core::clock::Timestamp,
         head: Option<&DeploymentRecord>,
     ) -> Result<DeploymentRecord, StoreError> {
-        let definition = DefinitionRecord::of(workflow);
+        let definition = definition_of(workflow);
         let record = DeploymentRecord {
             workflow: workflow.id.clone(),
             revision: head.map_or(1, |h| h.revision + 1),
@@ -281,4 +281,9 @@ impl weft_model::Workflows for Deployments {
     fn get(&self, id: &str) -> Option<Arc<Workflow>> {
         self.current().get(id)
     }
+}
+
+/// The stored form of `workflow`'s definition.
+fn definition_of(workflow: &Workflow) -> DefinitionRecord {
+    DefinitionRecord::new(&workflow.origin, workflow.format.name(), &workflow.source)
 }

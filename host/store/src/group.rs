@@ -7,8 +7,10 @@
 //! held to one sync per write.
 
 use std::sync::mpsc::{Receiver, SyncSender, TryRecvError, sync_channel};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+
+use weft_core::lock;
 
 use super::{Store, StoreError, Write};
 
@@ -54,11 +56,7 @@ impl GroupCommit {
     /// [`StoreError::Closed`], if that thread has stopped). Blocks only while
     /// the queue is full.
     pub fn submit(&self, write: Write, done: Done) {
-        let jobs = self
-            .jobs
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
+        let jobs = lock(&self.jobs).clone();
         let Some(jobs) = jobs else {
             return done(Err(StoreError::Closed));
         };
@@ -101,15 +99,8 @@ impl Drop for GroupCommit {
     /// Lets the thread commit what is queued, then joins it (unless this
     /// is that thread, dropping the last owner from a callback).
     fn drop(&mut self) {
-        self.jobs
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
-        let thread = self
-            .thread
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
+        lock(&self.jobs).take();
+        let thread = lock(&self.thread).take();
         if let Some(thread) = thread
             && thread.thread().id() != std::thread::current().id()
         {

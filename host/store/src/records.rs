@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use weft_core::clock::Timestamp;
-use weft_core::{ErrorRecord, LogLine};
+use weft_core::{ErrorRecord, LogLine, ScheduleSpec};
 
 /// A run's lifecycle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -135,7 +135,7 @@ pub struct ScheduleRecord {
     /// The workflow it starts (as deployed when it fires).
     pub workflow: String,
     /// As written.
-    pub spec: weft_model::ScheduleSpec,
+    pub spec: ScheduleSpec,
     /// `workflow` (declared in the workflow's `on:`) or `cli`.
     pub origin: String,
     /// A paused trigger does not fire; resuming it skips what it missed.
@@ -219,44 +219,6 @@ pub struct TimerRecord {
 
 /// The path of the record a run's deadline leaves.
 pub const DEADLINE_PATH: &str = "@deadline";
-
-impl TimerRecord {
-    /// The record its fire commits, numbered `seq`, if its kind leaves one.
-    pub fn fired_record(&self, run_id: &str, seq: u32) -> Option<StepRecord> {
-        let base = StepRecord::empty(
-            run_id,
-            seq,
-            (self.index, &self.path, &self.step_id),
-            self.attempt,
-            self.timer.due,
-        );
-        match self.timer.kind {
-            TimerKind::Retry => None,
-            TimerKind::Sleep => Some(StepRecord {
-                output: Some(serde_json::json!({ "slept_until": self.timer.due.to_string() })),
-                ..base
-            }),
-            TimerKind::Deadline => Some(StepRecord {
-                error: Some(ErrorRecord {
-                    code: "run_timeout".to_owned(),
-                    message: format!("the run's deadline passed at {}", self.timer.due),
-                    retryable: false,
-                    details: None,
-                }),
-                ..base
-            }),
-            TimerKind::Await => Some(StepRecord {
-                error: Some(ErrorRecord {
-                    code: "await_timeout".to_owned(),
-                    message: format!("no action came before {}", self.timer.due),
-                    retryable: false,
-                    details: None,
-                }),
-                ..base
-            }),
-        }
-    }
-}
 
 /// Where a child run comes from.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -424,13 +386,14 @@ pub struct DefinitionRecord {
 }
 
 impl DefinitionRecord {
-    /// The stored form of `workflow`'s definition.
-    pub fn of(workflow: &weft_model::Workflow) -> Self {
+    /// The stored form of a definition: its text `source`, read from
+    /// `origin`, in `format` (`yaml` or `json`). The digest is computed here.
+    pub fn new(origin: &str, format: &str, source: &str) -> Self {
         Self {
-            digest: weft_core::Digest::of(workflow.source.as_bytes()).to_string(),
-            origin: workflow.origin.clone(),
-            format: workflow.format.name().to_owned(),
-            source: workflow.source.clone(),
+            digest: weft_core::Digest::of(source.as_bytes()).to_string(),
+            origin: origin.to_owned(),
+            format: format.to_owned(),
+            source: source.to_owned(),
         }
     }
 }

@@ -8,6 +8,7 @@ pub mod server;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
+use std::time::{Duration, Instant};
 
 /// The workspace's root folder.
 pub fn root() -> PathBuf {
@@ -30,6 +31,35 @@ pub fn test_seed() -> u64 {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |elapsed| elapsed.as_nanos() as u64),
     }
+}
+
+/// Looks every `every` until `look` answers `Ok`, for up to `timeout`
+/// (in real time: another thread or process is at work): what it found,
+/// or, once time has run out, what it saw last.
+pub fn poll<T, E>(
+    timeout: Duration,
+    every: Duration,
+    mut look: impl FnMut() -> Result<T, E>,
+) -> Result<T, E> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match look() {
+            Ok(found) => return Ok(found),
+            Err(seen) if Instant::now() >= deadline => return Err(seen),
+            Err(_) => std::thread::sleep(every),
+        }
+    }
+}
+
+/// [`poll`], failing the test with `why` of what `look` saw last if time
+/// runs out.
+pub fn wait<T, E>(
+    timeout: Duration,
+    every: Duration,
+    look: impl FnMut() -> Result<T, E>,
+    why: impl FnOnce(E) -> String,
+) -> T {
+    poll(timeout, every, look).unwrap_or_else(|seen| panic!("{}", why(seen)))
 }
 
 /// The crates under host/, which are not built for wasm.

@@ -1,11 +1,12 @@
 //! A real `weft serve` on a free loopback port, and calls to it.
 
+use std::path::PathBuf;
 use std::process::{Child, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
 
-use super::Scratch;
+use super::{Scratch, poll};
 
 /// A `weft serve` serving the scratch's `workflows/` folder; killed when
 /// dropped.
@@ -96,12 +97,28 @@ pub fn agent() -> ureq::Agent {
         .into()
 }
 
+/// Where `weft serve` writes its address, with a newline, once it listens
+/// (after recovery and its start line).
+pub fn address_file(scratch: &Scratch) -> PathBuf {
+    scratch.data_dir().join("serve.addr")
+}
+
+/// Waits up to a minute for the `weft serve` of `scratch` to write its
+/// address: the address, or `None` if it did not.
+pub fn wait_for_address(scratch: &Scratch) -> Option<String> {
+    let file = address_file(scratch);
+    let written = || match std::fs::read_to_string(&file) {
+        Ok(text) if text.ends_with('\n') => Ok(text.trim().to_owned()),
+        _ => Err(()),
+    };
+    poll(Duration::from_secs(60), Duration::from_millis(20), written).ok()
+}
+
 /// Starts `weft serve` for `scratch`, logging to `serve-<n>.log`, and waits
 /// until it listens.
 #[allow(clippy::zombie_processes)] // `Host` waits for it when dropped
 pub fn serve(scratch: &Scratch, n: usize) -> Host {
-    let addr = scratch.data_dir().join("serve.addr");
-    let _ = std::fs::remove_file(&addr);
+    let _ = std::fs::remove_file(address_file(scratch));
     std::fs::create_dir_all(scratch.path().join("workflows")).unwrap();
     let child = scratch
         .weft()
@@ -111,17 +128,6 @@ pub fn serve(scratch: &Scratch, n: usize) -> Host {
         .stderr(std::fs::File::create(scratch.path().join(format!("serve-{n}.log"))).unwrap())
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Ok(text) = std::fs::read_to_string(&addr)
-            && text.ends_with('\n')
-        {
-            return Host {
-                child,
-                url: text.trim().to_owned(),
-            };
-        }
-        assert!(Instant::now() < deadline, "weft serve did not start");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let url = wait_for_address(scratch).expect("weft serve did not start");
+    Host { child, url }
 }

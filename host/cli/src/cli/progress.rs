@@ -3,10 +3,11 @@
 
 use std::collections::HashMap;
 use std::io::IsTerminal;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
+use weft::core::lock;
 use weft::engine::Observer;
 use weft::model::Step;
 use weft::store::{RunRecord, StepRecord};
@@ -36,7 +37,7 @@ impl Progress {
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+        lock(&self.0)
     }
 
     /// Removes a spinner still on screen.

@@ -2,10 +2,11 @@
 //! it calls, sleeps for, emits, waits for or starts.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use weft_core::clock::{Clock, Timestamp, millis, parse_duration};
+use weft_core::clock::{Clock, Timestamp, parse_duration};
 use weft_model::{Await, Call, Emit, Sleep, Subflow};
 use weft_runtime::StepContext;
 use weft_store::{Emission, ErrorRecord, ParentLink, StepRecord, TimerKind, TimerRef};
@@ -210,7 +211,7 @@ impl Drive {
                 .eval(&ready.scope)
                 .map_err(|e| e.to_string())
                 .and_then(|value| sleep_for(&value))
-                .map(|ms| Timestamp(now.as_millis().saturating_add(ms))),
+                .map(|duration| now + duration),
             Sleep::Until(template) => template
                 .eval(&ready.scope)
                 .map_err(|e| e.to_string())
@@ -264,15 +265,14 @@ impl Drive {
     }
 }
 
-/// A `sleep`'s duration, in milliseconds: text such as `90s`, or a whole
-/// number of milliseconds.
-fn sleep_for(value: &Value) -> Result<u64, String> {
+/// A `sleep`'s duration: text such as `90s`, or a whole number of
+/// milliseconds.
+fn sleep_for(value: &Value) -> Result<Duration, String> {
     match value {
-        Value::String(text) => parse_duration(text)
-            .map(millis)
-            .map_err(|message| format!("sleep: {message}")),
+        Value::String(text) => parse_duration(text).map_err(|message| format!("sleep: {message}")),
         Value::Number(n) => n
             .as_u64()
+            .map(Duration::from_millis)
             .ok_or_else(|| format!("sleep: {n} is not a whole number of milliseconds")),
         other => Err(format!("sleep: expected a duration, got {other}")),
     }

@@ -14,7 +14,7 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{Api, ApiError, blocking};
+use super::{Api, ApiError, blocking, spawn_detached};
 use crate::hub::{HubError, SubscriptionSpec};
 use weft_engine::{ActError, Answer};
 use weft_store::{DeliveryState, SubscriptionRecord, Target};
@@ -133,7 +133,7 @@ pub(super) async fn events(
     let hub = api.hub.clone();
     let mut consumer = blocking(move || hub.consumer(&channel, &consumer, after)).await??;
     let (tx, mut rx) = tokio::sync::mpsc::channel::<Event>(256);
-    tokio::task::spawn_blocking(move || {
+    spawn_detached(move || {
         let _permit = permit;
         loop {
             match consumer.next(Duration::from_secs(15)) {
@@ -312,6 +312,39 @@ struct ActionError {
     details: Option<Value>,
 }
 
+impl ActionRequest {
+    /// What the request tells the step (`None`: cancel the run), or `400`
+    /// when its fields do not fit its action.
+    fn answer(self) -> Result<Option<Answer>, ApiError> {
+        match (self.action, self.output, self.error) {
+            (ActionKind::Complete, output, None) => {
+                Ok(Some(Answer::Complete(output.unwrap_or(Value::Null))))
+            }
+            (ActionKind::Fail, None, Some(error)) => Ok(Some(Answer::Fail {
+                code: error.code.unwrap_or_else(|| "rejected".to_owned()),
+                message: error.message,
+                details: error.details,
+            })),
+            (ActionKind::Fail, _, None) => Err(ApiError::bad_request(
+                "error: `fail` needs `error`, with at least a `message`",
+            )),
+            (ActionKind::Skip, None, None) => Ok(Some(Answer::Skip)),
+            (ActionKind::Cancel, None, None) => Ok(None),
+            (action, _, _) => Err(ApiError::bad_request(
+                format!(
+                    "`{action:?}` takes {}",
+                    match action {
+                        ActionKind::Complete => "`output` only",
+                        ActionKind::Fail => "`error` only",
+                        ActionKind::Skip | ActionKind::Cancel => "neither `output` nor `error`",
+                    }
+                )
+                .to_lowercase(),
+            )),
+        }
+    }
+}
+
 /// `POST /v1/runs/{id}/steps/{path}/actions`; the path may hold `/`
 /// (`fan/approve`, `each[2]/approve`).
 pub(super) async fn act(
@@ -323,39 +356,8 @@ pub(super) async fn act(
         return Err(super::not_found().await);
     };
     let Json(request) = body?;
-    let answer = match (request.action, request.output, request.error) {
-        (ActionKind::Complete, output, None) => {
-            Some(Answer::Complete(output.unwrap_or(Value::Null)))
-        }
-        (ActionKind::Fail, None, Some(error)) => Some(Answer::Fail {
-            code: error.code.unwrap_or_else(|| "rejected".to_owned()),
-            message: error.message,
-            details: error.details,
-        }),
-        (ActionKind::Fail, _, None) => {
-            return Err(ApiError::bad_request(
-                "error: `fail` needs `error`, with at least a `message`",
-            ));
-        }
-        (ActionKind::Skip | ActionKind::Cancel, None, None) => None,
-        (action, _, _) => {
-            return Err(ApiError::bad_request(
-                format!(
-                    "`{action:?}` takes {}",
-                    match action {
-                        ActionKind::Complete => "`output` only",
-                        ActionKind::Fail => "`error` only",
-                        ActionKind::Skip | ActionKind::Cancel => "neither `output` nor `error`",
-                    }
-                )
-                .to_lowercase(),
-            ));
-        }
-    };
-    let answer = match (request.action, answer) {
-        (ActionKind::Skip, _) => Some(Answer::Skip),
-        (_, answer) => answer,
-    };
+    let action = request.action;
+    let answer = request.answer()?;
     let engine = Arc::clone(&api.engine);
     let (asked_run, asked_step) = (run.clone(), step.clone());
     let outcome = blocking(move || match answer {
@@ -373,35 +375,36 @@ pub(super) async fn act(
         Ok(()) => Ok(Json(json!({
             "run": run,
             "step": step,
-            "action": format!("{:?}", request.action).to_lowercase(),
+            "action": format!("{action:?}").to_lowercase(),
         }))),
-        Err(ActError::NotFound(id)) => Err(ApiError::unknown_run(&id)),
-        Err(e @ ActError::Ended(_)) => {
-            let state = api
-                .engine
-                .store()
-                .run(&run)
+        Err(e) => Err(refused(&api, &run, e).await),
+    }
+}
+
+/// The answer to an action the engine refused; for a run that has ended,
+/// read back (off the async threads) to name its state.
+async fn refused(api: &Api, run: &str, error: ActError) -> ApiError {
+    match error {
+        ActError::NotFound(id) => ApiError::unknown_run(&id),
+        e @ ActError::Ended(_) => {
+            let store = Arc::clone(api.engine.store());
+            let asked = run.to_owned();
+            let found = match blocking(move || store.run(&asked)).await {
+                Ok(found) => found,
+                Err(failed) => return failed,
+            };
+            let state = found
                 .ok()
                 .flatten()
                 .map(|r| r.state.to_string())
                 .unwrap_or_default();
-            Err(ApiError::new(
-                StatusCode::CONFLICT,
-                "run_ended",
-                format!("{e}: {state}"),
-            ))
+            ApiError::new(StatusCode::CONFLICT, "run_ended", format!("{e}: {state}"))
         }
-        Err(e @ ActError::NotWaiting { .. }) => Err(ApiError::new(
-            StatusCode::CONFLICT,
-            "not_waiting",
-            e.to_string(),
-        )),
-        Err(e @ ActError::Busy(_)) => Err(ApiError::new(
-            StatusCode::CONFLICT,
-            "run_busy",
-            e.to_string(),
-        )),
-        Err(ActError::Store(e)) => Err(e.into()),
+        e @ ActError::NotWaiting { .. } => {
+            ApiError::new(StatusCode::CONFLICT, "not_waiting", e.to_string())
+        }
+        e @ ActError::Busy(_) => ApiError::new(StatusCode::CONFLICT, "run_busy", e.to_string()),
+        ActError::Store(e) => e.into(),
     }
 }
 

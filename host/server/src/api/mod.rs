@@ -125,6 +125,14 @@ async fn blocking<T: Send + 'static>(
         .map_err(|e| ApiError::internal(format!("a blocking task failed: {e}")))
 }
 
+/// Starts long-lived blocking work off the async threads and does not wait
+/// for it: an event stream's loop, which feeds its stream through a channel
+/// and ends on its own once the stream is gone. Unlike [`blocking`], no
+/// answer comes back, so a panic in `work` ends only that stream.
+fn spawn_detached(work: impl FnOnce() + Send + 'static) {
+    tokio::task::spawn_blocking(work);
+}
+
 async fn health() -> Json<Value> {
     Json(json!({ "status": "ok" }))
 }
@@ -193,10 +201,10 @@ async fn start_run(
         )),
         // Started before with this key: the same answer, and nothing new.
         Err(id) => {
-            let state = api
-                .engine
-                .store()
-                .run(&id)?
+            let store = Arc::clone(api.engine.store());
+            let asked = id.clone();
+            let state = blocking(move || store.run(&asked))
+                .await??
                 .map(|r| r.state.to_string())
                 .unwrap_or_default();
             Ok((

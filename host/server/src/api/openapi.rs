@@ -237,16 +237,19 @@ pub fn spec() -> Value {
 }
 
 /// Every operation that reads a JSON body may also answer 413 (too large)
-/// and 415 (not sent as `application/json`); says so on each of them.
+/// and, when JSON is the only type it takes, 415 (not sent as
+/// `application/json`); says so on each of them. A body that may come in
+/// another type too (a workflow's YAML) is read as raw bytes and never
+/// refused for its content type.
 fn add_body_errors(document: &mut Value) {
     let Some(paths) = document["paths"].as_object_mut() else {
         return;
     };
     for operation in paths.values_mut().filter_map(Value::as_object_mut) {
         for op in operation.values_mut() {
-            let json_body = op["requestBody"]["content"]
-                .as_object()
-                .is_some_and(|content| content.contains_key("application/json"));
+            let content = op["requestBody"]["content"].as_object();
+            let json_body = content.is_some_and(|c| c.contains_key("application/json"));
+            let json_only = json_body && content.is_some_and(|c| c.len() == 1);
             let Some(responses) = op["responses"].as_object_mut() else {
                 continue;
             };
@@ -255,6 +258,8 @@ fn add_body_errors(document: &mut Value) {
                 responses
                     .entry("413")
                     .or_insert_with(|| error("body_too_large"));
+            }
+            if json_only {
                 responses.entry("415").or_insert_with(|| {
                     error("unsupported_media_type: the body was not sent as `application/json`")
                 });

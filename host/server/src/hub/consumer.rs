@@ -11,12 +11,13 @@
 //! it ends at its next [`Consumer::next`].
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, PoisonError};
 use std::time::{Duration, Instant};
 
 use super::{Delivery, Hub, HubError, Shared, SubscriptionSpec, moved_on};
 use weft_core::clock::Timestamp;
+use weft_core::lock;
 use weft_engine::DeliveryWrite;
 use weft_store::{DeliveryOp, DeliveryRecord, SubscriptionRecord, Target};
 
@@ -50,11 +51,7 @@ impl Hub {
             )));
         }
         let session = {
-            let mut sessions = self
-                .shared
-                .sessions
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
+            let mut sessions = lock(&self.shared.sessions);
             // Numbers are never reused, so a replaced consumer never
             // counts as current again.
             let session = self.shared.next_session.fetch_add(1, Ordering::SeqCst) + 1;
@@ -105,17 +102,10 @@ impl Drop for Consumer {
     /// pending acks with it.
     fn drop(&mut self) {
         let shared = &self.hub.shared;
-        let mut sessions = shared
-            .sessions
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut sessions = lock(&shared.sessions);
         if sessions.get(&self.subscription.key) == Some(&self.session) {
             sessions.remove(&self.subscription.key);
-            shared
-                .acked
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .remove(&self.subscription.key);
+            lock(&shared.acked).remove(&self.subscription.key);
         }
     }
 }
@@ -164,12 +154,7 @@ impl Consumer {
     fn current(&self) -> bool {
         let shared = &self.hub.shared;
         !shared.stopping.load(Ordering::SeqCst)
-            && shared
-                .sessions
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .get(&self.subscription.key)
-                == Some(&self.session)
+            && lock(&shared.sessions).get(&self.subscription.key) == Some(&self.session)
     }
 
     /// What is due now, and when to look again for deliveries sent here
@@ -188,12 +173,7 @@ impl Consumer {
     /// Takes the acks made through this hub since the last look out of
     /// what is in flight.
     fn forget_acked(&mut self, shared: &Shared) {
-        if let Some(acked) = shared
-            .acked
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get_mut(&self.subscription.key)
-        {
+        if let Some(acked) = lock(&shared.acked).get_mut(&self.subscription.key) {
             for seq in acked.drain(..) {
                 self.inflight.remove(&seq);
             }
@@ -247,10 +227,7 @@ impl Consumer {
         send: &[DeliveryRecord],
         now: Timestamp,
     ) -> Result<Vec<Delivery>, HubError> {
-        let ack_by = Timestamp(
-            now.as_millis()
-                .saturating_add(self.subscription.ack_timeout_ms),
-        );
+        let ack_by = now + Duration::from_millis(self.subscription.ack_timeout_ms);
         let max = self.subscription.max_attempts;
         let writes = send
             .iter()
@@ -281,7 +258,7 @@ impl Consumer {
     /// once the last look is due.
     fn plan_rescan(&mut self, now: Timestamp) -> Timestamp {
         let soonest = self.inflight.values().min().copied();
-        let second = Timestamp(now.as_millis().saturating_add(1000));
+        let second = now + Duration::from_secs(1);
         if self.rescan_at <= now {
             self.rescan_at = soonest.map_or(second, |at| at.min(second));
         }

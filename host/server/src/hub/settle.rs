@@ -6,9 +6,8 @@
 //! woken, so the consumer takes it out of what it has in flight without
 //! reading the store back.
 
-use std::sync::PoisonError;
-
 use super::{Hub, HubError};
+use weft_core::lock;
 use weft_engine::DeliveryWrite;
 use weft_store::{DeliveryOp, DeliveryRecord, What};
 
@@ -44,16 +43,8 @@ impl Hub {
         // A consumer here takes them out of what it has in flight; told
         // before it is woken.
         {
-            let sessions = self
-                .shared
-                .sessions
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
-            let mut acked = self
-                .shared
-                .acked
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
+            let sessions = lock(&self.shared.sessions);
+            let mut acked = lock(&self.shared.acked);
             for delivery in answers.iter().flatten() {
                 if sessions.contains_key(&delivery.subscription) {
                     acked

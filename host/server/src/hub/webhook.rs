@@ -6,7 +6,6 @@
 //! `weft-message`, `weft-attempt`, and `weft-signature: sha256=<hex>`, the
 //! HMAC-SHA256 of the body with the subscription's secret.
 
-use std::sync::PoisonError;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -15,6 +14,7 @@ use sha2::Sha256;
 
 use super::{Delivery, Hub, Shared, moved_on};
 use weft_core::clock::Timestamp;
+use weft_core::lock;
 use weft_engine::DeliveryWrite;
 use weft_store::{DeliveryOp, DeliveryRecord, SubscriptionRecord, Target};
 
@@ -45,11 +45,7 @@ impl Hub {
         let Ok(subscriptions) = self.shared.store.subscriptions(None) else {
             return;
         };
-        let mut running = self
-            .shared
-            .webhooks
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut running = lock(&self.shared.webhooks);
         running.retain(|_, thread| !thread.is_finished());
         for subscription in subscriptions {
             if matches!(subscription.target, Target::Webhook { .. })
@@ -208,7 +204,7 @@ fn attempt_op(
             DeliveryOp::Tried {
                 at: now,
                 error: error.map(str::to_owned),
-                next_at: Timestamp(now.as_millis().saturating_add(delay)),
+                next_at: now + Duration::from_millis(delay),
             }
         }
     }

@@ -21,6 +21,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use weft::core::lock;
 use weft::runtime::{CodeSource, StepContext};
 use weft::{Runtime, RuntimeConfig};
 
@@ -444,11 +445,7 @@ fn round(
         round.steps += run.step_records as usize;
     }
     round.elapsed = began.elapsed();
-    round.gaps = std::mem::take(
-        &mut *gaps
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner),
-    );
+    round.gaps = std::mem::take(&mut *lock(&gaps));
     Ok(round)
 }
 
@@ -467,10 +464,7 @@ impl weft::engine::Observer for StepTiming {
 
     fn step_finished(&mut self, _record: &weft::store::StepRecord) {
         let now = Instant::now();
-        self.all
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .push(now - self.last);
+        lock(&self.all).push(now - self.last);
         self.last = now;
     }
 }

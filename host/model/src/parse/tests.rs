@@ -1,0 +1,192 @@
+//! The checks of whole definitions: what `parse` accepts, and the text
+//! and place of what it refuses.
+
+use std::time::Duration;
+
+use super::parse;
+use crate::{DefinitionError, Format, VersionPin, Workflow};
+
+fn parse_yaml(source: &str) -> Result<Workflow, DefinitionError> {
+    parse(source, Format::Yaml, "wf.yaml")
+}
+
+fn error_of(source: &str) -> String {
+    match parse_yaml(source) {
+        Ok(_) => panic!("expected an error"),
+        Err(e) => e.to_string(),
+    }
+}
+
+const GOOD: &str = "\
+id: greet
+inputs: { type: object, required: [name] }
+steps:
+  - id: render
+    uses: template@1
+    with:
+      template: 'Hello, {{ who }}!'
+      vars: { who: '${{ inputs.name }}' }
+    timeout: 5s
+    memory_limit: 32MiB
+  - { id: shape, uses: transform, with: { data: '${{ steps.render.output }}' } }
+outputs:
+  text: '${{ steps.shape.output.text }}'
+";
+
+#[test]
+fn a_good_workflow_is_read_in_full() {
+    let wf = parse_yaml(GOOD).unwrap();
+    assert_eq!(wf.id, "greet");
+    assert_eq!(wf.version, 1);
+    assert_eq!(wf.steps.len(), 2);
+    assert_eq!(
+        wf.steps[0].call().unwrap().timeout,
+        Some(Duration::from_secs(5))
+    );
+    assert_eq!(wf.steps[0].call().unwrap().memory_limit, Some(32 << 20));
+    assert_eq!(wf.steps[0].line, Some(4));
+    assert_eq!(wf.steps[1].line, Some(11));
+    assert_eq!(wf.steps[0].call().unwrap().uses.to_string(), "template@^1");
+    assert_eq!(wf.steps[1].call().unwrap().uses.version, VersionPin::Any);
+}
+
+#[test]
+fn yaml_syntax_errors_name_the_line() {
+    let e = error_of("id: x\nsteps:\n  - id: a\n    uses: \"unclosed\n");
+    assert_eq!(
+        e,
+        "wf.yaml:5:1: found unexpected end of stream, while scanning a quoted scalar at line 4 column 11"
+    );
+}
+
+#[test]
+fn unknown_fields_are_named_with_their_line() {
+    let e = error_of("id: x\nsteps:\n  - id: a\n    uses: echo\n    retries: 3\n");
+    assert!(e.starts_with("wf.yaml:5:"), "{e}");
+    assert!(e.contains("unknown field `retries`"), "{e}");
+}
+
+#[test]
+fn a_missing_id_is_named() {
+    let e = error_of("steps:\n  - id: a\n    uses: echo\n");
+    assert!(e.contains("missing field `id`"), "{e}");
+}
+
+#[test]
+fn duplicate_step_ids_point_at_the_second() {
+    let e = error_of("id: x\nsteps:\n  - id: a\n    uses: echo\n  - id: a\n    uses: echo\n");
+    assert_eq!(
+        e,
+        "wf.yaml:5: step `a`: steps[1].id: the id `a` is used by an earlier step"
+    );
+}
+
+#[test]
+fn step_lines_are_found_in_every_style() {
+    let wf = parse_yaml(
+        "id: same\nsteps:\n  - { id: a, uses: echo }\n  -\n    uses: echo\n    \"id\": 'same'\n  - uses: echo\n    id: b-2\n",
+    )
+    .unwrap();
+    let lines: Vec<_> = wf.steps.iter().map(|s| s.line).collect();
+    assert_eq!(lines, [Some(3), Some(6), Some(8)]);
+}
+
+#[test]
+fn bad_expressions_name_the_step_and_field() {
+    let e = error_of("id: x\nsteps:\n  - id: a\n    uses: echo\n    with: { n: '${{ 1 + }}' }\n");
+    assert!(e.starts_with("wf.yaml:3: step `a`: with.n:"), "{e}");
+    assert!(e.contains("1 +"), "{e}");
+}
+
+#[test]
+fn references_to_later_or_unknown_steps_are_refused() {
+    let e = error_of(
+        "id: x\nsteps:\n  - id: a\n    uses: echo\n    with: '${{ steps.b.output }}'\n  - id: b\n    uses: echo\n",
+    );
+    assert!(e.contains("step `a`") && e.contains("`b`"), "{e}");
+    let e = error_of("id: x\nsteps:\n  - id: a\n    uses: echo\n    with: '${{ input.x }}'\n");
+    assert!(e.contains("`input`"), "{e}");
+}
+
+#[test]
+fn conditions_and_retries_are_read_and_checked() {
+    let wf = parse_yaml(
+        "id: x\nsteps:\n  - id: a\n    uses: echo\n    if: inputs.go\n    retry: { max_attempts: 3, initial: 10ms, max: 1s, retry_on: [timeout] }\n    continue_on_error: true\n",
+    )
+    .unwrap();
+    let step = &wf.steps[0];
+    assert!(step.condition.is_some());
+    assert!(step.continue_on_error);
+    assert_eq!(step.retry.max_attempts, 3);
+    assert_eq!(step.retry.initial, Duration::from_millis(10));
+    assert_eq!(
+        step.retry.retry_on.as_deref(),
+        Some(&["timeout".to_owned()][..])
+    );
+    let e = error_of("id: x\nsteps:\n  - id: a\n    uses: echo\n    retry: { max_attempts: 0 }\n");
+    assert!(
+        e.contains("retry: max_attempts must be from 1 to 100, not 0"),
+        "{e}"
+    );
+    let e = error_of(
+        "id: x\nsteps:\n  - id: a\n    uses: echo\n    retry: { max_attempts: 2, initial: 5s, max: 1s }\n",
+    );
+    assert!(e.contains("max (1s) is shorter than initial (5s)"), "{e}");
+    let e = error_of("id: x\nsteps:\n  - id: a\n    uses: echo\n    if: steps.b.output\n");
+    assert!(
+        e.contains("step `a`: if: `steps.b.output`: refers to step `b`"),
+        "{e}"
+    );
+}
+
+#[test]
+fn bad_fields_are_explained() {
+    let e = error_of("id: x\nsteps:\n  - id: a\n    uses: echo\n    timeout: soon\n");
+    assert!(e.contains("timeout: `soon` is not a duration"), "{e}");
+    let e = error_of("id: x\nsteps:\n  - id: a\n    uses: echo\n    memory_limit: 9GiB\n");
+    assert!(e.contains("over the largest limit"), "{e}");
+    let e = error_of("id: x\nsteps:\n  - id: a\n    uses: 'echo@not a version'\n");
+    assert!(
+        e.contains("uses: `not a version` is not a version requirement"),
+        "{e}"
+    );
+    let e = error_of("id: 'has space'\nsteps:\n  - id: a\n    uses: echo\n");
+    assert!(e.contains("id: `has space` has ` `"), "{e}");
+    let e = error_of("id: x\nsteps: []\n");
+    assert!(e.contains("at least one step"), "{e}");
+    let e = error_of("id: x\ninputs: { type: 12 }\nsteps:\n  - id: a\n    uses: echo\n");
+    assert!(
+        e.starts_with("wf.yaml:2: inputs: not a usable JSON Schema"),
+        "{e}"
+    );
+}
+
+#[test]
+fn json_definitions_are_accepted_and_located() {
+    let wf = parse(
+        r#"{"id": "x", "steps": [{"id": "a", "uses": "echo@sha256:ABCDEF0123456789abcdef0123456789abcdef0123456789abcdef0123456789"}]}"#,
+        Format::Json,
+        "wf.json",
+    )
+    .unwrap();
+    assert!(
+        matches!(&wf.steps[0].call().unwrap().uses.version, VersionPin::Digest(d) if d.starts_with("sha256:abcdef"))
+    );
+    let e = parse("{\"id\": \"x\",\n \"steps\": [}", Format::Json, "wf.json").unwrap_err();
+    assert!(e.to_string().starts_with("wf.json:2:"), "{e}");
+}
+
+#[test]
+fn input_schemas_report_every_problem_with_its_place() {
+    let wf = parse_yaml(GOOD).unwrap();
+    let schema = wf.inputs.unwrap();
+    assert!(schema.check(&serde_json::json!({"name": "Ada"})).is_ok());
+    let problems = schema
+        .check(&serde_json::json!({"nom": "Ada"}))
+        .unwrap_err();
+    assert_eq!(problems.len(), 1);
+    assert!(
+        problems[0].contains("at /:") && problems[0].contains("name"),
+        "{problems:?}"
+    );
+}

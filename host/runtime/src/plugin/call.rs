@@ -1,0 +1,301 @@
+//! Calling a plugin: a fresh instance in a fresh store per call, bounded by
+//! a deadline, a memory cap and a cancel flag; and what the call hands back.
+//! A guest's failure is a [`CallError`], never a panic.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use wasmtime::Trap;
+
+use super::Plugin;
+use crate::bindings;
+use crate::error::CallError;
+use crate::kv::KvAccess;
+use crate::log::LogSink;
+use crate::sandbox::StepState;
+use crate::{Runtime, deadline_ticks};
+use weft_core::{KvEffects, LogLine};
+
+/// Where a call comes from; passed to the guest as `step-context`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StepContext {
+    /// The tenant that owns the run.
+    pub tenant: String,
+    /// The workflow's id.
+    pub workflow: String,
+    /// The run's id.
+    pub run_id: String,
+    /// The step's id.
+    pub step_id: String,
+    /// 1 on the first attempt.
+    pub attempt: u32,
+    /// Stable across the attempts of this step in this run.
+    pub idempotency_key: String,
+}
+
+/// How one call is bounded, and what it may reach.
+#[derive(Debug, Clone, Default)]
+pub struct CallOptions {
+    /// The call's deadline; the runtime's default when `None`.
+    pub timeout: Option<Duration>,
+    /// The cap on the call's memory, in bytes; the runtime's default when
+    /// `None`.
+    pub memory_limit: Option<u64>,
+    /// The key-value space the call sees; with `None`, reads find nothing
+    /// and writes fail.
+    pub kv: Option<KvAccess>,
+    /// When set, the call is interrupted at the next epoch tick (within a
+    /// few milliseconds) with [`CallError::Cancelled`]: its run ended.
+    pub cancel: Option<Arc<AtomicBool>>,
+}
+
+/// The result of one call, with the log lines it produced either way.
+#[derive(Debug, Clone)]
+pub struct CallOutcome {
+    /// The step's output, or why there is none.
+    pub result: Result<Value, CallError>,
+    /// What the step logged, in order.
+    pub logs: Vec<LogLine>,
+    /// What the call read and wrote in its key-value space. Only a
+    /// successful call's effects may be committed.
+    pub kv: KvEffects,
+    /// The messages the call emitted, in order. Only a successful call's
+    /// messages may be committed.
+    pub emitted: Vec<weft_core::Emission>,
+}
+
+impl StepContext {
+    /// The context as the guest sees it.
+    fn to_wit(&self) -> bindings::StepContext {
+        bindings::StepContext {
+            tenant: self.tenant.clone(),
+            workflow: self.workflow.clone(),
+            run_id: self.run_id.clone(),
+            step_id: self.step_id.clone(),
+            attempt: self.attempt,
+            idempotency_key: self.idempotency_key.clone(),
+        }
+    }
+}
+
+impl Plugin {
+    /// Calls the step once on `input` (JSON text) in a fresh instance,
+    /// bounded by `options`.
+    ///
+    /// Blocking: runs guest code on this thread until it returns, traps or
+    /// reaches its deadline. Never panics on guest behaviour; every failure
+    /// is a [`CallError`]. Has no effect outside the call: nothing is stored.
+    pub fn call(&self, context: &StepContext, input: &str, options: &CallOptions) -> CallOutcome {
+        let config = self.0.runtime.config();
+        let timeout = options.timeout.unwrap_or(config.default_timeout);
+        let memory_limit = options.memory_limit.unwrap_or(config.default_memory_limit);
+        let log = LogSink::new(config.log_limit, &self.0.meta.name, &context.step_id);
+        let _slot = self.0.runtime.shared.slots.acquire();
+        let mut store = new_store(
+            &self.0.runtime,
+            timeout,
+            memory_limit,
+            log.clone(),
+            options.kv.clone(),
+        );
+        if let Some(cancel) = options.cancel.clone() {
+            watch_cancel(&mut store, cancel, timeout);
+        }
+        let wit_context = context.to_wit();
+        let input = input.to_owned();
+        let result = match self.0.pre.instantiate(&mut store) {
+            Err(e) => Err(CallError::Instantiate {
+                message: format!("{e:#}"),
+            }),
+            Ok(instance) => {
+                match instance
+                    .weft_plugin_step()
+                    .call_run(&mut store, &wit_context, &input)
+                {
+                    Ok(Ok(output)) => {
+                        serde_json::from_str(&output).map_err(|e| CallError::InvalidOutput {
+                            message: e.to_string(),
+                        })
+                    }
+                    Ok(Err(error)) => Err(step_error(error)),
+                    Err(trap) => Err(classify_trap(
+                        &trap,
+                        store.data().limiter.refused,
+                        &log,
+                        timeout,
+                        memory_limit,
+                    )),
+                }
+            }
+        };
+        let state = store.into_data();
+        let result = match (result, state.kv.failed.clone()) {
+            (Ok(_), Some(message)) => Err(CallError::Kv { message }),
+            (result, _) => result,
+        };
+        CallOutcome {
+            result,
+            logs: log.finish(),
+            kv: state.kv.into_effects(),
+            emitted: state.outbox.emitted,
+        }
+    }
+
+    /// For `weft bench` only: times `n` calls of `run` on `input` in *one*
+    /// instance, as instance reuse would do. weft never does this for runs:
+    /// a reused instance keeps what one call left in its memory for the
+    /// next, which breaks the isolation between runs and attempts.
+    #[doc(hidden)]
+    pub fn time_reused_calls(&self, input: &str, n: usize) -> Result<Vec<Duration>, CallError> {
+        let config = self.0.runtime.config();
+        let log = LogSink::new(config.log_limit, &self.0.meta.name, "bench");
+        let mut store = new_store(
+            &self.0.runtime,
+            Duration::from_secs(3600),
+            config.default_memory_limit,
+            log,
+            None,
+        );
+        let context = bindings::StepContext {
+            tenant: "bench".to_owned(),
+            workflow: "bench".to_owned(),
+            run_id: "bench".to_owned(),
+            step_id: "bench".to_owned(),
+            attempt: 1,
+            idempotency_key: "bench".to_owned(),
+        };
+        let instance = self
+            .0
+            .pre
+            .instantiate(&mut store)
+            .map_err(|e| CallError::Instantiate {
+                message: format!("{e:#}"),
+            })?;
+        let input = input.to_owned();
+        let mut times = Vec::with_capacity(n);
+        for _ in 0..n {
+            let started = Instant::now();
+            let answer = instance
+                .weft_plugin_step()
+                .call_run(&mut store, &context, &input);
+            times.push(started.elapsed());
+            match answer {
+                Ok(Ok(_)) => {}
+                Ok(Err(error)) => return Err(step_error(error)),
+                Err(trap) => {
+                    return Err(CallError::Instantiate {
+                        message: format!("{trap:#}"),
+                    });
+                }
+            }
+        }
+        Ok(times)
+    }
+}
+
+/// A store for one call: fresh state, the memory cap, and a deadline of one
+/// tick more than `timeout` (the first tick may come at once).
+pub(super) fn new_store(
+    runtime: &Runtime,
+    timeout: Duration,
+    memory_limit: u64,
+    log: LogSink,
+    kv: Option<KvAccess>,
+) -> wasmtime::Store<StepState> {
+    let mut store = wasmtime::Store::new(
+        &runtime.shared.engine,
+        StepState::new(memory_limit, log, kv),
+    );
+    store.limiter(|state| &mut state.limiter);
+    store.set_epoch_deadline(deadline_ticks(timeout).saturating_add(1));
+    store.epoch_deadline_trap();
+    store
+}
+
+/// Makes the call in `store` stop with [`Cancelled`] at the next epoch tick
+/// once `cancel` is set. The store then looks at the flag every tick, and
+/// counts the deadline of `timeout` down itself.
+fn watch_cancel(
+    store: &mut wasmtime::Store<StepState>,
+    cancel: Arc<AtomicBool>,
+    timeout: Duration,
+) {
+    let mut ticks_left = deadline_ticks(timeout).saturating_add(1);
+    store.set_epoch_deadline(1);
+    store.epoch_deadline_callback(move |_| {
+        if cancel.load(Ordering::Relaxed) {
+            return Err(wasmtime::Error::new(Cancelled));
+        }
+        ticks_left = ticks_left.saturating_sub(1);
+        Ok(if ticks_left == 0 {
+            wasmtime::UpdateDeadline::Interrupt
+        } else {
+            wasmtime::UpdateDeadline::Continue(1)
+        })
+    });
+}
+
+fn step_error(error: bindings::StepError) -> CallError {
+    let (retryable, failure) = match error {
+        bindings::StepError::Retryable(failure) => (true, failure),
+        bindings::StepError::Fatal(failure) => (false, failure),
+    };
+    let details = failure.details.map(|text| {
+        serde_json::from_str(&text).unwrap_or_else(|_| serde_json::json!({ "unparsed": text }))
+    });
+    CallError::Step {
+        retryable,
+        code: failure.code,
+        message: failure.message,
+        details,
+    }
+}
+
+/// Why a cancelled call stopped.
+#[derive(Debug)]
+struct Cancelled;
+
+impl std::fmt::Display for Cancelled {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the call was cancelled")
+    }
+}
+
+impl std::error::Error for Cancelled {}
+
+/// Turns the error of a failed guest call into what happened, in the
+/// guest author's terms.
+pub(super) fn classify_trap(
+    error: &wasmtime::Error,
+    memory_refused: Option<usize>,
+    log: &LogSink,
+    timeout: Duration,
+    memory_limit: u64,
+) -> CallError {
+    if let Some(requested) = memory_refused {
+        return CallError::MemoryLimit {
+            limit: memory_limit,
+            requested: u64::try_from(requested).unwrap_or(u64::MAX),
+        };
+    }
+    if let Some(Trap::Interrupt) = error.downcast_ref::<Trap>() {
+        return CallError::Timeout { limit: timeout };
+    }
+    if error.downcast_ref::<Cancelled>().is_some() {
+        return CallError::Cancelled;
+    }
+    let mut message = if let Some(exit) = error.downcast_ref::<wasmtime_wasi::I32Exit>() {
+        format!("the guest exited with status {}", exit.0)
+    } else if let Some(trap) = error.downcast_ref::<Trap>() {
+        trap.to_string()
+    } else {
+        format!("{error:#}")
+    };
+    if let Some(tail) = log.stderr_tail() {
+        message.push_str("; the guest wrote: ");
+        message.push_str(&tail);
+    }
+    CallError::Trap { message }
+}

@@ -1,0 +1,246 @@
+//! Loading a component as a plugin: its header and contract version are
+//! checked, its imports linked once, and its description asked for and
+//! checked.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use wasmtime::component::Component;
+
+use super::call::{classify_trap, new_store};
+use super::{Loaded, Plugin, PluginMeta};
+use crate::bindings::{self, PluginPre};
+use crate::cache::CodeSource;
+use crate::error::LoadError;
+use crate::log::LogSink;
+use crate::{CONTRACT_VERSION, Runtime};
+use weft_core::Digest;
+
+/// The deadline of a `describe` call at load time.
+const DESCRIBE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Compiles the component in `bytes` (or reads its code from the cache),
+/// checks it, links it and asks it to describe itself: [`Runtime::load`].
+pub(crate) fn load(runtime: &Runtime, bytes: &[u8]) -> Result<Plugin, LoadError> {
+    let started = Instant::now();
+    check_header(bytes)?;
+    let shared = &runtime.shared;
+    let digest = Digest::of(bytes);
+    let (component, code_source) = match &shared.cache {
+        Some(cache) => cache.get_or_compile(&shared.engine, &digest, bytes),
+        None => Component::new(&shared.engine, bytes).map(|c| (c, CodeSource::Compiled)),
+    }
+    .map_err(|e| LoadError::Compile(format!("{e:#}")))?;
+
+    check_contract(&component, &shared.engine)?;
+    let instance_pre = shared
+        .linker
+        .instantiate_pre(&component)
+        .map_err(|e| link_error(&component, &shared.engine, &e))?;
+    let pre = PluginPre::new(instance_pre).map_err(|e| LoadError::Link(format!("{e:#}")))?;
+
+    let mut plugin = Loaded {
+        runtime: runtime.clone(),
+        bytes: Arc::from(bytes),
+        input_check: None,
+        pre,
+        digest,
+        meta: PluginMeta {
+            name: String::new(),
+            version: semver::Version::new(0, 0, 0),
+            description: String::new(),
+            input_schema: None,
+            output_schema: None,
+        },
+        code_source,
+        load_time: Duration::ZERO,
+        imports: {
+            let ty = component.component_type();
+            ty.imports(&shared.engine)
+                .map(|(name, _)| name.to_owned())
+                .collect()
+        },
+        exports: {
+            let ty = component.component_type();
+            ty.exports(&shared.engine)
+                .map(|(name, _)| name.to_owned())
+                .collect()
+        },
+    };
+    plugin.meta = describe(&plugin)?;
+    plugin.input_check = plugin
+        .meta
+        .input_schema
+        .clone()
+        .map(weft_core::InputSchema::compile)
+        .transpose()
+        .map_err(|e| {
+            LoadError::Describe(format!("input-schema is not a usable JSON Schema: {e}"))
+        })?;
+    plugin.load_time = started.elapsed();
+    Ok(Plugin(Arc::new(plugin)))
+}
+
+/// Tells apart "not wasm" and "a core module" before wasmtime's parser does,
+/// for a clearer message.
+fn check_header(bytes: &[u8]) -> Result<(), LoadError> {
+    if bytes.len() < 8 || &bytes[..4] != b"\0asm" {
+        return Err(LoadError::NotWasm);
+    }
+    if bytes[4..8] == [1, 0, 0, 0] {
+        return Err(LoadError::CoreModule);
+    }
+    Ok(())
+}
+
+/// Finds `weft:plugin/step@<version>` among the exports and checks that
+/// version against [`CONTRACT_VERSION`] by semver: same major, and for 0.x the
+/// same minor.
+fn check_contract(component: &Component, engine: &wasmtime::Engine) -> Result<(), LoadError> {
+    let ty = component.component_type();
+    let exports: Vec<String> = ty
+        .exports(engine)
+        .map(|(name, _)| name.to_owned())
+        .collect();
+    let Some(found) = exports
+        .iter()
+        .find_map(|name| name.strip_prefix("weft:plugin/step@"))
+    else {
+        return Err(LoadError::NotAPlugin {
+            exports: if exports.is_empty() {
+                "none".to_owned()
+            } else {
+                exports.join(", ")
+            },
+        });
+    };
+    let supported =
+        semver::Version::parse(CONTRACT_VERSION).unwrap_or(semver::Version::new(0, 0, 0));
+    let compatible = semver::Version::parse(found).is_ok_and(|found| {
+        found.major == supported.major && (supported.major > 0 || found.minor == supported.minor)
+    });
+    if compatible {
+        Ok(())
+    } else {
+        Err(LoadError::Contract {
+            found: found.to_owned(),
+            supported: CONTRACT_VERSION.to_owned(),
+        })
+    }
+}
+
+/// Names the import that failed to link, when the component has one whose
+/// name appears in wasmtime's error.
+fn link_error(
+    component: &Component,
+    engine: &wasmtime::Engine,
+    error: &wasmtime::Error,
+) -> LoadError {
+    let message = format!("{error:#}");
+    let imports = component.component_type();
+    let missing = imports
+        .imports(engine)
+        .map(|(name, _)| name)
+        .find(|name| message.contains(&format!("`{name}`")));
+    match missing {
+        Some(import) => LoadError::MissingImport {
+            import: import.to_owned(),
+        },
+        None => LoadError::Link(message),
+    }
+}
+
+fn describe(plugin: &Loaded) -> Result<PluginMeta, LoadError> {
+    let config = plugin.runtime.config();
+    let log = LogSink::new(config.log_limit, "(loading)", "describe");
+    let _slot = plugin.runtime.shared.slots.acquire();
+    let mut store = new_store(
+        &plugin.runtime,
+        DESCRIBE_TIMEOUT,
+        config.default_memory_limit,
+        log.clone(),
+        None,
+    );
+    let instance = plugin
+        .pre
+        .instantiate(&mut store)
+        .map_err(|e| LoadError::Describe(format!("cannot instantiate: {e:#}")))?;
+    let info = instance
+        .weft_plugin_step()
+        .call_describe(&mut store)
+        .map_err(|trap| {
+            let error = classify_trap(
+                &trap,
+                store.data().limiter.refused,
+                &log,
+                DESCRIBE_TIMEOUT,
+                config.default_memory_limit,
+            );
+            LoadError::Describe(error.to_string())
+        })?;
+    check_info(info).map_err(LoadError::Describe)
+}
+
+fn check_info(info: bindings::PluginInfo) -> Result<PluginMeta, String> {
+    weft_core::names::check_id(&info.name).map_err(|m| format!("plugin name {m}"))?;
+    let version = semver::Version::parse(&info.version)
+        .map_err(|e| format!("version `{}` is not a semantic version: {e}", info.version))?;
+    let schema = |field: &str, text: Option<String>| {
+        text.map(|text| {
+            serde_json::from_str::<Value>(&text).map_err(|e| format!("{field} is not JSON: {e}"))
+        })
+        .transpose()
+    };
+    Ok(PluginMeta {
+        input_schema: schema("input-schema", info.input_schema)?,
+        output_schema: schema("output-schema", info.output_schema)?,
+        name: info.name,
+        version,
+        description: info.description,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn headers_tell_modules_from_components() {
+        assert_eq!(check_header(b"hello world"), Err(LoadError::NotWasm));
+        assert_eq!(check_header(b"\0asm\x01\0\0\0"), Err(LoadError::CoreModule));
+        assert_eq!(check_header(b"\0asm\x0d\0\x01\0"), Ok(()));
+    }
+
+    #[test]
+    fn plugin_info_is_checked() {
+        let info = |name: &str, version: &str, schema: Option<&str>| bindings::PluginInfo {
+            name: name.to_owned(),
+            version: version.to_owned(),
+            description: String::new(),
+            input_schema: schema.map(str::to_owned),
+            output_schema: None,
+        };
+        assert!(check_info(info("echo", "1.2.3", Some("{}"))).is_ok());
+        assert!(
+            check_info(info("", "1.0.0", None))
+                .unwrap_err()
+                .contains("name")
+        );
+        assert!(
+            check_info(info("a b", "1.0.0", None))
+                .unwrap_err()
+                .contains("name")
+        );
+        assert!(
+            check_info(info("echo", "one", None))
+                .unwrap_err()
+                .contains("semantic version")
+        );
+        assert!(
+            check_info(info("echo", "1.0.0", Some("{")))
+                .unwrap_err()
+                .contains("input-schema is not JSON")
+        );
+    }
+}
