@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use weft_core::clock::{Clock, Timestamp};
 use weft_core::{lock, read, write};
-use weft_model::{self as model, Format, Scope, Workflow, WorkflowDir, Workflows};
+use weft_model::{self as model, Format, Workflow, WorkflowDir, Workflows};
 use weft_store::{
     DefinitionRecord, Effect, OutboxRecord, ParentLink, RunRecord, RunState, Spawn, Store,
     TimerKind, TimerRef,
@@ -205,32 +205,7 @@ impl Launcher {
             .map(|t| t.timer.id)
             .collect();
         let mut drive = self.drive(run, workflow, runner, results);
-        let mut waiting = Vec::new();
-        for (path, leaf) in &mut drive.results {
-            if let Some(timer) = leaf.timer {
-                if pending.contains(&timer.id) {
-                    waiting.push((path.clone(), timer));
-                } else if timer.kind == TimerKind::Retry {
-                    leaf.timer = None;
-                }
-            }
-        }
-        for (path, timer) in waiting {
-            drive.busy.insert(path.clone());
-            drive.timers.insert(path, timer);
-        }
-        // `await` leaves wait for an outside actor, with or without a
-        // timeout.
-        let awaiting: Vec<String> = drive
-            .results
-            .iter()
-            .filter(|(_, leaf)| leaf.awaiting)
-            .map(|(path, _)| path.clone())
-            .collect();
-        for path in awaiting {
-            drive.busy.insert(path.clone());
-            drive.awaits.insert(path);
-        }
+        drive.restore_waits(&pending);
         Ok(drive)
     }
 
@@ -241,19 +216,7 @@ impl Launcher {
         runner: Arc<dyn StepRunner>,
         results: HashMap<String, Leaf>,
     ) -> Drive {
-        let base = Scope::new(&workflow.id, &run.id, &run.input);
-        Drive {
-            run,
-            workflow,
-            runner,
-            results,
-            base,
-            busy: HashSet::new(),
-            launcher: Arc::clone(self),
-            timers: HashMap::new(),
-            awaits: HashSet::new(),
-            cancel: Arc::default(),
-        }
+        Drive::new(run, workflow, runner, results, Arc::clone(self))
     }
 }
 

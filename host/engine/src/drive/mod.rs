@@ -42,30 +42,34 @@ pub use events::Answer;
 pub(crate) use leaf::{Leaf, leaf_state};
 use walk::Status;
 
-/// A run being driven.
+/// A run being driven. Its record is the caller's to read and commit;
+/// the rest is its own: the leaf results, and which leaves are busy and
+/// what they wait for, changed only through its methods (waits.rs keeps
+/// "every wait is busy").
 pub(super) struct Drive {
+    /// The run's record, moved to its next state by each attempt.
     pub(super) run: RunRecord,
-    pub(super) workflow: Arc<Workflow>,
+    workflow: Arc<Workflow>,
     /// Makes the calls of the plugins the run is pinned to.
-    pub(super) runner: Arc<dyn StepRunner>,
+    runner: Arc<dyn StepRunner>,
     /// Committed leaf results, by path.
-    pub(super) results: HashMap<String, Leaf>,
+    results: HashMap<String, Leaf>,
     /// The run's scope before any step, converted once.
-    pub(super) base: Scope,
+    base: Scope,
     /// Leaves with an attempt under way: running, finished and waiting for
     /// their commit, or waiting out a retry delay. The walk does not offer
     /// them again.
-    pub(super) busy: HashSet<String>,
+    busy: HashSet<String>,
     /// Makes the runs that `subflow` steps start.
-    pub(super) launcher: Arc<Launcher>,
+    launcher: Arc<Launcher>,
     /// The busy leaves that wait for a pending timer (a `sleep`, a retry
     /// delay, an `await`'s timeout), by path.
-    pub(super) timers: HashMap<String, TimerRef>,
+    timers: HashMap<String, TimerRef>,
     /// The busy `await` leaves that wait for an outside actor, by path.
-    pub(super) awaits: HashSet<String>,
+    awaits: HashSet<String>,
     /// Set when the run leaves the scheduler's hands: its guest calls
     /// still running are interrupted.
-    pub(super) cancel: Arc<std::sync::atomic::AtomicBool>,
+    cancel: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// What a run can do now.
@@ -102,6 +106,37 @@ pub(super) struct Undo {
 }
 
 impl Drive {
+    /// Drives `run` of `workflow` from its committed leaf `results`, with
+    /// nothing under way.
+    pub(super) fn new(
+        run: RunRecord,
+        workflow: Arc<Workflow>,
+        runner: Arc<dyn StepRunner>,
+        results: HashMap<String, Leaf>,
+        launcher: Arc<Launcher>,
+    ) -> Self {
+        let base = Scope::new(&workflow.id, &run.id, &run.input);
+        Self {
+            run,
+            workflow,
+            runner,
+            results,
+            base,
+            busy: HashSet::new(),
+            launcher,
+            timers: HashMap::new(),
+            awaits: HashSet::new(),
+            cancel: Arc::default(),
+        }
+    }
+
+    /// Interrupts the run's guest calls still running: it has left the
+    /// scheduler's hands.
+    pub(super) fn stop_calls(&self) {
+        self.cancel
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// A fresh scope for this run.
     fn scope(&self) -> Scope {
         self.base.clone()

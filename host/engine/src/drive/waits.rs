@@ -1,6 +1,14 @@
 //! What a run's busy leaves wait for: timers, or outside actors.
+//!
+//! The invariant kept here, and only here: every leaf in `timers` or
+//! `awaits` is also in `busy`, so the walk does not offer a leaf that
+//! waits. The scheduler changes waits only through these methods.
 
-use super::Drive;
+use std::collections::HashSet;
+
+use weft_store::{TimerKind, TimerRef};
+
+use super::{Drive, Next, Undo};
 
 impl Drive {
     /// True when every leaf under way waits for a timer (and one does): the
@@ -12,5 +20,92 @@ impl Drive {
                     || self.awaits.contains(path)
                     || Some(path.as_str()) == also
             })
+    }
+
+    /// The attempt at `path` is durable, and the run goes on as `next`
+    /// says: the leaf is done with (`Step`), or waits for a timer or an
+    /// outside actor. Answers the timer to arm, if any.
+    pub(crate) fn committed(&mut self, path: String, next: Next) -> Option<TimerRef> {
+        let timer = match next {
+            Next::Step | Next::Done => {
+                self.busy.remove(&path);
+                self.timers.remove(&path);
+                self.awaits.remove(&path);
+                return None;
+            }
+            Next::Wait(timer) => Some(timer),
+            Next::Await(timer) => {
+                self.awaits.insert(path.clone());
+                timer
+            }
+        };
+        if let Some(timer) = timer {
+            self.timers.insert(path, timer);
+        }
+        timer
+    }
+
+    /// The commit of the fire at `path` was refused because the timer is
+    /// gone (fired or cancelled elsewhere): the attempt is undone, and the
+    /// leaf keeps waiting as it was.
+    pub(crate) fn fire_lost(&mut self, undo: Undo, path: String) {
+        self.undo(undo);
+        self.busy.insert(path);
+    }
+
+    /// The retry delay at `path` is firing: the leaf stops counting as
+    /// waiting, so the run cannot suspend before the fire lands. It stays
+    /// busy until [`Drive::retry_fired`].
+    pub(crate) fn retry_firing(&mut self, path: &str) {
+        self.timers.remove(path);
+    }
+
+    /// The retry delay at `path` is over: the leaf is ready for its next
+    /// attempt.
+    pub(crate) fn retry_fired(&mut self, path: &str) {
+        self.busy.remove(path);
+        if let Some(leaf) = self.results.get_mut(path) {
+            leaf.timer = None;
+        }
+    }
+
+    /// Restores the waits of a run read back from the store, where
+    /// `pending` holds the ids of its timers still pending: a leaf whose
+    /// timer is pending waits for it, a retry whose timer is gone may run,
+    /// and an `await` leaf waits for an outside actor.
+    pub(crate) fn restore_waits(&mut self, pending: &HashSet<u64>) {
+        for (path, leaf) in &mut self.results {
+            if let Some(timer) = leaf.timer {
+                if pending.contains(&timer.id) {
+                    self.busy.insert(path.clone());
+                    self.timers.insert(path.clone(), timer);
+                } else if timer.kind == TimerKind::Retry {
+                    leaf.timer = None;
+                }
+            }
+            if leaf.awaiting {
+                self.busy.insert(path.clone());
+                self.awaits.insert(path.clone());
+            }
+        }
+    }
+
+    /// The keys of the timers the run waits for, its deadline's included:
+    /// what to arm when it is taken in.
+    pub(crate) fn armed_keys(&self) -> Vec<(u64, u64)> {
+        let deadline = self.run.deadline.as_ref();
+        let timers = self.timers.values().chain(deadline);
+        timers.map(TimerRef::key).collect()
+    }
+
+    /// Where the leaf at `path` is, for an answer that cannot be taken.
+    pub(crate) fn describe(&self, path: &str) -> String {
+        match self.results.get(path) {
+            None => "not reached (or not an `await` step)".to_owned(),
+            Some(_) if self.busy.contains(path) && !self.awaits.contains(path) => {
+                "being answered".to_owned()
+            }
+            Some(leaf) => super::leaf_state(leaf),
+        }
     }
 }

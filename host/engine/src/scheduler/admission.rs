@@ -54,12 +54,7 @@ impl Core {
     /// may have come due while it was parked or loading).
     fn take(&self, task: Task) {
         let drive = &task.drive;
-        let keys: Vec<(u64, u64)> = drive
-            .timers
-            .values()
-            .chain(drive.run.deadline.as_ref())
-            .map(|timer| timer.key())
-            .collect();
+        let keys = drive.armed_keys();
         let id = drive.run.id.clone();
         let cell = Arc::new(Mutex::new(Live {
             task,
@@ -78,10 +73,7 @@ impl Core {
     fn release(&self, live: &mut Live) {
         live.closed = true;
         live.finished.clear();
-        live.task
-            .drive
-            .cancel
-            .store(true, std::sync::atomic::Ordering::Relaxed);
+        live.task.drive.stop_calls();
         let id = &live.task.drive.run.id;
         lock(&self.cells).remove(id);
         let next = {

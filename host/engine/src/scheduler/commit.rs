@@ -172,8 +172,7 @@ impl Core {
                     run = %live.task.drive.run.id, timer = id,
                     "a timer's fire lost its race"
                 );
-                live.task.drive.undo(committing.undo);
-                live.task.drive.busy.insert(committing.path);
+                live.task.drive.fire_lost(committing.undo, committing.path);
             }
             Err(e) => self.finish(live, Err(e)),
             Ok(()) => self.step_durable(cell, live, committing),
@@ -202,22 +201,11 @@ impl Core {
         }
         match next {
             Next::Step => {
-                live.task.drive.busy.remove(&path);
-                live.task.drive.timers.remove(&path);
-                live.task.drive.awaits.remove(&path);
+                live.task.drive.committed(path, next);
                 self.enqueue(Work::Advance(Arc::clone(cell)));
             }
             Next::Wait(_) | Next::Await(_) => {
-                let timer = match next {
-                    Next::Wait(timer) => Some(timer),
-                    Next::Await(timer) => {
-                        live.task.drive.awaits.insert(path.clone());
-                        timer
-                    }
-                    _ => None,
-                };
-                if let Some(timer) = timer {
-                    live.task.drive.timers.insert(path, timer);
+                if let Some(timer) = live.task.drive.committed(path, next) {
                     self.arm(timer.key());
                 }
                 if live.task.drive.run.suspended

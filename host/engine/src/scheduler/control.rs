@@ -7,7 +7,7 @@ use std::time::Duration;
 use weft_core::lock;
 use weft_store::StoreError;
 
-use crate::drive::{Answer, Drive, Reply};
+use crate::drive::{Answer, Reply};
 use crate::error::ActError;
 
 use super::{Core, Work};
@@ -80,7 +80,7 @@ impl Core {
                         Err(_) => Err(ActError::NotWaiting {
                             run: id.to_owned(),
                             step: path.to_owned(),
-                            state: describe_leaf(&live.task.drive, path),
+                            state: live.task.drive.describe(path),
                         }),
                     };
                 }
@@ -160,17 +160,5 @@ impl Core {
             }
             Err(e) => Err(ActError::Store(e)),
         }
-    }
-}
-
-/// Where the leaf at `path` of a resident run is, for an answer that
-/// cannot be taken.
-fn describe_leaf(drive: &Drive, path: &str) -> String {
-    match drive.results.get(path) {
-        None => "not reached (or not an `await` step)".to_owned(),
-        Some(_) if drive.busy.contains(path) && !drive.awaits.contains(path) => {
-            "being answered".to_owned()
-        }
-        Some(leaf) => crate::drive::leaf_state(leaf),
     }
 }

@@ -49,7 +49,7 @@ impl Core {
                 if timer.timer.kind == TimerKind::Retry {
                     // Firing: the leaf no longer counts as waiting, so the
                     // run cannot suspend before the fire lands.
-                    live.task.drive.timers.remove(&timer.path);
+                    live.task.drive.retry_firing(&timer.path);
                     drop(live);
                     self.fire_retry(cell, timer);
                 } else {
@@ -138,11 +138,7 @@ impl Core {
     /// The retry delay of the leaf at `path` is over: it is ready for its
     /// next attempt.
     fn retry_ready(self: &Arc<Self>, live: &mut Live, cell: &Arc<Mutex<Live>>, path: &str) {
-        let drive = &mut live.task.drive;
-        drive.busy.remove(path);
-        if let Some(leaf) = drive.results.get_mut(path) {
-            leaf.timer = None;
-        }
+        live.task.drive.retry_fired(path);
         self.enqueue(Work::Advance(Arc::clone(cell)));
     }
 
