@@ -217,7 +217,7 @@ impl Engine {
     ) -> std::io::Result<Self> {
         // The registry of plugins lives in the store.
         plugins
-            .attach(store.clone())
+            .attach(store.clone(), Arc::clone(&clock))
             .map_err(std::io::Error::other)?;
         let plugins = Arc::new(plugins);
         let source = Arc::new(WasmPlugins::new(Arc::clone(&plugins), Arc::clone(&store)));

@@ -98,6 +98,8 @@ pub struct PluginDir {
 #[derive(Debug)]
 struct Registry {
     store: Arc<dyn Store>,
+    /// Stamps each plugin's `added_at`.
+    clock: Arc<dyn Clock>,
     /// Every plugin record, by name.
     index: RwLock<HashMap<String, Vec<PluginRecord>>>,
 }
@@ -124,9 +126,10 @@ impl PluginDir {
     }
 
     /// Keeps the registry in `store`: reads its plugins now, and adds
-    /// every plugin loaded from then on. Done once; later calls do nothing.
+    /// every plugin loaded from then on, stamped by `clock`. Done once;
+    /// later calls do nothing.
     /// Blocking.
-    pub fn attach(&self, store: Arc<dyn Store>) -> Result<(), StoreError> {
+    pub fn attach(&self, store: Arc<dyn Store>, clock: Arc<dyn Clock>) -> Result<(), StoreError> {
         if self.registry.get().is_some() {
             return Ok(());
         }
@@ -136,6 +139,7 @@ impl PluginDir {
         }
         let _ = self.registry.set(Registry {
             store,
+            clock,
             index: RwLock::new(index),
         });
         Ok(())
@@ -323,7 +327,11 @@ impl PluginDir {
             description: meta.description.clone(),
             input_schema: meta.input_schema.clone(),
             output_schema: meta.output_schema.clone(),
-            added_at: SystemClock.now(),
+            // Not kept anywhere without a registry: any stamp will do.
+            added_at: self
+                .registry
+                .get()
+                .map_or_else(|| SystemClock.now(), |registry| registry.clock.now()),
             origin: origin.to_owned(),
         };
         self.keep(plugin);

@@ -160,6 +160,8 @@ pub struct Host {
     hub: Hub,
     resumed: usize,
     warnings: Vec<String>,
+    /// Set once the outbox was carried out for [`Host::resume`].
+    replayed: std::sync::OnceLock<()>,
     _watcher: Option<DirWatcher>,
 }
 
@@ -225,6 +227,7 @@ impl Host {
             hub,
             resumed,
             warnings,
+            replayed: std::sync::OnceLock::new(),
             _watcher: watcher,
         })
     }
@@ -251,6 +254,22 @@ impl Host {
             Arc::clone(&self.deployments),
             self.hub.clone(),
         )
+    }
+
+    /// Resumes interrupted run `id` in this host, for a host started
+    /// without [`HostConfig::recover`] (`weft runs resume`). Before the
+    /// first resume, the outbox is carried out, so that no parent resumes
+    /// before the child runs it decided on are recorded.
+    pub fn resume(
+        &self,
+        id: &str,
+        observer: Box<dyn weft_engine::Observer + Send>,
+    ) -> Result<weft_engine::RunHandle, ResumeError> {
+        if self.replayed.get().is_none() {
+            self.engine.replay_outbox()?;
+            let _ = self.replayed.set(());
+        }
+        self.engine.resume(id, observer)
     }
 
     /// How many interrupted runs this host resumed when it started.

@@ -314,10 +314,6 @@ fn resume(
         eprintln!("no interrupted runs in {}", data_dir.display());
         return Ok(ExitCode::SUCCESS);
     }
-    // Child runs decided before the crash and not yet recorded.
-    engine
-        .replay_outbox()
-        .context("cannot carry out the store's outbox")?;
     // Steps not yet run may start subflows: from beside the definition.
     if let Some(first) = engine.store().run(&ids[0])? {
         engine.set_workflows(sibling_workflows(std::path::Path::new(&first.origin)));
@@ -325,7 +321,7 @@ fn resume(
     let mut worst = ExitCode::SUCCESS;
     for id in ids {
         let progress = progress::Progress::new();
-        let outcome = engine
+        let outcome = host
             .resume(&id, Box::new(progress.clone()))
             .and_then(|handle| Ok(handle.wait()?));
         progress.clear();

@@ -150,7 +150,7 @@ fn add_local(data_dir: &Path, file: &Path, plugins: &PluginArgs) -> anyhow::Resu
     let runtime = super::local_runtime(data_dir)?;
     let store: Arc<dyn Store> = Arc::new(open_store(data_dir)?);
     let registry = PluginDir::new(runtime, plugins_dir(data_dir, &plugins.plugins));
-    registry.attach(store)?;
+    registry.attach(store, Arc::new(weft::SystemClock))?;
     match registry.add(&bytes, "cli") {
         Ok((_, record)) => {
             print_added(&record)?;

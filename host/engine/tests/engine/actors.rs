@@ -1,5 +1,6 @@
 //! Outside actors: an `await` takes one answer, which becomes the step's
-//! output; a cancel ends the run, and no later step is called.
+//! output; a cancel ends the run, and no later step is called, whether the
+//! run is in memory or suspended in the store.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -73,5 +74,33 @@ steps:
     std::thread::sleep(Duration::from_millis(20));
     assert_eq!(steps_called(&host.calls()), ["first", "hold"]);
     assert_eq!(paths(&host.steps(&id)), ["first", CANCEL_PATH]);
+    assert_matches!(host.engine.cancel(&id), Err(StoreError::RunEnded(_)));
+}
+
+#[test]
+fn a_cancel_of_a_suspended_run_ends_it_in_the_store_and_its_timer_never_fires() {
+    let host = Host::new(vec![]);
+    let text = r#"
+id: nap
+steps:
+  - { id: nap, sleep: 1h }
+  - { id: after, uses: echo, with: 1 }
+"#;
+    let handle = host.start(text, json!({}));
+    let id = handle.id().to_owned();
+    let asleep = host.suspended(&id);
+    host.engine.cancel(&id).unwrap();
+    let run = host.record(&id);
+    assert_eq!((run.state, run.suspended), (RunState::Cancelled, false));
+    assert_eq!(
+        run.step_records, asleep.step_records,
+        "a cancel in the store adds no record"
+    );
+    assert_eq!(run.error.unwrap().error.code, "cancelled");
+    assert!(host.timers(&id).is_empty());
+    host.advance(3600);
+    std::thread::sleep(Duration::from_millis(20));
+    assert_eq!(paths(&host.steps(&id)), ["nap"]);
+    assert!(host.calls().is_empty());
     assert_matches!(host.engine.cancel(&id), Err(StoreError::RunEnded(_)));
 }

@@ -1,6 +1,6 @@
 //! Control flow, one construct at a time: a sequence, `parallel` (joined,
-//! and failing fast), `if`, `foreach` with `concurrency`, `while` with its
-//! cap, and `catch`.
+//! and failing fast), `if`, `switch`, `foreach` with `concurrency`, `while`
+//! with its cap, and `catch`.
 
 use std::sync::atomic::AtomicUsize;
 use std::sync::atomic::Ordering::SeqCst;
@@ -129,6 +129,31 @@ steps:
     let called = host.calls();
     assert_eq!(steps_called(&called[1..]), ["maybe", "inner", "report"]);
     assert!(host.steps(&ran.id).iter().all(|r| !r.skipped));
+}
+
+#[test]
+fn switch_runs_the_first_case_that_matches_or_its_default() {
+    let host = Host::new(vec![]);
+    let text = r#"
+id: route
+steps:
+  - id: pick
+    switch:
+      - if: "inputs.n > 10"
+        steps: [ { id: big, uses: echo, with: "big" } ]
+      - if: "inputs.n > 1"
+        steps: [ { id: some, uses: echo, with: "some" } ]
+      - if: "inputs.n > 0"
+        steps: [ { id: also, uses: echo, with: "also" } ]
+      - steps: [ { id: none, uses: echo, with: "none" } ]
+outputs: { chose: "${{ steps.pick.output }}" }
+"#;
+    for (n, chose) in [(20, "big"), (5, "some"), (0, "none")] {
+        let run = finish(host.start(text, json!({ "n": n })));
+        assert_succeeded(&run, json!({ "chose": chose }));
+        assert_eq!(paths(&host.steps(&run.id)), [format!("pick/{chose}")]);
+    }
+    assert_eq!(steps_called(&host.calls()), ["big", "some", "none"]);
 }
 
 #[test]
