@@ -1,8 +1,9 @@
 //! What a run's busy leaves wait for: timers, or outside actors.
 //!
-//! The invariant kept here, and only here: every leaf in `timers` or
-//! `awaits` is also in `busy`, so the walk does not offer a leaf that
-//! waits. The scheduler changes waits only through these methods.
+//! The invariant these methods keep: every leaf in `timers` or `awaits` is
+//! also in `busy`, so the walk does not offer a leaf that waits. The
+//! scheduler changes waits only through them; inside the drive, `plan`,
+//! `undo` and `answer` change `busy` and `awaits` too.
 
 use std::collections::HashSet;
 
@@ -53,20 +54,38 @@ impl Drive {
         self.busy.insert(path);
     }
 
-    /// The retry delay at `path` is firing: the leaf stops counting as
+    /// Retry delay `timer` at `path` is firing: the leaf stops counting as
     /// waiting, so the run cannot suspend before the fire lands. It stays
-    /// busy until [`Drive::retry_fired`].
-    pub(crate) fn retry_firing(&mut self, path: &str) {
+    /// busy until [`Drive::retry_fired`]. False when the leaf does not
+    /// wait for `timer` (a second fire of a timer armed twice, or of one
+    /// that fired already): nothing is to be done.
+    pub(crate) fn retry_firing(&mut self, path: &str, timer: TimerRef) -> bool {
+        if !self.waits_for(path, timer) {
+            return false;
+        }
         self.timers.remove(path);
+        true
     }
 
-    /// The retry delay at `path` is over: the leaf is ready for its next
-    /// attempt.
-    pub(crate) fn retry_fired(&mut self, path: &str) {
+    /// Retry delay `timer` at `path` is over: the leaf is ready for its
+    /// next attempt. False, and nothing changes, when the leaf no longer
+    /// waits for it: another fire of the same timer made it ready first,
+    /// and its attempt may be under way.
+    pub(crate) fn retry_fired(&mut self, path: &str, timer: TimerRef) -> bool {
+        if !self.waits_for(path, timer) {
+            return false;
+        }
         self.busy.remove(path);
         if let Some(leaf) = self.results.get_mut(path) {
             leaf.timer = None;
         }
+        true
+    }
+
+    /// Whether the leaf at `path` still waits for `timer`.
+    fn waits_for(&self, path: &str, timer: TimerRef) -> bool {
+        let leaf = self.results.get(path);
+        self.busy.contains(path) && leaf.and_then(|leaf| leaf.timer) == Some(timer)
     }
 
     /// Restores the waits of a run read back from the store, where

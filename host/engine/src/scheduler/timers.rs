@@ -49,7 +49,9 @@ impl Core {
                 if timer.timer.kind == TimerKind::Retry {
                     // Firing: the leaf no longer counts as waiting, so the
                     // run cannot suspend before the fire lands.
-                    live.task.drive.retry_firing(&timer.path);
+                    if !live.task.drive.retry_firing(&timer.path, timer.timer) {
+                        return;
+                    }
                     drop(live);
                     self.fire_retry(cell, timer);
                 } else {
@@ -105,11 +107,17 @@ impl Core {
             Ok(_) => {
                 let mut live = lock(&cell);
                 if !live.closed {
-                    self.retry_ready(&mut live, &cell, &timer.path);
+                    self.retry_ready(&mut live, &cell, &timer);
                 }
                 return;
             }
-            Err(e) => return self.finish(&mut lock(&cell), Err(e)),
+            Err(e) => {
+                let mut live = lock(&cell);
+                if !live.closed {
+                    self.finish(&mut live, Err(e));
+                }
+                return;
+            }
         };
         let core = Arc::clone(self);
         self.commits.submit(
@@ -124,10 +132,10 @@ impl Core {
                 }
                 match outcome {
                     Ok(()) | Err(StoreError::TimerGone(_)) => {
-                        core.retry_ready(&mut live, &cell, &timer.path);
+                        core.retry_ready(&mut live, &cell, &timer);
                     }
                     // A commit of the run landed since it was read: decide
-                    // again.
+                    // again (unless another fire made the leaf ready).
                     Err(StoreError::Changed(_)) => core.enqueue(Work::Fire(Box::new(timer))),
                     Err(e) => core.finish(&mut live, Err(e)),
                 }
@@ -135,11 +143,17 @@ impl Core {
         );
     }
 
-    /// The retry delay of the leaf at `path` is over: it is ready for its
-    /// next attempt.
-    fn retry_ready(self: &Arc<Self>, live: &mut Live, cell: &Arc<Mutex<Live>>, path: &str) {
-        live.task.drive.retry_fired(path);
-        self.enqueue(Work::Advance(Arc::clone(cell)));
+    /// Retry delay `timer` is over: its leaf is ready for its next attempt,
+    /// unless another fire of it made the leaf ready already.
+    fn retry_ready(
+        self: &Arc<Self>,
+        live: &mut Live,
+        cell: &Arc<Mutex<Live>>,
+        timer: &TimerRecord,
+    ) {
+        if live.task.drive.retry_fired(&timer.path, timer.timer) {
+            self.enqueue(Work::Advance(Arc::clone(cell)));
+        }
     }
 
     /// Notes a durable fire's lag, when measuring.

@@ -1,19 +1,22 @@
 //! Time, on the simulated clock: a retry waits for its backoff (and keeps
-//! its idempotency key), a `sleep` suspends the run until its due time, and
-//! a run past its `timeout` ends, its call told to stop.
+//! its idempotency key), and a retry timer armed twice starts one attempt;
+//! a `sleep` suspends the run until its due time; a run past its `timeout`
+//! ends, its call told to stop.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde_json::json;
 
 use weft_core::Timestamp;
+use weft_engine::StepOutcome;
 use weft_store::{RunState, TimerKind};
 
 use crate::common::{
     Host, START, assert_still_running, assert_succeeded, eventually, finish, inputs, paths,
     steps_called,
 };
-use crate::fake::{Gate, unavailable};
+use crate::fake::{Behaviour, Gate, broken, unavailable};
 
 #[test]
 fn a_retry_waits_for_its_backoff_on_the_clock_and_keeps_its_idempotency_key() {
@@ -48,6 +51,53 @@ steps:
     let delays: Vec<Option<u64>> = records.iter().map(|r| r.retry_in_ms).collect();
     assert_eq!(delays, [Some(10_000), Some(20_000), None, None]);
     assert_eq!(records[0].error, Some(unavailable(1)));
+}
+
+/// Arming a timer twice is normal (a host's start arms every pending
+/// timer, and taking a run in arms its own again): both copies fire, and
+/// the leaf must still be made ready once, not once per copy.
+#[test]
+fn a_retry_timer_armed_twice_starts_one_next_attempt() {
+    let second = Arc::new(Gate::default());
+    let gate = Arc::clone(&second);
+    let once: Behaviour = Arc::new(move |call, input| match call.context.attempt {
+        1 => StepOutcome::of(Err(unavailable(1))),
+        _ => StepOutcome::of(gate.pass(call).then_some(input).ok_or_else(broken)),
+    });
+    // A sibling held open keeps the run in memory through the retry delay.
+    let hold = Arc::new(Gate::default());
+    let host = Host::new(vec![("once", once), ("hold", hold.plugin())]);
+    let text = r#"
+id: twice
+steps:
+  - id: both
+    parallel:
+      - { id: a, uses: once, with: 1, retry: { max_attempts: 3, initial: 10s } }
+      - { id: b, uses: hold, with: 2 }
+"#;
+    let handle = host.start(text, json!({}));
+    let id = handle.id().to_owned();
+    hold.wait_entered(1);
+    eventually("the retry's timer", || {
+        host.timers(&id)
+            .iter()
+            .any(|(kind, _)| *kind == TimerKind::Retry)
+    });
+    host.engine.arm_timers().unwrap();
+    host.advance(10);
+    second.wait_entered(1);
+    // Both copies have fired by now; the second attempt is still under way.
+    std::thread::sleep(Duration::from_millis(200));
+    second.open();
+    hold.open();
+    assert_succeeded(&finish(handle), json!({ "a": 1, "b": 2 }));
+    let attempts: Vec<u32> = host
+        .calls()
+        .iter()
+        .filter(|c| c.step == "a")
+        .map(|c| c.attempt)
+        .collect();
+    assert_eq!(attempts, [1, 2], "one call per attempt");
 }
 
 #[test]
