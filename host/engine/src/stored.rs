@@ -94,18 +94,29 @@ pub fn cancel_in_store(
     commit: impl Fn(Write) -> Result<(), StoreError>,
 ) -> Result<(), StoreError> {
     for _ in 0..ATTEMPTS {
-        let run = store
-            .run(id)?
-            .ok_or_else(|| StoreError::NotFound(weft_store::What::Run(id.to_owned())))?;
-        if run.state.is_terminal() {
-            return Err(StoreError::RunEnded(id.to_owned()));
-        }
-        match commit(cancel(&run, now)) {
+        match cancel_once(store, id, now, &commit) {
             Err(StoreError::Changed(_)) => continue,
             outcome => return outcome,
         }
     }
     Err(StoreError::Busy { run: id.to_owned() })
+}
+
+/// One try of [`cancel_in_store`], decided on the run as read now:
+/// `Err(Changed)` when it moved on before the commit.
+pub(crate) fn cancel_once(
+    store: &dyn Store,
+    id: &str,
+    now: Timestamp,
+    commit: impl Fn(Write) -> Result<(), StoreError>,
+) -> Result<(), StoreError> {
+    let run = store
+        .run(id)?
+        .ok_or_else(|| StoreError::NotFound(weft_store::What::Run(id.to_owned())))?;
+    if run.state.is_terminal() {
+        return Err(StoreError::RunEnded(id.to_owned()));
+    }
+    commit(cancel(&run, now))
 }
 
 /// Run `run` cancelled.

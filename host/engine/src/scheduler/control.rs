@@ -14,26 +14,41 @@ use super::{Core, Work};
 
 impl Core {
     /// Cancels run `id`: through its cell when it is resident (the walk
-    /// then ends it), otherwise in the store. `Err(RunEnded)` when it has
-    /// already ended, `Err(NotFound)` when the store has no such run.
+    /// then ends it), otherwise in the store, looking for a cell again
+    /// whenever the run moved on under the cancel (it may have been taken
+    /// in meanwhile). `Err(RunEnded)` when it has already ended,
+    /// `Err(NotFound)` when the store has no such run, `Err(Busy)` when it
+    /// kept moving in another process.
     pub(crate) fn cancel(self: &Arc<Self>, id: &str) -> Result<(), StoreError> {
-        let cell = lock(&self.cells).get(id).cloned();
-        if let Some(cell) = cell {
-            let mut live = lock(&cell);
-            if !live.closed {
-                let cancelled = live.task.drive.cancelled(self.clock.as_ref());
-                live.finished.push_back(cancelled);
-                drop(live);
-                self.advance(&cell);
+        for _ in 0..crate::stored::ATTEMPTS {
+            if self.cancel_resident(id) {
                 return Ok(());
             }
+            let store = self.launcher.store.as_ref();
+            match crate::stored::cancel_once(store, id, self.clock.now(), |write| {
+                self.commits.commit(write)
+            }) {
+                Err(StoreError::Changed(_)) => continue,
+                outcome => return outcome,
+            }
         }
-        crate::stored::cancel_in_store(
-            self.launcher.store.as_ref(),
-            id,
-            self.clock.now(),
-            |write| self.commits.commit(write),
-        )
+        Err(StoreError::Busy { run: id.to_owned() })
+    }
+
+    /// Cancels run `id` through its cell, if it is resident.
+    fn cancel_resident(self: &Arc<Self>, id: &str) -> bool {
+        let Some(cell) = lock(&self.cells).get(id).cloned() else {
+            return false;
+        };
+        let mut live = lock(&cell);
+        if live.closed {
+            return false;
+        }
+        let cancelled = live.task.drive.cancelled(self.clock.as_ref());
+        live.finished.push_back(cancelled);
+        drop(live);
+        self.advance(&cell);
+        true
     }
 
     /// Answers the `await` leaf at `path` of run `id`: through its cell
@@ -85,18 +100,41 @@ impl Core {
                     };
                 }
             }
+            let waited = std::time::Instant::now() >= deadline;
             // Parked or being loaded: it has a cell soon.
-            if lock(&self.admission).known.contains(id) && std::time::Instant::now() < deadline {
+            if lock(&self.admission).known.contains(id) && !waited {
                 std::thread::sleep(Duration::from_millis(10));
                 continue;
             }
-            break;
+            match self.act_in_store(id, path, answer) {
+                Some(outcome) => return outcome,
+                // The run moved on after it was read (another record
+                // landed, or it woke): look again.
+                None if !waited => std::thread::sleep(Duration::from_millis(5)),
+                None => {
+                    return Err(ActError::Busy(format!(
+                        "run `{id}` kept moving while the answer was decided; try again"
+                    )));
+                }
+            }
         }
-        self.act_in_store(id, path, answer)
     }
 
-    /// [`Core::act`] for a run that is not in memory.
+    /// [`Core::act`] for a run that is not in memory; `None` when the run
+    /// moved on between its read and the answer's commit.
     fn act_in_store(
+        self: &Arc<Self>,
+        id: &str,
+        path: &str,
+        answer: &Answer,
+    ) -> Option<Result<(), ActError>> {
+        match self.try_act_in_store(id, path, answer) {
+            Err(ActError::Store(StoreError::Changed(_))) => None,
+            outcome => Some(outcome),
+        }
+    }
+
+    fn try_act_in_store(
         self: &Arc<Self>,
         id: &str,
         path: &str,
@@ -145,13 +183,6 @@ impl Core {
                 state: "timed out".to_owned(),
             }),
             Err(StoreError::RunEnded(_)) => Err(ActError::Ended(id.to_owned())),
-            // The run moved on after it was read above: another process
-            // answered the step, or the run woke.
-            Err(StoreError::Changed(_)) => Err(ActError::NotWaiting {
-                run: id.to_owned(),
-                step: path.to_owned(),
-                state: "no longer waiting".to_owned(),
-            }),
             Err(StoreError::Busy { run }) => Err(ActError::Busy(format!(
                 "run `{run}` is in progress in another process"
             ))),
