@@ -176,6 +176,13 @@ pub enum What {
     /// The cron trigger with this key, `<workflow>/<trigger>`: "trigger
     /// `key`".
     Schedule(String),
+    /// The step record numbered `seq` of a run: its slot.
+    Step {
+        /// The run's id.
+        run: String,
+        /// The record's number.
+        seq: u32,
+    },
     /// One deployed version of a workflow.
     Revision {
         /// The workflow's id.
@@ -193,6 +200,7 @@ impl std::fmt::Display for What {
             Self::Delivery(id) => write!(f, "delivery `{id}`"),
             Self::Message(seq) => write!(f, "message {seq}"),
             Self::Schedule(key) => write!(f, "trigger `{key}`"),
+            Self::Step { run, seq } => write!(f, "record {seq} of run `{run}`"),
             Self::Revision { workflow, revision } => {
                 write!(f, "workflow `{workflow}` revision {revision}")
             }

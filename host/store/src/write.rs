@@ -36,7 +36,11 @@ pub enum Write {
         /// run was recorded with it before.
         idempotency: Option<String>,
     },
-    /// A step attempt's record and the run's next state.
+    /// A step attempt's record and the run's next state; refused with
+    /// [`StoreError::Exists`](super::StoreError::Exists) if the slot `(id,
+    /// seq)` holds a record already, and with
+    /// [`StoreError::RunEnded`](super::StoreError::RunEnded) if the run was
+    /// cancelled in the store.
     CommitStep {
         /// The run's id.
         id: String,

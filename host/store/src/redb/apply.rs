@@ -143,8 +143,9 @@ impl Tables<'_> {
     /// A step attempt's record and the run's next state, with what else
     /// the step did: its key-value writes, the child run it starts, the
     /// timer it fired and the one it set, the messages it emitted. Refused
-    /// if the run was cancelled in the store, if the timer it fired is
-    /// gone, or if a key it read has changed since.
+    /// if the run was cancelled in the store, if its slot `(id, seq)` holds
+    /// a record, if the timer it fired is gone, or if a key it read has
+    /// changed since.
     #[allow(clippy::too_many_arguments)] // One per field of `Write::CommitStep`.
     fn commit_step(
         &mut self,
@@ -162,6 +163,9 @@ impl Tables<'_> {
     ) -> Result<Result<(), StoreError>, StoreError> {
         if self.ended(id)? {
             return Ok(Err(StoreError::RunEnded(id.to_owned())));
+        }
+        if let Err(refused) = self.slot_free(id, seq)? {
+            return Ok(Err(refused));
         }
         if let Some(fired) = fired
             && backend!(self.timers.get(fired.key()))?.is_none()
@@ -265,12 +269,12 @@ impl Tables<'_> {
         }
         match self.run_at(id, expect)? {
             Ok(_) => {}
-            Err(StoreError::Changed(what)) => return Ok(Err(StoreError::Changed(what))),
-            Err(_) => {
+            Err(StoreError::NotFound(_) | StoreError::RunEnded(_)) => {
                 // Its run is gone or ended: the timer wakes nothing.
                 self.remove_timer(id, fired.key())?;
                 return Ok(Err(StoreError::TimerGone(fired.id)));
             }
+            Err(refused) => return Ok(Err(refused)),
         }
         if let Some(record) = record {
             backend!(self.steps.insert((id, expect), record))?;
@@ -328,9 +332,19 @@ impl Tables<'_> {
         Ok(Ok(()))
     }
 
+    /// Refuses a record for slot `(id, seq)` when one is there: a stored
+    /// record is never replaced.
+    fn slot_free(&self, id: &str, seq: u32) -> Result<Result<(), StoreError>, StoreError> {
+        if backend!(self.steps.get((id, seq)))?.is_some() {
+            let run = id.to_owned();
+            return Ok(Err(StoreError::Exists(What::Step { run, seq })));
+        }
+        Ok(Ok(()))
+    }
+
     /// The stored run `id`, if it is running (or suspended) with `expect`
-    /// step records: the condition of every write decided on a run read
-    /// before. `Ok(Err(_))`: [`StoreError::NotFound`],
+    /// step records and its next slot free: the condition of every write
+    /// decided on a run read before. `Ok(Err(_))`: [`StoreError::NotFound`],
     /// [`StoreError::RunEnded`] or [`StoreError::Changed`].
     pub(super) fn run_at(
         &self,
@@ -348,6 +362,9 @@ impl Tables<'_> {
         }
         if run.step_records != expect {
             return Ok(Err(StoreError::Changed(What::Run(id.to_owned()))));
+        }
+        if let Err(refused) = self.slot_free(id, expect)? {
+            return Ok(Err(refused));
         }
         Ok(Ok(run))
     }

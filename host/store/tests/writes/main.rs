@@ -13,18 +13,16 @@
 //!   `TimerGone` but still removes the timer row: that refusal writes.
 //! - F2: `StartRun` writes no `@deadline` timer for a child with a deadline
 //!   (`CreateRun` does); the child's timers are not asserted either way.
-//! - F3: `CommitStep` does not check that the slot `(run, seq)` is free: a
-//!   second record at a seq replaces the first.
 //! - F4: `UpdateRun` has no version check: a stale run record (fewer
 //!   `step_records`) overwrites one that a `FireTimer` moved on.
 //!
 //! (F5, `CancelRun` of a missing run answering `RunEnded`, is fixed: the
-//! case is in `runs::cancel_run`.)
+//! case is in `runs::cancel_run`. F3, a second record at a seq replacing
+//! the first, is fixed: `steps::commit_step` refuses it.)
 //!
-//! Not asserted either, as they are due to change: whether a cancel in the
-//! store leaves a `@cancel` record (F6), `Act` on a wait whose record
-//! carries a retried error (F8), and the system-clock times `emit` stamps
-//! (F9).
+//! Not asserted either, as it is due to change: whether a cancel in the
+//! store leaves a `@cancel` record (F6). Whether a step waits (F8) and what
+//! a fire records are the engine's to decide now, and are tested there.
 //!
 //! One test binary, `writes`, in modules:
 //! - `table`: the fixture, the case tables and the snapshot a refusal must

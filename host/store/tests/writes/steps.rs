@@ -11,8 +11,8 @@ use weft_store::{DEADLINE_PATH, StepRecord, Store, StoreError, What, Write};
 
 use crate::common::{
     R, SPACE, armed, at, cancel, changed, commit, commit_with, current, def, dozing, emission,
-    emit, ended, glance, nap, no_timers, not_found, outbox_row, queued, spawn, stale, started,
-    step, stored_run, subscribe, timer, timers, update,
+    emit, ended, exists, glance, nap, no_timers, not_found, outbox_row, queued, spawn, stale,
+    started, step, stored_run, subscribe, timer, timers, update,
 };
 use crate::table::{given, put, walk};
 
@@ -106,6 +106,35 @@ fn commit_step() {
             .then(|s| cancel(s, 9))
             .write(|s| commit(s, R, "one"))
             .refused(ended),
+        given("a record for a slot another record took", started)
+            .write(|s| stale(s, |s| commit(s, R, "one")))
+            .refused(|e| {
+                exists(
+                    e,
+                    What::Step {
+                        run: R.into(),
+                        seq: 0,
+                    },
+                )
+            }),
+        given("a fire decided on a run a stale record set back", sleeping)
+            .then(|s| update(s, Running))
+            .then(|s| {
+                // The run's record from before the sleep: one record fewer.
+                let mut back = stored_run(s, R);
+                (back.step_records, back.suspended) = (0, true);
+                Write::update_run(&back)
+            })
+            .write(|s| fire(s, Sleep))
+            .refused(|e| {
+                exists(
+                    e,
+                    What::Step {
+                        run: R.into(),
+                        seq: 0,
+                    },
+                )
+            }),
     ]);
 }
 
