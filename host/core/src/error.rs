@@ -29,6 +29,11 @@ impl ErrorRecord {
         }
     }
 
+    /// What a cancelled run ends with (`cancelled`).
+    pub fn cancelled() -> Self {
+        Self::fatal("cancelled", "the run was cancelled")
+    }
+
     /// The host's own failure (`internal`), not the step's.
     pub fn internal(message: impl Into<String>) -> Self {
         Self::fatal("internal", message)

@@ -71,4 +71,9 @@ impl Committer {
     pub fn messages(&self) -> Arc<Signal> {
         Arc::clone(&self.core.messages)
     }
+
+    /// The engine's clock, which stamps what the hub writes.
+    pub fn clock(&self) -> &Arc<dyn weft_core::clock::Clock> {
+        &self.core.clock
+    }
 }

@@ -56,12 +56,7 @@ pub(crate) fn fired_record(timer: &TimerRecord, seq: u32) -> Option<StepRecord> 
 pub(crate) fn fire(timer: &TimerRecord, run: &RunRecord, now: Timestamp) -> Write {
     let expect = run.step_records;
     let record = fired_record(timer, expect);
-    let mut wake = run.clone();
-    if record.is_some() {
-        wake.step_records += 1;
-    }
-    wake.suspended = false;
-    wake.updated_at = now;
+    let wake = woken(run, u32::from(record.is_some()), now);
     Write::fire_timer(timer.timer, expect, record.as_ref(), &wake)
 }
 
@@ -74,11 +69,31 @@ pub(crate) fn act(
     now: Timestamp,
 ) -> Write {
     record.seq = run.step_records;
+    Write::act(&record, timer, &woken(run, 1, now))
+}
+
+/// `run` awake at `now`, `added` records on.
+fn woken(run: &RunRecord, added: u32, now: Timestamp) -> RunRecord {
     let mut wake = run.clone();
-    wake.step_records += 1;
+    wake.step_records += added;
     wake.suspended = false;
     wake.updated_at = now;
-    Write::act(&record, timer, &wake)
+    wake
+}
+
+/// Tries `change` until the run it is decided on does not move on under it
+/// (`Err(Changed)`), at most [`ATTEMPTS`] times; then run `id` is busy.
+pub(crate) fn decide_again(
+    id: &str,
+    mut change: impl FnMut() -> Result<(), StoreError>,
+) -> Result<(), StoreError> {
+    for _ in 0..ATTEMPTS {
+        match change() {
+            Err(StoreError::Changed(_)) => continue,
+            outcome => return outcome,
+        }
+    }
+    Err(StoreError::Busy { run: id.to_owned() })
 }
 
 /// Cancels run `id`, which this process does not drive, through `commit`:
@@ -93,13 +108,7 @@ pub fn cancel_in_store(
     now: Timestamp,
     commit: impl Fn(Write) -> Result<(), StoreError>,
 ) -> Result<(), StoreError> {
-    for _ in 0..ATTEMPTS {
-        match cancel_once(store, id, now, &commit) {
-            Err(StoreError::Changed(_)) => continue,
-            outcome => return outcome,
-        }
-    }
-    Err(StoreError::Busy { run: id.to_owned() })
+    decide_again(id, || cancel_once(store, id, now, &commit))
 }
 
 /// One try of [`cancel_in_store`], decided on the run as read now:
@@ -127,7 +136,7 @@ fn cancel(run: &RunRecord, now: Timestamp) -> Write {
     ended.updated_at = now;
     ended.error = Some(RunError {
         step: None,
-        error: ErrorRecord::fatal("cancelled", "the run was cancelled"),
+        error: ErrorRecord::cancelled(),
     });
     Write::cancel_run(run.step_records, &ended)
 }

@@ -214,7 +214,7 @@ impl Host {
         } else {
             None
         };
-        let hub = Hub::with_clock(engine.committer(), Arc::clone(engine.clock()));
+        let hub = Hub::new(engine.committer());
         if config.recover {
             hub.start().map_err(|error| HostError::Thread {
                 what: "delivering messages",

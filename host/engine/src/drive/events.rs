@@ -33,7 +33,7 @@ impl Drive {
         Finished {
             path: CANCEL_PATH.to_owned(),
             record: StepRecord {
-                error: Some(ErrorRecord::fatal("cancelled", "the run was cancelled")),
+                error: Some(ErrorRecord::cancelled()),
                 ..StepRecord::empty(
                     &self.run.id,
                     0,

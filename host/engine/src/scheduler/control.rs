@@ -20,19 +20,14 @@ impl Core {
     /// `Err(NotFound)` when the store has no such run, `Err(Busy)` when it
     /// kept moving in another process.
     pub(crate) fn cancel(self: &Arc<Self>, id: &str) -> Result<(), StoreError> {
-        for _ in 0..crate::stored::ATTEMPTS {
+        crate::stored::decide_again(id, || {
             if self.cancel_resident(id) {
                 return Ok(());
             }
             let store = self.launcher.store.as_ref();
-            match crate::stored::cancel_once(store, id, self.clock.now(), |write| {
-                self.commits.commit(write)
-            }) {
-                Err(StoreError::Changed(_)) => continue,
-                outcome => return outcome,
-            }
-        }
-        Err(StoreError::Busy { run: id.to_owned() })
+            let commit = |write| self.commits.commit(write);
+            crate::stored::cancel_once(store, id, self.clock.now(), commit)
+        })
     }
 
     /// Cancels run `id` through its cell, if it is resident.
@@ -107,34 +102,25 @@ impl Core {
                 continue;
             }
             match self.act_in_store(id, path, answer) {
-                Some(outcome) => return outcome,
                 // The run moved on after it was read (another record
                 // landed, or it woke): look again.
-                None if !waited => std::thread::sleep(Duration::from_millis(5)),
-                None => {
+                Err(ActError::Store(StoreError::Changed(_))) if !waited => {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err(ActError::Store(StoreError::Changed(_))) => {
                     return Err(ActError::Busy(format!(
                         "run `{id}` kept moving while the answer was decided; try again"
                     )));
                 }
+                outcome => return outcome,
             }
         }
     }
 
-    /// [`Core::act`] for a run that is not in memory; `None` when the run
-    /// moved on between its read and the answer's commit.
+    /// [`Core::act`] for a run that is not in memory;
+    /// `Err(Store(Changed))` when the run moved on between its read and the
+    /// answer's commit.
     fn act_in_store(
-        self: &Arc<Self>,
-        id: &str,
-        path: &str,
-        answer: &Answer,
-    ) -> Option<Result<(), ActError>> {
-        match self.try_act_in_store(id, path, answer) {
-            Err(ActError::Store(StoreError::Changed(_))) => None,
-            outcome => Some(outcome),
-        }
-    }
-
-    fn try_act_in_store(
         self: &Arc<Self>,
         id: &str,
         path: &str,

@@ -37,7 +37,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use weft_core::Signal;
-use weft_core::clock::{Clock, SystemClock};
+use weft_core::clock::Clock;
 use weft_engine::{Committer, DeliveryWrite};
 use weft_store::{DeliveryRecord, DeliveryState, Store, StoreError, What};
 
@@ -154,13 +154,9 @@ impl std::fmt::Debug for Hub {
 }
 
 impl Hub {
-    /// A hub that writes through `committer`, with the system clock.
+    /// A hub that writes through `committer`, on its engine's clock.
     pub fn new(committer: Committer) -> Self {
-        Self::with_clock(committer, Arc::new(SystemClock))
-    }
-
-    /// A hub reading time from `clock`.
-    pub fn with_clock(committer: Committer, clock: Arc<dyn Clock>) -> Self {
+        let clock = Arc::clone(committer.clock());
         let store = Arc::clone(committer.store());
         let signal = committer.messages();
         Self {

@@ -363,6 +363,8 @@ impl Tables<'_> {
         if run.step_records != expect {
             return Ok(Err(StoreError::Changed(What::Run(id.to_owned()))));
         }
+        // Not implied by the count: an `UpdateRun` decided on an older
+        // record can set `step_records` back (F4).
         if let Err(refused) = self.slot_free(id, expect)? {
             return Ok(Err(refused));
         }
