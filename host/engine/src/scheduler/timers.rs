@@ -156,7 +156,8 @@ impl Core {
         }
     }
 
-    /// Notes a durable fire's lag, when measuring.
+    /// Notes a durable fire's lag, when measuring: against the system
+    /// clock, on purpose, since the benchmark reports real time.
     pub(super) fn fired(&self, due: weft_core::clock::Timestamp) {
         if let Some(lags) = &self.fire_lags {
             let now = std::time::SystemTime::now()
