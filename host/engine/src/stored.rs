@@ -51,9 +51,21 @@ pub(crate) fn fired_record(timer: &TimerRecord, seq: u32) -> Option<StepRecord> 
     }
 }
 
+/// Timer `timer`'s fire, decided on its run as read from `store` now:
+/// `None` when the run is gone or has ended, and the timer wakes nothing.
+pub(crate) fn decide_fire(
+    store: &dyn Store,
+    timer: &TimerRecord,
+    now: Timestamp,
+) -> Result<Option<Write>, StoreError> {
+    let run = store.run(&timer.run)?;
+    let run = run.filter(|run| !run.state.is_terminal());
+    Ok(run.map(|run| fire(timer, &run, now)))
+}
+
 /// Timer `timer`'s fire in `run` as stored: the record it leaves, and the
 /// run awake.
-pub(crate) fn fire(timer: &TimerRecord, run: &RunRecord, now: Timestamp) -> Write {
+fn fire(timer: &TimerRecord, run: &RunRecord, now: Timestamp) -> Write {
     let expect = run.step_records;
     let record = fired_record(timer, expect);
     let wake = woken(run, u32::from(record.is_some()), now);

@@ -69,10 +69,11 @@ impl Core {
         if lock(&self.admission).known.contains(&timer.run) {
             return;
         }
-        let run = match self.launcher.store.run(&timer.run) {
-            Ok(Some(run)) if !run.state.is_terminal() => run,
+        let store = self.launcher.store.as_ref();
+        let write = match crate::stored::decide_fire(store, &timer, self.clock.now()) {
+            Ok(Some(write)) => write,
             // Gone or ended: the timer wakes nothing.
-            Ok(_) => return,
+            Ok(None) => return,
             Err(e) => {
                 tracing::error!(run = %timer.run, "cannot fire a timer: {e}");
                 return;
@@ -80,7 +81,7 @@ impl Core {
         };
         let core = Arc::clone(self);
         self.commits.submit(
-            crate::stored::fire(&timer, &run, self.clock.now()),
+            write,
             Box::new(move |outcome| match outcome {
                 Ok(()) => {
                     core.fired(timer.timer.due);
@@ -98,13 +99,12 @@ impl Core {
     /// the timer row and marks the stored run awake, then the leaf is ready
     /// for its next attempt.
     fn fire_retry(self: &Arc<Self>, cell: Arc<Mutex<Live>>, timer: TimerRecord) {
-        let write = match self.launcher.store.run(&timer.run) {
-            Ok(Some(run)) if !run.state.is_terminal() => {
-                crate::stored::fire(&timer, &run, self.clock.now())
-            }
+        let store = self.launcher.store.as_ref();
+        let write = match crate::stored::decide_fire(store, &timer, self.clock.now()) {
+            Ok(Some(write)) => write,
             // Ended in the store: the run's next commit is refused and
             // closes it.
-            Ok(_) => {
+            Ok(None) => {
                 let mut live = lock(&cell);
                 if !live.closed {
                     self.retry_ready(&mut live, &cell, &timer);
