@@ -9,6 +9,7 @@
 //! - [`ScheduleSpec`], [`Overlap`] and [`CatchUp`]: a cron trigger as
 //!   written (weft-model compiles it).
 //! - [`ErrorRecord`]: how an error is recorded and shown.
+//! - [`ids`]: fresh ids and random numbers, repeatable under a seed.
 //! - [`Signal`], [`lock`], [`read`] and [`write`]: waiting for news, locking
 //!   without poison.
 
@@ -16,6 +17,7 @@ pub mod clock;
 mod digest;
 pub mod effects;
 mod error;
+pub mod ids;
 pub mod names;
 mod schedule;
 mod schema;

@@ -123,7 +123,7 @@ impl Launcher {
             DefinitionRecord::new(&workflow.origin, workflow.format.name(), &workflow.source);
         let now = self.clock.now();
         let run = RunRecord {
-            id: new_run_id(now),
+            id: weft_core::ids::uuid_v7(now),
             workflow: workflow.id.clone(),
             workflow_version: workflow.version,
             origin: workflow.origin.clone(),
@@ -218,15 +218,4 @@ impl Launcher {
     ) -> Drive {
         Drive::new(run, workflow, runner, results, Arc::clone(self))
     }
-}
-
-/// A UUIDv7 from the injected clock: ids sort by creation time.
-fn new_run_id(now: Timestamp) -> String {
-    let millis = now.as_millis();
-    let ts = uuid::Timestamp::from_unix(
-        uuid::NoContext,
-        millis / 1000,
-        u32::try_from((millis % 1000) * 1_000_000).unwrap_or(0),
-    );
-    uuid::Uuid::new_v7(ts).to_string()
 }

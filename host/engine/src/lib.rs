@@ -64,6 +64,8 @@ pub use drive::Answer;
 pub use error::{ActError, ResumeError, StartError};
 pub use launch::MAX_DEPTH;
 pub use runner::{Pinned, RunnerSource, StepCall, StepOutcome, StepRunner, WasmPlugins};
+#[cfg(feature = "sim")]
+pub use scheduler::stepped::{Answering, Stepper};
 pub use stored::cancel_in_store;
 pub use weft_model::Workflows;
 
@@ -255,6 +257,29 @@ impl Engine {
         })
     }
 
+    /// As [`Engine::with_source`], stepped: the engine starts no threads
+    /// and commits nothing by itself. The [`Stepper`] decides what happens
+    /// next: a simulator's seam.
+    #[cfg(feature = "sim")]
+    pub fn stepped(
+        store: Arc<dyn Store>,
+        plugins: Arc<PluginDir>,
+        source: Arc<dyn RunnerSource>,
+        clock: Arc<dyn Clock>,
+        config: EngineConfig,
+    ) -> (Self, Stepper) {
+        let (commits, held) = GroupCommit::held(store.clone());
+        let launcher = Arc::new(Launcher::new(store, source, clock));
+        let core = Arc::new(Core::new(launcher, commits, config.max_resident, false));
+        let stepper = Stepper::new(Arc::clone(&core), held);
+        let engine = Self {
+            core,
+            plugins,
+            threads: Vec::new(),
+        };
+        (engine, stepper)
+    }
+
     /// The plugins: the directory and the registry.
     pub fn plugins(&self) -> &PluginDir {
         &self.plugins
@@ -372,11 +397,12 @@ impl Engine {
     }
 
     /// Cancels run `run_id`: it ends `cancelled`, its timers with it, and
-    /// whatever its steps still return is dropped. A run in this engine's
-    /// hands ends when its cancellation commits (at once unless a commit
-    /// of it is in flight); any other is cancelled in the store before
-    /// this returns. `Err(RunEnded)` if it had already ended,
-    /// `Err(NotFound)` if there is no such run.
+    /// whatever its steps still return is dropped. Returns once the
+    /// cancellation is durable. A run in this engine's hands ends when its
+    /// cancellation commits, after the commit of it in flight, if any; any
+    /// other is cancelled in the store. `Err(RunEnded)` if it had already
+    /// ended, or ended otherwise before the cancellation landed;
+    /// `Err(NotFound)` if there is no such run. Blocking.
     pub fn cancel(&self, run_id: &str) -> Result<(), StoreError> {
         match self.store().run(run_id)? {
             None => Err(StoreError::NotFound(weft_store::What::Run(

@@ -8,7 +8,7 @@ mod redb;
 pub mod registry;
 mod write;
 
-pub use self::group::{Done, GroupCommit};
+pub use self::group::{Done, GroupCommit, Held};
 pub use self::messages::{
     DeliveryOp, DeliveryRecord, DeliveryState, MessageRecord, SubscriptionRecord, Target,
 };

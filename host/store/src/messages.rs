@@ -95,7 +95,7 @@ impl SubscriptionRecord {
             .saturating_mul(1u64 << exp)
             .min(self.max_backoff_ms)
             .max(1);
-        let jitter = uuid::Uuid::now_v7().as_u64_pair().1 % (base / 5 + 1);
+        let jitter = weft_core::ids::random_u64() % (base / 5 + 1);
         base - jitter
     }
 }

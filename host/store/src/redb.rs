@@ -115,6 +115,23 @@ impl RedbStore {
             .set_concurrency_mode(ConcurrencyMode::MultiWriter)
             .create(path)
             .map_err(|e| open_error(e, &shown))?;
+        Self::prepare(db, path, shown)
+    }
+
+    /// A store held in memory only, gone when it is dropped: the
+    /// simulator's, where thousands of runs of the engine each need a
+    /// fresh store and no sync is worth waiting for.
+    pub fn in_memory() -> Result<Self, StoreError> {
+        // One writer at a time: the simulator has one thread, and the
+        // memory backend cannot take several.
+        let db = redb::Builder::new()
+            .create_with_backend(redb::backends::InMemoryBackend::new())
+            .map_err(|e| open_error(e, "memory"))?;
+        Self::prepare(db, Path::new(":memory:"), "memory".to_owned())
+    }
+
+    /// Checks the format of the newly opened `db` and makes its tables.
+    fn prepare(db: Database, path: &Path, shown: String) -> Result<Self, StoreError> {
         let txn = backend!(db.begin_write())?;
         {
             let mut meta = backend!(txn.open_table(META))?;

@@ -60,12 +60,13 @@ pub(crate) struct Finished {
     pub(super) fired: Option<TimerRef>,
     /// The messages the attempt emitted.
     pub(super) emitted: Vec<Emission>,
-    /// Told how the commit went (an outside actor's answer).
+    /// Told how the commit went (an outside actor's answer, or a
+    /// cancellation).
     pub(super) reply: Option<Reply>,
 }
 
-/// How an answer to an `await` step went: told once its commit is
-/// answered.
+/// How an answer to an `await` step or a cancellation went: told once its
+/// commit is answered.
 pub(crate) type Reply = Box<dyn FnOnce(Result<(), StoreError>) + Send>;
 
 /// A finished attempt folded into its run: what to commit, and after.
@@ -85,6 +86,12 @@ pub(crate) struct Completed {
 }
 
 impl Finished {
+    /// This result, telling `reply` how its commit went.
+    pub(crate) fn telling(mut self, reply: Reply) -> Self {
+        self.reply = Some(reply);
+        self
+    }
+
     /// The leaf's path.
     pub(crate) fn path(&self) -> &str {
         &self.path

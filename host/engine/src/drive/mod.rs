@@ -322,8 +322,7 @@ impl Drive {
 /// A new timer's id: random, so ids from several processes sharing a
 /// store do not collide.
 pub(super) fn timer_id() -> u64 {
-    // The low half of a UUIDv7 is random.
-    uuid::Uuid::now_v7().as_u64_pair().1
+    weft_core::ids::random_u64()
 }
 
 /// Evaluates a condition, which must be `true` or `false`.

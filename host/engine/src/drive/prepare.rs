@@ -153,7 +153,7 @@ impl Drive {
         let record = &mut attempt.record;
         match emit.with.eval(&ready.scope) {
             Ok(payload) => {
-                let id = uuid::Uuid::now_v7().to_string();
+                let id = weft_core::ids::uuid_v7(record.started_at);
                 record.output = Some(json!({ "message": id, "channel": emit.channel }));
                 record.messages = vec![id.clone()];
                 record.input = payload.clone();

@@ -12,38 +12,132 @@ use crate::error::ActError;
 
 use super::{Core, Work};
 
+/// Where one try of a cancellation got to.
+pub(crate) enum Cancelling {
+    /// Queued with the run's cell: its commit's outcome comes on the
+    /// receiver.
+    Queued(std::sync::mpsc::Receiver<Result<(), StoreError>>),
+    /// Answered.
+    Done(Result<(), StoreError>),
+}
+
+/// Where one try of an answer got to.
+pub(crate) enum Acting {
+    /// Queued with the run's cell: its commit's outcome comes on the
+    /// receiver (closed if the run ended before the answer landed).
+    Queued(std::sync::mpsc::Receiver<Result<(), StoreError>>),
+    /// Answered.
+    Done(Result<(), ActError>),
+    /// Not decided yet: try again after the pause.
+    Again(Duration),
+}
+
+/// What an answer queued with a run's cell came to, from its commit's
+/// outcome (`None`: the run ended before the answer landed).
+pub(crate) fn answered(
+    id: &str,
+    path: &str,
+    outcome: Option<Result<(), StoreError>>,
+) -> Result<(), ActError> {
+    match outcome {
+        Some(Ok(())) => Ok(()),
+        Some(Err(StoreError::TimerGone(_))) => Err(ActError::NotWaiting {
+            run: id.to_owned(),
+            step: path.to_owned(),
+            state: "timed out".to_owned(),
+        }),
+        Some(Err(e)) => Err(ActError::Store(e)),
+        None => Err(ActError::Ended(id.to_owned())),
+    }
+}
+
 impl Core {
-    /// Cancels run `id`: through its cell when it is resident (the walk
-    /// then ends it), otherwise in the store, looking for a cell again
-    /// whenever the run moved on under the cancel (it may have been taken
-    /// in meanwhile). `Err(RunEnded)` when it has already ended,
+    /// Cancels run `id`, and returns once the cancellation is durable:
+    /// through its cell when it is resident (the walk then ends it, and
+    /// the answer waits for that commit), otherwise in the store, looking
+    /// for a cell again whenever the run moved on under the cancel (it may
+    /// have been taken in meanwhile). `Err(RunEnded)` when it has ended
+    /// (first, if it ended while the cancellation waited),
     /// `Err(NotFound)` when the store has no such run, `Err(Busy)` when it
     /// kept moving in another process.
     pub(crate) fn cancel(self: &Arc<Self>, id: &str) -> Result<(), StoreError> {
-        crate::stored::decide_again(id, || {
-            if self.cancel_resident(id) {
+        for _ in 0..crate::stored::ATTEMPTS {
+            let outcome = match self.cancel_once(id)? {
+                Cancelling::Queued(told) => self.cancel_answered(id, told.recv().ok()),
+                Cancelling::Done(outcome) => outcome,
+            };
+            match outcome {
+                // Let go of by its cell before the cancellation committed
+                // (its store failed): cancelled in the store next time.
+                Err(StoreError::Changed(_)) => continue,
+                outcome => return outcome,
+            }
+        }
+        Err(StoreError::Busy { run: id.to_owned() })
+    }
+
+    /// One try of [`Core::cancel`] that never waits for a commit of its
+    /// own cell: a cancellation queued with the cell answers on the
+    /// receiver, which [`Core::cancel_answered`] reads.
+    pub(crate) fn cancel_once(self: &Arc<Self>, id: &str) -> Result<Cancelling, StoreError> {
+        let mut queued = None;
+        let outcome = crate::stored::decide_again(id, || {
+            if let Some(told) = self.cancel_resident(id) {
+                queued = Some(told);
                 return Ok(());
             }
             let store = self.launcher.store.as_ref();
             let commit = |write| self.commits.commit(write);
             crate::stored::cancel_once(store, id, self.clock.now(), commit)
+        });
+        Ok(match queued {
+            Some(told) => Cancelling::Queued(told),
+            None => Cancelling::Done(outcome),
         })
     }
 
-    /// Cancels run `id` through its cell, if it is resident.
-    fn cancel_resident(self: &Arc<Self>, id: &str) -> bool {
-        let Some(cell) = lock(&self.cells).get(id).cloned() else {
-            return false;
-        };
+    /// What a cancellation queued with run `id`'s cell came to, from its
+    /// commit's outcome (`None`: the cell let the run go first). A run that
+    /// ended before the cancellation landed is `Err(RunEnded)`, unless it
+    /// was cancelled elsewhere; one let go of while still running is
+    /// `Err(Changed)`: try again.
+    pub(crate) fn cancel_answered(
+        &self,
+        id: &str,
+        outcome: Option<Result<(), StoreError>>,
+    ) -> Result<(), StoreError> {
+        match outcome {
+            Some(Ok(())) => Ok(()),
+            Some(Err(StoreError::RunEnded(_))) | None => match self.launcher.store.run(id)? {
+                Some(run) if run.state == weft_store::RunState::Cancelled => Ok(()),
+                Some(run) if run.state.is_terminal() => Err(StoreError::RunEnded(run.id)),
+                Some(_) => Err(StoreError::Changed(weft_store::What::Run(id.to_owned()))),
+                None => Err(StoreError::NotFound(weft_store::What::Run(id.to_owned()))),
+            },
+            Some(Err(e)) => Err(e),
+        }
+    }
+
+    /// Cancels run `id` through its cell, if it is resident: the
+    /// cancellation's outcome comes on the receiver.
+    fn cancel_resident(
+        self: &Arc<Self>,
+        id: &str,
+    ) -> Option<std::sync::mpsc::Receiver<Result<(), StoreError>>> {
+        let cell = lock(&self.cells).get(id).cloned()?;
         let mut live = lock(&cell);
         if live.closed {
-            return false;
+            return None;
         }
+        let (tell, told) = std::sync::mpsc::sync_channel(1);
         let cancelled = live.task.drive.cancelled(self.clock.as_ref());
+        let cancelled = cancelled.telling(Box::new(move |outcome| {
+            let _ = tell.send(outcome);
+        }));
         live.finished.push_back(cancelled);
         drop(live);
         self.advance(&cell);
-        true
+        Some(told)
     }
 
     /// Answers the `await` leaf at `path` of run `id`: through its cell
@@ -58,62 +152,68 @@ impl Core {
     ) -> Result<(), ActError> {
         let deadline = std::time::Instant::now() + Duration::from_secs(5);
         loop {
-            let cell = lock(&self.cells).get(id).cloned();
-            if let Some(cell) = cell {
-                let mut live = lock(&cell);
-                if !live.closed {
-                    let (tell, told) = std::sync::mpsc::sync_channel(1);
-                    let reply: Reply = Box::new(move |outcome| {
-                        let _ = tell.send(outcome);
-                    });
-                    return match live
-                        .task
-                        .drive
-                        .answer(path, answer, self.clock.as_ref(), reply)
-                    {
-                        Ok(finished) => {
-                            live.finished.push_back(finished);
-                            drop(live);
-                            self.advance(&cell);
-                            match told.recv() {
-                                Ok(Ok(())) => Ok(()),
-                                Ok(Err(StoreError::TimerGone(_))) => Err(ActError::NotWaiting {
-                                    run: id.to_owned(),
-                                    step: path.to_owned(),
-                                    state: "timed out".to_owned(),
-                                }),
-                                Ok(Err(e)) => Err(ActError::Store(e)),
-                                // The run ended before the answer landed.
-                                Err(_) => Err(ActError::Ended(id.to_owned())),
-                            }
-                        }
-                        Err(_) => Err(ActError::NotWaiting {
-                            run: id.to_owned(),
-                            step: path.to_owned(),
-                            state: live.task.drive.describe(path),
-                        }),
-                    };
-                }
+            let last = std::time::Instant::now() >= deadline;
+            match self.act_once(id, path, answer, last) {
+                Acting::Queued(told) => return answered(id, path, told.recv().ok()),
+                Acting::Done(outcome) => return outcome,
+                Acting::Again(pause) => std::thread::sleep(pause),
             }
-            let waited = std::time::Instant::now() >= deadline;
-            // Parked or being loaded: it has a cell soon.
-            if lock(&self.admission).known.contains(id) && !waited {
-                std::thread::sleep(Duration::from_millis(10));
-                continue;
+        }
+    }
+
+    /// One try of [`Core::act`], which never blocks on a commit of its
+    /// own cell: an answer through the cell is queued, and its outcome
+    /// comes later on the receiver. `last`: this is the last try, so a
+    /// run that is parked or keeps moving is answered `Busy` or through
+    /// the store, not tried again.
+    pub(crate) fn act_once(
+        self: &Arc<Self>,
+        id: &str,
+        path: &str,
+        answer: &Answer,
+        last: bool,
+    ) -> Acting {
+        let cell = lock(&self.cells).get(id).cloned();
+        if let Some(cell) = cell {
+            let mut live = lock(&cell);
+            if !live.closed {
+                let (tell, told) = std::sync::mpsc::sync_channel(1);
+                let reply: Reply = Box::new(move |outcome| {
+                    let _ = tell.send(outcome);
+                });
+                return match live
+                    .task
+                    .drive
+                    .answer(path, answer, self.clock.as_ref(), reply)
+                {
+                    Ok(finished) => {
+                        live.finished.push_back(finished);
+                        drop(live);
+                        self.advance(&cell);
+                        Acting::Queued(told)
+                    }
+                    Err(_) => Acting::Done(Err(ActError::NotWaiting {
+                        run: id.to_owned(),
+                        step: path.to_owned(),
+                        state: live.task.drive.describe(path),
+                    })),
+                };
             }
-            match self.act_in_store(id, path, answer) {
-                // The run moved on after it was read (another record
-                // landed, or it woke): look again.
-                Err(ActError::Store(StoreError::Changed(_))) if !waited => {
-                    std::thread::sleep(Duration::from_millis(5));
-                }
-                Err(ActError::Store(StoreError::Changed(_))) => {
-                    return Err(ActError::Busy(format!(
-                        "run `{id}` kept moving while the answer was decided; try again"
-                    )));
-                }
-                outcome => return outcome,
+        }
+        // Parked or being loaded: it has a cell soon.
+        if lock(&self.admission).known.contains(id) && !last {
+            return Acting::Again(Duration::from_millis(10));
+        }
+        match self.act_in_store(id, path, answer) {
+            // The run moved on after it was read (another record
+            // landed, or it woke): look again.
+            Err(ActError::Store(StoreError::Changed(_))) if !last => {
+                Acting::Again(Duration::from_millis(5))
             }
+            Err(ActError::Store(StoreError::Changed(_))) => Acting::Done(Err(ActError::Busy(
+                format!("run `{id}` kept moving while the answer was decided; try again"),
+            ))),
+            outcome => Acting::Done(outcome),
         }
     }
 

@@ -23,10 +23,12 @@ mod admission;
 mod children;
 mod commit;
 mod control;
+#[cfg(feature = "sim")]
+pub mod stepped;
 mod timers;
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::SyncSender;
 use std::sync::{Arc, Condvar, Mutex, PoisonError, Weak};
@@ -104,8 +106,9 @@ struct Queues {
 pub(super) struct Core {
     pub(super) launcher: Arc<Launcher>,
     admission: Mutex<Admission>,
-    /// Attempts waiting for a child run, by the child's id.
-    watchers: Mutex<HashMap<String, Vec<Waiting>>>,
+    /// Attempts waiting for a child run, by the child's id (in order, so
+    /// a simulation sees them in the same order every time).
+    watchers: Mutex<BTreeMap<String, Vec<Waiting>>>,
     pub(super) commits: GroupCommit,
     pub(super) clock: Arc<dyn Clock>,
     ready: Mutex<Queues>,
@@ -146,7 +149,7 @@ impl Core {
                 parked: VecDeque::new(),
                 known: HashSet::new(),
             }),
-            watchers: Mutex::new(HashMap::new()),
+            watchers: Mutex::new(BTreeMap::new()),
             commits,
             clock,
             ready: Mutex::new(Queues::default()),
@@ -241,23 +244,28 @@ impl Core {
 
     fn work(self: Arc<Self>) {
         while let Some(work) = self.next() {
-            match work {
-                Work::Advance(cell) => self.advance(&cell),
-                Work::Watch(cell, attempt) => self.watch(cell, attempt),
-                Work::Wake(id) => self.wake(&id),
-                Work::Fire(timer) => self.fire(*timer),
-                Work::ChildEnded(child) => self.child_ended(&child),
-                Work::Call(cell, attempt) => {
-                    let finished = attempt.run(self.clock.as_ref());
-                    {
-                        let mut live = lock(&cell);
-                        if live.closed {
-                            continue;
-                        }
-                        live.finished.push_back(finished);
+            self.execute(work);
+        }
+    }
+
+    /// Does one piece of work, on a worker (or the simulator's thread).
+    fn execute(self: &Arc<Self>, work: Work) {
+        match work {
+            Work::Advance(cell) => self.advance(&cell),
+            Work::Watch(cell, attempt) => self.watch(cell, attempt),
+            Work::Wake(id) => self.wake(&id),
+            Work::Fire(timer) => self.fire(*timer),
+            Work::ChildEnded(child) => self.child_ended(&child),
+            Work::Call(cell, attempt) => {
+                let finished = attempt.run(self.clock.as_ref());
+                {
+                    let mut live = lock(&cell);
+                    if live.closed {
+                        return;
                     }
-                    self.advance(&cell);
+                    live.finished.push_back(finished);
                 }
+                self.advance(&cell);
             }
         }
     }

@@ -189,6 +189,35 @@ impl Core {
         }
     }
 
+    /// Hands every armed timer that is due by the clock to [`Core::due`],
+    /// and returns how many there were: the timer thread's round, for a
+    /// simulation that has no such thread.
+    #[cfg(feature = "sim")]
+    pub(super) fn tick(self: &Arc<Self>) -> usize {
+        let now = self.clock.now().as_millis();
+        let mut fired = 0;
+        loop {
+            let key = {
+                let mut timers = lock(&self.timers);
+                match timers.peek() {
+                    Some(Reverse(key)) if key.0 <= now => timers.pop().map(|Reverse(key)| key),
+                    _ => None,
+                }
+            };
+            let Some(key) = key else {
+                return fired;
+            };
+            self.due(key);
+            fired += 1;
+        }
+    }
+
+    /// When the soonest armed timer is due.
+    #[cfg(feature = "sim")]
+    pub(super) fn next_due(&self) -> Option<u64> {
+        lock(&self.timers).peek().map(|Reverse((due, _))| *due)
+    }
+
     /// The timer thread: each due timer to [`Core::due`]. It reads the
     /// injected clock; a simulated clock is polled every millisecond.
     pub(super) fn run_timers(self: Arc<Self>) {

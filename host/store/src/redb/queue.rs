@@ -54,7 +54,7 @@ impl Tables<'_> {
             let mut deliveries = Vec::with_capacity(subscriptions.len());
             for subscription in subscriptions {
                 let delivery = DeliveryRecord {
-                    id: uuid::Uuid::now_v7().to_string(),
+                    id: weft_core::ids::uuid_v7(now),
                     subscription,
                     seq,
                     message: emission.id.clone(),

@@ -1,0 +1,171 @@
+//! The stepped engine: the scheduler with no threads of its own, driven
+//! one piece of work at a time by a simulator.
+//!
+//! Everything a worker, the timer thread or the commit thread would do is
+//! still done by the same code; only the choice of what happens next moves
+//! to the simulator: which queued work runs, when the held writes commit
+//! (and whether their batch fails), and when the clock moves and the due
+//! timers are handed over.
+
+use std::sync::Arc;
+
+use weft_core::lock;
+use weft_store::{Held, StoreError};
+
+use crate::drive::Answer;
+
+use super::Core;
+use super::control::{Acting, Cancelling};
+
+/// The handle a simulator drives a stepped engine by.
+pub struct Stepper {
+    core: Arc<Core>,
+    held: Arc<Held>,
+}
+
+impl std::fmt::Debug for Stepper {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Stepper")
+            .field("ready", &self.ready())
+            .field("held", &self.held)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Where an answer to an `await` step got to, without blocking.
+#[derive(Debug)]
+pub enum Answering {
+    /// Queued with the run's cell: poll it with [`Answering::outcome`].
+    Queued(std::sync::mpsc::Receiver<Result<(), StoreError>>),
+    /// Answered.
+    Done(Result<(), crate::ActError>),
+    /// Not decided yet (the run is parked, or kept moving).
+    Again,
+}
+
+impl Stepper {
+    pub(crate) fn new(core: Arc<Core>, held: Arc<Held>) -> Self {
+        Self { core, held }
+    }
+
+    /// How many pieces of work are queued.
+    pub fn ready(&self) -> usize {
+        let ready = lock(&self.core.ready);
+        ready.fires.len() + ready.other.len()
+    }
+
+    /// Does the queued piece of work at `index` (fires first, then the
+    /// rest, each in arrival order); false if there is none there.
+    pub fn run_ready(&self, index: usize) -> bool {
+        let work = {
+            let mut ready = lock(&self.core.ready);
+            let fires = ready.fires.len();
+            if index < fires {
+                ready.fires.remove(index)
+            } else {
+                ready.other.remove(index - fires)
+            }
+        };
+        match work {
+            Some(work) => {
+                self.core.execute(work);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The writes waiting to commit.
+    pub fn commits(&self) -> &Held {
+        &self.held
+    }
+
+    /// Hands every timer that is due by the clock to its fire; returns how
+    /// many there were.
+    pub fn tick(&self) -> usize {
+        self.core.tick()
+    }
+
+    /// When the soonest armed timer is due, in milliseconds.
+    pub fn next_due(&self) -> Option<u64> {
+        self.core.next_due()
+    }
+
+    /// Arms timer `key` (again): what a duplicate entry in the heap does.
+    pub fn arm(&self, key: (u64, u64)) {
+        self.core.arm(key);
+    }
+
+    /// Looks up the child runs waited on, as the timer thread does every
+    /// second.
+    pub fn poll_watches(&self) {
+        self.core.poll_watches();
+    }
+
+    /// One try at answering the `await` step at `path` of run `id`, never
+    /// blocking.
+    pub fn act(&self, id: &str, path: &str, answer: &Answer) -> Answering {
+        match self.core.act_once(id, path, answer, true) {
+            Acting::Queued(told) => Answering::Queued(told),
+            Acting::Done(outcome) => Answering::Done(outcome),
+            Acting::Again(_) => Answering::Again,
+        }
+    }
+
+    /// One try at cancelling run `id`, never blocking: `Ok(None)` while
+    /// the cancellation waits for its commit, which [`Stepper::cancelled`]
+    /// then reads.
+    pub fn cancel(
+        &self,
+        id: &str,
+    ) -> Result<Option<std::sync::mpsc::Receiver<Result<(), StoreError>>>, StoreError> {
+        match self.core.cancel_once(id)? {
+            Cancelling::Queued(told) => Ok(Some(told)),
+            Cancelling::Done(outcome) => outcome.map(|()| None),
+        }
+    }
+
+    /// What a cancellation queued with a cell came to (`None` while it
+    /// waits): `Err(Changed)` when the cell let the run go first and it
+    /// is still running.
+    pub fn cancelled(
+        &self,
+        id: &str,
+        told: &std::sync::mpsc::Receiver<Result<(), StoreError>>,
+    ) -> Option<Result<(), StoreError>> {
+        match told.try_recv() {
+            Ok(outcome) => Some(self.core.cancel_answered(id, Some(outcome))),
+            Err(std::sync::mpsc::TryRecvError::Empty) => None,
+            Err(std::sync::mpsc::TryRecvError::Disconnected) => {
+                Some(self.core.cancel_answered(id, None))
+            }
+        }
+    }
+
+    /// The process dies: queued work and held writes are dropped
+    /// unanswered. Drop the engine after this; only the store remains.
+    pub fn crash(&self) {
+        let work = std::mem::take(&mut *lock(&self.core.ready));
+        drop(work);
+        self.held.lose();
+        self.core.stop();
+    }
+}
+
+impl Answering {
+    /// An answer queued with a cell: what it came to, once its commit was
+    /// answered (`None` while it waits).
+    pub fn outcome(
+        told: &std::sync::mpsc::Receiver<Result<(), StoreError>>,
+        id: &str,
+        path: &str,
+    ) -> Option<Result<(), crate::ActError>> {
+        match told.try_recv() {
+            Ok(outcome) => Some(super::control::answered(id, path, Some(outcome))),
+            Err(std::sync::mpsc::TryRecvError::Empty) => None,
+            Err(std::sync::mpsc::TryRecvError::Disconnected) => {
+                Some(super::control::answered(id, path, None))
+            }
+        }
+    }
+}

@@ -1,0 +1,242 @@
+//! The invariants, checked against the store after every event, and at the
+//! end once the world has settled.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use weft_model::Workflow;
+use weft_store::{RunFilter, RunRecord, RunState, StepRecord, Store};
+
+use crate::fake::space;
+
+/// What the checks remember from one event to the next.
+#[derive(Debug, Default)]
+pub(crate) struct Facts {
+    /// Every record seen, by `(run, seq)`, as JSON: none may change.
+    records: BTreeMap<(String, u32), String>,
+    /// Runs seen ended, with their count of records then.
+    ended: BTreeMap<String, (RunState, usize)>,
+    /// Runs whose cancellation a host acknowledged.
+    cancels: BTreeSet<String>,
+}
+
+/// A record that ends its leaf's attempt with a result: an output, or a
+/// skip.
+fn succeeded(record: &StepRecord) -> bool {
+    record.error.is_none() && !record.awaiting && (record.output.is_some() || record.skipped)
+}
+
+impl Facts {
+    pub(crate) fn cancel_acknowledged(&mut self, run: &str) {
+        self.cancels.insert(run.to_owned());
+    }
+
+    /// The invariants that hold after every event.
+    pub(crate) fn check(
+        &mut self,
+        store: &dyn Store,
+        workflows: &[Arc<Workflow>],
+    ) -> Result<(), String> {
+        let runs = store
+            .runs(&RunFilter::default(), usize::MAX)
+            .map_err(|e| format!("reading runs: {e}"))?;
+        let mut counted: BTreeMap<String, u64> = BTreeMap::new();
+        for run in &runs {
+            let steps = store
+                .steps(&run.id)
+                .map_err(|e| format!("reading run {}: {e}", run.id))?;
+            self.records_kept(run, &steps)?;
+            once_per_leaf(run, &steps)?;
+            self.nothing_after_the_end(run, &steps)?;
+            self.cancels_durable(run)?;
+            messages_once(store, run, &steps)?;
+            *counted.entry(run.workflow.clone()).or_default() += steps
+                .iter()
+                .filter(|r| succeeded(r) && plugin(run, r) == Some("count"))
+                .count() as u64;
+        }
+        for workflow in workflows {
+            let space = space(&workflow.id);
+            let stored = store
+                .kv_get(&space, "n")
+                .map_err(|e| format!("reading {space}: {e}"))?;
+            let n = stored
+                .value
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0);
+            let expected = counted.get(&workflow.id).copied().unwrap_or(0);
+            if n != expected {
+                return Err(format!(
+                    "KV read-modify-write not exact: `{space}` n = {n}, but {expected} `count` steps succeeded"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// No record at `(run, seq)` is ever replaced, and `seq`s are dense.
+    fn records_kept(&mut self, run: &RunRecord, steps: &[StepRecord]) -> Result<(), String> {
+        for (n, record) in steps.iter().enumerate() {
+            if record.seq as usize != n {
+                return Err(format!(
+                    "run {}: record #{n} has seq {} (not dense)",
+                    run.id, record.seq
+                ));
+            }
+            let text = serde_json::to_string(record).unwrap_or_default();
+            let key = (run.id.clone(), record.seq);
+            match self.records.get(&key) {
+                Some(seen) if *seen != text => {
+                    return Err(format!(
+                        "run {}: record {} was overwritten:\n  was {seen}\n  now {text}",
+                        run.id, record.seq
+                    ));
+                }
+                Some(_) => {}
+                None => {
+                    self.records.insert(key, text);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A run that ended gets no more records, and keeps its end.
+    fn nothing_after_the_end(
+        &mut self,
+        run: &RunRecord,
+        steps: &[StepRecord],
+    ) -> Result<(), String> {
+        if let Some((state, count)) = self.ended.get(&run.id) {
+            if steps.len() != *count || run.state != *state {
+                return Err(format!(
+                    "run {} ended {state:?} with {count} records, and now is {:?} with {}",
+                    run.id,
+                    run.state,
+                    steps.len()
+                ));
+            }
+        } else if run.state.is_terminal() {
+            self.ended.insert(run.id.clone(), (run.state, steps.len()));
+        }
+        Ok(())
+    }
+
+    /// A cancellation acknowledged is durable: the run is `cancelled`.
+    fn cancels_durable(&self, run: &RunRecord) -> Result<(), String> {
+        if self.cancels.contains(&run.id) && run.state != RunState::Cancelled {
+            return Err(format!(
+                "run {}: its cancellation was acknowledged, yet it is {:?}",
+                run.id, run.state
+            ));
+        }
+        Ok(())
+    }
+
+    /// Once the world settled: every run ended, and a cancelled parent's
+    /// children did not go on without it.
+    pub(crate) fn ended(
+        &self,
+        store: &dyn Store,
+        _workflows: &[Arc<Workflow>],
+    ) -> Result<(), String> {
+        let runs = store
+            .runs(&RunFilter::default(), usize::MAX)
+            .map_err(|e| format!("reading runs: {e}"))?;
+        for run in &runs {
+            if !run.state.is_terminal() {
+                let timers = store.run_timers(&run.id).map(|t| t.len()).unwrap_or(0);
+                return Err(format!(
+                    "run {} ({}) stalled: {:?}{}, {} records, {timers} timers pending, and nothing left to do",
+                    run.id,
+                    run.workflow,
+                    run.state,
+                    if run.suspended { " (suspended)" } else { "" },
+                    run.step_records
+                ));
+            }
+        }
+        for child in &runs {
+            let Some(parent) = child
+                .parent
+                .as_ref()
+                .and_then(|p| runs.iter().find(|r| r.id == p.run))
+            else {
+                continue;
+            };
+            if parent.state == RunState::Cancelled
+                && child.state != RunState::Cancelled
+                && child.updated_at > parent.updated_at
+            {
+                return Err(format!(
+                    "run {} was cancelled, and its child {} went on to end {:?}",
+                    parent.id, child.id, child.state
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The plugin step `record` calls, if it is a call step.
+fn plugin<'r>(run: &'r RunRecord, record: &StepRecord) -> Option<&'r str> {
+    run.plugins.get(&record.step_id).map(|p| p.name.as_str())
+}
+
+/// At most one success per leaf, and a call step's attempt numbers are
+/// unique per leaf.
+fn once_per_leaf(run: &RunRecord, steps: &[StepRecord]) -> Result<(), String> {
+    let mut successes: BTreeMap<&str, u32> = BTreeMap::new();
+    let mut attempts: BTreeSet<(&str, u32)> = BTreeSet::new();
+    for record in steps {
+        if succeeded(record) {
+            let seen = successes.entry(&record.path).or_default();
+            *seen += 1;
+            if *seen > 1 {
+                return Err(format!(
+                    "run {}: leaf `{}` succeeded twice (second at seq {})",
+                    run.id, record.path, record.seq
+                ));
+            }
+        }
+        if plugin(run, record).is_some() && !attempts.insert((&record.path, record.attempt)) {
+            return Err(format!(
+                "run {}: leaf `{}` has two records of attempt {} (second at seq {})",
+                run.id, record.path, record.attempt, record.seq
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Each message the store holds for a run was committed with exactly one
+/// successful record, and each such record's messages are stored.
+fn messages_once(store: &dyn Store, run: &RunRecord, steps: &[StepRecord]) -> Result<(), String> {
+    let stored = store
+        .run_messages(&run.id)
+        .map_err(|e| format!("reading run {}'s messages: {e}", run.id))?;
+    let mut claimed: BTreeMap<&str, u32> = BTreeMap::new();
+    for record in steps.iter().filter(|r| succeeded(r)) {
+        for id in &record.messages {
+            *claimed.entry(id).or_default() += 1;
+        }
+    }
+    if stored.len() != claimed.len() || claimed.values().any(|n| *n != 1) {
+        return Err(format!(
+            "run {}: {} messages stored, {} claimed by successful records ({:?})",
+            run.id,
+            stored.len(),
+            claimed.len(),
+            claimed
+        ));
+    }
+    for message in &stored {
+        if !claimed.contains_key(message.id.as_str()) {
+            return Err(format!(
+                "run {}: message {} is stored, but no successful record sent it",
+                run.id, message.id
+            ));
+        }
+    }
+    Ok(())
+}

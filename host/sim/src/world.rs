@@ -1,0 +1,449 @@
+//! One simulated world: a store, a clock, one or two stepped engines on it,
+//! and the choices a seed makes between them.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::{Arc, OnceLock};
+
+use serde_json::json;
+
+use weft_core::ids::SplitMix;
+use weft_core::{Clock, SimClock, Timestamp};
+use weft_engine::plugins::PluginDir;
+use weft_engine::{Answer, Answering, Engine, EngineConfig, Quiet, Stepper};
+use weft_model::{Format, Workflow, WorkflowDir};
+use weft_store::{RedbStore, RunFilter, Store, StoreError};
+
+use crate::check::Facts;
+use crate::fake::Source;
+
+/// When every simulation starts.
+const START: Timestamp = Timestamp(1_700_000_000_000);
+
+/// The workflows runs are started from. Together they reach every kind of
+/// wait: a retry delay, a `sleep`, a step deadline, an `await` with a
+/// timeout, a run deadline, a `parallel`, an `emit` and a child run.
+const WORKFLOWS: [&str; 3] = [
+    "id: chain
+steps:
+  - { id: a, uses: count }
+  - { id: b, uses: flaky, retry: { max_attempts: 3, backoff: fixed, initial: 1s } }
+  - { id: nap, sleep: 2s }
+  - id: both
+    parallel:
+      - { id: c, uses: count }
+      - { id: d, uses: count, timeout: 1s }
+  - { id: tell, emit: done, with: { ok: true } }
+",
+    "id: gate
+timeout: 30s
+steps:
+  - { id: ask, await: { timeout: 5s } }
+  - { id: after, uses: count }
+",
+    "id: parent
+steps:
+  - { id: kid, subflow: chain }
+  - { id: last, uses: count }
+",
+];
+
+/// What the seed chose to happen next.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// Host `host` does its queued piece of work at `index`.
+    Work { host: usize, index: usize },
+    /// Host `host`'s `count` oldest held writes commit as one batch.
+    Commit { host: usize, count: usize },
+    /// They fail as one batch whose transaction failed.
+    Fail { host: usize, count: usize },
+    /// The clock moves on, and every host hands over its due timers.
+    Advance { ms: u64 },
+    /// A run of workflow `workflow` starts on host `host`.
+    Start { host: usize, workflow: usize },
+    /// Host `host` is asked to cancel run `run`.
+    Cancel { host: usize, run: String },
+    /// Host `host` is asked to answer run `run`'s `await` step.
+    Answer { host: usize, run: String },
+    /// Host `host` arms a pending timer again.
+    Rearm { host: usize, key: (u64, u64) },
+    /// Host `host` dies and starts again from the store alone.
+    Crash { host: usize },
+    /// Host `host` looks up the child runs it waits on.
+    Poll { host: usize },
+}
+
+impl fmt::Display for Event {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Event::Work { host, index } => write!(f, "host {host}: work #{index}"),
+            Event::Commit { host, count } => write!(f, "host {host}: commit {count} writes"),
+            Event::Fail { host, count } => write!(f, "host {host}: a batch of {count} fails"),
+            Event::Advance { ms } => write!(f, "clock +{ms} ms"),
+            Event::Start { host, workflow } => write!(
+                f,
+                "host {host}: start `{}`",
+                WORKFLOWS[*workflow].lines().next().unwrap_or_default()
+            ),
+            Event::Cancel { host, run } => write!(f, "host {host}: cancel {run}"),
+            Event::Answer { host, run } => write!(f, "host {host}: answer {run}/ask"),
+            Event::Rearm { host, key } => write!(f, "host {host}: arm timer {} again", key.1),
+            Event::Crash { host } => write!(f, "host {host}: crash, recover"),
+            Event::Poll { host } => write!(f, "host {host}: poll child runs"),
+        }
+    }
+}
+
+/// Where the outcome of something queued with a run's cell comes.
+type Told = std::sync::mpsc::Receiver<Result<(), StoreError>>;
+
+/// A host: an engine driven by its stepper, and the answers it owes.
+struct Host {
+    engine: Engine,
+    stepper: Stepper,
+    /// Answers queued with a run's cell, not yet decided.
+    answers: Vec<(String, Told)>,
+    /// Cancellations queued with a run's cell, not yet decided.
+    cancels: Vec<(String, Told)>,
+}
+
+/// How a simulation is shaped.
+#[derive(Debug, Clone, Copy)]
+pub struct Shape {
+    /// Chosen events before the world is left to settle.
+    pub events: usize,
+    /// At most this many runs are started.
+    pub runs: usize,
+}
+
+impl Default for Shape {
+    fn default() -> Self {
+        Self {
+            events: 300,
+            runs: 6,
+        }
+    }
+}
+
+pub(crate) struct World {
+    rng: SplitMix,
+    store: Arc<dyn Store>,
+    clock: Arc<SimClock>,
+    plugins: Arc<PluginDir>,
+    workflows: Vec<Arc<Workflow>>,
+    served: Arc<WorkflowDir>,
+    hosts: Vec<Host>,
+    /// Whether a failed batch, a crash or a re-armed timer may be chosen.
+    faults: bool,
+    pub(crate) facts: Facts,
+    pub(crate) trace: Vec<Event>,
+    started: usize,
+    shape: Shape,
+}
+
+/// One plugin directory for every world: it needs a runtime, which is
+/// costly to make, and the simulated plugins never use it.
+fn plugins() -> Arc<PluginDir> {
+    static PLUGINS: OnceLock<Arc<PluginDir>> = OnceLock::new();
+    Arc::clone(PLUGINS.get_or_init(|| {
+        let config = weft_runtime::RuntimeConfig {
+            pooling: false,
+            ..weft_runtime::RuntimeConfig::default()
+        };
+        let runtime = weft_runtime::Runtime::new(config).expect("a wasmtime runtime");
+        Arc::new(PluginDir::new(
+            runtime,
+            std::env::temp_dir().join("weft-sim-plugins"),
+        ))
+    }))
+}
+
+impl World {
+    pub(crate) fn new(seed: u64, shape: Shape) -> Result<Self, String> {
+        weft_core::ids::repeatable(Some(seed ^ 0x5EED));
+        let mut rng = SplitMix::new(seed);
+        let store: Arc<dyn Store> =
+            Arc::new(RedbStore::in_memory().map_err(|e| format!("an in-memory store: {e}"))?);
+        let mut workflows = Vec::new();
+        let mut served = WorkflowDir::default();
+        for text in WORKFLOWS {
+            let workflow = Arc::new(
+                weft_model::parse(text, Format::Yaml, "sim")
+                    .map_err(|e| format!("a simulated workflow: {e}"))?,
+            );
+            served.insert(Arc::clone(&workflow));
+            workflows.push(workflow);
+        }
+        let hosts = 1 + usize::from(rng.chance(30));
+        let mut world = Self {
+            rng,
+            store,
+            clock: Arc::new(SimClock::new(START)),
+            plugins: plugins(),
+            workflows,
+            served: Arc::new(served),
+            hosts: Vec::new(),
+            faults: true,
+            facts: Facts::default(),
+            trace: Vec::new(),
+            started: 0,
+            shape,
+        };
+        for _ in 0..hosts {
+            let host = world.host();
+            world.hosts.push(host);
+        }
+        Ok(world)
+    }
+
+    /// A host starting on the store: the recovery order of `Host::start`.
+    fn host(&self) -> Host {
+        let clock: Arc<dyn Clock> = Arc::clone(&self.clock) as Arc<dyn Clock>;
+        let source = Arc::new(Source::new(Arc::clone(&self.store)));
+        let config = EngineConfig {
+            workers: 1,
+            max_resident: 3,
+            ..EngineConfig::default()
+        };
+        let (engine, stepper) = Engine::stepped(
+            Arc::clone(&self.store),
+            Arc::clone(&self.plugins),
+            source,
+            clock,
+            config,
+        );
+        engine.set_workflows(Arc::clone(&self.served) as Arc<dyn weft_model::Workflows>);
+        let _ = engine.replay_outbox();
+        let _ = engine.arm_timers();
+        if let Ok(running) = self.store.running() {
+            for run in running {
+                let _ = engine.resume(&run.id, Box::new(Quiet));
+            }
+        }
+        Host {
+            engine,
+            stepper,
+            answers: Vec::new(),
+            cancels: Vec::new(),
+        }
+    }
+
+    /// Runs the chosen events, checking every invariant after each, then
+    /// lets the world settle and checks that every run ended.
+    pub(crate) fn play(&mut self) -> Result<(), String> {
+        self.check()?;
+        for _ in 0..self.shape.events {
+            let event = self.choose();
+            self.trace.push(event.clone());
+            self.apply(event);
+            self.check()?;
+        }
+        self.settle()?;
+        self.facts.ended(self.store.as_ref(), &self.workflows)
+    }
+
+    fn check(&mut self) -> Result<(), String> {
+        self.collect_answers();
+        self.facts.check(self.store.as_ref(), &self.workflows)
+    }
+
+    /// Picks the next event among those that can happen.
+    fn choose(&mut self) -> Event {
+        loop {
+            let host = self.rng.below(self.hosts.len());
+            let stepper = &self.hosts[host].stepper;
+            let (ready, held) = (stepper.ready(), stepper.commits().pending());
+            match self.rng.below(100) {
+                0..=34 if ready > 0 => {
+                    let index = self.rng.below(ready);
+                    return Event::Work { host, index };
+                }
+                35..=59 if held > 0 => {
+                    let count = 1 + self.rng.below(held);
+                    return Event::Commit { host, count };
+                }
+                60..=61 if held > 0 && self.faults => {
+                    let count = 1 + self.rng.below(held);
+                    return Event::Fail { host, count };
+                }
+                62..=73 => {
+                    let ms = [1, 10, 100, 500, 1000, 3000][self.rng.below(6)];
+                    return Event::Advance { ms };
+                }
+                74..=79 if self.started < self.shape.runs => {
+                    let workflow = self.rng.below(self.workflows.len());
+                    return Event::Start { host, workflow };
+                }
+                80..=82 => {
+                    if let Some(run) = self.some_run(None) {
+                        return Event::Cancel { host, run };
+                    }
+                }
+                83..=88 => {
+                    if let Some(run) = self.some_run(Some("gate")) {
+                        return Event::Answer { host, run };
+                    }
+                }
+                89..=91 if self.faults => {
+                    let keys = self.store.timer_keys().unwrap_or_default();
+                    if !keys.is_empty() {
+                        let key = keys[self.rng.below(keys.len())];
+                        return Event::Rearm { host, key };
+                    }
+                }
+                92 if self.faults => return Event::Crash { host },
+                93..=95 => return Event::Poll { host },
+                _ => {}
+            }
+        }
+    }
+
+    /// A run that has not ended, of `workflow` if given.
+    fn some_run(&mut self, workflow: Option<&str>) -> Option<String> {
+        let runs: Vec<String> = self
+            .store
+            .runs(&RunFilter::default(), usize::MAX)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|run| !run.state.is_terminal())
+            .filter(|run| workflow.is_none_or(|w| run.workflow == w))
+            .map(|run| run.id)
+            .collect();
+        (!runs.is_empty()).then(|| runs[self.rng.below(runs.len())].clone())
+    }
+
+    fn apply(&mut self, event: Event) {
+        match event {
+            Event::Work { host, index } => {
+                self.hosts[host].stepper.run_ready(index);
+            }
+            Event::Commit { host, count } => {
+                self.hosts[host].stepper.commits().commit(count);
+            }
+            Event::Fail { host, count } => {
+                self.hosts[host].stepper.commits().fail(count);
+            }
+            Event::Advance { ms } => {
+                self.clock.advance(std::time::Duration::from_millis(ms));
+                for host in &self.hosts {
+                    host.stepper.tick();
+                }
+            }
+            Event::Start { host, workflow } => {
+                self.started += 1;
+                let workflow = Arc::clone(&self.workflows[workflow]);
+                let _ = self.hosts[host]
+                    .engine
+                    .start(workflow, json!({}), Box::new(Quiet));
+            }
+            Event::Cancel { host, run } => match self.hosts[host].stepper.cancel(&run) {
+                Ok(Some(told)) => self.hosts[host].cancels.push((run, told)),
+                Ok(None) => self.facts.cancel_acknowledged(&run),
+                Err(_) => {}
+            },
+            Event::Answer { host, run } => {
+                let answer = Answer::Complete(json!({ "approved": true }));
+                let host = &mut self.hosts[host];
+                if let Answering::Queued(told) = host.stepper.act(&run, "ask", &answer) {
+                    host.answers.push((run, told));
+                }
+            }
+            Event::Rearm { host, key } => self.hosts[host].stepper.arm(key),
+            Event::Crash { host } => {
+                self.hosts[host].stepper.crash();
+                // Only the store survives: the new host recovers from it.
+                let fresh = self.host();
+                self.hosts[host] = fresh;
+            }
+            Event::Poll { host } => self.hosts[host].stepper.poll_watches(),
+        }
+    }
+
+    /// Polls the answers and cancellations queued with cells; a
+    /// cancellation is acknowledged when its outcome is `Ok`.
+    fn collect_answers(&mut self) {
+        for host in &mut self.hosts {
+            host.answers
+                .retain(|(run, told)| Answering::outcome(told, run, "ask").is_none());
+            let stepper = &host.stepper;
+            let facts = &mut self.facts;
+            host.cancels
+                .retain(|(run, told)| match stepper.cancelled(run, told) {
+                    None => true,
+                    Some(Ok(())) => {
+                        facts.cancel_acknowledged(run);
+                        false
+                    }
+                    Some(Err(_)) => false,
+                });
+        }
+    }
+
+    /// No more faults: everything queued is done, every write commits,
+    /// waiting `await` steps are answered and time moves to each next
+    /// timer, until nothing is left to do.
+    fn settle(&mut self) -> Result<(), String> {
+        self.faults = false;
+        for _ in 0..10_000 {
+            let mut busy = false;
+            for host in 0..self.hosts.len() {
+                let stepper = &self.hosts[host].stepper;
+                if stepper.ready() > 0 {
+                    stepper.run_ready(0);
+                    busy = true;
+                } else if stepper.commits().pending() > 0 {
+                    stepper.commits().commit(usize::MAX);
+                    busy = true;
+                }
+            }
+            self.check()?;
+            if busy {
+                continue;
+            }
+            if let Some(run) = self.some_run(Some("gate")) {
+                let event = Event::Answer { host: 0, run };
+                self.trace.push(event.clone());
+                self.apply(event);
+            }
+            for host in &self.hosts {
+                host.stepper.poll_watches();
+            }
+            let next = self.hosts.iter().filter_map(|h| h.stepper.next_due()).min();
+            let ready: usize = self.hosts.iter().map(|h| h.stepper.ready()).sum();
+            match next {
+                Some(due) if ready == 0 => {
+                    let now = self.clock.now().as_millis();
+                    let ms = due.saturating_sub(now).max(1);
+                    let event = Event::Advance { ms };
+                    self.trace.push(event.clone());
+                    self.apply(event);
+                }
+                Some(_) => {}
+                None if ready == 0 => return Ok(()),
+                None => {}
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The shape of the events of a trace, for a report: how many of each.
+pub(crate) fn tally(trace: &[Event]) -> BTreeMap<&'static str, usize> {
+    let mut tally = BTreeMap::new();
+    for event in trace {
+        let name = match event {
+            Event::Work { .. } => "work",
+            Event::Commit { .. } => "commit",
+            Event::Fail { .. } => "failed batch",
+            Event::Advance { .. } => "clock",
+            Event::Start { .. } => "start",
+            Event::Cancel { .. } => "cancel",
+            Event::Answer { .. } => "answer",
+            Event::Rearm { .. } => "re-arm",
+            Event::Crash { .. } => "crash",
+            Event::Poll { .. } => "poll",
+        };
+        *tally.entry(name).or_default() += 1;
+    }
+    tally
+}
