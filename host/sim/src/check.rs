@@ -135,11 +135,7 @@ impl Facts {
 
     /// Once the world settled: every run ended, and a cancelled parent's
     /// children did not go on without it.
-    pub(crate) fn ended(
-        &self,
-        store: &dyn Store,
-        _workflows: &[Arc<Workflow>],
-    ) -> Result<(), String> {
+    pub(crate) fn ended(&self, store: &dyn Store) -> Result<(), String> {
         let runs = store
             .runs(&RunFilter::default(), usize::MAX)
             .map_err(|e| format!("reading runs: {e}"))?;

@@ -22,6 +22,7 @@
 
 mod check;
 mod fake;
+mod store;
 mod world;
 
 use std::collections::BTreeMap;

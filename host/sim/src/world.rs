@@ -12,10 +12,11 @@ use weft_core::{Clock, SimClock, Timestamp};
 use weft_engine::plugins::PluginDir;
 use weft_engine::{Answer, Answering, Engine, EngineConfig, Quiet, Stepper};
 use weft_model::{Format, Workflow, WorkflowDir};
-use weft_store::{RedbStore, RunFilter, Store, StoreError};
+use weft_store::{RunFilter, Store, StoreError};
 
 use crate::check::Facts;
 use crate::fake::Source;
+use crate::store::SimStore;
 
 /// When every simulation starts.
 const START: Timestamp = Timestamp(1_700_000_000_000);
@@ -71,6 +72,8 @@ pub enum Event {
     Crash { host: usize },
     /// Host `host` looks up the child runs it waits on.
     Poll { host: usize },
+    /// The store's next `count` reads fail.
+    FailReads { count: usize },
 }
 
 impl fmt::Display for Event {
@@ -90,6 +93,7 @@ impl fmt::Display for Event {
             Event::Rearm { host, key } => write!(f, "host {host}: arm timer {} again", key.1),
             Event::Crash { host } => write!(f, "host {host}: crash, recover"),
             Event::Poll { host } => write!(f, "host {host}: poll child runs"),
+            Event::FailReads { count } => write!(f, "the next {count} reads fail"),
         }
     }
 }
@@ -127,8 +131,12 @@ impl Default for Shape {
 
 pub(crate) struct World {
     rng: SplitMix,
+    sim_store: Arc<SimStore>,
+    /// The same, as the engines see it.
     store: Arc<dyn Store>,
     clock: Arc<SimClock>,
+    /// Batches applied when the invariants were last checked.
+    checked: Option<u64>,
     plugins: Arc<PluginDir>,
     workflows: Vec<Arc<Workflow>>,
     served: Arc<WorkflowDir>,
@@ -158,30 +166,44 @@ fn plugins() -> Arc<PluginDir> {
     }))
 }
 
+/// The workflows, parsed once for every world.
+fn workflows() -> Result<(Vec<Arc<Workflow>>, Arc<WorkflowDir>), String> {
+    type Parsed = Result<(Vec<Arc<Workflow>>, Arc<WorkflowDir>), String>;
+    static PARSED: OnceLock<Parsed> = OnceLock::new();
+    PARSED
+        .get_or_init(|| {
+            let mut workflows = Vec::new();
+            let mut served = WorkflowDir::default();
+            for text in WORKFLOWS {
+                let workflow = Arc::new(
+                    weft_model::parse(text, Format::Yaml, "sim")
+                        .map_err(|e| format!("a simulated workflow: {e}"))?,
+                );
+                served.insert(Arc::clone(&workflow));
+                workflows.push(workflow);
+            }
+            Ok((workflows, Arc::new(served)))
+        })
+        .clone()
+}
+
 impl World {
     pub(crate) fn new(seed: u64, shape: Shape) -> Result<Self, String> {
         weft_core::ids::repeatable(Some(seed ^ 0x5EED));
         let mut rng = SplitMix::new(seed);
-        let store: Arc<dyn Store> =
-            Arc::new(RedbStore::in_memory().map_err(|e| format!("an in-memory store: {e}"))?);
-        let mut workflows = Vec::new();
-        let mut served = WorkflowDir::default();
-        for text in WORKFLOWS {
-            let workflow = Arc::new(
-                weft_model::parse(text, Format::Yaml, "sim")
-                    .map_err(|e| format!("a simulated workflow: {e}"))?,
-            );
-            served.insert(Arc::clone(&workflow));
-            workflows.push(workflow);
-        }
+        let sim_store = Arc::new(SimStore::new().map_err(|e| format!("an in-memory store: {e}"))?);
+        let store: Arc<dyn Store> = Arc::clone(&sim_store) as Arc<dyn Store>;
+        let (workflows, served) = workflows()?;
         let hosts = 1 + usize::from(rng.chance(30));
         let mut world = Self {
             rng,
+            sim_store,
             store,
+            checked: None,
             clock: Arc::new(SimClock::new(START)),
             plugins: plugins(),
             workflows,
-            served: Arc::new(served),
+            served,
             hosts: Vec::new(),
             faults: true,
             facts: Facts::default(),
@@ -239,12 +261,19 @@ impl World {
             self.check()?;
         }
         self.settle()?;
-        self.facts.ended(self.store.as_ref(), &self.workflows)
+        self.facts.ended(self.sim_store.inner())
     }
 
+    /// Checks the invariants, if anything was written or acknowledged
+    /// since they were last checked.
     fn check(&mut self) -> Result<(), String> {
-        self.collect_answers();
-        self.facts.check(self.store.as_ref(), &self.workflows)
+        let acknowledged = self.collect_answers();
+        let writes = self.sim_store.writes();
+        if self.checked == Some(writes) && !acknowledged {
+            return Ok(());
+        }
+        self.checked = Some(writes);
+        self.facts.check(self.sim_store.inner(), &self.workflows)
     }
 
     /// Picks the next event among those that can happen.
@@ -292,6 +321,10 @@ impl World {
                     }
                 }
                 92 if self.faults => return Event::Crash { host },
+                96 if self.faults => {
+                    let count = 1 + self.rng.below(3);
+                    return Event::FailReads { count };
+                }
                 93..=95 => return Event::Poll { host },
                 _ => {}
             }
@@ -338,7 +371,10 @@ impl World {
             }
             Event::Cancel { host, run } => match self.hosts[host].stepper.cancel(&run) {
                 Ok(Some(told)) => self.hosts[host].cancels.push((run, told)),
-                Ok(None) => self.facts.cancel_acknowledged(&run),
+                Ok(None) => {
+                    self.facts.cancel_acknowledged(&run);
+                    self.checked = None;
+                }
                 Err(_) => {}
             },
             Event::Answer { host, run } => {
@@ -356,12 +392,15 @@ impl World {
                 self.hosts[host] = fresh;
             }
             Event::Poll { host } => self.hosts[host].stepper.poll_watches(),
+            Event::FailReads { count } => self.sim_store.fail_reads(count),
         }
     }
 
     /// Polls the answers and cancellations queued with cells; a
-    /// cancellation is acknowledged when its outcome is `Ok`.
-    fn collect_answers(&mut self) {
+    /// cancellation is acknowledged when its outcome is `Ok`. True if one
+    /// was.
+    fn collect_answers(&mut self) -> bool {
+        let mut acknowledged = false;
         for host in &mut self.hosts {
             host.answers
                 .retain(|(run, told)| Answering::outcome(told, run, "ask").is_none());
@@ -372,11 +411,13 @@ impl World {
                     None => true,
                     Some(Ok(())) => {
                         facts.cancel_acknowledged(run);
+                        acknowledged = true;
                         false
                     }
                     Some(Err(_)) => false,
                 });
         }
+        acknowledged
     }
 
     /// No more faults: everything queued is done, every write commits,
@@ -384,6 +425,7 @@ impl World {
     /// timer, until nothing is left to do.
     fn settle(&mut self) -> Result<(), String> {
         self.faults = false;
+        self.sim_store.heal();
         for _ in 0..10_000 {
             let mut busy = false;
             for host in 0..self.hosts.len() {
@@ -442,6 +484,7 @@ pub(crate) fn tally(trace: &[Event]) -> BTreeMap<&'static str, usize> {
             Event::Rearm { .. } => "re-arm",
             Event::Crash { .. } => "crash",
             Event::Poll { .. } => "poll",
+            Event::FailReads { .. } => "failed reads",
         };
         *tally.entry(name).or_default() += 1;
     }

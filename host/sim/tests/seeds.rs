@@ -30,3 +30,31 @@ fn a_seed_replays_exactly() {
     let again = format!("{:?}", run(7, shape).map(|p| p.tally));
     assert_eq!(first, again);
 }
+
+/// Not a check: lists the first violation of every failing seed, for
+/// whoever is fixing them (`cargo test -p weft-sim survey -- --ignored`).
+#[test]
+#[ignore = "a tool, not a check"]
+fn survey() {
+    let shape = Shape::default();
+    let mut kinds = std::collections::BTreeMap::<String, Vec<u64>>::new();
+    for seed in 0..seeds() {
+        if let Err(failure) = run(seed, shape) {
+            let kind: String = failure
+                .violation
+                .split_whitespace()
+                .filter(|w| !w.contains('-') || w.len() < 30)
+                .take(8)
+                .collect::<Vec<_>>()
+                .join(" ");
+            kinds.entry(kind).or_default().push(seed);
+        }
+    }
+    for (kind, seeds) in &kinds {
+        println!(
+            "{:>5}  {kind}  (seeds {:?})",
+            seeds.len(),
+            &seeds[..seeds.len().min(8)]
+        );
+    }
+}

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, Weak};
 use weft_core::lock;
 use weft_store::{RunRecord, StoreError};
 
-use super::{Core, Live, Task, Work};
+use super::{Core, Later, Live, Task, Work};
 
 /// Runs in the scheduler's hands, and runs waiting for a place.
 pub(super) struct Admission {
@@ -56,11 +56,20 @@ impl Core {
         let drive = &task.drive;
         let keys = drive.armed_keys();
         let id = drive.run.id.clone();
+        let failures = {
+            let mut retries = lock(&self.retries);
+            if retries.is_empty() {
+                0
+            } else {
+                retries.remove(&id).unwrap_or(0)
+            }
+        };
         let cell = Arc::new(Mutex::new(Live {
             task,
             finished: VecDeque::new(),
             committing: false,
             closed: false,
+            failures,
         }));
         lock(&self.cells).insert(id, Arc::clone(&cell));
         for key in keys {
@@ -108,6 +117,30 @@ impl Core {
         self.release(live);
     }
 
+    /// A commit of the run failed (the store did, not a condition): the
+    /// run leaves memory, keeping its handle's observer and answer, and is
+    /// read back from the store after a backoff, to go on from what is
+    /// durable. Any other refusal ends it with the error.
+    pub(super) fn failed(&self, live: &mut Live, error: StoreError) {
+        if !matches!(error, StoreError::Commit(_) | StoreError::Backend(_)) {
+            return self.finish(live, Err(error));
+        }
+        let id = live.task.drive.run.id.clone();
+        let failures = live.failures;
+        tracing::warn!(
+            run = %id, failures = failures + 1,
+            "a commit of the run failed ({error}); it is read back from the store and goes on after a pause"
+        );
+        let observer = std::mem::replace(&mut live.task.observer, Box::new(crate::Quiet));
+        lock(&self.sleepers).insert(
+            id.clone(),
+            (observer, live.task.done.clone(), live.task.alive.clone()),
+        );
+        lock(&self.retries).insert(id.clone(), failures + 1);
+        self.release(live);
+        self.retry_later(failures, Later::Work(Work::Wake(id, 0)));
+    }
+
     /// Ends a resident run: gives its place to the oldest parked run, if
     /// any, then answers its handle (so a caller who sees the answer also
     /// sees the place freed).
@@ -133,8 +166,9 @@ impl Core {
         self.finish(live, stored);
     }
 
-    /// Brings run `id` back into memory after a timer woke it.
-    pub(super) fn wake(&self, id: &str) {
+    /// Brings run `id` back into memory after a timer woke it (or a
+    /// failed commit let it go); `tries` of this failed before.
+    pub(super) fn wake(&self, id: &str, tries: u32) {
         if !self.claim(id) {
             return;
         }
@@ -162,6 +196,11 @@ impl Core {
                 });
             }
             Err(crate::ResumeError::NotRunning { .. }) => self.unclaim(id),
+            Err(crate::ResumeError::Store(e)) => {
+                self.unclaim(id);
+                tracing::warn!(run = %id, tries = tries + 1, "cannot wake a run, trying again: {e}");
+                self.retry_later(tries, Later::Work(Work::Wake(id.to_owned(), tries + 1)));
+            }
             Err(e) => {
                 self.unclaim(id);
                 tracing::error!(run = %id, "cannot wake a run: {e}");

@@ -10,13 +10,14 @@ use crate::Quiet;
 use crate::drive::Attempt;
 use crate::launch::NewRun;
 
-use super::{Cell, Core, Task, Work};
+use super::{Cell, Core, Later, Task, Work};
 
 impl Core {
     /// Carries out the outbox row that records a child run, then admits the
-    /// child. If this fails, the row stays, and the next start of a host on
-    /// this store carries it out.
-    pub(super) fn start_child(self: &Arc<Self>, child: NewRun, row: OutboxRecord) {
+    /// child; `tries` of this failed before. If it fails, the row stays,
+    /// and it is tried again after a backoff (and by the next start of a
+    /// host on this store).
+    pub(super) fn start_child(self: &Arc<Self>, child: NewRun, row: OutboxRecord, tries: u32) {
         let Some(write) = Write::start_run(&row) else {
             return;
         };
@@ -36,7 +37,9 @@ impl Core {
                     }
                 }
                 Err(e) => {
-                    tracing::error!(outbox = %row.id, "cannot record a child run: {e}");
+                    tracing::warn!(outbox = %row.id, tries = tries + 1, "cannot record a child run, trying again: {e}");
+                    let again = Work::StartChild(Box::new(child), Box::new(row), tries + 1);
+                    core.retry_later(tries, Later::Work(again));
                 }
             }),
         );

@@ -68,9 +68,12 @@ impl Core {
                 }
                 Plan::End => {
                     let write = Write::update_run(&live.task.drive.run);
-                    self.commit(guard, cell, write, |core, _, live, outcome| {
-                        let outcome = outcome.map(|()| live.task.drive.run.clone());
-                        core.finish(live, outcome);
+                    self.commit(guard, cell, write, |core, _, live, outcome| match outcome {
+                        Ok(()) => {
+                            let run = live.task.drive.run.clone();
+                            core.finish(live, Ok(run));
+                        }
+                        Err(e) => core.failed(live, e),
                     });
                     return;
                 }
@@ -174,8 +177,11 @@ impl Core {
                 );
                 live.task.drive.fire_lost(committing.undo, committing.path);
             }
-            Err(e) => self.finish(live, Err(e)),
-            Ok(()) => self.step_durable(cell, live, committing),
+            Err(e) => self.failed(live, e),
+            Ok(()) => {
+                live.failures = 0;
+                self.step_durable(cell, live, committing);
+            }
         }
     }
 
@@ -197,7 +203,9 @@ impl Core {
         }
         live.task.observer.step_finished(&record);
         if let (Some(child), Some(row)) = (spawn, row) {
-            self.start_child(*child, row);
+            // On a worker: this is the committing thread, which must never
+            // wait for its own queue.
+            self.enqueue(Work::StartChild(child, Box::new(row), 0));
         }
         match next {
             Next::Step => {

@@ -260,7 +260,7 @@ impl Core {
             .commit(crate::stored::act(record, leaf.timer, &run, now))
         {
             Ok(()) => {
-                self.enqueue(Work::Wake(id.to_owned()));
+                self.enqueue(Work::Wake(id.to_owned(), 0));
                 Ok(())
             }
             Err(StoreError::TimerGone(_)) => Err(ActError::NotWaiting {

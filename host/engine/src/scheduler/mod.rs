@@ -37,11 +37,11 @@ use std::time::Duration;
 
 use weft_core::clock::Clock;
 use weft_core::lock;
-use weft_store::{GroupCommit, RunRecord, StoreError, TimerRecord};
+use weft_store::{GroupCommit, OutboxRecord, RunRecord, StoreError, TimerRecord};
 
 use super::Observer;
 use super::drive::{Attempt, Drive, Finished};
-use super::launch::Launcher;
+use super::launch::{Launcher, NewRun};
 
 use admission::Admission;
 
@@ -72,6 +72,9 @@ struct Live {
     committing: bool,
     /// The run ended (or its store failed): what finishes late is dropped.
     closed: bool,
+    /// Commits of this run that failed in a row: the next try waits the
+    /// longer.
+    failures: u32,
 }
 
 type Cell = Arc<Mutex<Live>>;
@@ -88,10 +91,29 @@ enum Work {
     Watch(Cell, Box<Attempt>),
     /// A child run ended: end the waits on it.
     ChildEnded(Box<RunRecord>),
-    /// A timer is due.
-    Fire(Box<TimerRecord>),
-    /// Bring a run that a timer woke back into memory.
-    Wake(String),
+    /// A timer is due: its fire, and how many tries of it failed.
+    Fire(Box<TimerRecord>, u32),
+    /// Bring a run that a timer woke back into memory (or one whose commit
+    /// failed); how many tries of it failed.
+    Wake(String, u32),
+    /// Record a child run a step started, then admit it; how many tries
+    /// of it failed.
+    StartChild(Box<NewRun>, Box<OutboxRecord>, u32),
+}
+
+/// What waits for a time before it is done: the next try of something
+/// that failed.
+enum Later {
+    /// Queue this work.
+    Work(Work),
+    /// Arm this timer again (its row could not be read).
+    Arm((u64, u64)),
+}
+
+/// How long the next try waits after `failed` tries failed: 200 ms,
+/// doubling, at most 30 s (the backoff of the seed engine's timer bridge).
+fn backoff(failed: u32) -> Duration {
+    Duration::from_millis(200u64.saturating_mul(1 << failed.min(8))).min(Duration::from_secs(30))
 }
 
 /// Work to do. Timer fires go first: a fire is one small commit, and its
@@ -120,6 +142,11 @@ pub(super) struct Core {
     timers_wake: Condvar,
     /// Suspended runs whose handle someone holds.
     sleepers: Mutex<HashMap<String, Sleeper>>,
+    /// What waits for its next try, with when (milliseconds by the clock).
+    later: Mutex<Vec<(u64, Later)>>,
+    /// Runs let go of after a failed commit, by id: how many failed in a
+    /// row, for the backoff once they are back.
+    retries: Mutex<HashMap<String, u32>>,
     stopping: AtomicBool,
     /// Wakes threads that pause between rounds (the cron thread) on stop.
     pauses: Mutex<()>,
@@ -158,6 +185,8 @@ impl Core {
             timers: Mutex::new(BinaryHeap::new()),
             timers_wake: Condvar::new(),
             sleepers: Mutex::new(HashMap::new()),
+            later: Mutex::new(Vec::new()),
+            retries: Mutex::new(HashMap::new()),
             stopping: AtomicBool::new(false),
             pauses: Mutex::new(()),
             pauses_wake: Condvar::new(),
@@ -219,7 +248,7 @@ impl Core {
     fn enqueue(&self, work: Work) {
         let mut ready = lock(&self.ready);
         match work {
-            Work::Fire(_) => ready.fires.push_back(work),
+            Work::Fire(..) => ready.fires.push_back(work),
             work => ready.other.push_back(work),
         }
         drop(ready);
@@ -242,6 +271,38 @@ impl Core {
         }
     }
 
+    /// Does `later` once `failed` tries have failed and their backoff is
+    /// over.
+    fn retry_later(&self, failed: u32, later: Later) {
+        let at = (self.clock.now() + backoff(failed)).as_millis();
+        lock(&self.later).push((at, later));
+        let _timers = lock(&self.timers);
+        self.timers_wake.notify_one();
+    }
+
+    /// Hands on what waited for its next try and is due by `now`; returns
+    /// when the next one is due.
+    fn run_later(&self, now: u64) -> Option<u64> {
+        let due: Vec<Later> = {
+            let mut later = lock(&self.later);
+            if later.is_empty() {
+                return None;
+            }
+            let (due, wait): (Vec<_>, Vec<_>) = std::mem::take(&mut *later)
+                .into_iter()
+                .partition(|(at, _)| *at <= now);
+            *later = wait;
+            due.into_iter().map(|(_, l)| l).collect()
+        };
+        for item in due {
+            match item {
+                Later::Work(work) => self.enqueue(work),
+                Later::Arm(key) => self.arm(key),
+            }
+        }
+        lock(&self.later).iter().map(|(at, _)| *at).min()
+    }
+
     fn work(self: Arc<Self>) {
         while let Some(work) = self.next() {
             self.execute(work);
@@ -253,8 +314,9 @@ impl Core {
         match work {
             Work::Advance(cell) => self.advance(&cell),
             Work::Watch(cell, attempt) => self.watch(cell, attempt),
-            Work::Wake(id) => self.wake(&id),
-            Work::Fire(timer) => self.fire(*timer),
+            Work::Wake(id, tries) => self.wake(&id, tries),
+            Work::Fire(timer, tries) => self.fire(*timer, tries),
+            Work::StartChild(child, row, tries) => self.start_child(*child, *row, tries),
             Work::ChildEnded(child) => self.child_ended(&child),
             Work::Call(cell, attempt) => {
                 let finished = attempt.run(self.clock.as_ref());

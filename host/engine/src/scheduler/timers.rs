@@ -10,7 +10,7 @@ use std::time::Duration;
 use weft_core::lock;
 use weft_store::{StoreError, TimerKind, TimerRecord};
 
-use super::{Core, Live, Work};
+use super::{Core, Later, Live, Work};
 
 /// How often waits on child runs are checked against the store.
 const WATCH_POLL: Duration = Duration::from_secs(1);
@@ -41,7 +41,8 @@ impl Core {
     /// (the fire commits as the leaf's result, or, for a retry delay, as
     /// the timer's removal); otherwise in the store, then the run is woken.
     /// The timer's row decides: a fire that finds it gone does nothing.
-    pub(super) fn fire(self: &Arc<Self>, timer: TimerRecord) {
+    /// `tries` of this fire failed before (the store did).
+    pub(super) fn fire(self: &Arc<Self>, timer: TimerRecord, tries: u32) {
         let cell = lock(&self.cells).get(&timer.run).cloned();
         if let Some(cell) = cell {
             let mut live = lock(&cell);
@@ -74,10 +75,7 @@ impl Core {
             Ok(Some(write)) => write,
             // Gone or ended: the timer wakes nothing.
             Ok(None) => return,
-            Err(e) => {
-                tracing::error!(run = %timer.run, "cannot fire a timer: {e}");
-                return;
-            }
+            Err(e) => return self.fire_failed(timer, tries, &e),
         };
         let core = Arc::clone(self);
         self.commits.submit(
@@ -85,14 +83,24 @@ impl Core {
             Box::new(move |outcome| match outcome {
                 Ok(()) => {
                     core.fired(timer.timer.due);
-                    core.enqueue(Work::Wake(timer.run));
+                    core.enqueue(Work::Wake(timer.run, 0));
                 }
                 Err(StoreError::TimerGone(_)) => {}
                 // The run moved on since it was read: decide again.
-                Err(StoreError::Changed(_)) => core.enqueue(Work::Fire(Box::new(timer))),
-                Err(e) => tracing::error!(run = %timer.run, "cannot fire a timer: {e}"),
+                Err(StoreError::Changed(_)) => core.enqueue(Work::Fire(Box::new(timer), tries)),
+                Err(e) => core.fire_failed(timer, tries, &e),
             }),
         );
+    }
+
+    /// A fire failed in the store (a read or its commit): it is tried
+    /// again after a backoff, so a timer never needs a restart to fire.
+    fn fire_failed(&self, timer: TimerRecord, tries: u32, error: &StoreError) {
+        tracing::warn!(
+            run = %timer.run, timer = timer.timer.id, tries = tries + 1,
+            "cannot fire a timer, trying again: {error}"
+        );
+        self.retry_later(tries, Later::Work(Work::Fire(Box::new(timer), tries + 1)));
     }
 
     /// Fires retry delay `timer` of resident run `cell`: the store removes
@@ -114,7 +122,7 @@ impl Core {
             Err(e) => {
                 let mut live = lock(&cell);
                 if !live.closed {
-                    self.finish(&mut live, Err(e));
+                    self.failed(&mut live, e);
                 }
                 return;
             }
@@ -126,7 +134,7 @@ impl Core {
                 let mut live = lock(&cell);
                 if live.closed {
                     if outcome.is_ok() {
-                        core.enqueue(Work::Wake(timer.run));
+                        core.enqueue(Work::Wake(timer.run, 0));
                     }
                     return;
                 }
@@ -136,8 +144,8 @@ impl Core {
                     }
                     // A commit of the run landed since it was read: decide
                     // again (unless another fire made the leaf ready).
-                    Err(StoreError::Changed(_)) => core.enqueue(Work::Fire(Box::new(timer))),
-                    Err(e) => core.finish(&mut live, Err(e)),
+                    Err(StoreError::Changed(_)) => core.enqueue(Work::Fire(Box::new(timer), 0)),
+                    Err(e) => core.failed(&mut live, e),
                 }
             }),
         );
@@ -182,10 +190,13 @@ impl Core {
     /// interrupt; other timers go to the workers, ahead of other work.
     fn due(self: &Arc<Self>, key: (u64, u64)) {
         match self.launcher.store.timer(key) {
-            Ok(Some(timer)) if timer.timer.kind == TimerKind::Deadline => self.fire(timer),
-            Ok(Some(timer)) => self.enqueue(Work::Fire(Box::new(timer))),
+            Ok(Some(timer)) if timer.timer.kind == TimerKind::Deadline => self.fire(timer, 0),
+            Ok(Some(timer)) => self.enqueue(Work::Fire(Box::new(timer), 0)),
             Ok(None) => {}
-            Err(e) => tracing::error!(timer = key.1, "cannot read a due timer: {e}"),
+            Err(e) => {
+                tracing::warn!(timer = key.1, "cannot read a due timer, trying again: {e}");
+                self.retry_later(0, Later::Arm(key));
+            }
         }
     }
 
@@ -195,6 +206,7 @@ impl Core {
     #[cfg(feature = "sim")]
     pub(super) fn tick(self: &Arc<Self>) -> usize {
         let now = self.clock.now().as_millis();
+        self.run_later(now);
         let mut fired = 0;
         loop {
             let key = {
@@ -215,7 +227,9 @@ impl Core {
     /// When the soonest armed timer is due.
     #[cfg(feature = "sim")]
     pub(super) fn next_due(&self) -> Option<u64> {
-        lock(&self.timers).peek().map(|Reverse((due, _))| *due)
+        let timer = lock(&self.timers).peek().map(|Reverse((due, _))| *due);
+        let later = lock(&self.later).iter().map(|(at, _)| *at).min();
+        timer.into_iter().chain(later).min()
     }
 
     /// The timer thread: each due timer to [`Core::due`]. It reads the
@@ -234,6 +248,11 @@ impl Core {
                 timers = lock(&self.timers);
             }
             let now = self.clock.now().as_millis();
+            drop(timers);
+            // Retries that are due go back to work; the next one bounds
+            // the wait.
+            let later = self.run_later(now);
+            timers = lock(&self.timers);
             match timers.peek().map(|Reverse(key)| *key) {
                 Some(key) if key.0 <= now => {
                     timers.pop();
@@ -241,18 +260,16 @@ impl Core {
                     self.due(key);
                     timers = lock(&self.timers);
                 }
-                Some((due, _)) => {
-                    let wait = self.clock.real_wait(due - now).min(Duration::from_secs(1));
+                soonest => {
+                    let next = soonest.map(|(due, _)| due).into_iter().chain(later).min();
+                    let wait = next.map_or(WATCH_POLL, |due| {
+                        self.clock
+                            .real_wait(due.saturating_sub(now))
+                            .min(Duration::from_secs(1))
+                    });
                     timers = self
                         .timers_wake
                         .wait_timeout(timers, wait)
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .0;
-                }
-                None => {
-                    timers = self
-                        .timers_wake
-                        .wait_timeout(timers, WATCH_POLL)
                         .unwrap_or_else(PoisonError::into_inner)
                         .0;
                 }

@@ -1,0 +1,194 @@
+//! The simulation's store: a real redb store in memory, behind a door that
+//! counts its writes (so the checks run only after something changed) and
+//! can fail the engine's next reads, as a disk that errors would.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+use weft_store::{
+    DefinitionRecord, DeliveryRecord, DeploymentRecord, MessageRecord, OutboxRecord, PluginRecord,
+    RedbStore, RunFilter, RunRecord, ScheduleRecord, StepRecord, Store, StoreError,
+    SubscriptionRecord, TimerRecord, Write,
+};
+
+/// A redb store in memory, with faults on demand.
+#[derive(Debug)]
+pub(crate) struct SimStore {
+    inner: RedbStore,
+    /// How many batches were applied.
+    writes: AtomicU64,
+    /// How many of the next reads fail.
+    failing: AtomicUsize,
+}
+
+impl SimStore {
+    pub(crate) fn new() -> Result<Self, StoreError> {
+        Ok(Self {
+            inner: RedbStore::in_memory()?,
+            writes: AtomicU64::new(0),
+            failing: AtomicUsize::new(0),
+        })
+    }
+
+    /// The store itself, for the checks: no faults, not counted.
+    pub(crate) fn inner(&self) -> &RedbStore {
+        &self.inner
+    }
+
+    /// How many batches were applied so far.
+    pub(crate) fn writes(&self) -> u64 {
+        self.writes.load(Ordering::SeqCst)
+    }
+
+    /// Makes the next `count` reads fail.
+    pub(crate) fn fail_reads(&self, count: usize) {
+        self.failing.store(count, Ordering::SeqCst);
+    }
+
+    /// Ends any failing reads.
+    pub(crate) fn heal(&self) {
+        self.failing.store(0, Ordering::SeqCst);
+    }
+
+    fn read(&self) -> Result<(), StoreError> {
+        let failing = self
+            .failing
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+        match failing {
+            Ok(_) => Err(StoreError::Commit("simulated read failure".to_owned())),
+            Err(_) => Ok(()),
+        }
+    }
+}
+
+impl Store for SimStore {
+    fn apply(&self, writes: &[&Write]) -> Result<Vec<Result<(), StoreError>>, StoreError> {
+        self.writes.fetch_add(1, Ordering::SeqCst);
+        self.inner.apply(writes)
+    }
+
+    fn run(&self, id: &str) -> Result<Option<RunRecord>, StoreError> {
+        self.read()?;
+        self.inner.run(id)
+    }
+
+    fn runs(&self, filter: &RunFilter, limit: usize) -> Result<Vec<RunRecord>, StoreError> {
+        self.read()?;
+        self.inner.runs(filter, limit)
+    }
+
+    fn steps(&self, id: &str) -> Result<Vec<StepRecord>, StoreError> {
+        self.read()?;
+        self.inner.steps(id)
+    }
+
+    fn running(&self) -> Result<Vec<RunRecord>, StoreError> {
+        self.read()?;
+        self.inner.running()
+    }
+
+    fn definition(&self, digest: &str) -> Result<Option<DefinitionRecord>, StoreError> {
+        self.read()?;
+        self.inner.definition(digest)
+    }
+
+    fn timer_keys(&self) -> Result<Vec<(u64, u64)>, StoreError> {
+        self.read()?;
+        self.inner.timer_keys()
+    }
+
+    fn timer(&self, key: (u64, u64)) -> Result<Option<TimerRecord>, StoreError> {
+        self.read()?;
+        self.inner.timer(key)
+    }
+
+    fn run_timers(&self, id: &str) -> Result<Vec<TimerRecord>, StoreError> {
+        self.read()?;
+        self.inner.run_timers(id)
+    }
+
+    fn schedules(&self) -> Result<Vec<ScheduleRecord>, StoreError> {
+        self.read()?;
+        self.inner.schedules()
+    }
+
+    fn outbox(&self) -> Result<Vec<OutboxRecord>, StoreError> {
+        self.read()?;
+        self.inner.outbox()
+    }
+
+    fn component(&self, digest: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        self.read()?;
+        self.inner.component(digest)
+    }
+
+    fn kv_get(&self, space: &str, key: &str) -> Result<weft_core::Versioned, StoreError> {
+        self.read()?;
+        self.inner.kv_get(space, key)
+    }
+
+    fn kv_list(&self, space: &str, prefix: &str, limit: usize) -> Result<Vec<String>, StoreError> {
+        self.read()?;
+        self.inner.kv_list(space, prefix, limit)
+    }
+
+    fn subscriptions(&self, channel: Option<&str>) -> Result<Vec<SubscriptionRecord>, StoreError> {
+        self.read()?;
+        self.inner.subscriptions(channel)
+    }
+
+    fn subscription(&self, key: &str) -> Result<Option<SubscriptionRecord>, StoreError> {
+        self.read()?;
+        self.inner.subscription(key)
+    }
+
+    fn delivery(&self, id: &str) -> Result<Option<DeliveryRecord>, StoreError> {
+        self.read()?;
+        self.inner.delivery(id)
+    }
+
+    fn message(&self, seq: u64) -> Result<Option<MessageRecord>, StoreError> {
+        self.read()?;
+        self.inner.message(seq)
+    }
+
+    fn queued(
+        &self,
+        subscription: &str,
+        dead: bool,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<DeliveryRecord>, StoreError> {
+        self.read()?;
+        self.inner.queued(subscription, dead, after, limit)
+    }
+
+    fn dead_letters(&self, limit: usize) -> Result<Vec<DeliveryRecord>, StoreError> {
+        self.read()?;
+        self.inner.dead_letters(limit)
+    }
+
+    fn deliveries(&self, limit: usize) -> Result<Vec<DeliveryRecord>, StoreError> {
+        self.read()?;
+        self.inner.deliveries(limit)
+    }
+
+    fn run_messages(&self, id: &str) -> Result<Vec<MessageRecord>, StoreError> {
+        self.read()?;
+        self.inner.run_messages(id)
+    }
+
+    fn idempotent_run(&self, key: &str) -> Result<Option<String>, StoreError> {
+        self.read()?;
+        self.inner.idempotent_run(key)
+    }
+
+    fn deployments(&self, workflow: Option<&str>) -> Result<Vec<DeploymentRecord>, StoreError> {
+        self.read()?;
+        self.inner.deployments(workflow)
+    }
+
+    fn plugins(&self) -> Result<Vec<PluginRecord>, StoreError> {
+        self.read()?;
+        self.inner.plugins()
+    }
+}
