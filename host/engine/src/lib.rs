@@ -536,14 +536,19 @@ impl Engine {
         run_id: &str,
         mut observer: Box<dyn Observer + Send>,
     ) -> Result<RunHandle, ResumeError> {
-        let run = self
-            .store()
-            .run(run_id)?
-            .ok_or_else(|| ResumeError::NotFound(run_id.to_owned()))?;
-        if !self.core.claim(&run.id) {
-            return Err(ResumeError::Resident(run.id));
+        // Claimed before the run is read: a fire of one of its timers
+        // here is decided either before the read or after the run is taken
+        // in, never between.
+        if !self.core.claim(run_id) {
+            return Err(ResumeError::Resident(run_id.to_owned()));
         }
-        let drive = match self.core.launcher.load(run) {
+        let read = self
+            .store()
+            .run(run_id)
+            .map_err(ResumeError::from)
+            .and_then(|run| run.ok_or_else(|| ResumeError::NotFound(run_id.to_owned())))
+            .and_then(|run| self.core.launcher.load(run));
+        let drive = match read {
             Ok(drive) => drive,
             Err(e) => {
                 self.core.unclaim(run_id);

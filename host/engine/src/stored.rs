@@ -5,7 +5,11 @@
 //! if the run moved on meanwhile, and the change is decided again on a
 //! fresh read.
 
+use std::collections::BTreeMap;
+
 use weft_core::ErrorRecord;
+
+use crate::drive::Leaf;
 use weft_core::clock::Timestamp;
 use weft_store::{
     RunError, RunRecord, RunState, StepRecord, Store, StoreError, TimerKind, TimerRecord, Write,
@@ -120,7 +124,18 @@ pub fn cancel_in_store(
     now: Timestamp,
     commit: impl Fn(Write) -> Result<(), StoreError>,
 ) -> Result<(), StoreError> {
-    decide_again(id, || cancel_once(store, id, now, &commit))
+    cancel_tree(store, id, now, &commit)
+}
+
+/// [`cancel_in_store`], with `commit` as an object: the cancellation of
+/// each child goes through it again.
+fn cancel_tree(
+    store: &dyn Store,
+    id: &str,
+    now: Timestamp,
+    commit: &dyn Fn(Write) -> Result<(), StoreError>,
+) -> Result<(), StoreError> {
+    decide_again(id, || cancel_once(store, id, now, commit))
 }
 
 /// One try of [`cancel_in_store`], decided on the run as read now:
@@ -129,7 +144,7 @@ pub(crate) fn cancel_once(
     store: &dyn Store,
     id: &str,
     now: Timestamp,
-    commit: impl Fn(Write) -> Result<(), StoreError>,
+    commit: &dyn Fn(Write) -> Result<(), StoreError>,
 ) -> Result<(), StoreError> {
     let run = store
         .run(id)?
@@ -137,7 +152,28 @@ pub(crate) fn cancel_once(
     if run.state.is_terminal() {
         return Err(StoreError::RunEnded(id.to_owned()));
     }
-    commit(cancel(&run, now))
+    let children = open_children(&store.steps(id)?);
+    commit(cancel(&run, now).fencing(children.clone()))?;
+    // Fenced off with the run: each is cancelled in turn (and its own).
+    for child in children {
+        match cancel_tree(store, &child, now, commit) {
+            Ok(()) | Err(StoreError::RunEnded(_) | StoreError::NotFound(_)) => {}
+            Err(e) => tracing::warn!(run = %child, "cannot cancel a child run: {e}"),
+        }
+    }
+    Ok(())
+}
+
+/// The child runs that a run's records show its leaves waiting for.
+fn open_children(records: &[StepRecord]) -> Vec<String> {
+    let mut leaves: BTreeMap<&str, Leaf> = BTreeMap::new();
+    for record in records {
+        leaves.entry(&record.path).or_default().apply(record);
+    }
+    leaves
+        .values()
+        .filter_map(|leaf| leaf.open_child().map(str::to_owned))
+        .collect()
 }
 
 /// Run `run` cancelled.

@@ -18,6 +18,11 @@ pub(crate) struct Facts {
     ended: BTreeMap<String, (RunState, usize)>,
     /// Runs whose cancellation a host acknowledged.
     cancels: BTreeSet<String>,
+    /// Cancelled runs whose children were looked at.
+    cancelled: BTreeSet<String>,
+    /// Children that had not ended when their parent was first seen
+    /// cancelled: each must end `cancelled`.
+    doomed: BTreeSet<String>,
 }
 
 /// A record that ends its leaf's attempt with a result: an output, or a
@@ -55,6 +60,7 @@ impl Facts {
                 .filter(|r| succeeded(r) && plugin(run, r) == Some("count"))
                 .count() as u64;
         }
+        self.children_end_with_their_parent(&runs)?;
         for workflow in workflows {
             let space = space(&workflow.id);
             let stored = store
@@ -122,6 +128,38 @@ impl Facts {
         Ok(())
     }
 
+    /// The children of a cancelled run that had not ended when it was
+    /// cancelled end `cancelled` too: none of their commits lands after
+    /// their parent's cancellation (their end is the cancellation).
+    fn children_end_with_their_parent(&mut self, runs: &[RunRecord]) -> Result<(), String> {
+        for parent in runs {
+            if parent.state != RunState::Cancelled || !self.cancelled.insert(parent.id.clone()) {
+                continue;
+            }
+            for child in runs {
+                if child.parent.as_ref().is_some_and(|p| p.run == parent.id)
+                    && !child.state.is_terminal()
+                {
+                    self.doomed.insert(child.id.clone());
+                }
+            }
+        }
+        for run in runs {
+            if self.doomed.contains(&run.id)
+                && run.state.is_terminal()
+                && run.state != RunState::Cancelled
+            {
+                return Err(format!(
+                    "run {} was cancelled while its child {} ran, and the child went on to end {:?}",
+                    run.parent.as_ref().map_or("?", |p| p.run.as_str()),
+                    run.id,
+                    run.state
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// A cancellation acknowledged is durable: the run is `cancelled`.
     fn cancels_durable(&self, run: &RunRecord) -> Result<(), String> {
         if self.cancels.contains(&run.id) && run.state != RunState::Cancelled {
@@ -149,24 +187,6 @@ impl Facts {
                     run.state,
                     if run.suspended { " (suspended)" } else { "" },
                     run.step_records
-                ));
-            }
-        }
-        for child in &runs {
-            let Some(parent) = child
-                .parent
-                .as_ref()
-                .and_then(|p| runs.iter().find(|r| r.id == p.run))
-            else {
-                continue;
-            };
-            if parent.state == RunState::Cancelled
-                && child.state != RunState::Cancelled
-                && child.updated_at > parent.updated_at
-            {
-                return Err(format!(
-                    "run {} was cancelled, and its child {} went on to end {:?}",
-                    parent.id, child.id, child.state
                 ));
             }
         }

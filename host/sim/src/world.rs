@@ -273,7 +273,23 @@ impl World {
             return Ok(());
         }
         self.checked = Some(writes);
+        self.one_driver()?;
         self.facts.check(self.sim_store.inner(), &self.workflows)
+    }
+
+    /// No run is resident in two hosts at once: one owner per run.
+    fn one_driver(&self) -> Result<(), String> {
+        let mut seen = std::collections::BTreeMap::new();
+        for (n, host) in self.hosts.iter().enumerate() {
+            for id in host.stepper.resident() {
+                if let Some(other) = seen.insert(id.clone(), n) {
+                    return Err(format!(
+                        "run {id} is driven by hosts {other} and {n} at once"
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Picks the next event among those that can happen.

@@ -70,6 +70,9 @@ pub enum Write {
         /// The messages the step emitted: each is committed, with a
         /// delivery for each subscription of its channel.
         emitted: Option<Box<Emitted>>,
+        /// Child runs to fence off with this write (the run is being
+        /// cancelled): none of their commits lands after it.
+        fence: Vec<String>,
     },
     /// Makes a subscription (one that exists with the same target is
     /// kept; with another, refused with
@@ -162,6 +165,10 @@ pub enum Write {
         expect: u32,
         /// The encoded [`RunRecord`], cancelled.
         ended: Vec<u8>,
+        /// Its child runs still under way, fenced off with it: none of
+        /// their commits lands after this write, and each is cancelled in
+        /// turn.
+        fence: Vec<String>,
     },
     /// Writes a cron trigger's row; with `expect`, only if the stored row
     /// is at that version, 0 meaning that there is none (else refused with
@@ -337,7 +344,19 @@ impl Write {
                     messages: emitted,
                 })
             }),
+            fence: Vec::new(),
         }
+    }
+
+    /// This write, fencing off child runs `children`: a run's
+    /// cancellation (a [`Write::CommitStep`] of its `@cancel` record, or a
+    /// [`Write::CancelRun`]). Other writes are left as they are.
+    #[must_use]
+    pub fn fencing(mut self, children: Vec<String>) -> Self {
+        if let Self::CommitStep { fence, .. } | Self::CancelRun { fence, .. } = &mut self {
+            *fence = children;
+        }
+        self
     }
 
     /// Writes `row` (already at its new version), if the stored one is at
@@ -413,6 +432,7 @@ impl Write {
             id: ended.id.clone(),
             expect,
             ended: encode(ended),
+            fence: Vec::new(),
         }
     }
 }

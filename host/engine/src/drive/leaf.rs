@@ -34,6 +34,11 @@ pub(super) enum Outcome {
 }
 
 impl Leaf {
+    /// The child run this leaf waits for, if it waits for one.
+    pub(crate) fn open_child(&self) -> Option<&str> {
+        self.child.as_deref().filter(|_| self.outcome.is_none())
+    }
+
     /// Folds one committed record into the leaf.
     pub(crate) fn apply(&mut self, record: &StepRecord) {
         self.attempts = self.attempts.max(record.attempt);

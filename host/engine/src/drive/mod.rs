@@ -263,6 +263,17 @@ impl Drive {
 
     /// Takes back the attempt `undo` was taken before, whose commit was
     /// refused, so that it can run again.
+    /// The child runs the run's leaves wait for.
+    pub(crate) fn open_children(&self) -> Vec<String> {
+        let mut children: Vec<String> = self
+            .results
+            .values()
+            .filter_map(|leaf| leaf.open_child().map(str::to_owned))
+            .collect();
+        children.sort();
+        children
+    }
+
     pub(super) fn undo(&mut self, undo: Undo) {
         self.run = undo.run;
         self.busy.remove(&undo.path);

@@ -155,15 +155,22 @@ impl Core {
     }
 
     /// The run ended without this engine (cancelled in the store): it
-    /// leaves, answering with what the store holds.
+    /// leaves, answering with what the store holds. One fenced off by its
+    /// parent's cancellation, and not cancelled itself yet, is cancelled.
     pub(super) fn ended_elsewhere(&self, live: &mut Live) {
         let id = live.task.drive.run.id.clone();
         let stored = self
             .launcher
             .store
             .run(&id)
-            .and_then(|run| run.ok_or(StoreError::NotFound(weft_store::What::Run(id))));
-        self.finish(live, stored);
+            .and_then(|run| run.ok_or(StoreError::NotFound(weft_store::What::Run(id.clone()))));
+        match stored {
+            Ok(run) if !run.state.is_terminal() => {
+                self.enqueue(Work::Cancel(id.clone()));
+                self.finish(live, Err(StoreError::RunEnded(id)));
+            }
+            stored => self.finish(live, stored),
+        }
     }
 
     /// Brings run `id` back into memory after a timer woke it (or a

@@ -4,7 +4,7 @@
 use std::sync::{Arc, Weak};
 
 use weft_core::lock;
-use weft_store::{OutboxRecord, RunRecord, Write};
+use weft_store::{OutboxRecord, RunRecord, StoreError, Write};
 
 use crate::Quiet;
 use crate::drive::Attempt;
@@ -95,6 +95,21 @@ impl Core {
                 && run.state.is_terminal()
             {
                 self.child_ended(&run);
+            }
+        }
+    }
+
+    /// Cancels child run `id` in the store (with its own children), its
+    /// parent having been cancelled; the store fenced it off already, so
+    /// only its cancellation can land. Tried again after a store failure.
+    pub(super) fn cancel_child(&self, id: &str) {
+        let store = self.launcher.store.as_ref();
+        let commit = |write| self.commits.commit(write);
+        match crate::stored::cancel_in_store(store, id, self.clock.now(), commit) {
+            Ok(()) | Err(StoreError::RunEnded(_) | StoreError::NotFound(_)) => {}
+            Err(e) => {
+                tracing::warn!(run = %id, "cannot cancel a child run, trying again: {e}");
+                self.retry_later(1, Later::Work(Work::Cancel(id.to_owned())));
             }
         }
     }

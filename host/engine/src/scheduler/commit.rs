@@ -4,7 +4,7 @@
 use std::sync::{Arc, MutexGuard};
 
 use weft_core::lock;
-use weft_store::{OutboxRecord, StepRecord, StoreError, TimerRef, Write};
+use weft_store::{CANCEL_PATH, OutboxRecord, StepRecord, StoreError, TimerRef, Write};
 
 use crate::drive::{Completed, Finished, Next, Plan, Reply, Undo};
 use crate::launch::NewRun;
@@ -28,6 +28,9 @@ struct Committing {
     reply: Option<Reply>,
     /// The commit carries messages.
     emits: bool,
+    /// The child runs this commit fences off (it cancels the run): each is
+    /// cancelled once it is durable.
+    fenced: Vec<String>,
 }
 
 impl Core {
@@ -115,6 +118,13 @@ impl Core {
             None => (None, None),
         };
         let emits = !emitted.is_empty();
+        // A cancellation fences off the children its run waits for, in
+        // the same transaction: none of their commits lands after it.
+        let fenced = if path == CANCEL_PATH {
+            live.task.drive.open_children()
+        } else {
+            Vec::new()
+        };
         let write = Write::commit_step(
             &record,
             &live.task.drive.run,
@@ -122,7 +132,8 @@ impl Core {
             spawn_write,
             fired,
             emitted,
-        );
+        )
+        .fencing(fenced.clone());
         let committing = Committing {
             path,
             record,
@@ -133,6 +144,7 @@ impl Core {
             fired,
             reply,
             emits,
+            fenced,
         };
         self.commit(guard, cell, write, move |core, cell, live, outcome| {
             core.step_committed(cell, live, committing, outcome);
@@ -196,8 +208,12 @@ impl Core {
             spawn,
             row,
             fired,
+            fenced,
             ..
         } = committing;
+        for child in fenced {
+            self.enqueue(Work::Cancel(child));
+        }
         if let Some(fired) = fired {
             self.fired(fired.due);
         }

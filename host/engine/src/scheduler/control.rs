@@ -88,7 +88,7 @@ impl Core {
             }
             let store = self.launcher.store.as_ref();
             let commit = |write| self.commits.commit(write);
-            crate::stored::cancel_once(store, id, self.clock.now(), commit)
+            crate::stored::cancel_once(store, id, self.clock.now(), &commit)
         });
         Ok(match queued {
             Some(told) => Cancelling::Queued(told),

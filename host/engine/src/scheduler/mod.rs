@@ -99,6 +99,8 @@ enum Work {
     /// Record a child run a step started, then admit it; how many tries
     /// of it failed.
     StartChild(Box<NewRun>, Box<OutboxRecord>, u32),
+    /// Cancel this run in the store: a child of a cancelled run.
+    Cancel(String),
 }
 
 /// What waits for a time before it is done: the next try of something
@@ -317,6 +319,7 @@ impl Core {
             Work::Wake(id, tries) => self.wake(&id, tries),
             Work::Fire(timer, tries) => self.fire(*timer, tries),
             Work::StartChild(child, row, tries) => self.start_child(*child, *row, tries),
+            Work::Cancel(id) => self.cancel_child(&id),
             Work::ChildEnded(child) => self.child_ended(&child),
             Work::Call(cell, attempt) => {
                 let finished = attempt.run(self.clock.as_ref());

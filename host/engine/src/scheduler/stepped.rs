@@ -75,6 +75,13 @@ impl Stepper {
         }
     }
 
+    /// The ids of the runs resident here, in order.
+    pub fn resident(&self) -> Vec<String> {
+        let mut ids: Vec<String> = lock(&self.core.cells).keys().cloned().collect();
+        ids.sort();
+        ids
+    }
+
     /// The writes waiting to commit.
     pub fn commits(&self) -> &Held {
         &self.held

@@ -65,30 +65,40 @@ impl Core {
                 return;
             }
         }
-        // Parked or being loaded: its timers are armed again when it is
-        // taken in.
-        if lock(&self.admission).known.contains(&timer.run) {
+        // Claimed while the fire is decided and committed, so that no
+        // load of the run here reads it half way. Parked, being loaded, or
+        // taken in since the look above: its timers are armed again when
+        // it is taken in.
+        if !self.claim(&timer.run) {
             return;
         }
         let store = self.launcher.store.as_ref();
         let write = match crate::stored::decide_fire(store, &timer, self.clock.now()) {
             Ok(Some(write)) => write,
             // Gone or ended: the timer wakes nothing.
-            Ok(None) => return,
-            Err(e) => return self.fire_failed(timer, tries, &e),
+            Ok(None) => return self.unclaim(&timer.run),
+            Err(e) => {
+                self.unclaim(&timer.run);
+                return self.fire_failed(timer, tries, &e);
+            }
         };
         let core = Arc::clone(self);
         self.commits.submit(
             write,
-            Box::new(move |outcome| match outcome {
-                Ok(()) => {
-                    core.fired(timer.timer.due);
-                    core.enqueue(Work::Wake(timer.run, 0));
+            Box::new(move |outcome| {
+                core.unclaim(&timer.run);
+                match outcome {
+                    Ok(()) => {
+                        core.fired(timer.timer.due);
+                        core.enqueue(Work::Wake(timer.run, 0));
+                    }
+                    Err(StoreError::TimerGone(_)) => {}
+                    // The run moved on since it was read: decide again.
+                    Err(StoreError::Changed(_)) => {
+                        core.enqueue(Work::Fire(Box::new(timer), tries));
+                    }
+                    Err(e) => core.fire_failed(timer, tries, &e),
                 }
-                Err(StoreError::TimerGone(_)) => {}
-                // The run moved on since it was read: decide again.
-                Err(StoreError::Changed(_)) => core.enqueue(Work::Fire(Box::new(timer), tries)),
-                Err(e) => core.fire_failed(timer, tries, &e),
             }),
         );
     }

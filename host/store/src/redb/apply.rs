@@ -52,6 +52,7 @@ impl Tables<'_> {
                 kv,
                 spawn,
                 emitted,
+                fence,
             } => self.commit_step(
                 id,
                 *seq,
@@ -64,6 +65,7 @@ impl Tables<'_> {
                 kv.as_ref(),
                 spawn.as_deref(),
                 emitted.as_deref(),
+                fence,
             ),
             Write::Subscribe(row) => self.subscribe(row),
             Write::Unsubscribe(key) => self.unsubscribe(key),
@@ -84,7 +86,12 @@ impl Tables<'_> {
                 record,
                 wake,
             } => self.fire_timer(*fired, run, *expect, record.as_deref(), wake),
-            Write::CancelRun { id, expect, ended } => self.cancel_run(id, *expect, ended),
+            Write::CancelRun {
+                id,
+                expect,
+                ended,
+                fence,
+            } => self.cancel_run(id, *expect, ended, fence),
             Write::Schedule {
                 key,
                 expect,
@@ -160,6 +167,7 @@ impl Tables<'_> {
         kv: Option<&KvEffects>,
         spawn: Option<&Spawn>,
         emitted: Option<&Emitted>,
+        fence: &[String],
     ) -> Result<Result<(), StoreError>, StoreError> {
         if self.ended(id)? {
             return Ok(Err(StoreError::RunEnded(id.to_owned())));
@@ -194,7 +202,17 @@ impl Tables<'_> {
         }
         backend!(self.steps.insert((id, seq), step))?;
         self.set_run(id, run, running, suspended)?;
+        self.fence(fence)?;
         Ok(Ok(()))
+    }
+
+    /// Marks child runs `children` so that none of their commits lands
+    /// from now on, but their cancellation.
+    fn fence(&mut self, children: &[String]) -> Result<(), StoreError> {
+        for child in children {
+            backend!(self.cancelled.insert(child.as_str(), ()))?;
+        }
+        Ok(())
     }
 
     /// Writes `effects`' keys, each at its next version, unless a key it
@@ -229,7 +247,9 @@ impl Tables<'_> {
         id: &str,
         run: &[u8],
     ) -> Result<Result<(), StoreError>, StoreError> {
-        if backend!(self.runs.get(id))?.is_none() {
+        // A child fenced off by its parent's cancellation before it was
+        // recorded is never started.
+        if backend!(self.runs.get(id))?.is_none() && !self.ended(id)? {
             backend!(self.runs.insert(id, run))?;
             backend!(self.running.insert(id, ()))?;
         }
@@ -285,19 +305,23 @@ impl Tables<'_> {
     }
 
     /// Cancels run `id`: stores `ended` as its record and marks it
-    /// cancelled; its timers go with it. Refused if there is no such run,
-    /// if it has ended, or if it does not have `expect` records.
+    /// cancelled; its timers go with it, and children `fence` are fenced
+    /// off. Refused if there is no such run, if it has ended, or if it
+    /// does not have `expect` records. A run fenced off by its parent's
+    /// cancellation may still be cancelled.
     fn cancel_run(
         &mut self,
         id: &str,
         expect: u32,
         ended: &[u8],
+        fence: &[String],
     ) -> Result<Result<(), StoreError>, StoreError> {
-        if let Err(refused) = self.run_at(id, expect)? {
+        if let Err(refused) = self.run_in(id, expect, true)? {
             return Ok(Err(refused));
         }
         self.set_run(id, ended, false, false)?;
         backend!(self.cancelled.insert(id, ()))?;
+        self.fence(fence)?;
         Ok(Ok(()))
     }
 
@@ -351,13 +375,24 @@ impl Tables<'_> {
         id: &str,
         expect: u32,
     ) -> Result<Result<RunRecord, StoreError>, StoreError> {
+        self.run_in(id, expect, false)
+    }
+
+    /// [`Tables::run_at`]; `fenced`: a run marked cancelled whose record
+    /// has not ended yet passes (its cancellation is being written).
+    fn run_in(
+        &self,
+        id: &str,
+        expect: u32,
+        fenced: bool,
+    ) -> Result<Result<RunRecord, StoreError>, StoreError> {
         let Some(run) = backend!(self.runs.get(id))?
             .map(|bytes| decode::<RunRecord>(id, bytes.value()))
             .transpose()?
         else {
             return Ok(Err(StoreError::NotFound(What::Run(id.to_owned()))));
         };
-        if run.state.is_terminal() || self.ended(id)? {
+        if run.state.is_terminal() || (!fenced && self.ended(id)?) {
             return Ok(Err(StoreError::RunEnded(id.to_owned())));
         }
         if run.step_records != expect {
