@@ -212,6 +212,7 @@ impl Cron {
         updated.last_run = Some(new.drive.run.id.clone());
         updated.started += 1;
         let create = Write::create_run(&new.drive.run, &new.definition, new.components);
+        let create = new.drive.leased(create);
         if !self.write(row, updated, Some(create)) {
             return false;
         }

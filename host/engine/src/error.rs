@@ -62,6 +62,14 @@ pub enum ResumeError {
     /// The run is already in this engine's hands.
     #[error("run `{0}` is already running here")]
     Resident(String),
+    /// Another host drives the run, and its lease holds.
+    #[error("run `{run}` is driven by host `{host}`, whose lease holds")]
+    Driven {
+        /// The run.
+        run: String,
+        /// The host that holds its lease.
+        host: String,
+    },
     /// The stored definition is missing or no longer parses.
     #[error("the run's workflow definition cannot be used: {0}")]
     Definition(String),

@@ -12,7 +12,7 @@ use weft_core::clock::{Clock, Timestamp};
 use weft_core::{lock, read, write};
 use weft_model::{self as model, Format, Workflow, WorkflowDir, Workflows};
 use weft_store::{
-    DefinitionRecord, Effect, OutboxRecord, ParentLink, RunRecord, RunState, Spawn, Store,
+    DefinitionRecord, Effect, Lease, OutboxRecord, ParentLink, RunRecord, RunState, Spawn, Store,
     TimerKind, TimerRef,
 };
 
@@ -35,6 +35,8 @@ pub(super) struct Launcher {
     /// Stored definitions already parsed, by digest: loading a run back
     /// (a resume, a timer's wake) then reads only its own records.
     parsed: Mutex<HashMap<String, Arc<Workflow>>>,
+    /// This host's id: the runs it makes are its own (epoch 1).
+    pub(super) host: String,
 }
 
 /// The most definitions the launcher keeps parsed before it starts over.
@@ -69,6 +71,7 @@ impl Launcher {
         store: Arc<dyn Store>,
         source: Arc<dyn RunnerSource>,
         clock: Arc<dyn Clock>,
+        host: String,
     ) -> Self {
         Self {
             store,
@@ -76,6 +79,7 @@ impl Launcher {
             clock,
             workflows: RwLock::new(Arc::new(WorkflowDir::default())),
             parsed: Mutex::new(HashMap::new()),
+            host,
         }
     }
 
@@ -147,8 +151,10 @@ impl Launcher {
                 kind: TimerKind::Deadline,
             }),
         };
+        let mut drive = self.drive(run, workflow, runner, HashMap::new());
+        drive.hold(Lease::after(None, &self.host));
         Ok(NewRun {
-            drive: self.drive(run, workflow, runner, HashMap::new()),
+            drive,
             definition,
             components,
         })

@@ -164,10 +164,17 @@ impl std::fmt::Debug for Engine {
 }
 
 impl Drop for Engine {
+    /// Stops the engine's threads, then gives its leases up, so that another
+    /// host may take over its runs at once (a stepped engine keeps them: it
+    /// stands for a process that died).
     fn drop(&mut self) {
         self.core.stop();
+        let threaded = !self.threads.is_empty();
         for thread in self.threads.drain(..) {
             let _ = thread.join();
+        }
+        if threaded {
+            self.core.retire();
         }
     }
 }
@@ -181,6 +188,10 @@ pub struct EngineConfig {
     /// Runs in progress at once; more are parked, durably recorded, and
     /// started in arrival order as places free. Default: 10,000.
     pub max_resident: usize,
+    /// How long this host's leases on its runs hold without a renewal
+    /// (it renews three times as often). Once they lapse, any other host
+    /// on the store takes its runs over. Default: 10 s.
+    pub lease_ttl: std::time::Duration,
     /// Note each timer fire's lag behind its due time, for
     /// [`Engine::take_fire_lags`] (benchmarks). Default: off.
     #[cfg(feature = "bench")]
@@ -192,6 +203,7 @@ impl Default for EngineConfig {
         Self {
             workers: std::thread::available_parallelism().map_or(4, |n| n.get() * 4),
             max_resident: 10_000,
+            lease_ttl: std::time::Duration::from_secs(10),
             #[cfg(feature = "bench")]
             measure_fires: false,
         }
@@ -238,7 +250,8 @@ impl Engine {
         config: EngineConfig,
     ) -> std::io::Result<Self> {
         let commits = GroupCommit::start(store.clone())?;
-        let launcher = Arc::new(Launcher::new(store, source, clock));
+        let host = weft_core::ids::uuid_v7(clock.now());
+        let launcher = Arc::new(Launcher::new(store, source, clock, host));
         #[cfg(feature = "bench")]
         let measure_fires = config.measure_fires;
         #[cfg(not(feature = "bench"))]
@@ -248,7 +261,10 @@ impl Engine {
             commits,
             config.max_resident,
             measure_fires,
+            config.lease_ttl,
         ));
+        // The host's row exists before any run is made under its leases.
+        core.renew().map_err(std::io::Error::other)?;
         let threads = core.start(config.workers)?;
         Ok(Self {
             core,
@@ -269,8 +285,16 @@ impl Engine {
         config: EngineConfig,
     ) -> (Self, Stepper) {
         let (commits, held) = GroupCommit::held(store.clone());
-        let launcher = Arc::new(Launcher::new(store, source, clock));
-        let core = Arc::new(Core::new(launcher, commits, config.max_resident, false));
+        let host = weft_core::ids::uuid_v7(clock.now());
+        let launcher = Arc::new(Launcher::new(store, source, clock, host));
+        let core = Arc::new(Core::new(
+            launcher,
+            commits,
+            config.max_resident,
+            false,
+            config.lease_ttl,
+        ));
+        let _ = core.renew();
         let stepper = Stepper::new(Arc::clone(&core), held);
         let engine = Self {
             core,
@@ -418,7 +442,13 @@ impl Engine {
     /// it before resuming runs; carrying a row out twice is harmless.
     pub fn replay_outbox(&self) -> Result<usize, StoreError> {
         let rows = self.store().outbox()?;
-        let writes = rows.iter().filter_map(Write::start_run).collect();
+        // A child recorded here is this host's to drive (epoch 1).
+        let lease = weft_store::Lease::after(None, self.core.host());
+        let writes = rows
+            .iter()
+            .filter_map(Write::start_run)
+            .map(|write| write.under(lease.clone()))
+            .collect();
         for outcome in self.core.commits.commit_all(writes) {
             outcome?;
         }
@@ -470,7 +500,8 @@ impl Engine {
         key: Option<String>,
     ) -> Result<RunHandle, StartError> {
         let new = self.core.launcher.make(workflow, input, None)?;
-        let mut write = Write::create_run(&new.drive.run, &new.definition, new.components);
+        let write = Write::create_run(&new.drive.run, &new.definition, new.components);
+        let mut write = new.drive.leased(write);
         if let Write::CreateRun { idempotency, .. } = &mut write {
             *idempotency = key;
         }
@@ -542,13 +573,7 @@ impl Engine {
         if !self.core.claim(run_id) {
             return Err(ResumeError::Resident(run_id.to_owned()));
         }
-        let read = self
-            .store()
-            .run(run_id)
-            .map_err(ResumeError::from)
-            .and_then(|run| run.ok_or_else(|| ResumeError::NotFound(run_id.to_owned())))
-            .and_then(|run| self.core.launcher.load(run));
-        let drive = match read {
+        let drive = match self.core.take_in(run_id) {
             Ok(drive) => drive,
             Err(e) => {
                 self.core.unclaim(run_id);

@@ -5,9 +5,9 @@
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use weft_store::{
-    DefinitionRecord, DeliveryRecord, DeploymentRecord, MessageRecord, OutboxRecord, PluginRecord,
-    RedbStore, RunFilter, RunRecord, ScheduleRecord, StepRecord, Store, StoreError,
-    SubscriptionRecord, TimerRecord, Write,
+    DefinitionRecord, DeliveryRecord, DeploymentRecord, HostRecord, Lease, MessageRecord,
+    OutboxRecord, PluginRecord, RedbStore, RunFilter, RunRecord, ScheduleRecord, StepRecord, Store,
+    StoreError, SubscriptionRecord, TimerRecord, Write,
 };
 
 /// A redb store in memory, with faults on demand.
@@ -190,5 +190,15 @@ impl Store for SimStore {
     fn plugins(&self) -> Result<Vec<PluginRecord>, StoreError> {
         self.read()?;
         self.inner.plugins()
+    }
+
+    fn lease(&self, id: &str) -> Result<Option<Lease>, StoreError> {
+        self.read()?;
+        self.inner.lease(id)
+    }
+
+    fn hosts(&self) -> Result<Vec<HostRecord>, StoreError> {
+        self.read()?;
+        self.inner.hosts()
     }
 }

@@ -18,6 +18,9 @@ use crate::check::Facts;
 use crate::fake::Source;
 use crate::store::SimStore;
 
+/// How long a host's leases hold without a renewal.
+const LEASE_TTL: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// When every simulation starts.
 const START: Timestamp = Timestamp(1_700_000_000_000);
 
@@ -225,6 +228,7 @@ impl World {
         let config = EngineConfig {
             workers: 1,
             max_resident: 3,
+            lease_ttl: LEASE_TTL,
             ..EngineConfig::default()
         };
         let (engine, stepper) = Engine::stepped(
@@ -283,8 +287,16 @@ impl World {
         for (n, host) in self.hosts.iter().enumerate() {
             for id in host.stepper.resident() {
                 if let Some(other) = seen.insert(id.clone(), n) {
+                    let inner = self.sim_store.inner();
+                    let lease = inner.lease(&id).ok().flatten();
+                    let run = inner.run(&id).ok().flatten();
                     return Err(format!(
-                        "run {id} is driven by hosts {other} and {n} at once"
+                        "run {id} is driven by hosts {other} and {n} at once (lease {lease:?}, {} suspended {:?}, parent {:?})",
+                        run.as_ref().map_or("-", |r| r.workflow.as_str()),
+                        run.as_ref().map(|r| r.suspended),
+                        run.as_ref()
+                            .and_then(|r| r.parent.as_ref())
+                            .map(|p| p.run.clone()),
                     ));
                 }
             }
@@ -374,7 +386,13 @@ impl World {
             }
             Event::Advance { ms } => {
                 self.clock.advance(std::time::Duration::from_millis(ms));
+                // Every live host renews in time; then each takes over the
+                // runs of hosts that are gone (crashed ones).
                 for host in &self.hosts {
+                    let _ = host.stepper.renew();
+                }
+                for host in &self.hosts {
+                    host.stepper.take_over();
                     host.stepper.tick();
                 }
             }
@@ -442,6 +460,7 @@ impl World {
     fn settle(&mut self) -> Result<(), String> {
         self.faults = false;
         self.sim_store.heal();
+        let mut stalled = 0;
         for _ in 0..10_000 {
             let mut busy = false;
             for host in 0..self.hosts.len() {
@@ -456,6 +475,7 @@ impl World {
             }
             self.check()?;
             if busy {
+                stalled = 0;
                 continue;
             }
             if let Some(run) = self.some_run(Some("gate")) {
@@ -477,7 +497,18 @@ impl World {
                     self.apply(event);
                 }
                 Some(_) => {}
-                None if ready == 0 => return Ok(()),
+                // Nothing armed anywhere: a run may still wait for a gone
+                // host's leases to lapse.
+                None if ready == 0 => {
+                    if stalled >= 3 {
+                        return Ok(());
+                    }
+                    stalled += 1;
+                    let ms = u64::try_from(LEASE_TTL.as_millis()).unwrap_or(u64::MAX);
+                    let event = Event::Advance { ms };
+                    self.trace.push(event.clone());
+                    self.apply(event);
+                }
                 None => {}
             }
         }

@@ -2,6 +2,7 @@
 //! embedded backend.
 
 mod group;
+mod lease;
 pub mod messages;
 mod records;
 mod redb;
@@ -9,6 +10,7 @@ pub mod registry;
 mod write;
 
 pub use self::group::{Done, GroupCommit, Held};
+pub use self::lease::{HostRecord, Lease};
 pub use self::messages::{
     DeliveryOp, DeliveryRecord, DeliveryState, MessageRecord, SubscriptionRecord, Target,
 };
@@ -76,6 +78,15 @@ pub enum StoreError {
     Busy {
         /// The run.
         run: String,
+    },
+    /// The writer does not hold run `run`'s lease: host `owner` drives it
+    /// (or took it over). Nothing of the write was stored.
+    #[error("store: run `{run}` is driven by host `{owner}`")]
+    Fenced {
+        /// The run.
+        run: String,
+        /// The host whose lease it is.
+        owner: String,
     },
     /// The delivery is not in a state the operation applies to (a resend
     /// of one that is not a dead letter, say). Nothing of the write was
@@ -167,6 +178,8 @@ fn exists(what: &What) -> String {
 pub enum What {
     /// The run with this id: "run `id`".
     Run(String),
+    /// The host with this id: "host `id`".
+    Host(String),
     /// The subscription with this key, `<channel>/<name>`.
     Subscription(String),
     /// The delivery with this id.
@@ -196,6 +209,7 @@ impl std::fmt::Display for What {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::Run(id) => write!(f, "run `{id}`"),
+            Self::Host(id) => write!(f, "host `{id}`"),
             Self::Subscription(key) => write!(f, "subscription `{key}`"),
             Self::Delivery(id) => write!(f, "delivery `{id}`"),
             Self::Message(seq) => write!(f, "message {seq}"),
@@ -324,4 +338,10 @@ pub trait Store: Send + Sync + std::fmt::Debug {
 
     /// Every plugin in the registry, by name then digest.
     fn plugins(&self) -> Result<Vec<PluginRecord>, StoreError>;
+
+    /// Run `id`'s lease, if it has one.
+    fn lease(&self, id: &str) -> Result<Option<Lease>, StoreError>;
+
+    /// Every host with a row, live or expired.
+    fn hosts(&self) -> Result<Vec<HostRecord>, StoreError>;
 }

@@ -72,6 +72,13 @@ const DEPLOYMENTS: TableDefinition<(&str, u32), &[u8]> = TableDefinition::new("d
 /// The plugin registry, by (name, digest).
 const PLUGINS: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("plugins");
 
+/// Each run's lease, while it has one: run id to the encoded
+/// [`Lease`](crate::Lease).
+const LEASES: TableDefinition<&str, &[u8]> = TableDefinition::new("leases");
+/// The hosts that drive runs: host id to the encoded
+/// [`HostRecord`](crate::HostRecord).
+const HOSTS: TableDefinition<&str, &[u8]> = TableDefinition::new("hosts");
+
 /// The format this build reads and writes.
 const FORMAT: &str = "1";
 
@@ -170,6 +177,8 @@ impl RedbStore {
             backend!(txn.open_table(IDEMPOTENCY))?;
             backend!(txn.open_table(DEPLOYMENTS))?;
             backend!(txn.open_table(PLUGINS))?;
+            backend!(txn.open_table(LEASES))?;
+            backend!(txn.open_table(HOSTS))?;
         }
         backend!(txn.commit())?;
         Ok(Self {
@@ -335,6 +344,25 @@ impl Store for RedbStore {
     fn plugins(&self) -> Result<Vec<super::PluginRecord>, StoreError> {
         let txn = self.begin_read()?;
         registry::plugins(&txn)
+    }
+
+    fn lease(&self, id: &str) -> Result<Option<crate::Lease>, StoreError> {
+        let txn = self.begin_read()?;
+        let leases = backend!(txn.open_table(LEASES))?;
+        backend!(leases.get(id))?
+            .map(|bytes| decode(id, bytes.value()))
+            .transpose()
+    }
+
+    fn hosts(&self) -> Result<Vec<crate::HostRecord>, StoreError> {
+        let txn = self.begin_read()?;
+        let hosts = backend!(txn.open_table(HOSTS))?;
+        let mut found = Vec::new();
+        for entry in backend!(hosts.iter())? {
+            let (id, bytes) = backend!(entry)?;
+            found.push(decode(id.value(), bytes.value())?);
+        }
+        Ok(found)
     }
 
     fn apply(&self, writes: &[&Write]) -> Result<Vec<Result<(), StoreError>>, StoreError> {

@@ -9,8 +9,8 @@
 use std::sync::Arc;
 
 use super::{
-    DefinitionRecord, DeliveryOp, Effect, Emission, OutboxRecord, RunRecord, RunState, StepRecord,
-    SubscriptionRecord, TimerRecord, TimerRef,
+    DefinitionRecord, DeliveryOp, Effect, Emission, HostRecord, Lease, OutboxRecord, RunRecord,
+    RunState, StepRecord, SubscriptionRecord, TimerRecord, TimerRef,
 };
 use weft_core::KvEffects;
 
@@ -35,6 +35,8 @@ pub enum Write {
         /// [`StoreError::Duplicate`](super::StoreError::Duplicate) if a
         /// run was recorded with it before.
         idempotency: Option<String>,
+        /// The lease of the host that creates the run.
+        lease: Option<Lease>,
     },
     /// A step attempt's record and the run's next state; refused with
     /// [`StoreError::Exists`](super::StoreError::Exists) if the slot `(id,
@@ -73,6 +75,8 @@ pub enum Write {
         /// Child runs to fence off with this write (the run is being
         /// cancelled): none of their commits lands after it.
         fence: Vec<String>,
+        /// The writer's lease on the run (`None`: a write of no driver's).
+        lease: Option<Lease>,
     },
     /// Makes a subscription (one that exists with the same target is
     /// kept; with another, refused with
@@ -110,6 +114,9 @@ pub enum Write {
         wake: Vec<u8>,
         /// The wait's timeout, removed with it.
         timer: Option<TimerRef>,
+        /// The answering host's lease: it takes the run, which is
+        /// suspended, unless it holds it.
+        lease: Option<Lease>,
     },
     /// Carries out an outbox row that starts a run: records the run unless
     /// one with its id exists, and closes the row. Never refused, so it can
@@ -121,6 +128,8 @@ pub enum Write {
         id: String,
         /// The encoded [`RunRecord`].
         run: Vec<u8>,
+        /// The lease of the host that records the run.
+        lease: Option<Lease>,
     },
     /// The run's new state alone (a run that ended on an expression).
     UpdateRun {
@@ -130,6 +139,8 @@ pub enum Write {
         run: Vec<u8>,
         /// Whether the run is still `running` after this write.
         running: bool,
+        /// The writer's lease on the run (`None`: a write of no driver's).
+        lease: Option<Lease>,
     },
     /// Fires a timer, decided on its run as it was at `expect` step
     /// records: the fire's record (if its kind leaves one) goes to `(run,
@@ -150,6 +161,10 @@ pub enum Write {
         record: Option<Vec<u8>>,
         /// The encoded [`RunRecord`], awake.
         wake: Vec<u8>,
+        /// The firing host's lease: it takes the run unless it holds it,
+        /// which only a run nobody drives allows (suspended, or its host
+        /// gone).
+        lease: Option<Lease>,
     },
     /// Cancels a run that is not in memory, decided on it as it was at
     /// `expect` step records: its record is replaced by `ended`, it is
@@ -200,6 +215,39 @@ pub enum Write {
         record: Vec<u8>,
         /// The definition's digest and encoded [`DefinitionRecord`].
         definition: (String, Vec<u8>),
+    },
+    /// Takes run `run` under `lease`, whose epoch is one past the run's
+    /// lease now: refused with
+    /// [`StoreError::Fenced`](super::StoreError::Fenced) unless nobody
+    /// drives the run (it is suspended, has no lease, or its host is gone),
+    /// [`StoreError::RunEnded`](super::StoreError::RunEnded) if it has
+    /// ended, [`StoreError::NotFound`](super::StoreError::NotFound) if
+    /// there is no such run. Holding the lease already is no change.
+    Claim {
+        /// The run.
+        run: String,
+        /// The lease taken.
+        lease: Lease,
+    },
+    /// Writes host `host`'s row (the encoded [`HostRecord`]): its leases
+    /// hold until the row expires.
+    Renew {
+        /// The host's id.
+        host: String,
+        /// The encoded [`HostRecord`].
+        record: Vec<u8>,
+    },
+    /// Declares host `host` gone, if its row still expires at
+    /// `expires_at` (it has not renewed since it was judged gone): its
+    /// runs may be taken. Refused with
+    /// [`StoreError::Changed`](super::StoreError::Changed) if it renewed,
+    /// [`StoreError::NotFound`](super::StoreError::NotFound) if it has no
+    /// row.
+    Forget {
+        /// The host's id.
+        host: String,
+        /// When its row was seen to expire.
+        expires_at: weft_core::Timestamp,
     },
     /// Adds a plugin to the registry, or refreshes the row of one added
     /// before; its bytes are stored once by digest.
@@ -286,6 +334,7 @@ impl Write {
     ) -> Self {
         Self::CreateRun {
             idempotency: None,
+            lease: None,
             id: run.id.clone(),
             run: encode(run),
             definition: (definition.digest.clone(), encode(definition)),
@@ -345,6 +394,32 @@ impl Write {
                 })
             }),
             fence: Vec::new(),
+            lease: None,
+        }
+    }
+
+    /// This write, made under `lease`, the writer's lease on its run: a
+    /// commit of a run it drives, a fire or answer that takes the run, or
+    /// the start of a run it will drive. Other writes are left as they are.
+    #[must_use]
+    pub fn under(mut self, held: Lease) -> Self {
+        match &mut self {
+            Self::CreateRun { lease, .. }
+            | Self::CommitStep { lease, .. }
+            | Self::Act { lease, .. }
+            | Self::StartRun { lease, .. }
+            | Self::UpdateRun { lease, .. }
+            | Self::FireTimer { lease, .. } => *lease = Some(held),
+            _ => {}
+        }
+        self
+    }
+
+    /// A host's row, renewed: its leases hold until `host.expires_at`.
+    pub fn renew(host: &HostRecord) -> Self {
+        Self::Renew {
+            host: host.id.clone(),
+            record: encode(host),
         }
     }
 
@@ -381,6 +456,7 @@ impl Write {
                 outbox: row.id.clone(),
                 id: run.id.clone(),
                 run: encode(run),
+                lease: None,
             }),
         }
     }
@@ -393,6 +469,7 @@ impl Write {
             id: run.id.clone(),
             run: encode(run),
             running: run.state == RunState::Running,
+            lease: None,
         }
     }
 
@@ -410,6 +487,7 @@ impl Write {
             expect,
             record: record.map(encode),
             wake: encode(wake),
+            lease: None,
         }
     }
 
@@ -422,6 +500,7 @@ impl Write {
             record: encode(record),
             wake: encode(wake),
             timer,
+            lease: None,
         }
     }
 

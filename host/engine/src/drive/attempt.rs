@@ -92,6 +92,18 @@ impl Finished {
         self
     }
 
+    /// Drops this result uncommitted (its run left memory): whoever waits
+    /// for its commit is told to try again ([`StoreError::Changed`]), and
+    /// the timer whose fire it was, if any, is given back to arm again.
+    pub(crate) fn abandon(self) -> Option<TimerRef> {
+        if let Some(reply) = self.reply {
+            reply(Err(StoreError::Changed(weft_store::What::Run(
+                self.record.run_id.clone(),
+            ))));
+        }
+        self.fired
+    }
+
     /// The leaf's path.
     pub(crate) fn path(&self) -> &str {
         &self.path

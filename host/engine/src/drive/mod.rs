@@ -30,7 +30,8 @@ use serde_json::Value;
 use weft_core::clock::Clock;
 use weft_model::{Scope, Template, Workflow};
 use weft_store::{
-    CANCEL_PATH, DEADLINE_PATH, ErrorRecord, RunError, RunRecord, RunState, TimerKind, TimerRef,
+    CANCEL_PATH, DEADLINE_PATH, ErrorRecord, Lease, RunError, RunRecord, RunState, TimerKind,
+    TimerRef, Write,
 };
 
 use super::Observer;
@@ -70,6 +71,8 @@ pub(super) struct Drive {
     /// Set when the run leaves the scheduler's hands: its guest calls
     /// still running are interrupted.
     cancel: Arc<std::sync::atomic::AtomicBool>,
+    /// The lease this host holds on the run: every commit of it names it.
+    lease: Option<Lease>,
 }
 
 /// What a run can do now.
@@ -127,6 +130,25 @@ impl Drive {
             timers: HashMap::new(),
             awaits: HashSet::new(),
             cancel: Arc::default(),
+            lease: None,
+        }
+    }
+
+    /// The lease this host holds on the run, if it took one.
+    pub(crate) fn lease(&self) -> Option<&Lease> {
+        self.lease.as_ref()
+    }
+
+    /// Drives the run under `lease` from now on.
+    pub(crate) fn hold(&mut self, lease: Lease) {
+        self.lease = Some(lease);
+    }
+
+    /// `write`, a commit of this run, under its lease.
+    pub(crate) fn leased(&self, write: Write) -> Write {
+        match &self.lease {
+            Some(lease) => write.under(lease.clone()),
+            None => write,
         }
     }
 

@@ -179,16 +179,7 @@ impl Core {
         if !self.claim(id) {
             return;
         }
-        let loaded = self
-            .launcher
-            .store
-            .run(id)
-            .map_err(crate::ResumeError::from)
-            .and_then(|run| {
-                let run = run.ok_or_else(|| crate::ResumeError::NotFound(id.to_owned()))?;
-                self.launcher.load(run)
-            });
-        match loaded {
+        match self.take_in(id) {
             Ok(drive) => {
                 let (observer, done, alive) =
                     lock(&self.sleepers).remove(id).unwrap_or_else(|| {
@@ -202,7 +193,10 @@ impl Core {
                     alive,
                 });
             }
-            Err(crate::ResumeError::NotRunning { .. }) => self.unclaim(id),
+            // Ended, or another host drives it (it woke there too).
+            Err(crate::ResumeError::NotRunning { .. } | crate::ResumeError::Driven { .. }) => {
+                self.unclaim(id);
+            }
             Err(crate::ResumeError::Store(e)) => {
                 self.unclaim(id);
                 tracing::warn!(run = %id, tries = tries + 1, "cannot wake a run, trying again: {e}");

@@ -21,12 +21,18 @@ impl Core {
         let Some(write) = Write::start_run(&row) else {
             return;
         };
+        let write = child.drive.leased(write);
         let core = Arc::clone(self);
         self.commits.submit(
             write,
             Box::new(move |outcome| match outcome {
                 Ok(()) => {
-                    if core.claim(&child.drive.run.id) {
+                    // Recorded by this write, under this host's lease; not
+                    // if another host carried the row out first (it drives
+                    // the child), nor if the child was fenced off.
+                    let id = &child.drive.run.id;
+                    let ours = core.launcher.store.lease(id).ok().flatten();
+                    if ours.as_ref() == child.drive.lease() && core.claim(id) {
                         let (done, _) = std::sync::mpsc::sync_channel(1);
                         core.admit(Task {
                             drive: child.drive,
@@ -62,7 +68,7 @@ impl Core {
             Ok(Some(run)) if run.suspended => {}
             Ok(Some(run)) => {
                 if self.claim(&run.id) {
-                    match self.launcher.load(run) {
+                    match self.take_in(&run.id) {
                         Ok(drive) => {
                             let (done, _) = std::sync::mpsc::sync_channel(1);
                             self.admit(Task {

@@ -70,7 +70,8 @@ impl Core {
                     }
                 }
                 Plan::End => {
-                    let write = Write::update_run(&live.task.drive.run);
+                    let drive = &live.task.drive;
+                    let write = drive.leased(Write::update_run(&drive.run));
                     self.commit(guard, cell, write, |core, _, live, outcome| match outcome {
                         Ok(()) => {
                             let run = live.task.drive.run.clone();
@@ -134,6 +135,7 @@ impl Core {
             emitted,
         )
         .fencing(fenced.clone());
+        let write = live.task.drive.leased(write);
         let committing = Committing {
             path,
             record,
@@ -232,15 +234,19 @@ impl Core {
                 if let Some(timer) = live.task.drive.committed(path, next) {
                     self.arm(timer.key());
                 }
-                if live.task.drive.run.suspended
-                    && live.finished.is_empty()
-                    && live.task.drive.only_timers(None)
-                {
+                if live.task.drive.run.suspended {
+                    // The store says nobody drives the run now, so another
+                    // host may take it: it leaves memory even if something
+                    // came up meanwhile. A fire that came up fires again
+                    // through the store; an answer or a cancellation is
+                    // told to try again.
+                    for finished in std::mem::take(&mut live.finished) {
+                        if let Some(timer) = finished.abandon() {
+                            self.arm(timer.key());
+                        }
+                    }
                     self.suspend(live);
                 } else {
-                    // Something came up meanwhile:
-                    // the next commit says awake.
-                    live.task.drive.run.suspended = false;
                     self.enqueue(Work::Advance(Arc::clone(cell)));
                 }
             }

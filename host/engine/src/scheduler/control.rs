@@ -154,7 +154,12 @@ impl Core {
         loop {
             let last = std::time::Instant::now() >= deadline;
             match self.act_once(id, path, answer, last) {
-                Acting::Queued(told) => return answered(id, path, told.recv().ok()),
+                Acting::Queued(told) => match answered(id, path, told.recv().ok()) {
+                    // The run left memory before the answer was committed:
+                    // it goes through the store now.
+                    Err(ActError::Store(StoreError::Changed(_))) if !last => {}
+                    outcome => return outcome,
+                },
                 Acting::Done(outcome) => return outcome,
                 Acting::Again(pause) => std::thread::sleep(pause),
             }
@@ -255,9 +260,11 @@ impl Core {
         }
         let now = self.clock.now();
         let record = answer.record(id, path, &leaf, now);
+        // The answer takes the run (it is suspended: nobody drives it).
+        let lease = self.lease_for(id)?;
         match self
             .commits
-            .commit(crate::stored::act(record, leaf.timer, &run, now))
+            .commit(crate::stored::act(record, leaf.timer, &run, now).under(lease))
         {
             Ok(()) => {
                 self.enqueue(Work::Wake(id.to_owned(), 0));
@@ -271,6 +278,9 @@ impl Core {
             Err(StoreError::RunEnded(_)) => Err(ActError::Ended(id.to_owned())),
             Err(StoreError::Busy { run }) => Err(ActError::Busy(format!(
                 "run `{run}` is in progress in another process"
+            ))),
+            Err(StoreError::Fenced { run, owner }) => Err(ActError::Busy(format!(
+                "run `{run}` is driven by host `{owner}`"
             ))),
             Err(StoreError::NotFound(weft_store::What::Run(_))) => {
                 Err(ActError::NotFound(id.to_owned()))

@@ -23,6 +23,7 @@ mod admission;
 mod children;
 mod commit;
 mod control;
+mod leases;
 #[cfg(feature = "sim")]
 pub mod stepped;
 mod timers;
@@ -159,6 +160,13 @@ pub(super) struct Core {
     /// Bumped after every commit that carries messages, for whoever
     /// delivers them.
     pub(super) messages: Arc<weft_core::Signal>,
+    /// How long this host's leases hold without a renewal.
+    lease_ttl: Duration,
+    /// Where this host runs.
+    process: leases::Process,
+    /// Until when its row holds its leases, in milliseconds.
+    renewed: std::sync::atomic::AtomicU64,
+    started_at: weft_core::Timestamp,
 }
 
 impl Core {
@@ -167,9 +175,22 @@ impl Core {
         commits: GroupCommit,
         max_resident: usize,
         measure_fires: bool,
+        lease_ttl: Duration,
     ) -> Self {
         let clock = Arc::clone(&launcher.clock);
+        #[cfg(feature = "sim")]
+        let process = if commits.holding().is_some() {
+            leases::Process::simulated()
+        } else {
+            leases::Process::this()
+        };
+        #[cfg(not(feature = "sim"))]
+        let process = leases::Process::this();
         Self {
+            lease_ttl,
+            process,
+            renewed: std::sync::atomic::AtomicU64::new(0),
+            started_at: clock.now(),
             fire_lags: measure_fires.then(|| Mutex::new(Vec::new())),
             launcher,
             admission: Mutex::new(Admission {
@@ -213,6 +234,12 @@ impl Core {
             std::thread::Builder::new()
                 .name("weft-timers".to_owned())
                 .spawn(move || core.run_timers())?,
+        );
+        let core = Arc::clone(self);
+        threads.push(
+            std::thread::Builder::new()
+                .name("weft-leases".to_owned())
+                .spawn(move || core.keep_leases())?,
         );
         Ok(threads)
     }

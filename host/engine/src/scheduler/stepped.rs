@@ -103,6 +103,17 @@ impl Stepper {
         self.core.arm(key);
     }
 
+    /// Renews this host's row, as its lease thread does.
+    pub fn renew(&self) -> Result<(), StoreError> {
+        self.core.renew()
+    }
+
+    /// Takes over the runs of hosts that are gone, as the lease thread
+    /// does; returns how many it took.
+    pub fn take_over(&self) -> usize {
+        self.core.take_over()
+    }
+
     /// Looks up the child runs waited on, as the timer thread does every
     /// second.
     pub fn poll_watches(&self) {

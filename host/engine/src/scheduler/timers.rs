@@ -53,8 +53,9 @@ impl Core {
                     if !live.task.drive.retry_firing(&timer.path, timer.timer) {
                         return;
                     }
+                    let lease = live.task.drive.lease().cloned();
                     drop(live);
-                    self.fire_retry(cell, timer);
+                    self.fire_retry(cell, timer, lease);
                 } else {
                     if let Some(finished) = live.task.drive.fired(&timer) {
                         live.finished.push_back(finished);
@@ -73,7 +74,12 @@ impl Core {
             return;
         }
         let store = self.launcher.store.as_ref();
-        let write = match crate::stored::decide_fire(store, &timer, self.clock.now()) {
+        // The fire takes the run, which only a run nobody drives allows.
+        let decided = self.lease_for(&timer.run).and_then(|lease| {
+            crate::stored::decide_fire(store, &timer, self.clock.now())
+                .map(|write| write.map(|write| write.under(lease)))
+        });
+        let write = match decided {
             Ok(Some(write)) => write,
             // Gone or ended: the timer wakes nothing.
             Ok(None) => return self.unclaim(&timer.run),
@@ -92,7 +98,9 @@ impl Core {
                         core.fired(timer.timer.due);
                         core.enqueue(Work::Wake(timer.run, 0));
                     }
-                    Err(StoreError::TimerGone(_)) => {}
+                    // Fired elsewhere; or another host drives the run,
+                    // and fires its timers itself.
+                    Err(StoreError::TimerGone(_) | StoreError::Fenced { .. }) => {}
                     // The run moved on since it was read: decide again.
                     Err(StoreError::Changed(_)) => {
                         core.enqueue(Work::Fire(Box::new(timer), tries));
@@ -116,10 +124,18 @@ impl Core {
     /// Fires retry delay `timer` of resident run `cell`: the store removes
     /// the timer row and marks the stored run awake, then the leaf is ready
     /// for its next attempt.
-    fn fire_retry(self: &Arc<Self>, cell: Arc<Mutex<Live>>, timer: TimerRecord) {
+    fn fire_retry(
+        self: &Arc<Self>,
+        cell: Arc<Mutex<Live>>,
+        timer: TimerRecord,
+        lease: Option<weft_store::Lease>,
+    ) {
         let store = self.launcher.store.as_ref();
         let write = match crate::stored::decide_fire(store, &timer, self.clock.now()) {
-            Ok(Some(write)) => write,
+            Ok(Some(write)) => match lease {
+                Some(lease) => write.under(lease),
+                None => write,
+            },
             // Ended in the store: the run's next commit is refused and
             // closes it.
             Ok(None) => {

@@ -16,8 +16,17 @@ use redb::ReadableTable;
 
 use super::{Tables, decode, decode_kv, encode_kv};
 use crate::{
-    Emitted, RunRecord, ScheduleRecord, Spawn, StoreError, TimerRef, TimerRow, What, Write,
+    Emitted, HostRecord, Lease, RunRecord, ScheduleRecord, Spawn, StoreError, TimerRef, TimerRow,
+    What, Write, encode,
 };
+
+/// The refusal of a write by a host that does not hold run `id`'s lease.
+fn fenced(id: &str, current: Option<&Lease>) -> StoreError {
+    StoreError::Fenced {
+        run: id.to_owned(),
+        owner: current.map_or_else(|| "none".to_owned(), |lease| lease.host.clone()),
+    }
+}
 use weft_core::KvEffects;
 
 impl Tables<'_> {
@@ -32,6 +41,7 @@ impl Tables<'_> {
                 components,
                 timer,
                 idempotency,
+                lease,
             } => self.create_run(
                 id,
                 run,
@@ -39,6 +49,7 @@ impl Tables<'_> {
                 components,
                 timer.as_ref(),
                 idempotency.as_deref(),
+                lease.as_ref(),
             ),
             Write::CommitStep {
                 id,
@@ -53,20 +64,24 @@ impl Tables<'_> {
                 spawn,
                 emitted,
                 fence,
-            } => self.commit_step(
-                id,
-                *seq,
-                step,
-                run,
-                *running,
-                *suspended,
-                timer.as_ref(),
-                *fired,
-                kv.as_ref(),
-                spawn.as_deref(),
-                emitted.as_deref(),
-                fence,
-            ),
+                lease,
+            } => match self.leased(id, lease.as_ref())? {
+                Err(refused) => Ok(Err(refused)),
+                Ok(()) => self.commit_step(
+                    id,
+                    *seq,
+                    step,
+                    run,
+                    *running,
+                    *suspended,
+                    timer.as_ref(),
+                    *fired,
+                    kv.as_ref(),
+                    spawn.as_deref(),
+                    emitted.as_deref(),
+                    fence,
+                ),
+            },
             Write::Subscribe(row) => self.subscribe(row),
             Write::Unsubscribe(key) => self.unsubscribe(key),
             Write::Delivery(id, op) => self.delivery(id, op),
@@ -76,16 +91,44 @@ impl Tables<'_> {
                 record,
                 wake,
                 timer,
-            } => self.act(run, *expect, record, wake, *timer),
-            Write::StartRun { outbox, id, run } => self.start_run(outbox, id, run),
-            Write::UpdateRun { id, run, running } => self.update_run(id, run, *running),
+                lease,
+            } => self.act(run, *expect, record, wake, *timer, lease.as_ref()),
+            Write::StartRun {
+                outbox,
+                id,
+                run,
+                lease,
+            } => self.start_run(outbox, id, run, lease.as_ref()),
+            Write::UpdateRun {
+                id,
+                run,
+                running,
+                lease,
+            } => match self.leased(id, lease.as_ref())? {
+                Err(refused) => Ok(Err(refused)),
+                Ok(()) => self.update_run(id, run, *running),
+            },
             Write::FireTimer {
                 fired,
                 run,
                 expect,
                 record,
                 wake,
-            } => self.fire_timer(*fired, run, *expect, record.as_deref(), wake),
+                lease,
+            } => self.fire_timer(
+                *fired,
+                run,
+                *expect,
+                record.as_deref(),
+                wake,
+                lease.as_ref(),
+            ),
+            Write::Claim { run, lease } => self.claim(run, lease),
+            Write::Renew { host, record } => {
+                backend!(self.hosts.insert(host.as_str(), record.as_slice()))?;
+                Ok(Ok(()))
+            }
+            Write::Forget { host, expires_at } => self.forget(host, *expires_at),
             Write::CancelRun {
                 id,
                 expect,
@@ -124,6 +167,7 @@ impl Tables<'_> {
         components: &[(String, Arc<[u8]>)],
         timer: Option<&TimerRow>,
         idempotency: Option<&str>,
+        lease: Option<&Lease>,
     ) -> Result<Result<(), StoreError>, StoreError> {
         if backend!(self.runs.get(id))?.is_some() {
             return Ok(Err(StoreError::Exists(What::Run(id.to_owned()))));
@@ -143,6 +187,9 @@ impl Tables<'_> {
         backend!(self.running.insert(id, ()))?;
         if let Some(timer) = timer {
             self.insert_timer(timer)?;
+        }
+        if let Some(lease) = lease {
+            backend!(self.leases.insert(id, encode(lease).as_slice()))?;
         }
         Ok(Ok(()))
     }
@@ -246,12 +293,16 @@ impl Tables<'_> {
         outbox: &str,
         id: &str,
         run: &[u8],
+        lease: Option<&Lease>,
     ) -> Result<Result<(), StoreError>, StoreError> {
         // A child fenced off by its parent's cancellation before it was
         // recorded is never started.
         if backend!(self.runs.get(id))?.is_none() && !self.ended(id)? {
             backend!(self.runs.insert(id, run))?;
             backend!(self.running.insert(id, ()))?;
+            if let Some(lease) = lease {
+                backend!(self.leases.insert(id, encode(lease).as_slice()))?;
+            }
         }
         backend!(self.outbox.remove(outbox))?;
         Ok(Ok(()))
@@ -283,12 +334,17 @@ impl Tables<'_> {
         expect: u32,
         record: Option<&[u8]>,
         wake: &[u8],
+        lease: Option<&Lease>,
     ) -> Result<Result<(), StoreError>, StoreError> {
         if backend!(self.timers.get(fired.key()))?.is_none() {
             return Ok(Err(StoreError::TimerGone(fired.id)));
         }
         match self.run_at(id, expect)? {
-            Ok(_) => {}
+            Ok(run) => {
+                if let Err(refused) = self.take(id, lease, run.suspended)? {
+                    return Ok(Err(refused));
+                }
+            }
             Err(StoreError::NotFound(_) | StoreError::RunEnded(_)) => {
                 // Its run is gone or ended: the timer wakes nothing.
                 self.remove_timer(id, fired.key())?;
@@ -337,6 +393,7 @@ impl Tables<'_> {
         record: &[u8],
         wake: &[u8],
         timer: Option<TimerRef>,
+        lease: Option<&Lease>,
     ) -> Result<Result<(), StoreError>, StoreError> {
         let run = match self.run_at(id, expect)? {
             Ok(run) => run,
@@ -345,14 +402,105 @@ impl Tables<'_> {
         if !run.suspended {
             return Ok(Err(StoreError::Busy { run: id.to_owned() }));
         }
+        if let Some(timer) = timer
+            && backend!(self.timers.get(timer.key()))?.is_none()
+        {
+            return Ok(Err(StoreError::TimerGone(timer.id)));
+        }
+        if let Err(refused) = self.take(id, lease, true)? {
+            return Ok(Err(refused));
+        }
         if let Some(timer) = timer {
-            if backend!(self.timers.get(timer.key()))?.is_none() {
-                return Ok(Err(StoreError::TimerGone(timer.id)));
-            }
             self.remove_timer(id, timer.key())?;
         }
         backend!(self.steps.insert((id, expect), record))?;
         self.set_run(id, wake, true, false)?;
+        Ok(Ok(()))
+    }
+
+    /// Refuses a commit of run `id` unless `lease` is its lease now (no
+    /// lease: a write of no driver's, not checked).
+    fn leased(
+        &self,
+        id: &str,
+        lease: Option<&Lease>,
+    ) -> Result<Result<(), StoreError>, StoreError> {
+        let Some(lease) = lease else {
+            return Ok(Ok(()));
+        };
+        let current = self.lease_of(id)?;
+        if current.as_ref() == Some(lease) {
+            return Ok(Ok(()));
+        }
+        Ok(Err(fenced(id, current.as_ref())))
+    }
+
+    /// Run `id`'s lease now.
+    fn lease_of(&self, id: &str) -> Result<Option<Lease>, StoreError> {
+        backend!(self.leases.get(id))?
+            .map(|bytes| decode::<Lease>(id, bytes.value()))
+            .transpose()
+    }
+
+    /// Gives run `id` to `lease` (none: not checked), the last check of a
+    /// write that wakes the run: no change if it holds the lease already;
+    /// else refused unless nobody drives the run (`suspended`, no lease,
+    /// or its host gone) and `lease` is the next epoch. Writes only when
+    /// it passes, so call it after the write's other checks.
+    fn take(
+        &mut self,
+        id: &str,
+        lease: Option<&Lease>,
+        suspended: bool,
+    ) -> Result<Result<(), StoreError>, StoreError> {
+        let Some(lease) = lease else {
+            return Ok(Ok(()));
+        };
+        let current = self.lease_of(id)?;
+        if current.as_ref() == Some(lease) {
+            return Ok(Ok(()));
+        }
+        let free = match &current {
+            None => true,
+            Some(held) => suspended || backend!(self.hosts.get(held.host.as_str()))?.is_none(),
+        };
+        if !free || *lease != Lease::after(current.as_ref(), &lease.host) {
+            return Ok(Err(fenced(id, current.as_ref())));
+        }
+        backend!(self.leases.insert(id, encode(lease).as_slice()))?;
+        Ok(Ok(()))
+    }
+
+    /// Takes run `id` under `lease` (see [`Write::Claim`]).
+    fn claim(&mut self, id: &str, lease: &Lease) -> Result<Result<(), StoreError>, StoreError> {
+        let Some(run) = backend!(self.runs.get(id))?
+            .map(|bytes| decode::<RunRecord>(id, bytes.value()))
+            .transpose()?
+        else {
+            return Ok(Err(StoreError::NotFound(What::Run(id.to_owned()))));
+        };
+        if run.state.is_terminal() || self.ended(id)? {
+            return Ok(Err(StoreError::RunEnded(id.to_owned())));
+        }
+        self.take(id, Some(lease), run.suspended)
+    }
+
+    /// Declares host `host` gone (see [`Write::Forget`]).
+    fn forget(
+        &mut self,
+        host: &str,
+        expires_at: weft_core::Timestamp,
+    ) -> Result<Result<(), StoreError>, StoreError> {
+        let Some(row) = backend!(self.hosts.get(host))?
+            .map(|bytes| decode::<HostRecord>(host, bytes.value()))
+            .transpose()?
+        else {
+            return Ok(Err(StoreError::NotFound(What::Host(host.to_owned()))));
+        };
+        if row.expires_at != expires_at {
+            return Ok(Err(StoreError::Changed(What::Host(host.to_owned()))));
+        }
+        backend!(self.hosts.remove(host))?;
         Ok(Ok(()))
     }
 

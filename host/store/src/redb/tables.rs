@@ -6,7 +6,8 @@
 //!   suspended;
 //! - a timer has its row in `timers`, `timer_keys` and `run_timers`, or in
 //!   none of them, and a run that ended has no timers;
-//! - definitions and components are stored once, by digest.
+//! - definitions and components are stored once, by digest;
+//! - a run has a lease only until it ends.
 //!
 //! How each write changes the tables is in `apply`, `queue` and
 //! `registry`.
@@ -40,6 +41,8 @@ pub(super) struct Tables<'t> {
     pub(super) idempotency: Table<'t, &'static str, &'static str>,
     pub(super) deployments: Table<'t, (&'static str, u32), &'static [u8]>,
     pub(super) plugins: Table<'t, (&'static str, &'static str), &'static [u8]>,
+    pub(super) leases: Table<'t, &'static str, &'static [u8]>,
+    pub(super) hosts: Table<'t, &'static str, &'static [u8]>,
 }
 
 impl<'t> Tables<'t> {
@@ -67,6 +70,8 @@ impl<'t> Tables<'t> {
             idempotency: backend!(txn.open_table(super::IDEMPOTENCY))?,
             deployments: backend!(txn.open_table(super::DEPLOYMENTS))?,
             plugins: backend!(txn.open_table(super::PLUGINS))?,
+            leases: backend!(txn.open_table(super::LEASES))?,
+            hosts: backend!(txn.open_table(super::HOSTS))?,
         })
     }
 }
@@ -108,6 +113,8 @@ impl Tables<'_> {
             for key in keys {
                 self.remove_timer(id, key)?;
             }
+            // Nobody drives a run that ended.
+            backend!(self.leases.remove(id))?;
         }
         Ok(())
     }

@@ -1,0 +1,248 @@
+//! One owner per run: this host's row, renewed while it lives; taking
+//! runs in under a lease; and taking over the runs of hosts that are gone.
+//!
+//! Every run this host makes starts under its lease (epoch 1). A run read
+//! back from the store (a resume, a wake, a child found running) is
+//! claimed first, which the store allows only if nobody drives it. Every
+//! commit names the lease, so a host whose lease was taken over cannot
+//! commit that run again. A host is judged gone when its row expired (it
+//! did not renew for `lease_ttl`), or at once when its process no longer
+//! exists on this machine; the store then forgets it, and its runs are
+//! taken over like those of a crash.
+
+use std::sync::Arc;
+
+use weft_store::{HostRecord, Lease, StoreError, Write};
+
+use super::Core;
+use crate::drive::Drive;
+use crate::error::ResumeError;
+
+/// Where this host runs: the machine's name and the process id (0: a
+/// simulated host, whose process is never looked up).
+#[derive(Debug, Clone)]
+pub(super) struct Process {
+    pub(super) machine: String,
+    pub(super) pid: u32,
+}
+
+impl Process {
+    /// This process.
+    pub(super) fn this() -> Self {
+        let machine = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|name| name.trim().to_owned())
+            .ok()
+            .filter(|name| !name.is_empty())
+            .or_else(|| std::env::var("HOSTNAME").ok())
+            .unwrap_or_else(|| "unknown".to_owned());
+        Self {
+            machine,
+            pid: std::process::id(),
+        }
+    }
+
+    /// A simulated host.
+    #[cfg(feature = "sim")]
+    pub(super) fn simulated() -> Self {
+        Self {
+            machine: "simulated".to_owned(),
+            pid: 0,
+        }
+    }
+
+    /// Whether host `row`, judged from here, is certainly gone: it ran on
+    /// this machine and its process no longer exists.
+    fn outlived(&self, row: &HostRecord) -> bool {
+        row.pid != 0
+            && self.pid != 0
+            && row.machine == self.machine
+            && row.pid != self.pid
+            && cfg!(target_os = "linux")
+            && !std::path::Path::new(&format!("/proc/{}", row.pid)).exists()
+    }
+}
+
+impl Core {
+    /// The lease thread: renews this host's row three times a lease, and
+    /// takes over the runs of hosts that are gone, until the engine stops.
+    pub(super) fn keep_leases(self: Arc<Self>) {
+        loop {
+            self.pause(self.lease_ttl / 3);
+            if self.is_stopping() {
+                return;
+            }
+            if let Err(e) = self.renew() {
+                tracing::error!("cannot renew this host's leases: {e}");
+            }
+            self.take_over();
+        }
+    }
+
+    /// This host's id.
+    pub(crate) fn host(&self) -> &str {
+        &self.launcher.host
+    }
+
+    /// Writes this host's row, holding its leases for another
+    /// `lease_ttl`. Blocking.
+    pub(crate) fn renew(&self) -> Result<(), StoreError> {
+        let now = self.clock.now();
+        let row = HostRecord {
+            id: self.host().to_owned(),
+            machine: self.process.machine.clone(),
+            pid: self.process.pid,
+            started_at: self.started_at,
+            expires_at: now + self.lease_ttl,
+        };
+        self.commits.commit(Write::renew(&row))?;
+        self.renewed.store(
+            row.expires_at.as_millis(),
+            std::sync::atomic::Ordering::SeqCst,
+        );
+        Ok(())
+    }
+
+    /// Gives this host's leases up as it stops: its row goes, so the runs
+    /// it drove are free for any other host at once. Blocking.
+    pub(crate) fn retire(&self) {
+        let expires_at =
+            weft_core::Timestamp(self.renewed.load(std::sync::atomic::Ordering::SeqCst));
+        let forget = Write::Forget {
+            host: self.host().to_owned(),
+            expires_at,
+        };
+        if let Err(e) = self.commits.commit(forget) {
+            tracing::debug!("this host's row stays until it expires: {e}");
+        }
+    }
+
+    /// Forgets the hosts that are gone, then takes over their runs: every
+    /// running run whose host is gone is claimed and resumed here, and
+    /// every pending timer is armed again (a suspended run's timers may
+    /// have been armed only by its host). Returns how many runs it took.
+    /// Blocking.
+    pub(crate) fn take_over(self: &Arc<Self>) -> usize {
+        let store = &self.launcher.store;
+        let Ok(hosts) = store.hosts() else {
+            return 0;
+        };
+        let now = self.clock.now();
+        let mut gone = 0;
+        let mut alive = std::collections::HashSet::new();
+        for row in hosts {
+            if row.id != self.host() && (row.expires_at < now || self.process.outlived(&row)) {
+                let forget = Write::Forget {
+                    host: row.id.clone(),
+                    expires_at: row.expires_at,
+                };
+                if self.commits.commit(forget).is_ok() {
+                    tracing::warn!(host = %row.id, "host gone; its runs are taken over");
+                    gone += 1;
+                    continue;
+                }
+            }
+            alive.insert(row.id);
+        }
+        if gone == 0 {
+            return 0;
+        }
+        let mut taken = 0;
+        for run in store.running().unwrap_or_default() {
+            let free = match store.lease(&run.id) {
+                Ok(Some(lease)) => !alive.contains(&lease.host),
+                Ok(None) => true,
+                Err(_) => false,
+            };
+            if free && self.take_over_run(&run.id) {
+                taken += 1;
+            }
+        }
+        if let Ok(keys) = store.timer_keys() {
+            self.arm_all(keys);
+        }
+        taken
+    }
+
+    /// Claims run `id` and admits it here; false if it could not be
+    /// taken (another host took it first, or it is here already).
+    fn take_over_run(self: &Arc<Self>, id: &str) -> bool {
+        if !self.claim(id) {
+            return false;
+        }
+        match self.take_in(id) {
+            Ok(drive) => {
+                let (done, _) = std::sync::mpsc::sync_channel(1);
+                self.admit(super::Task {
+                    drive,
+                    observer: Box::new(crate::Quiet),
+                    done,
+                    alive: std::sync::Weak::new(),
+                });
+                true
+            }
+            Err(e) => {
+                self.unclaim(id);
+                tracing::debug!(run = %id, "not taken over: {e}");
+                false
+            }
+        }
+    }
+
+    /// Loads run `id`, claimed in this scheduler, to drive it here: under
+    /// the lease this host holds on it, or else one it takes now, which
+    /// the store allows only if nobody drives the run. Blocking.
+    pub(crate) fn take_in(&self, id: &str) -> Result<Drive, ResumeError> {
+        let store = &self.launcher.store;
+        let lease = match store.lease(id)? {
+            Some(lease) if lease.host == self.host() => lease,
+            current => {
+                let lease = Lease::after(current.as_ref(), self.host());
+                let claim = Write::Claim {
+                    run: id.to_owned(),
+                    lease: lease.clone(),
+                };
+                match self.commits.commit(claim) {
+                    Ok(()) => lease,
+                    Err(StoreError::Fenced { owner, .. }) => {
+                        return Err(ResumeError::Driven {
+                            run: id.to_owned(),
+                            host: owner,
+                        });
+                    }
+                    Err(StoreError::NotFound(_)) => {
+                        return Err(ResumeError::NotFound(id.to_owned()));
+                    }
+                    // Ended, or fenced off by its parent's cancellation
+                    // (its own is on its way).
+                    Err(StoreError::RunEnded(_)) => {
+                        let state = store
+                            .run(id)?
+                            .map(|run| run.state)
+                            .filter(|state| state.is_terminal())
+                            .unwrap_or(weft_store::RunState::Cancelled);
+                        return Err(ResumeError::NotRunning {
+                            id: id.to_owned(),
+                            state,
+                        });
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        };
+        let run = store
+            .run(id)?
+            .ok_or_else(|| ResumeError::NotFound(id.to_owned()))?;
+        let mut drive = self.launcher.load(run)?;
+        drive.hold(lease);
+        Ok(drive)
+    }
+
+    /// The lease this host writes a run not in its memory under: the one
+    /// it holds, or the next one, to take the run with the write.
+    pub(super) fn lease_for(&self, id: &str) -> Result<Lease, StoreError> {
+        Ok(match self.launcher.store.lease(id)? {
+            Some(lease) if lease.host == self.host() => lease,
+            current => Lease::after(current.as_ref(), self.host()),
+        })
+    }
+}
