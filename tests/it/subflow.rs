@@ -333,6 +333,14 @@ impl Store for NoChildren {
     fn plugins(&self) -> Result<Vec<weft::store::PluginRecord>, StoreError> {
         self.0.plugins()
     }
+
+    fn lease(&self, id: &str) -> Result<Option<weft::store::Lease>, StoreError> {
+        self.0.lease(id)
+    }
+
+    fn hosts(&self) -> Result<Vec<weft::store::HostRecord>, StoreError> {
+        self.0.hosts()
+    }
 }
 
 fn engine_over(store: Arc<dyn Store>, dir: &std::path::Path) -> Engine {

@@ -63,7 +63,7 @@ pub fn wait<T, E>(
 }
 
 /// The crates under host/, which are not built for wasm.
-const HOST_CRATES: [&str; 7] = [
+const HOST_CRATES: [&str; 8] = [
     "weft-core",
     "weft-model",
     "weft-runtime",
@@ -71,6 +71,7 @@ const HOST_CRATES: [&str; 7] = [
     "weft-engine",
     "weft",
     "weft-cli",
+    "weft-sim",
 ];
 
 /// The folder holding every guest component (plugins/* and tests/guests/*),

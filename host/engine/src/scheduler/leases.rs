@@ -10,6 +10,7 @@
 //! exists on this machine; the store then forgets it, and its runs are
 //! taken over like those of a crash.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use weft_store::{HostRecord, Lease, StoreError, Write};
@@ -123,26 +124,9 @@ impl Core {
     /// Blocking.
     pub(crate) fn take_over(self: &Arc<Self>) -> usize {
         let store = &self.launcher.store;
-        let Ok(hosts) = store.hosts() else {
+        let Ok((gone, alive)) = self.forget_gone() else {
             return 0;
         };
-        let now = self.clock.now();
-        let mut gone = 0;
-        let mut alive = std::collections::HashSet::new();
-        for row in hosts {
-            if row.id != self.host() && (row.expires_at < now || self.process.outlived(&row)) {
-                let forget = Write::Forget {
-                    host: row.id.clone(),
-                    expires_at: row.expires_at,
-                };
-                if self.commits.commit(forget).is_ok() {
-                    tracing::warn!(host = %row.id, "host gone; its runs are taken over");
-                    gone += 1;
-                    continue;
-                }
-            }
-            alive.insert(row.id);
-        }
         if gone == 0 {
             return 0;
         }
@@ -161,6 +145,30 @@ impl Core {
             self.arm_all(keys);
         }
         taken
+    }
+
+    /// Forgets every other host that is gone: its row expired, or its
+    /// process no longer exists on this machine. Returns how many it
+    /// forgot, and the ids of the hosts that are left. Blocking.
+    fn forget_gone(&self) -> Result<(usize, HashSet<String>), StoreError> {
+        let now = self.clock.now();
+        let mut gone = 0;
+        let mut alive = HashSet::new();
+        for row in self.launcher.store.hosts()? {
+            if row.id != self.host() && (row.expires_at < now || self.process.outlived(&row)) {
+                let forget = Write::Forget {
+                    host: row.id.clone(),
+                    expires_at: row.expires_at,
+                };
+                if self.commits.commit(forget).is_ok() {
+                    tracing::warn!(host = %row.id, "host gone; its runs are taken over");
+                    gone += 1;
+                    continue;
+                }
+            }
+            alive.insert(row.id);
+        }
+        Ok((gone, alive))
     }
 
     /// Claims run `id` and admits it here; false if it could not be
@@ -196,6 +204,11 @@ impl Core {
         let lease = match store.lease(id)? {
             Some(lease) if lease.host == self.host() => lease,
             current => {
+                // Its host may be gone without anyone having noticed yet
+                // (a process killed on this machine).
+                if current.is_some() {
+                    self.forget_gone()?;
+                }
                 let lease = Lease::after(current.as_ref(), self.host());
                 let claim = Write::Claim {
                     run: id.to_owned(),
