@@ -42,6 +42,7 @@ pub use weft_engine as engine;
 pub use weft_engine::plugins;
 pub use weft_model as model;
 pub use weft_runtime as runtime;
+pub use weft_sim as sim;
 pub use weft_store as store;
 
 pub use host::{Host, HostConfig, HostError, HostEvents, Traced};

@@ -10,7 +10,7 @@ fn seeds() -> u64 {
     std::env::var("WEFT_SIM_SEEDS")
         .ok()
         .and_then(|n| n.parse().ok())
-        .unwrap_or(2_000)
+        .unwrap_or(300)
 }
 
 #[test]

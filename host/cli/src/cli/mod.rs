@@ -17,6 +17,7 @@ mod remote;
 mod runs;
 mod schedules;
 mod serve;
+mod sim;
 
 use std::io::Read;
 use std::path::PathBuf;
@@ -75,6 +76,9 @@ enum Command {
     Schedules(schedules::SchedulesCommand),
     /// Measure step latency, or durable throughput with --runs.
     Bench(bench::BenchArgs),
+    /// Run the deterministic simulator: the real engine through seeded
+    /// interleavings, checking every invariant after every event.
+    Sim(sim::SimArgs),
     /// Run the host: resume interrupted runs, then serve the HTTP API on
     /// loopback until interrupted.
     Serve(serve::ServeArgs),
@@ -156,6 +160,7 @@ pub fn main(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Deliveries(command) => remote::deliveries(&data_dir, command),
         Command::Plugin(command) => plugin::main(&data_dir, command),
         Command::Deploy { workflow, server } => plugin::deploy(&data_dir, &workflow, server),
+        Command::Sim(args) => sim::main(&args),
         Command::Bench(args) => {
             let plugins = plugins_dir(&data_dir, &args.plugins.plugins);
             bench::main(&plugins, &args)

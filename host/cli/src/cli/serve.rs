@@ -34,8 +34,24 @@ pub struct ServeArgs {
     #[arg(long, value_name = "N", default_value_t = 10_000)]
     max_resident: usize,
 
+    /// How long this host's leases on its runs hold if it stops renewing
+    /// them (it renews three times as often). Another `weft serve` on the
+    /// same data directory takes its runs over once they lapse, or at once
+    /// if this process is seen to be gone.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = lease_ttl)]
+    lease_ttl: std::time::Duration,
+
     #[command(flatten)]
     plugins: PluginArgs,
+}
+
+/// A lease's length: a duration of at least 300 ms.
+fn lease_ttl(text: &str) -> Result<std::time::Duration, String> {
+    let ttl = weft::clock::parse_duration(text)?;
+    if ttl < std::time::Duration::from_millis(300) {
+        return Err(format!("`{text}` is shorter than the least lease, 300ms"));
+    }
+    Ok(ttl)
 }
 
 #[derive(Debug, clap::Args)]
@@ -80,6 +96,7 @@ pub fn serve(data_dir: &Path, args: ServeArgs) -> anyhow::Result<ExitCode> {
     }
     let config = weft::engine::EngineConfig {
         max_resident: args.max_resident,
+        lease_ttl: args.lease_ttl,
         ..weft::engine::EngineConfig::default()
     };
     let config = host_config(data_dir, &args.plugins, config)?
