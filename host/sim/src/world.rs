@@ -37,6 +37,7 @@ steps:
     parallel:
       - { id: c, uses: count }
       - { id: d, uses: count, timeout: 1s }
+      - { id: e, uses: flaky, retry: { max_attempts: 3, backoff: fixed, initial: 10ms } }
   - { id: tell, emit: done, with: { ok: true } }
 ",
     "id: gate

@@ -222,6 +222,53 @@ fn schedules(
     Ok(schedules)
 }
 
+/// The deepest `[` and `{` may nest in a definition. The YAML parser takes
+/// time that grows with the square of the depth, so a few hundred
+/// kilobytes of brackets would cost minutes; no workflow needs more.
+pub const MAX_NESTING: usize = 64;
+
+/// Where a definition's brackets first nest deeper than [`MAX_NESTING`]
+/// (1-based line and column), if they do. Brackets in quoted strings and
+/// comments do not count; a quote opens a string only where a value may
+/// start, so a quote inside a plain word hides no brackets.
+fn too_deep(source: &str) -> Option<(usize, usize)> {
+    let (mut depth, mut line, mut column) = (0usize, 1, 0);
+    let mut quote: Option<char> = None;
+    let (mut escaped, mut comment) = (false, false);
+    // The previous character opens a value: a space, `[`, `{`, `,`, `:`.
+    let mut after_space = true;
+    for c in source.chars() {
+        column += 1;
+        if c == '\n' {
+            (line, column, comment, after_space) = (line + 1, 0, false, true);
+            continue;
+        }
+        if comment {
+            continue;
+        }
+        match quote {
+            Some('"') if escaped => escaped = false,
+            Some('"') if c == '\\' => escaped = true,
+            Some(q) if c == q => quote = None,
+            Some(_) => {}
+            None => match c {
+                '"' | '\'' if after_space => quote = Some(c),
+                '#' if after_space => comment = true,
+                '[' | '{' => {
+                    depth += 1;
+                    if depth > MAX_NESTING {
+                        return Some((line, column));
+                    }
+                }
+                ']' | '}' => depth = depth.saturating_sub(1),
+                _ => {}
+            },
+        }
+        after_space = c.is_whitespace() || matches!(c, '[' | '{' | ',' | ':');
+    }
+    None
+}
+
 fn read(source: &str, format: Format, origin: &str) -> Result<RawWorkflow, DefinitionError> {
     let located = |line: Option<usize>, column: Option<usize>, message: String| {
         DefinitionError::invalid(
@@ -234,6 +281,13 @@ fn read(source: &str, format: Format, origin: &str) -> Result<RawWorkflow, Defin
             message,
         )
     };
+    if let Some((line, column)) = too_deep(source) {
+        return Err(located(
+            Some(line),
+            Some(column),
+            format!("brackets nested deeper than {MAX_NESTING} levels"),
+        ));
+    }
     match format {
         Format::Json => serde_json::from_str(source).map_err(|e| {
             let message = e.to_string();

@@ -190,3 +190,36 @@ fn input_schemas_report_every_problem_with_its_place() {
         "{problems:?}"
     );
 }
+
+#[test]
+fn brackets_nested_too_deep_are_refused_at_once_with_where() {
+    let deep = |open: &str, close: &str, depth: usize| {
+        format!(
+            "id: x\nsteps:\n  - {{ id: a, uses: echo, with: {}1{} }}\n",
+            open.repeat(depth),
+            close.repeat(depth)
+        )
+    };
+    // What took the YAML parser most of a minute is refused in a moment.
+    let started = std::time::Instant::now();
+    let error = error_of(&deep("{a: ", "}", 80_000));
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(2),
+        "{error}"
+    );
+    assert!(error.contains(":3:"), "{error}");
+    assert!(error.contains("nested deeper than 64 levels"), "{error}");
+    assert!(error_of(&deep("[", "]", 65)).contains("nested deeper"));
+    // As deep as the limit, and brackets in strings and comments, are fine.
+    assert!(parse_yaml(&deep("[", "]", 40)).is_ok());
+    let quoted = format!(
+        "id: x\nsteps:\n  - {{ id: a, uses: echo, with: '{0}' }} # {0}\n",
+        "[".repeat(100)
+    );
+    assert!(parse_yaml(&quoted).is_ok());
+    let json = format!("{{\"id\": \"x\", \"steps\": {}]}}", "[".repeat(200));
+    let refused = parse(&json, Format::Json, "wf.json")
+        .unwrap_err()
+        .to_string();
+    assert!(refused.contains("wf.json:1:"), "{refused}");
+}
