@@ -341,6 +341,10 @@ impl Store for NoChildren {
     fn hosts(&self) -> Result<Vec<weft::store::HostRecord>, StoreError> {
         self.0.hosts()
     }
+
+    fn damaged(&self) -> Result<Vec<weft::store::Damaged>, StoreError> {
+        self.0.damaged()
+    }
 }
 
 fn engine_over(store: Arc<dyn Store>, dir: &std::path::Path) -> Engine {

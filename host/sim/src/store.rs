@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use weft_store::{
-    DefinitionRecord, DeliveryRecord, DeploymentRecord, HostRecord, Lease, MessageRecord,
+    Damaged, DefinitionRecord, DeliveryRecord, DeploymentRecord, HostRecord, Lease, MessageRecord,
     OutboxRecord, PluginRecord, RedbStore, RunFilter, RunRecord, ScheduleRecord, StepRecord, Store,
     StoreError, SubscriptionRecord, TimerRecord, Write,
 };
@@ -200,5 +200,10 @@ impl Store for SimStore {
     fn hosts(&self) -> Result<Vec<HostRecord>, StoreError> {
         self.read()?;
         self.inner.hosts()
+    }
+
+    fn damaged(&self) -> Result<Vec<Damaged>, StoreError> {
+        self.read()?;
+        self.inner.damaged()
     }
 }

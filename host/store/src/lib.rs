@@ -222,6 +222,17 @@ impl std::fmt::Display for What {
     }
 }
 
+/// A stored row that does not decode.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Damaged {
+    /// Its table.
+    pub table: String,
+    /// Its key, as text.
+    pub key: String,
+    /// Why it does not decode.
+    pub error: String,
+}
+
 /// Which runs a listing keeps. The default keeps every run.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RunFilter {
@@ -338,6 +349,10 @@ pub trait Store: Send + Sync + std::fmt::Debug {
 
     /// Every plugin in the registry, by name then digest.
     fn plugins(&self) -> Result<Vec<PluginRecord>, StoreError>;
+
+    /// The rows of the runs, outbox, schedules and timers tables that do
+    /// not decode: listings set them aside, and `weft doctor` shows them.
+    fn damaged(&self) -> Result<Vec<Damaged>, StoreError>;
 
     /// Run `id`'s lease, if it has one.
     fn lease(&self, id: &str) -> Result<Option<Lease>, StoreError>;

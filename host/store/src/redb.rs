@@ -273,6 +273,19 @@ fn open_error(error: redb::DatabaseError, path: &str) -> StoreError {
     }
 }
 
+/// A row of `table` read in a listing that recovery depends on: one that
+/// does not decode is set aside with a warning (`weft doctor` lists it)
+/// instead of failing the listing, so one bad row cannot stop a host.
+fn kept<T: DeserializeOwned>(table: &str, key: &str, bytes: &[u8]) -> Option<T> {
+    match decode(key, bytes) {
+        Ok(row) => Some(row),
+        Err(e) => {
+            tracing::warn!(table, key, "a row does not decode and is set aside: {e}");
+            None
+        }
+    }
+}
+
 fn decode<T: DeserializeOwned>(key: impl std::fmt::Display, bytes: &[u8]) -> Result<T, StoreError> {
     serde_json::from_slice(bytes).map_err(|e| StoreError::Codec {
         key: key.to_string(),
@@ -346,6 +359,41 @@ impl Store for RedbStore {
         registry::plugins(&txn)
     }
 
+    fn damaged(&self) -> Result<Vec<crate::Damaged>, StoreError> {
+        let txn = self.begin_read()?;
+        let mut found = Vec::new();
+        let mut look = |table: &str, key: String, outcome: Result<(), StoreError>| {
+            if let Err(e) = outcome {
+                found.push(crate::Damaged {
+                    table: table.to_owned(),
+                    key,
+                    error: e.to_string(),
+                });
+            }
+        };
+        for (name, table) in [("runs", RUNS), ("outbox", OUTBOX), ("schedules", SCHEDULES)] {
+            let table = backend!(txn.open_table(table))?;
+            for entry in backend!(table.iter())? {
+                let (key, value) = backend!(entry)?;
+                let key = key.value();
+                let outcome = match name {
+                    "runs" => decode::<RunRecord>(key, value.value()).map(drop),
+                    "outbox" => decode::<OutboxRecord>(key, value.value()).map(drop),
+                    _ => decode::<super::ScheduleRecord>(key, value.value()).map(drop),
+                };
+                look(name, key.to_owned(), outcome);
+            }
+        }
+        let timers = backend!(txn.open_table(TIMERS))?;
+        for entry in backend!(timers.iter())? {
+            let (key, value) = backend!(entry)?;
+            let (due, id) = key.value();
+            let outcome = decode::<TimerRecord>(id, value.value()).map(drop);
+            look("timers", format!("{due}/{id}"), outcome);
+        }
+        Ok(found)
+    }
+
     fn lease(&self, id: &str) -> Result<Option<crate::Lease>, StoreError> {
         let txn = self.begin_read()?;
         let leases = backend!(txn.open_table(LEASES))?;
@@ -410,8 +458,10 @@ impl Store for RedbStore {
         let mut found = Vec::new();
         for entry in backend!(running.iter())? {
             let (id, ()) = backend!(entry).map(|(k, _)| (k, ()))?;
-            if let Some(bytes) = backend!(runs.get(id.value()))? {
-                found.push(decode(id.value(), bytes.value())?);
+            if let Some(bytes) = backend!(runs.get(id.value()))?
+                && let Some(run) = kept("runs", id.value(), bytes.value())
+            {
+                found.push(run);
             }
         }
         Ok(found)
@@ -475,7 +525,7 @@ impl Store for RedbStore {
         let mut rows = Vec::new();
         for entry in backend!(schedules.iter())? {
             let (key, value) = backend!(entry)?;
-            rows.push(decode(key.value(), value.value())?);
+            rows.extend(kept("schedules", key.value(), value.value()));
         }
         Ok(rows)
     }
@@ -490,7 +540,7 @@ impl Store for RedbStore {
         let mut rows = Vec::new();
         for entry in backend!(outbox.iter())? {
             let (key, value) = backend!(entry)?;
-            rows.push(decode(key.value(), value.value())?);
+            rows.extend(kept("outbox", key.value(), value.value()));
         }
         Ok(rows)
     }

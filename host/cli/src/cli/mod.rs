@@ -76,6 +76,9 @@ enum Command {
     Schedules(schedules::SchedulesCommand),
     /// Measure step latency, or durable throughput with --runs.
     Bench(bench::BenchArgs),
+    /// Check the store: list the rows that do not decode (runs, outbox,
+    /// triggers, timers), which the host sets aside.
+    Doctor,
     /// Run the deterministic simulator: the real engine through seeded
     /// interleavings, checking every invariant after every event.
     Sim(sim::SimArgs),
@@ -161,6 +164,7 @@ pub fn main(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Plugin(command) => plugin::main(&data_dir, command),
         Command::Deploy { workflow, server } => plugin::deploy(&data_dir, &workflow, server),
         Command::Sim(args) => sim::main(&args),
+        Command::Doctor => doctor(&data_dir),
         Command::Bench(args) => {
             let plugins = plugins_dir(&data_dir, &args.plugins.plugins);
             bench::main(&plugins, &args)
@@ -440,6 +444,30 @@ fn cache_dir(data_dir: &std::path::Path) -> PathBuf {
 
 fn store_path(data_dir: &std::path::Path) -> PathBuf {
     data_dir.join("weft.redb")
+}
+
+/// `weft doctor`: the rows of the store that do not decode.
+fn doctor(data_dir: &std::path::Path) -> anyhow::Result<ExitCode> {
+    let Some(store) = runs::open(data_dir)? else {
+        out!("no store in {}: nothing to check", data_dir.display());
+        return Ok(ExitCode::SUCCESS);
+    };
+    let damaged = weft::Store::damaged(&store)?;
+    if damaged.is_empty() {
+        out!(
+            "{}: every run, outbox, trigger and timer row decodes",
+            store.path().display()
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    for row in &damaged {
+        out!("{} `{}`: {}", row.table, row.key, row.error);
+    }
+    out!(
+        "{} row(s) do not decode; the host sets them aside (they are skipped, not deleted)",
+        damaged.len()
+    );
+    Ok(ExitCode::FAILURE)
 }
 
 fn open_store(data_dir: &std::path::Path) -> anyhow::Result<RedbStore> {

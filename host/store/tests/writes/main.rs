@@ -37,6 +37,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
+mod damaged;
 mod messages;
 mod registry;
 mod runs;
