@@ -155,19 +155,20 @@ pub(crate) struct World {
 
 /// One plugin directory for every world: it needs a runtime, which is
 /// costly to make, and the simulated plugins never use it.
-fn plugins() -> Arc<PluginDir> {
-    static PLUGINS: OnceLock<Arc<PluginDir>> = OnceLock::new();
-    Arc::clone(PLUGINS.get_or_init(|| {
-        let config = weft_runtime::RuntimeConfig {
-            pooling: false,
-            ..weft_runtime::RuntimeConfig::default()
-        };
-        let runtime = weft_runtime::Runtime::new(config).expect("a wasmtime runtime");
-        Arc::new(PluginDir::new(
-            runtime,
-            std::env::temp_dir().join("weft-sim-plugins"),
-        ))
-    }))
+fn plugins() -> Result<Arc<PluginDir>, String> {
+    static PLUGINS: OnceLock<Result<Arc<PluginDir>, String>> = OnceLock::new();
+    PLUGINS
+        .get_or_init(|| {
+            let config = weft_runtime::RuntimeConfig {
+                pooling: false,
+                ..weft_runtime::RuntimeConfig::default()
+            };
+            let runtime = weft_runtime::Runtime::new(config)
+                .map_err(|e| format!("a wasmtime runtime: {e}"))?;
+            let dir = std::env::temp_dir().join("weft-sim-plugins");
+            Ok(Arc::new(PluginDir::new(runtime, dir)))
+        })
+        .clone()
 }
 
 /// The workflows, parsed once for every world.
@@ -205,7 +206,7 @@ impl World {
             store,
             checked: None,
             clock: Arc::new(SimClock::new(START)),
-            plugins: plugins(),
+            plugins: plugins()?,
             workflows,
             served,
             hosts: Vec::new(),

@@ -159,6 +159,7 @@ impl Tables<'_> {
     /// A new run, with its definition and components (each stored once),
     /// its deadline timer and the client's key for its start. Refused if a
     /// run with its id exists, or if the key started a run before.
+    #[allow(clippy::too_many_arguments)] // One per field of `Write::CreateRun`.
     fn create_run(
         &mut self,
         id: &str,
