@@ -192,6 +192,9 @@ pub struct EngineConfig {
     /// (it renews three times as often). Once they lapse, any other host
     /// on the store takes its runs over. Default: 10 s.
     pub lease_ttl: std::time::Duration,
+    /// Take over the runs of hosts that are gone (a recovering host does;
+    /// a one-off `weft run` does not). Default: on.
+    pub take_over: bool,
     /// Note each timer fire's lag behind its due time, for
     /// [`Engine::take_fire_lags`] (benchmarks). Default: off.
     #[cfg(feature = "bench")]
@@ -204,6 +207,7 @@ impl Default for EngineConfig {
             workers: std::thread::available_parallelism().map_or(4, |n| n.get() * 4),
             max_resident: 10_000,
             lease_ttl: std::time::Duration::from_secs(10),
+            take_over: true,
             #[cfg(feature = "bench")]
             measure_fires: false,
         }
@@ -263,6 +267,7 @@ impl Engine {
             measure_fires,
             config.lease_ttl,
         ));
+        core.set_take_over(config.take_over);
         // The host's row exists before any run is made under its leases.
         core.renew().map_err(std::io::Error::other)?;
         let threads = core.start(config.workers)?;

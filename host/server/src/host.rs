@@ -183,11 +183,17 @@ impl Host {
     ///
     /// Blocking; a store with many runs takes a while.
     pub fn start(config: HostConfig) -> Result<Self, HostError> {
+        // Only a recovering host takes over the runs of hosts that are
+        // gone; `weft run` and `weft runs resume` drive their own.
+        let engine_config = EngineConfig {
+            take_over: config.engine.take_over && config.recover,
+            ..config.engine.clone()
+        };
         let mut engine = Engine::with_config(
             Arc::clone(&config.store),
             config.plugins,
             Arc::clone(&config.clock),
-            config.engine,
+            engine_config,
         )
         .map_err(HostError::Engine)?;
         let (deployments, warnings) = match &config.workflows {

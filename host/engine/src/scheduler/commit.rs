@@ -240,12 +240,21 @@ impl Core {
                     // came up meanwhile. A fire that came up fires again
                     // through the store; an answer or a cancellation is
                     // told to try again.
+                    // Something under way that no timer stands for (a
+                    // retry made ready meanwhile): it is read back at once.
+                    let busy = !live.task.drive.only_timers(None);
                     for finished in std::mem::take(&mut live.finished) {
                         if let Some(timer) = finished.abandon() {
                             self.arm(timer.key());
                         }
                     }
+                    let id = live.task.drive.run.id.clone();
                     self.suspend(live);
+                    if busy {
+                        // After a pause, so that a retry fire in flight has
+                        // landed and the load sees its row gone.
+                        self.retry_later(0, super::Later::Work(Work::Wake(id, 0)));
+                    }
                 } else {
                     self.enqueue(Work::Advance(Arc::clone(cell)));
                 }

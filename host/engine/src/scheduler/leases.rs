@@ -13,6 +13,7 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
+use weft_core::lock;
 use weft_store::{HostRecord, Lease, StoreError, Write};
 
 use super::Core;
@@ -36,6 +37,12 @@ impl Process {
             .filter(|name| !name.is_empty())
             .or_else(|| std::env::var("HOSTNAME").ok())
             .unwrap_or_else(|| "unknown".to_owned());
+        // Processes share pid numbers only within one pid namespace: two
+        // containers with one hostname must not judge each other by pid.
+        let machine = match std::fs::read_link("/proc/self/ns/pid") {
+            Ok(namespace) => format!("{machine} {}", namespace.display()),
+            Err(_) => machine,
+        };
         Self {
             machine,
             pid: std::process::id(),
@@ -75,7 +82,28 @@ impl Core {
             if let Err(e) = self.renew() {
                 tracing::error!("cannot renew this host's leases: {e}");
             }
-            self.take_over();
+            if self.taking_over.load(std::sync::atomic::Ordering::SeqCst) {
+                self.take_over();
+            }
+        }
+    }
+
+    /// Whether the lease thread takes runs over.
+    pub(crate) fn set_take_over(&self, on: bool) {
+        self.taking_over
+            .store(on, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Renews this host's row if a third of a lease has passed since it
+    /// last did: a long round of take-overs must not let its own lapse.
+    fn renew_if_due(&self) {
+        let until = self.renewed.load(std::sync::atomic::Ordering::SeqCst);
+        let third = weft_core::clock::millis(self.lease_ttl / 3);
+        let due = until.saturating_sub(weft_core::clock::millis(self.lease_ttl) - third);
+        if self.clock.now().as_millis() >= due
+            && let Err(e) = self.renew()
+        {
+            tracing::error!("cannot renew this host's leases: {e}");
         }
     }
 
@@ -127,7 +155,15 @@ impl Core {
         let Ok((gone, alive)) = self.forget_gone() else {
             return 0;
         };
-        if gone == 0 {
+        // Hosts seen before and gone now (forgotten by anyone, or stopped
+        // cleanly) left runs too.
+        let vanished = {
+            let mut seen = lock(&self.seen_hosts);
+            let vanished = seen.iter().any(|host| !alive.contains(host));
+            seen.clone_from(&alive);
+            vanished
+        };
+        if gone == 0 && !vanished {
             return 0;
         }
         let mut taken = 0;
@@ -140,6 +176,7 @@ impl Core {
             if free && self.take_over_run(&run.id) {
                 taken += 1;
             }
+            self.renew_if_due();
         }
         if let Ok(keys) = store.timer_keys() {
             self.arm_all(keys);
@@ -225,14 +262,17 @@ impl Core {
                     Err(StoreError::NotFound(_)) => {
                         return Err(ResumeError::NotFound(id.to_owned()));
                     }
-                    // Ended, or fenced off by its parent's cancellation
-                    // (its own is on its way).
+                    // Ended, or fenced off by its parent's cancellation:
+                    // then it is cancelled now.
                     Err(StoreError::RunEnded(_)) => {
-                        let state = store
-                            .run(id)?
-                            .map(|run| run.state)
-                            .filter(|state| state.is_terminal())
-                            .unwrap_or(weft_store::RunState::Cancelled);
+                        let state = store.run(id)?.map(|run| run.state);
+                        let state = match state {
+                            Some(state) if state.is_terminal() => state,
+                            _ => {
+                                self.enqueue(super::Work::Cancel(id.to_owned()));
+                                weft_store::RunState::Cancelled
+                            }
+                        };
                         return Err(ResumeError::NotRunning {
                             id: id.to_owned(),
                             state,

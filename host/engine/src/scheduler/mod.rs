@@ -166,6 +166,11 @@ pub(super) struct Core {
     process: leases::Process,
     /// Until when its row holds its leases, in milliseconds.
     renewed: std::sync::atomic::AtomicU64,
+    /// Whether the lease thread takes over the runs of hosts that are gone.
+    taking_over: AtomicBool,
+    /// The other hosts seen in the last round: one that vanished (gone, or
+    /// stopped cleanly) leaves runs to take over.
+    seen_hosts: Mutex<HashSet<String>>,
     started_at: weft_core::Timestamp,
 }
 
@@ -190,6 +195,8 @@ impl Core {
             lease_ttl,
             process,
             renewed: std::sync::atomic::AtomicU64::new(0),
+            taking_over: AtomicBool::new(true),
+            seen_hosts: Mutex::new(HashSet::new()),
             started_at: clock.now(),
             fire_lags: measure_fires.then(|| Mutex::new(Vec::new())),
             launcher,

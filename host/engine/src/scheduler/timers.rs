@@ -101,9 +101,14 @@ impl Core {
                     // Fired elsewhere; or another host drives the run,
                     // and fires its timers itself.
                     Err(StoreError::TimerGone(_) | StoreError::Fenced { .. }) => {}
-                    // The run moved on since it was read: decide again.
+                    // Fenced off by its parent's cancellation: its own
+                    // cancellation ends it (and removes the timer).
+                    Err(StoreError::RunEnded(_)) => core.enqueue(Work::Cancel(timer.run)),
+                    // The run moved on since it was read (another host may
+                    // be committing it): decide again, after a pause.
                     Err(StoreError::Changed(_)) => {
-                        core.enqueue(Work::Fire(Box::new(timer), tries));
+                        let again = Work::Fire(Box::new(timer), tries.saturating_add(1));
+                        core.retry_later(tries, Later::Work(again));
                     }
                     Err(e) => core.fire_failed(timer, tries, &e),
                 }
@@ -159,8 +164,12 @@ impl Core {
             Box::new(move |outcome| {
                 let mut live = lock(&cell);
                 if live.closed {
-                    if outcome.is_ok() {
-                        core.enqueue(Work::Wake(timer.run, 0));
+                    match outcome {
+                        Ok(()) => core.retried_elsewhere(&timer),
+                        // The run left memory first: its row is still
+                        // pending, and fires through the store.
+                        Err(StoreError::Changed(_)) => core.arm(timer.timer.key()),
+                        Err(_) => {}
                     }
                     return;
                 }
@@ -175,6 +184,22 @@ impl Core {
                 }
             }),
         );
+    }
+
+    /// Retry delay `timer` fired after the cell that fired it let its run
+    /// go: the run's cell now, if it was taken in again meanwhile, makes
+    /// the leaf ready; otherwise the run is woken.
+    fn retried_elsewhere(self: &Arc<Self>, timer: &TimerRecord) {
+        let cell = lock(&self.cells).get(&timer.run).cloned();
+        match cell {
+            Some(cell) => {
+                let mut live = lock(&cell);
+                if !live.closed {
+                    self.retry_ready(&mut live, &cell, timer);
+                }
+            }
+            None => self.enqueue(Work::Wake(timer.run.clone(), 0)),
+        }
     }
 
     /// Retry delay `timer` is over: its leaf is ready for its next attempt,

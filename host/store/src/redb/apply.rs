@@ -346,6 +346,11 @@ impl Tables<'_> {
                     return Ok(Err(refused));
                 }
             }
+            // Fenced off by its parent's cancellation, not cancelled yet:
+            // the timer stays for the cancellation to remove.
+            Err(StoreError::RunEnded(_)) if !self.run_ended(id)? => {
+                return Ok(Err(StoreError::RunEnded(id.to_owned())));
+            }
             Err(StoreError::NotFound(_) | StoreError::RunEnded(_)) => {
                 // Its run is gone or ended: the timer wakes nothing.
                 self.remove_timer(id, fired.key())?;
@@ -433,7 +438,19 @@ impl Tables<'_> {
         if current.as_ref() == Some(lease) {
             return Ok(Ok(()));
         }
+        // Cancelled (which drops the lease) says more than "not yours".
+        if self.ended(id)? {
+            return Ok(Err(StoreError::RunEnded(id.to_owned())));
+        }
         Ok(Err(fenced(id, current.as_ref())))
+    }
+
+    /// Whether run `id`'s record says it ended (not only marked cancelled).
+    fn run_ended(&self, id: &str) -> Result<bool, StoreError> {
+        Ok(backend!(self.runs.get(id))?
+            .map(|bytes| decode::<RunRecord>(id, bytes.value()))
+            .transpose()?
+            .is_none_or(|run| run.state.is_terminal()))
     }
 
     /// Run `id`'s lease now.
