@@ -1,8 +1,7 @@
 //! Several `weft serve` processes on one data directory, each taking runs
 //! and owning the runs it drives by a lease. One is killed with SIGKILL
 //! while runs are in flight, and another takes its runs over; then a third
-//! joins and the second is killed; then a fourth joins and the third stops
-//! cleanly (its runs are free at once). Every run must end once: one success
+//! joins and the second is killed. Every run must end once: one success
 //! per step, record numbers dense (none overwritten), and a shared counter
 //! bumped exactly twice per run.
 
@@ -73,7 +72,7 @@ fn show(agent: &ureq::Agent, url: &str, id: &str) -> Value {
 }
 
 #[test]
-fn hosts_share_a_store_and_finish_the_runs_of_one_that_dies_or_stops() {
+fn hosts_share_a_store_and_finish_the_runs_of_one_that_dies() {
     let scratch = Scratch::new(&["counter", "spin"]);
     std::fs::create_dir_all(scratch.path().join("workflows")).unwrap();
     std::fs::write(scratch.path().join("workflows/pair.yaml"), WORKFLOW).unwrap();
@@ -164,35 +163,6 @@ fn hosts_share_a_store_and_finish_the_runs_of_one_that_dies_or_stops() {
         let log = std::fs::read_to_string(scratch.path().join(format!("host-{n}.log"))).unwrap();
         assert!(log.contains("host gone"), "host {n} took over:\n{log}");
     }
-
-    // A fourth host joins, and the third stops cleanly (Ctrl-C) with runs
-    // in flight: its leases go with it, and the fourth finishes them.
-    let mut late = Vec::new();
-    for _ in 0..40 {
-        late.push(start(&agent, &third_url));
-    }
-    let (mut fourth, fourth_url) = serve(&scratch, 3);
-    let status = std::process::Command::new("kill")
-        .args(["-INT", &third.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
+    third.kill().unwrap();
     third.wait().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    for id in &late {
-        loop {
-            let shown = show(&agent, &fourth_url, id);
-            if shown["run"]["state"] != "running" {
-                assert_eq!(shown["run"]["state"], "succeeded", "run {id}: {shown}");
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "run {id} never finished: {shown}"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-    fourth.kill().unwrap();
-    fourth.wait().unwrap();
 }
