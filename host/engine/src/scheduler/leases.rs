@@ -168,12 +168,13 @@ impl Core {
         }
         let mut taken = 0;
         for run in store.running().unwrap_or_default() {
-            let free = match store.lease(&run.id) {
-                Ok(Some(lease)) => !alive.contains(&lease.host),
-                Ok(None) => true,
-                Err(_) => false,
+            let Ok(current) = store.lease(&run.id) else {
+                continue;
             };
-            if free && self.take_over_run(&run.id) {
+            let free = current
+                .as_ref()
+                .is_none_or(|lease| !alive.contains(&lease.host));
+            if free && self.take_over_run(&run.id, current) {
                 taken += 1;
             }
             self.renew_if_due();
@@ -208,13 +209,15 @@ impl Core {
         Ok((gone, alive))
     }
 
-    /// Claims run `id` and admits it here; false if it could not be
-    /// taken (another host took it first, or it is here already).
-    fn take_over_run(self: &Arc<Self>, id: &str) -> bool {
+    /// Claims run `id`, whose lease was read as `current`, and admits it
+    /// here; false if it could not be taken (another host took it first,
+    /// or it is here already).
+    fn take_over_run(self: &Arc<Self>, id: &str, current: Option<Lease>) -> bool {
         if !self.claim(id) {
             return false;
         }
-        match self.take_in(id) {
+        // The round forgot the hosts that are gone already.
+        match self.claim_and_load(id, current) {
             Ok(drive) => {
                 let (done, _) = std::sync::mpsc::sync_channel(1);
                 self.admit(super::Task {
@@ -237,15 +240,25 @@ impl Core {
     /// the lease this host holds on it, or else one it takes now, which
     /// the store allows only if nobody drives the run. Blocking.
     pub(crate) fn take_in(&self, id: &str) -> Result<Drive, ResumeError> {
+        // Its host may be gone without anyone having noticed yet (a
+        // process killed on this machine).
+        let current = self.launcher.store.lease(id)?;
+        if current
+            .as_ref()
+            .is_some_and(|lease| lease.host != self.host())
+        {
+            self.forget_gone()?;
+        }
+        self.claim_and_load(id, current)
+    }
+
+    /// [`Core::take_in`] of a run whose lease was read as `current`, with
+    /// the gone hosts already forgotten.
+    fn claim_and_load(&self, id: &str, current: Option<Lease>) -> Result<Drive, ResumeError> {
         let store = &self.launcher.store;
-        let lease = match store.lease(id)? {
+        let lease = match current {
             Some(lease) if lease.host == self.host() => lease,
             current => {
-                // Its host may be gone without anyone having noticed yet
-                // (a process killed on this machine).
-                if current.is_some() {
-                    self.forget_gone()?;
-                }
                 let lease = Lease::after(current.as_ref(), self.host());
                 let claim = Write::Claim {
                     run: id.to_owned(),

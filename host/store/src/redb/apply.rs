@@ -447,10 +447,16 @@ impl Tables<'_> {
 
     /// Whether run `id`'s record says it ended (not only marked cancelled).
     fn run_ended(&self, id: &str) -> Result<bool, StoreError> {
-        Ok(backend!(self.runs.get(id))?
-            .map(|bytes| decode::<RunRecord>(id, bytes.value()))
-            .transpose()?
+        Ok(self
+            .stored_run(id)?
             .is_none_or(|run| run.state.is_terminal()))
+    }
+
+    /// Run `id`'s stored record, decoded.
+    fn stored_run(&self, id: &str) -> Result<Option<RunRecord>, StoreError> {
+        backend!(self.runs.get(id))?
+            .map(|bytes| decode::<RunRecord>(id, bytes.value()))
+            .transpose()
     }
 
     /// Run `id`'s lease now.
@@ -491,10 +497,7 @@ impl Tables<'_> {
 
     /// Takes run `id` under `lease` (see [`Write::Claim`]).
     fn claim(&mut self, id: &str, lease: &Lease) -> Result<Result<(), StoreError>, StoreError> {
-        let Some(run) = backend!(self.runs.get(id))?
-            .map(|bytes| decode::<RunRecord>(id, bytes.value()))
-            .transpose()?
-        else {
+        let Some(run) = self.stored_run(id)? else {
             return Ok(Err(StoreError::NotFound(What::Run(id.to_owned()))));
         };
         if run.state.is_terminal() || self.ended(id)? {
@@ -552,10 +555,7 @@ impl Tables<'_> {
         expect: u32,
         fenced: bool,
     ) -> Result<Result<RunRecord, StoreError>, StoreError> {
-        let Some(run) = backend!(self.runs.get(id))?
-            .map(|bytes| decode::<RunRecord>(id, bytes.value()))
-            .transpose()?
-        else {
+        let Some(run) = self.stored_run(id)? else {
             return Ok(Err(StoreError::NotFound(What::Run(id.to_owned()))));
         };
         if run.state.is_terminal() || (!fenced && self.ended(id)?) {
