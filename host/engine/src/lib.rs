@@ -269,7 +269,7 @@ impl Engine {
         ));
         core.set_take_over(config.take_over);
         // The host's row exists before any run is made under its leases.
-        core.renew().map_err(std::io::Error::other)?;
+        core.join().map_err(std::io::Error::other)?;
         let threads = core.start(config.workers)?;
         Ok(Self {
             core,
@@ -299,7 +299,7 @@ impl Engine {
             false,
             config.lease_ttl,
         ));
-        let _ = core.renew();
+        let _ = core.join();
         let stepper = Stepper::new(Arc::clone(&core), held);
         let engine = Self {
             core,
@@ -594,7 +594,8 @@ impl Engine {
             recorded: None,
             outcome,
         };
-        self.core.admit(Task {
+        // A suspended run waits out of memory, its timers armed here.
+        self.core.admit_awake(Task {
             drive,
             observer,
             done,

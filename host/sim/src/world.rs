@@ -280,6 +280,7 @@ impl World {
         }
         self.checked = Some(writes);
         self.one_driver()?;
+        self.no_self_waits()?;
         self.facts.check(self.sim_store.inner(), &self.workflows)
     }
 
@@ -301,6 +302,20 @@ impl World {
                             .map(|p| p.run.clone()),
                     ));
                 }
+            }
+        }
+        Ok(())
+    }
+
+    /// No answer to a commit submits or commits a write itself: on a
+    /// committing thread, that could wait for the thread itself.
+    fn no_self_waits(&self) -> Result<(), String> {
+        for (n, host) in self.hosts.iter().enumerate() {
+            let waits = host.stepper.commits().self_waits();
+            if waits > 0 {
+                return Err(format!(
+                    "host {n}: {waits} writes submitted from an answer to a commit (the committing thread could wait for itself)"
+                ));
             }
         }
         Ok(())

@@ -6,10 +6,15 @@
 //! fills up, so throughput grows with the number of writers instead of being
 //! held to one sync per write.
 //!
+//! The committing thread never waits for itself: a write submitted from an
+//! answer (which runs on that thread) joins the next batch without going
+//! through the bounded queue, and a blocking commit from there is refused.
+//!
 //! A simulation holds the writes instead ([`GroupCommit::held`]): nothing
 //! commits until the simulator says which writes make the next batch, and
 //! whether that batch fails.
 
+use std::cell::Cell;
 use std::collections::VecDeque;
 use std::sync::mpsc::{Receiver, SyncSender, TryRecvError, sync_channel};
 use std::sync::{Arc, Mutex};
@@ -31,9 +36,46 @@ struct Job {
     done: Done,
 }
 
+thread_local! {
+    /// Which group commit this thread answers for (its address; 0: none).
+    /// Set on a committing thread, and on a simulator's thread while it
+    /// answers a batch: where a wait for that group commit would be a
+    /// wait for the thread itself.
+    static ANSWERING: Cell<usize> = const { Cell::new(0) };
+}
+
+/// The address that stands for a group commit in [`ANSWERING`].
+fn address<T>(shared: &Arc<T>) -> usize {
+    Arc::as_ptr(shared) as usize
+}
+
+/// Whether this thread answers for the group commit at `group`.
+fn answering(group: usize) -> bool {
+    ANSWERING.with(Cell::get) == group
+}
+
+/// Marks this thread as answering for one group commit until dropped.
+struct Answering(usize);
+
+impl Answering {
+    fn mark(group: usize) -> Self {
+        Self(ANSWERING.with(|flag| flag.replace(group)))
+    }
+}
+
+impl Drop for Answering {
+    /// Restores the mark as it was, on a panic too.
+    fn drop(&mut self) {
+        ANSWERING.with(|flag| flag.set(self.0));
+    }
+}
+
 /// The committing thread of one store.
 pub struct GroupCommit {
     jobs: Mutex<Option<SyncSender<Job>>>,
+    /// Writes submitted by the committing thread itself, from answers:
+    /// they go into the next batch, never through the bounded queue.
+    own: Arc<Mutex<VecDeque<Job>>>,
     thread: Mutex<Option<JoinHandle<()>>>,
     /// Set when writes are held for a simulator instead.
     held: Option<Arc<Held>>,
@@ -44,7 +86,10 @@ pub struct GroupCommit {
 /// in a crash ([`Held::lose`]).
 pub struct Held {
     store: Arc<dyn Store>,
-    jobs: Mutex<VecDeque<Job>>,
+    jobs: Arc<Mutex<VecDeque<Job>>>,
+    /// Writes submitted, or committed blocking, from an answer: with a
+    /// committing thread, each could have waited for that thread itself.
+    self_waits: std::sync::atomic::AtomicUsize,
 }
 
 impl std::fmt::Debug for Held {
@@ -61,12 +106,22 @@ impl Held {
         lock(&self.jobs).len()
     }
 
+    /// How many writes were submitted, or committed blocking, from an
+    /// answer to a commit. On a committing thread, such a write joins the
+    /// next batch (or, blocking, is refused), so nothing waits; but the
+    /// engine keeps answers to quick hand-offs, and a simulator checks
+    /// that this stays 0.
+    pub fn self_waits(&self) -> usize {
+        self.self_waits.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
     /// Commits the `n` oldest waiting writes as one batch (fewer if fewer
     /// wait), and answers each, here; returns how many there were. The
     /// answers may submit more writes: they wait for the next batch.
     pub fn commit(&self, n: usize) -> usize {
         let batch = self.take(n);
         let count = batch.len();
+        let _answering = Answering::mark(address(&self.jobs));
         apply_batch(self.store.as_ref(), batch);
         count
     }
@@ -77,6 +132,7 @@ impl Held {
     pub fn fail(&self, n: usize) -> usize {
         let batch = self.take(n);
         let count = batch.len();
+        let _answering = Answering::mark(address(&self.jobs));
         for job in batch {
             (job.done)(Err(StoreError::Commit("simulated failure".to_owned())));
         }
@@ -108,11 +164,19 @@ impl GroupCommit {
     /// Starts the committing thread for `store`.
     pub fn start(store: Arc<dyn Store>) -> std::io::Result<Self> {
         let (jobs, queue) = sync_channel::<Job>(MAX_BATCH);
-        let thread = std::thread::Builder::new()
-            .name("weft-commit".to_owned())
-            .spawn(move || commit_loop(store.as_ref(), &queue))?;
+        let own = Arc::new(Mutex::new(VecDeque::new()));
+        let thread = {
+            let own = Arc::clone(&own);
+            std::thread::Builder::new()
+                .name("weft-commit".to_owned())
+                .spawn(move || {
+                    let _answering = Answering::mark(address(&own));
+                    commit_loop(store.as_ref(), &queue, &own);
+                })?
+        };
         Ok(Self {
             jobs: Mutex::new(Some(jobs)),
+            own,
             thread: Mutex::new(Some(thread)),
             held: None,
         })
@@ -125,10 +189,12 @@ impl GroupCommit {
     pub fn held(store: Arc<dyn Store>) -> (Self, Arc<Held>) {
         let held = Arc::new(Held {
             store,
-            jobs: Mutex::new(VecDeque::new()),
+            jobs: Arc::default(),
+            self_waits: std::sync::atomic::AtomicUsize::new(0),
         });
         let door = Self {
             jobs: Mutex::new(None),
+            own: Arc::default(),
             thread: Mutex::new(None),
             held: Some(Arc::clone(&held)),
         };
@@ -143,10 +209,20 @@ impl GroupCommit {
     /// Queues `write` and returns at once; `done` is called with the
     /// outcome, on the committing thread (or here, with
     /// [`StoreError::Closed`], if that thread has stopped). Blocks only while
-    /// the queue is full.
+    /// the queue is full, and never on the committing thread itself.
     pub fn submit(&self, write: Write, done: Done) {
         if let Some(held) = &self.held {
+            if answering(address(&held.jobs)) {
+                held.self_waits
+                    .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
             lock(&held.jobs).push_back(Job { write, done });
+            return;
+        }
+        if answering(address(&self.own)) {
+            // From an answer: the queue may be full, and only this thread
+            // empties it.
+            lock(&self.own).push_back(Job { write, done });
             return;
         }
         let jobs = lock(&self.jobs).clone();
@@ -166,14 +242,26 @@ impl GroupCommit {
     }
 
     /// Commits every write (they usually share a transaction) and waits
-    /// for all; one answer per write, in order. Blocking.
+    /// for all; one answer per write, in order. Blocking; refused on the
+    /// committing thread, which would wait for itself.
     pub fn commit_all(&self, writes: Vec<Write>) -> Vec<Result<(), StoreError>> {
         if let Some(held) = &self.held {
+            if answering(address(&held.jobs)) {
+                held.self_waits
+                    .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
             let refs: Vec<&Write> = writes.iter().collect();
             return match held.store.apply(&refs) {
                 Ok(results) => results,
                 Err(e) => vec![Err(StoreError::Commit(e.to_string())); writes.len()],
             };
+        }
+        if answering(address(&self.own)) {
+            tracing::error!("a blocking commit from the committing thread was refused");
+            let refused = StoreError::Commit(
+                "a blocking commit from the committing thread would wait for itself".to_owned(),
+            );
+            return vec![Err(refused); writes.len()];
         }
         let answers: Vec<_> = writes
             .into_iter()
@@ -209,10 +297,17 @@ impl Drop for GroupCommit {
     }
 }
 
-fn commit_loop(store: &dyn Store, queue: &Receiver<Job>) {
+fn commit_loop(store: &dyn Store, queue: &Receiver<Job>, own: &Mutex<VecDeque<Job>>) {
     let mut batch: Vec<Job> = Vec::new();
-    while let Ok(first) = queue.recv() {
-        batch.push(first);
+    loop {
+        // What this thread's answers submitted goes first.
+        batch.extend(lock(own).drain(..));
+        if batch.is_empty() {
+            match queue.recv() {
+                Ok(first) => batch.push(first),
+                Err(_) => break,
+            }
+        }
         while batch.len() < MAX_BATCH {
             match queue.try_recv() {
                 Ok(job) => batch.push(job),

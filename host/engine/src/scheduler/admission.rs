@@ -1,37 +1,96 @@
 //! Admission: the runs resident in the scheduler's hands and the runs
 //! parked for a place, and how a run comes into memory and leaves it.
+//!
+//! A parked run is its id and its handle's ends, nothing more: its record
+//! is durable, and it is read from the store when a place frees (on a
+//! worker), so a run cancelled while parked never runs another attempt.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, Weak};
 
 use weft_core::lock;
-use weft_store::{RunRecord, StoreError};
+use weft_store::{RunRecord, StoreError, What};
 
 use super::{Core, Later, Live, Task, Work};
+use crate::error::ResumeError;
+
+/// A run waiting for a place: its id, and whatever its handle holds.
+pub(super) struct Parked {
+    id: String,
+    observer: Box<dyn crate::Observer + Send>,
+    done: std::sync::mpsc::SyncSender<Result<RunRecord, StoreError>>,
+    alive: Weak<()>,
+}
 
 /// Runs in the scheduler's hands, and runs waiting for a place.
 pub(super) struct Admission {
+    /// Runs resident, or taking a place they are being read into.
     pub(super) resident: usize,
     pub(super) max: usize,
-    pub(super) parked: VecDeque<Task>,
-    /// The ids of every run resident or parked here.
-    pub(super) known: HashSet<String>,
+    pub(super) parked: VecDeque<Parked>,
+    /// The ids of every run in this scheduler's hands: resident, parked,
+    /// or claimed while it is read or a fire of it is decided. Each notes
+    /// whether something asked to look at the run again while it was held
+    /// ([`Core::claim_or_note`]): when the claim ends without the run
+    /// becoming resident, the run is woken then.
+    pub(super) known: HashMap<String, bool>,
 }
 
 impl Core {
     /// Marks run `id` as in this scheduler's hands; false if it already
     /// is. A run must be claimed before it is admitted.
     pub(crate) fn claim(&self, id: &str) -> bool {
-        lock(&self.admission).known.insert(id.to_owned())
+        let known = &mut lock(&self.admission).known;
+        if known.contains_key(id) {
+            return false;
+        }
+        known.insert(id.to_owned(), false);
+        true
     }
 
-    /// Takes back a claim on a run that could not be admitted.
+    /// [`Core::claim`], for work that must not be lost when the run is
+    /// held already (a wake, a fire through the store, a take-over): then
+    /// it is noted, and the run is woken once the claim ends without the
+    /// run becoming resident. A claim held only while a fire is decided
+    /// would otherwise swallow the wake that follows another fire's
+    /// commit, and leave a woken run with nobody driving it.
+    ///
+    /// A run resident here is not noted: its drive was read after every
+    /// change this host made in the store, and it arms its own timers.
+    pub(crate) fn claim_or_note(&self, id: &str) -> bool {
+        if self.claim(id) {
+            return true;
+        }
+        let cell = lock(&self.cells).get(id).cloned();
+        if cell.is_some_and(|cell| !lock(&cell).closed) {
+            return false;
+        }
+        if let Some(noted) = lock(&self.admission).known.get_mut(id) {
+            *noted = true;
+        } else {
+            // Let go of since: claimed now, or woken by whoever holds it.
+            return self.claim_or_note(id);
+        }
+        false
+    }
+
+    /// Takes back a claim on a run that could not be admitted; the run is
+    /// woken if something was noted meanwhile.
     pub(crate) fn unclaim(&self, id: &str) {
-        lock(&self.admission).known.remove(id);
+        if self.unclaim_noted(id) {
+            self.enqueue(Work::Wake(id.to_owned(), 0));
+        }
+    }
+
+    /// Takes back a claim on run `id`; true if something was noted on it
+    /// meanwhile (the caller then wakes the run).
+    pub(crate) fn unclaim_noted(&self, id: &str) -> bool {
+        lock(&self.admission).known.remove(id) == Some(true)
     }
 
     /// Takes a claimed run into the scheduler, or parks it until a
-    /// resident run ends. A child run is never parked: its parent holds a
+    /// resident run ends (keeping only its id and handle; its drive is
+    /// read again then). A child run is never parked: its parent holds a
     /// place and waits for it, so parking it could wait forever.
     pub(crate) fn admit(&self, task: Task) {
         let mut admission = lock(&self.admission);
@@ -40,7 +99,61 @@ impl Core {
             drop(admission);
             self.take(task);
         } else {
-            admission.parked.push_back(task);
+            let Task {
+                drive,
+                observer,
+                done,
+                alive,
+            } = task;
+            admission.parked.push_back(Parked {
+                id: drive.run.id.clone(),
+                observer,
+                done,
+                alive,
+            });
+        }
+    }
+
+    /// Reads parked run `parked`, which was given a place, from the store
+    /// and makes it resident; `tries` of this failed before. One that
+    /// ended while parked (cancelled), or that another host took, gives
+    /// its place on.
+    pub(super) fn admit_parked(&self, parked: Parked, tries: u32) {
+        match self.take_in(&parked.id) {
+            Ok(drive) => self.take(Task {
+                drive,
+                observer: parked.observer,
+                done: parked.done,
+                alive: parked.alive,
+            }),
+            Err(ResumeError::Store(e)) => {
+                tracing::warn!(run = %parked.id, tries = tries + 1, "cannot read a parked run, trying again: {e}");
+                let again = Work::Admit(Box::new(parked), tries + 1);
+                self.retry_later(tries, Later::Work(again));
+            }
+            Err(e) => {
+                self.vacate(&parked.id);
+                let id = parked.id;
+                let outcome = match e {
+                    // Cancelled while parked: its handle hears how it ended.
+                    ResumeError::NotRunning { .. } => self
+                        .launcher
+                        .store
+                        .run(&id)
+                        .and_then(|run| run.ok_or(StoreError::NotFound(What::Run(id.clone())))),
+                    ResumeError::Driven { run, host } => {
+                        Err(StoreError::Fenced { run, owner: host })
+                    }
+                    ResumeError::NotFound(_) => Err(StoreError::NotFound(What::Run(id.clone()))),
+                    // Its definition or a component can no longer be used:
+                    // it stays running in the store, for a host that can.
+                    e => {
+                        tracing::error!(run = %id, "cannot admit a parked run: {e}");
+                        return;
+                    }
+                };
+                let _ = parked.done.send(outcome);
+            }
         }
     }
 
@@ -56,6 +169,10 @@ impl Core {
         let drive = &task.drive;
         let keys = drive.armed_keys();
         let id = drive.run.id.clone();
+        // Resident now, with every timer armed: what was noted is seen.
+        if let Some(noted) = lock(&self.admission).known.get_mut(&id) {
+            *noted = false;
+        }
         let failures = {
             let mut retries = lock(&self.retries);
             if retries.is_empty() {
@@ -78,27 +195,36 @@ impl Core {
         self.enqueue(Work::Advance(cell));
     }
 
-    /// Gives a run's place up: to the oldest parked run, if any.
+    /// A resident run leaves memory, and gives its place up.
     fn release(&self, live: &mut Live) {
         live.closed = true;
         live.finished.clear();
         live.task.drive.stop_calls();
         let id = &live.task.drive.run.id;
         lock(&self.cells).remove(id);
-        let next = {
+        self.vacate(id);
+    }
+
+    /// Run `id` leaves the scheduler's hands, and its place goes to the
+    /// oldest parked run, if any, which a worker reads in.
+    fn vacate(&self, id: &str) {
+        let (next, noted) = {
             let mut admission = lock(&self.admission);
-            admission.known.remove(id);
+            let noted = admission.known.remove(id) == Some(true);
             admission.resident = admission.resident.saturating_sub(1);
             if admission.resident < admission.max {
                 let next = admission.parked.pop_front();
                 admission.resident += usize::from(next.is_some());
-                next
+                (next, noted)
             } else {
-                None
+                (None, noted)
             }
         };
+        if noted {
+            self.enqueue(Work::Wake(id.to_owned(), 0));
+        }
         if let Some(next) = next {
-            self.take(next);
+            self.enqueue(Work::Admit(Box::new(next), 0));
         }
     }
 
@@ -108,11 +234,7 @@ impl Core {
     pub(super) fn suspend(&self, live: &mut Live) {
         tracing::debug!(run = %live.task.drive.run.id, "suspended until a timer fires");
         if live.task.alive.upgrade().is_some() {
-            let observer = std::mem::replace(&mut live.task.observer, Box::new(crate::Quiet));
-            lock(&self.sleepers).insert(
-                live.task.drive.run.id.clone(),
-                (observer, live.task.done.clone(), live.task.alive.clone()),
-            );
+            self.keep_handle(live);
         }
         self.release(live);
     }
@@ -131,14 +253,47 @@ impl Core {
             run = %id, failures = failures + 1,
             "a commit of the run failed ({error}); it is read back from the store and goes on after a pause"
         );
-        let observer = std::mem::replace(&mut live.task.observer, Box::new(crate::Quiet));
-        lock(&self.sleepers).insert(
-            id.clone(),
-            (observer, live.task.done.clone(), live.task.alive.clone()),
-        );
+        self.keep_handle(live);
         lock(&self.retries).insert(id.clone(), failures + 1);
         self.release(live);
         self.retry_later(failures, Later::Work(Work::Wake(id, 0)));
+    }
+
+    /// The resident run is behind the store: it leaves memory, keeping its
+    /// handle's observer and answer, and is read back at once.
+    pub(super) fn reread(&self, live: &mut Live) {
+        let id = live.task.drive.run.id.clone();
+        self.keep_handle(live);
+        self.release(live);
+        self.enqueue(Work::Wake(id, 0));
+    }
+
+    /// Keeps a run's observer and answer for its handle while it is out of
+    /// memory: a wake that takes it in again gives them back.
+    fn keep_handle(&self, live: &mut Live) {
+        let observer = std::mem::replace(&mut live.task.observer, Box::new(crate::Quiet));
+        lock(&self.sleepers).insert(
+            live.task.drive.run.id.clone(),
+            (observer, live.task.done.clone(), live.task.alive.clone()),
+        );
+    }
+
+    /// Takes a claimed run in, as [`Core::admit`], unless the store says it
+    /// is suspended: then it stays out of memory, with its timers armed
+    /// here and its handle kept for the wake that takes it in.
+    pub(crate) fn admit_awake(&self, task: Task) {
+        if !task.drive.run.suspended {
+            return self.admit(task);
+        }
+        let id = task.drive.run.id.clone();
+        if task.alive.upgrade().is_some() {
+            lock(&self.sleepers).insert(id.clone(), (task.observer, task.done, task.alive));
+        }
+        let keys = task.drive.armed_keys();
+        self.unclaim(&id);
+        for key in keys {
+            self.arm(key);
+        }
     }
 
     /// Ends a resident run: gives its place to the oldest parked run, if
@@ -176,17 +331,19 @@ impl Core {
     /// Brings run `id` back into memory after a timer woke it (or a
     /// failed commit let it go); `tries` of this failed before.
     pub(super) fn wake(&self, id: &str, tries: u32) {
-        if !self.claim(id) {
+        if !self.claim_or_note(id) {
             return;
         }
-        match self.take_in(id) {
+        let taken = self.take_in(id);
+        tracing::debug!(run = %id, taken = ?taken.as_ref().map(|drive| drive.run.suspended), "a wake");
+        match taken {
             Ok(drive) => {
                 let (observer, done, alive) =
                     lock(&self.sleepers).remove(id).unwrap_or_else(|| {
                         let (done, _) = std::sync::mpsc::sync_channel(1);
                         (Box::new(crate::Quiet), done, Weak::new())
                     });
-                self.admit(Task {
+                self.admit_awake(Task {
                     drive,
                     observer,
                     done,

@@ -67,11 +67,11 @@ impl Core {
             // A suspended child is woken by its timers, not here.
             Ok(Some(run)) if run.suspended => {}
             Ok(Some(run)) => {
-                if self.claim(&run.id) {
+                if self.claim_or_note(&run.id) {
                     match self.take_in(&run.id) {
                         Ok(drive) => {
                             let (done, _) = std::sync::mpsc::sync_channel(1);
-                            self.admit(Task {
+                            self.admit_awake(Task {
                                 drive,
                                 observer: Box::new(Quiet),
                                 done,

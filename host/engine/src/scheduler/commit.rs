@@ -183,13 +183,15 @@ impl Core {
                 self.enqueue(Work::Advance(Arc::clone(cell)));
             }
             Err(StoreError::TimerGone(id)) => {
-                // Fired or cancelled elsewhere: the leaf
-                // keeps waiting as it was.
+                // Fired or cancelled elsewhere (through the store, or by
+                // a host that took the run while it slept): what this
+                // drive holds is behind the store, so it is read back.
                 tracing::debug!(
                     run = %live.task.drive.run.id, timer = id,
-                    "a timer's fire lost its race"
+                    "a timer's fire lost its race; the run is read back"
                 );
                 live.task.drive.fire_lost(committing.undo, committing.path);
+                self.reread(live);
             }
             Err(e) => self.failed(live, e),
             Ok(()) => {

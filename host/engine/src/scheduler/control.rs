@@ -205,11 +205,24 @@ impl Core {
                 };
             }
         }
-        // Parked or being loaded: it has a cell soon.
-        if lock(&self.admission).known.contains(id) && !last {
-            return Acting::Again(Duration::from_millis(10));
+        // Claimed while the answer is decided and committed, so that no
+        // load of the run here reads it half way. Parked, being loaded, or
+        // a fire of it being decided: it has a cell soon.
+        if !self.claim(id) {
+            return if last {
+                Acting::Done(Err(ActError::Busy(format!(
+                    "run `{id}` is being taken in; try again"
+                ))))
+            } else {
+                Acting::Again(Duration::from_millis(10))
+            };
         }
-        match self.act_in_store(id, path, answer) {
+        let outcome = self.act_in_store(id, path, answer);
+        // Woken once the claim is let go, so that the wake finds it free.
+        if self.unclaim_noted(id) || outcome.is_ok() {
+            self.enqueue(Work::Wake(id.to_owned(), 0));
+        }
+        match outcome {
             // The run moved on after it was read (another record
             // landed, or it woke): look again.
             Err(ActError::Store(StoreError::Changed(_))) if !last => {
@@ -222,7 +235,8 @@ impl Core {
         }
     }
 
-    /// [`Core::act`] for a run that is not in memory;
+    /// [`Core::act`] for a run that is not in memory, claimed here; the
+    /// caller wakes it once the answer landed;
     /// `Err(Store(Changed))` when the run moved on between its read and the
     /// answer's commit.
     fn act_in_store(
@@ -266,10 +280,7 @@ impl Core {
             .commits
             .commit(crate::stored::act(record, leaf.timer, &run, now).under(lease))
         {
-            Ok(()) => {
-                self.enqueue(Work::Wake(id.to_owned(), 0));
-                Ok(())
-            }
+            Ok(()) => Ok(()),
             Err(StoreError::TimerGone(_)) => Err(ActError::NotWaiting {
                 run: id.to_owned(),
                 step: path.to_owned(),

@@ -131,6 +131,16 @@ impl Core {
         Ok(())
     }
 
+    /// Writes this host's row, then notes the other hosts on the store:
+    /// one that is gone by the first lease round (a clean stop, say) left
+    /// runs to take over. Blocking.
+    pub(crate) fn join(&self) -> Result<(), StoreError> {
+        self.renew()?;
+        let hosts = self.launcher.store.hosts()?;
+        *lock(&self.seen_hosts) = hosts.into_iter().map(|row| row.id).collect();
+        Ok(())
+    }
+
     /// Gives this host's leases up as it stops: its row goes, so the runs
     /// it drove are free for any other host at once. Blocking.
     pub(crate) fn retire(&self) {
@@ -150,39 +160,66 @@ impl Core {
     /// every pending timer is armed again (a suspended run's timers may
     /// have been armed only by its host). Returns how many runs it took.
     /// Blocking.
+    ///
+    /// A round looks at the runs when a host was forgotten, when one seen
+    /// in the last round (or when this host joined) vanished: forgotten by
+    /// another host, or stopped cleanly; and after a round that could not
+    /// settle every run it found without a driver (the store failed).
     pub(crate) fn take_over(self: &Arc<Self>) -> usize {
-        let store = &self.launcher.store;
         let Ok((gone, alive)) = self.forget_gone() else {
+            self.sweep.store(true, std::sync::atomic::Ordering::SeqCst);
             return 0;
         };
-        // Hosts seen before and gone now (forgotten by anyone, or stopped
-        // cleanly) left runs too.
         let vanished = {
             let mut seen = lock(&self.seen_hosts);
             let vanished = seen.iter().any(|host| !alive.contains(host));
             seen.clone_from(&alive);
             vanished
         };
-        if gone == 0 && !vanished {
+        let sweep = self.sweep.swap(false, std::sync::atomic::Ordering::SeqCst);
+        if gone == 0 && !vanished && !sweep {
             return 0;
         }
+        let (taken, settled) = self.take_orphans(&alive);
+        if !settled {
+            self.sweep.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+        taken
+    }
+
+    /// Takes every running run whose host is not in `alive`, and arms
+    /// every pending timer. Returns how many runs it took, and whether
+    /// every such run was settled (taken here, held here, taken by another
+    /// host, or ended); a store that failed leaves the round unsettled.
+    fn take_orphans(self: &Arc<Self>, alive: &HashSet<String>) -> (usize, bool) {
+        let store = &self.launcher.store;
+        let Ok(running) = store.running() else {
+            return (0, false);
+        };
         let mut taken = 0;
-        for run in store.running().unwrap_or_default() {
+        let mut settled = true;
+        for run in running {
             let Ok(current) = store.lease(&run.id) else {
+                settled = false;
                 continue;
             };
             let free = current
                 .as_ref()
                 .is_none_or(|lease| !alive.contains(&lease.host));
-            if free && self.take_over_run(&run.id, current) {
-                taken += 1;
+            if free {
+                match self.take_over_run(&run.id, current) {
+                    Ok(true) => taken += 1,
+                    Ok(false) => {}
+                    Err(()) => settled = false,
+                }
             }
             self.renew_if_due();
         }
-        if let Ok(keys) = store.timer_keys() {
-            self.arm_all(keys);
+        match store.timer_keys() {
+            Ok(keys) => self.arm_all(keys),
+            Err(_) => settled = false,
         }
-        taken
+        (taken, settled)
     }
 
     /// Forgets every other host that is gone: its row expired, or its
@@ -210,28 +247,37 @@ impl Core {
     }
 
     /// Claims run `id`, whose lease was read as `current`, and admits it
-    /// here; false if it could not be taken (another host took it first,
-    /// or it is here already).
-    fn take_over_run(self: &Arc<Self>, id: &str, current: Option<Lease>) -> bool {
-        if !self.claim(id) {
-            return false;
+    /// here: `Ok(true)` if it did; `Ok(false)` if the run is held here
+    /// already (noted, so it is woken once the hold ends), another host
+    /// took it first, or it ended; `Err(())` if the store failed.
+    fn take_over_run(self: &Arc<Self>, id: &str, current: Option<Lease>) -> Result<bool, ()> {
+        if !self.claim_or_note(id) {
+            tracing::debug!(run = %id, "to take over once it is let go here");
+            return Ok(false);
         }
         // The round forgot the hosts that are gone already.
         match self.claim_and_load(id, current) {
             Ok(drive) => {
+                tracing::debug!(run = %id, "taken over");
                 let (done, _) = std::sync::mpsc::sync_channel(1);
-                self.admit(super::Task {
+                self.admit_awake(super::Task {
                     drive,
                     observer: Box::new(crate::Quiet),
                     done,
                     alive: std::sync::Weak::new(),
                 });
-                true
+                Ok(true)
             }
             Err(e) => {
                 self.unclaim(id);
                 tracing::debug!(run = %id, "not taken over: {e}");
-                false
+                match e {
+                    // A row that does not decode is set aside (`weft
+                    // doctor` lists it); another failure is tried again.
+                    ResumeError::Store(StoreError::Codec { .. }) => Ok(false),
+                    ResumeError::Store(_) => Err(()),
+                    _ => Ok(false),
+                }
             }
         }
     }

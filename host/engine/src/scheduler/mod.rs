@@ -15,9 +15,10 @@
 //! belongs to a run.
 //!
 //! Admission: at most `max_resident` runs are in the scheduler's hands at
-//! once. A run started (or resumed) beyond that is parked, in arrival order;
-//! its record is already durable. When a resident run ends, the oldest
-//! parked run is admitted. A resident run is never evicted.
+//! once. A run started (or resumed) beyond that is parked, in arrival order,
+//! as its id; its record is already durable. When a resident run leaves,
+//! the oldest parked run is read back from the store and admitted. A
+//! resident run is never evicted.
 
 mod admission;
 mod children;
@@ -94,6 +95,9 @@ enum Work {
     ChildEnded(Box<RunRecord>),
     /// A timer is due: its fire, and how many tries of it failed.
     Fire(Box<TimerRecord>, u32),
+    /// The fire of a timer whose run is not resident, claimed here: decide
+    /// it in the store and commit it.
+    Decide(Box<TimerRecord>, u32),
     /// Bring a run that a timer woke back into memory (or one whose commit
     /// failed); how many tries of it failed.
     Wake(String, u32),
@@ -102,6 +106,9 @@ enum Work {
     StartChild(Box<NewRun>, Box<OutboxRecord>, u32),
     /// Cancel this run in the store: a child of a cancelled run.
     Cancel(String),
+    /// Read in a parked run that was given a place; how many tries of it
+    /// failed.
+    Admit(Box<admission::Parked>, u32),
 }
 
 /// What waits for a time before it is done: the next try of something
@@ -168,9 +175,12 @@ pub(super) struct Core {
     renewed: std::sync::atomic::AtomicU64,
     /// Whether the lease thread takes over the runs of hosts that are gone.
     taking_over: AtomicBool,
-    /// The other hosts seen in the last round: one that vanished (gone, or
-    /// stopped cleanly) leaves runs to take over.
+    /// The hosts seen in the last round (or when this host joined): one
+    /// that vanished (gone, or stopped cleanly) left runs to take over.
     seen_hosts: Mutex<HashSet<String>>,
+    /// The next lease round looks at every run: set after a round that
+    /// could not settle every run it found without a driver.
+    sweep: AtomicBool,
     started_at: weft_core::Timestamp,
 }
 
@@ -197,6 +207,7 @@ impl Core {
             renewed: std::sync::atomic::AtomicU64::new(0),
             taking_over: AtomicBool::new(true),
             seen_hosts: Mutex::new(HashSet::new()),
+            sweep: AtomicBool::new(false),
             started_at: clock.now(),
             fire_lags: measure_fires.then(|| Mutex::new(Vec::new())),
             launcher,
@@ -204,7 +215,7 @@ impl Core {
                 resident: 0,
                 max: max_resident.max(1),
                 parked: VecDeque::new(),
-                known: HashSet::new(),
+                known: HashMap::new(),
             }),
             watchers: Mutex::new(BTreeMap::new()),
             commits,
@@ -284,7 +295,7 @@ impl Core {
     fn enqueue(&self, work: Work) {
         let mut ready = lock(&self.ready);
         match work {
-            Work::Fire(..) => ready.fires.push_back(work),
+            Work::Fire(..) | Work::Decide(..) => ready.fires.push_back(work),
             work => ready.other.push_back(work),
         }
         drop(ready);
@@ -352,8 +363,10 @@ impl Core {
             Work::Watch(cell, attempt) => self.watch(cell, attempt),
             Work::Wake(id, tries) => self.wake(&id, tries),
             Work::Fire(timer, tries) => self.fire(*timer, tries),
+            Work::Decide(timer, tries) => self.decide(*timer, tries),
             Work::StartChild(child, row, tries) => self.start_child(*child, *row, tries),
             Work::Cancel(id) => self.cancel_child(&id),
+            Work::Admit(parked, tries) => self.admit_parked(*parked, tries),
             Work::ChildEnded(child) => self.child_ended(&child),
             Work::Call(cell, attempt) => {
                 let finished = attempt.run(self.clock.as_ref());

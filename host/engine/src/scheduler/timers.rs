@@ -67,12 +67,20 @@ impl Core {
             }
         }
         // Claimed while the fire is decided and committed, so that no
-        // load of the run here reads it half way. Parked, being loaded, or
-        // taken in since the look above: its timers are armed again when
-        // it is taken in.
-        if !self.claim(&timer.run) {
+        // load of the run here reads it half way. Held already (parked,
+        // being loaded, leaving memory, or another fire being decided):
+        // noted, so that it is woken, with its timers armed again, if the
+        // claim ends without the run becoming resident.
+        if !self.claim_or_note(&timer.run) {
             return;
         }
+        self.enqueue(Work::Decide(Box::new(timer), tries));
+    }
+
+    /// Fires timer `timer` of a run that is not resident, in the store,
+    /// then wakes the run; the run is claimed here until the fire's
+    /// commit is answered. `tries` of this fire failed before.
+    pub(super) fn decide(self: &Arc<Self>, timer: TimerRecord, tries: u32) {
         let store = self.launcher.store.as_ref();
         // The fire takes the run, which only a run nobody drives allows.
         let decided = self.lease_for(&timer.run).and_then(|lease| {
@@ -92,12 +100,14 @@ impl Core {
         self.commits.submit(
             write,
             Box::new(move |outcome| {
-                core.unclaim(&timer.run);
+                tracing::debug!(run = %timer.run, timer = timer.timer.id, ?outcome, "a fire through the store was answered");
+                // One wake, whether the fire landed or something was noted.
+                let noted = core.unclaim_noted(&timer.run);
+                if noted || outcome.is_ok() {
+                    core.enqueue(Work::Wake(timer.run.clone(), 0));
+                }
                 match outcome {
-                    Ok(()) => {
-                        core.fired(timer.timer.due);
-                        core.enqueue(Work::Wake(timer.run, 0));
-                    }
+                    Ok(()) => core.fired(timer.timer.due),
                     // Fired elsewhere; or another host drives the run,
                     // and fires its timers itself.
                     Err(StoreError::TimerGone(_) | StoreError::Fenced { .. }) => {}

@@ -85,6 +85,36 @@ fn runs_beyond_max_resident_are_parked_durably_and_admitted_in_arrival_order() {
 }
 
 #[test]
+fn a_run_cancelled_while_parked_never_runs_and_gives_its_place_on() {
+    let gate = Arc::new(Gate::default());
+    let host = Host::with_config(vec![("gate", gate.plugin())], 1);
+    let text = "id: one\nsteps: [ { id: only, uses: gate, with: \"${{ inputs.n }}\" } ]\n";
+    let first = host.start(text, json!({ "n": 1 }));
+    gate.wait_entered(1);
+    let second = host.start(text, json!({ "n": 2 }));
+    let third = host.start(text, json!({ "n": 3 }));
+    eventually("two runs to be parked", || host.engine.load() == (1, 2));
+    let (second_id, third_id) = (second.id().to_owned(), third.id().to_owned());
+    host.engine.cancel(&second_id).unwrap();
+    assert_eq!(host.record(&second_id).state, RunState::Cancelled);
+
+    gate.open();
+    assert_eq!(finish(first).state, RunState::Succeeded);
+    assert_eq!(finish(second).state, RunState::Cancelled);
+    assert_eq!(finish(third).state, RunState::Succeeded);
+    let called: Vec<String> = host.calls().into_iter().map(|c| c.run).collect();
+    assert!(
+        !called.contains(&second_id),
+        "the cancelled parked run ran an attempt: {called:?}"
+    );
+    assert!(
+        called.contains(&third_id),
+        "the next parked run took its place"
+    );
+    assert_eq!(host.engine.load(), (0, 0));
+}
+
+#[test]
 fn a_resumed_run_does_not_call_its_committed_steps_again() {
     let dir = tempfile::tempdir().unwrap();
     let store = store(&dir);

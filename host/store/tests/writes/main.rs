@@ -32,12 +32,14 @@
 //! - `runs`: `CreateRun` and batches, `StartRun`, `UpdateRun`, `CancelRun`;
 //! - `steps`: `CommitStep` and its effects, `Act`, `FireTimer`;
 //! - `messages`: `Subscribe`, `Unsubscribe` and `Delivery`;
-//! - `registry`: `Schedule`, `Deploy` and `AddPlugin`.
+//! - `registry`: `Schedule`, `Deploy` and `AddPlugin`;
+//! - `group`: the group commit never waits for its own thread.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 mod damaged;
+mod group;
 mod messages;
 mod registry;
 mod runs;

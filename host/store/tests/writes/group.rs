@@ -1,0 +1,83 @@
+//! `GroupCommit`: the committing thread never waits for itself. Answers
+//! run on that thread; a write an answer submits joins a later batch even
+//! when the bounded queue is full, and a blocking commit from an answer is
+//! refused at once instead of waiting for its own thread.
+
+use std::sync::Arc;
+use std::sync::mpsc::{RecvTimeoutError, sync_channel};
+use std::time::Duration;
+
+use weft_store::{GroupCommit, HostRecord, StoreError, Write};
+
+use crate::common::T0;
+use crate::table::open;
+
+fn renew(n: usize) -> Write {
+    Write::renew(&HostRecord {
+        id: format!("host-{n}"),
+        machine: "test".to_owned(),
+        pid: 0,
+        started_at: T0,
+        expires_at: T0,
+    })
+}
+
+#[test]
+fn writes_submitted_from_answers_land_even_past_the_queue_bound() {
+    let (_dir, store) = open();
+    let commits = Arc::new(GroupCommit::start(Arc::clone(&store)).unwrap());
+    // More than the bounded queue holds (4,096), all from one answer.
+    const MANY: usize = 10_000;
+    let (tell, told) = sync_channel(MANY + 1);
+    let inner = Arc::clone(&commits);
+    let first_tell = tell.clone();
+    commits.submit(
+        renew(0),
+        Box::new(move |outcome| {
+            let _ = first_tell.send(outcome);
+            for n in 1..=MANY {
+                let tell = tell.clone();
+                inner.submit(
+                    renew(n),
+                    Box::new(move |outcome| {
+                        let _ = tell.send(outcome);
+                    }),
+                );
+            }
+        }),
+    );
+    for n in 0..=MANY {
+        match told.recv_timeout(Duration::from_secs(60)) {
+            Ok(outcome) => assert!(outcome.is_ok(), "write {n}: {outcome:?}"),
+            Err(RecvTimeoutError::Timeout) => {
+                panic!("the committing thread waits for itself: {n} writes answered")
+            }
+            Err(RecvTimeoutError::Disconnected) => panic!("write {n} was never answered"),
+        }
+    }
+    assert_eq!(store.hosts().unwrap().len(), MANY + 1);
+}
+
+#[test]
+fn a_blocking_commit_from_an_answer_is_refused_not_waited_for() {
+    let (_dir, store) = open();
+    let commits = Arc::new(GroupCommit::start(Arc::clone(&store)).unwrap());
+    let (tell, told) = sync_channel(1);
+    let inner = Arc::clone(&commits);
+    commits.submit(
+        renew(0),
+        Box::new(move |_| {
+            let _ = tell.send(inner.commit(renew(1)));
+        }),
+    );
+    let outcome = told
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the committing thread waited for itself");
+    assert!(
+        matches!(&outcome, Err(StoreError::Commit(why)) if why.contains("wait for itself")),
+        "{outcome:?}"
+    );
+    // Elsewhere, the same commit lands.
+    let elsewhere = commits.commit(renew(1));
+    assert!(elsewhere.is_ok(), "{elsewhere:?}");
+}
