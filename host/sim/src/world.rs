@@ -403,10 +403,11 @@ impl World {
             }
             Event::Advance { ms } => {
                 self.clock.advance(std::time::Duration::from_millis(ms));
-                // Every live host renews in time; then each takes over the
-                // runs of hosts that are gone (crashed ones).
+                // Every live host renews in time (each third of a lease, as
+                // its lease thread does); then each takes over the runs of
+                // hosts that are gone (crashed ones).
                 for host in &self.hosts {
-                    let _ = host.stepper.renew();
+                    host.stepper.renew_if_due();
                 }
                 for host in &self.hosts {
                     host.stepper.take_over();

@@ -334,9 +334,7 @@ impl Core {
         if !self.claim_or_note(id) {
             return;
         }
-        let taken = self.take_in(id);
-        tracing::debug!(run = %id, taken = ?taken.as_ref().map(|drive| drive.run.suspended), "a wake");
-        match taken {
+        match self.take_in(id) {
             Ok(drive) => {
                 let (observer, done, alive) =
                     lock(&self.sleepers).remove(id).unwrap_or_else(|| {

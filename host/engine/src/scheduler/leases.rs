@@ -96,7 +96,7 @@ impl Core {
 
     /// Renews this host's row if a third of a lease has passed since it
     /// last did: a long round of take-overs must not let its own lapse.
-    fn renew_if_due(&self) {
+    pub(super) fn renew_if_due(&self) {
         let until = self.renewed.load(std::sync::atomic::Ordering::SeqCst);
         let third = weft_core::clock::millis(self.lease_ttl / 3);
         let due = until.saturating_sub(weft_core::clock::millis(self.lease_ttl) - third);
