@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use weft_core::{Emission, SimClock};
-use weft_engine::{Quiet, ResumeError, StartError, StepOutcome};
+use weft_engine::{Quiet, ResumeError, RunHandle, StartError, StepOutcome};
 use weft_model::{Format, WorkflowDir};
 use weft_store::{RunState, StoreError};
 
@@ -60,8 +60,9 @@ outputs: "${{ steps.price.output }}"
     assert_eq!(link.path, "price");
 }
 
-#[test]
-fn runs_beyond_max_resident_are_parked_durably_and_admitted_in_arrival_order() {
+/// A host with one place, its first run held in a gate, and two more runs
+/// parked behind it.
+fn two_parked() -> (Arc<Gate>, Host, [RunHandle; 3]) {
     let gate = Arc::new(Gate::default());
     let host = Host::with_config(vec![("gate", gate.plugin())], 1);
     let text = "id: one\nsteps: [ { id: only, uses: gate, with: \"${{ inputs.n }}\" } ]\n";
@@ -70,6 +71,12 @@ fn runs_beyond_max_resident_are_parked_durably_and_admitted_in_arrival_order() {
     let second = host.start(text, json!({ "n": 2 }));
     let third = host.start(text, json!({ "n": 3 }));
     eventually("two runs to be parked", || host.engine.load() == (1, 2));
+    (gate, host, [first, second, third])
+}
+
+#[test]
+fn runs_beyond_max_resident_are_parked_durably_and_admitted_in_arrival_order() {
+    let (gate, host, [first, second, third]) = two_parked();
     assert_eq!(host.calls().len(), 1, "parked runs do not run");
     let parked = host.record(third.id());
     assert_eq!(parked.state, RunState::Running, "recorded while parked");
@@ -86,14 +93,7 @@ fn runs_beyond_max_resident_are_parked_durably_and_admitted_in_arrival_order() {
 
 #[test]
 fn a_run_cancelled_while_parked_never_runs_and_gives_its_place_on() {
-    let gate = Arc::new(Gate::default());
-    let host = Host::with_config(vec![("gate", gate.plugin())], 1);
-    let text = "id: one\nsteps: [ { id: only, uses: gate, with: \"${{ inputs.n }}\" } ]\n";
-    let first = host.start(text, json!({ "n": 1 }));
-    gate.wait_entered(1);
-    let second = host.start(text, json!({ "n": 2 }));
-    let third = host.start(text, json!({ "n": 3 }));
-    eventually("two runs to be parked", || host.engine.load() == (1, 2));
+    let (gate, host, [first, second, third]) = two_parked();
     let (second_id, third_id) = (second.id().to_owned(), third.id().to_owned());
     host.engine.cancel(&second_id).unwrap();
     assert_eq!(host.record(&second_id).state, RunState::Cancelled);
