@@ -26,9 +26,32 @@ steps:
 outputs: "${{ steps.last.output.value }}"
 "#;
 
+/// A `weft serve` process, killed when dropped, so that a failing test
+/// leaves none behind.
+struct Serving(Child);
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl std::ops::Deref for Serving {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Serving {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
 /// Starts `weft serve` number `n` with short leases.
-#[allow(clippy::zombie_processes)] // killed and waited for by the test
-fn serve(scratch: &Scratch, n: usize) -> (Child, String) {
+fn serve(scratch: &Scratch, n: usize) -> (Serving, String) {
     let _ = std::fs::remove_file(address_file(scratch));
     let log = scratch.path().join(format!("host-{n}.log"));
     let mut child = scratch
@@ -46,7 +69,7 @@ fn serve(scratch: &Scratch, n: usize) -> (Child, String) {
         let _ = child.wait();
         panic!("weft serve {n} did not start");
     };
-    (child, url)
+    (Serving(child), url)
 }
 
 /// What the hosts' logs say of run `id`, for a failure's message.
