@@ -147,6 +147,15 @@ impl Held {
         count
     }
 
+    /// Counts a write submitted or committed from here, if this thread is
+    /// answering for these held writes.
+    fn count_self_wait(&self) {
+        if answering(address(&self.jobs)) {
+            self.self_waits
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
     fn take(&self, n: usize) -> Vec<Job> {
         let mut jobs = lock(&self.jobs);
         let n = n.min(jobs.len());
@@ -212,10 +221,7 @@ impl GroupCommit {
     /// the queue is full, and never on the committing thread itself.
     pub fn submit(&self, write: Write, done: Done) {
         if let Some(held) = &self.held {
-            if answering(address(&held.jobs)) {
-                held.self_waits
-                    .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            }
+            held.count_self_wait();
             lock(&held.jobs).push_back(Job { write, done });
             return;
         }
@@ -246,10 +252,7 @@ impl GroupCommit {
     /// committing thread, which would wait for itself.
     pub fn commit_all(&self, writes: Vec<Write>) -> Vec<Result<(), StoreError>> {
         if let Some(held) = &self.held {
-            if answering(address(&held.jobs)) {
-                held.self_waits
-                    .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            }
+            held.count_self_wait();
             let refs: Vec<&Write> = writes.iter().collect();
             return match held.store.apply(&refs) {
                 Ok(results) => results,

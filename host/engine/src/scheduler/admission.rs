@@ -77,15 +77,18 @@ impl Core {
     /// Takes back a claim on a run that could not be admitted; the run is
     /// woken if something was noted meanwhile.
     pub(crate) fn unclaim(&self, id: &str) {
-        if self.unclaim_noted(id) {
-            self.enqueue(Work::Wake(id.to_owned(), 0));
-        }
+        self.unclaim_waking(id, false);
     }
 
-    /// Takes back a claim on run `id`; true if something was noted on it
-    /// meanwhile (the caller then wakes the run).
-    pub(crate) fn unclaim_noted(&self, id: &str) -> bool {
-        lock(&self.admission).known.remove(id) == Some(true)
+    /// Takes back a claim on run `id`, then wakes the run once if `wake`
+    /// (what the claim was held for changed the run in the store) or if
+    /// something was noted meanwhile: after the claim is let go, so that
+    /// the wake finds it free.
+    pub(crate) fn unclaim_waking(&self, id: &str, wake: bool) {
+        let noted = lock(&self.admission).known.remove(id) == Some(true);
+        if noted || wake {
+            self.enqueue(Work::Wake(id.to_owned(), 0));
+        }
     }
 
     /// Takes a claimed run into the scheduler, or parks it until a

@@ -10,7 +10,7 @@ use weft_store::StoreError;
 use crate::drive::{Answer, Reply};
 use crate::error::ActError;
 
-use super::{Core, Work};
+use super::Core;
 
 /// Where one try of a cancellation got to.
 pub(crate) enum Cancelling {
@@ -218,10 +218,7 @@ impl Core {
             };
         }
         let outcome = self.act_in_store(id, path, answer);
-        // Woken once the claim is let go, so that the wake finds it free.
-        if self.unclaim_noted(id) || outcome.is_ok() {
-            self.enqueue(Work::Wake(id.to_owned(), 0));
-        }
+        self.unclaim_waking(id, outcome.is_ok());
         match outcome {
             // The run moved on after it was read (another record
             // landed, or it woke): look again.

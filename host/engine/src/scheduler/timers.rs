@@ -101,11 +101,7 @@ impl Core {
             write,
             Box::new(move |outcome| {
                 tracing::debug!(run = %timer.run, timer = timer.timer.id, ?outcome, "a fire through the store was answered");
-                // One wake, whether the fire landed or something was noted.
-                let noted = core.unclaim_noted(&timer.run);
-                if noted || outcome.is_ok() {
-                    core.enqueue(Work::Wake(timer.run.clone(), 0));
-                }
+                core.unclaim_waking(&timer.run, outcome.is_ok());
                 match outcome {
                     Ok(()) => core.fired(timer.timer.due),
                     // Fired elsewhere; or another host drives the run,
