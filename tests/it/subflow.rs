@@ -342,6 +342,26 @@ impl Store for NoChildren {
         self.0.hosts()
     }
 
+    fn tenants(&self) -> Result<Vec<weft::store::TenantRecord>, StoreError> {
+        self.0.tenants()
+    }
+
+    fn token(&self, id: &str) -> Result<Option<weft::store::TokenRecord>, StoreError> {
+        self.0.token(id)
+    }
+
+    fn tokens(&self) -> Result<Vec<weft::store::TokenRecord>, StoreError> {
+        self.0.tokens()
+    }
+
+    fn audit(
+        &self,
+        tenant: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<weft::store::AuditRecord>, StoreError> {
+        self.0.audit(tenant, limit)
+    }
+
     fn damaged(&self) -> Result<Vec<weft::store::Damaged>, StoreError> {
         self.0.damaged()
     }

@@ -9,6 +9,7 @@
 //! - [`ScheduleSpec`], [`Overlap`] and [`CatchUp`]: a cron trigger as
 //!   written (weft-model compiles it).
 //! - [`ErrorRecord`]: how an error is recorded and shown.
+//! - [`tenant`]: whose an object is, and its name as stored.
 //! - [`ids`]: fresh ids and random numbers, repeatable under a seed.
 //! - [`Signal`], [`lock`], [`read`] and [`write`]: waiting for news, locking
 //!   without poison.
@@ -22,6 +23,7 @@ pub mod names;
 mod schedule;
 mod schema;
 mod signal;
+pub mod tenant;
 
 pub use clock::{Clock, SimClock, SystemClock, Timestamp};
 pub use digest::Digest;

@@ -32,7 +32,7 @@ pub(super) struct Launcher {
     source: Arc<dyn RunnerSource>,
     pub(super) clock: Arc<dyn Clock>,
     workflows: RwLock<Arc<dyn Workflows>>,
-    /// Stored definitions already parsed, by digest: loading a run back
+    /// Stored definitions already parsed, by workflow (as stored) and digest: loading a run back
     /// (a resume, a timer's wake) then reads only its own records.
     parsed: Mutex<HashMap<String, Arc<Workflow>>>,
     /// This host's id: the runs it makes are its own (epoch 1).
@@ -108,7 +108,9 @@ impl Launcher {
         }
         for step in workflow.all_steps() {
             if let Some(subflow) = step.subflow()
-                && self.workflow(&subflow.workflow).is_none()
+                && self
+                    .workflow(&weft_core::tenant::sibling(&workflow.id, &subflow.workflow))
+                    .is_none()
             {
                 return Err(StartError::Subflow {
                     origin: workflow.origin.clone(),
@@ -169,7 +171,11 @@ impl Launcher {
                 state: run.state,
             });
         }
-        let cached = lock(&self.parsed).get(&run.definition).cloned();
+        // A definition's text names its workflow bare; the run's record
+        // names it as stored, with its tenant. Two tenants may deploy the
+        // same text, so the parsed workflow is kept under both.
+        let key = format!("{} {}", run.workflow, run.definition);
+        let cached = lock(&self.parsed).get(&key).cloned();
         let workflow = match cached {
             Some(workflow) => workflow,
             None => {
@@ -180,15 +186,15 @@ impl Launcher {
                     ))
                 })?;
                 let format = Format::from_name(&definition.format).unwrap_or(Format::Yaml);
-                let workflow = Arc::new(
-                    model::parse(&definition.source, format, &definition.origin)
-                        .map_err(|e| ResumeError::Definition(e.to_string()))?,
-                );
+                let mut workflow = model::parse(&definition.source, format, &definition.origin)
+                    .map_err(|e| ResumeError::Definition(e.to_string()))?;
+                workflow.id.clone_from(&run.workflow);
+                let workflow = Arc::new(workflow);
                 let mut parsed = lock(&self.parsed);
                 if parsed.len() >= CACHED {
                     parsed.clear();
                 }
-                parsed.insert(run.definition.clone(), Arc::clone(&workflow));
+                parsed.insert(key, Arc::clone(&workflow));
                 workflow
             }
         };

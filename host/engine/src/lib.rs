@@ -70,7 +70,7 @@ pub use stored::cancel_in_store;
 pub use weft_model::Workflows;
 
 /// The tenant of runs started without one.
-pub const DEFAULT_TENANT: &str = "default";
+pub const DEFAULT_TENANT: &str = weft_core::tenant::DEFAULT;
 
 /// Hears about a run's progress, for display. Every method has an empty
 /// default. Methods are called from the engine's threads, one at a time for

@@ -171,9 +171,41 @@ impl PluginDir {
     /// `origin`. Adding bytes that are there already refreshes their row,
     /// so they win over another build of the same version. Blocking.
     pub fn add(&self, bytes: &[u8], origin: &str) -> Result<(Plugin, PluginRecord), LoadError> {
+        self.add_for(weft_core::tenant::DEFAULT, bytes, origin)
+    }
+
+    /// [`add`](Self::add), as a plugin of `tenant`: only that tenant's
+    /// workflows resolve it. Tenant `default`'s plugins (and the
+    /// directory's) are shared: every tenant resolves them.
+    pub fn add_for(
+        &self,
+        tenant: &str,
+        bytes: &[u8],
+        origin: &str,
+    ) -> Result<(Plugin, PluginRecord), LoadError> {
         let plugin = self.runtime.load(bytes)?;
-        let record = self.register(&plugin, origin);
+        let name = weft_core::tenant::qualify(tenant, &plugin.meta().name);
+        let record = self.register(&plugin, &name, origin);
         Ok((plugin, record))
+    }
+
+    /// Finds the plugin for `reference` as a workflow of `tenant` sees
+    /// it: the tenant's own plugin of that name when one satisfies the
+    /// reference, else the shared one ([`resolve`](Self::resolve)).
+    /// Blocking.
+    pub fn resolve_in(&self, tenant: &str, reference: &PluginRef) -> Result<Plugin, ResolveError> {
+        if tenant != weft_core::tenant::DEFAULT
+            && let Some(registry) = self.registry.get()
+        {
+            let own = PluginRef {
+                name: weft_core::tenant::qualify(tenant, &reference.name),
+                version: reference.version.clone(),
+            };
+            if let Some(best) = self.newest(registry, &own) {
+                return self.by_digest(&best.digest);
+            }
+        }
+        self.resolve(reference)
     }
 
     /// Adds every `.wasm` file of the directory to the registry (loading
@@ -316,11 +348,11 @@ impl PluginDir {
     /// Adds `plugin` to the registry (if there is one) and to the loaded
     /// components. A failure to record it is logged: the plugin still
     /// serves, and runs pinned to it store its bytes themselves.
-    fn register(&self, plugin: &Plugin, origin: &str) -> PluginRecord {
+    fn register(&self, plugin: &Plugin, name: &str, origin: &str) -> PluginRecord {
         let meta = plugin.meta();
         let bytes = plugin.bytes();
         let record = PluginRecord {
-            name: meta.name.clone(),
+            name: name.to_owned(),
             version: meta.version.to_string(),
             digest: plugin.digest().to_string(),
             size: bytes.len() as u64,
@@ -475,7 +507,11 @@ impl PluginDir {
         if listed {
             self.keep(&plugin);
         } else {
-            self.register(&plugin, &format!("file:{}", path.display()));
+            self.register(
+                &plugin,
+                &plugin.meta().name,
+                &format!("file:{}", path.display()),
+            );
         }
         Ok(plugin)
     }

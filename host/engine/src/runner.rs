@@ -124,7 +124,7 @@ impl RunnerSource for WasmPlugins {
             let Some(call) = step.call() else { continue };
             let plugin = self
                 .plugins
-                .resolve(&call.uses)
+                .resolve_in(weft_core::tenant::of(&workflow.id), &call.uses)
                 .map_err(|source| StartError::Plugin {
                     origin: workflow.origin.clone(),
                     line: step.line,

@@ -157,14 +157,16 @@ impl Deployments {
         })
     }
 
-    /// Deploys the definition `text` sent by a client, after checking it
-    /// as a run would: it parses, every plugin it `uses:` resolves in
-    /// `engine`'s registry, and every `subflow` names a workflow served
-    /// here (or itself). Then its cron triggers are brought in line.
-    /// Durable when it returns. Blocking.
+    /// Deploys the definition `text` sent by a client of `tenant`, after
+    /// checking it as a run would: it parses, every plugin it `uses:`
+    /// resolves in `engine`'s registry for the tenant, and every `subflow`
+    /// names a workflow of the tenant served here (or itself). Then its
+    /// cron triggers are brought in line. Durable when it returns.
+    /// Blocking.
     pub fn deploy_checked(
         &self,
         engine: &Engine,
+        tenant: &str,
         text: &str,
         format: Format,
         source: &str,
@@ -177,7 +179,7 @@ impl Deployments {
                 None => String::new(),
             };
             if let Some(call) = step.call()
-                && let Err(error) = engine.plugins().resolve(&call.uses)
+                && let Err(error) = engine.plugins().resolve_in(tenant, &call.uses)
             {
                 return Err(DeployError::UnresolvedPlugin {
                     at,
@@ -187,7 +189,9 @@ impl Deployments {
             }
             if let Some(subflow) = step.subflow()
                 && subflow.workflow != workflow.id
-                && served.get(&subflow.workflow).is_none()
+                && served
+                    .get(&weft_core::tenant::qualify(tenant, &subflow.workflow))
+                    .is_none()
             {
                 return Err(DeployError::UnknownSubflow {
                     at,
@@ -198,7 +202,8 @@ impl Deployments {
         }
         // Parsed again with an origin that names the deployment.
         let origin = format!("{} (deployed)", workflow.id);
-        let workflow = model::parse(text, format, &origin).map_err(DeployError::Invalid)?;
+        let mut workflow = model::parse(text, format, &origin).map_err(DeployError::Invalid)?;
+        workflow.id = weft_core::tenant::qualify(tenant, &workflow.id);
         let deployed = self.deploy(workflow).map_err(DeployError::Store)?;
         engine
             .sync_schedules(&self.current())
@@ -273,7 +278,11 @@ impl Deployments {
             .ok_or_else(|| format!("definition {} is not in the store", head.digest))?;
         let format = model::Format::from_name(&definition.format)
             .ok_or_else(|| format!("unknown format `{}`", definition.format))?;
-        model::parse(&definition.source, format, &definition.origin).map_err(|e| e.to_string())
+        let mut workflow = model::parse(&definition.source, format, &definition.origin)
+            .map_err(|e| e.to_string())?;
+        // The text names the workflow bare; the record, with its tenant.
+        workflow.id.clone_from(&head.workflow);
+        Ok(workflow)
     }
 }
 

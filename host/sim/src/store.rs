@@ -202,6 +202,30 @@ impl Store for SimStore {
         self.inner.hosts()
     }
 
+    fn tenants(&self) -> Result<Vec<weft_store::TenantRecord>, StoreError> {
+        self.read()?;
+        self.inner.tenants()
+    }
+
+    fn token(&self, id: &str) -> Result<Option<weft_store::TokenRecord>, StoreError> {
+        self.read()?;
+        self.inner.token(id)
+    }
+
+    fn tokens(&self) -> Result<Vec<weft_store::TokenRecord>, StoreError> {
+        self.read()?;
+        self.inner.tokens()
+    }
+
+    fn audit(
+        &self,
+        tenant: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<weft_store::AuditRecord>, StoreError> {
+        self.read()?;
+        self.inner.audit(tenant, limit)
+    }
+
     fn damaged(&self) -> Result<Vec<Damaged>, StoreError> {
         self.read()?;
         self.inner.damaged()

@@ -1,6 +1,7 @@
 //! Every durable fact, behind the [`Store`] trait. [`RedbStore`] is the
 //! embedded backend.
 
+pub mod access;
 mod group;
 mod lease;
 pub mod messages;
@@ -9,6 +10,7 @@ mod redb;
 pub mod registry;
 mod write;
 
+pub use self::access::{AccessWrite, AuditRecord, Quota, Right, Role, TenantRecord, TokenRecord};
 pub use self::group::{Done, GroupCommit, Held};
 pub use self::lease::{HostRecord, Lease};
 pub use self::messages::{
@@ -186,6 +188,10 @@ pub enum What {
     Delivery(String),
     /// The message with this seq.
     Message(u64),
+    /// The tenant with this name.
+    Tenant(String),
+    /// The API token with this id.
+    Token(String),
     /// The cron trigger with this key, `<workflow>/<trigger>`: "trigger
     /// `key`".
     Schedule(String),
@@ -214,6 +220,8 @@ impl std::fmt::Display for What {
             Self::Delivery(id) => write!(f, "delivery `{id}`"),
             Self::Message(seq) => write!(f, "message {seq}"),
             Self::Schedule(key) => write!(f, "trigger `{key}`"),
+            Self::Tenant(name) => write!(f, "tenant `{name}`"),
+            Self::Token(id) => write!(f, "token `{id}`"),
             Self::Step { run, seq } => write!(f, "record {seq} of run `{run}`"),
             Self::Revision { workflow, revision } => {
                 write!(f, "workflow `{workflow}` revision {revision}")
@@ -236,6 +244,8 @@ pub struct Damaged {
 /// Which runs a listing keeps. The default keeps every run.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RunFilter {
+    /// Only runs of this tenant.
+    pub tenant: Option<String>,
     /// Only runs of this workflow.
     pub workflow: Option<String>,
     /// Only runs in this state.
@@ -249,7 +259,10 @@ pub struct RunFilter {
 impl RunFilter {
     /// Whether `run` passes.
     pub fn keeps(&self, run: &RunRecord) -> bool {
-        self.workflow.as_ref().is_none_or(|w| *w == run.workflow)
+        self.tenant
+            .as_ref()
+            .is_none_or(|t| t == weft_core::tenant::of(&run.workflow))
+            && self.workflow.as_ref().is_none_or(|w| *w == run.workflow)
             && self.state.is_none_or(|s| s == run.state)
             && self.since.is_none_or(|t| run.created_at >= t)
             && self.until.is_none_or(|t| run.created_at < t)
@@ -359,4 +372,18 @@ pub trait Store: Send + Sync + std::fmt::Debug {
 
     /// Every host with a row, live or expired.
     fn hosts(&self) -> Result<Vec<HostRecord>, StoreError>;
+
+    /// Every tenant, by name (tenant `default` has a row only once one
+    /// is written for it).
+    fn tenants(&self) -> Result<Vec<TenantRecord>, StoreError>;
+
+    /// The API token with id `id`.
+    fn token(&self, id: &str) -> Result<Option<TokenRecord>, StoreError>;
+
+    /// Every API token, revoked and expired ones too, by id.
+    fn tokens(&self) -> Result<Vec<TokenRecord>, StoreError>;
+
+    /// Up to `limit` entries of the audit log, of `tenant` or of every
+    /// tenant, newest first.
+    fn audit(&self, tenant: Option<&str>, limit: usize) -> Result<Vec<AuditRecord>, StoreError>;
 }

@@ -78,6 +78,12 @@ const LEASES: TableDefinition<&str, &[u8]> = TableDefinition::new("leases");
 /// The hosts that drive runs: host id to the encoded
 /// [`HostRecord`](crate::HostRecord).
 const HOSTS: TableDefinition<&str, &[u8]> = TableDefinition::new("hosts");
+/// Each tenant's `TenantRecord`, by name.
+const TENANTS: TableDefinition<&str, &[u8]> = TableDefinition::new("tenants");
+/// Each API token's `TokenRecord`, by its public id.
+const TOKENS: TableDefinition<&str, &[u8]> = TableDefinition::new("tokens");
+/// The audit log's `AuditRecord`s, by (microseconds, random).
+const AUDIT: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("audit");
 
 /// The format this build reads and writes.
 const FORMAT: &str = "1";
@@ -107,6 +113,7 @@ macro_rules! backend {
     };
 }
 
+mod access;
 mod apply;
 mod queue;
 mod registry;
@@ -179,6 +186,9 @@ impl RedbStore {
             backend!(txn.open_table(PLUGINS))?;
             backend!(txn.open_table(LEASES))?;
             backend!(txn.open_table(HOSTS))?;
+            backend!(txn.open_table(TENANTS))?;
+            backend!(txn.open_table(TOKENS))?;
+            backend!(txn.open_table(AUDIT))?;
         }
         backend!(txn.commit())?;
         Ok(Self {
@@ -411,6 +421,26 @@ impl Store for RedbStore {
             found.push(decode(id.value(), bytes.value())?);
         }
         Ok(found)
+    }
+
+    fn tenants(&self) -> Result<Vec<crate::TenantRecord>, StoreError> {
+        access::tenants(&self.begin_read()?)
+    }
+
+    fn token(&self, id: &str) -> Result<Option<crate::TokenRecord>, StoreError> {
+        access::token(&self.begin_read()?, id)
+    }
+
+    fn tokens(&self) -> Result<Vec<crate::TokenRecord>, StoreError> {
+        access::tokens(&self.begin_read()?)
+    }
+
+    fn audit(
+        &self,
+        tenant: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<crate::AuditRecord>, StoreError> {
+        access::audit(&self.begin_read()?, tenant, limit)
     }
 
     fn apply(&self, writes: &[&Write]) -> Result<Vec<Result<(), StoreError>>, StoreError> {

@@ -249,6 +249,8 @@ pub enum Write {
         /// When its row was seen to expire.
         expires_at: weft_core::Timestamp,
     },
+    /// Changes the tenants, tokens or audit tables.
+    Access(crate::AccessWrite),
     /// Adds a plugin to the registry, or refreshes the row of one added
     /// before; its bytes are stored once by digest.
     AddPlugin {

@@ -9,6 +9,7 @@ macro_rules! out {
     }};
 }
 
+mod access;
 mod bench;
 mod plugin;
 mod plugin_build;
@@ -55,6 +56,14 @@ pub struct Cli {
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
 
+    /// The API token a command sends to `weft serve`.
+    #[arg(long, global = true, env = "WEFT_TOKEN", value_name = "TOKEN", hide_env_values = true)]
+    token: Option<String>,
+
+    /// The tenant an admin's command acts in (sent as `Weft-Tenant`).
+    #[arg(long, global = true, env = "WEFT_AS_TENANT", value_name = "TENANT")]
+    as_tenant: Option<String>,
+
     #[command(subcommand)]
     command: Command,
 }
@@ -99,6 +108,15 @@ enum Command {
     /// Plugins: inspect a component, add one to the registry, list it.
     #[command(subcommand)]
     Plugin(plugin::PluginCommand),
+    /// Tenants, their quotas and usage (of a running `weft serve`).
+    #[command(subcommand)]
+    Tenants(access::TenantsCommand),
+    /// API tokens: create (shown once), list, revoke.
+    #[command(subcommand)]
+    Tokens(access::TokensCommand),
+    /// The tenant's audit log: deployments, plugins, tokens, quotas,
+    /// cancels, resends.
+    Audit(access::AuditArgs),
     /// Deploy a workflow file to a running `weft serve` as the newest
     /// version of its id (runs in flight keep theirs).
     Deploy {
@@ -135,6 +153,10 @@ pub struct PluginArgs {
 /// Runs the parsed command line.
 pub fn main(cli: Cli) -> anyhow::Result<ExitCode> {
     let data_dir = data_dir(cli.data_dir)?;
+    remote::set_credentials(remote::Credentials {
+        token: cli.token,
+        tenant: cli.as_tenant,
+    });
     match cli.command {
         Command::Run(args) => run(&data_dir, args),
         Command::Check { workflow } => match model::load(&workflow) {
@@ -160,6 +182,9 @@ pub fn main(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Start(args) => serve::start(&data_dir, args),
         Command::Act(args) => remote::act(&data_dir, args),
         Command::Tail(args) => remote::tail(&data_dir, args),
+        Command::Tenants(command) => access::tenants(&data_dir, command),
+        Command::Tokens(command) => access::tokens(&data_dir, command),
+        Command::Audit(args) => access::audit(&data_dir, args),
         Command::Deliveries(command) => remote::deliveries(&data_dir, command),
         Command::Plugin(command) => plugin::main(&data_dir, command),
         Command::Deploy { workflow, server } => plugin::deploy(&data_dir, &workflow, server),

@@ -13,6 +13,39 @@ use serde_json::{Value, json};
 use super::EXIT_INVALID;
 use super::serve::DEFAULT_LISTEN;
 
+/// The token (`--token`, `WEFT_TOKEN`) and the tenant to act in
+/// (`--as-tenant`, `WEFT_AS_TENANT`) every request to a server carries.
+static CREDENTIALS: std::sync::OnceLock<Credentials> = std::sync::OnceLock::new();
+
+/// What identifies this client to a server.
+#[derive(Debug, Default)]
+pub struct Credentials {
+    /// Sent as `Authorization: Bearer <token>`.
+    pub token: Option<String>,
+    /// Sent as `Weft-Tenant`: the tenant an admin acts in.
+    pub tenant: Option<String>,
+}
+
+/// Sets what every request carries; the first call wins.
+pub fn set_credentials(credentials: Credentials) {
+    let _ = CREDENTIALS.set(credentials);
+}
+
+/// `request` with this client's token and tenant headers.
+pub fn authorized<B>(request: ureq::RequestBuilder<B>) -> ureq::RequestBuilder<B> {
+    let Some(credentials) = CREDENTIALS.get() else {
+        return request;
+    };
+    let mut request = request;
+    if let Some(token) = &credentials.token {
+        request = request.header("authorization", format!("Bearer {token}"));
+    }
+    if let Some(tenant) = &credentials.tenant {
+        request = request.header("weft-tenant", tenant);
+    }
+    request
+}
+
 /// A `weft serve` to talk to.
 pub struct Server {
     url: String,
@@ -52,10 +85,10 @@ impl Server {
     ) -> anyhow::Result<Result<Value, String>> {
         let url = format!("{}{path}", self.url);
         let sent = match (method, body) {
-            ("POST", Some(body)) => self.agent.post(&url).send_json(body),
-            ("POST", None) => self.agent.post(&url).send_empty(),
-            ("DELETE", _) => self.agent.delete(&url).call(),
-            _ => self.agent.get(&url).call(),
+            ("POST", Some(body)) => authorized(self.agent.post(&url)).send_json(body),
+            ("POST", None) => authorized(self.agent.post(&url)).send_empty(),
+            ("DELETE", _) => authorized(self.agent.delete(&url)).call(),
+            _ => authorized(self.agent.get(&url)).call(),
         };
         self.answer(sent)
     }
@@ -68,9 +101,7 @@ impl Server {
         content_type: &str,
         bytes: &[u8],
     ) -> anyhow::Result<Result<Value, String>> {
-        let sent = self
-            .agent
-            .post(format!("{}{path}", self.url))
+        let sent = authorized(self.agent.post(format!("{}{path}", self.url)))
             .header("content-type", content_type)
             .send(bytes);
         self.answer(sent)
@@ -200,8 +231,7 @@ pub fn tail(data_dir: &Path, args: TailArgs) -> anyhow::Result<ExitCode> {
         args.channel,
         args.consumer
     );
-    let mut response = agent
-        .get(&url)
+    let mut response = authorized(agent.get(&url))
         .header("accept", "text/event-stream")
         .call()
         .with_context(|| format!("cannot reach weft serve at {}", server.url()))?;

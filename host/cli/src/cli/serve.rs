@@ -26,8 +26,17 @@ pub struct ServeArgs {
 
     /// Where to listen. Port 0 picks a free port; the address is written to
     /// DATA_DIR/serve.addr either way.
+    /// An address other than loopback needs --auth.
     #[arg(long, value_name = "ADDR", default_value = DEFAULT_LISTEN)]
     listen: SocketAddr,
+
+    /// Require `Authorization: Bearer <token>` on every request, even while
+    /// no token exists yet (make the first with `weft tokens create`
+    /// against the store, before serving). Without it, a host on loopback
+    /// with no token in its store serves every request as an admin of
+    /// tenant `default`; once any token exists, every request needs one.
+    #[arg(long)]
+    auth: bool,
 
     /// Runs in progress at once; more are recorded, parked, and started in
     /// arrival order as places free.
@@ -76,6 +85,13 @@ pub struct StartArgs {
 /// Runs the host until interrupted: resumes interrupted runs, then serves
 /// the HTTP API.
 pub fn serve(data_dir: &Path, args: ServeArgs) -> anyhow::Result<ExitCode> {
+    if !args.listen.ip().is_loopback() && !args.auth {
+        eprintln!(
+            "error: --listen {}: an address other than loopback needs --auth, so that every request carries a token; make one first with `weft tokens create --tenant default --role admin`",
+            args.listen
+        );
+        return Ok(ExitCode::from(EXIT_INVALID));
+    }
     let workflows_dir = match &args.workflows {
         Some(dir) => dir.clone(),
         None => {
@@ -124,7 +140,11 @@ pub fn serve(data_dir: &Path, args: ServeArgs) -> anyhow::Result<ExitCode> {
             host.deployments().current().iter().count(),
             host.resumed()
         );
-        let api = host.api();
+        let api = if args.auth {
+            host.api().require_auth()
+        } else {
+            host.api()
+        };
         axum::serve(listener, api.router())
             .with_graceful_shutdown({
                 // Open event streams end when the hub stops.

@@ -11,7 +11,6 @@ use weft_model::{Await, Call, Emit, Sleep, Subflow};
 use weft_runtime::StepContext;
 use weft_store::{Emission, ErrorRecord, ParentLink, StepRecord, TimerKind, TimerRef};
 
-use crate::DEFAULT_TENANT;
 use crate::launch::MAX_DEPTH;
 use crate::runner::StepCall;
 
@@ -128,8 +127,8 @@ impl Drive {
             return;
         }
         let context = StepContext {
-            tenant: DEFAULT_TENANT.to_owned(),
-            workflow: run.workflow.clone(),
+            tenant: weft_core::tenant::of(&run.workflow).to_owned(),
+            workflow: weft_core::tenant::bare(&run.workflow).to_owned(),
             run_id: run.id.clone(),
             step_id: step.id.clone(),
             attempt: ready.attempt,
@@ -159,7 +158,8 @@ impl Drive {
                 record.input = payload.clone();
                 attempt.emitted.push(Emission {
                     id,
-                    channel: emit.channel.clone(),
+                    // A run emits to its own tenant's channel.
+                    channel: weft_core::tenant::sibling(&self.run.workflow, &emit.channel),
                     payload,
                 });
             }
@@ -254,7 +254,7 @@ impl Drive {
         }
         attempt.call = Some(Invocation::Spawn {
             launcher: Arc::clone(&self.launcher),
-            workflow: subflow.workflow.clone(),
+            workflow: weft_core::tenant::sibling(&self.run.workflow, &subflow.workflow),
             input,
             parent: ParentLink {
                 run: self.run.id.clone(),

@@ -8,16 +8,16 @@ use std::time::Duration;
 
 use axum::Json;
 use axum::extract::rejection::{JsonRejection, QueryRejection};
-use axum::extract::{Path, Query, State};
+use axum::extract::{Extension, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{Api, ApiError, blocking, spawn_detached};
+use super::{Api, ApiError, Caller, blocking, shown as named, spawn_detached};
 use crate::hub::{HubError, SubscriptionSpec};
 use weft_engine::{ActError, Answer};
-use weft_store::{DeliveryState, SubscriptionRecord, Target};
+use weft_store::{DeliveryRecord, DeliveryState, Right, SubscriptionRecord, Target, What};
 
 /// The most SSE streams open at once: each holds a thread while open.
 pub const MAX_STREAMS: usize = 256;
@@ -33,10 +33,19 @@ impl From<HubError> for ApiError {
     }
 }
 
+/// The stored names in a subscription's record.
+const SUBSCRIPTION_NAMES: &[&str] = &["key", "channel"];
+
+/// The stored names in a delivery's record.
+const DELIVERY_NAMES: &[&str] = &["subscription"];
+
+/// The stored names in a message's record.
+const MESSAGE_NAMES: &[&str] = &["channel"];
+
 /// A subscription as the API shows it: the webhook's secret is not shown
 /// again after it is made.
 fn shown(subscription: &SubscriptionRecord, with_secret: bool) -> Value {
-    let mut value = serde_json::to_value(subscription).unwrap_or(Value::Null);
+    let mut value = named(subscription, SUBSCRIPTION_NAMES);
     if !with_secret
         && let Target::Webhook { .. } = subscription.target
         && let Some(target) = value.get_mut("target").and_then(Value::as_object_mut)
@@ -48,11 +57,43 @@ fn shown(subscription: &SubscriptionRecord, with_secret: bool) -> Value {
 
 pub(super) async fn add_subscription(
     State(api): State<Api>,
+    Extension(caller): Extension<Caller>,
     body: Result<Json<SubscriptionSpec>, JsonRejection>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     let Json(spec) = body?;
+    caller.need(Right::Deploy)?;
     let hub = api.hub.clone();
-    let made = blocking(move || hub.subscribe(spec)).await??;
+    let tenant = caller.tenant.clone();
+    let store = Arc::clone(api.engine.store());
+    let made = blocking(move || {
+        if let Some(max) = super::quota_of(store.as_ref(), &tenant)?.max_subscriptions {
+            let stored = weft_core::tenant::qualify(&tenant, &spec.channel);
+            let key = format!("{stored}/{}", spec.name.as_deref().unwrap_or("default"));
+            let all = store.subscriptions(None)?;
+            let count = all
+                .iter()
+                .filter(|s| weft_core::tenant::of(&s.key) == tenant && s.key != key)
+                .count();
+            if count >= max as usize {
+                return Err(ApiError::new(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "quota_exceeded",
+                    format!(
+                        "tenant `{tenant}` is at its quota `max_subscriptions` ({max}); remove one first"
+                    ),
+                ));
+            }
+        }
+        Ok(hub.subscribe(&tenant, spec)?)
+    })
+    .await??;
+    api.audit(
+        &caller,
+        "subscription.add",
+        weft_core::tenant::bare(&made.key),
+        Value::Null,
+    )
+    .await;
     Ok((
         StatusCode::CREATED,
         Json(json!({ "subscription": shown(&made, true) })),
@@ -68,23 +109,48 @@ pub(super) struct SubscriptionsQuery {
 
 pub(super) async fn list_subscriptions(
     State(api): State<Api>,
+    Extension(caller): Extension<Caller>,
     query: Result<Query<SubscriptionsQuery>, QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let Query(query) = query?;
     let store = Arc::clone(api.engine.store());
-    let found = blocking(move || store.subscriptions(query.channel.as_deref())).await??;
-    let shown: Vec<Value> = found.iter().map(|s| shown(s, false)).collect();
+    let channel = match &query.channel {
+        Some(name) => match caller.name(name) {
+            Some(stored) => Some(stored),
+            None => return Ok(Json(json!({ "subscriptions": [] }))),
+        },
+        None => None,
+    };
+    let found = blocking(move || store.subscriptions(channel.as_deref())).await??;
+    let shown: Vec<Value> = found
+        .iter()
+        .filter(|s| caller.owns(&s.key))
+        .map(|s| shown(s, false))
+        .collect();
     Ok(Json(json!({ "subscriptions": shown })))
 }
 
 pub(super) async fn remove_subscription(
     State(api): State<Api>,
+    Extension(caller): Extension<Caller>,
     Path((channel, name)): Path<(String, String)>,
 ) -> Result<Json<Value>, ApiError> {
-    let hub = api.hub.clone();
     let key = format!("{channel}/{name}");
-    let asked = key.clone();
-    blocking(move || hub.unsubscribe(&asked)).await??;
+    let missing = || ApiError::not_found(&What::Subscription(key.clone()));
+    let stored = caller
+        .name(&channel)
+        .map(|c| format!("{c}/{name}"))
+        .ok_or_else(missing)?;
+    let store = Arc::clone(api.engine.store());
+    let asked = stored.clone();
+    if blocking(move || store.subscription(&asked)).await??.is_none() {
+        return Err(missing());
+    }
+    caller.need(Right::Deploy)?;
+    let hub = api.hub.clone();
+    blocking(move || hub.unsubscribe(&stored)).await??;
+    api.audit(&caller, "subscription.remove", &key, Value::Null)
+        .await;
     Ok(Json(json!({ "removed": key })))
 }
 
@@ -102,6 +168,7 @@ pub(super) struct EventsQuery {
 /// passed.
 pub(super) async fn events(
     State(api): State<Api>,
+    Extension(caller): Extension<Caller>,
     Path(channel): Path<String>,
     query: Result<Query<EventsQuery>, QueryRejection>,
     headers: HeaderMap,
@@ -130,13 +197,33 @@ pub(super) async fn events(
             format!("at most {MAX_STREAMS} event streams may be open at once"),
         )
     })?;
+    if channel.contains(weft_core::tenant::SEPARATOR) {
+        return Err(ApiError::bad_request(format!(
+            "channel `{channel}` has `:`; use letters, digits, `_`, `-` and `.`"
+        )));
+    }
     let hub = api.hub.clone();
-    let mut consumer = blocking(move || hub.consumer(&channel, &consumer, after)).await??;
+    let tenant = caller.tenant.clone();
+    let mut consumer =
+        blocking(move || hub.consumer(&tenant, &channel, &consumer, after)).await??;
     let (tx, mut rx) = tokio::sync::mpsc::channel::<Event>(256);
+    let access = Arc::clone(&api.access);
     spawn_detached(move || {
         let _permit = permit;
+        let mut seen = access.revocations();
+        let mut checked = std::time::Instant::now();
         loop {
-            match consumer.next(Duration::from_secs(15)) {
+            // A revoked or expired token ends the stream: checked at once
+            // after any revocation, and every few seconds for expiry.
+            let now = access.revocations();
+            if now != seen || checked.elapsed() >= Duration::from_secs(5) {
+                seen = now;
+                checked = std::time::Instant::now();
+                if !access.still_valid(&caller) {
+                    return;
+                }
+            }
+            match consumer.next(Duration::from_millis(250)) {
                 Ok(Some(batch)) => {
                     for delivery in batch {
                         let data = serde_json::to_string(&delivery).unwrap_or_default();
@@ -180,6 +267,7 @@ pub(super) struct DeliveriesQuery {
 /// `state=error`, its dead letters) in order.
 pub(super) async fn list_deliveries(
     State(api): State<Api>,
+    Extension(caller): Extension<Caller>,
     query: Result<Query<DeliveriesQuery>, QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let Query(query) = query?;
@@ -190,47 +278,77 @@ pub(super) async fn list_deliveries(
         .map(crate::hub::delivery_state)
         .transpose()
         .map_err(|e| ApiError::bad_request(format!("state: {e}")))?;
+    let subscription = match &query.subscription {
+        Some(key) => match caller.name(key) {
+            Some(stored) => Some(stored),
+            None => return Ok(Json(json!({ "deliveries": [] }))),
+        },
+        None => None,
+    };
     let store = Arc::clone(api.engine.store());
+    let tenant = caller.tenant.clone();
     let found = blocking(move || {
         let dead = state == Some(DeliveryState::Error);
-        let mut found = match (&query.subscription, dead) {
+        // Listings of every subscription are scanned past other tenants'
+        // rows, up to ten times the limit.
+        let scan = limit.saturating_mul(10);
+        let mut found = match (&subscription, dead) {
             (Some(key), dead) => store.queued(key, dead, 0, limit)?,
-            (None, true) => store.dead_letters(limit)?,
-            (None, false) => store.deliveries(limit)?,
+            (None, true) => store.dead_letters(scan)?,
+            (None, false) => store.deliveries(scan)?,
         };
+        found.retain(|d| weft_core::tenant::of(&d.subscription) == tenant);
         if let Some(state) = state {
             found.retain(|d| d.state == state);
         }
+        found.truncate(limit);
         Ok::<_, weft_store::StoreError>(found)
     })
     .await??;
+    let found: Vec<Value> = found.iter().map(|d| named(d, DELIVERY_NAMES)).collect();
     Ok(Json(json!({ "deliveries": found })))
+}
+
+/// Delivery `id`, if it is of one of the caller's subscriptions.
+async fn own_delivery(api: &Api, caller: &Caller, id: &str) -> Result<DeliveryRecord, ApiError> {
+    let store = Arc::clone(api.engine.store());
+    let asked = id.to_owned();
+    blocking(move || store.delivery(&asked))
+        .await??
+        .filter(|d| caller.owns(&d.subscription))
+        .ok_or_else(|| ApiError::not_found(&What::Delivery(id.to_owned())))
 }
 
 pub(super) async fn get_delivery(
     State(api): State<Api>,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let store = Arc::clone(api.engine.store());
-    let asked = id.clone();
-    match blocking(move || store.delivery(&asked)).await?? {
-        Some(delivery) => Ok(Json(json!({ "delivery": delivery }))),
-        None => Err(ApiError::not_found(&weft_store::What::Delivery(id))),
-    }
+    let delivery = own_delivery(&api, &caller, &id).await?;
+    Ok(Json(json!({ "delivery": named(&delivery, DELIVERY_NAMES) })))
 }
 
 /// `POST /v1/deliveries/{id}/{ack|resend}`.
 pub(super) async fn change_delivery(
     State(api): State<Api>,
+    Extension(caller): Extension<Caller>,
     Path((id, action)): Path<(String, String)>,
 ) -> Result<Json<Value>, ApiError> {
+    if !matches!(action.as_str(), "ack" | "resend") {
+        return Err(super::not_found().await);
+    }
+    own_delivery(&api, &caller, &id).await?;
+    caller.need(Right::Operate)?;
     let hub = api.hub.clone();
+    let asked = id.clone();
     let delivery = match action.as_str() {
-        "ack" => blocking(move || hub.ack(&id)).await??,
-        "resend" => blocking(move || hub.resend(&id)).await??,
-        _ => return Err(super::not_found().await),
+        "ack" => blocking(move || hub.ack(&asked)).await??,
+        _ => blocking(move || hub.resend(&asked)).await??,
     };
-    Ok(Json(json!({ "delivery": delivery })))
+    if action == "resend" {
+        api.audit(&caller, "delivery.resend", &id, Value::Null).await;
+    }
+    Ok(Json(json!({ "delivery": named(&delivery, DELIVERY_NAMES) })))
 }
 
 /// The most deliveries one batch ack takes.
@@ -246,9 +364,11 @@ pub(super) struct AcksRequest {
 /// each one's state, or its error.
 pub(super) async fn ack_many(
     State(api): State<Api>,
+    Extension(caller): Extension<Caller>,
     body: Result<Json<AcksRequest>, JsonRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let Json(request) = body?;
+    caller.need(Right::Operate)?;
     if request.deliveries.len() > MAX_ACKS {
         return Err(ApiError::bad_request(format!(
             "deliveries: at most {MAX_ACKS} at once, not {}",
@@ -256,26 +376,49 @@ pub(super) async fn ack_many(
         )));
     }
     let hub = api.hub.clone();
+    let store = Arc::clone(api.engine.store());
     let ids = request.deliveries;
     let answers = blocking(move || {
-        let answers = hub.ack_all(&ids);
-        ids.into_iter()
-            .zip(answers)
-            .map(|(id, answer)| match answer {
-                Ok(delivery) => json!({ "id": id, "state": delivery.state }),
-                Err(e) => json!({ "id": id, "error": ApiError::from(e).code }),
-            })
-            .collect::<Vec<Value>>()
+        // Another tenant's delivery is answered as one that does not
+        // exist, and is not acked.
+        let mut owned = Vec::with_capacity(ids.len());
+        for id in &ids {
+            let found = store
+                .delivery(id)
+                .map_err(ApiError::from)?
+                .filter(|d| caller.owns(&d.subscription));
+            owned.push(found.is_some());
+        }
+        let mine: Vec<String> = ids
+            .iter()
+            .zip(&owned)
+            .filter(|(_, owned)| **owned)
+            .map(|(id, _)| id.clone())
+            .collect();
+        let mut answers = hub.ack_all(&mine).into_iter();
+        Ok::<_, ApiError>(
+            ids.into_iter()
+                .zip(owned)
+                .map(|(id, owned)| match owned.then(|| answers.next()).flatten() {
+                    Some(Ok(delivery)) => json!({ "id": id, "state": delivery.state }),
+                    Some(Err(e)) => json!({ "id": id, "error": ApiError::from(e).code }),
+                    None => json!({ "id": id, "error": "unknown_delivery" }),
+                })
+                .collect::<Vec<Value>>(),
+        )
     })
-    .await?;
+    .await??;
     Ok(Json(json!({ "acks": answers })))
 }
 
 /// `DELETE /v1/deliveries/{id}`: clears a dead letter.
 pub(super) async fn clear_delivery(
     State(api): State<Api>,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
+    own_delivery(&api, &caller, &id).await?;
+    caller.need(Right::Operate)?;
     let hub = api.hub.clone();
     let asked = id.clone();
     blocking(move || hub.clear(&asked)).await??;
@@ -349,12 +492,15 @@ impl ActionRequest {
 /// (`fan/approve`, `each[2]/approve`).
 pub(super) async fn act(
     State(api): State<Api>,
+    Extension(caller): Extension<Caller>,
     Path((run, rest)): Path<(String, String)>,
     body: Result<Json<ActionRequest>, JsonRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let Some(step) = rest.strip_suffix("/actions").map(str::to_owned) else {
         return Err(super::not_found().await);
     };
+    super::own_run(&api, &caller, &run).await?;
+    caller.need(Right::Operate)?;
     let Json(request) = body?;
     let action = request.action;
     let answer = request.answer()?;
@@ -412,21 +558,12 @@ async fn refused(api: &Api, run: &str, error: ActError) -> ApiError {
 /// deliveries.
 pub(super) async fn run_messages(
     State(api): State<Api>,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
+    super::own_run(&api, &caller, &id).await?;
     let store = Arc::clone(api.engine.store());
-    let asked = id.clone();
-    let found = blocking(move || {
-        let run = store.run(&asked)?;
-        let messages = match run {
-            Some(_) => Some(store.run_messages(&asked)?),
-            None => None,
-        };
-        Ok::<_, weft_store::StoreError>(messages)
-    })
-    .await??;
-    match found {
-        Some(messages) => Ok(Json(json!({ "messages": messages }))),
-        None => Err(ApiError::unknown_run(&id)),
-    }
+    let messages = blocking(move || store.run_messages(&id)).await??;
+    let messages: Vec<Value> = messages.iter().map(|m| named(m, MESSAGE_NAMES)).collect();
+    Ok(Json(json!({ "messages": messages })))
 }

@@ -6,14 +6,15 @@ use std::sync::Arc;
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Extension, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{Api, ApiError, blocking};
+use super::{Api, ApiError, Caller, blocking, shown as named};
+use weft_core::tenant;
 use weft_model::{Format, Workflow};
-use weft_store::DeploymentRecord;
+use weft_store::{DeploymentRecord, Right};
 
 use crate::workflows::DeployError;
 
@@ -22,7 +23,7 @@ pub const MAX_COMPONENT: usize = 64 << 20;
 
 fn summary(workflow: &Workflow, head: Option<&DeploymentRecord>) -> Value {
     json!({
-        "id": workflow.id,
+        "id": tenant::bare(&workflow.id),
         "version": workflow.version,
         "description": workflow.description,
         "steps": workflow.steps.iter().map(|s| s.id.as_str()).collect::<Vec<_>>(),
@@ -36,16 +37,17 @@ fn unreadable(rejection: BytesRejection) -> ApiError {
     ApiError::rejected(rejection.status(), rejection.body_text())
 }
 
-fn unknown_workflow(id: &str) -> ApiError {
-    ApiError::new(
-        StatusCode::NOT_FOUND,
-        "unknown_workflow",
-        format!("no workflow `{id}` is served here"),
-    )
-}
+use super::unknown_workflow;
 
-/// `GET /v1/workflows`: every workflow served, with its newest revision.
-pub(super) async fn list_workflows(State(api): State<Api>) -> Result<Json<Value>, ApiError> {
+/// The stored names in a deployment's record.
+const DEPLOYMENT_NAMES: &[&str] = &["workflow"];
+
+/// `GET /v1/workflows`: every workflow of the caller's tenant served,
+/// with its newest revision.
+pub(super) async fn list_workflows(
+    State(api): State<Api>,
+    Extension(caller): Extension<Caller>,
+) -> Result<Json<Value>, ApiError> {
     let deployments = Arc::clone(&api.workflows);
     let listed = blocking(move || {
         let heads: std::collections::HashMap<String, DeploymentRecord> = deployments
@@ -57,6 +59,7 @@ pub(super) async fn list_workflows(State(api): State<Api>) -> Result<Json<Value>
         Ok::<_, weft_store::StoreError>(
             current
                 .iter()
+                .filter(|wf| caller.owns(&wf.id))
                 .map(|wf| summary(wf, heads.get(&wf.id)))
                 .collect::<Vec<_>>(),
         )
@@ -76,12 +79,14 @@ pub(super) struct RevisionQuery {
 /// version; `?revision=N` shows that version's text instead.
 pub(super) async fn get_workflow(
     State(api): State<Api>,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
     query: Result<Query<RevisionQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let Query(query) = query?;
     let deployments = Arc::clone(&api.workflows);
-    let asked = id.clone();
+    let asked = caller.name(&id).ok_or_else(|| unknown_workflow(&id))?;
+    let stored = asked.clone();
     let (versions, shown) = blocking(move || {
         let versions = deployments.versions(&asked)?;
         let revision = match query.revision {
@@ -98,7 +103,7 @@ pub(super) async fn get_workflow(
         Ok::<_, weft_store::StoreError>((versions, shown))
     })
     .await??;
-    let served = api.workflows.current().get(&id);
+    let served = api.workflows.current().get(&stored);
     let Some((record, definition)) = shown else {
         return Err(match query.revision {
             Some(revision) if !versions.is_empty() => ApiError::new(
@@ -127,7 +132,7 @@ pub(super) async fn get_workflow(
             "source": definition.source,
             "served": served_revision == Some(record.revision),
         },
-        "versions": versions,
+        "versions": versions.iter().map(|v| named(v, DEPLOYMENT_NAMES)).collect::<Vec<_>>(),
     })))
 }
 
@@ -138,9 +143,11 @@ pub(super) async fn get_workflow(
 /// that cannot start is refused at deployment.
 pub(super) async fn deploy_workflow(
     State(api): State<Api>,
+    Extension(caller): Extension<Caller>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
+    caller.need(Right::Deploy)?;
     let body = body.map_err(unreadable)?;
     let text = std::str::from_utf8(&body)
         .map_err(|e| ApiError::bad_request(format!("the definition is not UTF-8 text: {e}")))?;
@@ -157,10 +164,21 @@ pub(super) async fn deploy_workflow(
     let engine = Arc::clone(&api.engine);
     let deployments = Arc::clone(&api.workflows);
     let text = text.to_owned();
-    let deployed =
-        blocking(move || deployments.deploy_checked(&engine, &text, format, "request body"))
-            .await?
-            .map_err(deploy_error)?;
+    let tenant = caller.tenant.clone();
+    let deployed = blocking(move || {
+        deployments.deploy_checked(&engine, &tenant, &text, format, "request body")
+    })
+    .await?
+    .map_err(deploy_error)?;
+    if deployed.created {
+        api.audit(
+            &caller,
+            "workflow.deploy",
+            tenant::bare(&deployed.record.workflow),
+            json!({ "revision": deployed.record.revision, "digest": deployed.record.digest }),
+        )
+        .await;
+    }
     let current = api.workflows.current();
     let served = current
         .get(&deployed.record.workflow)
@@ -189,10 +207,31 @@ fn deploy_error(error: DeployError) -> ApiError {
     ApiError::new(status, code, error.to_string())
 }
 
-/// `GET /v1/plugins`: every plugin in the registry, by name, newest
-/// version first.
-pub(super) async fn list_plugins(State(api): State<Api>) -> Json<Value> {
-    Json(json!({ "plugins": api.engine.plugins().list() }))
+/// A plugin as `caller` sees it: its own by their bare names, and the
+/// shared ones (tenant `default`'s) marked `shared`.
+fn plugin_shown(caller: &Caller, record: &weft_store::PluginRecord) -> Value {
+    let mut value = named(record, &["name"]);
+    if caller.tenant != tenant::DEFAULT && tenant::of(&record.name) == tenant::DEFAULT {
+        value["shared"] = json!(true);
+    }
+    value
+}
+
+/// `GET /v1/plugins`: the plugins the caller's workflows may use (its
+/// tenant's own and the shared ones), by name, newest version first.
+pub(super) async fn list_plugins(
+    State(api): State<Api>,
+    Extension(caller): Extension<Caller>,
+) -> Json<Value> {
+    let listed: Vec<Value> = api
+        .engine
+        .plugins()
+        .list()
+        .iter()
+        .filter(|r| caller.owns(&r.name) || tenant::of(&r.name) == tenant::DEFAULT)
+        .map(|r| plugin_shown(&caller, r))
+        .collect();
+    Json(json!({ "plugins": listed }))
 }
 
 /// `POST /v1/plugins`: adds the component in the body to the registry once
@@ -201,8 +240,15 @@ pub(super) async fn list_plugins(State(api): State<Api>) -> Json<Value> {
 /// why a component was refused (a missing import is named).
 pub(super) async fn add_plugin(
     State(api): State<Api>,
+    Extension(caller): Extension<Caller>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
+    caller.need(Right::Deploy)?;
+    // Tenant `default`'s plugins are every tenant's: publishing one is an
+    // admin's (the caller of a host without tokens is one).
+    if caller.tenant == tenant::DEFAULT {
+        caller.need(Right::Admin)?;
+    }
     let body = body.map_err(unreadable)?;
     if body.is_empty() {
         return Err(ApiError::bad_request(
@@ -210,12 +256,42 @@ pub(super) async fn add_plugin(
         ));
     }
     let engine = Arc::clone(&api.engine);
+    let tenant = caller.tenant.clone();
     let (record, existed) = blocking(move || {
         let digest = weft_runtime::Digest::of(&body).to_string();
-        let existed = engine.plugins().list().iter().any(|r| r.digest == digest);
+        let own: Vec<_> = engine
+            .plugins()
+            .list()
+            .into_iter()
+            .filter(|r| tenant::of(&r.name) == tenant)
+            .collect();
+        let existed = own.iter().any(|r| r.digest == digest);
+        let quota = super::quota_of(engine.store().as_ref(), &tenant)?;
+        if let Some(max) = quota.max_plugin_bytes
+            && body.len() as u64 > max
+        {
+            return Err(ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "quota_exceeded",
+                format!(
+                    "the component is {} bytes; tenant `{tenant}`'s quota `max_plugin_bytes` is {max}",
+                    body.len()
+                ),
+            ));
+        }
+        if let Some(max) = quota.max_plugins
+            && !existed
+            && own.len() >= max as usize
+        {
+            return Err(ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "quota_exceeded",
+                format!("tenant `{tenant}` is at its quota `max_plugins` ({max})"),
+            ));
+        }
         engine
             .plugins()
-            .add(&body, "api")
+            .add_for(&tenant, &body, "api")
             .map(|(_, record)| (record, existed))
             .map_err(|e| {
                 ApiError::new(
@@ -227,12 +303,20 @@ pub(super) async fn add_plugin(
     })
     .await??;
     tracing::info!(plugin = %record.name, version = %record.version, digest = %record.digest, "plugin added over the API");
+    let shown = plugin_shown(&caller, &record);
     if existed {
         Ok((
             StatusCode::OK,
-            Json(json!({ "plugin": record, "existing": true })),
+            Json(json!({ "plugin": shown, "existing": true })),
         ))
     } else {
-        Ok((StatusCode::CREATED, Json(json!({ "plugin": record }))))
+        api.audit(
+            &caller,
+            "plugin.add",
+            tenant::bare(&record.name),
+            json!({ "version": record.version, "digest": record.digest }),
+        )
+        .await;
+        Ok((StatusCode::CREATED, Json(json!({ "plugin": shown }))))
     }
 }

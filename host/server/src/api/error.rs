@@ -20,6 +20,8 @@ pub struct ApiError {
     pub code: &'static str,
     /// A message for people.
     pub message: String,
+    /// For `429`: the seconds to wait, sent as `Retry-After`.
+    pub retry_after: Option<u64>,
 }
 
 impl ApiError {
@@ -29,6 +31,7 @@ impl ApiError {
             status,
             code,
             message: message.into(),
+            retry_after: None,
         }
     }
 
@@ -64,7 +67,13 @@ impl ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let body = json!({ "error": { "code": self.code, "message": self.message } });
-        (self.status, Json(body)).into_response()
+        let mut response = (self.status, Json(body)).into_response();
+        if let Some(seconds) = self.retry_after {
+            response
+                .headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, seconds.into());
+        }
+        response
     }
 }
 
@@ -101,6 +110,8 @@ impl ApiError {
             What::Delivery(_) => "unknown_delivery",
             What::Schedule(_) => "unknown_schedule",
             What::Revision { .. } => "unknown_revision",
+            What::Tenant(_) => "unknown_tenant",
+            What::Token(_) => "unknown_token",
             _ => return Self::store(&format!("no {what}")),
         };
         Self::new(StatusCode::NOT_FOUND, code, format!("no {what}"))

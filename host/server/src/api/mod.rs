@@ -1,19 +1,24 @@
 //! The HTTP API, under `/v1`: deploy workflows and plugins, start runs and
 //! read them back, act on waiting steps, receive messages, and manage
-//! deliveries and cron triggers. JSON in and out; every error is
-//! `{"error": {"code": ..., "message": ...}}` with a stable code. The routes
-//! are listed once, in [`routes`]; `GET /v1/openapi.json` describes each
-//! (a test holds the two together).
+//! deliveries and cron triggers, tenants and tokens. JSON in and out;
+//! every error is `{"error": {"code": ..., "message": ...}}` with a stable
+//! code. The routes are listed once, in [`routes`]; `GET
+//! /v1/openapi.json` describes each (a test holds the two together).
+//!
+//! Every route but health and the document is made by a [`Caller`] (see
+//! [`auth`]) and sees only its tenant's objects.
 
+pub mod auth;
 mod deliver;
 mod deploy;
 mod error;
 mod openapi;
+mod tenancy;
 
 use std::sync::Arc;
 
 use axum::extract::rejection::JsonRejection;
-use axum::extract::{DefaultBodyLimit, Path, Query, State};
+use axum::extract::{DefaultBodyLimit, Extension, Path, Query, State};
 use axum::http::StatusCode;
 use axum::routing::{MethodRouter, get, post};
 use axum::{Json, Router};
@@ -22,9 +27,10 @@ use serde_json::{Value, json};
 
 use crate::hub::Hub;
 use crate::workflows::Deployments;
-use weft_engine::{Engine, Quiet, StartError};
-use weft_store::RunFilter;
+use weft_engine::{Engine, Quiet};
+use weft_store::{Right, RunFilter};
 
+pub use auth::{Access, Caller};
 pub use error::ApiError;
 
 /// The largest request body accepted.
@@ -38,18 +44,29 @@ pub struct Api {
     hub: Hub,
     /// Places for open event streams.
     streams: Arc<tokio::sync::Semaphore>,
+    /// Tokens, and the starts quota.
+    access: Arc<Access>,
 }
 
 impl Api {
     /// An API over `engine`, serving and deploying `workflows`, delivering
     /// through `hub`.
     pub fn new(engine: Arc<Engine>, workflows: Arc<Deployments>, hub: Hub) -> Self {
+        let access = Access::new(Arc::clone(engine.store()), Arc::clone(engine.clock()));
         Self {
             engine,
             workflows,
             hub,
             streams: Arc::new(tokio::sync::Semaphore::new(deliver::MAX_STREAMS)),
+            access: Arc::new(access),
         }
+    }
+
+    /// Requires a token on every request (`weft serve --auth`), even
+    /// while none exists in the store.
+    pub fn require_auth(self) -> Self {
+        self.access.require();
+        self
     }
 
     /// The routes, ready for `axum::serve`.
@@ -60,8 +77,20 @@ impl Api {
         }
         router
             .fallback(not_found)
+            .layer(axum::middleware::from_fn_with_state(
+                self.clone(),
+                auth::authenticate,
+            ))
             .layer(DefaultBodyLimit::max(MAX_BODY))
             .with_state(self)
+    }
+
+    /// Appends what `caller` changed to the audit log (off the async
+    /// threads).
+    async fn audit(&self, caller: &Caller, action: &str, object: &str, detail: Value) {
+        let access = Arc::clone(&self.access);
+        let (caller, action, object) = (caller.clone(), action.to_owned(), object.to_owned());
+        let _ = blocking(move || access.audit(&caller, &action, &object, detail)).await;
     }
 }
 
@@ -113,6 +142,19 @@ fn routes() -> Vec<(&'static str, MethodRouter<Api>)> {
             "/v1/deliveries/{id}/{action}",
             post(deliver::change_delivery),
         ),
+        (
+            "/v1/tenants",
+            get(tenancy::list_tenants).post(tenancy::add_tenant),
+        ),
+        ("/v1/tenants/{tenant}", delete(tenancy::remove_tenant)),
+        ("/v1/tenants/{tenant}/quota", post(tenancy::set_quota)),
+        ("/v1/tenants/{tenant}/usage", get(tenancy::usage)),
+        (
+            "/v1/tokens",
+            get(tenancy::list_tokens).post(tenancy::create_token),
+        ),
+        ("/v1/tokens/{id}/revoke", post(tenancy::revoke_token)),
+        ("/v1/audit", get(tenancy::list_audit)),
     ]
 }
 
@@ -153,38 +195,95 @@ struct StartRequest {
     idempotency_key: Option<String>,
 }
 
+fn unknown_workflow(id: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "unknown_workflow",
+        format!("no workflow `{id}` is served here"),
+    )
+}
+
+/// The stored form of a client's idempotency key: tenant `default`'s as
+/// they are, another tenant's behind its name and a control character,
+/// which no key may hold.
+fn idempotency_key(tenant: &str, key: &str) -> String {
+    if tenant == weft_core::tenant::DEFAULT {
+        key.to_owned()
+    } else {
+        format!("{tenant}\u{1f}{key}")
+    }
+}
+
+/// `value` with the stored names at `fields` (`a` or `a.b`) shown bare:
+/// a caller sees only its own tenant's objects, by the names it gave.
+fn bare(mut value: Value, fields: &[&str]) -> Value {
+    for field in fields {
+        let mut at = Some(&mut value);
+        for part in field.split('.') {
+            at = at.and_then(|v| v.get_mut(part));
+        }
+        if let Some(slot) = at
+            && let Some(text) = slot.as_str()
+        {
+            *slot = Value::String(weft_core::tenant::bare(text).to_owned());
+        }
+    }
+    value
+}
+
+/// A record as the API shows it, with its stored names at `fields` bare.
+fn shown<T: serde::Serialize>(record: &T, fields: &[&str]) -> Value {
+    bare(serde_json::to_value(record).unwrap_or(Value::Null), fields)
+}
+
+/// The stored names in a run's record.
+const RUN_NAMES: &[&str] = &["workflow", "trigger.schedule"];
+
+/// The tenant's quota, if it has a row.
+fn quota_of(store: &dyn weft_store::Store, tenant: &str) -> Result<weft_store::Quota, ApiError> {
+    Ok(store
+        .tenants()?
+        .into_iter()
+        .find(|t| t.name == tenant)
+        .map(|t| t.quota)
+        .unwrap_or_default())
+}
+
 async fn start_run(
     State(api): State<Api>,
+    Extension(caller): Extension<Caller>,
     body: Result<Json<StartRequest>, JsonRejection>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     let Json(request) = body.map_err(ApiError::from)?;
-    let workflow = api
-        .workflows
-        .current()
-        .get(&request.workflow)
-        .ok_or_else(|| {
-            ApiError::new(
-                StatusCode::NOT_FOUND,
-                "unknown_workflow",
-                format!("no workflow `{}` is served here", request.workflow),
-            )
-        })?;
+    let workflow = caller
+        .name(&request.workflow)
+        .and_then(|id| api.workflows.current().get(&id))
+        .ok_or_else(|| unknown_workflow(&request.workflow))?;
+    caller.need(Right::Operate)?;
     let input = request.input.unwrap_or_else(|| json!({}));
     if let Some(key) = &request.idempotency_key
-        && (key.is_empty() || key.len() > 256)
+        && (key.is_empty() || key.len() > 256 || key.chars().any(char::is_control))
     {
         return Err(ApiError::bad_request(
-            "idempotency_key: must be 1 to 256 bytes long",
+            "idempotency_key: must be 1 to 256 bytes long, without control characters",
         ));
     }
     let engine = Arc::clone(&api.engine);
-    let key = request.idempotency_key.clone();
+    let access = Arc::clone(&api.access);
+    let key = request
+        .idempotency_key
+        .as_deref()
+        .map(|key| idempotency_key(&caller.tenant, key));
+    let tenant = caller.tenant.clone();
     // Resolving plugins may compile, and recording waits for a sync.
     let started = blocking(move || {
         if let Some(key) = &key
             && let Some(run) = engine.store().idempotent_run(key)?
         {
-            return Ok::<_, StartError>(Err(run));
+            return Ok::<_, ApiError>(Err(run));
+        }
+        if let Some(rate) = quota_of(engine.store().as_ref(), &tenant)?.starts_per_second {
+            access.take_start(&tenant, rate)?;
         }
         let mut handle = engine.start_keyed(workflow, input, Box::new(Quiet), key)?;
         match handle.recorded() {
@@ -240,6 +339,7 @@ fn parse_time(field: &str, text: &str) -> Result<weft_core::clock::Timestamp, Ap
 
 async fn list_runs(
     State(api): State<Api>,
+    Extension(caller): Extension<Caller>,
     query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let Query(query) = query?;
@@ -250,8 +350,14 @@ async fn list_runs(
         .map(str::parse)
         .transpose()
         .map_err(|e: String| ApiError::bad_request(format!("state: {e}")))?;
+    let workflow = match &query.workflow {
+        // A name no workflow can have matches no run.
+        Some(name) => Some(caller.name(name).unwrap_or_else(|| name.clone())),
+        None => None,
+    };
     let filter = RunFilter {
-        workflow: query.workflow,
+        tenant: Some(caller.tenant.clone()),
+        workflow,
         state,
         since: query
             .since
@@ -268,64 +374,66 @@ async fn list_runs(
     let runs = blocking(move || store.runs(&filter, limit))
         .await?
         .map_err(ApiError::from)?;
+    let runs: Vec<Value> = runs.iter().map(|r| shown(r, RUN_NAMES)).collect();
     Ok(Json(json!({ "runs": runs })))
 }
 
-async fn get_run(State(api): State<Api>, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+/// Run `id`, if it is the caller's.
+async fn own_run(
+    api: &Api,
+    caller: &Caller,
+    id: &str,
+) -> Result<weft_store::RunRecord, ApiError> {
     let store = Arc::clone(api.engine.store());
-    let found = blocking(move || {
-        let run = store.run(&id)?;
-        let steps = match &run {
-            Some(run) => store.steps(&run.id)?,
-            None => Vec::new(),
-        };
-        Ok::<_, weft_store::StoreError>((id, run, steps))
-    })
-    .await?
-    .map_err(ApiError::from)?;
-    match found {
-        (_, Some(run), steps) => Ok(Json(json!({ "run": run, "steps": steps }))),
-        (id, None, _) => Err(ApiError::unknown_run(&id)),
-    }
+    let asked = id.to_owned();
+    blocking(move || store.run(&asked))
+        .await??
+        .filter(|run| caller.owns(&run.workflow))
+        .ok_or_else(|| ApiError::unknown_run(id))
+}
+
+async fn get_run(
+    State(api): State<Api>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let run = own_run(&api, &caller, &id).await?;
+    let store = Arc::clone(api.engine.store());
+    let steps = blocking(move || store.steps(&id)).await??;
+    Ok(Json(json!({ "run": shown(&run, RUN_NAMES), "steps": steps })))
 }
 
 /// `GET /v1/runs/{id}/steps`: the run's step records in commit order, each
 /// with its input, output or error, timing and logs.
 async fn get_steps(
     State(api): State<Api>,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
+    own_run(&api, &caller, &id).await?;
     let store = Arc::clone(api.engine.store());
-    let asked = id.clone();
-    let found = blocking(move || {
-        Ok::<_, weft_store::StoreError>(match store.run(&asked)? {
-            Some(_) => Some(store.steps(&asked)?),
-            None => None,
-        })
-    })
-    .await??;
-    match found {
-        Some(steps) => Ok(Json(json!({ "steps": steps }))),
-        None => Err(ApiError::unknown_run(&id)),
-    }
+    let steps = blocking(move || store.steps(&id)).await??;
+    Ok(Json(json!({ "steps": steps })))
 }
 
 async fn cancel_run(
     State(api): State<Api>,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
+    own_run(&api, &caller, &id).await?;
+    caller.need(Right::Operate)?;
     let engine = Arc::clone(&api.engine);
     let asked = id.clone();
     let outcome = blocking(move || engine.cancel(&asked)).await?;
     match outcome {
-        Ok(()) => Ok(Json(json!({ "id": id, "cancelled": true }))),
+        Ok(()) => {
+            api.audit(&caller, "run.cancel", &id, Value::Null).await;
+            Ok(Json(json!({ "id": id, "cancelled": true })))
+        }
         Err(weft_store::StoreError::RunEnded(_)) => {
-            let store = Arc::clone(api.engine.store());
-            let asked = id.clone();
-            let state = blocking(move || store.run(&asked))
-                .await?
-                .ok()
-                .flatten()
+            let state = own_run(&api, &caller, &id)
+                .await
                 .map(|run| run.state.to_string())
                 .unwrap_or_default();
             Err(ApiError::new(
@@ -339,16 +447,28 @@ async fn cancel_run(
     }
 }
 
-async fn list_schedules(State(api): State<Api>) -> Result<Json<Value>, ApiError> {
+/// The stored names in a trigger's record.
+const SCHEDULE_NAMES: &[&str] = &["key", "workflow"];
+
+async fn list_schedules(
+    State(api): State<Api>,
+    Extension(caller): Extension<Caller>,
+) -> Result<Json<Value>, ApiError> {
     let store = Arc::clone(api.engine.store());
     let rows = blocking(move || store.schedules())
         .await?
         .map_err(ApiError::from)?;
+    let rows: Vec<Value> = rows
+        .iter()
+        .filter(|row| caller.owns(&row.workflow))
+        .map(|row| shown(row, SCHEDULE_NAMES))
+        .collect();
     Ok(Json(json!({ "schedules": rows })))
 }
 
 async fn pause_schedule(
     State(api): State<Api>,
+    Extension(caller): Extension<Caller>,
     Path((workflow, trigger, action)): Path<(String, String, String)>,
 ) -> Result<Json<Value>, ApiError> {
     let paused = match action.as_str() {
@@ -356,7 +476,22 @@ async fn pause_schedule(
         "resume" => false,
         _ => return Err(not_found().await),
     };
-    let key = format!("{workflow}/{trigger}");
+    let shown_key = format!("{workflow}/{trigger}");
+    let missing = || ApiError::not_found(&weft_store::What::Schedule(shown_key.clone()));
+    let key = caller
+        .name(&workflow)
+        .map(|id| format!("{id}/{trigger}"))
+        .ok_or_else(missing)?;
+    let store = Arc::clone(api.engine.store());
+    let asked = key.clone();
+    let exists = blocking(move || store.schedules())
+        .await??
+        .iter()
+        .any(|row| row.key == asked);
+    if !exists {
+        return Err(missing());
+    }
+    caller.need(Right::Deploy)?;
     let store = Arc::clone(api.engine.store());
     let now = api.engine.clock().now();
     let asked = key.clone();
@@ -373,8 +508,12 @@ async fn pause_schedule(
                 e => ApiError::internal(e.to_string()),
             })?;
     match row {
-        Some(row) => Ok(Json(json!({ "schedule": row }))),
-        None => Err(ApiError::not_found(&weft_store::What::Schedule(key))),
+        Some(row) => {
+            api.audit(&caller, &format!("schedule.{action}"), &shown_key, Value::Null)
+                .await;
+            Ok(Json(json!({ "schedule": shown(&row, SCHEDULE_NAMES) })))
+        }
+        None => Err(missing()),
     }
 }
 
@@ -387,39 +526,39 @@ struct AddScheduleRequest {
 
 async fn add_schedule(
     State(api): State<Api>,
+    Extension(caller): Extension<Caller>,
     body: Result<Json<AddScheduleRequest>, JsonRejection>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     let Json(request) = body.map_err(ApiError::from)?;
-    if api.workflows.current().get(&request.workflow).is_none() {
-        return Err(ApiError::new(
-            StatusCode::NOT_FOUND,
-            "unknown_workflow",
-            format!("no workflow `{}` is served here", request.workflow),
-        ));
-    }
+    let workflow = caller
+        .name(&request.workflow)
+        .filter(|id| api.workflows.current().get(id).is_some())
+        .ok_or_else(|| unknown_workflow(&request.workflow))?;
+    caller.need(Right::Deploy)?;
     let store = Arc::clone(api.engine.store());
     let now = api.engine.clock().now();
     let added = blocking(move || {
-        weft_engine::add_schedule(
-            store.as_ref(),
-            &request.workflow,
-            request.schedule,
-            "api",
-            now,
-        )
+        weft_engine::add_schedule(store.as_ref(), &workflow, request.schedule, "api", now)
     })
     .await?;
     match added {
-        Ok(row) => Ok((StatusCode::CREATED, Json(json!({ "schedule": row })))),
+        Ok(row) => {
+            api.audit(&caller, "schedule.add", weft_core::tenant::bare(&row.key), Value::Null)
+                .await;
+            Ok((
+                StatusCode::CREATED,
+                Json(json!({ "schedule": shown(&row, SCHEDULE_NAMES) })),
+            ))
+        }
         Err(weft_engine::ScheduleError::Invalid(message)) => Err(ApiError::new(
             StatusCode::BAD_REQUEST,
             "invalid_schedule",
             format!("schedule.{message}"),
         )),
-        Err(e @ weft_engine::ScheduleError::Exists(_)) => Err(ApiError::new(
+        Err(weft_engine::ScheduleError::Exists(key)) => Err(ApiError::new(
             StatusCode::CONFLICT,
             "schedule_exists",
-            e.to_string(),
+            format!("trigger `{}` exists already", weft_core::tenant::bare(&key)),
         )),
         Err(e @ weft_engine::ScheduleError::Contended(_)) => Err(ApiError::new(
             StatusCode::CONFLICT,

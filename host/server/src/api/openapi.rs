@@ -52,11 +52,12 @@ pub fn spec() -> Value {
         "info": {
             "title": "weft",
             "version": env!("CARGO_PKG_VERSION"),
-            "description": "The HTTP API of `weft serve`. Every error is `{\"error\": {\"code\", \"message\"}}` with a stable code. Bodies over 4 MiB (64 MiB for `POST /v1/plugins`) get 413 `body_too_large`; malformed JSON, unknown fields and wrong types get 400 `invalid_request` naming the field; a host that is shutting down answers 503 `unavailable`."
+            "description": "The HTTP API of `weft serve`. Every error is `{\"error\": {\"code\", \"message\"}}` with a stable code. Bodies over 4 MiB (64 MiB for `POST /v1/plugins`) get 413 `body_too_large`; malformed JSON, unknown fields and wrong types get 400 `invalid_request` naming the field; a host that is shutting down answers 503 `unavailable`. Every route but `/v1/health` and this document takes `Authorization: Bearer <token>`: required once any token exists in the store (or with `weft serve --auth`); without one, a loopback host serves as an admin of tenant `default`. A token acts in its tenant; an admin may name another with the `Weft-Tenant` header. Another tenant's objects answer 404 as if they did not exist."
         },
+        "security": [{ "bearer": [] }],
         "paths": {
-            "/v1/health": { "get": { "summary": "Health check", "responses": responses(("200", "`{\"status\": \"ok\"}`"), &[]) } },
-            "/v1/openapi.json": { "get": { "summary": "This document", "responses": responses(("200", "the OpenAPI document"), &[]) } },
+            "/v1/health": { "get": { "summary": "Health check", "security": [], "responses": responses(("200", "`{\"status\": \"ok\"}`"), &[]) } },
+            "/v1/openapi.json": { "get": { "summary": "This document", "security": [], "responses": responses(("200", "the OpenAPI document"), &[]) } },
             "/v1/workflows": {
                 "get": { "summary": "The workflows served, each with its newest revision and digest", "responses": responses(("200", "`{\"workflows\": [...]}`"), &[]) },
                 "post": {
@@ -207,7 +208,12 @@ pub fn spec() -> Value {
             }
         },
         "components": {
+            "securitySchemes": { "bearer": { "type": "http", "scheme": "bearer", "description": "an API token, `weft_<id>_<secret>`" } },
             "schemas": {
+                "Quota": { "type": "object", "additionalProperties": false, "properties": {
+                    "starts_per_second": { "type": "integer", "description": "runs started per second over the API; beyond it, 429 quota_exceeded with Retry-After" },
+                    "max_plugins": { "type": "integer" }, "max_plugin_bytes": { "type": "integer" }, "max_subscriptions": { "type": "integer" }
+                } },
                 "Error": { "type": "object", "required": ["error"], "properties": { "error": { "type": "object", "required": ["code", "message"], "properties": { "code": { "type": "string" }, "message": { "type": "string" } } } } },
                 "StartRequest": { "type": "object", "required": ["workflow"], "additionalProperties": false, "properties": { "workflow": { "type": "string" }, "input": {}, "idempotency_key": { "type": "string", "minLength": 1, "maxLength": 256 } } },
                 "Action": { "type": "object", "required": ["action"], "additionalProperties": false, "properties": {
@@ -232,8 +238,86 @@ pub fn spec() -> Value {
             }
         }
     });
+    if let (Some(paths), Value::Object(more)) =
+        (document["paths"].as_object_mut(), tenancy_paths())
+    {
+        paths.extend(more);
+    }
     add_body_errors(&mut document);
+    add_auth_errors(&mut document);
     document
+}
+
+/// Every operation but the open ones may answer 401 (no token, or one
+/// that does not work) and 403 (a role without the right, on the
+/// tenant's own objects); says so on each of them.
+fn add_auth_errors(document: &mut Value) {
+    let Some(paths) = document["paths"].as_object_mut() else {
+        return;
+    };
+    for operation in paths.values_mut().filter_map(Value::as_object_mut) {
+        for op in operation.values_mut() {
+            if op.get("security").is_some() {
+                continue;
+            }
+            let Some(responses) = op["responses"].as_object_mut() else {
+                continue;
+            };
+            let error = |description: &str| json!({ "description": description, "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Error" } } } });
+            responses.entry("401").or_insert_with(|| {
+                error("missing_token, malformed_token, unknown_token, revoked_token, expired_token")
+            });
+            responses
+                .entry("403")
+                .or_insert_with(|| error("forbidden: the token's role lacks the right"));
+        }
+    }
+}
+
+/// The paths of tenants, tokens and the audit log.
+fn tenancy_paths() -> Value {
+    json!({
+            "/v1/tenants": {
+                    "get": { "summary": "Every tenant, with its quota (an admin's)", "responses": responses(("200", "`{\"tenants\": [...]}`"), &[]) },
+                    "post": {
+                        "summary": "Add a tenant (an admin's)",
+                        "requestBody": body(json!({ "type": "object", "required": ["name"], "additionalProperties": false, "properties": { "name": { "type": "string" }, "quota": { "$ref": "#/components/schemas/Quota" } } })),
+                        "responses": responses(("201", "`{\"tenant\"}`"), &[("400", "invalid_request"), ("409", "tenant_exists")])
+                    }
+                },
+                "/v1/tenants/{tenant}": {
+                    "delete": {
+                        "summary": "Remove a tenant (an admin's): refused while it has runs that have not ended, unless `force=true`, which cancels them first; its tokens stop working",
+                        "parameters": [path_param("tenant", "the tenant"), query_param("force", "cancel its live runs first", "boolean")],
+                        "responses": responses(("200", "`{\"removed\", \"cancelled\"}`"), &[("404", "unknown_tenant"), ("409", "tenant_busy")])
+                    }
+                },
+                "/v1/tenants/{tenant}/quota": {
+                    "post": {
+                        "summary": "Set a tenant's quota (an admin's); a field left out is no limit",
+                        "parameters": [path_param("tenant", "the tenant")],
+                        "requestBody": body(json!({ "$ref": "#/components/schemas/Quota" })),
+                        "responses": responses(("200", "`{\"tenant\"}`"), &[("400", "invalid_request"), ("404", "unknown_tenant")])
+                    }
+                },
+                "/v1/tenants/{tenant}/usage": {
+                    "get": { "summary": "A tenant's quota and what it uses (its owner's, or an admin's)", "parameters": [path_param("tenant", "the tenant")], "responses": responses(("200", "`{\"tenant\", \"quota\", \"usage\"}`"), &[("404", "unknown_tenant")]) }
+                },
+                "/v1/tokens": {
+                    "get": { "summary": "The tenant's API tokens, never their secrets (an owner's)", "responses": responses(("200", "`{\"tokens\": [...]}`"), &[]) },
+                    "post": {
+                        "summary": "Make an API token; the answer holds it, once (an owner's, up to its own role; an admin's for any tenant)",
+                        "requestBody": body(json!({ "type": "object", "required": ["role"], "additionalProperties": false, "properties": { "tenant": { "type": "string" }, "role": { "enum": ["admin", "owner", "deployer", "operator", "reader"] }, "expires": { "type": "string", "description": "such as `30d`" }, "label": { "type": "string" } } })),
+                        "responses": responses(("201", "`{\"token\": {id, tenant, role, token, ...}}`"), &[("400", "invalid_request"), ("404", "unknown_tenant")])
+                    }
+                },
+                "/v1/tokens/{id}/revoke": {
+                    "post": { "summary": "Revoke a token: it stops working at once, open streams included", "parameters": [path_param("id", "the token's id")], "responses": responses(("200", "`{\"token\"}`"), &[("404", "unknown_token")]) }
+                },
+                "/v1/audit": {
+                    "get": { "summary": "The tenant's audit log, newest first (an owner's)", "parameters": [query_param("limit", "at most this many (default 100)", "integer")], "responses": responses(("200", "`{\"audit\": [{at, tenant, actor, action, object, detail}]}`"), &[("400", "invalid_request")]) }
+                }
+    })
 }
 
 /// Every operation that reads a JSON body may also answer 413 (too large)

@@ -22,23 +22,25 @@ use weft_engine::DeliveryWrite;
 use weft_store::{DeliveryOp, DeliveryRecord, SubscriptionRecord, Target};
 
 impl Hub {
-    /// A consumer of `channel` as `name` (made an SSE subscription if there
+    /// A consumer of `tenant`'s `channel` as `name` (made an SSE subscription if there
     /// is none), replacing any other consumer of it. With `after`, the
     /// deliveries up to that `seq` count as received by this consumer: they
     /// are sent again only once their time to ack has passed.
     pub fn consumer(
         &self,
+        tenant: &str,
         channel: &str,
         name: &str,
         after: Option<u64>,
     ) -> Result<Consumer, HubError> {
+        let stored = weft_core::tenant::qualify(tenant, channel);
         let subscription = match self
             .shared
             .store
-            .subscription(&format!("{channel}/{name}"))?
+            .subscription(&format!("{stored}/{name}"))?
         {
             Some(found) => found,
-            None => self.subscribe(SubscriptionSpec {
+            None => self.subscribe(tenant, SubscriptionSpec {
                 channel: channel.to_owned(),
                 name: Some(name.to_owned()),
                 ..SubscriptionSpec::default()

@@ -95,7 +95,7 @@ pub struct Delivery {
     pub message: String,
     /// The message's position in the store (the SSE event id).
     pub seq: u64,
-    /// The channel.
+    /// The channel, as its tenant names it.
     pub channel: String,
     /// The run that emitted it.
     pub run: String,
@@ -219,7 +219,9 @@ impl Hub {
             delivery: delivery.id.clone(),
             message: message.id,
             seq: message.seq,
-            channel: message.channel,
+            // The subscriber is of the channel's tenant, which knows the
+            // channel by its bare name.
+            channel: weft_core::tenant::bare(&message.channel).to_owned(),
             run: message.run,
             step: message.step,
             attempt,

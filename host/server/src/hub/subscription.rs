@@ -56,9 +56,11 @@ pub struct WebhookSpec {
 pub const MAX_ATTEMPTS: u32 = 1000;
 
 impl SubscriptionSpec {
-    /// The record this asks for, checked; each error names its field.
-    pub fn record(self, now: Timestamp) -> Result<SubscriptionRecord, HubError> {
+    /// The record this asks for, as a subscription of `tenant` (to its
+    /// channel of that name), checked; each error names its field.
+    pub fn record(self, tenant: &str, now: Timestamp) -> Result<SubscriptionRecord, HubError> {
         check_name("channel", &self.channel).map_err(HubError::Invalid)?;
+        let channel = weft_core::tenant::qualify(tenant, &self.channel);
         let name = self.name.unwrap_or_else(|| "default".to_owned());
         check_name("name", &name).map_err(HubError::Invalid)?;
         let target = match self.webhook {
@@ -98,8 +100,8 @@ impl SubscriptionSpec {
                 .map_err(|message| HubError::Invalid(format!("{field}: {message}"))),
         };
         Ok(SubscriptionRecord {
-            key: format!("{}/{name}", self.channel),
-            channel: self.channel,
+            key: format!("{channel}/{name}"),
+            channel,
             name,
             target,
             max_attempts,
@@ -112,10 +114,14 @@ impl SubscriptionSpec {
 }
 
 impl Hub {
-    /// Makes a subscription; one with the same key and target is kept as
-    /// it is. A webhook starts receiving at once.
-    pub fn subscribe(&self, spec: SubscriptionSpec) -> Result<SubscriptionRecord, HubError> {
-        let record = spec.record(self.shared.clock.now())?;
+    /// Makes a subscription of `tenant`; one with the same key and target
+    /// is kept as it is. A webhook starts receiving at once.
+    pub fn subscribe(
+        &self,
+        tenant: &str,
+        spec: SubscriptionSpec,
+    ) -> Result<SubscriptionRecord, HubError> {
+        let record = spec.record(tenant, self.shared.clock.now())?;
         self.commit(DeliveryWrite::Subscribe(record.clone()))?;
         if matches!(record.target, Target::Webhook { .. }) {
             self.start_webhooks();

@@ -147,6 +147,7 @@ impl Tables<'_> {
                 record,
                 definition,
             } => self.deploy(workflow, *revision, record, definition),
+            Write::Access(write) => self.access(write),
             Write::AddPlugin {
                 name,
                 digest,

@@ -20,6 +20,8 @@ use crate::{StoreError, TimerRow};
 
 /// The tables of one write transaction.
 pub(super) struct Tables<'t> {
+    /// For the tables opened only by the writes that need them.
+    pub(super) txn: &'t WriteTransaction,
     pub(super) runs: Table<'t, &'static str, &'static [u8]>,
     pub(super) running: Table<'t, &'static str, ()>,
     pub(super) steps: Table<'t, (&'static str, u32), &'static [u8]>,
@@ -49,6 +51,7 @@ impl<'t> Tables<'t> {
     /// Opens every table in `txn`, each created by `RedbStore::open`.
     pub(super) fn open(txn: &'t WriteTransaction) -> Result<Self, StoreError> {
         Ok(Self {
+            txn,
             runs: backend!(txn.open_table(super::RUNS))?,
             running: backend!(txn.open_table(super::RUNNING))?,
             steps: backend!(txn.open_table(super::STEPS))?,

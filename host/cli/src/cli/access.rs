@@ -1,0 +1,413 @@
+//! `weft tenants`, `weft tokens` and `weft audit`: who may use a running
+//! `weft serve`, over its HTTP API; and `weft tokens create --local`,
+//! which writes the first token straight into the data directory's store.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::Subcommand;
+use serde_json::{Value, json};
+
+use super::EXIT_INVALID;
+use super::remote::Server;
+use weft::Clock;
+use weft::store::{AccessWrite, Role, Store, TokenRecord, Write};
+
+#[derive(Debug, Subcommand)]
+pub enum TenantsCommand {
+    /// Add a tenant (an admin's).
+    Add {
+        /// Its name: letters, digits, `_` and `-`.
+        name: String,
+        #[command(flatten)]
+        server: ServerArg,
+    },
+    /// List the tenants (an admin's).
+    List {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        server: ServerArg,
+    },
+    /// Remove a tenant: refused while it has runs that have not ended,
+    /// unless --force, which cancels them first. Its tokens stop working.
+    Remove {
+        /// The tenant.
+        name: String,
+        /// Cancel its live runs first.
+        #[arg(long)]
+        force: bool,
+        #[command(flatten)]
+        server: ServerArg,
+    },
+    /// Set a tenant's quota (an admin's); a limit not given is lifted.
+    Quota {
+        /// The tenant.
+        name: String,
+        /// Runs started per second over the API; beyond it, `429`.
+        #[arg(long, value_name = "N")]
+        starts_per_second: Option<u32>,
+        /// Plugin versions the tenant may keep.
+        #[arg(long, value_name = "N")]
+        max_plugins: Option<u32>,
+        /// The largest plugin component, in bytes.
+        #[arg(long, value_name = "BYTES")]
+        max_plugin_bytes: Option<u64>,
+        /// Subscriptions the tenant may have.
+        #[arg(long, value_name = "N")]
+        max_subscriptions: Option<u32>,
+        #[command(flatten)]
+        server: ServerArg,
+    },
+    /// A tenant's quota and what it uses.
+    Usage {
+        /// The tenant.
+        name: String,
+        #[command(flatten)]
+        server: ServerArg,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TokensCommand {
+    /// Make a token and print it, once: it is stored only as a hash.
+    Create {
+        /// The tenant it acts in. [default: the caller's]
+        #[arg(long)]
+        tenant: Option<String>,
+        /// admin, owner, deployer, operator or reader.
+        #[arg(long)]
+        role: String,
+        /// How long it works, such as `30d`. [default: until revoked]
+        #[arg(long, value_name = "DURATION")]
+        expires: Option<String>,
+        /// A note, such as who holds it.
+        #[arg(long)]
+        label: Option<String>,
+        /// Write it straight into DATA_DIR's store instead of asking a
+        /// server: how the first token of a host is made.
+        #[arg(long)]
+        local: bool,
+        #[command(flatten)]
+        server: ServerArg,
+    },
+    /// List the tenant's tokens (never their secrets).
+    List {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        server: ServerArg,
+    },
+    /// Revoke a token: it stops working at once, open streams included.
+    Revoke {
+        /// The token's id (the `<id>` of `weft_<id>_<secret>`).
+        id: String,
+        #[command(flatten)]
+        server: ServerArg,
+    },
+}
+
+#[derive(Debug, clap::Args)]
+pub struct AuditArgs {
+    /// The most entries to print, newest first.
+    #[arg(long, default_value_t = 50)]
+    limit: usize,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    server: ServerArg,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ServerArg {
+    /// The server. [default: the address in DATA_DIR/serve.addr, else
+    /// http://127.0.0.1:7420]
+    #[arg(long, value_name = "URL")]
+    server: Option<String>,
+}
+
+/// Prints an error answer and gives the exit status for it.
+fn refused(message: &str) -> anyhow::Result<ExitCode> {
+    eprintln!("error: {message}");
+    Ok(ExitCode::from(EXIT_INVALID))
+}
+
+/// Sends a request and prints the answer's `field`: as JSON with `json`,
+/// else through `show`.
+fn ask(
+    data_dir: &Path,
+    server: ServerArg,
+    method: &str,
+    path: &str,
+    body: Option<Value>,
+    show: impl FnOnce(&Value) -> anyhow::Result<()>,
+) -> anyhow::Result<ExitCode> {
+    let server = Server::new(data_dir, server.server);
+    match server.call(method, path, body)? {
+        Ok(answer) => {
+            show(&answer)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(message) => refused(&message),
+    }
+}
+
+fn pretty(value: &Value) -> anyhow::Result<()> {
+    out!("{}", serde_json::to_string_pretty(value)?);
+    Ok(())
+}
+
+/// `weft tenants`.
+pub fn tenants(data_dir: &Path, command: TenantsCommand) -> anyhow::Result<ExitCode> {
+    match command {
+        TenantsCommand::Add { name, server } => ask(
+            data_dir,
+            server,
+            "POST",
+            "/v1/tenants",
+            Some(json!({ "name": name })),
+            |_| {
+                out!("tenant {name} added");
+                Ok(())
+            },
+        ),
+        TenantsCommand::List { json, server } => {
+            ask(data_dir, server, "GET", "/v1/tenants", None, |answer| {
+                if json {
+                    return pretty(&answer["tenants"]);
+                }
+                for tenant in answer["tenants"].as_array().into_iter().flatten() {
+                    out!(
+                        "{:<24}  {}",
+                        tenant["name"].as_str().unwrap_or("?"),
+                        tenant["quota"]
+                    );
+                }
+                Ok(())
+            })
+        }
+        TenantsCommand::Remove {
+            name,
+            force,
+            server,
+        } => ask(
+            data_dir,
+            server,
+            "DELETE",
+            &format!("/v1/tenants/{name}?force={force}"),
+            None,
+            |answer| {
+                out!(
+                    "tenant {name} removed; {} run(s) cancelled",
+                    answer["cancelled"]
+                );
+                Ok(())
+            },
+        ),
+        TenantsCommand::Quota {
+            name,
+            starts_per_second,
+            max_plugins,
+            max_plugin_bytes,
+            max_subscriptions,
+            server,
+        } => {
+            let mut quota = serde_json::Map::new();
+            let mut set = |field: &str, value: Option<Value>| {
+                if let Some(value) = value {
+                    quota.insert(field.to_owned(), value);
+                }
+            };
+            set("starts_per_second", starts_per_second.map(Value::from));
+            set("max_plugins", max_plugins.map(Value::from));
+            set("max_plugin_bytes", max_plugin_bytes.map(Value::from));
+            set("max_subscriptions", max_subscriptions.map(Value::from));
+            ask(
+                data_dir,
+                server,
+                "POST",
+                &format!("/v1/tenants/{name}/quota"),
+                Some(Value::Object(quota)),
+                |answer| pretty(&answer["tenant"]),
+            )
+        }
+        TenantsCommand::Usage { name, server } => ask(
+            data_dir,
+            server,
+            "GET",
+            &format!("/v1/tenants/{name}/usage"),
+            None,
+            pretty,
+        ),
+    }
+}
+
+/// `weft tokens`.
+pub fn tokens(data_dir: &Path, command: TokensCommand) -> anyhow::Result<ExitCode> {
+    match command {
+        TokensCommand::Create {
+            tenant,
+            role,
+            expires,
+            label,
+            local: true,
+            ..
+        } => create_local(data_dir, tenant, &role, expires, label),
+        TokensCommand::Create {
+            tenant,
+            role,
+            expires,
+            label,
+            server,
+            ..
+        } => ask(
+            data_dir,
+            server,
+            "POST",
+            "/v1/tokens",
+            Some(json!({ "tenant": tenant, "role": role, "expires": expires, "label": label })),
+            |answer| created(&answer["token"]),
+        ),
+        TokensCommand::List { json, server } => {
+            ask(data_dir, server, "GET", "/v1/tokens", None, |answer| {
+                if json {
+                    return pretty(&answer["tokens"]);
+                }
+                out!(
+                    "{:<12}  {:<16}  {:<8}  {:<24}  {:<24}  {}",
+                    "ID",
+                    "TENANT",
+                    "ROLE",
+                    "EXPIRES",
+                    "REVOKED",
+                    "LABEL"
+                );
+                for t in answer["tokens"].as_array().into_iter().flatten() {
+                    out!(
+                        "{:<12}  {:<16}  {:<8}  {:<24}  {:<24}  {}",
+                        t["id"].as_str().unwrap_or("?"),
+                        t["tenant"].as_str().unwrap_or("?"),
+                        t["role"].as_str().unwrap_or("?"),
+                        t["expires_at"].as_str().unwrap_or("never"),
+                        t["revoked_at"].as_str().unwrap_or("-"),
+                        t["label"].as_str().unwrap_or("")
+                    );
+                }
+                Ok(())
+            })
+        }
+        TokensCommand::Revoke { id, server } => ask(
+            data_dir,
+            server,
+            "POST",
+            &format!("/v1/tokens/{id}/revoke"),
+            None,
+            |_| {
+                out!("token {id} revoked");
+                Ok(())
+            },
+        ),
+    }
+}
+
+/// Prints a token just made: the token itself on stdout, alone, so that
+/// a script can keep it; the rest on stderr.
+fn created(token: &Value) -> anyhow::Result<()> {
+    eprintln!(
+        "token {} for tenant {} as {}; it is shown only now:",
+        token["id"].as_str().unwrap_or("?"),
+        token["tenant"].as_str().unwrap_or("?"),
+        token["role"].as_str().unwrap_or("?"),
+    );
+    out!("{}", token["token"].as_str().unwrap_or("?"));
+    Ok(())
+}
+
+/// `weft tokens create --local`: the token is written into the store in
+/// DATA_DIR (which a running `weft serve` shares), by whoever may write
+/// that directory.
+fn create_local(
+    data_dir: &Path,
+    tenant: Option<String>,
+    role: &str,
+    expires: Option<String>,
+    label: Option<String>,
+) -> anyhow::Result<ExitCode> {
+    let role: Role = match role.parse() {
+        Ok(role) => role,
+        Err(message) => return refused(&format!("--role: {message}")),
+    };
+    let tenant = tenant.unwrap_or_else(|| weft::core::tenant::DEFAULT.to_owned());
+    let store = super::open_store(data_dir)?;
+    if tenant != weft::core::tenant::DEFAULT
+        && !store.tenants()?.iter().any(|t| t.name == tenant)
+    {
+        return refused(&format!(
+            "--tenant: no tenant `{tenant}`; add it first with `weft tenants add {tenant}`"
+        ));
+    }
+    let now = weft::SystemClock.now();
+    let expires_at = match expires {
+        None => None,
+        Some(text) => match weft::clock::parse_duration(&text) {
+            Ok(duration) => Some(now + duration),
+            Err(message) => return refused(&format!("--expires: {message}")),
+        },
+    };
+    let (id, token) = weft::api::auth::new_token();
+    let record = TokenRecord {
+        id: id.clone(),
+        hash: weft::api::auth::hash(&token),
+        tenant,
+        role,
+        label: label.unwrap_or_default(),
+        created_at: now,
+        expires_at,
+        revoked_at: None,
+        created_by: "local".to_owned(),
+    };
+    let write = Write::Access(AccessWrite::PutToken {
+        id,
+        record: weft::store::encode(&record),
+        new: true,
+    });
+    store
+        .apply(&[&write])
+        .context("cannot write the token")?
+        .pop()
+        .unwrap_or(Err(weft::store::StoreError::Closed))
+        .context("cannot write the token")?;
+    let mut shown = serde_json::to_value(&record)?;
+    shown["token"] = json!(token);
+    created(&shown)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `weft audit`: the tenant's audit log, newest first.
+pub fn audit(data_dir: &Path, args: AuditArgs) -> anyhow::Result<ExitCode> {
+    let path = format!("/v1/audit?limit={}", args.limit);
+    let json = args.json;
+    ask(data_dir, args.server, "GET", &path, None, |answer| {
+        if json {
+            return pretty(&answer["audit"]);
+        }
+        for entry in answer["audit"].as_array().into_iter().flatten() {
+            out!(
+                "{}  {:<12}  {:<20}  {}{}",
+                entry["at"].as_str().unwrap_or("?"),
+                entry["actor"].as_str().unwrap_or("?"),
+                entry["action"].as_str().unwrap_or("?"),
+                entry["object"].as_str().unwrap_or("?"),
+                match &entry["detail"] {
+                    Value::Null => String::new(),
+                    detail => format!("  {detail}"),
+                }
+            );
+        }
+        Ok(())
+    })
+}

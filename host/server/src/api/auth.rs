@@ -1,0 +1,393 @@
+//! Who is asking, and what they may do: every request but `/v1/health`
+//! and `/v1/openapi.json` is made by a [`Caller`], a tenant and a role.
+//!
+//! - With `Authorization: Bearer weft_<id>_<secret>`, the token's row
+//!   (read from the store on every request, so a revocation holds at
+//!   once) gives both. An unknown, malformed, revoked or expired token is
+//!   `401` with a code saying which.
+//! - Without a header, while auth is not required, the caller is the
+//!   host's own: `admin` of tenant `default`. Auth is required once any
+//!   token exists in the store, or from the start with `weft serve
+//!   --auth`; `weft serve` refuses an address other than loopback without
+//!   it.
+//! - An `admin` acts in its token's tenant, or in the one named by the
+//!   `Weft-Tenant` header.
+//!
+//! A caller sees only its tenant's objects: another tenant's answer
+//! `404`, as if they did not exist. A right the role lacks is `403`, and
+//! only on the tenant's own objects.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use sha2::{Digest as _, Sha256};
+
+use super::{Api, ApiError};
+use weft_core::clock::Clock;
+use weft_core::tenant;
+use weft_store::{AccessWrite, AuditRecord, Right, Role, Store, StoreError, TokenRecord, Write};
+
+/// The header an admin names the tenant to act in with.
+pub const TENANT_HEADER: &str = "weft-tenant";
+
+/// Who made a request.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    /// The tenant it acts in.
+    pub tenant: String,
+    /// Its role there.
+    pub role: Role,
+    /// Its token's id, or `local` for a request without a token.
+    pub actor: String,
+    /// Its token, to check again while a stream is open.
+    token: Option<TokenRecord>,
+}
+
+impl Caller {
+    /// `403 forbidden` unless the caller's role has `right`.
+    pub fn need(&self, right: Right) -> Result<(), ApiError> {
+        if self.role.grants(right) {
+            return Ok(());
+        }
+        Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            format!(
+                "role `{}` may not {}",
+                self.role,
+                match right {
+                    Right::Read => "read",
+                    Right::Operate => "start, cancel or answer runs, or ack and resend deliveries",
+                    Right::Deploy => "deploy workflows and plugins, or manage schedules and subscriptions",
+                    Right::Own => "manage tokens or read the audit log",
+                    Right::Admin => "manage tenants, quotas or shared plugins",
+                }
+            ),
+        ))
+    }
+
+    /// The stored name of the caller's `name`. A name that holds the
+    /// tenant separator names nothing: `None`.
+    pub fn name(&self, name: &str) -> Option<String> {
+        (!name.contains(tenant::SEPARATOR)).then(|| tenant::qualify(&self.tenant, name))
+    }
+
+    /// Whether the stored name `stored` is the caller's tenant's.
+    pub fn owns(&self, stored: &str) -> bool {
+        tenant::of(stored) == self.tenant
+    }
+}
+
+/// A tenant's bucket of starts.
+#[derive(Debug)]
+struct Bucket {
+    tokens: f64,
+    at: Instant,
+}
+
+/// The API's view of the access tables: whether auth is required, the
+/// buckets of the starts quota, and a count of revocations that open
+/// streams watch.
+#[derive(Debug)]
+pub struct Access {
+    store: Arc<dyn Store>,
+    clock: Arc<dyn Clock>,
+    /// Set by `--auth`, or once a token is seen in the store; never unset.
+    required: AtomicBool,
+    /// One more on every revocation or tenant removal.
+    revocations: AtomicU64,
+    buckets: Mutex<HashMap<String, Bucket>>,
+}
+
+/// Why a token was refused: `401` with the code.
+fn unauthorized(code: &'static str, message: impl Into<String>) -> ApiError {
+    ApiError::new(StatusCode::UNAUTHORIZED, code, message)
+}
+
+/// `sha256:<hex>` of `token`.
+pub fn hash(token: &str) -> String {
+    let digest = Sha256::digest(token.as_bytes());
+    let mut text = String::with_capacity(7 + 64);
+    text.push_str("sha256:");
+    for byte in digest {
+        text.push_str(&format!("{byte:02x}"));
+    }
+    text
+}
+
+/// Compares two hashes without stopping at the first difference.
+fn same(a: &str, b: &str) -> bool {
+    a.len() == b.len() && a.bytes().zip(b.bytes()).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// A new token: its id and the whole token, `weft_<id>_<secret>`. Both
+/// halves come from the operating system's random source.
+pub fn new_token() -> (String, String) {
+    let (a, _) = uuid::Uuid::new_v4().as_u64_pair();
+    let id = format!("{:012x}", a >> 16);
+    let (b, c) = uuid::Uuid::new_v4().as_u64_pair();
+    let (d, e) = uuid::Uuid::new_v4().as_u64_pair();
+    let token = format!("weft_{id}_{b:016x}{c:016x}{d:016x}{e:016x}");
+    (id, token)
+}
+
+impl Access {
+    /// Access over `store`; auth is required once a token exists there.
+    pub fn new(store: Arc<dyn Store>, clock: Arc<dyn Clock>) -> Self {
+        Self {
+            store,
+            clock,
+            required: AtomicBool::new(false),
+            revocations: AtomicU64::new(0),
+            buckets: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Requires a token on every request from now on.
+    pub fn require(&self) {
+        self.required.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether a request needs a token: `--auth` was given, or a token
+    /// exists in the store (written by this host or another).
+    pub fn required(&self) -> Result<bool, StoreError> {
+        if self.required.load(Ordering::SeqCst) {
+            return Ok(true);
+        }
+        if self.store.tokens()?.is_empty() {
+            return Ok(false);
+        }
+        self.required.store(true, Ordering::SeqCst);
+        Ok(true)
+    }
+
+    /// How many revocations there have been: a stream checks its token
+    /// again when this moves.
+    pub fn revocations(&self) -> u64 {
+        self.revocations.load(Ordering::SeqCst)
+    }
+
+    /// Counts a revocation, so that open streams check their tokens.
+    pub fn revoked(&self) {
+        self.revocations.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// The caller of a request with `headers`. Blocking: reads the store.
+    pub fn caller(&self, headers: &HeaderMap) -> Result<Caller, ApiError> {
+        let presented = match headers.get(header::AUTHORIZATION) {
+            None => None,
+            Some(value) => {
+                let text = value.to_str().map_err(|_| {
+                    unauthorized("malformed_token", "Authorization: the header is not text")
+                })?;
+                let token = text.strip_prefix("Bearer ").ok_or_else(|| {
+                    unauthorized(
+                        "malformed_token",
+                        "Authorization: expected `Bearer <token>`",
+                    )
+                })?;
+                Some(token.trim().to_owned())
+            }
+        };
+        let mut caller = match presented {
+            None if self.required()? => {
+                return Err(unauthorized(
+                    "missing_token",
+                    "this host requires a token: send `Authorization: Bearer <token>` (the CLI takes --token or WEFT_TOKEN)",
+                ));
+            }
+            None => Caller {
+                tenant: tenant::DEFAULT.to_owned(),
+                role: Role::Admin,
+                actor: "local".to_owned(),
+                token: None,
+            },
+            Some(token) => {
+                let record = self.check(&token)?;
+                Caller {
+                    tenant: record.tenant.clone(),
+                    role: record.role,
+                    actor: record.id.clone(),
+                    token: Some(record),
+                }
+            }
+        };
+        if let Some(value) = headers.get(TENANT_HEADER) {
+            let asked = value
+                .to_str()
+                .ok()
+                .filter(|t| tenant::check(t).is_ok())
+                .ok_or_else(|| {
+                    ApiError::bad_request(format!("{TENANT_HEADER}: not a tenant's name"))
+                })?;
+            if asked != caller.tenant {
+                if caller.role != Role::Admin {
+                    return Err(ApiError::new(
+                        StatusCode::FORBIDDEN,
+                        "forbidden",
+                        format!("only an admin may act in another tenant ({TENANT_HEADER})"),
+                    ));
+                }
+                if !self.tenant_exists(asked)? {
+                    return Err(ApiError::new(
+                        StatusCode::NOT_FOUND,
+                        "unknown_tenant",
+                        format!("no tenant `{asked}`"),
+                    ));
+                }
+                caller.tenant = asked.to_owned();
+            }
+        }
+        Ok(caller)
+    }
+
+    /// The row of a presented token, if it is one that works now.
+    fn check(&self, token: &str) -> Result<TokenRecord, ApiError> {
+        let malformed = || {
+            unauthorized(
+                "malformed_token",
+                "the token is not a weft token (`weft_<id>_<secret>`)",
+            )
+        };
+        let rest = token.strip_prefix("weft_").ok_or_else(malformed)?;
+        let (id, secret) = rest.split_once('_').ok_or_else(malformed)?;
+        if id.is_empty() || secret.is_empty() || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(malformed());
+        }
+        let unknown = || unauthorized("unknown_token", "the token is not known here");
+        let record = self.store.token(id)?.ok_or_else(unknown)?;
+        if !same(&record.hash, &hash(token)) {
+            return Err(unknown());
+        }
+        self.usable(&record)?;
+        Ok(record)
+    }
+
+    /// `401` for a token that was revoked or has expired.
+    fn usable(&self, record: &TokenRecord) -> Result<(), ApiError> {
+        if let Some(at) = record.revoked_at {
+            return Err(unauthorized(
+                "revoked_token",
+                format!("token `{}` was revoked at {at}", record.id),
+            ));
+        }
+        if let Some(at) = record.expires_at
+            && self.clock.now() >= at
+        {
+            return Err(unauthorized(
+                "expired_token",
+                format!("token `{}` expired at {at}", record.id),
+            ));
+        }
+        if record.tenant != tenant::DEFAULT && !self.tenant_exists(&record.tenant)? {
+            return Err(unauthorized(
+                "revoked_token",
+                format!("token `{}`'s tenant `{}` was removed", record.id, record.tenant),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Whether `caller`'s token still works: what an open stream asks
+    /// when a token was revoked since it last looked, and as time passes.
+    /// Blocking.
+    pub fn still_valid(&self, caller: &Caller) -> bool {
+        let Some(token) = &caller.token else {
+            return true;
+        };
+        match self.store.token(&token.id) {
+            Ok(Some(record)) => self.usable(&record).is_ok(),
+            Ok(None) => false,
+            // A store that cannot be read ends the stream: its client
+            // reconnects, and is checked again.
+            Err(_) => false,
+        }
+    }
+
+    /// Whether tenant `name` exists (`default` always does).
+    pub fn tenant_exists(&self, name: &str) -> Result<bool, StoreError> {
+        Ok(name == tenant::DEFAULT || self.store.tenants()?.iter().any(|t| t.name == name))
+    }
+
+    /// Takes one start from `tenant`'s bucket, which refills at `rate`
+    /// per second and holds one second's worth; `429 quota_exceeded`,
+    /// with the seconds to wait, when it is empty.
+    pub fn take_start(&self, tenant: &str, rate: u32) -> Result<(), ApiError> {
+        let rate = f64::from(rate.max(1));
+        let now = Instant::now();
+        let mut buckets = weft_core::lock(&self.buckets);
+        let bucket = buckets.entry(tenant.to_owned()).or_insert(Bucket {
+            tokens: rate,
+            at: now,
+        });
+        let refill = now.duration_since(bucket.at).as_secs_f64() * rate;
+        bucket.tokens = (bucket.tokens + refill).min(rate);
+        bucket.at = now;
+        if bucket.tokens >= 1.0 {
+            bucket.tokens -= 1.0;
+            return Ok(());
+        }
+        let wait = ((1.0 - bucket.tokens) / rate).ceil().max(1.0);
+        let mut error = ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "quota_exceeded",
+            format!(
+                "tenant `{tenant}` is over its quota `starts_per_second` ({rate}); retry after {wait} s"
+            ),
+        );
+        error.retry_after = Some(wait as u64);
+        Err(error)
+    }
+
+    /// Appends what `caller` changed to the audit log. Written after the
+    /// change committed: a failure is logged, and the change stands.
+    /// Blocking.
+    pub fn audit(&self, caller: &Caller, action: &str, object: &str, detail: serde_json::Value) {
+        let at = self.clock.now();
+        let record = AuditRecord {
+            at,
+            tenant: caller.tenant.clone(),
+            actor: caller.actor.clone(),
+            action: action.to_owned(),
+            object: object.to_owned(),
+            detail,
+        };
+        let key = (at.0.saturating_mul(1000), weft_core::ids::random_u64());
+        let write = Write::Access(AccessWrite::Audit {
+            key,
+            record: weft_store::encode(&record),
+        });
+        match self.store.apply(&[&write]) {
+            Ok(results) if results.iter().all(Result::is_ok) => {}
+            Ok(results) => tracing::warn!(action, object, "cannot write the audit log: {:?}", results),
+            Err(e) => tracing::warn!(action, object, "cannot write the audit log: {e}"),
+        }
+    }
+}
+
+/// Finds the caller of every request but the open routes, and keeps it in
+/// the request's extensions for the handlers.
+pub(super) async fn authenticate(
+    State(api): State<Api>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    let path = request.uri().path();
+    if path == "/v1/health" || path == "/v1/openapi.json" {
+        return next.run(request).await;
+    }
+    let access = Arc::clone(&api.access);
+    let headers = request.headers().clone();
+    let caller = match super::blocking(move || access.caller(&headers)).await {
+        Ok(Ok(caller)) => caller,
+        Ok(Err(e)) | Err(e) => return e.into_response(),
+    };
+    request.extensions_mut().insert(caller);
+    next.run(request).await
+}

@@ -1,0 +1,464 @@
+//! Routes for tenants, their quotas and usage, API tokens, and the audit
+//! log.
+//!
+//! - Tenants and quotas are an `admin`'s; an `owner` reads its own
+//!   tenant's usage.
+//! - An `owner` makes and revokes its tenant's tokens, up to its own
+//!   role; an `admin`, any tenant's, of any role.
+//! - The audit log is read by an `owner` (its tenant's) or an `admin`.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::rejection::{JsonRejection, QueryRejection};
+use axum::extract::{Extension, Path, Query, State};
+use axum::http::StatusCode;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::auth::{hash, new_token};
+use super::{Api, ApiError, Caller, blocking};
+use weft_core::tenant;
+use weft_store::{
+    AccessWrite, Quota, Right, Role, RunFilter, RunState, StoreError, TenantRecord, TokenRecord,
+    What, Write,
+};
+
+/// Applies one access write, and gives its own answer.
+fn apply(store: &dyn weft_store::Store, write: AccessWrite) -> Result<(), StoreError> {
+    store
+        .apply(&[&Write::Access(write)])?
+        .pop()
+        .unwrap_or(Err(StoreError::Closed))
+}
+
+fn unknown_tenant(name: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "unknown_tenant",
+        format!("no tenant `{name}`"),
+    )
+}
+
+/// Tenant `name`'s row, or a made-up one for `default`, which has none
+/// until its quota is set.
+fn tenant_row(store: &dyn weft_store::Store, name: &str) -> Result<Option<TenantRecord>, ApiError> {
+    let found = store.tenants()?.into_iter().find(|t| t.name == name);
+    Ok(match found {
+        Some(found) => Some(found),
+        None if name == tenant::DEFAULT => Some(TenantRecord {
+            name: tenant::DEFAULT.to_owned(),
+            created_at: weft_core::clock::Timestamp(0),
+            quota: Quota::default(),
+        }),
+        None => None,
+    })
+}
+
+/// `GET /v1/tenants`: every tenant (an admin's).
+pub(super) async fn list_tenants(
+    State(api): State<Api>,
+    Extension(caller): Extension<Caller>,
+) -> Result<Json<Value>, ApiError> {
+    caller.need(Right::Admin)?;
+    let store = Arc::clone(api.engine.store());
+    let mut tenants = blocking(move || store.tenants()).await??;
+    if !tenants.iter().any(|t| t.name == tenant::DEFAULT) {
+        tenants.insert(
+            0,
+            TenantRecord {
+                name: tenant::DEFAULT.to_owned(),
+                created_at: weft_core::clock::Timestamp(0),
+                quota: Quota::default(),
+            },
+        );
+    }
+    Ok(Json(json!({ "tenants": tenants })))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct AddTenant {
+    name: String,
+    #[serde(default)]
+    quota: Option<Quota>,
+}
+
+/// `POST /v1/tenants`: adds a tenant (an admin's).
+pub(super) async fn add_tenant(
+    State(api): State<Api>,
+    Extension(caller): Extension<Caller>,
+    body: Result<Json<AddTenant>, JsonRejection>,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    caller.need(Right::Admin)?;
+    let Json(request) = body?;
+    tenant::check(&request.name).map_err(|m| ApiError::bad_request(format!("name: {m}")))?;
+    if request.name == tenant::DEFAULT {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "tenant_exists",
+            "tenant `default` always exists",
+        ));
+    }
+    let record = TenantRecord {
+        name: request.name.clone(),
+        created_at: api.engine.clock().now(),
+        quota: request.quota.unwrap_or_default(),
+    };
+    let store = Arc::clone(api.engine.store());
+    let write = AccessWrite::PutTenant {
+        name: record.name.clone(),
+        record: weft_store::encode(&record),
+        new: true,
+    };
+    match blocking(move || apply(store.as_ref(), write)).await? {
+        Ok(()) => {}
+        Err(StoreError::Exists(_)) => {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "tenant_exists",
+                format!("tenant `{}` exists already", request.name),
+            ));
+        }
+        Err(e) => return Err(e.into()),
+    }
+    let mut audited = caller.clone();
+    audited.tenant.clone_from(&record.name);
+    api.audit(&audited, "tenant.add", &record.name, Value::Null)
+        .await;
+    Ok((StatusCode::CREATED, Json(json!({ "tenant": record }))))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RemoveQuery {
+    #[serde(default)]
+    force: bool,
+}
+
+/// `DELETE /v1/tenants/{tenant}`: removes a tenant (an admin's). Refused
+/// with `409 tenant_busy` while it has runs that have not ended, unless
+/// `?force=true`, which cancels them first. Its tokens stop working at
+/// once; its stored objects stay, unreachable, until a tenant of that
+/// name is added again.
+pub(super) async fn remove_tenant(
+    State(api): State<Api>,
+    Extension(caller): Extension<Caller>,
+    Path(name): Path<String>,
+    query: Result<Query<RemoveQuery>, QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
+    caller.need(Right::Admin)?;
+    let Query(query) = query?;
+    if name == tenant::DEFAULT {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "tenant_busy",
+            "tenant `default` cannot be removed",
+        ));
+    }
+    let engine = Arc::clone(&api.engine);
+    let asked = name.clone();
+    let cancelled = blocking(move || {
+        let store = engine.store();
+        if tenant_row(store.as_ref(), &asked)?.is_none() {
+            return Err(unknown_tenant(&asked));
+        }
+        let filter = RunFilter {
+            tenant: Some(asked.clone()),
+            state: Some(RunState::Running),
+            ..RunFilter::default()
+        };
+        let live = store.runs(&filter, usize::MAX)?;
+        if !live.is_empty() && !query.force {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "tenant_busy",
+                format!(
+                    "tenant `{asked}` has {} runs that have not ended; cancel them, or remove it with force",
+                    live.len()
+                ),
+            ));
+        }
+        let mut cancelled = 0;
+        for run in &live {
+            match engine.cancel(&run.id) {
+                Ok(()) => cancelled += 1,
+                // Ended meanwhile: nothing to cancel.
+                Err(StoreError::RunEnded(_)) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        match apply(store.as_ref(), AccessWrite::RemoveTenant(asked.clone())) {
+            Ok(()) | Err(StoreError::NotFound(_)) => Ok(cancelled),
+            Err(e) => Err(e.into()),
+        }
+    })
+    .await??;
+    api.access.revoked();
+    let mut audited = caller.clone();
+    audited.tenant.clone_from(&name);
+    api.audit(
+        &audited,
+        "tenant.remove",
+        &name,
+        json!({ "cancelled": cancelled }),
+    )
+    .await;
+    Ok(Json(json!({ "removed": name, "cancelled": cancelled })))
+}
+
+/// `POST /v1/tenants/{tenant}/quota`: sets a tenant's quota (an admin's);
+/// the body is the whole quota, each field absent for no limit.
+pub(super) async fn set_quota(
+    State(api): State<Api>,
+    Extension(caller): Extension<Caller>,
+    Path(name): Path<String>,
+    body: Result<Json<Quota>, JsonRejection>,
+) -> Result<Json<Value>, ApiError> {
+    caller.need(Right::Admin)?;
+    let Json(quota) = body?;
+    let store = Arc::clone(api.engine.store());
+    let asked = name.clone();
+    let record = blocking(move || {
+        let exists = store.tenants()?.into_iter().any(|t| t.name == asked);
+        let mut record =
+            tenant_row(store.as_ref(), &asked)?.ok_or_else(|| unknown_tenant(&asked))?;
+        record.quota = quota;
+        apply(
+            store.as_ref(),
+            AccessWrite::PutTenant {
+                name: asked.clone(),
+                record: weft_store::encode(&record),
+                new: !exists,
+            },
+        )?;
+        Ok::<_, ApiError>(record)
+    })
+    .await??;
+    let mut audited = caller.clone();
+    audited.tenant.clone_from(&name);
+    api.audit(&audited, "tenant.quota", &name, json!(record.quota))
+        .await;
+    Ok(Json(json!({ "tenant": record })))
+}
+
+/// `GET /v1/tenants/{tenant}/usage`: a tenant's quota and what it uses
+/// (its owner's, or an admin's).
+pub(super) async fn usage(
+    State(api): State<Api>,
+    Extension(caller): Extension<Caller>,
+    Path(name): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    // Another tenant is one that does not exist, unless asked by an admin.
+    if name != caller.tenant && caller.role != Role::Admin {
+        return Err(unknown_tenant(&name));
+    }
+    let engine = Arc::clone(&api.engine);
+    let workflows = api.workflows.current();
+    let asked = name.clone();
+    let usage = blocking(move || {
+        let store = engine.store();
+        let record = tenant_row(store.as_ref(), &asked)?.ok_or_else(|| unknown_tenant(&asked))?;
+        let filter = RunFilter {
+            tenant: Some(asked.clone()),
+            ..RunFilter::default()
+        };
+        let mut runs = serde_json::Map::new();
+        for run in store.runs(&filter, usize::MAX)? {
+            let count = runs.entry(run.state.to_string()).or_insert(json!(0));
+            *count = json!(count.as_u64().unwrap_or(0) + 1);
+        }
+        let owned = |stored: &str| tenant::of(stored) == asked;
+        let plugins: Vec<_> = engine
+            .plugins()
+            .list()
+            .into_iter()
+            .filter(|p| owned(&p.name))
+            .collect();
+        Ok::<_, ApiError>(json!({
+            "tenant": asked,
+            "quota": record.quota,
+            "usage": {
+                "runs": runs,
+                "workflows": workflows.iter().filter(|w| owned(&w.id)).count(),
+                "plugins": plugins.len(),
+                "plugin_bytes": plugins.iter().map(|p| p.size).sum::<u64>(),
+                "subscriptions": store.subscriptions(None)?.iter().filter(|s| owned(&s.key)).count(),
+                "schedules": store.schedules()?.iter().filter(|s| owned(&s.workflow)).count(),
+            },
+        }))
+    })
+    .await??;
+    caller.need(Right::Own)?;
+    Ok(Json(usage))
+}
+
+/// A token as listings show it: never its hash.
+fn token_shown(record: &TokenRecord) -> Value {
+    let mut value = serde_json::to_value(record).unwrap_or(Value::Null);
+    if let Some(fields) = value.as_object_mut() {
+        fields.remove("hash");
+    }
+    value
+}
+
+/// `GET /v1/tokens`: the caller's tenant's tokens (an owner's).
+pub(super) async fn list_tokens(
+    State(api): State<Api>,
+    Extension(caller): Extension<Caller>,
+) -> Result<Json<Value>, ApiError> {
+    caller.need(Right::Own)?;
+    let store = Arc::clone(api.engine.store());
+    let tokens = blocking(move || store.tokens()).await??;
+    let shown: Vec<Value> = tokens
+        .iter()
+        .filter(|t| t.tenant == caller.tenant)
+        .map(token_shown)
+        .collect();
+    Ok(Json(json!({ "tokens": shown })))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct CreateToken {
+    /// Default: the caller's tenant. Another is an admin's.
+    #[serde(default)]
+    tenant: Option<String>,
+    role: String,
+    /// Such as `30d`; default: never.
+    #[serde(default)]
+    expires: Option<String>,
+    #[serde(default)]
+    label: Option<String>,
+}
+
+/// `POST /v1/tokens`: makes a token and shows it, once.
+pub(super) async fn create_token(
+    State(api): State<Api>,
+    Extension(caller): Extension<Caller>,
+    body: Result<Json<CreateToken>, JsonRejection>,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    caller.need(Right::Own)?;
+    let Json(request) = body?;
+    let role: Role = request
+        .role
+        .parse()
+        .map_err(|m: String| ApiError::bad_request(format!("role: {m}")))?;
+    let tenant_name = request.tenant.unwrap_or_else(|| caller.tenant.clone());
+    if tenant_name != caller.tenant && caller.role != Role::Admin {
+        return Err(unknown_tenant(&tenant_name));
+    }
+    if role > caller.role {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            format!("role `{}` may not make a token of role `{role}`", caller.role),
+        ));
+    }
+    let now = api.engine.clock().now();
+    let expires_at = match &request.expires {
+        None => None,
+        Some(text) => {
+            let duration = weft_core::clock::parse_duration(text)
+                .map_err(|m| ApiError::bad_request(format!("expires: {m}")))?;
+            Some(now + duration)
+        }
+    };
+    let label = request.label.unwrap_or_default();
+    if label.len() > 256 {
+        return Err(ApiError::bad_request("label: at most 256 bytes"));
+    }
+    let (id, token) = new_token();
+    let record = TokenRecord {
+        id: id.clone(),
+        hash: hash(&token),
+        tenant: tenant_name.clone(),
+        role,
+        label,
+        created_at: now,
+        expires_at,
+        revoked_at: None,
+        created_by: caller.actor.clone(),
+    };
+    let access = Arc::clone(&api.access);
+    let store = Arc::clone(api.engine.store());
+    let write = AccessWrite::PutToken {
+        id: id.clone(),
+        record: weft_store::encode(&record),
+        new: true,
+    };
+    let asked = tenant_name.clone();
+    blocking(move || {
+        if !access.tenant_exists(&asked)? {
+            return Err(unknown_tenant(&asked));
+        }
+        apply(store.as_ref(), write)?;
+        Ok::<_, ApiError>(())
+    })
+    .await??;
+    let mut audited = caller.clone();
+    audited.tenant = tenant_name;
+    api.audit(&audited, "token.create", &id, json!({ "role": role }))
+        .await;
+    let mut shown = token_shown(&record);
+    shown["token"] = json!(token);
+    Ok((StatusCode::CREATED, Json(json!({ "token": shown }))))
+}
+
+/// `POST /v1/tokens/{id}/revoke`: revokes a token of the caller's tenant
+/// (an owner's); it stops working at once, open streams included.
+pub(super) async fn revoke_token(
+    State(api): State<Api>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let store = Arc::clone(api.engine.store());
+    let now = api.engine.clock().now();
+    let asked = id.clone();
+    let admin = caller.role == Role::Admin;
+    let tenant_name = caller.tenant.clone();
+    let found = blocking(move || store.token(&asked))
+        .await??
+        .filter(|t| admin || t.tenant == tenant_name)
+        .ok_or_else(|| ApiError::not_found(&What::Token(id.clone())))?;
+    caller.need(Right::Own)?;
+    let mut record = found;
+    if record.revoked_at.is_none() {
+        record.revoked_at = Some(now);
+        let store = Arc::clone(api.engine.store());
+        let write = AccessWrite::PutToken {
+            id: id.clone(),
+            record: weft_store::encode(&record),
+            new: false,
+        };
+        blocking(move || apply(store.as_ref(), write)).await??;
+        api.access.revoked();
+        let mut audited = caller.clone();
+        audited.tenant.clone_from(&record.tenant);
+        api.audit(&audited, "token.revoke", &id, Value::Null).await;
+    }
+    Ok(Json(json!({ "token": token_shown(&record) })))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct AuditQuery {
+    #[serde(default)]
+    limit: Option<usize>,
+}
+
+/// `GET /v1/audit`: the caller's tenant's audit log, newest first (an
+/// owner's).
+pub(super) async fn list_audit(
+    State(api): State<Api>,
+    Extension(caller): Extension<Caller>,
+    query: Result<Query<AuditQuery>, QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
+    caller.need(Right::Own)?;
+    let Query(query) = query?;
+    let limit = query.limit.unwrap_or(100).min(10_000);
+    let store = Arc::clone(api.engine.store());
+    let tenant_name = caller.tenant.clone();
+    let entries = blocking(move || store.audit(Some(&tenant_name), limit)).await??;
+    Ok(Json(json!({ "audit": entries })))
+}

@@ -1,0 +1,218 @@
+//! Who may do what: tenants with their quotas, API tokens with their
+//! roles, and the audit log of what changed a tenant.
+//!
+//! A token's secret is never stored: a token reads `weft_<id>_<secret>`,
+//! and its row, under `<id>`, keeps the SHA-256 of the whole token. A
+//! token is revoked by stamping its row; rows are never removed, so
+//! "a token exists" only ever turns from false to true.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use weft_core::clock::Timestamp;
+
+/// A tenant: a namespace of workflows, runs, channels, key spaces and
+/// plugins, held to its quota.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TenantRecord {
+    /// Its name.
+    pub name: String,
+    /// When it was added.
+    pub created_at: Timestamp,
+    /// Its limits; `None` fields are unlimited.
+    #[serde(default)]
+    pub quota: Quota,
+}
+
+/// A tenant's limits. Each `None` is unlimited.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Quota {
+    /// Runs started per second, over the API and by triggers, as a token
+    /// bucket that holds one second's worth: a start beyond it is refused
+    /// with `429 quota_exceeded`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub starts_per_second: Option<u32>,
+    /// Plugins (versions) the tenant may keep in the registry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_plugins: Option<u32>,
+    /// The largest plugin component, in bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_plugin_bytes: Option<u64>,
+    /// Subscriptions (SSE and webhook) the tenant may have.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_subscriptions: Option<u32>,
+}
+
+/// What a token may do. Each role has the rights of those listed after
+/// it that it names: `owner` has `deployer`'s and `operator`'s, both of
+/// which have `reader`'s.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// Reads its tenant's objects, and follows its channels (SSE).
+    Reader,
+    /// `reader`, and starts, cancels and answers runs, acks and resends
+    /// deliveries.
+    Operator,
+    /// `reader`, and deploys workflows and plugins, and manages schedules
+    /// and subscriptions.
+    Deployer,
+    /// Everything in its tenant: tokens, the audit log, its quota and
+    /// usage.
+    Owner,
+    /// Everything in every tenant: tenants, quotas, shared plugins.
+    Admin,
+}
+
+/// What a request needs, checked against a [`Role`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Right {
+    /// Read objects.
+    Read,
+    /// Start, cancel, answer; ack and resend.
+    Operate,
+    /// Deploy; schedules and subscriptions.
+    Deploy,
+    /// Tokens, audit, quota view.
+    Own,
+    /// Tenants, quotas, shared plugins.
+    Admin,
+}
+
+impl Role {
+    /// Every role, weakest first.
+    pub const ALL: [Role; 5] = [
+        Role::Reader,
+        Role::Operator,
+        Role::Deployer,
+        Role::Owner,
+        Role::Admin,
+    ];
+
+    /// Whether this role has `right`.
+    pub fn grants(self, right: Right) -> bool {
+        match right {
+            Right::Read => true,
+            Right::Operate => matches!(self, Role::Operator | Role::Owner | Role::Admin),
+            Right::Deploy => matches!(self, Role::Deployer | Role::Owner | Role::Admin),
+            Right::Own => matches!(self, Role::Owner | Role::Admin),
+            Right::Admin => self == Role::Admin,
+        }
+    }
+
+    /// Its name, as written.
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Reader => "reader",
+            Role::Operator => "operator",
+            Role::Deployer => "deployer",
+            Role::Owner => "owner",
+            Role::Admin => "admin",
+        }
+    }
+}
+
+impl std::fmt::Display for Role {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Role {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        Role::ALL
+            .into_iter()
+            .find(|r| r.name() == text)
+            .ok_or_else(|| {
+                format!("`{text}` is not a role; use admin, owner, deployer, operator or reader")
+            })
+    }
+}
+
+/// An API token's row. The token itself is shown once, when it is made.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TokenRecord {
+    /// Its public id, the `<id>` of `weft_<id>_<secret>`.
+    pub id: String,
+    /// `sha256:<hex>` of the whole token.
+    pub hash: String,
+    /// The tenant it acts in.
+    pub tenant: String,
+    /// What it may do there.
+    pub role: Role,
+    /// A note for people, such as who holds it.
+    #[serde(default)]
+    pub label: String,
+    /// When it was made.
+    pub created_at: Timestamp,
+    /// When it stops working by itself.
+    #[serde(default)]
+    pub expires_at: Option<Timestamp>,
+    /// When it was revoked.
+    #[serde(default)]
+    pub revoked_at: Option<Timestamp>,
+    /// Who made it: a token's id, or `local`.
+    #[serde(default)]
+    pub created_by: String,
+}
+
+/// One change to a tenant, as the audit log keeps it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AuditRecord {
+    /// When.
+    pub at: Timestamp,
+    /// The tenant changed.
+    pub tenant: String,
+    /// Who: a token's id, or `local` for a request without a token.
+    pub actor: String,
+    /// What, such as `workflow.deploy` or `token.revoke`.
+    pub action: String,
+    /// What it was done to, such as a workflow's id or a token's id.
+    pub object: String,
+    /// More, where there is more to say.
+    #[serde(default, skip_serializing_if = "Value::is_null")]
+    pub detail: Value,
+}
+
+/// A change to the tenants, tokens or audit tables.
+#[derive(Debug, Clone)]
+pub enum AccessWrite {
+    /// Stores tenant `name` (the encoded [`TenantRecord`]); with `new`,
+    /// refused with [`StoreError::Exists`](crate::StoreError::Exists) if
+    /// it exists, else with
+    /// [`StoreError::NotFound`](crate::StoreError::NotFound) if it does
+    /// not.
+    PutTenant {
+        /// The tenant.
+        name: String,
+        /// The encoded [`TenantRecord`].
+        record: Vec<u8>,
+        /// Whether it must be new.
+        new: bool,
+    },
+    /// Removes tenant `name`; refused with
+    /// [`StoreError::NotFound`](crate::StoreError::NotFound) if there is
+    /// no such tenant.
+    RemoveTenant(String),
+    /// Stores token `id` (the encoded [`TokenRecord`]); with `new`,
+    /// refused if it exists, else if it does not.
+    PutToken {
+        /// The token's id.
+        id: String,
+        /// The encoded [`TokenRecord`].
+        record: Vec<u8>,
+        /// Whether it must be new.
+        new: bool,
+    },
+    /// Appends an entry to the audit log under `key` (its time in
+    /// microseconds, then a random number).
+    Audit {
+        /// Where it sorts.
+        key: (u64, u64),
+        /// The encoded [`AuditRecord`].
+        record: Vec<u8>,
+    },
+}

@@ -1,0 +1,96 @@
+//! The access tables: tenants, API tokens and the audit log. They are
+//! opened only by the writes and reads that need them, not with every
+//! transaction's [`Tables`].
+
+use redb::{ReadTransaction, ReadableTable};
+
+use super::{AUDIT, TENANTS, TOKENS, Tables, decode};
+use crate::{AccessWrite, AuditRecord, StoreError, TenantRecord, TokenRecord, What};
+
+impl Tables<'_> {
+    pub(super) fn access(&mut self, write: &AccessWrite) -> Result<Result<(), StoreError>, StoreError> {
+        match write {
+            AccessWrite::PutTenant { name, record, new } => {
+                let mut tenants = backend!(self.txn.open_table(TENANTS))?;
+                let exists = backend!(tenants.get(name.as_str()))?.is_some();
+                if exists && *new {
+                    return Ok(Err(StoreError::Exists(What::Tenant(name.clone()))));
+                }
+                if !exists && !*new {
+                    return Ok(Err(StoreError::NotFound(What::Tenant(name.clone()))));
+                }
+                backend!(tenants.insert(name.as_str(), record.as_slice()))?;
+            }
+            AccessWrite::RemoveTenant(name) => {
+                let mut tenants = backend!(self.txn.open_table(TENANTS))?;
+                if backend!(tenants.remove(name.as_str()))?.is_none() {
+                    return Ok(Err(StoreError::NotFound(What::Tenant(name.clone()))));
+                }
+            }
+            AccessWrite::PutToken { id, record, new } => {
+                let mut tokens = backend!(self.txn.open_table(TOKENS))?;
+                let exists = backend!(tokens.get(id.as_str()))?.is_some();
+                if exists && *new {
+                    return Ok(Err(StoreError::Exists(What::Token(id.clone()))));
+                }
+                if !exists && !*new {
+                    return Ok(Err(StoreError::NotFound(What::Token(id.clone()))));
+                }
+                backend!(tokens.insert(id.as_str(), record.as_slice()))?;
+            }
+            AccessWrite::Audit { key, record } => {
+                let mut audit = backend!(self.txn.open_table(AUDIT))?;
+                backend!(audit.insert(*key, record.as_slice()))?;
+            }
+        }
+        Ok(Ok(()))
+    }
+}
+
+pub(super) fn tenants(txn: &ReadTransaction) -> Result<Vec<TenantRecord>, StoreError> {
+    let table = backend!(txn.open_table(TENANTS))?;
+    let mut found = Vec::new();
+    for entry in backend!(table.iter())? {
+        let (name, bytes) = backend!(entry)?;
+        found.push(decode(name.value(), bytes.value())?);
+    }
+    Ok(found)
+}
+
+pub(super) fn token(txn: &ReadTransaction, id: &str) -> Result<Option<TokenRecord>, StoreError> {
+    let table = backend!(txn.open_table(TOKENS))?;
+    backend!(table.get(id))?
+        .map(|bytes| decode(id, bytes.value()))
+        .transpose()
+}
+
+pub(super) fn tokens(txn: &ReadTransaction) -> Result<Vec<TokenRecord>, StoreError> {
+    let table = backend!(txn.open_table(TOKENS))?;
+    let mut found = Vec::new();
+    for entry in backend!(table.iter())? {
+        let (id, bytes) = backend!(entry)?;
+        found.push(decode(id.value(), bytes.value())?);
+    }
+    Ok(found)
+}
+
+pub(super) fn audit(
+    txn: &ReadTransaction,
+    tenant: Option<&str>,
+    limit: usize,
+) -> Result<Vec<AuditRecord>, StoreError> {
+    let table = backend!(txn.open_table(AUDIT))?;
+    let mut found = Vec::new();
+    for entry in backend!(table.iter())?.rev() {
+        if found.len() >= limit {
+            break;
+        }
+        let (key, bytes) = backend!(entry)?;
+        let (at, n) = key.value();
+        let record: AuditRecord = decode(format!("{at}/{n}"), bytes.value())?;
+        if tenant.is_none_or(|t| t == record.tenant) {
+            found.push(record);
+        }
+    }
+    Ok(found)
+}
