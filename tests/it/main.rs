@@ -19,4 +19,5 @@ mod languages;
 mod messages;
 mod sandbox;
 mod subflow;
+mod tenants;
 mod timers;

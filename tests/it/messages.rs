@@ -780,7 +780,9 @@ fn an_embedder_consumes_and_acks_in_process() {
         .unwrap(),
     );
     let hub = weft::hub::Hub::new(engine.committer());
-    let mut consumer = hub.consumer("inproc", "me", None).unwrap();
+    let mut consumer = hub
+        .consumer(weft::core::tenant::DEFAULT, "inproc", "me", None)
+        .unwrap();
     let workflow = Arc::new(
         weft::model::parse(
             "id: e\nsteps:\n  - { id: a, emit: inproc, with: 1 }\n  - { id: b, emit: inproc, with: 2 }\n",

@@ -36,6 +36,8 @@ fn the_sandbox_grants_no_files_network_environment_or_arguments() {
             "read_file": false,
             "tcp_connect": false,
             "clock_works": true,
+            "tenant": "t",
+            "workflow": "wf",
         })
     );
     let lines: Vec<_> = outcome

@@ -345,7 +345,7 @@ pub enum ScheduleError {
     Store(#[from] StoreError),
 }
 
-/// Adds a trigger for `workflow` to `store` (`origin`: who adds it, such
+/// Adds a trigger for `workflow` (its stored id) to `store` (`origin`: who adds it, such
 /// as `cli` or `api`; without an id it gets `<origin>-<n>`). Its first
 /// fire is the next after `now`. A running host picks it up within a
 /// second.
@@ -356,7 +356,9 @@ pub fn add_schedule(
     origin: &str,
     now: Timestamp,
 ) -> Result<ScheduleRecord, ScheduleError> {
-    weft_model::check_id(workflow).map_err(|m| ScheduleError::Invalid(format!("workflow: {m}")))?;
+    // `workflow` is the stored id: its tenant's name, then its bare id.
+    weft_model::check_id(weft_core::tenant::bare(workflow))
+        .map_err(|m| ScheduleError::Invalid(format!("workflow: {m}")))?;
     let existing = store.schedules()?;
     let id = spec.id.clone().unwrap_or_else(|| {
         (1..)

@@ -343,9 +343,7 @@ fn create_local(
     };
     let tenant = tenant.unwrap_or_else(|| weft::core::tenant::DEFAULT.to_owned());
     let store = super::open_store(data_dir)?;
-    if tenant != weft::core::tenant::DEFAULT
-        && !store.tenants()?.iter().any(|t| t.name == tenant)
-    {
+    if tenant != weft::core::tenant::DEFAULT && !store.tenants()?.iter().any(|t| t.name == tenant) {
         return refused(&format!(
             "--tenant: no tenant `{tenant}`; add it first with `weft tenants add {tenant}`"
         ));
@@ -398,7 +396,9 @@ pub fn audit(data_dir: &Path, args: AuditArgs) -> anyhow::Result<ExitCode> {
         for entry in answer["audit"].as_array().into_iter().flatten() {
             out!(
                 "{}  {:<12}  {:<20}  {}{}",
-                entry["at"].as_str().unwrap_or("?"),
+                entry["at"]
+                    .as_u64()
+                    .map_or_else(|| "?".to_owned(), |ms| weft::Timestamp(ms).to_string()),
                 entry["actor"].as_str().unwrap_or("?"),
                 entry["action"].as_str().unwrap_or("?"),
                 entry["object"].as_str().unwrap_or("?"),

@@ -57,7 +57,13 @@ pub struct Cli {
     pub verbose: u8,
 
     /// The API token a command sends to `weft serve`.
-    #[arg(long, global = true, env = "WEFT_TOKEN", value_name = "TOKEN", hide_env_values = true)]
+    #[arg(
+        long,
+        global = true,
+        env = "WEFT_TOKEN",
+        value_name = "TOKEN",
+        hide_env_values = true
+    )]
     token: Option<String>,
 
     /// The tenant an admin's command acts in (sent as `Weft-Tenant`).

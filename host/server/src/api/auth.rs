@@ -64,7 +64,8 @@ impl Caller {
                 match right {
                     Right::Read => "read",
                     Right::Operate => "start, cancel or answer runs, or ack and resend deliveries",
-                    Right::Deploy => "deploy workflows and plugins, or manage schedules and subscriptions",
+                    Right::Deploy =>
+                        "deploy workflows and plugins, or manage schedules and subscriptions",
                     Right::Own => "manage tokens or read the audit log",
                     Right::Admin => "manage tenants, quotas or shared plugins",
                 }
@@ -123,7 +124,11 @@ pub fn hash(token: &str) -> String {
 
 /// Compares two hashes without stopping at the first difference.
 fn same(a: &str, b: &str) -> bool {
-    a.len() == b.len() && a.bytes().zip(b.bytes()).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    a.len() == b.len()
+        && a.bytes()
+            .zip(b.bytes())
+            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+            == 0
 }
 
 /// A new token: its id and the whole token, `weft_<id>_<secret>`. Both
@@ -288,7 +293,10 @@ impl Access {
         if record.tenant != tenant::DEFAULT && !self.tenant_exists(&record.tenant)? {
             return Err(unauthorized(
                 "revoked_token",
-                format!("token `{}`'s tenant `{}` was removed", record.id, record.tenant),
+                format!(
+                    "token `{}`'s tenant `{}` was removed",
+                    record.id, record.tenant
+                ),
             ));
         }
         Ok(())
@@ -365,7 +373,9 @@ impl Access {
         });
         match self.store.apply(&[&write]) {
             Ok(results) if results.iter().all(Result::is_ok) => {}
-            Ok(results) => tracing::warn!(action, object, "cannot write the audit log: {:?}", results),
+            Ok(results) => {
+                tracing::warn!(action, object, "cannot write the audit log: {:?}", results)
+            }
             Err(e) => tracing::warn!(action, object, "cannot write the audit log: {e}"),
         }
     }

@@ -143,7 +143,10 @@ pub(super) async fn remove_subscription(
         .ok_or_else(missing)?;
     let store = Arc::clone(api.engine.store());
     let asked = stored.clone();
-    if blocking(move || store.subscription(&asked)).await??.is_none() {
+    if blocking(move || store.subscription(&asked))
+        .await??
+        .is_none()
+    {
         return Err(missing());
     }
     caller.need(Right::Deploy)?;
@@ -325,7 +328,9 @@ pub(super) async fn get_delivery(
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     let delivery = own_delivery(&api, &caller, &id).await?;
-    Ok(Json(json!({ "delivery": named(&delivery, DELIVERY_NAMES) })))
+    Ok(Json(
+        json!({ "delivery": named(&delivery, DELIVERY_NAMES) }),
+    ))
 }
 
 /// `POST /v1/deliveries/{id}/{ack|resend}`.
@@ -346,9 +351,12 @@ pub(super) async fn change_delivery(
         _ => blocking(move || hub.resend(&asked)).await??,
     };
     if action == "resend" {
-        api.audit(&caller, "delivery.resend", &id, Value::Null).await;
+        api.audit(&caller, "delivery.resend", &id, Value::Null)
+            .await;
     }
-    Ok(Json(json!({ "delivery": named(&delivery, DELIVERY_NAMES) })))
+    Ok(Json(
+        json!({ "delivery": named(&delivery, DELIVERY_NAMES) }),
+    ))
 }
 
 /// The most deliveries one batch ack takes.
@@ -399,11 +407,13 @@ pub(super) async fn ack_many(
         Ok::<_, ApiError>(
             ids.into_iter()
                 .zip(owned)
-                .map(|(id, owned)| match owned.then(|| answers.next()).flatten() {
-                    Some(Ok(delivery)) => json!({ "id": id, "state": delivery.state }),
-                    Some(Err(e)) => json!({ "id": id, "error": ApiError::from(e).code }),
-                    None => json!({ "id": id, "error": "unknown_delivery" }),
-                })
+                .map(
+                    |(id, owned)| match owned.then(|| answers.next()).flatten() {
+                        Some(Ok(delivery)) => json!({ "id": id, "state": delivery.state }),
+                        Some(Err(e)) => json!({ "id": id, "error": ApiError::from(e).code }),
+                        None => json!({ "id": id, "error": "unknown_delivery" }),
+                    },
+                )
                 .collect::<Vec<Value>>(),
         )
     })

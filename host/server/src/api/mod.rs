@@ -379,11 +379,7 @@ async fn list_runs(
 }
 
 /// Run `id`, if it is the caller's.
-async fn own_run(
-    api: &Api,
-    caller: &Caller,
-    id: &str,
-) -> Result<weft_store::RunRecord, ApiError> {
+async fn own_run(api: &Api, caller: &Caller, id: &str) -> Result<weft_store::RunRecord, ApiError> {
     let store = Arc::clone(api.engine.store());
     let asked = id.to_owned();
     blocking(move || store.run(&asked))
@@ -400,7 +396,9 @@ async fn get_run(
     let run = own_run(&api, &caller, &id).await?;
     let store = Arc::clone(api.engine.store());
     let steps = blocking(move || store.steps(&id)).await??;
-    Ok(Json(json!({ "run": shown(&run, RUN_NAMES), "steps": steps })))
+    Ok(Json(
+        json!({ "run": shown(&run, RUN_NAMES), "steps": steps }),
+    ))
 }
 
 /// `GET /v1/runs/{id}/steps`: the run's step records in commit order, each
@@ -509,8 +507,13 @@ async fn pause_schedule(
             })?;
     match row {
         Some(row) => {
-            api.audit(&caller, &format!("schedule.{action}"), &shown_key, Value::Null)
-                .await;
+            api.audit(
+                &caller,
+                &format!("schedule.{action}"),
+                &shown_key,
+                Value::Null,
+            )
+            .await;
             Ok(Json(json!({ "schedule": shown(&row, SCHEDULE_NAMES) })))
         }
         None => Err(missing()),
@@ -543,8 +546,13 @@ async fn add_schedule(
     .await?;
     match added {
         Ok(row) => {
-            api.audit(&caller, "schedule.add", weft_core::tenant::bare(&row.key), Value::Null)
-                .await;
+            api.audit(
+                &caller,
+                "schedule.add",
+                weft_core::tenant::bare(&row.key),
+                Value::Null,
+            )
+            .await;
             Ok((
                 StatusCode::CREATED,
                 Json(json!({ "schedule": shown(&row, SCHEDULE_NAMES) })),

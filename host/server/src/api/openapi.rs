@@ -238,8 +238,7 @@ pub fn spec() -> Value {
             }
         }
     });
-    if let (Some(paths), Value::Object(more)) =
-        (document["paths"].as_object_mut(), tenancy_paths())
+    if let (Some(paths), Value::Object(more)) = (document["paths"].as_object_mut(), tenancy_paths())
     {
         paths.extend(more);
     }

@@ -352,7 +352,10 @@ pub(super) async fn create_token(
         return Err(ApiError::new(
             StatusCode::FORBIDDEN,
             "forbidden",
-            format!("role `{}` may not make a token of role `{role}`", caller.role),
+            format!(
+                "role `{}` may not make a token of role `{role}`",
+                caller.role
+            ),
         ));
     }
     let now = api.engine.clock().now();

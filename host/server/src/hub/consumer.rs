@@ -40,11 +40,14 @@ impl Hub {
             .subscription(&format!("{stored}/{name}"))?
         {
             Some(found) => found,
-            None => self.subscribe(tenant, SubscriptionSpec {
-                channel: channel.to_owned(),
-                name: Some(name.to_owned()),
-                ..SubscriptionSpec::default()
-            })?,
+            None => self.subscribe(
+                tenant,
+                SubscriptionSpec {
+                    channel: channel.to_owned(),
+                    name: Some(name.to_owned()),
+                    ..SubscriptionSpec::default()
+                },
+            )?,
         };
         if subscription.target != Target::Sse {
             return Err(HubError::Conflict(format!(

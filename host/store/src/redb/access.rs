@@ -8,7 +8,10 @@ use super::{AUDIT, TENANTS, TOKENS, Tables, decode};
 use crate::{AccessWrite, AuditRecord, StoreError, TenantRecord, TokenRecord, What};
 
 impl Tables<'_> {
-    pub(super) fn access(&mut self, write: &AccessWrite) -> Result<Result<(), StoreError>, StoreError> {
+    pub(super) fn access(
+        &mut self,
+        write: &AccessWrite,
+    ) -> Result<Result<(), StoreError>, StoreError> {
         match write {
             AccessWrite::PutTenant { name, record, new } => {
                 let mut tenants = backend!(self.txn.open_table(TENANTS))?;

@@ -1,10 +1,11 @@
 //! Reports what the sandbox lets a guest see, so a test can check that
-//! nothing is granted beyond what `run` needs.
+//! nothing is granted beyond what `run` needs, and the step context the
+//! host gave it (its tenant and workflow).
 
 use serde_json::{Value, json};
 use weft_sdk::{Context, StepError};
 
-fn probe(_ctx: &Context, _input: Value) -> Result<Value, StepError> {
+fn probe(ctx: &Context, _input: Value) -> Result<Value, StepError> {
     let root = std::fs::read_dir("/").map(|entries| entries.count());
     let cwd_file = std::fs::read_to_string("Cargo.toml");
     let tcp = std::net::TcpStream::connect("127.0.0.1:9");
@@ -21,6 +22,8 @@ fn probe(_ctx: &Context, _input: Value) -> Result<Value, StepError> {
         "read_file": cwd_file.is_ok(),
         "tcp_connect": tcp.is_ok(),
         "clock_works": now > 1_600_000_000,
+        "tenant": ctx.tenant,
+        "workflow": ctx.workflow,
     }))
 }
 

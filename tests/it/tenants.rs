@@ -1,0 +1,1041 @@
+//! Tenants, end to end, on a real `weft serve`: tokens and roles, and a
+//! walk of every route of the OpenAPI document with tenant B's token
+//! against tenant A's objects. Each answers `404` as if the object did not
+//! exist, lists never show A's objects, and A's objects are as they were
+//! afterwards. A route the table does not cover fails the test.
+
+use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::common::server::{Host, agent, serve};
+use crate::common::{Scratch, guest_bytes, wait};
+
+/// `method path [body]` with `token` (none: no header): the status, the
+/// JSON answer, and its `Retry-After`.
+fn call_as(
+    host: &Host,
+    token: Option<&str>,
+    method: &str,
+    path: &str,
+    body: Option<&Value>,
+) -> (u16, Value) {
+    let (status, body, _) = call_full(host, token, method, path, body);
+    (status, body)
+}
+
+fn call_full(
+    host: &Host,
+    token: Option<&str>,
+    method: &str,
+    path: &str,
+    body: Option<&Value>,
+) -> (u16, Value, Option<String>) {
+    let url = format!("{}{path}", host.url);
+    let agent = agent();
+    let bearer = token.map(|t| format!("Bearer {t}"));
+    let sent = match (method, body) {
+        ("POST", Some(body)) => {
+            let mut request = agent.post(&url).header("content-type", "application/json");
+            if let Some(b) = &bearer {
+                request = request.header("authorization", b);
+            }
+            request.send(body.to_string())
+        }
+        ("POST", None) => {
+            let mut request = agent.post(&url);
+            if let Some(b) = &bearer {
+                request = request.header("authorization", b);
+            }
+            request.send_empty()
+        }
+        ("DELETE", _) => {
+            let mut request = agent.delete(&url);
+            if let Some(b) = &bearer {
+                request = request.header("authorization", b);
+            }
+            request.call()
+        }
+        _ => {
+            let mut request = agent.get(&url);
+            if let Some(b) = &bearer {
+                request = request.header("authorization", b);
+            }
+            request.call()
+        }
+    };
+    let mut response = sent.unwrap();
+    let status = response.status().as_u16();
+    let retry = response
+        .headers()
+        .get("retry-after")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let text = response.body_mut().read_to_string().unwrap_or_default();
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(Value::Null),
+        retry,
+    )
+}
+
+/// POSTs raw bytes as `content_type` with `token`.
+fn send_as(host: &Host, token: &str, path: &str, content_type: &str, bytes: &[u8]) -> (u16, Value) {
+    let mut response = agent()
+        .post(format!("{}{path}", host.url))
+        .header("content-type", content_type)
+        .header("authorization", format!("Bearer {token}"))
+        .send(bytes)
+        .unwrap();
+    let status = response.status().as_u16();
+    let text = response.body_mut().read_to_string().unwrap_or_default();
+    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+}
+
+/// Makes a token over the API as `by`: the whole token and its id.
+fn token(
+    host: &Host,
+    by: &str,
+    tenant: &str,
+    role: &str,
+    expires: Option<&str>,
+) -> (String, String) {
+    let (status, body) = call_as(
+        host,
+        Some(by),
+        "POST",
+        "/v1/tokens",
+        Some(&json!({ "tenant": tenant, "role": role, "expires": expires })),
+    );
+    assert_eq!(status, 201, "{body}");
+    let made = &body["token"];
+    assert!(
+        made.get("hash").is_none(),
+        "the hash is never shown: {made}"
+    );
+    (
+        made["token"].as_str().unwrap().to_owned(),
+        made["id"].as_str().unwrap().to_owned(),
+    )
+}
+
+fn start(host: &Host, token: &str, workflow: &str, key: Option<&str>) -> (u16, Value) {
+    call_as(
+        host,
+        Some(token),
+        "POST",
+        "/v1/runs",
+        Some(&json!({ "workflow": workflow, "idempotency_key": key })),
+    )
+}
+
+/// Waits for run `id` (seen with `token`) to pass `ready`.
+fn wait_run(host: &Host, token: &str, id: &str, ready: impl Fn(&Value) -> bool) -> Value {
+    wait(
+        Duration::from_secs(60),
+        Duration::from_millis(20),
+        || {
+            let (status, body) = call_as(host, Some(token), "GET", &format!("/v1/runs/{id}"), None);
+            if status == 200 && ready(&body) {
+                Ok(body)
+            } else {
+                Err(body)
+            }
+        },
+        |body| format!("run {id} never got there: {body}"),
+    )
+}
+
+/// The output of step `step` of a run's answer.
+fn output<'a>(run: &'a Value, step: &str) -> &'a Value {
+    run["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rev()
+        .find(|s| s["step_id"] == step && !s["output"].is_null())
+        .map_or(&Value::Null, |s| &s["output"])
+}
+
+const A_FLOW: &str = "id: a-flow\nsteps:\n  - { id: count, uses: counter, with: { key: hits } }\n  - { id: who, uses: probe }\n  - { id: tell, emit: a-news, with: { n: 1 } }\n  - { id: approve, await: {} }\n";
+
+/// What a route must answer to tenant B.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Expect {
+    /// `/v1/health`, the document: no token needed.
+    Open,
+    /// A listing: `200`, and nothing of A's in it.
+    List,
+    /// `404`, with the code a made-up id gets.
+    Missing,
+    /// `403`: an admin's route, which an owner may not use.
+    Forbidden,
+    /// B's own object is made: `2xx`.
+    Own,
+    /// An event stream of B's own channel: nothing of A's comes.
+    Stream,
+}
+
+/// One request of the walk: the route as the document names it, the
+/// request with A's objects in it, the same request with made-up ones.
+struct Probe {
+    method: &'static str,
+    route: &'static str,
+    path: String,
+    twin: Option<String>,
+    body: Option<Value>,
+    expect: Expect,
+}
+
+#[test]
+fn a_tenant_sees_none_of_another_tenants_objects_on_any_route() {
+    let scratch = Scratch::new(&["counter", "probe", "echo"]);
+    // The first token, written into the store before the host starts: from
+    // then on every request needs one.
+    let made = scratch.run(&["tokens", "create", "--local", "--role", "admin"]);
+    assert_eq!(made.code, Some(0), "{}", made.stderr);
+    let admin = made.stdout.trim().to_owned();
+    let host = serve(&scratch, 0);
+
+    // No token, or a bad one: 401 with a code that says which.
+    for (header, code) in [
+        (None, "missing_token"),
+        (Some("garbage"), "malformed_token"),
+        (Some("weft_0123456789ab_00"), "unknown_token"),
+    ] {
+        let (status, body) = call_as(&host, header, "GET", "/v1/runs", None);
+        assert_eq!(
+            (status, body["error"]["code"].as_str()),
+            (401, Some(code)),
+            "{body}"
+        );
+    }
+    let (status, _) = call_as(&host, None, "GET", "/v1/health", None);
+    assert_eq!(status, 200);
+
+    for name in ["tenant-a", "tenant-b"] {
+        let (status, body) = call_as(
+            &host,
+            Some(&admin),
+            "POST",
+            "/v1/tenants",
+            Some(&json!({ "name": name })),
+        );
+        assert_eq!(status, 201, "{body}");
+    }
+    let (a, a_token_id) = token(&host, &admin, "tenant-a", "owner", None);
+    let (b, _) = token(&host, &admin, "tenant-b", "owner", None);
+
+    // Tenant A: a workflow, its own plugin, a run waiting at an await
+    // step, an SSE subscription and a webhook whose delivery dies, a
+    // trigger, and a reader's token.
+    let (status, body) = send_as(
+        &host,
+        &a,
+        "/v1/workflows",
+        "application/yaml",
+        A_FLOW.as_bytes(),
+    );
+    assert_eq!(status, 201, "{body}");
+    let a_digest = body["workflow"]["digest"].as_str().unwrap().to_owned();
+    let (status, body) = send_as(
+        &host,
+        &a,
+        "/v1/plugins",
+        "application/wasm",
+        &guest_bytes("emitter"),
+    );
+    assert_eq!(status, 201, "{body}");
+    let a_plugin = body["plugin"]["digest"].as_str().unwrap().to_owned();
+    for subscription in [
+        json!({ "channel": "a-news", "name": "a-reader" }),
+        json!({ "channel": "a-news", "name": "a-hook", "max_attempts": 1, "webhook": { "url": "http://127.0.0.1:9/a-hook-url" } }),
+    ] {
+        let (status, body) = call_as(
+            &host,
+            Some(&a),
+            "POST",
+            "/v1/subscriptions",
+            Some(&subscription),
+        );
+        assert_eq!(status, 201, "{body}");
+    }
+    let (status, body) = call_as(
+        &host,
+        Some(&a),
+        "POST",
+        "/v1/schedules",
+        Some(
+            &json!({ "workflow": "a-flow", "schedule": { "id": "a-nightly", "cron": "0 0 0 1 1 *" } }),
+        ),
+    );
+    assert_eq!(status, 201, "{body}");
+    let (status, body) = start(&host, &a, "a-flow", Some("k1"));
+    assert_eq!(status, 201, "{body}");
+    let a_run = body["id"].as_str().unwrap().to_owned();
+    let seen = wait_run(&host, &a, &a_run, |r| {
+        r["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["step_id"] == "approve")
+    });
+    assert_eq!(output(&seen, "count")["value"], 1);
+    assert_eq!(
+        output(&seen, "who")["tenant"],
+        "tenant-a",
+        "the step context carries the tenant"
+    );
+    assert_eq!(
+        output(&seen, "who")["workflow"],
+        "a-flow",
+        "and the workflow's bare id"
+    );
+    assert_eq!(seen["run"]["workflow"], "a-flow");
+    let dead = wait(
+        Duration::from_secs(60),
+        Duration::from_millis(50),
+        || {
+            let (_, body) = call_as(&host, Some(&a), "GET", "/v1/deliveries?state=error", None);
+            match body["deliveries"].as_array() {
+                Some(list) if !list.is_empty() => Ok(list[0]["id"].as_str().unwrap().to_owned()),
+                _ => Err(body),
+            }
+        },
+        |body| format!("A's webhook delivery never died: {body}"),
+    );
+    let (_, body) = call_as(&host, Some(&a), "GET", "/v1/deliveries", None);
+    let a_deliveries: Vec<String> = body["deliveries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(a_deliveries.len(), 2, "{body}");
+    let live = a_deliveries.iter().find(|d| **d != dead).unwrap().clone();
+    let (_, body) = call_as(
+        &host,
+        Some(&a),
+        "GET",
+        &format!("/v1/runs/{a_run}/messages"),
+        None,
+    );
+    let a_message = body["messages"][0]["id"].as_str().unwrap().to_owned();
+    assert_eq!(body["messages"][0]["channel"], "a-news", "{body}");
+
+    // What must never show in an answer to B.
+    let secrets: Vec<String> = [
+        a_run.clone(),
+        a_token_id.clone(),
+        a_digest.clone(),
+        a_plugin.clone(),
+        a_message.clone(),
+        "a-hook-url".to_owned(),
+        "a-nightly".to_owned(),
+        "tenant-a".to_owned(),
+    ]
+    .into_iter()
+    .chain(a_deliveries.iter().cloned())
+    .collect();
+    let leaks = |answer: &Value| -> Vec<String> {
+        let text = answer.to_string();
+        secrets
+            .iter()
+            .filter(|s| text.contains(s.as_str()))
+            .cloned()
+            .collect()
+    };
+
+    let made_up = "01a00000-0000-7000-8000-000000000000";
+    let probes = vec![
+        Probe {
+            method: "GET",
+            route: "/v1/health",
+            path: "/v1/health".into(),
+            twin: None,
+            body: None,
+            expect: Expect::Open,
+        },
+        Probe {
+            method: "GET",
+            route: "/v1/openapi.json",
+            path: "/v1/openapi.json".into(),
+            twin: None,
+            body: None,
+            expect: Expect::Open,
+        },
+        Probe {
+            method: "GET",
+            route: "/v1/workflows",
+            path: "/v1/workflows".into(),
+            twin: None,
+            body: None,
+            expect: Expect::List,
+        },
+        Probe {
+            method: "GET",
+            route: "/v1/plugins",
+            path: "/v1/plugins".into(),
+            twin: None,
+            body: None,
+            expect: Expect::List,
+        },
+        Probe {
+            method: "GET",
+            route: "/v1/runs",
+            path: "/v1/runs?workflow=a-flow".into(),
+            twin: None,
+            body: None,
+            expect: Expect::List,
+        },
+        Probe {
+            method: "GET",
+            route: "/v1/schedules",
+            path: "/v1/schedules".into(),
+            twin: None,
+            body: None,
+            expect: Expect::List,
+        },
+        Probe {
+            method: "GET",
+            route: "/v1/subscriptions",
+            path: "/v1/subscriptions?channel=a-news".into(),
+            twin: None,
+            body: None,
+            expect: Expect::List,
+        },
+        Probe {
+            method: "GET",
+            route: "/v1/deliveries",
+            path: "/v1/deliveries?subscription=a-news/a-reader".into(),
+            twin: None,
+            body: None,
+            expect: Expect::List,
+        },
+        Probe {
+            method: "GET",
+            route: "/v1/tokens",
+            path: "/v1/tokens".into(),
+            twin: None,
+            body: None,
+            expect: Expect::List,
+        },
+        Probe {
+            method: "GET",
+            route: "/v1/audit",
+            path: "/v1/audit".into(),
+            twin: None,
+            body: None,
+            expect: Expect::List,
+        },
+        Probe {
+            method: "POST",
+            route: "/v1/acks",
+            path: "/v1/acks".into(),
+            twin: None,
+            body: Some(json!({ "deliveries": [live] })),
+            expect: Expect::List,
+        },
+        Probe {
+            method: "GET",
+            route: "/v1/workflows/{id}",
+            path: "/v1/workflows/a-flow".into(),
+            twin: Some("/v1/workflows/no-such-flow".into()),
+            body: None,
+            expect: Expect::Missing,
+        },
+        Probe {
+            method: "POST",
+            route: "/v1/runs",
+            path: "/v1/runs".into(),
+            twin: None,
+            body: Some(json!({ "workflow": "a-flow" })),
+            expect: Expect::Missing,
+        },
+        Probe {
+            method: "GET",
+            route: "/v1/runs/{id}",
+            path: format!("/v1/runs/{a_run}"),
+            twin: Some(format!("/v1/runs/{made_up}")),
+            body: None,
+            expect: Expect::Missing,
+        },
+        Probe {
+            method: "GET",
+            route: "/v1/runs/{id}/steps",
+            path: format!("/v1/runs/{a_run}/steps"),
+            twin: Some(format!("/v1/runs/{made_up}/steps")),
+            body: None,
+            expect: Expect::Missing,
+        },
+        Probe {
+            method: "POST",
+            route: "/v1/runs/{id}/steps/{step}/actions",
+            path: format!("/v1/runs/{a_run}/steps/approve/actions"),
+            twin: Some(format!("/v1/runs/{made_up}/steps/approve/actions")),
+            body: Some(json!({ "action": "complete", "output": 1 })),
+            expect: Expect::Missing,
+        },
+        Probe {
+            method: "GET",
+            route: "/v1/runs/{id}/messages",
+            path: format!("/v1/runs/{a_run}/messages"),
+            twin: Some(format!("/v1/runs/{made_up}/messages")),
+            body: None,
+            expect: Expect::Missing,
+        },
+        Probe {
+            method: "POST",
+            route: "/v1/runs/{id}/cancel",
+            path: format!("/v1/runs/{a_run}/cancel"),
+            twin: Some(format!("/v1/runs/{made_up}/cancel")),
+            body: None,
+            expect: Expect::Missing,
+        },
+        Probe {
+            method: "POST",
+            route: "/v1/schedules",
+            path: "/v1/schedules".into(),
+            twin: None,
+            body: Some(
+                json!({ "workflow": "a-flow", "schedule": { "id": "x", "cron": "0 0 0 1 1 *" } }),
+            ),
+            expect: Expect::Missing,
+        },
+        Probe {
+            method: "POST",
+            route: "/v1/schedules/{workflow}/{trigger}/{action}",
+            path: "/v1/schedules/a-flow/a-nightly/pause".into(),
+            twin: Some("/v1/schedules/no-flow/a-nightly/pause".into()),
+            body: None,
+            expect: Expect::Missing,
+        },
+        Probe {
+            method: "DELETE",
+            route: "/v1/subscriptions/{channel}/{name}",
+            path: "/v1/subscriptions/a-news/a-reader".into(),
+            twin: Some("/v1/subscriptions/no-news/a-reader".into()),
+            body: None,
+            expect: Expect::Missing,
+        },
+        Probe {
+            method: "GET",
+            route: "/v1/deliveries/{id}",
+            path: format!("/v1/deliveries/{live}"),
+            twin: Some(format!("/v1/deliveries/{made_up}")),
+            body: None,
+            expect: Expect::Missing,
+        },
+        Probe {
+            method: "DELETE",
+            route: "/v1/deliveries/{id}",
+            path: format!("/v1/deliveries/{dead}"),
+            twin: Some(format!("/v1/deliveries/{made_up}")),
+            body: None,
+            expect: Expect::Missing,
+        },
+        Probe {
+            method: "POST",
+            route: "/v1/deliveries/{id}/{action}",
+            path: format!("/v1/deliveries/{dead}/resend"),
+            twin: Some(format!("/v1/deliveries/{made_up}/resend")),
+            body: None,
+            expect: Expect::Missing,
+        },
+        Probe {
+            method: "POST",
+            route: "/v1/tokens/{id}/revoke",
+            path: format!("/v1/tokens/{a_token_id}/revoke"),
+            twin: Some("/v1/tokens/0123456789ab/revoke".into()),
+            body: None,
+            expect: Expect::Missing,
+        },
+        Probe {
+            method: "GET",
+            route: "/v1/tenants/{tenant}/usage",
+            path: "/v1/tenants/tenant-a/usage".into(),
+            twin: Some("/v1/tenants/no-tenant/usage".into()),
+            body: None,
+            expect: Expect::Missing,
+        },
+        Probe {
+            method: "GET",
+            route: "/v1/tenants",
+            path: "/v1/tenants".into(),
+            twin: None,
+            body: None,
+            expect: Expect::Forbidden,
+        },
+        Probe {
+            method: "POST",
+            route: "/v1/tenants",
+            path: "/v1/tenants".into(),
+            twin: None,
+            body: Some(json!({ "name": "tenant-c" })),
+            expect: Expect::Forbidden,
+        },
+        Probe {
+            method: "DELETE",
+            route: "/v1/tenants/{tenant}",
+            path: "/v1/tenants/tenant-a".into(),
+            twin: None,
+            body: None,
+            expect: Expect::Forbidden,
+        },
+        Probe {
+            method: "POST",
+            route: "/v1/tenants/{tenant}/quota",
+            path: "/v1/tenants/tenant-a/quota".into(),
+            twin: None,
+            body: Some(json!({ "max_plugins": 0 })),
+            expect: Expect::Forbidden,
+        },
+        Probe {
+            method: "POST",
+            route: "/v1/workflows",
+            path: "/v1/workflows".into(),
+            twin: None,
+            body: None,
+            expect: Expect::Own,
+        },
+        Probe {
+            method: "POST",
+            route: "/v1/plugins",
+            path: "/v1/plugins".into(),
+            twin: None,
+            body: None,
+            expect: Expect::Own,
+        },
+        Probe {
+            method: "POST",
+            route: "/v1/subscriptions",
+            path: "/v1/subscriptions".into(),
+            twin: None,
+            body: Some(json!({ "channel": "a-news", "name": "a-reader" })),
+            expect: Expect::Own,
+        },
+        Probe {
+            method: "POST",
+            route: "/v1/tokens",
+            path: "/v1/tokens".into(),
+            twin: None,
+            body: Some(json!({ "role": "reader" })),
+            expect: Expect::Own,
+        },
+        Probe {
+            method: "GET",
+            route: "/v1/channels/{channel}/events",
+            path: "/v1/channels/a-news/events?consumer=a-reader".into(),
+            twin: None,
+            body: None,
+            expect: Expect::Stream,
+        },
+    ];
+
+    // The table covers every operation of the document, and no other.
+    let (_, document) = call_as(&host, None, "GET", "/v1/openapi.json", None);
+    let documented: BTreeSet<(String, String)> = document["paths"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .flat_map(|(path, ops)| {
+            ops.as_object()
+                .unwrap()
+                .keys()
+                .map(|method| (method.to_uppercase(), path.clone()))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let covered: BTreeSet<(String, String)> = probes
+        .iter()
+        .map(|p| (p.method.to_owned(), p.route.to_owned()))
+        .collect();
+    assert_eq!(
+        covered, documented,
+        "the walk must cover every route of the document"
+    );
+
+    for probe in &probes {
+        let what = format!("{} {} (as {})", probe.method, probe.path, probe.route);
+        let (status, body) = match (probe.route, probe.expect) {
+            ("/v1/workflows", Expect::Own) => send_as(
+                &host,
+                &b,
+                "/v1/workflows",
+                "application/yaml",
+                b"id: b-flow\nsteps:\n  - { id: who, uses: probe }\n",
+            ),
+            ("/v1/plugins", Expect::Own) => send_as(
+                &host,
+                &b,
+                "/v1/plugins",
+                "application/wasm",
+                &guest_bytes("echo"),
+            ),
+            (_, Expect::Stream) => {
+                assert!(
+                    stream_is_empty(&host, &b, &probe.path),
+                    "{what}: A's message reached B"
+                );
+                continue;
+            }
+            _ => call_as(
+                &host,
+                Some(&b),
+                probe.method,
+                &probe.path,
+                probe.body.as_ref(),
+            ),
+        };
+        // What B sent may come back (an ack's answer names its id).
+        let sent = format!(
+            "{}{}",
+            probe.path,
+            probe
+                .body
+                .as_ref()
+                .map(Value::to_string)
+                .unwrap_or_default()
+        );
+        let leaked: Vec<String> = leaks(&body)
+            .into_iter()
+            .filter(|s| !sent.contains(s.as_str()))
+            .collect();
+        assert!(leaked.is_empty(), "{what} shows A's {leaked:?}: {body}");
+        match probe.expect {
+            Expect::Open | Expect::List => assert_eq!(status, 200, "{what}: {body}"),
+            Expect::Forbidden => assert_eq!(status, 403, "{what}: {body}"),
+            Expect::Own => assert!((200..300).contains(&status), "{what}: {body}"),
+            Expect::Missing => {
+                assert_eq!(status, 404, "{what}: {body}");
+                if let Some(twin) = &probe.twin {
+                    let (twin_status, twin_body) =
+                        call_as(&host, Some(&b), probe.method, twin, probe.body.as_ref());
+                    assert_eq!(
+                        (twin_status, &twin_body["error"]["code"]),
+                        (status, &body["error"]["code"]),
+                        "{what}: A's object must answer as a made-up one does: {twin_body}"
+                    );
+                }
+            }
+            Expect::Stream => unreachable!(),
+        }
+        if probe.route == "/v1/acks" {
+            assert_eq!(body["acks"][0]["error"], "unknown_delivery", "{body}");
+        }
+    }
+
+    // A's objects are as they were.
+    let (_, run) = call_as(&host, Some(&a), "GET", &format!("/v1/runs/{a_run}"), None);
+    assert_eq!(run["run"]["state"], "running", "{run}");
+    let (_, workflow) = call_as(&host, Some(&a), "GET", "/v1/workflows/a-flow", None);
+    assert_eq!(workflow["workflow"]["revision"], 1, "{workflow}");
+    let (_, schedules) = call_as(&host, Some(&a), "GET", "/v1/schedules", None);
+    assert_eq!(schedules["schedules"][0]["paused"], false, "{schedules}");
+    assert_eq!(
+        schedules["schedules"][0]["key"], "a-flow/a-nightly",
+        "{schedules}"
+    );
+    let (_, subscriptions) = call_as(&host, Some(&a), "GET", "/v1/subscriptions", None);
+    assert_eq!(
+        subscriptions["subscriptions"].as_array().unwrap().len(),
+        2,
+        "{subscriptions}"
+    );
+    let (_, delivery) = call_as(
+        &host,
+        Some(&a),
+        "GET",
+        &format!("/v1/deliveries/{dead}"),
+        None,
+    );
+    assert_eq!(delivery["delivery"]["state"], "error", "{delivery}");
+    let (_, delivery) = call_as(
+        &host,
+        Some(&a),
+        "GET",
+        &format!("/v1/deliveries/{live}"),
+        None,
+    );
+    assert_ne!(delivery["delivery"]["state"], "acked", "{delivery}");
+    let (_, plugins) = call_as(&host, Some(&a), "GET", "/v1/plugins", None);
+    let names: Vec<&str> = plugins["plugins"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        names.contains(&"emitter") && !names.iter().any(|n| n.contains(':')),
+        "{plugins}"
+    );
+
+    // The same names in B are B's own: its `a-flow` has its own key space,
+    // its key `k1` starts its own run, and A's plugin is not B's.
+    let (status, body) = send_as(
+        &host,
+        &b,
+        "/v1/workflows",
+        "application/yaml",
+        A_FLOW.as_bytes(),
+    );
+    assert_eq!(status, 201, "{body}");
+    let (status, body) = start(&host, &b, "a-flow", Some("k1"));
+    assert_eq!(status, 201, "B's key k1 is not A's: {body}");
+    let b_run = body["id"].as_str().unwrap().to_owned();
+    assert_ne!(b_run, a_run);
+    let seen = wait_run(&host, &b, &b_run, |r| {
+        r["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["step_id"] == "approve")
+    });
+    assert_eq!(
+        output(&seen, "count")["value"],
+        1,
+        "B counts in its own key space"
+    );
+    assert_eq!(output(&seen, "who")["tenant"], "tenant-b");
+    let (status, body) = start(&host, &a, "a-flow", Some("k1"));
+    assert_eq!(
+        (status, body["id"].as_str()),
+        (200, Some(a_run.as_str())),
+        "{body}"
+    );
+    let (status, body) = send_as(
+        &host,
+        &b,
+        "/v1/workflows",
+        "application/yaml",
+        b"id: uses-a\nsteps:\n  - { id: e, uses: emitter, with: { channel: x, count: 1 } }\n",
+    );
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (422, Some("unresolved_plugin")),
+        "{body}"
+    );
+
+    // Roles: a reader of A reads A's run and may not cancel it (403); to B's
+    // reader the same run does not exist (404).
+    let (a_reader, a_reader_id) = token(&host, &a, "tenant-a", "reader", None);
+    let (b_reader, _) = token(&host, &b, "tenant-b", "reader", None);
+    let (status, _) = call_as(
+        &host,
+        Some(&a_reader),
+        "GET",
+        &format!("/v1/runs/{a_run}"),
+        None,
+    );
+    assert_eq!(status, 200);
+    let (status, body) = call_as(
+        &host,
+        Some(&a_reader),
+        "POST",
+        &format!("/v1/runs/{a_run}/cancel"),
+        None,
+    );
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (403, Some("forbidden")),
+        "{body}"
+    );
+    let (status, _) = call_as(
+        &host,
+        Some(&b_reader),
+        "POST",
+        &format!("/v1/runs/{a_run}/cancel"),
+        None,
+    );
+    assert_eq!(status, 404);
+    let (status, body) = call_as(
+        &host,
+        Some(&a),
+        "POST",
+        "/v1/tokens",
+        Some(&json!({ "role": "admin" })),
+    );
+    assert_eq!(status, 403, "an owner may not make an admin: {body}");
+
+    // A revoked token stops at once, its open stream too; an expired one
+    // stops by itself.
+    let stream = open_stream(
+        &host,
+        &a_reader,
+        "/v1/channels/a-news/events?consumer=watch",
+    );
+    let (status, _) = call_as(
+        &host,
+        Some(&a),
+        "POST",
+        &format!("/v1/tokens/{a_reader_id}/revoke"),
+        None,
+    );
+    assert_eq!(status, 200);
+    let (status, body) = call_as(&host, Some(&a_reader), "GET", "/v1/runs", None);
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (401, Some("revoked_token")),
+        "{body}"
+    );
+    let closed = stream.join().unwrap();
+    assert!(
+        closed < Duration::from_secs(5),
+        "the stream of a revoked token stayed open {closed:?}"
+    );
+    let (short, _) = token(&host, &a, "tenant-a", "reader", Some("1s"));
+    std::thread::sleep(Duration::from_millis(1200));
+    let (status, body) = call_as(&host, Some(&short), "GET", "/v1/runs", None);
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (401, Some("expired_token")),
+        "{body}"
+    );
+
+    // The audit log: A's changes in A's, none in B's.
+    let (_, audit) = call_as(&host, Some(&a), "GET", "/v1/audit", None);
+    let actions: BTreeSet<&str> = audit["audit"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["action"].as_str().unwrap())
+        .collect();
+    for action in [
+        "workflow.deploy",
+        "plugin.add",
+        "subscription.add",
+        "schedule.add",
+        "token.create",
+        "token.revoke",
+    ] {
+        assert!(
+            actions.contains(action),
+            "{action} is not in A's audit log: {audit}"
+        );
+    }
+    let (_, audit) = call_as(&host, Some(&b), "GET", "/v1/audit", None);
+    assert!(
+        audit["audit"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|e| e["tenant"] == "tenant-b"),
+        "{audit}"
+    );
+
+    // A quota on starts: beyond it, 429 naming the quota, with Retry-After.
+    let (status, body) = call_as(
+        &host,
+        Some(&admin),
+        "POST",
+        "/v1/tenants/tenant-b/quota",
+        Some(&json!({ "starts_per_second": 2 })),
+    );
+    assert_eq!(status, 200, "{body}");
+    let mut refused = None;
+    for _ in 0..5 {
+        let (status, body, retry) = call_full(
+            &host,
+            Some(&b),
+            "POST",
+            "/v1/runs",
+            Some(&json!({ "workflow": "b-flow" })),
+        );
+        if status == 429 {
+            refused = Some((body, retry));
+            break;
+        }
+        assert_eq!(status, 201, "{body}");
+    }
+    let (body, retry) = refused.expect("a third start within a second is refused");
+    assert_eq!(body["error"]["code"], "quota_exceeded", "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("starts_per_second"),
+        "{body}"
+    );
+    assert!(retry.is_some_and(|r| r.parse::<u64>().is_ok_and(|s| s >= 1)));
+
+    // Removing a tenant with live runs is refused, unless forced; then
+    // its runs are cancelled and its tokens stop.
+    let (status, body) = call_as(&host, Some(&admin), "DELETE", "/v1/tenants/tenant-b", None);
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (409, Some("tenant_busy")),
+        "{body}"
+    );
+    let (status, body) = call_as(
+        &host,
+        Some(&admin),
+        "DELETE",
+        "/v1/tenants/tenant-b?force=true",
+        None,
+    );
+    assert_eq!(status, 200, "{body}");
+    assert!(body["cancelled"].as_u64().unwrap() >= 1, "{body}");
+    let (_, run) = call_as(
+        &host,
+        Some(&admin),
+        "GET",
+        &format!("/v1/runs/{b_run}"),
+        None,
+    );
+    assert_eq!(
+        run["error"]["code"], "unknown_run",
+        "the admin acts in default: {run}"
+    );
+    let (status, _) = call_as(&host, Some(&b), "GET", "/v1/runs", None);
+    assert_eq!(status, 401);
+    let (_, run) = call_as(&host, Some(&a), "GET", &format!("/v1/runs/{a_run}"), None);
+    assert_eq!(run["run"]["state"], "running", "A's run goes on: {run}");
+}
+
+/// Reads B's stream for a moment: true if no event came.
+fn stream_is_empty(host: &Host, token: &str, path: &str) -> bool {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_millis(1500)))
+        .build()
+        .into();
+    let response = agent
+        .get(format!("{}{path}", host.url))
+        .header("authorization", format!("Bearer {token}"))
+        .call()
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+    let reader = BufReader::new(response.into_body().into_reader());
+    for line in reader.lines() {
+        match line {
+            Ok(line) if line.starts_with("data:") => return false,
+            Ok(_) => {}
+            // The timeout ends the read.
+            Err(_) => break,
+        }
+    }
+    true
+}
+
+/// Opens an event stream and reads it on a thread until it ends: how long
+/// after the thread started it ended.
+fn open_stream(host: &Host, token: &str, path: &str) -> std::thread::JoinHandle<Duration> {
+    let response = agent()
+        .get(format!("{}{path}", host.url))
+        .header("authorization", format!("Bearer {token}"))
+        .call()
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+    std::thread::spawn(move || {
+        let began = Instant::now();
+        let reader = BufReader::new(response.into_body().into_reader());
+        for line in reader.lines() {
+            if line.is_err() {
+                break;
+            }
+        }
+        began.elapsed()
+    })
+}
