@@ -350,11 +350,12 @@ async fn list_runs(
         .map(str::parse)
         .transpose()
         .map_err(|e: String| ApiError::bad_request(format!("state: {e}")))?;
-    let workflow = match &query.workflow {
-        // A name no workflow can have matches no run.
-        Some(name) => Some(caller.name(name).unwrap_or_else(|| name.clone())),
-        None => None,
-    };
+    // A name no workflow can have (it holds `:`) is kept as it is: it
+    // matches no run of the caller's tenant.
+    let workflow = query
+        .workflow
+        .as_ref()
+        .map(|name| caller.name(name).unwrap_or_else(|| name.clone()));
     let filter = RunFilter {
         tenant: Some(caller.tenant.clone()),
         workflow,
