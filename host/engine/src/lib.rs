@@ -64,6 +64,7 @@ pub use drive::Answer;
 pub use error::{ActError, ResumeError, StartError};
 pub use launch::MAX_DEPTH;
 pub use runner::{Pinned, RunnerSource, StepCall, StepOutcome, StepRunner, WasmPlugins};
+pub use scheduler::TenantLimits;
 #[cfg(feature = "sim")]
 pub use scheduler::stepped::{Answering, Stepper};
 pub use stored::cancel_in_store;
@@ -464,6 +465,14 @@ impl Engine {
     /// place.
     pub fn load(&self) -> (usize, usize) {
         self.core.load()
+    }
+
+    /// Holds `tenant` to `limits` from now on: its weight in the turns
+    /// of the ready queue and of parked runs, and its resident cap (its
+    /// runs beyond it are parked, never dropped). Parked runs that may
+    /// have a place now get one.
+    pub fn set_tenant_limits(&self, tenant: &str, limits: TenantLimits) {
+        self.core.set_limits(tenant, limits);
     }
 
     /// Runs `workflow` on `input` to the end; [`Engine::start`] then

@@ -208,6 +208,18 @@ impl Host {
         };
         let deployments = Arc::new(deployments);
         engine.set_workflows(deployments.clone());
+        // Each tenant's turns and resident cap hold from the first run
+        // resumed.
+        let tenants = config
+            .store
+            .tenants()
+            .map_err(|error| HostError::Recovery {
+                step: "read the tenants' quotas",
+                error,
+            })?;
+        for tenant in tenants {
+            engine.set_tenant_limits(&tenant.name, crate::api::limits_of(&tenant.quota));
+        }
         let mut resumed = 0;
         if config.recover {
             resumed = recover(&mut engine, &deployments)?;

@@ -28,9 +28,9 @@ pub struct TenantRecord {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Quota {
-    /// Runs started per second, over the API and by triggers, as a token
-    /// bucket that holds one second's worth: a start beyond it is refused
-    /// with `429 quota_exceeded`.
+    /// Runs started per second over the API, as a token bucket that holds
+    /// one second's worth: a start beyond it is refused with `429
+    /// quota_exceeded` and `Retry-After`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub starts_per_second: Option<u32>,
     /// Plugins (versions) the tenant may keep in the registry.
@@ -42,6 +42,16 @@ pub struct Quota {
     /// Subscriptions (SSE and webhook) the tenant may have.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_subscriptions: Option<u32>,
+    /// Runs resident (in progress in memory) at once on each host; beyond
+    /// it, the tenant's runs are parked, never dropped, and start in turn
+    /// as its runs end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_resident: Option<u32>,
+    /// The tenant's share of each host's turns, against 1 for a tenant
+    /// without one: how many of its items of work, and of its parked runs,
+    /// are taken in a row.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight: Option<u32>,
 }
 
 /// What a token may do. Each role has the rights of those listed after

@@ -58,6 +58,12 @@ pub enum TenantsCommand {
         /// Subscriptions the tenant may have.
         #[arg(long, value_name = "N")]
         max_subscriptions: Option<u32>,
+        /// Runs in progress at once on each host; beyond it, parked.
+        #[arg(long, value_name = "N")]
+        max_resident: Option<u32>,
+        /// The tenant's share of each host's turns (default 1).
+        #[arg(long, value_name = "N")]
+        weight: Option<u32>,
         #[command(flatten)]
         server: ServerArg,
     },
@@ -214,6 +220,8 @@ pub fn tenants(data_dir: &Path, command: TenantsCommand) -> anyhow::Result<ExitC
             max_plugins,
             max_plugin_bytes,
             max_subscriptions,
+            max_resident,
+            weight,
             server,
         } => {
             let mut quota = serde_json::Map::new();
@@ -226,6 +234,8 @@ pub fn tenants(data_dir: &Path, command: TenantsCommand) -> anyhow::Result<ExitC
             set("max_plugins", max_plugins.map(Value::from));
             set("max_plugin_bytes", max_plugin_bytes.map(Value::from));
             set("max_subscriptions", max_subscriptions.map(Value::from));
+            set("max_resident", max_resident.map(Value::from));
+            set("weight", weight.map(Value::from));
             ask(
                 data_dir,
                 server,

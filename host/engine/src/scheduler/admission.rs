@@ -4,6 +4,11 @@
 //! A parked run is its id and its handle's ends, nothing more: its record
 //! is durable, and it is read from the store when a place frees (on a
 //! worker), so a run cancelled while parked never runs another attempt.
+//!
+//! Places are given tenant by tenant in turn ([`Lanes`]), and a tenant
+//! with a resident cap ([`TenantLimits`]) that has that many resident runs
+//! has its runs parked, even while the host has places: one tenant's
+//! flood waits behind itself.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, Weak};
@@ -11,12 +16,14 @@ use std::sync::{Arc, Mutex, Weak};
 use weft_core::lock;
 use weft_store::{RunRecord, StoreError, What};
 
-use super::{Core, Later, Live, Task, Work};
+use super::fair::Lanes;
+use super::{CellOf, Core, Later, Live, Task, TenantLimits, Work};
 use crate::error::ResumeError;
 
 /// A run waiting for a place: its id, and whatever its handle holds.
 pub(super) struct Parked {
     id: String,
+    pub(super) tenant: Arc<str>,
     observer: Box<dyn crate::Observer + Send>,
     done: std::sync::mpsc::SyncSender<Result<RunRecord, StoreError>>,
     alive: Weak<()>,
@@ -27,7 +34,11 @@ pub(super) struct Admission {
     /// Runs resident, or taking a place they are being read into.
     pub(super) resident: usize,
     pub(super) max: usize,
-    pub(super) parked: VecDeque<Parked>,
+    pub(super) parked: Lanes<Parked>,
+    /// Resident runs per tenant.
+    pub(super) by_tenant: HashMap<Arc<str>, usize>,
+    /// The tenant of each resident run, by id.
+    pub(super) tenant_of: HashMap<String, Arc<str>>,
     /// The ids of every run in this scheduler's hands: resident, parked,
     /// or claimed while it is read or a fire of it is decided. Each notes
     /// whether something asked to look at the run again while it was held
@@ -96,9 +107,11 @@ impl Core {
     /// read again then). A child run is never parked: its parent holds a
     /// place and waits for it, so parking it could wait forever.
     pub(crate) fn admit(&self, task: Task) {
+        let tenant: Arc<str> = Arc::from(weft_core::tenant::of(&task.drive.run.workflow));
+        let limits = self.limits(&tenant);
         let mut admission = lock(&self.admission);
-        if admission.resident < admission.max || task.drive.run.parent.is_some() {
-            admission.resident += 1;
+        if admission.has_place(&tenant, limits) || task.drive.run.parent.is_some() {
+            admission.seat(&task.drive.run.id, &tenant);
             drop(admission);
             self.take(task);
         } else {
@@ -108,13 +121,53 @@ impl Core {
                 done,
                 alive,
             } = task;
-            admission.parked.push_back(Parked {
-                id: drive.run.id.clone(),
-                observer,
-                done,
-                alive,
-            });
+            admission.parked.push(
+                &tenant,
+                Parked {
+                    id: drive.run.id.clone(),
+                    tenant: Arc::clone(&tenant),
+                    observer,
+                    done,
+                    alive,
+                },
+            );
         }
+    }
+
+    /// Gives places to parked runs while some may have one (after a
+    /// tenant's cap was raised, say).
+    pub(super) fn fill_places(&self) {
+        loop {
+            let next = {
+                let mut admission = lock(&self.admission);
+                self.next_parked(&mut admission)
+            };
+            match next {
+                Some(next) => self.enqueue(Work::Admit(Box::new(next), 0)),
+                None => return,
+            }
+        }
+    }
+
+    /// The parked run whose turn it is among the tenants with a place,
+    /// seated.
+    fn next_parked(&self, admission: &mut Admission) -> Option<Parked> {
+        if admission.resident >= admission.max || admission.parked.is_empty() {
+            return None;
+        }
+        let tenants = weft_core::read(&self.tenants);
+        let limits = |t: &str| tenants.get(t).copied().unwrap_or_default();
+        let by_tenant = &admission.by_tenant;
+        let next = admission.parked.pop_where(
+            |t| limits(t).weight,
+            |t| {
+                limits(t)
+                    .max_resident
+                    .is_none_or(|cap| by_tenant.get(t).copied().unwrap_or(0) < cap)
+            },
+        )?;
+        admission.seat(&next.id, &next.tenant);
+        Some(next)
     }
 
     /// Reads parked run `parked`, which was given a place, from the store
@@ -184,13 +237,17 @@ impl Core {
                 retries.remove(&id).unwrap_or(0)
             }
         };
-        let cell = Arc::new(Mutex::new(Live {
-            task,
-            finished: VecDeque::new(),
-            committing: false,
-            closed: false,
-            failures,
-        }));
+        let tenant = Arc::from(weft_core::tenant::of(&task.drive.run.workflow));
+        let cell = Arc::new(CellOf {
+            tenant,
+            live: Mutex::new(Live {
+                task,
+                finished: VecDeque::new(),
+                committing: false,
+                closed: false,
+                failures,
+            }),
+        });
         lock(&self.cells).insert(id, Arc::clone(&cell));
         for key in keys {
             self.arm(key);
@@ -214,14 +271,8 @@ impl Core {
         let (next, noted) = {
             let mut admission = lock(&self.admission);
             let noted = admission.known.remove(id) == Some(true);
-            admission.resident = admission.resident.saturating_sub(1);
-            if admission.resident < admission.max {
-                let next = admission.parked.pop_front();
-                admission.resident += usize::from(next.is_some());
-                (next, noted)
-            } else {
-                (None, noted)
-            }
+            admission.unseat(id);
+            (self.next_parked(&mut admission), noted)
         };
         if noted {
             self.enqueue(Work::Wake(id.to_owned(), 0));
@@ -363,6 +414,36 @@ impl Core {
             Err(e) => {
                 self.unclaim(id);
                 tracing::error!(run = %id, "cannot wake a run: {e}");
+            }
+        }
+    }
+}
+
+impl Admission {
+    /// Whether a run of `tenant` may be resident now.
+    fn has_place(&self, tenant: &str, limits: TenantLimits) -> bool {
+        self.resident < self.max
+            && limits
+                .max_resident
+                .is_none_or(|cap| self.by_tenant.get(tenant).copied().unwrap_or(0) < cap)
+    }
+
+    /// Counts run `id` of `tenant` as resident.
+    fn seat(&mut self, id: &str, tenant: &Arc<str>) {
+        self.resident += 1;
+        *self.by_tenant.entry(Arc::clone(tenant)).or_default() += 1;
+        self.tenant_of.insert(id.to_owned(), Arc::clone(tenant));
+    }
+
+    /// Run `id` gives its place up.
+    fn unseat(&mut self, id: &str) {
+        self.resident = self.resident.saturating_sub(1);
+        if let Some(tenant) = self.tenant_of.remove(id)
+            && let Some(count) = self.by_tenant.get_mut(&tenant)
+        {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                self.by_tenant.remove(&tenant);
             }
         }
     }

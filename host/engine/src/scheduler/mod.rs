@@ -24,6 +24,7 @@ mod admission;
 mod children;
 mod commit;
 mod control;
+mod fair;
 mod leases;
 #[cfg(feature = "sim")]
 pub mod stepped;
@@ -79,7 +80,45 @@ struct Live {
     failures: u32,
 }
 
-type Cell = Arc<Mutex<Live>>;
+type Cell = Arc<CellOf>;
+
+/// A resident run, and its tenant, which the ready queue takes in turn
+/// without locking the run.
+struct CellOf {
+    tenant: Arc<str>,
+    live: Mutex<Live>,
+}
+
+impl std::ops::Deref for CellOf {
+    type Target = Mutex<Live>;
+
+    fn deref(&self) -> &Mutex<Live> {
+        &self.live
+    }
+}
+
+/// The lane of work that names a run by its id only (a wake, a cancel of
+/// a child): served in turn like a tenant.
+const NO_TENANT: &str = "";
+
+/// How a tenant is held: its weight in the ready queue's turns, and the
+/// most runs it may have resident (beyond it, its runs are parked).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TenantLimits {
+    /// Items of work taken in a row in the tenant's turn; at least 1.
+    pub weight: u32,
+    /// The most resident runs; `None`: only the host's `max_resident`.
+    pub max_resident: Option<usize>,
+}
+
+impl Default for TenantLimits {
+    fn default() -> Self {
+        Self {
+            weight: 1,
+            max_resident: None,
+        }
+    }
+}
 
 /// An attempt waiting for a child run, and its run.
 type Waiting = (Cell, Box<Attempt>);
@@ -127,17 +166,40 @@ fn backoff(failed: u32) -> Duration {
 }
 
 /// Work to do. Timer fires go first: a fire is one small commit, and its
-/// lag should not grow with the work its wakes bring.
+/// lag should not grow with the work its wakes bring. The rest is taken
+/// tenant by tenant, in turn ([`fair::Lanes`]).
 #[derive(Default)]
 struct Queues {
     fires: VecDeque<Work>,
-    other: VecDeque<Work>,
+    other: fair::Lanes<Work>,
+}
+
+impl Work {
+    /// The tenant whose turn this work waits for.
+    fn tenant(&self) -> Arc<str> {
+        match self {
+            Work::Advance(cell) | Work::Call(cell, _) | Work::Watch(cell, _) => {
+                Arc::clone(&cell.tenant)
+            }
+            Work::ChildEnded(run) => Arc::from(weft_core::tenant::of(&run.workflow)),
+            Work::StartChild(child, _, _) => {
+                Arc::from(weft_core::tenant::of(&child.drive.run.workflow))
+            }
+            Work::Admit(parked, _) => Arc::clone(&parked.tenant),
+            Work::Fire(..) | Work::Decide(..) | Work::Wake(..) | Work::Cancel(_) => {
+                Arc::from(NO_TENANT)
+            }
+        }
+    }
 }
 
 /// What the engine, its workers and the commit callbacks share.
 pub(super) struct Core {
     pub(super) launcher: Arc<Launcher>,
     admission: Mutex<Admission>,
+    /// Each tenant's weight and resident cap; a tenant not here has the
+    /// defaults.
+    tenants: std::sync::RwLock<HashMap<String, TenantLimits>>,
     /// Attempts waiting for a child run, by the child's id (in order, so
     /// a simulation sees them in the same order every time).
     watchers: Mutex<BTreeMap<String, Vec<Waiting>>>,
@@ -214,9 +276,12 @@ impl Core {
             admission: Mutex::new(Admission {
                 resident: 0,
                 max: max_resident.max(1),
-                parked: VecDeque::new(),
+                parked: fair::Lanes::default(),
                 known: HashMap::new(),
+                by_tenant: HashMap::new(),
+                tenant_of: HashMap::new(),
             }),
+            tenants: std::sync::RwLock::new(HashMap::new()),
             watchers: Mutex::new(BTreeMap::new()),
             commits,
             clock,
@@ -292,11 +357,29 @@ impl Core {
             .unwrap_or_else(PoisonError::into_inner);
     }
 
+    /// `tenant`'s limits.
+    fn limits(&self, tenant: &str) -> TenantLimits {
+        weft_core::read(&self.tenants)
+            .get(tenant)
+            .copied()
+            .unwrap_or_default()
+    }
+
+    /// Sets `tenant`'s limits, and gives places to parked runs that may
+    /// have one now.
+    pub(super) fn set_limits(&self, tenant: &str, limits: TenantLimits) {
+        weft_core::write(&self.tenants).insert(tenant.to_owned(), limits);
+        self.fill_places();
+    }
+
     fn enqueue(&self, work: Work) {
         let mut ready = lock(&self.ready);
         match work {
             Work::Fire(..) | Work::Decide(..) => ready.fires.push_back(work),
-            work => ready.other.push_back(work),
+            work => {
+                let tenant = work.tenant();
+                ready.other.push(&tenant, work);
+            }
         }
         drop(ready);
         self.ready_wake.notify_one();
@@ -308,8 +391,15 @@ impl Core {
             if self.stopping.load(Ordering::SeqCst) {
                 return None;
             }
-            if let Some(work) = ready.fires.pop_front().or_else(|| ready.other.pop_front()) {
+            if let Some(work) = ready.fires.pop_front() {
                 return Some(work);
+            }
+            if !ready.other.is_empty() {
+                let tenants = weft_core::read(&self.tenants);
+                let weight = |t: &str| tenants.get(t).map_or(1, |l| l.weight);
+                if let Some(work) = ready.other.pop(weight) {
+                    return Some(work);
+                }
             }
             ready = self
                 .ready_wake

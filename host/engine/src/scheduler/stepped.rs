@@ -54,8 +54,9 @@ impl Stepper {
         ready.fires.len() + ready.other.len()
     }
 
-    /// Does the queued piece of work at `index` (fires first, then the
-    /// rest, each in arrival order); false if there is none there.
+    /// Does the queued piece of work at `index` (fires first, in arrival
+    /// order, then the rest, tenant by tenant in their turn's order);
+    /// false if there is none there.
     pub fn run_ready(&self, index: usize) -> bool {
         let work = {
             let mut ready = lock(&self.core.ready);

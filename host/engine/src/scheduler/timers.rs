@@ -4,7 +4,7 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
 use weft_core::lock;
@@ -137,7 +137,7 @@ impl Core {
     /// for its next attempt.
     fn fire_retry(
         self: &Arc<Self>,
-        cell: Arc<Mutex<Live>>,
+        cell: super::Cell,
         timer: TimerRecord,
         lease: Option<weft_store::Lease>,
     ) {
@@ -210,12 +210,7 @@ impl Core {
 
     /// Retry delay `timer` is over: its leaf is ready for its next attempt,
     /// unless another fire of it made the leaf ready already.
-    fn retry_ready(
-        self: &Arc<Self>,
-        live: &mut Live,
-        cell: &Arc<Mutex<Live>>,
-        timer: &TimerRecord,
-    ) {
+    fn retry_ready(self: &Arc<Self>, live: &mut Live, cell: &super::Cell, timer: &TimerRecord) {
         if live.task.drive.retry_fired(&timer.path, timer.timer) {
             self.enqueue(Work::Advance(Arc::clone(cell)));
         }

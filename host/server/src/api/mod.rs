@@ -239,6 +239,14 @@ fn shown<T: serde::Serialize>(record: &T, fields: &[&str]) -> Value {
 /// The stored names in a run's record.
 const RUN_NAMES: &[&str] = &["workflow", "trigger.schedule"];
 
+/// What the engine holds a tenant with `quota` to.
+pub fn limits_of(quota: &weft_store::Quota) -> weft_engine::TenantLimits {
+    weft_engine::TenantLimits {
+        weight: quota.weight.unwrap_or(1).clamp(1, 1000),
+        max_resident: quota.max_resident.map(|n| n as usize),
+    }
+}
+
 /// The tenant's quota, if it has a row.
 fn quota_of(store: &dyn weft_store::Store, tenant: &str) -> Result<weft_store::Quota, ApiError> {
     Ok(store

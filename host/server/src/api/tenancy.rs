@@ -111,6 +111,8 @@ pub(super) async fn add_tenant(
         record: weft_store::encode(&record),
         new: true,
     };
+    api.engine
+        .set_tenant_limits(&record.name, super::limits_of(&record.quota));
     match blocking(move || apply(store.as_ref(), write)).await? {
         Ok(()) => {}
         Err(StoreError::Exists(_)) => {
@@ -195,6 +197,8 @@ pub(super) async fn remove_tenant(
     })
     .await??;
     api.access.revoked();
+    api.engine
+        .set_tenant_limits(&name, weft_engine::TenantLimits::default());
     let mut audited = caller.clone();
     audited.tenant.clone_from(&name);
     api.audit(
@@ -235,6 +239,8 @@ pub(super) async fn set_quota(
         Ok::<_, ApiError>(record)
     })
     .await??;
+    api.engine
+        .set_tenant_limits(&name, super::limits_of(&record.quota));
     let mut audited = caller.clone();
     audited.tenant.clone_from(&name);
     api.audit(&audited, "tenant.quota", &name, json!(record.quota))
