@@ -87,6 +87,20 @@ impl Host {
         handle
     }
 
+    /// Starts a run of workflow `text` as tenant `tenant`'s (its id
+    /// qualified as the API deploys it), and returns once it is recorded.
+    pub(crate) fn start_in(&self, tenant: &str, text: &str, input: Value) -> RunHandle {
+        let mut parsed = weft_model::parse(text, Format::Yaml, "test.yaml").unwrap();
+        parsed.id = weft_core::tenant::qualify(tenant, &parsed.id);
+        let observer = Box::new(Quiet);
+        let mut handle = self
+            .engine
+            .start(Arc::new(parsed), input, observer)
+            .unwrap();
+        handle.recorded().unwrap();
+        handle
+    }
+
     pub(crate) fn calls(&self) -> Vec<Seen> {
         calls(&self.source)
     }

@@ -91,6 +91,57 @@ fn runs_beyond_max_resident_are_parked_durably_and_admitted_in_arrival_order() {
     assert_eq!(host.engine.load(), (0, 0));
 }
 
+/// A tenant at its resident cap has its runs parked while the host has
+/// places, and a tenant that starts one run while another's flood is
+/// parked gets the next place in turn, before the flood's later runs.
+#[test]
+fn a_tenant_at_its_cap_is_parked_and_another_tenant_takes_the_next_place_in_turn() {
+    let gate = Arc::new(Gate::default());
+    let host = Host::with_config(vec![("gate", gate.plugin())], 2);
+    host.engine.set_tenant_limits(
+        "flood",
+        weft_engine::TenantLimits {
+            weight: 1,
+            max_resident: Some(1),
+        },
+    );
+    let text = "id: one\nsteps: [ { id: only, uses: gate, with: \"${{ inputs.n }}\" } ]\n";
+    let first = host.start_in("flood", text, json!({ "n": 0 }));
+    gate.wait_entered(1);
+    let mut flood = vec![first];
+    for n in 1..5 {
+        flood.push(host.start_in("flood", text, json!({ "n": n })));
+    }
+    // One resident of `flood`, four parked though a place is free.
+    eventually("the flood to be parked at its cap", || {
+        host.engine.load() == (1, 4)
+    });
+    assert_eq!(host.calls().len(), 1);
+    // Another tenant's run takes the free place at once.
+    let other = host.start_in("calm", text, json!({ "n": 100 }));
+    gate.wait_entered(2);
+    assert_eq!(host.engine.load(), (2, 4));
+    gate.open();
+    let other_id = other.id().to_owned();
+    assert_eq!(finish(other).state, RunState::Succeeded);
+    let ids: Vec<String> = flood.iter().map(|h| h.id().to_owned()).collect();
+    for handle in flood {
+        assert_eq!(finish(handle).state, RunState::Succeeded);
+    }
+    let order: Vec<String> = host.calls().into_iter().map(|c| c.run).collect();
+    assert_eq!(
+        order[1], other_id,
+        "the calm tenant's run went second: {order:?}"
+    );
+    let flood_order: Vec<&String> = order.iter().filter(|id| **id != other_id).collect();
+    assert_eq!(
+        flood_order,
+        ids.iter().collect::<Vec<_>>(),
+        "the flood keeps its own order"
+    );
+    assert_eq!(host.engine.load(), (0, 0));
+}
+
 #[test]
 fn a_run_cancelled_while_parked_never_runs_and_gives_its_place_on() {
     let (gate, host, [first, second, third]) = two_parked();
