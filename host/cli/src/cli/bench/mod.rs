@@ -14,6 +14,7 @@
 
 mod languages;
 mod messages;
+mod tenants;
 mod timers;
 
 use std::path::Path;
@@ -74,6 +75,16 @@ pub struct BenchArgs {
     #[arg(long)]
     pub languages: bool,
 
+    /// Measure what tenants cost and give: API requests per second with
+    /// and without a token, and one tenant's lone runs' latency while
+    /// another floods the host (--flood runs at once).
+    #[arg(long)]
+    pub tenants: bool,
+
+    /// With --tenants: how many runs the flooding tenant starts at once.
+    #[arg(long, value_name = "N", default_value_t = 10_000)]
+    pub flood: usize,
+
     /// The second half of --timers, in its own process: the store to
     /// re-arm.
     #[arg(long, hide = true, value_name = "DIR")]
@@ -92,6 +103,9 @@ pub fn main(plugins: &Path, args: &BenchArgs) -> anyhow::Result<ExitCode> {
     }
     if let Some(per_run) = args.messages {
         return messages::messages(args.runs.unwrap_or(100).max(1), per_run.max(1));
+    }
+    if args.tenants {
+        return tenants::tenants(plugins, args.flood.max(1));
     }
     if args.languages {
         return languages::languages(
