@@ -191,7 +191,7 @@ struct Probe {
 
 #[test]
 fn a_tenant_sees_none_of_another_tenants_objects_on_any_route() {
-    let scratch = Scratch::new(&["counter", "probe", "echo"]);
+    let scratch = Scratch::new(&["counter", "probe", "echo", "emitter"]);
     // The first token, written into the store before the host starts: from
     // then on every request needs one.
     let made = scratch.run(&["tokens", "create", "--local", "--role", "admin"]);
@@ -245,7 +245,7 @@ fn a_tenant_sees_none_of_another_tenants_objects_on_any_route() {
         &a,
         "/v1/plugins",
         "application/wasm",
-        &guest_bytes("emitter"),
+        &guest_bytes("flaky"),
     );
     assert_eq!(status, 201, "{body}");
     let a_plugin = body["plugin"]["digest"].as_str().unwrap().to_owned();
@@ -333,6 +333,7 @@ fn a_tenant_sees_none_of_another_tenants_objects_on_any_route() {
         a_plugin.clone(),
         a_message.clone(),
         "a-hook-url".to_owned(),
+        "flaky".to_owned(),
         "a-nightly".to_owned(),
         "tenant-a".to_owned(),
     ]
@@ -768,7 +769,7 @@ fn a_tenant_sees_none_of_another_tenants_objects_on_any_route() {
         .map(|p| p["name"].as_str().unwrap())
         .collect();
     assert!(
-        names.contains(&"emitter") && !names.iter().any(|n| n.contains(':')),
+        names.contains(&"flaky") && !names.iter().any(|n| n.contains(':')),
         "{plugins}"
     );
 
@@ -810,12 +811,50 @@ fn a_tenant_sees_none_of_another_tenants_objects_on_any_route() {
         &b,
         "/v1/workflows",
         "application/yaml",
-        b"id: uses-a\nsteps:\n  - { id: e, uses: emitter, with: { channel: x, count: 1 } }\n",
+        b"id: uses-a\nsteps:\n  - { id: e, uses: flaky, with: {} }\n",
     );
     assert_eq!(
         (status, body["error"]["code"].as_str()),
         (422, Some("unresolved_plugin")),
         "{body}"
+    );
+
+    // Messages a shared plugin emits land in the emitting run's tenant: B
+    // emits to `a-news` with `emitter`; A's subscriptions get nothing new,
+    // B's own subscription of that name gets it.
+    let (_, before) = call_as(&host, Some(&a), "GET", "/v1/deliveries", None);
+    let (status, body) = call_as(
+        &host,
+        Some(&b),
+        "POST",
+        "/v1/subscriptions",
+        Some(&json!({ "channel": "a-news", "name": "b-own" })),
+    );
+    assert_eq!(status, 201, "{body}");
+    let (status, body) = send_as(
+        &host,
+        &b,
+        "/v1/workflows",
+        "application/yaml",
+        b"id: b-emits\nsteps:\n  - { id: e, uses: emitter, with: { channel: a-news, count: 2 } }\n",
+    );
+    assert_eq!(status, 201, "{body}");
+    let (status, body) = start(&host, &b, "b-emits", None);
+    assert_eq!(status, 201, "{body}");
+    let emits = body["id"].as_str().unwrap().to_owned();
+    wait_run(&host, &b, &emits, |r| r["run"]["state"] == "succeeded");
+    let (_, mine) = call_as(
+        &host,
+        Some(&b),
+        "GET",
+        "/v1/deliveries?subscription=a-news/b-own",
+        None,
+    );
+    assert_eq!(mine["deliveries"].as_array().unwrap().len(), 2, "{mine}");
+    let (_, after) = call_as(&host, Some(&a), "GET", "/v1/deliveries", None);
+    assert_eq!(
+        after["deliveries"], before["deliveries"],
+        "B's messages reached A's channel"
     );
 
     // Roles: a reader of A reads A's run and may not cancel it (403); to B's
@@ -859,12 +898,27 @@ fn a_tenant_sees_none_of_another_tenants_objects_on_any_route() {
     );
     assert_eq!(status, 403, "an owner may not make an admin: {body}");
 
+    // A consumer name not used before is a new subscription: not a
+    // reader's to make. It follows one that exists.
+    let (status, body) = call_as(
+        &host,
+        Some(&a_reader),
+        "GET",
+        "/v1/channels/a-news/events?consumer=fresh",
+        None,
+    );
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (403, Some("forbidden")),
+        "{body}"
+    );
+
     // A revoked token stops at once, its open stream too; an expired one
     // stops by itself.
     let stream = open_stream(
         &host,
         &a_reader,
-        "/v1/channels/a-news/events?consumer=watch",
+        "/v1/channels/a-news/events?consumer=a-reader",
     );
     let (status, _) = call_as(
         &host,
@@ -992,6 +1046,27 @@ fn a_tenant_sees_none_of_another_tenants_objects_on_any_route() {
     assert_eq!(status, 401);
     let (_, run) = call_as(&host, Some(&a), "GET", &format!("/v1/runs/{a_run}"), None);
     assert_eq!(run["run"]["state"], "running", "A's run goes on: {run}");
+    // A tenant added again with the name is a new one: the old tokens
+    // stay revoked, and its old subscriptions and workflows are gone.
+    let (status, _) = call_as(
+        &host,
+        Some(&admin),
+        "POST",
+        "/v1/tenants",
+        Some(&json!({ "name": "tenant-b" })),
+    );
+    assert_eq!(status, 201);
+    let (status, body) = call_as(&host, Some(&b), "GET", "/v1/runs", None);
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (401, Some("revoked_token")),
+        "{body}"
+    );
+    let (new_b, _) = token(&host, &admin, "tenant-b", "owner", None);
+    let (_, subscriptions) = call_as(&host, Some(&new_b), "GET", "/v1/subscriptions", None);
+    assert_eq!(subscriptions["subscriptions"], json!([]), "{subscriptions}");
+    let (_, workflows) = call_as(&host, Some(&new_b), "GET", "/v1/workflows", None);
+    assert_eq!(workflows["workflows"], json!([]), "{workflows}");
 }
 
 /// Reads B's stream for a moment: true if no event came.

@@ -189,6 +189,9 @@ impl Launcher {
                 let mut workflow = model::parse(&definition.source, format, &definition.origin)
                     .map_err(|e| ResumeError::Definition(e.to_string()))?;
                 workflow.id.clone_from(&run.workflow);
+                // The text may have been stored first by another tenant,
+                // under its origin: the run keeps its own.
+                workflow.origin.clone_from(&run.origin);
                 let workflow = Arc::new(workflow);
                 let mut parsed = lock(&self.parsed);
                 if parsed.len() >= CACHED {

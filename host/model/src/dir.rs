@@ -82,6 +82,13 @@ impl WorkflowDir {
         Self { workflows }
     }
 
+    /// A copy of this set without the workflows `keep` refuses.
+    pub fn retaining(&self, keep: impl Fn(&Workflow) -> bool) -> Self {
+        let mut workflows = self.workflows.clone();
+        workflows.retain(|_, workflow| keep(workflow));
+        Self { workflows }
+    }
+
     /// Adds `workflow`, replacing any of its id.
     pub fn insert(&mut self, workflow: Arc<Workflow>) {
         self.workflows.insert(workflow.id.clone(), workflow);

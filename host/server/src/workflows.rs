@@ -92,7 +92,18 @@ impl Deployments {
         let deployments = Self::none(store, clock);
         let mut heads: BTreeMap<String, DeploymentRecord> = BTreeMap::new();
         let mut known: std::collections::HashSet<(String, String)> = Default::default();
+        // A removed tenant's workflows are not served.
+        let tenants: std::collections::HashSet<String> = deployments
+            .store
+            .tenants()?
+            .into_iter()
+            .map(|t| t.name)
+            .collect();
         for record in deployments.store.deployments(None)? {
+            let tenant = weft_core::tenant::of(&record.workflow);
+            if tenant != weft_core::tenant::DEFAULT && !tenants.contains(tenant) {
+                continue;
+            }
             known.insert((record.workflow.clone(), record.digest.clone()));
             heads.insert(record.workflow.clone(), record);
         }
@@ -211,6 +222,17 @@ impl Deployments {
         Ok(deployed)
     }
 
+    /// Stops serving tenant `tenant`'s workflows (it was removed): no new
+    /// run of them starts, over the API or by a trigger. Their revisions
+    /// stay in the store.
+    pub fn withdraw(&self, tenant: &str) {
+        let _one_at_a_time = weft_core::lock(&self.deploying);
+        let kept = self
+            .current()
+            .retaining(|workflow| weft_core::tenant::of(&workflow.id) != tenant);
+        *weft_core::write(&self.current) = Arc::new(kept);
+    }
+
     /// Every version of every workflow, by id, oldest first.
     pub fn all_versions(&self) -> Result<Vec<DeploymentRecord>, StoreError> {
         self.store.deployments(None)
@@ -281,6 +303,11 @@ impl Deployments {
         let mut workflow = model::parse(&definition.source, format, &definition.origin)
             .map_err(|e| e.to_string())?;
         // The text names the workflow bare; the record, with its tenant.
+        // The same text may have been stored first by another tenant,
+        // under its own origin: a tenant's revision names only itself.
+        if head.workflow != workflow.id {
+            workflow.origin = format!("{} (deployed)", weft_core::tenant::bare(&head.workflow));
+        }
         workflow.id.clone_from(&head.workflow);
         Ok(workflow)
     }

@@ -148,7 +148,20 @@ impl Attempt {
                     Ok(output) => {
                         record.output = Some(output);
                         record.messages = outcome.emitted.iter().map(|m| m.id.clone()).collect();
-                        emitted = outcome.emitted;
+                        // A step emits to its own tenant's channels (a
+                        // channel's name holds no `:`, so it names no
+                        // other tenant's).
+                        emitted = outcome
+                            .emitted
+                            .into_iter()
+                            .map(|mut message| {
+                                message.channel = weft_core::tenant::qualify(
+                                    &call.context.tenant,
+                                    &message.channel,
+                                );
+                                message
+                            })
+                            .collect();
                     }
                     Err(error) => record.error = Some(error),
                 }
@@ -162,7 +175,10 @@ impl Attempt {
                 None => {
                     record.error = Some(ErrorRecord::fatal(
                         "unknown_workflow",
-                        format!("subflow: no workflow `{workflow}` is deployed"),
+                        format!(
+                            "subflow: no workflow `{}` is deployed",
+                            weft_core::tenant::bare(&workflow)
+                        ),
                     ));
                 }
                 Some(child) => match launcher.make(child, input, Some(parent)) {

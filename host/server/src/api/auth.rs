@@ -191,12 +191,16 @@ impl Access {
                 let text = value.to_str().map_err(|_| {
                     unauthorized("malformed_token", "Authorization: the header is not text")
                 })?;
-                let token = text.strip_prefix("Bearer ").ok_or_else(|| {
-                    unauthorized(
-                        "malformed_token",
-                        "Authorization: expected `Bearer <token>`",
-                    )
-                })?;
+                let token = text
+                    .split_once(' ')
+                    .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+                    .map(|(_, token)| token)
+                    .ok_or_else(|| {
+                        unauthorized(
+                            "malformed_token",
+                            "Authorization: expected `Bearer <token>`",
+                        )
+                    })?;
                 Some(token.trim().to_owned())
             }
         };
@@ -307,7 +311,9 @@ impl Access {
     /// Blocking.
     pub fn still_valid(&self, caller: &Caller) -> bool {
         let Some(token) = &caller.token else {
-            return true;
+            // A request without a token was let in while none was
+            // required; once one is, its stream ends too.
+            return self.required().is_ok_and(|required| !required);
         };
         match self.store.token(&token.id) {
             Ok(Some(record)) => self.usable(&record).is_ok(),

@@ -22,6 +22,52 @@ use weft_store::{DeliveryRecord, DeliveryState, Right, SubscriptionRecord, Targe
 /// The most SSE streams open at once: each holds a thread while open.
 pub const MAX_STREAMS: usize = 256;
 
+/// The most SSE streams one tenant may hold open at once, so that one
+/// tenant cannot take every place.
+pub const MAX_TENANT_STREAMS: usize = 64;
+
+/// One tenant's place among the open streams, given back when dropped.
+struct TenantStream {
+    counts: Arc<std::sync::Mutex<std::collections::HashMap<String, usize>>>,
+    tenant: String,
+}
+
+impl TenantStream {
+    /// Takes a place for `tenant`, unless it holds its most already (on
+    /// a host with tenants besides `default`; `shared` says whether there
+    /// are).
+    fn take(api: &Api, tenant: &str, shared: bool) -> Result<Self, ApiError> {
+        let mut counts = weft_core::lock(&api.tenant_streams);
+        let count = counts.entry(tenant.to_owned()).or_default();
+        if shared && *count >= MAX_TENANT_STREAMS {
+            return Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "too_many_streams",
+                format!(
+                    "a tenant may hold at most {MAX_TENANT_STREAMS} event streams open at once"
+                ),
+            ));
+        }
+        *count += 1;
+        Ok(Self {
+            counts: Arc::clone(&api.tenant_streams),
+            tenant: tenant.to_owned(),
+        })
+    }
+}
+
+impl Drop for TenantStream {
+    fn drop(&mut self) {
+        let mut counts = weft_core::lock(&self.counts);
+        if let Some(count) = counts.get_mut(&self.tenant) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                counts.remove(&self.tenant);
+            }
+        }
+    }
+}
+
 impl From<HubError> for ApiError {
     fn from(error: HubError) -> Self {
         match error {
@@ -31,6 +77,29 @@ impl From<HubError> for ApiError {
             HubError::Store(e) => e.into(),
         }
     }
+}
+
+/// `429 quota_exceeded` if `tenant` may not make subscription `key` (as
+/// stored) under its quota; one that exists is no new one.
+fn room_for(store: &dyn weft_store::Store, tenant: &str, key: &str) -> Result<(), ApiError> {
+    let Some(max) = super::quota_of(store, tenant)?.max_subscriptions else {
+        return Ok(());
+    };
+    let count = store
+        .subscriptions(None)?
+        .iter()
+        .filter(|s| weft_core::tenant::of(&s.key) == tenant && s.key != key)
+        .count();
+    if count >= max as usize {
+        return Err(ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "quota_exceeded",
+            format!(
+                "tenant `{tenant}` is at its quota `max_subscriptions` ({max}); remove one first"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// The stored names in a subscription's record.
@@ -66,25 +135,10 @@ pub(super) async fn add_subscription(
     let tenant = caller.tenant.clone();
     let store = Arc::clone(api.engine.store());
     let made = blocking(move || {
-        if let Some(max) = super::quota_of(store.as_ref(), &tenant)?.max_subscriptions {
-            let stored = weft_core::tenant::qualify(&tenant, &spec.channel);
-            let key = format!("{stored}/{}", spec.name.as_deref().unwrap_or("default"));
-            let all = store.subscriptions(None)?;
-            let count = all
-                .iter()
-                .filter(|s| weft_core::tenant::of(&s.key) == tenant && s.key != key)
-                .count();
-            if count >= max as usize {
-                return Err(ApiError::new(
-                    StatusCode::TOO_MANY_REQUESTS,
-                    "quota_exceeded",
-                    format!(
-                        "tenant `{tenant}` is at its quota `max_subscriptions` ({max}); remove one first"
-                    ),
-                ));
-            }
-        }
-        Ok(hub.subscribe(&tenant, spec)?)
+        let stored = weft_core::tenant::qualify(&tenant, &spec.channel);
+        let key = format!("{stored}/{}", spec.name.as_deref().unwrap_or("default"));
+        room_for(store.as_ref(), &tenant, &key)?;
+        Ok::<_, ApiError>(hub.subscribe(&tenant, spec)?)
     })
     .await??;
     api.audit(
@@ -193,6 +247,9 @@ pub(super) async fn events(
                 })?,
         ),
     };
+    let store = Arc::clone(api.engine.store());
+    let shared = !blocking(move || store.tenants()).await??.is_empty();
+    let place = TenantStream::take(&api, &caller.tenant, shared)?;
     let permit = Arc::clone(&api.streams).try_acquire_owned().map_err(|_| {
         ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -207,12 +264,27 @@ pub(super) async fn events(
     }
     let hub = api.hub.clone();
     let tenant = caller.tenant.clone();
-    let mut consumer =
-        blocking(move || hub.consumer(&tenant, &channel, &consumer, after)).await??;
+    let store = Arc::clone(api.engine.store());
+    let asking = caller.clone();
+    let mut consumer = blocking(move || {
+        // A consumer that does not exist yet is a new subscription: a
+        // deployer's, within the quota. Reading an existing one is a
+        // reader's.
+        let key = format!(
+            "{}/{consumer}",
+            weft_core::tenant::qualify(&tenant, &channel)
+        );
+        if store.subscription(&key)?.is_none() {
+            asking.need(Right::Deploy)?;
+            room_for(store.as_ref(), &tenant, &key)?;
+        }
+        Ok::<_, ApiError>(hub.consumer(&tenant, &channel, &consumer, after)?)
+    })
+    .await??;
     let (tx, mut rx) = tokio::sync::mpsc::channel::<Event>(256);
     let access = Arc::clone(&api.access);
     spawn_detached(move || {
-        let _permit = permit;
+        let _permit = (permit, place);
         let mut seen = access.revocations();
         let mut checked = std::time::Instant::now();
         loop {
@@ -226,7 +298,7 @@ pub(super) async fn events(
                     return;
                 }
             }
-            match consumer.next(Duration::from_millis(250)) {
+            match consumer.next(Duration::from_secs(1)) {
                 Ok(Some(batch)) => {
                     for delivery in batch {
                         let data = serde_json::to_string(&delivery).unwrap_or_default();
@@ -292,18 +364,33 @@ pub(super) async fn list_deliveries(
     let tenant = caller.tenant.clone();
     let found = blocking(move || {
         let dead = state == Some(DeliveryState::Error);
-        // Listings of every subscription are scanned past other tenants'
-        // rows, up to ten times the limit.
-        let scan = limit.saturating_mul(10);
-        let mut found = match (&subscription, dead) {
-            (Some(key), dead) => store.queued(key, dead, 0, limit)?,
-            (None, true) => store.dead_letters(scan)?,
-            (None, false) => store.deliveries(scan)?,
+        let keep = |d: &DeliveryRecord| {
+            weft_core::tenant::of(&d.subscription) == tenant
+                && state.is_none_or(|state| d.state == state)
         };
-        found.retain(|d| weft_core::tenant::of(&d.subscription) == tenant);
-        if let Some(state) = state {
-            found.retain(|d| d.state == state);
-        }
+        let mut found = match &subscription {
+            Some(key) => store.queued(key, dead, 0, limit)?,
+            // Listings of every subscription are read past other tenants'
+            // rows: a wider read until `limit` of the caller's are found
+            // or there are no more.
+            None => {
+                let mut scan = limit.saturating_mul(4).max(64);
+                loop {
+                    let read = if dead {
+                        store.dead_letters(scan)?
+                    } else {
+                        store.deliveries(scan)?
+                    };
+                    let exhausted = read.len() < scan;
+                    let kept: Vec<DeliveryRecord> = read.into_iter().filter(|d| keep(d)).collect();
+                    if kept.len() >= limit || exhausted {
+                        break kept;
+                    }
+                    scan = scan.saturating_mul(4);
+                }
+            }
+        };
+        found.retain(|d| keep(d));
         found.truncate(limit);
         Ok::<_, weft_store::StoreError>(found)
     })

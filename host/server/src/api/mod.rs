@@ -44,6 +44,9 @@ pub struct Api {
     hub: Hub,
     /// Places for open event streams.
     streams: Arc<tokio::sync::Semaphore>,
+    /// Open event streams per tenant: each may hold at most
+    /// [`deliver::MAX_TENANT_STREAMS`] of the places.
+    tenant_streams: Arc<std::sync::Mutex<std::collections::HashMap<String, usize>>>,
     /// Tokens, and the starts quota.
     access: Arc<Access>,
 }
@@ -58,6 +61,7 @@ impl Api {
             workflows,
             hub,
             streams: Arc::new(tokio::sync::Semaphore::new(deliver::MAX_STREAMS)),
+            tenant_streams: Arc::default(),
             access: Arc::new(access),
         }
     }

@@ -162,7 +162,7 @@ pub fn spec() -> Value {
                         "200": { "description": "an event stream", "content": { "text/event-stream": { "schema": { "$ref": "#/components/schemas/Delivery" } } } },
                         "400": { "description": "invalid_request" },
                         "409": { "description": "conflict: the name is a webhook subscription" },
-                        "503": { "description": "too_many_streams" }
+                        "503": { "description": "too_many_streams: 256 open on the host, or 64 of the caller's tenant" }
                     }
                 }
             },

@@ -111,10 +111,10 @@ pub(super) async fn add_tenant(
         record: weft_store::encode(&record),
         new: true,
     };
-    api.engine
-        .set_tenant_limits(&record.name, super::limits_of(&record.quota));
     match blocking(move || apply(store.as_ref(), write)).await? {
-        Ok(()) => {}
+        Ok(()) => api
+            .engine
+            .set_tenant_limits(&record.name, super::limits_of(&record.quota)),
         Err(StoreError::Exists(_)) => {
             return Err(ApiError::new(
                 StatusCode::CONFLICT,
@@ -140,9 +140,11 @@ pub(super) struct RemoveQuery {
 
 /// `DELETE /v1/tenants/{tenant}`: removes a tenant (an admin's). Refused
 /// with `409 tenant_busy` while it has runs that have not ended, unless
-/// `?force=true`, which cancels them first. Its tokens stop working at
-/// once; its stored objects stay, unreachable, until a tenant of that
-/// name is added again.
+/// `?force=true`. Then its workflows stop being served, its triggers are
+/// paused, its subscriptions removed, its live runs cancelled, and its
+/// tokens revoked in the transaction that removes it. Its ended runs and
+/// revisions stay in the store, unreachable; a tenant added later with
+/// the same name sees them, but none of the old tokens.
 pub(super) async fn remove_tenant(
     State(api): State<Api>,
     Extension(caller): Extension<Caller>,
@@ -159,6 +161,8 @@ pub(super) async fn remove_tenant(
         ));
     }
     let engine = Arc::clone(&api.engine);
+    let workflows = Arc::clone(&api.workflows);
+    let hub = api.hub.clone();
     let asked = name.clone();
     let cancelled = blocking(move || {
         let store = engine.store();
@@ -181,8 +185,22 @@ pub(super) async fn remove_tenant(
                 ),
             ));
         }
+        // Nothing new starts: not over the API, not by a trigger.
+        workflows.withdraw(&asked);
+        let now = engine.clock().now();
+        for row in store.schedules()? {
+            if tenant::of(&row.workflow) == asked && !row.paused {
+                weft_engine::set_schedule_paused(store.as_ref(), &row.key, true, now)
+                    .map_err(|e| ApiError::internal(e.to_string()))?;
+            }
+        }
+        for subscription in store.subscriptions(None)? {
+            if tenant::of(&subscription.key) == asked {
+                hub.unsubscribe(&subscription.key)?;
+            }
+        }
         let mut cancelled = 0;
-        for run in &live {
+        for run in store.runs(&filter, usize::MAX)? {
             match engine.cancel(&run.id) {
                 Ok(()) => cancelled += 1,
                 // Ended meanwhile: nothing to cancel.
@@ -190,10 +208,26 @@ pub(super) async fn remove_tenant(
                 Err(e) => return Err(e.into()),
             }
         }
-        match apply(store.as_ref(), AccessWrite::RemoveTenant(asked.clone())) {
-            Ok(()) | Err(StoreError::NotFound(_)) => Ok(cancelled),
-            Err(e) => Err(e.into()),
+        // Its tokens are revoked with it, in one transaction.
+        let mut writes = vec![Write::Access(AccessWrite::RemoveTenant(asked.clone()))];
+        for mut token in store.tokens()? {
+            if token.tenant == asked && token.revoked_at.is_none() {
+                token.revoked_at = Some(now);
+                writes.push(Write::Access(AccessWrite::PutToken {
+                    id: token.id.clone(),
+                    record: weft_store::encode(&token),
+                    new: false,
+                }));
+            }
         }
+        let refs: Vec<&Write> = writes.iter().collect();
+        for outcome in store.apply(&refs)? {
+            match outcome {
+                Ok(()) | Err(StoreError::NotFound(_)) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(cancelled)
     })
     .await??;
     api.access.revoked();
@@ -316,9 +350,10 @@ pub(super) async fn list_tokens(
     caller.need(Right::Own)?;
     let store = Arc::clone(api.engine.store());
     let tokens = blocking(move || store.tokens()).await??;
+    // An owner sees its tenant's tokens up to its own role.
     let shown: Vec<Value> = tokens
         .iter()
-        .filter(|t| t.tenant == caller.tenant)
+        .filter(|t| t.tenant == caller.tenant && t.role <= caller.role)
         .map(token_shown)
         .collect();
     Ok(Json(json!({ "tokens": shown })))
@@ -425,10 +460,10 @@ pub(super) async fn revoke_token(
     let now = api.engine.clock().now();
     let asked = id.clone();
     let admin = caller.role == Role::Admin;
-    let tenant_name = caller.tenant.clone();
+    let (tenant_name, role) = (caller.tenant.clone(), caller.role);
     let found = blocking(move || store.token(&asked))
         .await??
-        .filter(|t| admin || t.tenant == tenant_name)
+        .filter(|t| admin || (t.tenant == tenant_name && t.role <= role))
         .ok_or_else(|| ApiError::not_found(&What::Token(id.clone())))?;
     caller.need(Right::Own)?;
     let mut record = found;

@@ -52,7 +52,7 @@ impl Hub {
         if subscription.target != Target::Sse {
             return Err(HubError::Conflict(format!(
                 "subscription `{}` is a webhook; it has no consumer",
-                subscription.key
+                weft_core::tenant::bare(&subscription.key)
             )));
         }
         let session = {
