@@ -10,6 +10,7 @@
 //!   written (weft-model compiles it).
 //! - [`ErrorRecord`]: how an error is recorded and shown.
 //! - [`tenant`]: whose an object is, and its name as stored.
+//! - [`fair`]: items of several tenants, taken in turn.
 //! - [`ids`]: fresh ids and random numbers, repeatable under a seed.
 //! - [`Signal`], [`lock`], [`read`] and [`write`]: waiting for news, locking
 //!   without poison.
@@ -18,6 +19,7 @@ pub mod clock;
 mod digest;
 pub mod effects;
 mod error;
+pub mod fair;
 pub mod ids;
 pub mod names;
 mod schedule;

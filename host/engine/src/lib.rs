@@ -535,7 +535,9 @@ impl Engine {
             outcome,
         };
         let core = Arc::clone(&self.core);
-        self.core.commits.submit(
+        let tenant = Arc::from(weft_core::tenant::of(&task.drive.run.workflow));
+        self.core.commits.submit_as(
+            tenant,
             write,
             Box::new(move |result| {
                 let mut task = task;

@@ -10,6 +10,11 @@
 //! answer (which runs on that thread) joins the next batch without going
 //! through the bounded queue, and a blocking commit from there is refused.
 //!
+//! Writes wait by tenant ([`GroupCommit::submit_as`]): each batch takes
+//! the tenants in turn, and while several wait, a batch holds at most
+//! [`SHARED_BATCH`] writes, so one tenant's flood of writes holds another
+//! tenant's commit back by one short batch, not by the flood.
+//!
 //! A simulation holds the writes instead ([`GroupCommit::held`]): nothing
 //! commits until the simulator says which writes make the next batch, and
 //! whether that batch fails.
@@ -20,12 +25,20 @@ use std::sync::mpsc::{Receiver, SyncSender, TryRecvError, sync_channel};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
+use weft_core::fair::Lanes;
 use weft_core::lock;
 
 use super::{Store, StoreError, Write};
 
 /// The most writes in one transaction.
 const MAX_BATCH: usize = 4096;
+
+/// The most writes in one transaction while writes of several tenants
+/// wait.
+pub const SHARED_BATCH: usize = 256;
+
+/// The tenant of writes submitted without one.
+const NO_TENANT: &str = "";
 
 /// What the committing thread calls with the outcome of a write: `Ok` once
 /// it is durable. It runs on the committing thread, so it must be quick.
@@ -34,6 +47,8 @@ pub type Done = Box<dyn FnOnce(Result<(), StoreError>) + Send>;
 struct Job {
     write: Write,
     done: Done,
+    /// Whose turn it waits for.
+    tenant: Arc<str>,
 }
 
 thread_local! {
@@ -220,22 +235,33 @@ impl GroupCommit {
     /// [`StoreError::Closed`], if that thread has stopped). Blocks only while
     /// the queue is full, and never on the committing thread itself.
     pub fn submit(&self, write: Write, done: Done) {
+        self.submit_as(Arc::from(NO_TENANT), write, done);
+    }
+
+    /// [`submit`](Self::submit), as a write of `tenant`, which waits for
+    /// its tenant's turn.
+    pub fn submit_as(&self, tenant: Arc<str>, write: Write, done: Done) {
+        let job = Job {
+            write,
+            done,
+            tenant,
+        };
         if let Some(held) = &self.held {
             held.count_self_wait();
-            lock(&held.jobs).push_back(Job { write, done });
+            lock(&held.jobs).push_back(job);
             return;
         }
         if answering(address(&self.own)) {
             // From an answer: the queue may be full, and only this thread
             // empties it.
-            lock(&self.own).push_back(Job { write, done });
+            lock(&self.own).push_back(job);
             return;
         }
         let jobs = lock(&self.jobs).clone();
         let Some(jobs) = jobs else {
-            return done(Err(StoreError::Closed));
+            return (job.done)(Err(StoreError::Closed));
         };
-        if let Err(refused) = jobs.send(Job { write, done }) {
+        if let Err(refused) = jobs.send(job) {
             (refused.0.done)(Err(StoreError::Closed));
         }
     }
@@ -302,19 +328,36 @@ impl Drop for GroupCommit {
 
 fn commit_loop(store: &dyn Store, queue: &Receiver<Job>, own: &Mutex<VecDeque<Job>>) {
     let mut batch: Vec<Job> = Vec::new();
+    // Writes taken off the queue, waiting for their tenant's turn; at most
+    // two batches' worth, so that a flood still blocks its submitters.
+    let mut waiting: Lanes<Job> = Lanes::default();
     loop {
-        // What this thread's answers submitted goes first.
-        batch.extend(lock(own).drain(..));
-        if batch.is_empty() {
+        // What this thread's answers submitted waits its turn too, but
+        // never for room.
+        for job in lock(own).drain(..) {
+            waiting.push(&Arc::clone(&job.tenant), job);
+        }
+        if waiting.is_empty() {
             match queue.recv() {
-                Ok(first) => batch.push(first),
+                Ok(first) => waiting.push(&Arc::clone(&first.tenant), first),
                 Err(_) => break,
             }
         }
-        while batch.len() < MAX_BATCH {
+        while waiting.len() < 2 * MAX_BATCH {
             match queue.try_recv() {
-                Ok(job) => batch.push(job),
+                Ok(job) => waiting.push(&Arc::clone(&job.tenant), job),
                 Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
+            }
+        }
+        let most = if waiting.tenants() > 1 {
+            SHARED_BATCH
+        } else {
+            MAX_BATCH
+        };
+        while batch.len() < most {
+            match waiting.pop(|_| 1) {
+                Some(job) => batch.push(job),
+                None => break,
             }
         }
         apply_batch(store, std::mem::take(&mut batch));

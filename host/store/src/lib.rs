@@ -11,7 +11,7 @@ pub mod registry;
 mod write;
 
 pub use self::access::{AccessWrite, AuditRecord, Quota, Right, Role, TenantRecord, TokenRecord};
-pub use self::group::{Done, GroupCommit, Held};
+pub use self::group::{Done, GroupCommit, Held, SHARED_BATCH};
 pub use self::lease::{HostRecord, Lease};
 pub use self::messages::{
     DeliveryOp, DeliveryRecord, DeliveryState, MessageRecord, SubscriptionRecord, Target,

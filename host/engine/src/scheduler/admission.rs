@@ -16,9 +16,9 @@ use std::sync::{Arc, Mutex, Weak};
 use weft_core::lock;
 use weft_store::{RunRecord, StoreError, What};
 
-use super::fair::Lanes;
 use super::{CellOf, Core, Later, Live, Task, TenantLimits, Work};
 use crate::error::ResumeError;
+use weft_core::fair::Lanes;
 
 /// A run waiting for a place: its id, and whatever its handle holds.
 pub(super) struct Parked {

@@ -23,7 +23,9 @@ impl Core {
         };
         let write = child.drive.leased(write);
         let core = Arc::clone(self);
-        self.commits.submit(
+        let tenant = Arc::from(weft_core::tenant::of(&child.drive.run.workflow));
+        self.commits.submit_as(
+            tenant,
             write,
             Box::new(move |outcome| match outcome {
                 Ok(()) => {

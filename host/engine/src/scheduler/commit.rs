@@ -283,7 +283,8 @@ impl Core {
         drop(guard);
         let core = Arc::clone(self);
         let cell = Arc::clone(cell);
-        self.commits.submit(
+        self.commits.submit_as(
+            Arc::clone(&cell.tenant),
             write,
             Box::new(move |outcome| {
                 let mut live = lock(&cell);

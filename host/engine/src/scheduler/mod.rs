@@ -24,7 +24,6 @@ mod admission;
 mod children;
 mod commit;
 mod control;
-mod fair;
 mod leases;
 #[cfg(feature = "sim")]
 pub mod stepped;
@@ -167,11 +166,11 @@ fn backoff(failed: u32) -> Duration {
 
 /// Work to do. Timer fires go first: a fire is one small commit, and its
 /// lag should not grow with the work its wakes bring. The rest is taken
-/// tenant by tenant, in turn ([`fair::Lanes`]).
+/// tenant by tenant, in turn ([`weft_core::fair::Lanes`]).
 #[derive(Default)]
 struct Queues {
     fires: VecDeque<Work>,
-    other: fair::Lanes<Work>,
+    other: weft_core::fair::Lanes<Work>,
 }
 
 impl Work {
@@ -276,7 +275,7 @@ impl Core {
             admission: Mutex::new(Admission {
                 resident: 0,
                 max: max_resident.max(1),
-                parked: fair::Lanes::default(),
+                parked: weft_core::fair::Lanes::default(),
                 known: HashMap::new(),
                 by_tenant: HashMap::new(),
                 tenant_of: HashMap::new(),

@@ -81,3 +81,57 @@ fn a_blocking_commit_from_an_answer_is_refused_not_waited_for() {
     let elsewhere = commits.commit(renew(1));
     assert!(elsewhere.is_ok(), "{elsewhere:?}");
 }
+
+/// Writes wait by tenant: a lone write of one tenant, submitted after
+/// another tenant's flood, commits in the next batch, which holds at most
+/// `SHARED_BATCH` writes, before most of the flood.
+#[test]
+fn a_lone_tenants_write_commits_before_another_tenants_flood() {
+    let (_dir, store) = open();
+    let commits = Arc::new(GroupCommit::start(Arc::clone(&store)).unwrap());
+    const FLOOD: usize = 3_000;
+    let (tell, told) = sync_channel(1);
+    let inner = Arc::clone(&commits);
+    let seen = Arc::clone(&store);
+    // From an answer, so that the flood and the lone write all wait when
+    // the next batch is made.
+    commits.submit(
+        renew(0),
+        Box::new(move |_| {
+            for n in 1..=FLOOD {
+                inner.submit_as(Arc::from("flood"), renew(n), Box::new(|_| {}));
+            }
+            let seen = Arc::clone(&seen);
+            inner.submit_as(
+                Arc::from("lone"),
+                renew(FLOOD + 1),
+                Box::new(move |outcome| {
+                    // Committed now: how many hosts' rows were stored with
+                    // it or before it.
+                    let _ = tell.send((outcome, seen.hosts().map(|h| h.len())));
+                }),
+            );
+        }),
+    );
+    let (outcome, stored) = told.recv_timeout(Duration::from_secs(60)).unwrap();
+    assert!(outcome.is_ok(), "{outcome:?}");
+    let stored = stored.unwrap();
+    assert!(
+        stored <= 1 + weft_store::SHARED_BATCH,
+        "the lone write waited for {stored} rows of the flood"
+    );
+    // The flood lands too.
+    common_wait(|| store.hosts().unwrap().len() == FLOOD + 2);
+}
+
+/// Waits up to a minute for `done`.
+fn common_wait(done: impl Fn() -> bool) {
+    let began = std::time::Instant::now();
+    while !done() {
+        assert!(
+            began.elapsed() < Duration::from_secs(60),
+            "not done in a minute"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}

@@ -3,13 +3,15 @@
 //! (weighted round robin). One tenant's flood then waits behind itself,
 //! and another tenant's lone item waits at most one turn of each tenant.
 //!
-//! Used for the ready queue's work and for the runs parked for a place.
+//! The engine's ready queue and its parked runs, and the group commit's
+//! waiting writes, are each one `Lanes`.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 /// Items of several tenants, taken in turn.
-pub(super) struct Lanes<T> {
+#[derive(Debug)]
+pub struct Lanes<T> {
     lanes: HashMap<Arc<str>, VecDeque<T>>,
     /// The tenants with items, in turn order; the front's turn is on.
     ring: VecDeque<Arc<str>>,
@@ -31,7 +33,7 @@ impl<T> Default for Lanes<T> {
 
 impl<T> Lanes<T> {
     /// Queues `item` at the back of `tenant`'s lane.
-    pub(super) fn push(&mut self, tenant: &Arc<str>, item: T) {
+    pub fn push(&mut self, tenant: &Arc<str>, item: T) {
         let lane = self.lanes.entry(Arc::clone(tenant)).or_default();
         if lane.is_empty() {
             self.ring.push_back(Arc::clone(tenant));
@@ -41,19 +43,24 @@ impl<T> Lanes<T> {
     }
 
     /// How many items wait, over every lane.
-    pub(super) fn len(&self) -> usize {
+    pub fn len(&self) -> usize {
         self.len
     }
 
     /// Whether no item waits.
-    pub(super) fn is_empty(&self) -> bool {
+    pub fn is_empty(&self) -> bool {
         self.len == 0
+    }
+
+    /// How many tenants have items waiting.
+    pub fn tenants(&self) -> usize {
+        self.ring.len()
     }
 
     /// The next item in turn, of a tenant that `may` lets go now
     /// (tenants it refuses keep their place in the ring); `weight` gives
     /// each tenant's items per turn (at least one).
-    pub(super) fn pop_where(
+    pub fn pop_where(
         &mut self,
         weight: impl Fn(&str) -> u32,
         may: impl Fn(&str) -> bool,
@@ -83,14 +90,13 @@ impl<T> Lanes<T> {
     }
 
     /// [`pop_where`](Self::pop_where) with every tenant let go.
-    pub(super) fn pop(&mut self, weight: impl Fn(&str) -> u32) -> Option<T> {
+    pub fn pop(&mut self, weight: impl Fn(&str) -> u32) -> Option<T> {
         self.pop_where(weight, |_| true)
     }
 
     /// Takes out the item at `index`, counting in ring order and then lane
     /// order: how a simulator picks.
-    #[cfg_attr(not(any(test, feature = "sim")), allow(dead_code))]
-    pub(super) fn remove(&mut self, index: usize) -> Option<T> {
+    pub fn remove(&mut self, index: usize) -> Option<T> {
         let mut skipped = 0;
         for (at, tenant) in self.ring.iter().enumerate() {
             let lane = self.lanes.get_mut(tenant)?;
