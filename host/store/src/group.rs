@@ -31,11 +31,11 @@ use weft_core::lock;
 use super::{Store, StoreError, Write};
 
 /// The most writes in one transaction.
-const MAX_BATCH: usize = 4096;
+const MAX_BATCH: usize = 512;
 
 /// The most writes in one transaction while writes of several tenants
 /// wait.
-pub const SHARED_BATCH: usize = 256;
+pub const SHARED_BATCH: usize = 64;
 
 /// The tenant of writes submitted without one.
 const NO_TENANT: &str = "";

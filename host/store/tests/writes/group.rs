@@ -26,7 +26,7 @@ fn renew(n: usize) -> Write {
 fn writes_submitted_from_answers_land_even_past_the_queue_bound() {
     let (_dir, store) = open();
     let commits = Arc::new(GroupCommit::start(Arc::clone(&store)).unwrap());
-    // More than the bounded queue holds (4,096), all from one answer.
+    // More than the bounded queue holds (512), all from one answer.
     const MANY: usize = 10_000;
     let (tell, told) = sync_channel(MANY + 1);
     let inner = Arc::clone(&commits);
