@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::common::server::{Host, agent, serve};
+use crate::common::server::{Host, agent, serve, serve_with};
 use crate::common::{Scratch, guest_bytes, wait};
 
 /// `method path [body]` with `token` (none: no header): the status, the
@@ -1113,4 +1113,62 @@ fn open_stream(host: &Host, token: &str, path: &str) -> std::thread::JoinHandle<
         }
         began.elapsed()
     })
+}
+
+/// `weft serve` on an address other than loopback needs `--auth`; with
+/// `--tls-cert` and `--tls-key` it serves HTTPS, which the CLI reaches
+/// with `--ca-cert`, and plain HTTP to it gets no answer.
+#[test]
+fn serve_refuses_a_public_address_without_auth_and_serves_tls() {
+    let scratch = Scratch::new(&["echo"]);
+    let refused = scratch.run(&["serve", "--listen", "0.0.0.0:0"]);
+    assert_eq!(refused.code, Some(2), "{}", refused.stderr);
+    assert!(refused.stderr.contains("--auth"), "{}", refused.stderr);
+
+    let made =
+        rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])
+            .unwrap();
+    let cert = scratch.file("cert.pem", &made.cert.pem());
+    let key = scratch.file("key.pem", &made.signing_key.serialize_pem());
+    let bad = scratch.run(&[
+        "serve",
+        "--tls-cert",
+        key.to_str().unwrap(),
+        "--tls-key",
+        key.to_str().unwrap(),
+    ]);
+    assert_eq!(bad.code.map(|c| c != 0), Some(true), "{}", bad.stderr);
+    assert!(bad.stderr.contains("--tls-cert"), "{}", bad.stderr);
+
+    let host = serve_with(
+        &scratch,
+        0,
+        &[
+            "--tls-cert",
+            cert.to_str().unwrap(),
+            "--tls-key",
+            key.to_str().unwrap(),
+        ],
+    );
+    assert!(host.url.starts_with("https://"), "{}", host.url);
+    let trusted = scratch.run(&[
+        "--ca-cert",
+        cert.to_str().unwrap(),
+        "deliveries",
+        "list",
+        "--server",
+        &host.url,
+    ]);
+    assert_eq!(trusted.code, Some(0), "{}", trusted.stderr);
+    let untrusted = scratch.run(&["deliveries", "list", "--server", &host.url]);
+    assert_ne!(untrusted.code, Some(0), "{}", untrusted.stdout);
+    let plain = host.url.replacen("https://", "http://", 1);
+    let answered = agent()
+        .get(format!("{plain}/v1/health"))
+        .call()
+        .map(|r| r.status().as_u16());
+    assert!(
+        answered.is_err() || answered.as_ref().is_ok_and(|s| *s != 200),
+        "{answered:?}"
+    );
 }

@@ -116,13 +116,20 @@ pub fn wait_for_address(scratch: &Scratch) -> Option<String> {
 
 /// Starts `weft serve` for `scratch`, logging to `serve-<n>.log`, and waits
 /// until it listens.
-#[allow(clippy::zombie_processes)] // `Host` waits for it when dropped
 pub fn serve(scratch: &Scratch, n: usize) -> Host {
+    serve_with(scratch, n, &[])
+}
+
+/// [`serve`], with more arguments for `weft serve`.
+#[allow(clippy::zombie_processes)] // `Host` waits for it when dropped
+pub fn serve_with(scratch: &Scratch, n: usize, more: &[&str]) -> Host {
     let _ = std::fs::remove_file(address_file(scratch));
     std::fs::create_dir_all(scratch.path().join("workflows")).unwrap();
     let child = scratch
         .weft()
-        .args(["serve", "--listen", "127.0.0.1:0", "--workflows"])
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .args(more)
+        .arg("--workflows")
         .arg(scratch.path().join("workflows"))
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(scratch.path().join(format!("serve-{n}.log"))).unwrap())

@@ -70,6 +70,11 @@ pub struct Cli {
     #[arg(long, global = true, env = "WEFT_AS_TENANT", value_name = "TENANT")]
     as_tenant: Option<String>,
 
+    /// The PEM certificate a `weft serve --tls-cert` server's certificate
+    /// must chain to (its own, when self-signed).
+    #[arg(long, global = true, env = "WEFT_CA_CERT", value_name = "FILE")]
+    ca_cert: Option<PathBuf>,
+
     #[command(subcommand)]
     command: Command,
 }
@@ -162,6 +167,7 @@ pub fn main(cli: Cli) -> anyhow::Result<ExitCode> {
     remote::set_credentials(remote::Credentials {
         token: cli.token,
         tenant: cli.as_tenant,
+        ca_cert: cli.ca_cert,
     });
     match cli.command {
         Command::Run(args) => run(&data_dir, args),

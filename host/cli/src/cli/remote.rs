@@ -24,6 +24,30 @@ pub struct Credentials {
     pub token: Option<String>,
     /// Sent as `Weft-Tenant`: the tenant an admin acts in.
     pub tenant: Option<String>,
+    /// The PEM certificate an `https://` server's certificate must chain
+    /// to (a self-signed one, say); default: the web's public roots.
+    pub ca_cert: Option<std::path::PathBuf>,
+}
+
+/// An HTTP client for a server, which answers error statuses as answers
+/// and trusts `--ca-cert` when given.
+pub fn agent(timeout: Option<Duration>) -> anyhow::Result<ureq::Agent> {
+    let mut config = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(timeout);
+    if let Some(path) = CREDENTIALS.get().and_then(|c| c.ca_cert.as_ref()) {
+        let pem = std::fs::read(path)
+            .with_context(|| format!("--ca-cert: cannot read {}", path.display()))?;
+        let cert = ureq::tls::Certificate::from_pem(&pem).map_err(|e| {
+            anyhow::anyhow!("--ca-cert {}: not a PEM certificate: {e}", path.display())
+        })?;
+        config = config.tls_config(
+            ureq::tls::TlsConfig::builder()
+                .root_certs(ureq::tls::RootCerts::new_with_certs(&[cert]))
+                .build(),
+        );
+    }
+    Ok(config.build().into())
 }
 
 /// Sets what every request carries; the first call wins.
@@ -60,11 +84,16 @@ impl Server {
                 .map(|text| text.trim().to_owned())
                 .unwrap_or_else(|_| format!("http://{DEFAULT_LISTEN}"))
         });
-        let agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_global(Some(Duration::from_secs(60)))
-            .build()
-            .into();
+        let agent = agent(Some(Duration::from_secs(60))).unwrap_or_else(|e| {
+            // A bad --ca-cert: say so, and go on with the public roots (the
+            // request then fails on the server's certificate).
+            eprintln!("warning: {e:#}");
+            ureq::Agent::config_builder()
+                .http_status_as_error(false)
+                .timeout_global(Some(Duration::from_secs(60)))
+                .build()
+                .into()
+        });
         Self {
             url: url.trim_end_matches('/').to_owned(),
             agent,
@@ -221,10 +250,7 @@ pub struct TailArgs {
 /// each, and acks each once printed.
 pub fn tail(data_dir: &Path, args: TailArgs) -> anyhow::Result<ExitCode> {
     let server = Server::new(data_dir, args.server);
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .build()
-        .into();
+    let agent = agent(None)?;
     let url = format!(
         "{}/v1/channels/{}/events?consumer={}",
         server.url(),

@@ -38,6 +38,15 @@ pub struct ServeArgs {
     #[arg(long)]
     auth: bool,
 
+    /// Serve HTTPS (rustls) with this PEM certificate chain; needs
+    /// --tls-key.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+
+    /// The PEM private key of --tls-cert.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+
     /// Runs in progress at once; more are recorded, parked, and started in
     /// arrival order as places free.
     #[arg(long, value_name = "N", default_value_t = 10_000)]
@@ -87,7 +96,7 @@ pub struct StartArgs {
 pub fn serve(data_dir: &Path, args: ServeArgs) -> anyhow::Result<ExitCode> {
     if !args.listen.ip().is_loopback() && !args.auth {
         eprintln!(
-            "error: --listen {}: an address other than loopback needs --auth, so that every request carries a token; make one first with `weft tokens create --tenant default --role admin`",
+            "error: --listen {}: an address other than loopback needs --auth, so that every request carries a token; make the first one with `weft tokens create --local --role admin`",
             args.listen
         );
         return Ok(ExitCode::from(EXIT_INVALID));
@@ -128,15 +137,20 @@ pub fn serve(data_dir: &Path, args: ServeArgs) -> anyhow::Result<ExitCode> {
         .build()
         .context("cannot start the async runtime")?;
     runtime.block_on(async move {
+        let tls = match (&args.tls_cert, &args.tls_key) {
+            (Some(cert), Some(key)) => Some(tls_config(cert, key).await?),
+            _ => None,
+        };
         let listener = tokio::net::TcpListener::bind(args.listen)
             .await
             .with_context(|| format!("cannot listen on {}", args.listen))?;
         let addr = listener.local_addr()?;
+        let scheme = if tls.is_some() { "https" } else { "http" };
         let addr_file = data_dir.join("serve.addr");
-        std::fs::write(&addr_file, format!("http://{addr}\n"))
+        std::fs::write(&addr_file, format!("{scheme}://{addr}\n"))
             .with_context(|| format!("cannot write {}", addr_file.display()))?;
         eprintln!(
-            "weft serving {} workflow(s) on http://{addr}; {} interrupted run(s) resumed",
+            "weft serving {} workflow(s) on {scheme}://{addr}; {} interrupted run(s) resumed",
             host.deployments().current().iter().count(),
             host.resumed()
         );
@@ -145,22 +159,57 @@ pub fn serve(data_dir: &Path, args: ServeArgs) -> anyhow::Result<ExitCode> {
         } else {
             host.api()
         };
-        axum::serve(listener, api.router())
-            .with_graceful_shutdown({
-                // Open event streams end when the hub stops.
-                let hub = host.hub().clone();
-                async move {
-                    let _ = tokio::signal::ctrl_c().await;
-                    hub.stop();
-                }
-            })
-            .await
-            .context("the server failed")?;
+        let stopped = {
+            // Open event streams end when the hub stops.
+            let hub = host.hub().clone();
+            async move {
+                let _ = tokio::signal::ctrl_c().await;
+                hub.stop();
+            }
+        };
+        match tls {
+            None => axum::serve(listener, api.router())
+                .with_graceful_shutdown(stopped)
+                .await
+                .context("the server failed")?,
+            Some(config) => {
+                let handle = axum_server::Handle::new();
+                let stopping = handle.clone();
+                tokio::spawn(async move {
+                    stopped.await;
+                    stopping.graceful_shutdown(Some(Duration::from_secs(5)));
+                });
+                axum_server::from_tcp_rustls(listener.into_std()?, config)?
+                    .handle(handle)
+                    .serve(api.router().into_make_service())
+                    .await
+                    .context("the server failed")?;
+            }
+        }
         host.stop();
         let _ = std::fs::remove_file(&addr_file);
         Ok::<_, anyhow::Error>(())
     })?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The TLS configuration of `weft serve --tls-cert CERT --tls-key KEY`:
+/// rustls, with the ring provider.
+async fn tls_config(
+    cert: &Path,
+    key: &Path,
+) -> anyhow::Result<axum_server::tls_rustls::RustlsConfig> {
+    // Installed once per process; a second install is refused, harmlessly.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    axum_server::tls_rustls::RustlsConfig::from_pem_file(cert, key)
+        .await
+        .with_context(|| {
+            format!(
+                "--tls-cert {} --tls-key {}: not a PEM certificate chain and its private key",
+                cert.display(),
+                key.display()
+            )
+        })
 }
 
 /// Tells the operator, on stderr, what happened to each plugin file.
