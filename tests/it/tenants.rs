@@ -1172,3 +1172,72 @@ fn serve_refuses_a_public_address_without_auth_and_serves_tls() {
         "{answered:?}"
     );
 }
+
+/// A tenant's step ceilings: a deployment whose step asks for more is
+/// refused, and a step's default deadline is cut to the ceiling.
+#[test]
+fn a_tenants_step_ceilings_refuse_more_and_cut_the_defaults() {
+    let scratch = Scratch::new(&["spin"]);
+    let made = scratch.run(&["tokens", "create", "--local", "--role", "admin"]);
+    assert_eq!(made.code, Some(0), "{}", made.stderr);
+    let admin = made.stdout.trim().to_owned();
+    let host = serve(&scratch, 0);
+    let (status, body) = call_as(
+        &host,
+        Some(&admin),
+        "POST",
+        "/v1/tenants",
+        Some(
+            &json!({ "name": "tight", "quota": { "max_step_timeout_ms": 300, "max_step_memory": 33554432 } }),
+        ),
+    );
+    assert_eq!(status, 201, "{body}");
+    let (owner, _) = token(&host, &admin, "tight", "owner", None);
+    for (text, field) in [
+        (
+            "id: slow\nsteps:\n  - { id: s, uses: spin, timeout: 5s }\n",
+            "timeout",
+        ),
+        (
+            "id: big\nsteps:\n  - { id: s, uses: spin, memory_limit: 128MiB }\n",
+            "memory_limit",
+        ),
+    ] {
+        let (status, body) = send_as(
+            &host,
+            &owner,
+            "/v1/workflows",
+            "application/yaml",
+            text.as_bytes(),
+        );
+        assert_eq!(
+            (status, body["error"]["code"].as_str()),
+            (422, Some("quota_exceeded")),
+            "{body}"
+        );
+        assert!(
+            body["error"]["message"].as_str().unwrap().contains(field),
+            "{body}"
+        );
+    }
+    let (status, body) = send_as(
+        &host,
+        &owner,
+        "/v1/workflows",
+        "application/yaml",
+        b"id: spins\nsteps:\n  - { id: s, uses: spin }\n",
+    );
+    assert_eq!(status, 201, "{body}");
+    let began = Instant::now();
+    let (status, body) = start(&host, &owner, "spins", None);
+    assert_eq!(status, 201, "{body}");
+    let id = body["id"].as_str().unwrap().to_owned();
+    let ended = wait_run(&host, &owner, &id, |r| r["run"]["state"] != "running");
+    assert_eq!(ended["run"]["state"], "failed", "{ended}");
+    assert_eq!(ended["run"]["error"]["error"]["code"], "timeout", "{ended}");
+    assert!(
+        began.elapsed() < Duration::from_secs(20),
+        "the 30 s default was not cut to the ceiling: {:?}",
+        began.elapsed()
+    );
+}

@@ -32,6 +32,8 @@ pub(super) struct Launcher {
     source: Arc<dyn RunnerSource>,
     pub(super) clock: Arc<dyn Clock>,
     workflows: RwLock<Arc<dyn Workflows>>,
+    /// Each tenant's limits; a tenant not here has the defaults.
+    pub(super) tenants: RwLock<HashMap<String, crate::TenantLimits>>,
     /// Stored definitions already parsed, by workflow (as stored) and digest: loading a run back
     /// (a resume, a timer's wake) then reads only its own records.
     parsed: Mutex<HashMap<String, Arc<Workflow>>>,
@@ -78,6 +80,7 @@ impl Launcher {
             source,
             clock,
             workflows: RwLock::new(Arc::new(WorkflowDir::default())),
+            tenants: RwLock::new(HashMap::new()),
             parsed: Mutex::new(HashMap::new()),
             host,
         }
@@ -85,6 +88,11 @@ impl Launcher {
 
     pub(super) fn set_workflows(&self, workflows: Arc<dyn Workflows>) {
         *write(&self.workflows) = workflows;
+    }
+
+    /// Tenant `tenant`'s limits.
+    pub(super) fn limits(&self, tenant: &str) -> crate::TenantLimits {
+        read(&self.tenants).get(tenant).copied().unwrap_or_default()
     }
 
     pub(super) fn workflow(&self, id: &str) -> Option<Arc<Workflow>> {

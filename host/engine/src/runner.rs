@@ -33,6 +33,9 @@ pub struct StepCall {
     /// The cap on the call's memory, in bytes; the runner's default when
     /// `None`.
     pub memory_limit: Option<u64>,
+    /// The run's tenant's ceilings on the deadline and the memory cap,
+    /// defaults included.
+    pub ceilings: (Option<Duration>, Option<u64>),
     /// Set when the run leaves the engine's hands: the call should stop.
     pub cancel: Arc<AtomicBool>,
 }
@@ -225,6 +228,8 @@ impl StepRunner for WasmRunner {
         let options = CallOptions {
             timeout: call.timeout,
             memory_limit: call.memory_limit,
+            max_timeout: call.ceilings.0,
+            max_memory_limit: call.ceilings.1,
             kv: Some(self.kv.clone()),
             cancel: Some(Arc::clone(&call.cancel)),
         };

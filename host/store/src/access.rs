@@ -52,6 +52,16 @@ pub struct Quota {
     /// are taken in a row.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub weight: Option<u32>,
+    /// The longest a step's call may run, in milliseconds: a deployment
+    /// whose step asks for longer is refused, and a step's default is cut
+    /// to it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_step_timeout_ms: Option<u64>,
+    /// The most memory a step's call may have, in bytes: a deployment
+    /// whose step asks for more is refused, and a step's default is cut to
+    /// it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_step_memory: Option<u64>,
 }
 
 /// What a token may do. Each role has the rights of those listed after

@@ -64,6 +64,12 @@ pub enum TenantsCommand {
         /// The tenant's share of each host's turns (default 1).
         #[arg(long, value_name = "N")]
         weight: Option<u32>,
+        /// The longest a step may run, such as `2m`, its default included.
+        #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+        max_step_timeout: Option<std::time::Duration>,
+        /// The most memory a step may have, in bytes, its default included.
+        #[arg(long, value_name = "BYTES")]
+        max_step_memory: Option<u64>,
         #[command(flatten)]
         server: ServerArg,
     },
@@ -222,6 +228,8 @@ pub fn tenants(data_dir: &Path, command: TenantsCommand) -> anyhow::Result<ExitC
             max_subscriptions,
             max_resident,
             weight,
+            max_step_timeout,
+            max_step_memory,
             server,
         } => {
             let mut quota = serde_json::Map::new();
@@ -236,6 +244,12 @@ pub fn tenants(data_dir: &Path, command: TenantsCommand) -> anyhow::Result<ExitC
             set("max_subscriptions", max_subscriptions.map(Value::from));
             set("max_resident", max_resident.map(Value::from));
             set("weight", weight.map(Value::from));
+            set(
+                "max_step_timeout_ms",
+                max_step_timeout
+                    .map(|d| Value::from(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))),
+            );
+            set("max_step_memory", max_step_memory.map(Value::from));
             ask(
                 data_dir,
                 server,

@@ -141,6 +141,10 @@ impl Drive {
                 input: input.to_string(),
                 timeout: call.timeout,
                 memory_limit: call.memory_limit,
+                ceilings: {
+                    let limits = self.launcher.limits(weft_core::tenant::of(&run.workflow));
+                    (limits.max_step_timeout, limits.max_step_memory)
+                },
                 cancel: Arc::clone(&self.cancel),
             },
         });

@@ -155,7 +155,7 @@ impl Core {
         if admission.resident >= admission.max || admission.parked.is_empty() {
             return None;
         }
-        let tenants = weft_core::read(&self.tenants);
+        let tenants = weft_core::read(&self.launcher.tenants);
         let limits = |t: &str| tenants.get(t).copied().unwrap_or_default();
         let by_tenant = &admission.by_tenant;
         let next = admission.parked.pop_where(

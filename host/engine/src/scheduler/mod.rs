@@ -108,6 +108,11 @@ pub struct TenantLimits {
     pub weight: u32,
     /// The most resident runs; `None`: only the host's `max_resident`.
     pub max_resident: Option<usize>,
+    /// The longest a step's call may run, its default included.
+    pub max_step_timeout: Option<Duration>,
+    /// The most memory a step's call may have, in bytes, its default
+    /// included.
+    pub max_step_memory: Option<u64>,
 }
 
 impl Default for TenantLimits {
@@ -115,6 +120,8 @@ impl Default for TenantLimits {
         Self {
             weight: 1,
             max_resident: None,
+            max_step_timeout: None,
+            max_step_memory: None,
         }
     }
 }
@@ -196,9 +203,6 @@ impl Work {
 pub(super) struct Core {
     pub(super) launcher: Arc<Launcher>,
     admission: Mutex<Admission>,
-    /// Each tenant's weight and resident cap; a tenant not here has the
-    /// defaults.
-    tenants: std::sync::RwLock<HashMap<String, TenantLimits>>,
     /// Attempts waiting for a child run, by the child's id (in order, so
     /// a simulation sees them in the same order every time).
     watchers: Mutex<BTreeMap<String, Vec<Waiting>>>,
@@ -280,7 +284,6 @@ impl Core {
                 by_tenant: HashMap::new(),
                 tenant_of: HashMap::new(),
             }),
-            tenants: std::sync::RwLock::new(HashMap::new()),
             watchers: Mutex::new(BTreeMap::new()),
             commits,
             clock,
@@ -358,16 +361,13 @@ impl Core {
 
     /// `tenant`'s limits.
     fn limits(&self, tenant: &str) -> TenantLimits {
-        weft_core::read(&self.tenants)
-            .get(tenant)
-            .copied()
-            .unwrap_or_default()
+        self.launcher.limits(tenant)
     }
 
     /// Sets `tenant`'s limits, and gives places to parked runs that may
     /// have one now.
     pub(super) fn set_limits(&self, tenant: &str, limits: TenantLimits) {
-        weft_core::write(&self.tenants).insert(tenant.to_owned(), limits);
+        weft_core::write(&self.launcher.tenants).insert(tenant.to_owned(), limits);
         self.fill_places();
     }
 
@@ -394,7 +394,7 @@ impl Core {
                 return Some(work);
             }
             if !ready.other.is_empty() {
-                let tenants = weft_core::read(&self.tenants);
+                let tenants = weft_core::read(&self.launcher.tenants);
                 let weight = |t: &str| tenants.get(t).map_or(1, |l| l.weight);
                 if let Some(work) = ready.other.pop(weight) {
                     return Some(work);

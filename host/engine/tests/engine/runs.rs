@@ -103,6 +103,7 @@ fn a_tenant_at_its_cap_is_parked_and_another_tenant_takes_the_next_place_in_turn
         weft_engine::TenantLimits {
             weight: 1,
             max_resident: Some(1),
+            ..weft_engine::TenantLimits::default()
         },
     );
     let text = "id: one\nsteps: [ { id: only, uses: gate, with: \"${{ inputs.n }}\" } ]\n";

@@ -43,6 +43,12 @@ pub struct CallOptions {
     /// The cap on the call's memory, in bytes; the runtime's default when
     /// `None`.
     pub memory_limit: Option<u64>,
+    /// The most `timeout` may be, the default included: a tenant's
+    /// ceiling.
+    pub max_timeout: Option<Duration>,
+    /// The most `memory_limit` may be, the default included: a tenant's
+    /// ceiling.
+    pub max_memory_limit: Option<u64>,
     /// The key-value space the call sees; with `None`, reads find nothing
     /// and writes fail.
     pub kv: Option<KvAccess>,
@@ -89,8 +95,14 @@ impl Plugin {
     /// is a [`CallError`]. Has no effect outside the call: nothing is stored.
     pub fn call(&self, context: &StepContext, input: &str, options: &CallOptions) -> CallOutcome {
         let config = self.0.runtime.config();
-        let timeout = options.timeout.unwrap_or(config.default_timeout);
-        let memory_limit = options.memory_limit.unwrap_or(config.default_memory_limit);
+        let timeout = options
+            .timeout
+            .unwrap_or(config.default_timeout)
+            .min(options.max_timeout.unwrap_or(Duration::MAX));
+        let memory_limit = options
+            .memory_limit
+            .unwrap_or(config.default_memory_limit)
+            .min(options.max_memory_limit.unwrap_or(u64::MAX));
         let log = LogSink::new(config.log_limit, &self.0.meta.name, &context.step_id);
         let _slot = self.0.runtime.shared.slots.acquire();
         let mut store = new_store(

@@ -166,10 +166,13 @@ pub(super) async fn deploy_workflow(
     let text = text.to_owned();
     let tenant = caller.tenant.clone();
     let deployed = blocking(move || {
-        deployments.deploy_checked(&engine, &tenant, &text, format, "request body")
+        let quota = super::quota_of(engine.store().as_ref(), &tenant)?;
+        within_ceilings(&quota, &tenant, &text, format)?;
+        deployments
+            .deploy_checked(&engine, &tenant, &text, format, "request body")
+            .map_err(deploy_error)
     })
-    .await?
-    .map_err(deploy_error)?;
+    .await??;
     if deployed.created {
         api.audit(
             &caller,
@@ -190,6 +193,48 @@ pub(super) async fn deploy_workflow(
         body["unchanged"] = json!(true);
         Ok((StatusCode::OK, Json(body)))
     }
+}
+
+/// `422 quota_exceeded` when a step of the definition `text` asks for a
+/// longer timeout or more memory than its tenant's ceiling. A text that
+/// does not parse is left for the deployment to refuse.
+fn within_ceilings(
+    quota: &weft_store::Quota,
+    tenant: &str,
+    text: &str,
+    format: Format,
+) -> Result<(), ApiError> {
+    if quota.max_step_timeout_ms.is_none() && quota.max_step_memory.is_none() {
+        return Ok(());
+    }
+    let Ok(workflow) = weft_model::parse(text, format, "request body") else {
+        return Ok(());
+    };
+    for step in workflow.all_steps() {
+        let Some(call) = step.call() else { continue };
+        let over = |field: &str, asked: u64, most: u64, unit: &str| {
+            ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "quota_exceeded",
+                format!(
+                    "step `{}`: {field} {asked} {unit} is over tenant `{tenant}`'s ceiling of {most} {unit}",
+                    step.id
+                ),
+            )
+        };
+        if let (Some(asked), Some(most)) = (call.timeout, quota.max_step_timeout_ms) {
+            let asked = u64::try_from(asked.as_millis()).unwrap_or(u64::MAX);
+            if asked > most {
+                return Err(over("timeout", asked, most, "ms"));
+            }
+        }
+        if let (Some(asked), Some(most)) = (call.memory_limit, quota.max_step_memory)
+            && asked > most
+        {
+            return Err(over("memory_limit", asked, most, "bytes"));
+        }
+    }
+    Ok(())
 }
 
 /// The answer to a refused deployment.

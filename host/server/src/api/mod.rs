@@ -248,6 +248,10 @@ pub fn limits_of(quota: &weft_store::Quota) -> weft_engine::TenantLimits {
     weft_engine::TenantLimits {
         weight: quota.weight.unwrap_or(1).clamp(1, 1000),
         max_resident: quota.max_resident.map(|n| n as usize),
+        max_step_timeout: quota
+            .max_step_timeout_ms
+            .map(std::time::Duration::from_millis),
+        max_step_memory: quota.max_step_memory,
     }
 }
 

@@ -214,7 +214,9 @@ pub fn spec() -> Value {
                     "starts_per_second": { "type": "integer", "description": "runs started per second over the API; beyond it, 429 quota_exceeded with Retry-After" },
                     "max_plugins": { "type": "integer" }, "max_plugin_bytes": { "type": "integer" }, "max_subscriptions": { "type": "integer" },
                     "max_resident": { "type": "integer", "description": "runs in progress at once on each host; beyond it the tenant's runs are parked, never dropped" },
-                    "weight": { "type": "integer", "description": "the tenant's share of each host's turns (default 1)" }
+                    "weight": { "type": "integer", "description": "the tenant's share of each host's turns (default 1)" },
+                    "max_step_timeout_ms": { "type": "integer", "description": "the longest a step's call may run, its default included; a deployment asking for longer is 422 quota_exceeded" },
+                    "max_step_memory": { "type": "integer", "description": "the most memory of a step's call, in bytes, its default included; a deployment asking for more is 422 quota_exceeded" }
                 } },
                 "Error": { "type": "object", "required": ["error"], "properties": { "error": { "type": "object", "required": ["code", "message"], "properties": { "code": { "type": "string" }, "message": { "type": "string" } } } } },
                 "StartRequest": { "type": "object", "required": ["workflow"], "additionalProperties": false, "properties": { "workflow": { "type": "string" }, "input": {}, "idempotency_key": { "type": "string", "minLength": 1, "maxLength": 256 } } },

@@ -222,6 +222,7 @@ fn fairness(plugins: &Path, dir: &Path, flood: usize) -> anyhow::Result<()> {
             TenantLimits {
                 weight: 1,
                 max_resident: cap,
+                ..TenantLimits::default()
             },
         );
         let (mut under, flood_secs) = flooded(&engine, &a, &b, flood)?;
