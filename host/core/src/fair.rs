@@ -52,6 +52,11 @@ impl<T> Lanes<T> {
         self.len == 0
     }
 
+    /// How many items of `tenant` wait.
+    pub fn len_of(&self, tenant: &str) -> usize {
+        self.lanes.get(tenant).map_or(0, VecDeque::len)
+    }
+
     /// How many tenants have items waiting.
     pub fn tenants(&self) -> usize {
         self.ring.len()

@@ -34,6 +34,9 @@ pub(super) struct Launcher {
     workflows: RwLock<Arc<dyn Workflows>>,
     /// Each tenant's limits; a tenant not here has the defaults.
     pub(super) tenants: RwLock<HashMap<String, crate::TenantLimits>>,
+    /// Guest time each tenant's calls took in the current minute of the
+    /// clock: the minute, and the time.
+    guest_time: Mutex<HashMap<String, (u64, std::time::Duration)>>,
     /// Stored definitions already parsed, by workflow (as stored) and digest: loading a run back
     /// (a resume, a timer's wake) then reads only its own records.
     parsed: Mutex<HashMap<String, Arc<Workflow>>>,
@@ -81,6 +84,7 @@ impl Launcher {
             clock,
             workflows: RwLock::new(Arc::new(WorkflowDir::default())),
             tenants: RwLock::new(HashMap::new()),
+            guest_time: Mutex::new(HashMap::new()),
             parsed: Mutex::new(HashMap::new()),
             host,
         }
@@ -93,6 +97,41 @@ impl Launcher {
     /// Tenant `tenant`'s limits.
     pub(super) fn limits(&self, tenant: &str) -> crate::TenantLimits {
         read(&self.tenants).get(tenant).copied().unwrap_or_default()
+    }
+
+    /// How long a call of `tenant` must wait for its guest time to renew,
+    /// if its time for this minute is spent.
+    pub(crate) fn guest_time_wait(&self, tenant: &str) -> Option<std::time::Duration> {
+        let budget = self.limits(tenant).guest_time_per_minute?;
+        let now = self.clock.now().as_millis();
+        let minute = now / 60_000;
+        let spent = match lock(&self.guest_time).get(tenant) {
+            Some((at, spent)) if *at == minute => *spent,
+            _ => std::time::Duration::ZERO,
+        };
+        (spent >= budget).then(|| std::time::Duration::from_millis((minute + 1) * 60_000 - now))
+    }
+
+    /// The guest time `tenant`'s calls took in this minute of the clock.
+    pub(crate) fn guest_time_now(&self, tenant: &str) -> std::time::Duration {
+        let minute = self.clock.now().as_millis() / 60_000;
+        match lock(&self.guest_time).get(tenant) {
+            Some((at, spent)) if *at == minute => *spent,
+            _ => std::time::Duration::ZERO,
+        }
+    }
+
+    /// Counts `took` of guest time to `tenant`, in this minute.
+    pub(crate) fn guest_time_spent(&self, tenant: &str, took: std::time::Duration) {
+        let minute = self.clock.now().as_millis() / 60_000;
+        let mut spent = lock(&self.guest_time);
+        let entry = spent
+            .entry(tenant.to_owned())
+            .or_insert((minute, std::time::Duration::ZERO));
+        if entry.0 != minute {
+            *entry = (minute, std::time::Duration::ZERO);
+        }
+        entry.1 += took;
     }
 
     pub(super) fn workflow(&self, id: &str) -> Option<Arc<Workflow>> {

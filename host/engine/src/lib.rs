@@ -467,6 +467,13 @@ impl Engine {
         self.core.load()
     }
 
+    /// What `tenant` uses on this host now: its resident runs, its parked
+    /// runs, and the guest time its calls took in this minute.
+    pub fn tenant_usage(&self, tenant: &str) -> (usize, usize, std::time::Duration) {
+        let (resident, parked) = self.core.tenant_load(tenant);
+        (resident, parked, self.core.launcher.guest_time_now(tenant))
+    }
+
     /// Holds `tenant` to `limits` from now on: its weight in the turns
     /// of the ready queue and of parked runs, and its resident cap (its
     /// runs beyond it are parked, never dropped). Parked runs that may

@@ -62,6 +62,12 @@ pub struct Quota {
     /// it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_step_memory: Option<u64>,
+    /// Guest time the tenant's calls may take per minute on each host, in
+    /// milliseconds (measured as each call's time on its thread). Once it
+    /// is spent, a step due waits, on a timer, for the next minute; its
+    /// record says `cpu_quota`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guest_ms_per_minute: Option<u64>,
 }
 
 /// What a token may do. Each role has the rights of those listed after

@@ -70,6 +70,10 @@ pub enum TenantsCommand {
         /// The most memory a step may have, in bytes, its default included.
         #[arg(long, value_name = "BYTES")]
         max_step_memory: Option<u64>,
+        /// Guest time the tenant's calls may take per minute on each host,
+        /// such as `10s`; once spent, steps wait for the next minute.
+        #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+        guest_time_per_minute: Option<std::time::Duration>,
         #[command(flatten)]
         server: ServerArg,
     },
@@ -230,6 +234,7 @@ pub fn tenants(data_dir: &Path, command: TenantsCommand) -> anyhow::Result<ExitC
             weight,
             max_step_timeout,
             max_step_memory,
+            guest_time_per_minute,
             server,
         } => {
             let mut quota = serde_json::Map::new();
@@ -250,6 +255,11 @@ pub fn tenants(data_dir: &Path, command: TenantsCommand) -> anyhow::Result<ExitC
                     .map(|d| Value::from(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))),
             );
             set("max_step_memory", max_step_memory.map(Value::from));
+            set(
+                "guest_ms_per_minute",
+                guest_time_per_minute
+                    .map(|d| Value::from(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))),
+            );
             ask(
                 data_dir,
                 server,

@@ -36,6 +36,8 @@ pub(super) enum Invocation {
     Plugin {
         runner: Arc<dyn StepRunner>,
         call: StepCall,
+        /// Counts the call's guest time to its tenant.
+        launcher: Arc<Launcher>,
     },
     /// Make a child run (recorded through the outbox once this attempt
     /// commits).
@@ -140,8 +142,14 @@ impl Attempt {
         let timer = Instant::now();
         match call {
             None | Some(Invocation::Await(_)) => {}
-            Some(Invocation::Plugin { runner, call }) => {
+            Some(Invocation::Plugin {
+                runner,
+                call,
+                launcher,
+            }) => {
+                let began = Instant::now();
                 let outcome = runner.call(&call);
+                launcher.guest_time_spent(&call.context.tenant, began.elapsed());
                 record.logs = outcome.logs;
                 kv = Some(outcome.kv);
                 match outcome.result {

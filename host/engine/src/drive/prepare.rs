@@ -18,6 +18,10 @@ use super::attempt::{Attempt, Invocation};
 use super::walk::{Action, Ready};
 use super::{Drive, expression_error, timer_id, truth};
 
+/// The code of a step that waits because its tenant's guest time for the
+/// minute is spent.
+pub(crate) const CPU_QUOTA: &str = "cpu_quota";
+
 impl Drive {
     /// One attempt of a ready call: its condition and input are evaluated
     /// here; the call itself is made by [`Attempt::run`].
@@ -126,6 +130,24 @@ impl Drive {
             record.input = input;
             return;
         }
+        let tenant = weft_core::tenant::of(&run.workflow);
+        if let Some(wait) = self.launcher.guest_time_wait(tenant) {
+            // The tenant's guest time for this minute is spent: the step
+            // waits for the next minute, on a timer, and is not called.
+            record.error = Some(ErrorRecord {
+                code: CPU_QUOTA.to_owned(),
+                message: format!(
+                    "tenant `{tenant}` spent its guest time for this minute; the step waits {} ms",
+                    wait.as_millis()
+                ),
+                retryable: true,
+                details: Some(
+                    json!({ "wait_ms": u64::try_from(wait.as_millis()).unwrap_or(u64::MAX) }),
+                ),
+            });
+            record.input = input;
+            return;
+        }
         let context = StepContext {
             tenant: weft_core::tenant::of(&run.workflow).to_owned(),
             workflow: weft_core::tenant::bare(&run.workflow).to_owned(),
@@ -135,6 +157,7 @@ impl Drive {
             idempotency_key: format!("{}:{}", run.id, ready.path),
         };
         attempt.call = Some(Invocation::Plugin {
+            launcher: Arc::clone(&self.launcher),
             runner: Arc::clone(&self.runner),
             call: StepCall {
                 context,

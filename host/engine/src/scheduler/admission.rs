@@ -213,6 +213,15 @@ impl Core {
         }
     }
 
+    /// How many of `tenant`'s runs are resident, and how many parked.
+    pub(crate) fn tenant_load(&self, tenant: &str) -> (usize, usize) {
+        let admission = lock(&self.admission);
+        (
+            admission.by_tenant.get(tenant).copied().unwrap_or(0),
+            admission.parked.len_of(tenant),
+        )
+    }
+
     /// How many runs are resident, and how many are parked.
     pub(crate) fn load(&self) -> (usize, usize) {
         let admission = lock(&self.admission);

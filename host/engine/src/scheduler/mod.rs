@@ -113,6 +113,10 @@ pub struct TenantLimits {
     /// The most memory a step's call may have, in bytes, its default
     /// included.
     pub max_step_memory: Option<u64>,
+    /// Guest time the tenant's calls may take per minute of the clock, on
+    /// this host. A step due once it is spent waits, with a timer, for the
+    /// next minute (its record says `cpu_quota`).
+    pub guest_time_per_minute: Option<Duration>,
 }
 
 impl Default for TenantLimits {
@@ -122,6 +126,7 @@ impl Default for TenantLimits {
             max_resident: None,
             max_step_timeout: None,
             max_step_memory: None,
+            guest_time_per_minute: None,
         }
     }
 }

@@ -143,6 +143,49 @@ fn a_tenant_at_its_cap_is_parked_and_another_tenant_takes_the_next_place_in_turn
     assert_eq!(host.engine.load(), (0, 0));
 }
 
+/// A tenant whose guest time for the minute is spent has its next step
+/// wait, on a timer, for the next minute: recorded as `cpu_quota`, not
+/// called, and called once the minute turns, whatever its retry policy.
+#[test]
+fn a_tenant_out_of_guest_time_waits_for_the_next_minute() {
+    let host = Host::new(vec![]);
+    host.engine.set_tenant_limits(
+        "metered",
+        weft_engine::TenantLimits {
+            guest_time_per_minute: Some(Duration::from_nanos(1)),
+            ..weft_engine::TenantLimits::default()
+        },
+    );
+    let text =
+        "id: two\nsteps:\n  - { id: a, uses: echo, with: 1 }\n  - { id: b, uses: echo, with: 2 }\n";
+    let handle = host.start_in("metered", text, json!({}));
+    let id = handle.id().to_owned();
+    eventually("step b to wait for the minute", || {
+        host.steps(&id)
+            .iter()
+            .any(|s| s.error.as_ref().is_some_and(|e| e.code == "cpu_quota"))
+    });
+    assert_eq!(steps_called(&host.calls()), ["a"], "b was not called");
+    let waiting = host
+        .steps(&id)
+        .into_iter()
+        .find(|s| s.step_id == "b")
+        .unwrap();
+    assert!(waiting.retry_in_ms.is_some_and(|ms| ms > 0 && ms <= 60_000));
+    // A tenant without a budget is not held back meanwhile.
+    let free = host.start_in("free", text, json!({}));
+    assert_eq!(finish(free).state, RunState::Succeeded);
+    host.advance(61);
+    assert_eq!(finish(handle).state, RunState::Succeeded);
+    let called: Vec<_> = host
+        .calls()
+        .into_iter()
+        .filter(|c| c.run == id)
+        .map(|c| c.step)
+        .collect();
+    assert_eq!(called, ["a", "b"]);
+}
+
 #[test]
 fn a_run_cancelled_while_parked_never_runs_and_gives_its_place_on() {
     let (gate, host, [first, second, third]) = two_parked();

@@ -252,6 +252,9 @@ pub fn limits_of(quota: &weft_store::Quota) -> weft_engine::TenantLimits {
             .max_step_timeout_ms
             .map(std::time::Duration::from_millis),
         max_step_memory: quota.max_step_memory,
+        guest_time_per_minute: quota
+            .guest_ms_per_minute
+            .map(std::time::Duration::from_millis),
     }
 }
 

@@ -309,6 +309,7 @@ pub(super) async fn usage(
             *count = json!(count.as_u64().unwrap_or(0) + 1);
         }
         let owned = |stored: &str| tenant::of(stored) == asked;
+        let (resident, parked, guest) = engine.tenant_usage(&asked);
         let plugins: Vec<_> = engine
             .plugins()
             .list()
@@ -325,6 +326,9 @@ pub(super) async fn usage(
                 "plugin_bytes": plugins.iter().map(|p| p.size).sum::<u64>(),
                 "subscriptions": store.subscriptions(None)?.iter().filter(|s| owned(&s.key)).count(),
                 "schedules": store.schedules()?.iter().filter(|s| owned(&s.workflow)).count(),
+                "resident_here": resident,
+                "parked_here": parked,
+                "guest_ms_this_minute": u64::try_from(guest.as_millis()).unwrap_or(u64::MAX),
             },
         }))
     })
