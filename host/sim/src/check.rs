@@ -3,6 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+use weft_core::tenant;
 
 use weft_model::Workflow;
 use weft_store::{RunFilter, RunRecord, RunState, StepRecord, Store};
@@ -61,6 +62,7 @@ impl Facts {
                 .count() as u64;
         }
         self.children_end_with_their_parent(&runs)?;
+        children_in_their_tenant(&runs)?;
         for workflow in workflows {
             let space = space(&workflow.id);
             let stored = store
@@ -251,6 +253,30 @@ fn messages_once(store: &dyn Store, run: &RunRecord, steps: &[StepRecord]) -> Re
             return Err(format!(
                 "run {}: message {} is stored, but no successful record sent it",
                 run.id, message.id
+            ));
+        }
+        // A run emits to its own tenant's channels only.
+        if tenant::of(&message.channel) != tenant::of(&run.workflow) {
+            return Err(format!(
+                "run {} of `{}` emitted message {} to channel `{}` of another tenant",
+                run.id, run.workflow, message.id, message.channel
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A child run is of its parent's tenant.
+fn children_in_their_tenant(runs: &[RunRecord]) -> Result<(), String> {
+    let by_id: BTreeMap<&str, &RunRecord> = runs.iter().map(|r| (r.id.as_str(), r)).collect();
+    for run in runs {
+        let Some(parent) = run.parent.as_ref().and_then(|p| by_id.get(p.run.as_str())) else {
+            continue;
+        };
+        if tenant::of(&parent.workflow) != tenant::of(&run.workflow) {
+            return Err(format!(
+                "child run {} of `{}` has a parent {} of `{}`, another tenant",
+                run.id, run.workflow, parent.id, parent.workflow
             ));
         }
     }

@@ -119,7 +119,12 @@ impl StepRunner for Runner {
 impl Runner {
     /// Key `n` plus one, read from the committed data with its version.
     fn count(&self, call: &StepCall) -> StepOutcome {
-        let space = space(&call.context.workflow);
+        // The real runtime names the space by the workflow's stored id:
+        // its tenant, then its bare id.
+        let space = space(&weft_core::tenant::qualify(
+            &call.context.tenant,
+            &call.context.workflow,
+        ));
         let read = match self.store.kv_get(&space, "n") {
             Ok(read) => read,
             Err(e) => return StepOutcome::of(Err(ErrorRecord::internal(e.to_string()))),

@@ -21,6 +21,10 @@ use crate::store::SimStore;
 /// How long a host's leases hold without a renewal.
 const LEASE_TTL: std::time::Duration = std::time::Duration::from_secs(5);
 
+/// The tenant besides `default` whose runs the simulation starts: at most
+/// one of its runs is resident on a host, and it has twice the turns.
+const SECOND_TENANT: &str = "second";
+
 /// When every simulation starts.
 const START: Timestamp = Timestamp(1_700_000_000_000);
 
@@ -89,8 +93,16 @@ impl fmt::Display for Event {
             Event::Advance { ms } => write!(f, "clock +{ms} ms"),
             Event::Start { host, workflow } => write!(
                 f,
-                "host {host}: start `{}`",
-                WORKFLOWS[*workflow].lines().next().unwrap_or_default()
+                "host {host}: start `{}`{}",
+                WORKFLOWS[*workflow % WORKFLOWS.len()]
+                    .lines()
+                    .next()
+                    .unwrap_or_default(),
+                if *workflow >= WORKFLOWS.len() {
+                    format!(" of tenant `{SECOND_TENANT}`")
+                } else {
+                    String::new()
+                }
             ),
             Event::Cancel { host, run } => write!(f, "host {host}: cancel {run}"),
             Event::Answer { host, run } => write!(f, "host {host}: answer {run}/ask"),
@@ -179,13 +191,17 @@ fn workflows() -> Result<(Vec<Arc<Workflow>>, Arc<WorkflowDir>), String> {
         .get_or_init(|| {
             let mut workflows = Vec::new();
             let mut served = WorkflowDir::default();
-            for text in WORKFLOWS {
-                let workflow = Arc::new(
-                    weft_model::parse(text, Format::Yaml, "sim")
-                        .map_err(|e| format!("a simulated workflow: {e}"))?,
-                );
-                served.insert(Arc::clone(&workflow));
-                workflows.push(workflow);
+            // Each workflow twice: as tenant `default`'s, and as a second
+            // tenant's, held to a resident cap and a weight (`host`).
+            for tenant in [weft_core::tenant::DEFAULT, SECOND_TENANT] {
+                for text in WORKFLOWS {
+                    let mut workflow = weft_model::parse(text, Format::Yaml, "sim")
+                        .map_err(|e| format!("a simulated workflow: {e}"))?;
+                    workflow.id = weft_core::tenant::qualify(tenant, &workflow.id);
+                    let workflow = Arc::new(workflow);
+                    served.insert(Arc::clone(&workflow));
+                    workflows.push(workflow);
+                }
             }
             Ok((workflows, Arc::new(served)))
         })
@@ -241,6 +257,14 @@ impl World {
             config,
         );
         engine.set_workflows(Arc::clone(&self.served) as Arc<dyn weft_model::Workflows>);
+        engine.set_tenant_limits(
+            SECOND_TENANT,
+            weft_engine::TenantLimits {
+                weight: 2,
+                max_resident: Some(1),
+                ..weft_engine::TenantLimits::default()
+            },
+        );
         let _ = engine.replay_outbox();
         let _ = engine.arm_timers();
         if let Ok(running) = self.store.running() {
