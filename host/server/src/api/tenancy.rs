@@ -40,17 +40,21 @@ fn unknown_tenant(name: &str) -> ApiError {
     )
 }
 
-/// Tenant `name`'s row, or a made-up one for `default`, which has none
-/// until its quota is set.
+/// Tenant `default`'s row while it has none (until its quota is set).
+fn default_row() -> TenantRecord {
+    TenantRecord {
+        name: tenant::DEFAULT.to_owned(),
+        created_at: weft_core::clock::Timestamp(0),
+        quota: Quota::default(),
+    }
+}
+
+/// Tenant `name`'s row, or [`default_row`] for `default`.
 fn tenant_row(store: &dyn weft_store::Store, name: &str) -> Result<Option<TenantRecord>, ApiError> {
     let found = store.tenants()?.into_iter().find(|t| t.name == name);
     Ok(match found {
         Some(found) => Some(found),
-        None if name == tenant::DEFAULT => Some(TenantRecord {
-            name: tenant::DEFAULT.to_owned(),
-            created_at: weft_core::clock::Timestamp(0),
-            quota: Quota::default(),
-        }),
+        None if name == tenant::DEFAULT => Some(default_row()),
         None => None,
     })
 }
@@ -64,14 +68,7 @@ pub(super) async fn list_tenants(
     let store = Arc::clone(api.engine.store());
     let mut tenants = blocking(move || store.tenants()).await??;
     if !tenants.iter().any(|t| t.name == tenant::DEFAULT) {
-        tenants.insert(
-            0,
-            TenantRecord {
-                name: tenant::DEFAULT.to_owned(),
-                created_at: weft_core::clock::Timestamp(0),
-                quota: Quota::default(),
-            },
-        );
+        tenants.insert(0, default_row());
     }
     Ok(Json(json!({ "tenants": tenants })))
 }

@@ -2,7 +2,7 @@
 //! opened only by the writes and reads that need them, not with every
 //! transaction's [`Tables`].
 
-use redb::{ReadTransaction, ReadableTable};
+use redb::{ReadTransaction, ReadableTable, TableDefinition};
 
 use super::{AUDIT, TENANTS, TOKENS, Tables, decode};
 use crate::{AccessWrite, AuditRecord, StoreError, TenantRecord, TokenRecord, What};
@@ -14,15 +14,8 @@ impl Tables<'_> {
     ) -> Result<Result<(), StoreError>, StoreError> {
         match write {
             AccessWrite::PutTenant { name, record, new } => {
-                let mut tenants = backend!(self.txn.open_table(TENANTS))?;
-                let exists = backend!(tenants.get(name.as_str()))?.is_some();
-                if exists && *new {
-                    return Ok(Err(StoreError::Exists(What::Tenant(name.clone()))));
-                }
-                if !exists && !*new {
-                    return Ok(Err(StoreError::NotFound(What::Tenant(name.clone()))));
-                }
-                backend!(tenants.insert(name.as_str(), record.as_slice()))?;
+                let what = || What::Tenant(name.clone());
+                return self.put(TENANTS, name, record, *new, what);
             }
             AccessWrite::RemoveTenant(name) => {
                 let mut tenants = backend!(self.txn.open_table(TENANTS))?;
@@ -31,21 +24,37 @@ impl Tables<'_> {
                 }
             }
             AccessWrite::PutToken { id, record, new } => {
-                let mut tokens = backend!(self.txn.open_table(TOKENS))?;
-                let exists = backend!(tokens.get(id.as_str()))?.is_some();
-                if exists && *new {
-                    return Ok(Err(StoreError::Exists(What::Token(id.clone()))));
-                }
-                if !exists && !*new {
-                    return Ok(Err(StoreError::NotFound(What::Token(id.clone()))));
-                }
-                backend!(tokens.insert(id.as_str(), record.as_slice()))?;
+                let what = || What::Token(id.clone());
+                return self.put(TOKENS, id, record, *new, what);
             }
             AccessWrite::Audit { key, record } => {
                 let mut audit = backend!(self.txn.open_table(AUDIT))?;
                 backend!(audit.insert(*key, record.as_slice()))?;
             }
         }
+        Ok(Ok(()))
+    }
+
+    /// Stores `record` under `key` in `table`: refused with `Exists` if it
+    /// must be `new` and is there, with `NotFound` if it must not and is
+    /// not.
+    fn put(
+        &mut self,
+        table: TableDefinition<&'static str, &'static [u8]>,
+        key: &str,
+        record: &[u8],
+        new: bool,
+        what: impl Fn() -> What,
+    ) -> Result<Result<(), StoreError>, StoreError> {
+        let mut rows = backend!(self.txn.open_table(table))?;
+        let exists = backend!(rows.get(key))?.is_some();
+        if exists && new {
+            return Ok(Err(StoreError::Exists(what())));
+        }
+        if !exists && !new {
+            return Ok(Err(StoreError::NotFound(what())));
+        }
+        backend!(rows.insert(key, record))?;
         Ok(Ok(()))
     }
 }
