@@ -62,9 +62,9 @@ impl<T> Lanes<T> {
         self.ring.len()
     }
 
-    /// The next item in turn, of a tenant that `may` lets go now
-    /// (tenants it refuses keep their place in the ring); `weight` gives
-    /// each tenant's items per turn (at least one).
+    /// The next item in turn, of a tenant that `may` lets go now (a
+    /// tenant it refuses keeps its items and goes to the back of the
+    /// ring); `weight` gives each tenant's items per turn (at least one).
     pub fn pop_where(
         &mut self,
         weight: impl Fn(&str) -> u32,

@@ -101,7 +101,10 @@ pub struct GroupCommit {
 /// in a crash ([`Held::lose`]).
 pub struct Held {
     store: Arc<dyn Store>,
-    jobs: Arc<Mutex<VecDeque<Job>>>,
+    /// Waiting by tenant, as on the committing thread: a batch takes the
+    /// tenants in turn, so the simulator sees writes of different tenants
+    /// commit out of their submission order.
+    jobs: Arc<Mutex<Lanes<Job>>>,
     /// Writes submitted, or committed blocking, from an answer: with a
     /// committing thread, each could have waited for that thread itself.
     self_waits: std::sync::atomic::AtomicUsize,
@@ -130,8 +133,9 @@ impl Held {
         self.self_waits.load(std::sync::atomic::Ordering::SeqCst)
     }
 
-    /// Commits the `n` oldest waiting writes as one batch (fewer if fewer
-    /// wait), and answers each, here; returns how many there were. The
+    /// Commits the next `n` waiting writes, taken tenant by tenant in turn
+    /// (each tenant's oldest first), as one batch (fewer if fewer wait),
+    /// and answers each, here; returns how many there were. The
     /// answers may submit more writes: they wait for the next batch.
     pub fn commit(&self, n: usize) -> usize {
         let batch = self.take(n);
@@ -141,7 +145,8 @@ impl Held {
         count
     }
 
-    /// Fails the `n` oldest waiting writes as one batch whose transaction
+    /// Fails the next `n` waiting writes (as [`Held::commit`] takes them)
+    /// as one batch whose transaction
     /// failed: nothing of them is stored, and each answers
     /// [`StoreError::Commit`].
     pub fn fail(&self, n: usize) -> usize {
@@ -173,8 +178,7 @@ impl Held {
 
     fn take(&self, n: usize) -> Vec<Job> {
         let mut jobs = lock(&self.jobs);
-        let n = n.min(jobs.len());
-        jobs.drain(..n).collect()
+        std::iter::from_fn(|| jobs.pop(|_| 1)).take(n).collect()
     }
 }
 
@@ -248,7 +252,7 @@ impl GroupCommit {
         };
         if let Some(held) = &self.held {
             held.count_self_wait();
-            lock(&held.jobs).push_back(job);
+            lock(&held.jobs).push(&Arc::clone(&job.tenant), job);
             return;
         }
         if answering(address(&self.own)) {
@@ -349,11 +353,10 @@ fn commit_loop(store: &dyn Store, queue: &Receiver<Job>, own: &Mutex<VecDeque<Jo
                 Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
             }
         }
-        let most = if waiting.tenants() > 1 {
-            SHARED_BATCH
-        } else {
-            MAX_BATCH
-        };
+        // Writes without a tenant (fires, deliveries, leases) do not make
+        // a host shared.
+        let tenants = waiting.tenants() - usize::from(waiting.len_of(NO_TENANT) > 0);
+        let most = if tenants > 1 { SHARED_BATCH } else { MAX_BATCH };
         while batch.len() < most {
             match waiting.pop(|_| 1) {
                 Some(job) => batch.push(job),

@@ -225,22 +225,10 @@ impl Drive {
         self.run.updated_at = clock.now();
 
         let mut next = Next::Step;
-        // A step held back by its tenant's guest time waits for the next
-        // minute, whatever its retry policy.
-        let quota_wait = record
-            .error
-            .as_ref()
-            .filter(|e| e.code == prepare::CPU_QUOTA)
-            .and_then(|e| e.details.as_ref()?.get("wait_ms")?.as_u64())
-            .map(std::time::Duration::from_millis);
-        if let Some(delay) = quota_wait {
-            record.retry_in_ms = Some(weft_core::clock::millis(delay));
-            record.timer = Some(TimerRef {
-                id: timer_id(),
-                due: clock.now() + delay,
-                kind: TimerKind::Retry,
-            });
-        } else if let Some(error) = &record.error
+        // A step held back by its tenant's guest time has its retry timer
+        // from `prepare_call` already, whatever its retry policy.
+        if record.retry_in_ms.is_none()
+            && let Some(error) = &record.error
             && retry.retries(record.attempt, &error.code, error.retryable)
         {
             let delay = retry.delay(record.attempt);

@@ -133,7 +133,14 @@ impl Drive {
         let tenant = weft_core::tenant::of(&run.workflow);
         if let Some(wait) = self.launcher.guest_time_wait(tenant) {
             // The tenant's guest time for this minute is spent: the step
-            // waits for the next minute, on a timer, and is not called.
+            // waits for the next minute, on a retry timer set here (so no
+            // guest's error can ask for one), and is not called.
+            record.retry_in_ms = Some(weft_core::clock::millis(wait));
+            record.timer = Some(TimerRef {
+                id: timer_id(),
+                due: self.launcher.clock.now() + wait,
+                kind: TimerKind::Retry,
+            });
             record.error = Some(ErrorRecord {
                 code: CPU_QUOTA.to_owned(),
                 message: format!(

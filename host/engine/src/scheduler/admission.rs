@@ -108,8 +108,11 @@ impl Core {
     /// place and waits for it, so parking it could wait forever.
     pub(crate) fn admit(&self, task: Task) {
         let tenant: Arc<str> = Arc::from(weft_core::tenant::of(&task.drive.run.workflow));
-        let limits = self.limits(&tenant);
         let mut admission = lock(&self.admission);
+        // Read under the admission lock, as `next_parked` does: a cap
+        // raised meanwhile then finds this run parked, or this run finds
+        // it raised.
+        let limits = self.limits(&tenant);
         if admission.has_place(&tenant, limits) || task.drive.run.parent.is_some() {
             admission.seat(&task.drive.run.id, &tenant);
             drop(admission);
@@ -446,10 +449,12 @@ impl Admission {
 
     /// Run `id` gives its place up.
     fn unseat(&mut self, id: &str) {
+        // Only a run seated here gives a place up, once.
+        let Some(tenant) = self.tenant_of.remove(id) else {
+            return;
+        };
         self.resident = self.resident.saturating_sub(1);
-        if let Some(tenant) = self.tenant_of.remove(id)
-            && let Some(count) = self.by_tenant.get_mut(&tenant)
-        {
+        if let Some(count) = self.by_tenant.get_mut(&tenant) {
             *count = count.saturating_sub(1);
             if *count == 0 {
                 self.by_tenant.remove(&tenant);

@@ -165,7 +165,10 @@ impl Core {
             }
         };
         let core = Arc::clone(self);
-        self.commits.submit(
+        // In the run's lane, so that it commits in order with the run's
+        // other writes (a step commit queued before it, say).
+        self.commits.submit_as(
+            Arc::clone(&cell.tenant),
             write,
             Box::new(move |outcome| {
                 let mut live = lock(&cell);
