@@ -9,6 +9,17 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
+/// The lane of items that belong to no tenant (a timer's fire, a
+/// delivery's move, a lease): served in turn like a tenant.
+pub const UNTENANTED: &str = "";
+
+/// [`UNTENANTED`], shared: the lane name to file such items under,
+/// without a new allocation each time.
+pub fn untenanted() -> Arc<str> {
+    static LANE: std::sync::OnceLock<Arc<str>> = std::sync::OnceLock::new();
+    Arc::clone(LANE.get_or_init(|| Arc::from(UNTENANTED)))
+}
+
 /// Items of several tenants, taken in turn.
 #[derive(Debug)]
 pub struct Lanes<T> {

@@ -37,9 +37,6 @@ const MAX_BATCH: usize = 512;
 /// wait.
 pub const SHARED_BATCH: usize = 64;
 
-/// The tenant of writes submitted without one.
-const NO_TENANT: &str = "";
-
 /// What the committing thread calls with the outcome of a write: `Ok` once
 /// it is durable. It runs on the committing thread, so it must be quick.
 pub type Done = Box<dyn FnOnce(Result<(), StoreError>) + Send>;
@@ -239,7 +236,7 @@ impl GroupCommit {
     /// [`StoreError::Closed`], if that thread has stopped). Blocks only while
     /// the queue is full, and never on the committing thread itself.
     pub fn submit(&self, write: Write, done: Done) {
-        self.submit_as(Arc::from(NO_TENANT), write, done);
+        self.submit_as(weft_core::fair::untenanted(), write, done);
     }
 
     /// [`submit`](Self::submit), as a write of `tenant`, which waits for
@@ -355,7 +352,8 @@ fn commit_loop(store: &dyn Store, queue: &Receiver<Job>, own: &Mutex<VecDeque<Jo
         }
         // Writes without a tenant (fires, deliveries, leases) do not make
         // a host shared.
-        let tenants = waiting.tenants() - usize::from(waiting.len_of(NO_TENANT) > 0);
+        let tenants =
+            waiting.tenants() - usize::from(waiting.len_of(weft_core::fair::UNTENANTED) > 0);
         let most = if tenants > 1 { SHARED_BATCH } else { MAX_BATCH };
         while batch.len() < most {
             match waiting.pop(|_| 1) {

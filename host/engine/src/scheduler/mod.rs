@@ -96,10 +96,6 @@ impl std::ops::Deref for CellOf {
     }
 }
 
-/// The lane of work that names a run by its id only (a wake, a cancel of
-/// a child): served in turn like a tenant.
-const NO_TENANT: &str = "";
-
 /// How a tenant is held: its weight in the ready queue's turns, and the
 /// most runs it may have resident (beyond it, its runs are parked).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -197,8 +193,9 @@ impl Work {
                 Arc::from(weft_core::tenant::of(&child.drive.run.workflow))
             }
             Work::Admit(parked, _) => Arc::clone(&parked.tenant),
+            // Named by a run's id only: the lane of no tenant.
             Work::Fire(..) | Work::Decide(..) | Work::Wake(..) | Work::Cancel(_) => {
-                Arc::from(NO_TENANT)
+                weft_core::fair::untenanted()
             }
         }
     }
