@@ -7,23 +7,25 @@
 //! held to one sync per write.
 //!
 //! The committing thread never waits for itself: a write submitted from an
-//! answer (which runs on that thread) joins the next batch without going
-//! through the bounded queue, and a blocking commit from there is refused.
+//! answer (which runs on that thread) joins the next batch without waiting
+//! for room, and a blocking commit from there is refused.
 //!
 //! Writes wait by tenant ([`GroupCommit::submit_as`]): each batch takes
-//! the tenants in turn, and while several wait, a batch holds at most
-//! [`SHARED_BATCH`] writes, so one tenant's flood of writes holds another
-//! tenant's commit back by one short batch, not by the flood.
+//! the tenants in turn; while several wait, and for a while after, a
+//! batch holds at most [`SHARED_BATCH`] writes; and a submitter waits for
+//! room only while its own tenant has a full lane. So one tenant's flood
+//! of writes holds another tenant's commit back by a short batch or two,
+//! not by the flood.
 //!
 //! A simulation holds the writes instead ([`GroupCommit::held`]): nothing
 //! commits until the simulator says which writes make the next batch, and
 //! whether that batch fails.
 
 use std::cell::Cell;
-use std::collections::VecDeque;
-use std::sync::mpsc::{Receiver, SyncSender, TryRecvError, sync_channel};
-use std::sync::{Arc, Mutex};
+use std::sync::mpsc::sync_channel;
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use weft_core::fair::Lanes;
 use weft_core::lock;
@@ -35,7 +37,15 @@ const MAX_BATCH: usize = 512;
 
 /// The most writes in one transaction while writes of several tenants
 /// wait.
-pub const SHARED_BATCH: usize = 64;
+pub const SHARED_BATCH: usize = 8;
+
+/// How long batches stay at [`SHARED_BATCH`] after writes of two tenants
+/// last waited together.
+const SHARED_FOR: Duration = Duration::from_millis(100);
+
+/// The most writes of one tenant that wait: a submitter of that tenant
+/// waits for room beyond it.
+const LANE: usize = 2 * MAX_BATCH;
 
 /// What the committing thread calls with the outcome of a write: `Ok` once
 /// it is durable. It runs on the committing thread, so it must be quick.
@@ -84,13 +94,29 @@ impl Drop for Answering {
 
 /// The committing thread of one store.
 pub struct GroupCommit {
-    jobs: Mutex<Option<SyncSender<Job>>>,
-    /// Writes submitted by the committing thread itself, from answers:
-    /// they go into the next batch, never through the bounded queue.
-    own: Arc<Mutex<VecDeque<Job>>>,
+    /// What the committing thread takes its batches from.
+    queue: Arc<Queue>,
     thread: Mutex<Option<JoinHandle<()>>>,
     /// Set when writes are held for a simulator instead.
     held: Option<Arc<Held>>,
+}
+
+/// The writes waiting for the committing thread, by tenant.
+#[derive(Default)]
+struct Queue {
+    waiting: Mutex<Waiting>,
+    /// The committing thread waits on it for writes.
+    filled: Condvar,
+    /// Submitters wait on it for room in their tenant's lane.
+    room: Condvar,
+}
+
+#[derive(Default)]
+struct Waiting {
+    lanes: Lanes<Job>,
+    /// No write is taken any more; the thread commits what waits, then
+    /// stops.
+    closed: bool,
 }
 
 /// Writes submitted to a held group commit, waiting for the simulator to
@@ -188,20 +214,18 @@ impl std::fmt::Debug for GroupCommit {
 impl GroupCommit {
     /// Starts the committing thread for `store`.
     pub fn start(store: Arc<dyn Store>) -> std::io::Result<Self> {
-        let (jobs, queue) = sync_channel::<Job>(MAX_BATCH);
-        let own = Arc::new(Mutex::new(VecDeque::new()));
+        let queue = Arc::new(Queue::default());
         let thread = {
-            let own = Arc::clone(&own);
+            let queue = Arc::clone(&queue);
             std::thread::Builder::new()
                 .name("weft-commit".to_owned())
                 .spawn(move || {
-                    let _answering = Answering::mark(address(&own));
-                    commit_loop(store.as_ref(), &queue, &own);
+                    let _answering = Answering::mark(address(&queue));
+                    commit_loop(store.as_ref(), &queue);
                 })?
         };
         Ok(Self {
-            jobs: Mutex::new(Some(jobs)),
-            own,
+            queue,
             thread: Mutex::new(Some(thread)),
             held: None,
         })
@@ -218,8 +242,7 @@ impl GroupCommit {
             self_waits: std::sync::atomic::AtomicUsize::new(0),
         });
         let door = Self {
-            jobs: Mutex::new(None),
-            own: Arc::default(),
+            queue: Arc::default(),
             thread: Mutex::new(None),
             held: Some(Arc::clone(&held)),
         };
@@ -234,13 +257,15 @@ impl GroupCommit {
     /// Queues `write` and returns at once; `done` is called with the
     /// outcome, on the committing thread (or here, with
     /// [`StoreError::Closed`], if that thread has stopped). Blocks only while
-    /// the queue is full, and never on the committing thread itself.
+    /// its tenant's lane is full, and never on the committing thread itself.
     pub fn submit(&self, write: Write, done: Done) {
         self.submit_as(weft_core::fair::untenanted(), write, done);
     }
 
     /// [`submit`](Self::submit), as a write of `tenant`, which waits for
-    /// its tenant's turn.
+    /// its tenant's turn, and, while [`LANE`] writes of its tenant wait,
+    /// for room: one tenant's flood holds back its own submitters, not
+    /// another tenant's.
     pub fn submit_as(&self, tenant: Arc<str>, write: Write, done: Done) {
         let job = Job {
             write,
@@ -252,19 +277,25 @@ impl GroupCommit {
             lock(&held.jobs).push(&Arc::clone(&job.tenant), job);
             return;
         }
-        if answering(address(&self.own)) {
-            // From an answer: the queue may be full, and only this thread
-            // empties it.
-            lock(&self.own).push_back(job);
-            return;
+        let mut waiting = lock(&self.queue.waiting);
+        // From an answer, a write never waits for room: only this thread
+        // makes room.
+        if !answering(address(&self.queue)) {
+            while !waiting.closed && waiting.lanes.len_of(&job.tenant) >= LANE {
+                waiting = self
+                    .queue
+                    .room
+                    .wait(waiting)
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+            }
         }
-        let jobs = lock(&self.jobs).clone();
-        let Some(jobs) = jobs else {
+        if waiting.closed {
+            drop(waiting);
             return (job.done)(Err(StoreError::Closed));
-        };
-        if let Err(refused) = jobs.send(job) {
-            (refused.0.done)(Err(StoreError::Closed));
         }
+        waiting.lanes.push(&Arc::clone(&job.tenant), job);
+        drop(waiting);
+        self.queue.filled.notify_one();
     }
 
     /// Commits `write` and waits until it is durable, or refused. Blocking.
@@ -286,7 +317,7 @@ impl GroupCommit {
                 Err(e) => vec![Err(StoreError::Commit(e.to_string())); writes.len()],
             };
         }
-        if answering(address(&self.own)) {
+        if answering(address(&self.queue)) {
             tracing::error!("a blocking commit from the committing thread was refused");
             let refused = StoreError::Commit(
                 "a blocking commit from the committing thread would wait for itself".to_owned(),
@@ -317,7 +348,9 @@ impl Drop for GroupCommit {
     /// Lets the thread commit what is queued, then joins it (unless this
     /// is that thread, dropping the last owner from a callback).
     fn drop(&mut self) {
-        lock(&self.jobs).take();
+        lock(&self.queue.waiting).closed = true;
+        self.queue.filled.notify_all();
+        self.queue.room.notify_all();
         let thread = lock(&self.thread).take();
         if let Some(thread) = thread
             && thread.thread().id() != std::thread::current().id()
@@ -327,41 +360,40 @@ impl Drop for GroupCommit {
     }
 }
 
-fn commit_loop(store: &dyn Store, queue: &Receiver<Job>, own: &Mutex<VecDeque<Job>>) {
-    let mut batch: Vec<Job> = Vec::new();
-    // Writes taken off the queue, waiting for their tenant's turn; at most
-    // two batches' worth, so that a flood still blocks its submitters.
-    let mut waiting: Lanes<Job> = Lanes::default();
+fn commit_loop(store: &dyn Store, queue: &Queue) {
+    let mut shared_until = Instant::now();
     loop {
-        // What this thread's answers submitted waits its turn too, but
-        // never for room.
-        for job in lock(own).drain(..) {
-            waiting.push(&Arc::clone(&job.tenant), job);
+        let mut waiting = lock(&queue.waiting);
+        while waiting.lanes.is_empty() && !waiting.closed {
+            waiting = queue
+                .filled
+                .wait(waiting)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
         }
-        if waiting.is_empty() {
-            match queue.recv() {
-                Ok(first) => waiting.push(&Arc::clone(&first.tenant), first),
-                Err(_) => break,
-            }
-        }
-        while waiting.len() < 2 * MAX_BATCH {
-            match queue.try_recv() {
-                Ok(job) => waiting.push(&Arc::clone(&job.tenant), job),
-                Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
-            }
+        if waiting.lanes.is_empty() {
+            // Closed, and nothing left to commit.
+            break;
         }
         // Writes without a tenant (fires, deliveries, leases) do not make
         // a host shared.
-        let tenants =
-            waiting.tenants() - usize::from(waiting.len_of(weft_core::fair::UNTENANTED) > 0);
-        let most = if tenants > 1 { SHARED_BATCH } else { MAX_BATCH };
-        while batch.len() < most {
-            match waiting.pop(|_| 1) {
-                Some(job) => batch.push(job),
-                None => break,
-            }
+        let lanes = &mut waiting.lanes;
+        let tenants = lanes.tenants() - usize::from(lanes.len_of(weft_core::fair::UNTENANTED) > 0);
+        // A host stays shared for a while after two tenants last waited
+        // together: a lone run's next write comes a step later, and must
+        // not find a flood's long batch in its way.
+        let now = Instant::now();
+        if tenants > 1 {
+            shared_until = now + SHARED_FOR;
         }
-        apply_batch(store, std::mem::take(&mut batch));
+        let most = if now < shared_until {
+            SHARED_BATCH
+        } else {
+            MAX_BATCH
+        };
+        let batch: Vec<Job> = std::iter::from_fn(|| lanes.pop(|_| 1)).take(most).collect();
+        drop(waiting);
+        queue.room.notify_all();
+        apply_batch(store, batch);
     }
 }
 

@@ -1,7 +1,8 @@
 //! `GroupCommit`: the committing thread never waits for itself. Answers
 //! run on that thread; a write an answer submits joins a later batch even
-//! when the bounded queue is full, and a blocking commit from an answer is
-//! refused at once instead of waiting for its own thread.
+//! when its tenant's lane is full, and a blocking commit from an answer is
+//! refused at once instead of waiting for its own thread. Tenants wait
+//! apart: a flood's full lane holds back its own submitters only.
 
 use std::sync::Arc;
 use std::sync::mpsc::{RecvTimeoutError, sync_channel};
@@ -26,7 +27,7 @@ fn renew(n: usize) -> Write {
 fn writes_submitted_from_answers_land_even_past_the_queue_bound() {
     let (_dir, store) = open();
     let commits = Arc::new(GroupCommit::start(Arc::clone(&store)).unwrap());
-    // More than the bounded queue holds (512), all from one answer.
+    // More than a tenant's lane holds (1,024), all from one answer.
     const MANY: usize = 10_000;
     let (tell, told) = sync_channel(MANY + 1);
     let inner = Arc::clone(&commits);
@@ -121,6 +122,84 @@ fn a_lone_tenants_write_commits_before_another_tenants_flood() {
         "the lone write waited for {stored} rows of the flood"
     );
     // The flood lands too.
+    common_wait(|| store.hosts().unwrap().len() == FLOOD + 2);
+}
+
+/// A submitter waits for room only while its own tenant's lane is full:
+/// with the committing thread held and a flood's submitter blocked on its
+/// full lane, another tenant's write is taken at once, and commits before
+/// the rest of the flood.
+#[test]
+fn a_floods_full_lane_does_not_hold_back_another_tenants_submitter() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let (_dir, store) = open();
+    let commits = Arc::new(GroupCommit::start(Arc::clone(&store)).unwrap());
+    // Hold the committing thread in an answer until `open` is sent.
+    let (open_gate, gate) = sync_channel::<()>(1);
+    let (held, holding) = sync_channel(1);
+    commits.submit(
+        renew(0),
+        Box::new(move |_| {
+            let _ = held.send(());
+            let _ = gate.recv();
+        }),
+    );
+    holding.recv_timeout(Duration::from_secs(60)).unwrap();
+    const FLOOD: usize = 3_000;
+    let submitted = Arc::new(AtomicUsize::new(0));
+    let flood = {
+        let commits = Arc::clone(&commits);
+        let submitted = Arc::clone(&submitted);
+        std::thread::spawn(move || {
+            for n in 1..=FLOOD {
+                commits.submit_as(Arc::from("flood"), renew(n), Box::new(|_| {}));
+                submitted.fetch_add(1, Ordering::SeqCst);
+            }
+        })
+    };
+    // The flood's submitter stops at its full lane.
+    let mut last = usize::MAX;
+    loop {
+        std::thread::sleep(Duration::from_millis(200));
+        let now = submitted.load(Ordering::SeqCst);
+        if now == last {
+            break;
+        }
+        last = now;
+    }
+    assert!(last < FLOOD, "the flood's lane has no bound");
+    // The lone tenant's submitter returns while the thread is still held.
+    let (tell, told) = sync_channel(1);
+    let (returned, submit_returned) = sync_channel(1);
+    let lone = {
+        let commits = Arc::clone(&commits);
+        let seen = Arc::clone(&store);
+        std::thread::spawn(move || {
+            commits.submit_as(
+                Arc::from("lone"),
+                renew(FLOOD + 1),
+                Box::new(move |outcome| {
+                    let _ = tell.send((outcome, seen.hosts().map(|h| h.len())));
+                }),
+            );
+            let _ = returned.send(());
+        })
+    };
+    let waited = submit_returned.recv_timeout(Duration::from_secs(10));
+    open_gate.send(()).unwrap();
+    assert!(
+        waited.is_ok(),
+        "the lone tenant's submitter waited for the flood's lane"
+    );
+    let (outcome, stored) = told.recv_timeout(Duration::from_secs(60)).unwrap();
+    assert!(outcome.is_ok(), "{outcome:?}");
+    let stored = stored.unwrap();
+    assert!(
+        stored < FLOOD / 2,
+        "the lone write waited for {stored} rows of the flood"
+    );
+    flood.join().unwrap();
+    lone.join().unwrap();
     common_wait(|| store.hosts().unwrap().len() == FLOOD + 2);
 }
 

@@ -30,7 +30,7 @@ const REQUESTS: usize = 5_000;
 /// Client threads in each auth phase.
 const CLIENTS: usize = 2;
 /// B's runs in each fairness phase.
-const LONE_RUNS: usize = 100;
+const LONE_RUNS: usize = 300;
 
 pub fn tenants(plugins: &Path, flood: usize) -> anyhow::Result<ExitCode> {
     let scratch = tempfile_dir()?;
