@@ -342,6 +342,10 @@ impl Store for NoChildren {
         self.0.hosts()
     }
 
+    fn stored_bytes(&self, tenant: &str) -> Result<u64, StoreError> {
+        self.0.stored_bytes(tenant)
+    }
+
     fn tenants(&self) -> Result<Vec<weft::store::TenantRecord>, StoreError> {
         self.0.tenants()
     }

@@ -1240,4 +1240,44 @@ fn a_tenants_step_ceilings_refuse_more_and_cut_the_defaults() {
         "the 30 s default was not cut to the ceiling: {:?}",
         began.elapsed()
     );
+
+    // Stored bytes: the run above is counted; a start that would take the
+    // tenant over its quota is 507, naming the quota, and stores nothing.
+    let stored = |host: &Host| {
+        let (status, body) = call_as(host, Some(&owner), "GET", "/v1/tenants/tight/usage", None);
+        assert_eq!(status, 200, "{body}");
+        body["usage"]["stored_bytes"].as_u64().unwrap()
+    };
+    let used = stored(&host);
+    assert!(used > 0, "the run was not counted");
+    let (status, body) = call_as(
+        &host,
+        Some(&admin),
+        "POST",
+        "/v1/tenants/tight/quota",
+        Some(&json!({ "max_stored_bytes": used + 2_000 })),
+    );
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = call_as(
+        &host,
+        Some(&owner),
+        "POST",
+        "/v1/runs",
+        Some(&json!({ "workflow": "spins", "input": { "pad": "x".repeat(5_000) } })),
+    );
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (507, Some("storage_quota")),
+        "{body}"
+    );
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("max_stored_bytes"),
+        "{body}"
+    );
+    assert_eq!(stored(&host), used, "the refused start was counted");
+    let (status, body) = start(&host, &owner, "spins", None);
+    assert_eq!(status, 201, "a small start still fits: {body}");
 }

@@ -212,7 +212,12 @@ impl Cron {
         updated.last_run = Some(new.drive.run.id.clone());
         updated.started += 1;
         let create = Write::create_run(&new.drive.run, &new.definition, new.components);
-        let create = new.drive.leased(create);
+        // Counted, never refused: a fire over the tenant's stored bytes
+        // still starts its run, whose steps' results are refused.
+        let create = new
+            .drive
+            .leased(create)
+            .charged(weft_core::tenant::of(&new.drive.run.workflow), false);
         if !self.write(row, updated, Some(create)) {
             return false;
         }

@@ -526,6 +526,9 @@ impl Engine {
         if let Write::CreateRun { idempotency, .. } = &mut write {
             *idempotency = key;
         }
+        // Charged after the key is set: the key is stored too.
+        let tenant: Arc<str> = Arc::from(weft_core::tenant::of(&new.drive.run.workflow));
+        let write = write.charged(&tenant, true);
         let (done, outcome) = sync_channel(1);
         let (recorded, recorded_answer) = sync_channel(1);
         let alive = Arc::new(());
@@ -542,7 +545,6 @@ impl Engine {
             outcome,
         };
         let core = Arc::clone(&self.core);
-        let tenant = Arc::from(weft_core::tenant::of(&task.drive.run.workflow));
         self.core.commits.submit_as(
             tenant,
             write,

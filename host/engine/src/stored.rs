@@ -85,7 +85,10 @@ pub(crate) fn act(
     now: Timestamp,
 ) -> Write {
     record.seq = run.step_records;
+    // An answer is counted, never refused: it is as small as the API
+    // lets a request be, and the run waits on it.
     Write::act(&record, timer, &woken(run, 1, now))
+        .charged(weft_core::tenant::of(&run.workflow), false)
 }
 
 /// `run` awake at `now`, `added` records on.

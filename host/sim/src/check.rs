@@ -42,6 +42,7 @@ impl Facts {
         &mut self,
         store: &dyn Store,
         workflows: &[Arc<Workflow>],
+        limited: Option<&str>,
     ) -> Result<(), String> {
         let runs = store
             .runs(&RunFilter::default(), usize::MAX)
@@ -53,6 +54,7 @@ impl Facts {
                 .map_err(|e| format!("reading run {}: {e}", run.id))?;
             self.records_kept(run, &steps)?;
             once_per_leaf(run, &steps)?;
+            refused_results_store_nothing(run, &steps, limited)?;
             self.nothing_after_the_end(run, &steps)?;
             self.cancels_durable(run)?;
             messages_once(store, run, &steps)?;
@@ -260,6 +262,42 @@ fn messages_once(store: &dyn Store, run: &RunRecord, steps: &[StepRecord]) -> Re
             return Err(format!(
                 "run {} of `{}` emitted message {} to channel `{}` of another tenant",
                 run.id, run.workflow, message.id, message.channel
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A step fails with `storage_quota` only in a tenant held to stored
+/// bytes (`limited`), and then with nothing of its result stored: no
+/// output, key-value writes, messages or child.
+fn refused_results_store_nothing(
+    run: &RunRecord,
+    steps: &[StepRecord],
+    limited: Option<&str>,
+) -> Result<(), String> {
+    for record in steps {
+        if record
+            .error
+            .as_ref()
+            .is_none_or(|e| e.code != "storage_quota")
+        {
+            continue;
+        }
+        if limited != Some(tenant::of(&run.workflow)) {
+            return Err(format!(
+                "run {} of `{}`: step `{}` failed with storage_quota, but its tenant has no such quota",
+                run.id, run.workflow, record.path
+            ));
+        }
+        if record.output.is_some()
+            || !record.kv_writes.is_empty()
+            || !record.messages.is_empty()
+            || record.child.is_some()
+        {
+            return Err(format!(
+                "run {}: step `{}` at seq {} failed with storage_quota but keeps part of its result",
+                run.id, record.path, record.seq
             ));
         }
     }

@@ -86,9 +86,11 @@ fn play(seed: u64, shape: Shape) -> Result<Passed, Failure> {
     let outcome = world.play();
     weft_core::ids::repeatable(None);
     match outcome {
-        Ok(()) => Ok(Passed {
-            tally: world::tally(&world.trace),
-        }),
+        Ok(()) => {
+            let mut tally = world::tally(&world.trace);
+            tally.insert("results over quota", world.over_quota());
+            Ok(Passed { tally })
+        }
         Err(violation) => Err(failure(violation, std::mem::take(&mut world.trace))),
     }
 }

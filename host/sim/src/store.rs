@@ -202,6 +202,11 @@ impl Store for SimStore {
         self.inner.hosts()
     }
 
+    fn stored_bytes(&self, tenant: &str) -> Result<u64, StoreError> {
+        self.read()?;
+        self.inner.stored_bytes(tenant)
+    }
+
     fn tenants(&self) -> Result<Vec<weft_store::TenantRecord>, StoreError> {
         self.read()?;
         self.inner.tenants()

@@ -12,7 +12,7 @@ use weft_core::{Clock, SimClock, Timestamp};
 use weft_engine::plugins::PluginDir;
 use weft_engine::{Answer, Answering, Engine, EngineConfig, Quiet, Stepper};
 use weft_model::{Format, Workflow, WorkflowDir};
-use weft_store::{RunFilter, Store, StoreError};
+use weft_store::{RunFilter, Store, StoreError, Write};
 
 use crate::check::Facts;
 use crate::fake::Source;
@@ -161,6 +161,8 @@ pub(crate) struct World {
     faults: bool,
     pub(crate) facts: Facts,
     pub(crate) trace: Vec<Event>,
+    /// The second tenant's quota of stored bytes, if it has one.
+    stored_quota: Option<u64>,
     started: usize,
     shape: Shape,
 }
@@ -231,12 +233,54 @@ impl World {
             trace: Vec::new(),
             started: 0,
             shape,
+            stored_quota: None,
         };
+        // Some worlds hold the second tenant to 500 bytes to 3 KB of stored
+        // bytes (a run's record is some 500), so that some of its starts
+        // and results are refused.
+        if world.rng.chance(30) {
+            let limit = 500 + 250 * world.rng.below(12) as u64;
+            world.limit_stored_bytes(limit)?;
+        }
         for _ in 0..hosts {
             let host = world.host();
             world.hosts.push(host);
         }
         Ok(world)
+    }
+
+    /// The second tenant's quota: `limit` stored bytes.
+    fn limit_stored_bytes(&mut self, limit: u64) -> Result<(), String> {
+        let record = weft_store::TenantRecord {
+            name: SECOND_TENANT.to_owned(),
+            created_at: START,
+            quota: weft_store::Quota {
+                max_stored_bytes: Some(limit),
+                ..weft_store::Quota::default()
+            },
+        };
+        let write = Write::Access(weft_store::AccessWrite::PutTenant {
+            name: SECOND_TENANT.to_owned(),
+            record: weft_store::encode(&record),
+            new: true,
+        });
+        self.stored_quota = Some(limit);
+        match self.sim_store.inner().apply(&[&write]) {
+            Ok(answers) if answers.iter().all(Result::is_ok) => Ok(()),
+            other => Err(format!("the second tenant's quota: {other:?}")),
+        }
+    }
+
+    /// How many step results were refused for the stored-bytes quota.
+    pub(crate) fn over_quota(&self) -> usize {
+        let store = self.sim_store.inner();
+        let runs = store
+            .runs(&RunFilter::default(), usize::MAX)
+            .unwrap_or_default();
+        runs.iter()
+            .flat_map(|run| store.steps(&run.id).unwrap_or_default())
+            .filter(|r| r.error.as_ref().is_some_and(|e| e.code == "storage_quota"))
+            .count()
     }
 
     /// A host starting on the store: the recovery order of `Host::start`.
@@ -283,6 +327,16 @@ impl World {
     /// Runs the chosen events, checking every invariant after each, then
     /// lets the world settle and checks that every run ended.
     pub(crate) fn play(&mut self) -> Result<(), String> {
+        self.play_events()
+            .map_err(|violation| match self.stored_quota {
+                Some(limit) => {
+                    format!("{violation} (tenant `{SECOND_TENANT}` may store {limit} bytes)")
+                }
+                None => violation,
+            })
+    }
+
+    fn play_events(&mut self) -> Result<(), String> {
         self.check()?;
         for _ in 0..self.shape.events {
             let event = self.choose();
@@ -305,7 +359,9 @@ impl World {
         self.checked = Some(writes);
         self.one_driver()?;
         self.no_self_waits()?;
-        self.facts.check(self.sim_store.inner(), &self.workflows)
+        let limited = self.stored_quota.map(|_| SECOND_TENANT);
+        self.facts
+            .check(self.sim_store.inner(), &self.workflows, limited)
     }
 
     /// No run is resident in two hosts at once: one owner per run.

@@ -68,6 +68,13 @@ pub struct Quota {
     /// record says `cpu_quota`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub guest_ms_per_minute: Option<u64>,
+    /// The bytes the tenant's runs may keep in the store: run inputs,
+    /// step records (outputs, errors, logs), key-value values, messages
+    /// and child starts, as [`Charge`](crate::Charge)s count them. A start
+    /// or a step result that would go over it is refused with
+    /// `storage_quota`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_stored_bytes: Option<u64>,
 }
 
 /// What a token may do. Each role has the rights of those listed after

@@ -24,7 +24,7 @@ pub use self::records::{
 pub use self::redb::RedbStore;
 pub use self::registry::{DeploymentRecord, PluginRecord};
 pub use self::write::encode;
-pub use self::write::{Emitted, Spawn, TimerRow, Write};
+pub use self::write::{Charge, Emitted, Spawn, TimerRow, Write};
 pub use weft_core::{Emission, ErrorRecord};
 
 use std::sync::Arc;
@@ -36,8 +36,10 @@ use std::sync::Arc;
 /// ran into: [`NotFound`](Self::NotFound), [`Exists`](Self::Exists),
 /// [`Changed`](Self::Changed), [`Busy`](Self::Busy),
 /// [`DeliveryState`](Self::DeliveryState), [`RunEnded`](Self::RunEnded),
-/// [`TimerGone`](Self::TimerGone), [`Duplicate`](Self::Duplicate) or
-/// [`KvConflict`](Self::KvConflict). The others fail a call as a whole.
+/// [`TimerGone`](Self::TimerGone), [`Duplicate`](Self::Duplicate),
+/// [`KvConflict`](Self::KvConflict) or
+/// [`StorageQuota`](Self::StorageQuota). The others fail a call as a
+/// whole.
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum StoreError {
@@ -140,6 +142,21 @@ pub enum StoreError {
         key: String,
         /// The run it started.
         run: String,
+    },
+    /// The write would take its tenant's stored bytes over the tenant's
+    /// `max_stored_bytes`; nothing of it was stored.
+    #[error(
+        "tenant `{tenant}` is at its quota `max_stored_bytes` ({limit}): it stores {used} bytes, and this write adds {bytes}"
+    )]
+    StorageQuota {
+        /// The tenant.
+        tenant: String,
+        /// What it stores.
+        used: u64,
+        /// Its quota.
+        limit: u64,
+        /// What the write would add.
+        bytes: u64,
     },
     /// The store was opened read-only and a write was attempted.
     #[error("the store was opened read-only")]
@@ -281,6 +298,10 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// without affecting the others. `Err` means the transaction failed and
     /// none of the writes was stored.
     fn apply(&self, writes: &[&Write]) -> Result<Vec<Result<(), StoreError>>, StoreError>;
+
+    /// The bytes tenant `tenant`'s writes store, as their
+    /// [`Charge`]s count them.
+    fn stored_bytes(&self, tenant: &str) -> Result<u64, StoreError>;
 
     /// The run with id `id`.
     fn run(&self, id: &str) -> Result<Option<RunRecord>, StoreError>;

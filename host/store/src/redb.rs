@@ -84,6 +84,8 @@ const TENANTS: TableDefinition<&str, &[u8]> = TableDefinition::new("tenants");
 const TOKENS: TableDefinition<&str, &[u8]> = TableDefinition::new("tokens");
 /// The audit log's `AuditRecord`s, by (microseconds, random).
 const AUDIT: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("audit");
+/// The bytes each tenant stores, by tenant (see `usage`).
+const USAGE: TableDefinition<&str, u64> = TableDefinition::new("usage");
 
 /// The format this build reads and writes.
 const FORMAT: &str = "1";
@@ -118,6 +120,7 @@ mod apply;
 mod queue;
 mod registry;
 mod tables;
+mod usage;
 
 impl RedbStore {
     /// Opens the store at `path` for reading and writing, creating it if it
@@ -189,6 +192,7 @@ impl RedbStore {
             backend!(txn.open_table(TENANTS))?;
             backend!(txn.open_table(TOKENS))?;
             backend!(txn.open_table(AUDIT))?;
+            backend!(txn.open_table(USAGE))?;
         }
         backend!(txn.commit())?;
         Ok(Self {
@@ -443,6 +447,10 @@ impl Store for RedbStore {
         access::audit(&self.begin_read()?, tenant, limit)
     }
 
+    fn stored_bytes(&self, tenant: &str) -> Result<u64, StoreError> {
+        usage::stored_bytes(&self.begin_read()?, tenant)
+    }
+
     fn apply(&self, writes: &[&Write]) -> Result<Vec<Result<(), StoreError>>, StoreError> {
         let txn = backend!(self.writable()?.begin_write())?;
         let mut results = Vec::with_capacity(writes.len());
@@ -451,6 +459,7 @@ impl Store for RedbStore {
             for write in writes {
                 results.push(tables.apply(write)?);
             }
+            tables.flush_usage()?;
         }
         backend!(txn.commit())?;
         Ok(results)

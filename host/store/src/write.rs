@@ -37,6 +37,8 @@ pub enum Write {
         idempotency: Option<String>,
         /// The lease of the host that creates the run.
         lease: Option<Lease>,
+        /// What the run adds to its tenant's stored bytes.
+        charge: Option<Charge>,
     },
     /// A step attempt's record and the run's next state; refused with
     /// [`StoreError::Exists`](super::StoreError::Exists) if the slot `(id,
@@ -77,6 +79,9 @@ pub enum Write {
         fence: Vec<String>,
         /// The writer's lease on the run (`None`: a write of no driver's).
         lease: Option<Lease>,
+        /// What the record and its effects add to the tenant's stored
+        /// bytes.
+        charge: Option<Charge>,
     },
     /// Makes a subscription (one that exists with the same target is
     /// kept; with another, refused with
@@ -117,6 +122,8 @@ pub enum Write {
         /// The answering host's lease: it takes the run, which is
         /// suspended, unless it holds it.
         lease: Option<Lease>,
+        /// What the answer adds to the tenant's stored bytes.
+        charge: Option<Charge>,
     },
     /// Carries out an outbox row that starts a run: records the run unless
     /// one with its id exists, and closes the row. Never refused, so it can
@@ -277,6 +284,44 @@ pub struct Emitted {
     pub messages: Vec<Emission>,
 }
 
+/// What a write adds to its tenant's stored bytes: the bytes of the run
+/// record it starts, of a step's record (its output, error and logs), of
+/// the key-value values it writes (a key it overwrites or deletes gives its
+/// old value's bytes back), of the messages it emits and the child run it
+/// starts. Counted against the tenant's `max_stored_bytes`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Charge {
+    /// The tenant.
+    pub tenant: String,
+    /// The bytes.
+    pub bytes: u64,
+    /// Whether the write is refused, rather than stored, when it would
+    /// take the tenant over its quota.
+    pub refusable: bool,
+}
+
+fn len(bytes: impl AsRef<[u8]>) -> u64 {
+    u64::try_from(bytes.as_ref().len()).unwrap_or(u64::MAX)
+}
+
+/// The length of `value` encoded as JSON, without encoding it into memory.
+fn json_len(value: &serde_json::Value) -> u64 {
+    struct Count(u64);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += len(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    // Writing JSON values into a counter cannot fail.
+    let _ = serde_json::to_writer(&mut count, value);
+    count.0
+}
+
 /// A timer to write: its key and its encoded [`TimerRecord`].
 #[derive(Debug, Clone)]
 pub struct TimerRow {
@@ -337,6 +382,7 @@ impl Write {
         Self::CreateRun {
             idempotency: None,
             lease: None,
+            charge: None,
             id: run.id.clone(),
             run: encode(run),
             definition: (definition.digest.clone(), encode(definition)),
@@ -397,6 +443,7 @@ impl Write {
             }),
             fence: Vec::new(),
             lease: None,
+            charge: None,
         }
     }
 
@@ -415,6 +462,73 @@ impl Write {
             _ => {}
         }
         self
+    }
+
+    /// This write, charged to `tenant`'s stored bytes (see [`Charge`]):
+    /// a run's start, a step's record with its effects, an answer. With
+    /// `refusable`, the write is refused with
+    /// [`StoreError::StorageQuota`](super::StoreError::StorageQuota)
+    /// rather than take the tenant over its `max_stored_bytes`; without,
+    /// it is stored and counted whatever the quota (a failure's record, a
+    /// cancellation, a cron fire). Other writes are left as they are.
+    #[must_use]
+    pub fn charged(mut self, tenant: &str, refusable: bool) -> Self {
+        let bytes = match &self {
+            Self::CreateRun {
+                id,
+                run,
+                idempotency,
+                ..
+            } => len(id) + len(run) + idempotency.as_deref().map_or(0, len),
+            Self::CommitStep {
+                step,
+                kv,
+                spawn,
+                emitted,
+                ..
+            } => {
+                let kv = kv.as_ref().map_or(0, |effects| {
+                    effects
+                        .writes
+                        .iter()
+                        .map(|(key, value)| len(key) + value.as_deref().map_or(0, len))
+                        .sum()
+                });
+                let spawn = spawn.as_ref().map_or(0, |spawn| len(&spawn.outbox.1));
+                let emitted = emitted.as_ref().map_or(0, |emitted| {
+                    emitted
+                        .messages
+                        .iter()
+                        .map(|m| len(&m.id) + len(&m.channel) + json_len(&m.payload))
+                        .sum()
+                });
+                len(step) + kv + spawn + emitted
+            }
+            Self::Act { record, .. } => len(record),
+            _ => return self,
+        };
+        let charged = Some(Charge {
+            tenant: tenant.to_owned(),
+            bytes,
+            refusable,
+        });
+        if let Self::CreateRun { charge, .. }
+        | Self::CommitStep { charge, .. }
+        | Self::Act { charge, .. } = &mut self
+        {
+            *charge = charged;
+        }
+        self
+    }
+
+    /// What this write charges to its tenant's stored bytes.
+    pub fn charge(&self) -> Option<&Charge> {
+        match self {
+            Self::CreateRun { charge, .. }
+            | Self::CommitStep { charge, .. }
+            | Self::Act { charge, .. } => charge.as_ref(),
+            _ => None,
+        }
     }
 
     /// A host's row, renewed: its leases hold until `host.expires_at`.
@@ -503,6 +617,7 @@ impl Write {
             wake: encode(wake),
             timer,
             lease: None,
+            charge: None,
         }
     }
 

@@ -74,6 +74,11 @@ pub enum TenantsCommand {
         /// such as `10s`; once spent, steps wait for the next minute.
         #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
         guest_time_per_minute: Option<std::time::Duration>,
+        /// The bytes the tenant's runs may keep in the store (inputs, step
+        /// records, key-value values, messages); beyond it, starts and
+        /// step results are refused with `storage_quota`.
+        #[arg(long, value_name = "BYTES")]
+        max_stored_bytes: Option<u64>,
         #[command(flatten)]
         server: ServerArg,
     },
@@ -235,6 +240,7 @@ pub fn tenants(data_dir: &Path, command: TenantsCommand) -> anyhow::Result<ExitC
             max_step_timeout,
             max_step_memory,
             guest_time_per_minute,
+            max_stored_bytes,
             server,
         } => {
             let mut quota = serde_json::Map::new();
@@ -260,6 +266,7 @@ pub fn tenants(data_dir: &Path, command: TenantsCommand) -> anyhow::Result<ExitC
                 guest_time_per_minute
                     .map(|d| Value::from(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))),
             );
+            set("max_stored_bytes", max_stored_bytes.map(Value::from));
             ask(
                 data_dir,
                 server,

@@ -110,6 +110,36 @@ impl Finished {
     pub(crate) fn path(&self) -> &str {
         &self.path
     }
+
+    /// Attempt `record` at `path`, whose result the store refused because
+    /// it would take the tenant over its stored bytes (`refused` says
+    /// how far): failed with `storage_quota` instead, without its output
+    /// or effects, and not tried again by its retry policy (its tenant's
+    /// quota does not change by waiting).
+    pub(crate) fn over_quota(
+        path: String,
+        mut record: StepRecord,
+        fired: Option<TimerRef>,
+        refused: String,
+    ) -> Self {
+        record.output = None;
+        record.child = None;
+        record.kv_writes.clear();
+        record.messages.clear();
+        record.retry_in_ms = None;
+        record.timer = None;
+        record.error = Some(ErrorRecord::fatal("storage_quota", refused));
+        Self {
+            path,
+            record,
+            retry: RetryPolicy::default(),
+            kv: None,
+            spawn: None,
+            fired,
+            emitted: Vec::new(),
+            reply: None,
+        }
+    }
 }
 
 impl Attempt {

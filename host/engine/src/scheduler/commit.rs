@@ -135,7 +135,16 @@ impl Core {
             emitted,
         )
         .fencing(fenced.clone());
-        let write = live.task.drive.leased(write);
+        // A result with an output is refused over the tenant's stored
+        // bytes (the step then fails with `storage_quota`); anything else
+        // is small, and stored whatever the quota: a failure, a wait, an
+        // outside actor's answer, a cancellation.
+        let refusable = record.output.is_some() && reply.is_none() && path != CANCEL_PATH;
+        let write = live
+            .task
+            .drive
+            .leased(write)
+            .charged(&cell.tenant, refusable);
         let committing = Committing {
             path,
             record,
@@ -180,6 +189,19 @@ impl Core {
                     "key-value conflict; running the step again"
                 );
                 live.task.drive.undo(committing.undo);
+                self.enqueue(Work::Advance(Arc::clone(cell)));
+            }
+            Err(StoreError::StorageQuota { .. }) => {
+                // The result would take the tenant over its stored bytes:
+                // the attempt fails instead, and its failure is stored.
+                live.task.drive.undo(committing.undo);
+                let refused = outcome.err().map(|e| e.to_string()).unwrap_or_default();
+                live.finished.push_front(Finished::over_quota(
+                    committing.path,
+                    committing.record,
+                    committing.fired,
+                    refused,
+                ));
                 self.enqueue(Work::Advance(Arc::clone(cell)));
             }
             Err(StoreError::TimerGone(id)) => {

@@ -314,3 +314,86 @@ steps:
     assert_eq!(written.as_deref(), Some("2"));
     assert_eq!(records[1].messages, [message.id.as_str()]);
 }
+
+/// Tenant `tenant`'s quota of `max_stored_bytes`, stored as an admin sets
+/// it.
+fn store_quota(host: &Host, tenant: &str, max_stored_bytes: u64) {
+    let record = weft_store::TenantRecord {
+        name: tenant.to_owned(),
+        created_at: START,
+        quota: weft_store::Quota {
+            max_stored_bytes: Some(max_stored_bytes),
+            ..weft_store::Quota::default()
+        },
+    };
+    let write = weft_store::Write::Access(weft_store::AccessWrite::PutTenant {
+        name: tenant.to_owned(),
+        record: weft_store::encode(&record),
+        new: true,
+    });
+    let answers = host.engine.store().apply(&[&write]).unwrap();
+    assert!(answers[0].is_ok(), "{answers:?}");
+}
+
+/// A tenant at its quota of stored bytes: a start that would go over it is
+/// refused with nothing recorded; a step whose output would go over it
+/// fails with `storage_quota`, its output not stored and not retried, and
+/// the run ends; a tenant without a quota is not held back meanwhile.
+#[test]
+fn a_tenant_over_its_stored_bytes_has_its_start_and_results_refused() {
+    let host = Host::new(vec![]);
+    store_quota(&host, "small", 12_000);
+    let text = "id: grow\nsteps:\n  - { id: a, uses: echo, with: '${{ inputs.small }}' }\n  - { id: b, uses: echo, with: '${{ inputs.big }}', retry: { max_attempts: 3 } }\n";
+    let big = "x".repeat(5_000);
+    let mut parsed = weft_model::parse(text, Format::Yaml, "test.yaml").unwrap();
+    parsed.id = weft_core::tenant::qualify("small", &parsed.id);
+    let parsed = Arc::new(parsed);
+
+    // An input larger than the quota: refused as it is recorded.
+    let mut refused = host
+        .engine
+        .start(
+            Arc::clone(&parsed),
+            json!({ "small": big.repeat(3) }),
+            Box::new(Quiet),
+        )
+        .unwrap();
+    assert!(
+        matches!(refused.recorded(), Err(StoreError::StorageQuota { ref tenant, .. }) if tenant == "small"),
+        "the start was not refused for its size"
+    );
+    assert!(host.engine.store().run(refused.id()).unwrap().is_none());
+    assert_eq!(host.engine.store().stored_bytes("small").unwrap(), 0);
+
+    // A small input, but step b's output is larger than what is left.
+    let handle = host.start_in("small", text, json!({ "small": "s", "big": big }));
+    let id = handle.id().to_owned();
+    let ended = finish(handle);
+    assert_eq!(ended.state, RunState::Failed);
+    let steps = host.steps(&id);
+    let a = steps.iter().find(|s| s.step_id == "a").unwrap();
+    assert_eq!(a.output, Some(json!("s")));
+    let b: Vec<_> = steps.iter().filter(|s| s.step_id == "b").collect();
+    assert_eq!(b.len(), 1, "storage_quota is not retried: {b:?}");
+    assert_eq!(b[0].output, None);
+    assert_eq!(
+        b[0].error.as_ref().map(|e| e.code.as_str()),
+        Some("storage_quota")
+    );
+    // The run's input (5,000 bytes), and step b's failure, which keeps
+    // its input, are counted; b's output (5,000 more) is not.
+    let after = host.engine.store().stored_bytes("small").unwrap();
+    assert!(
+        (10_000..12_000).contains(&after),
+        "stored bytes after the run: {after}"
+    );
+
+    // Another tenant's large run goes on.
+    let free = host.start_in(
+        "free",
+        text,
+        json!({ "small": "s", "big": "x".repeat(5_000) }),
+    );
+    assert_eq!(finish(free).state, RunState::Succeeded);
+    assert!(host.engine.store().stored_bytes("free").unwrap() > 5_000);
+}

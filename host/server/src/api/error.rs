@@ -128,7 +128,8 @@ impl From<StoreError> for ApiError {
     /// What the store refused, as the client's error: `404` for what does
     /// not exist ([`ApiError::not_found`]); `409` for a write that does not
     /// apply to what is stored (`conflict`, `schedule_exists`,
-    /// `run_ended`, `run_busy`, `not_waiting`); `503 unavailable` when the
+    /// `run_ended`, `run_busy`, `not_waiting`); `507 storage_quota` for a
+    /// write over the tenant's stored bytes; `503 unavailable` when the
     /// engine is stopping; anything else is `500 store`, logged.
     fn from(error: StoreError) -> Self {
         let conflict = |code, message: String| Self::new(StatusCode::CONFLICT, code, message);
@@ -150,6 +151,11 @@ impl From<StoreError> for ApiError {
             StoreError::Busy { run } => conflict(
                 "run_busy",
                 format!("run `{run}` is in progress in another process"),
+            ),
+            StoreError::StorageQuota { .. } => Self::new(
+                StatusCode::INSUFFICIENT_STORAGE,
+                "storage_quota",
+                error.to_string(),
             ),
             StoreError::Closed => Self::new(
                 StatusCode::SERVICE_UNAVAILABLE,

@@ -326,6 +326,7 @@ pub(super) async fn usage(
                 "resident_here": resident,
                 "parked_here": parked,
                 "guest_ms_this_minute": u64::try_from(guest.as_millis()).unwrap_or(u64::MAX),
+                "stored_bytes": store.stored_bytes(&asked)?,
             },
         }))
     })

@@ -15,7 +15,11 @@ impl Tables<'_> {
         match write {
             AccessWrite::PutTenant { name, record, new } => {
                 let what = || What::Tenant(name.clone());
-                return self.put(TENANTS, name, record, *new, what);
+                let put = self.put(TENANTS, name, record, *new, what)?;
+                if put.is_ok() {
+                    self.requota(name, record)?;
+                }
+                return Ok(put);
             }
             AccessWrite::RemoveTenant(name) => {
                 let mut tenants = backend!(self.txn.open_table(TENANTS))?;

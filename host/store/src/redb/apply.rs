@@ -30,9 +30,25 @@ fn fenced(id: &str, current: Option<&Lease>) -> StoreError {
 use weft_core::KvEffects;
 
 impl Tables<'_> {
-    /// Applies one write. `Ok(Err(_))`: this write is refused and nothing
-    /// of it was stored; `Err(_)`: the transaction failed.
+    /// Applies one write, charging its tenant for what it stores (see
+    /// `usage`). `Ok(Err(_))`: this write is refused and nothing of it was
+    /// stored; `Err(_)`: the transaction failed.
     pub(super) fn apply(&mut self, write: &Write) -> Result<Result<(), StoreError>, StoreError> {
+        let Some(charge) = write.charge() else {
+            return self.apply_uncharged(write);
+        };
+        if let Err(refused) = self.admit(charge)? {
+            return Ok(Err(refused));
+        }
+        self.freed = 0;
+        let outcome = self.apply_uncharged(write)?;
+        if outcome.is_ok() {
+            self.count(charge)?;
+        }
+        Ok(outcome)
+    }
+
+    fn apply_uncharged(&mut self, write: &Write) -> Result<Result<(), StoreError>, StoreError> {
         match write {
             Write::CreateRun {
                 id,
@@ -42,6 +58,7 @@ impl Tables<'_> {
                 timer,
                 idempotency,
                 lease,
+                charge: _,
             } => self.create_run(
                 id,
                 run,
@@ -65,6 +82,7 @@ impl Tables<'_> {
                 emitted,
                 fence,
                 lease,
+                charge: _,
             } => match self.leased(id, lease.as_ref())? {
                 Err(refused) => Ok(Err(refused)),
                 Ok(()) => self.commit_step(
@@ -92,6 +110,7 @@ impl Tables<'_> {
                 wake,
                 timer,
                 lease,
+                charge: _,
             } => self.act(run, *expect, record, wake, *timer, lease.as_ref()),
             Write::StartRun {
                 outbox,
@@ -279,8 +298,15 @@ impl Tables<'_> {
             }
         }
         for (key, value) in &effects.writes {
-            let version = backend!(self.kv.get((space, key.as_str())))?
-                .map_or(0, |v| decode_kv(v.value()).version);
+            let (version, old) =
+                backend!(self.kv.get((space, key.as_str())))?.map_or((0, None), |v| {
+                    let old = decode_kv(v.value());
+                    (old.version, old.value)
+                });
+            // An overwritten or deleted value gives its bytes back.
+            if let Some(old) = old {
+                self.freed += u64::try_from(key.len() + old.len()).unwrap_or(0);
+            }
             let encoded = encode_kv(version + 1, value.as_deref());
             backend!(self.kv.insert((space, key.as_str()), encoded.as_slice()))?;
         }

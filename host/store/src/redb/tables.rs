@@ -45,6 +45,11 @@ pub(super) struct Tables<'t> {
     pub(super) plugins: Table<'t, (&'static str, &'static str), &'static [u8]>,
     pub(super) leases: Table<'t, &'static str, &'static [u8]>,
     pub(super) hosts: Table<'t, &'static str, &'static [u8]>,
+    /// The stored bytes this transaction has counted, by tenant.
+    pub(super) meter: super::usage::Meter,
+    /// The bytes the write being applied gave back (key-value values it
+    /// overwrote or deleted).
+    pub(super) freed: u64,
 }
 
 impl<'t> Tables<'t> {
@@ -75,6 +80,8 @@ impl<'t> Tables<'t> {
             plugins: backend!(txn.open_table(super::PLUGINS))?,
             leases: backend!(txn.open_table(super::LEASES))?,
             hosts: backend!(txn.open_table(super::HOSTS))?,
+            meter: super::usage::Meter::default(),
+            freed: 0,
         })
     }
 }

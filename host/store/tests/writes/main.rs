@@ -33,7 +33,8 @@
 //! - `steps`: `CommitStep` and its effects, `Act`, `FireTimer`;
 //! - `messages`: `Subscribe`, `Unsubscribe` and `Delivery`;
 //! - `registry`: `Schedule`, `Deploy` and `AddPlugin`;
-//! - `group`: the group commit never waits for its own thread.
+//! - `group`: the group commit never waits for its own thread;
+//! - `quota`: stored bytes charged to tenants, and refused over a quota.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -41,6 +42,7 @@ mod common;
 mod damaged;
 mod group;
 mod messages;
+mod quota;
 mod registry;
 mod runs;
 mod steps;

@@ -1,0 +1,122 @@
+//! Stored bytes by tenant: what each tenant's writes added (their
+//! [`Charge`]s, less the key-value bytes they gave back), kept in the
+//! `usage` table and held to the tenant's `max_stored_bytes`.
+//!
+//! A transaction reads each tenant's count and quota once, when its first
+//! charged write comes, and writes the counts it changed back before it
+//! commits ([`Tables::flush_usage`]): a failed transaction leaves them as
+//! they were, with everything else.
+
+use redb::{ReadTransaction, ReadableTable};
+
+use super::{TENANTS, Tables, USAGE, decode};
+use crate::{Charge, StoreError, TenantRecord};
+
+/// The counts one transaction has read: a few tenants at most, so a list.
+#[derive(Default)]
+pub(super) struct Meter {
+    accounts: Vec<Account>,
+}
+
+struct Account {
+    tenant: String,
+    used: u64,
+    limit: Option<u64>,
+    changed: bool,
+}
+
+impl Tables<'_> {
+    /// Tenant `tenant`'s account, read on first use.
+    fn account(&mut self, tenant: &str) -> Result<&mut Account, StoreError> {
+        let at = match self.meter.accounts.iter().position(|a| a.tenant == tenant) {
+            Some(at) => at,
+            None => {
+                let usage = backend!(self.txn.open_table(USAGE))?;
+                let used = backend!(usage.get(tenant))?.map_or(0, |used| used.value());
+                let tenants = backend!(self.txn.open_table(TENANTS))?;
+                let limit = match backend!(tenants.get(tenant))? {
+                    Some(bytes) => {
+                        decode::<TenantRecord>(tenant, bytes.value())?
+                            .quota
+                            .max_stored_bytes
+                    }
+                    None => None,
+                };
+                self.meter.accounts.push(Account {
+                    tenant: tenant.to_owned(),
+                    used,
+                    limit,
+                    changed: false,
+                });
+                self.meter.accounts.len() - 1
+            }
+        };
+        Ok(&mut self.meter.accounts[at])
+    }
+
+    /// Refuses `charge` if it is refusable and would take its tenant over
+    /// its quota.
+    pub(super) fn admit(&mut self, charge: &Charge) -> Result<Result<(), StoreError>, StoreError> {
+        let account = self.account(&charge.tenant)?;
+        match account.limit {
+            Some(limit)
+                if charge.refusable && account.used.saturating_add(charge.bytes) > limit =>
+            {
+                Ok(Err(StoreError::StorageQuota {
+                    tenant: charge.tenant.clone(),
+                    used: account.used,
+                    limit,
+                    bytes: charge.bytes,
+                }))
+            }
+            _ => Ok(Ok(())),
+        }
+    }
+
+    /// Counts `charge`, whose write was stored, less what the write gave
+    /// back.
+    pub(super) fn count(&mut self, charge: &Charge) -> Result<(), StoreError> {
+        let freed = std::mem::take(&mut self.freed);
+        let account = self.account(&charge.tenant)?;
+        account.used = account
+            .used
+            .saturating_add(charge.bytes)
+            .saturating_sub(freed);
+        account.changed = true;
+        Ok(())
+    }
+
+    /// A tenant's record written in this transaction: its quota holds for
+    /// the writes after it.
+    pub(super) fn requota(&mut self, tenant: &str, record: &[u8]) -> Result<(), StoreError> {
+        if let Some(account) = self.meter.accounts.iter_mut().find(|a| a.tenant == tenant) {
+            account.limit = decode::<TenantRecord>(tenant, record)?
+                .quota
+                .max_stored_bytes;
+        }
+        Ok(())
+    }
+
+    /// Writes back the counts this transaction changed.
+    pub(super) fn flush_usage(&mut self) -> Result<(), StoreError> {
+        if self.meter.accounts.iter().all(|a| !a.changed) {
+            return Ok(());
+        }
+        let mut table = backend!(self.txn.open_table(USAGE))?;
+        for account in &self.meter.accounts {
+            if account.changed {
+                backend!(table.insert(account.tenant.as_str(), account.used))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The bytes tenant `tenant` stores.
+pub(super) fn stored_bytes(txn: &ReadTransaction, tenant: &str) -> Result<u64, StoreError> {
+    let table = match txn.open_table(USAGE) {
+        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(0),
+        other => backend!(other)?,
+    };
+    Ok(backend!(table.get(tenant))?.map_or(0, |used| used.value()))
+}

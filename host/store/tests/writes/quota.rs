@@ -1,0 +1,143 @@
+//! Stored bytes by tenant: each charged write counts its bytes to its
+//! tenant, a refusable one over the tenant's `max_stored_bytes` is refused
+//! with nothing stored, and key-value values overwritten or deleted give
+//! their bytes back.
+
+use std::collections::BTreeMap;
+
+use weft_core::KvEffects;
+use weft_store::{AccessWrite, Quota, Store, StoreError, TenantRecord, Write, encode};
+
+use crate::common::{R, SPACE, T0, commit_with, create, run};
+use crate::table::{open, put};
+
+const TENANT: &str = "acme";
+
+/// Tenant `acme` with a quota of `limit` stored bytes.
+fn tenant(s: &dyn Store, limit: Option<u64>, new: bool) {
+    let record = TenantRecord {
+        name: TENANT.to_owned(),
+        created_at: T0,
+        quota: Quota {
+            max_stored_bytes: limit,
+            ..Quota::default()
+        },
+    };
+    let write = AccessWrite::PutTenant {
+        name: TENANT.to_owned(),
+        record: encode(&record),
+        new,
+    };
+    put(s, Write::Access(write));
+}
+
+fn charge(write: &Write) -> u64 {
+    write.charge().map_or(0, |c| c.bytes)
+}
+
+fn kv(writes: &[(&str, Option<&str>)]) -> Option<KvEffects> {
+    Some(KvEffects {
+        space: SPACE.to_owned(),
+        writes: writes
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), v.map(str::to_owned)))
+            .collect(),
+        reads: BTreeMap::new(),
+    })
+}
+
+#[test]
+fn charged_writes_count_to_their_tenant_until_its_quota() {
+    let (_dir, handle) = open();
+    let s = handle.as_ref();
+    let first = create(&run(R)).charged(TENANT, true);
+    let bytes = charge(&first);
+    assert!(bytes > 0);
+    // Room for the first run, not for a second one.
+    tenant(s, Some(bytes + bytes / 2), true);
+    put(s, first);
+    assert_eq!(s.stored_bytes(TENANT).unwrap(), bytes);
+    assert_eq!(s.stored_bytes("other").unwrap(), 0);
+
+    let second = create(&run("r2")).charged(TENANT, true);
+    let answers = s.apply(&[&second, &create(&run("r3"))]).unwrap();
+    assert!(
+        matches!(&answers[0], Err(StoreError::StorageQuota { tenant, used, .. }) if tenant == TENANT && *used == bytes),
+        "{answers:?}"
+    );
+    // Refused alone: nothing of it stored, nothing counted; the
+    // uncharged write beside it landed.
+    assert!(answers[1].is_ok());
+    assert!(s.run("r2").unwrap().is_none());
+    assert_eq!(s.stored_bytes(TENANT).unwrap(), bytes);
+
+    // A write that may not be refused is stored and counted all the same.
+    let forced = create(&run("r4")).charged(TENANT, false);
+    let more = charge(&forced);
+    put(s, forced);
+    assert_eq!(s.stored_bytes(TENANT).unwrap(), bytes + more);
+
+    // A raised quota holds at once, in the same transaction as its change.
+    let record = TenantRecord {
+        name: TENANT.to_owned(),
+        created_at: T0,
+        quota: Quota::default(),
+    };
+    let lift = Write::Access(AccessWrite::PutTenant {
+        name: TENANT.to_owned(),
+        record: encode(&record),
+        new: false,
+    });
+    let again = create(&run("r2")).charged(TENANT, true);
+    let last = charge(&again);
+    let answers = s.apply(&[&lift, &again]).unwrap();
+    assert!(answers.iter().all(Result::is_ok), "{answers:?}");
+    assert_eq!(s.stored_bytes(TENANT).unwrap(), bytes + more + last);
+}
+
+#[test]
+fn overwritten_and_deleted_values_give_their_bytes_back() {
+    let (_dir, handle) = open();
+    let s = handle.as_ref();
+    tenant(s, None, true);
+    put(s, create(&run(R)).charged(TENANT, true));
+    let base = s.stored_bytes(TENANT).unwrap();
+
+    let set = commit_with(s, R, "set", |_, _, x| {
+        x.kv = kv(&[("a", Some("0123456789"))]);
+    })
+    .charged(TENANT, true);
+    let set_bytes = charge(&set);
+    put(s, set);
+    assert_eq!(s.stored_bytes(TENANT).unwrap(), base + set_bytes);
+
+    // The record's bytes stay; "a" and its 10 bytes go.
+    let delete =
+        commit_with(s, R, "delete", |_, _, x| x.kv = kv(&[("a", None)])).charged(TENANT, true);
+    let delete_bytes = charge(&delete);
+    put(s, delete);
+    assert_eq!(
+        s.stored_bytes(TENANT).unwrap(),
+        base + set_bytes + delete_bytes - ("a".len() as u64 + 10)
+    );
+}
+
+#[test]
+fn a_step_result_over_the_quota_is_refused_with_its_effects() {
+    let (_dir, handle) = open();
+    let s = handle.as_ref();
+    let start = create(&run(R)).charged(TENANT, true);
+    tenant(s, Some(charge(&start) + 10), true);
+    put(s, start);
+    let result = commit_with(s, R, "big", |_, _, x| {
+        x.kv = kv(&[("a", Some("a value larger than what is left"))]);
+    })
+    .charged(TENANT, true);
+    let answers = s.apply(&[&result]).unwrap();
+    assert!(
+        matches!(&answers[0], Err(StoreError::StorageQuota { .. })),
+        "{answers:?}"
+    );
+    assert!(s.steps(R).unwrap().is_empty());
+    assert_eq!(s.kv_get(SPACE, "a").unwrap().version, 0);
+}
