@@ -68,6 +68,16 @@ impl<T> Lanes<T> {
         self.lanes.get(tenant).map_or(0, VecDeque::len)
     }
 
+    /// The fewest items any tenant but `except` has waiting (`None`: no
+    /// such tenant has any).
+    pub fn shortest(&self, except: &str) -> Option<usize> {
+        self.lanes
+            .iter()
+            .filter(|(tenant, _)| &***tenant != except)
+            .map(|(_, lane)| lane.len())
+            .min()
+    }
+
     /// How many tenants have items waiting.
     pub fn tenants(&self) -> usize {
         self.ring.len()
@@ -171,5 +181,20 @@ mod tests {
         assert_eq!(lanes.pop(weight), Some(("b", 1)));
         assert_eq!(lanes.pop(weight), Some(("b", 3)));
         assert!(lanes.is_empty());
+    }
+
+    #[test]
+    fn the_shortest_lane_leaves_out_the_one_asked() {
+        let mut lanes = Lanes::default();
+        assert_eq!(lanes.shortest(UNTENANTED), None);
+        lanes.push(&untenanted(), 0);
+        assert_eq!(lanes.shortest(UNTENANTED), None);
+        for n in 0..5 {
+            lanes.push(&t("a"), n);
+        }
+        lanes.push(&t("b"), 0);
+        lanes.push(&t("b"), 1);
+        assert_eq!(lanes.shortest(UNTENANTED), Some(2));
+        assert_eq!(lanes.shortest("b"), Some(1));
     }
 }

@@ -11,9 +11,10 @@
 //! for room, and a blocking commit from there is refused.
 //!
 //! Writes wait by tenant ([`GroupCommit::submit_as`]): each batch takes
-//! the tenants in turn; while several wait, and for a while after, a
-//! batch holds at most [`SHARED_BATCH`] writes; and a submitter waits for
-//! room only while its own tenant has a full lane. So one tenant's flood
+//! the tenants in turn; while a tenant with a few writes waits beside
+//! another, and for a while after, a batch holds at most [`SHARED_BATCH`]
+//! writes; and a submitter waits for room only while its own tenant has a
+//! full lane. So one tenant's flood
 //! of writes holds another tenant's commit back by a short batch or two,
 //! not by the flood.
 //!
@@ -35,16 +36,18 @@ use super::{Store, StoreError, Write};
 /// The most writes in one transaction.
 const MAX_BATCH: usize = 512;
 
-/// The most writes in one transaction while writes of several tenants
-/// wait.
+/// The most writes in one transaction while a tenant with a few writes
+/// waits beside another tenant.
 pub const SHARED_BATCH: usize = 8;
 
-/// How long batches stay at [`SHARED_BATCH`] after writes of two tenants
-/// last waited together.
+/// How long batches stay at [`SHARED_BATCH`] after a tenant with a few
+/// writes last waited beside another.
 const SHARED_FOR: Duration = Duration::from_millis(100);
 
 /// The most writes of one tenant that wait: a submitter of that tenant
-/// waits for room beyond it.
+/// waits for room beyond it. The bound is per tenant (and one more lane for
+/// writes of no tenant), so the writes held in memory grow with the
+/// number of tenants that flood at once.
 const LANE: usize = 2 * MAX_BATCH;
 
 /// What the committing thread calls with the outcome of a write: `Ok` once
@@ -221,6 +224,7 @@ impl GroupCommit {
                 .name("weft-commit".to_owned())
                 .spawn(move || {
                     let _answering = Answering::mark(address(&queue));
+                    let _stopped = Stopped(&queue);
                     commit_loop(store.as_ref(), &queue);
                 })?
         };
@@ -278,9 +282,11 @@ impl GroupCommit {
             return;
         }
         let mut waiting = lock(&self.queue.waiting);
-        // From an answer, a write never waits for room: only this thread
-        // makes room.
-        if !answering(address(&self.queue)) {
+        // From an answer, a write never waits for room (only this thread
+        // makes room), and is taken even once the queue is closed: the
+        // thread commits it before it stops.
+        let from_answer = answering(address(&self.queue));
+        if !from_answer {
             while !waiting.closed && waiting.lanes.len_of(&job.tenant) >= LANE {
                 waiting = self
                     .queue
@@ -289,7 +295,7 @@ impl GroupCommit {
                     .unwrap_or_else(std::sync::PoisonError::into_inner);
             }
         }
-        if waiting.closed {
+        if waiting.closed && !from_answer {
             drop(waiting);
             return (job.done)(Err(StoreError::Closed));
         }
@@ -360,6 +366,32 @@ impl Drop for GroupCommit {
     }
 }
 
+/// Closes the queue when the committing thread stops, on a panic too: no
+/// write is taken any more, and each one waiting (or submitted by these
+/// answers) is answered [`StoreError::Closed`], so nobody waits for a
+/// thread that is gone.
+struct Stopped<'q>(&'q Queue);
+
+impl Drop for Stopped<'_> {
+    fn drop(&mut self) {
+        loop {
+            let left = {
+                let mut waiting = lock(&self.0.waiting);
+                waiting.closed = true;
+                std::mem::take(&mut waiting.lanes)
+            };
+            self.0.room.notify_all();
+            if left.is_empty() {
+                break;
+            }
+            let mut left = left;
+            while let Some(job) = left.pop(|_| 1) {
+                (job.done)(Err(StoreError::Closed));
+            }
+        }
+    }
+}
+
 fn commit_loop(store: &dyn Store, queue: &Queue) {
     let mut shared_until = Instant::now();
     loop {
@@ -374,15 +406,21 @@ fn commit_loop(store: &dyn Store, queue: &Queue) {
             // Closed, and nothing left to commit.
             break;
         }
-        // Writes without a tenant (fires, deliveries, leases) do not make
-        // a host shared.
+        // A host is shared while a tenant with a few writes waits beside
+        // another one's: short batches then keep the few from waiting
+        // behind the many. Writes without a tenant (fires, deliveries,
+        // leases) do not count; nor do tenants that all have many writes
+        // waiting, which gain nothing from short batches.
         let lanes = &mut waiting.lanes;
-        let tenants = lanes.tenants() - usize::from(lanes.len_of(weft_core::fair::UNTENANTED) > 0);
-        // A host stays shared for a while after two tenants last waited
-        // together: a lone run's next write comes a step later, and must
-        // not find a flood's long batch in its way.
+        let untenanted = weft_core::fair::UNTENANTED;
+        let tenants = lanes.tenants() - usize::from(lanes.len_of(untenanted) > 0);
+        let few = lanes
+            .shortest(untenanted)
+            .is_some_and(|n| n <= SHARED_BATCH);
+        // It stays shared for a while: a lone run's next write comes a
+        // step later, and must not find a flood's long batch in its way.
         let now = Instant::now();
-        if tenants > 1 {
+        if tenants > 1 && few {
             shared_until = now + SHARED_FOR;
         }
         let most = if now < shared_until {

@@ -119,6 +119,16 @@ impl Core {
             None => (None, None),
         };
         let emits = !emitted.is_empty();
+        // A result that stores what a step made (a plugin's output, or
+        // key-value writes, messages, a child run) is refused over the
+        // tenant's stored bytes, and the step then fails with
+        // `storage_quota`. Anything else is small, and stored whatever the
+        // quota, as it is when decided in the store: a failure, a wait or
+        // a timer's fire, an outside actor's answer, a cancellation.
+        let makes = live.task.drive.run.plugins.contains_key(&record.step_id)
+            || kv.is_some()
+            || spawn.is_some()
+            || emits;
         // A cancellation fences off the children its run waits for, in
         // the same transaction: none of their commits lands after it.
         let fenced = if path == CANCEL_PATH {
@@ -135,11 +145,7 @@ impl Core {
             emitted,
         )
         .fencing(fenced.clone());
-        // A result with an output is refused over the tenant's stored
-        // bytes (the step then fails with `storage_quota`); anything else
-        // is small, and stored whatever the quota: a failure, a wait, an
-        // outside actor's answer, a cancellation.
-        let refusable = record.output.is_some() && reply.is_none() && path != CANCEL_PATH;
+        let refusable = makes && record.output.is_some() && reply.is_none() && path != CANCEL_PATH;
         let write = live
             .task
             .drive

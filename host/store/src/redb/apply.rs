@@ -16,8 +16,8 @@ use redb::ReadableTable;
 
 use super::{Tables, decode, decode_kv, encode_kv};
 use crate::{
-    Emitted, HostRecord, Lease, RunRecord, ScheduleRecord, Spawn, StoreError, TimerRef, TimerRow,
-    What, Write, encode,
+    Charge, Emitted, HostRecord, Lease, RunRecord, ScheduleRecord, Spawn, StoreError, TimerRef,
+    TimerRow, What, Write, encode,
 };
 
 /// The refusal of a write by a host that does not hold run `id`'s lease.
@@ -34,21 +34,20 @@ impl Tables<'_> {
     /// `usage`). `Ok(Err(_))`: this write is refused and nothing of it was
     /// stored; `Err(_)`: the transaction failed.
     pub(super) fn apply(&mut self, write: &Write) -> Result<Result<(), StoreError>, StoreError> {
-        let Some(charge) = write.charge() else {
-            return self.apply_uncharged(write);
-        };
-        if let Err(refused) = self.admit(charge)? {
-            return Ok(Err(refused));
-        }
         self.freed = 0;
-        let outcome = self.apply_uncharged(write)?;
-        if outcome.is_ok() {
+        let outcome = self.dispatch(write)?;
+        if outcome.is_ok()
+            && let Some(charge) = write.charge()
+        {
             self.count(charge)?;
         }
         Ok(outcome)
     }
 
-    fn apply_uncharged(&mut self, write: &Write) -> Result<Result<(), StoreError>, StoreError> {
+    /// Hands `write` to the function for its variant. A charged write
+    /// that may be refused is checked against its tenant's quota there,
+    /// after the write's own refusals and before its first write.
+    fn dispatch(&mut self, write: &Write) -> Result<Result<(), StoreError>, StoreError> {
         match write {
             Write::CreateRun {
                 id,
@@ -58,7 +57,7 @@ impl Tables<'_> {
                 timer,
                 idempotency,
                 lease,
-                charge: _,
+                charge,
             } => self.create_run(
                 id,
                 run,
@@ -67,6 +66,7 @@ impl Tables<'_> {
                 timer.as_ref(),
                 idempotency.as_deref(),
                 lease.as_ref(),
+                charge.as_ref(),
             ),
             Write::CommitStep {
                 id,
@@ -82,7 +82,7 @@ impl Tables<'_> {
                 emitted,
                 fence,
                 lease,
-                charge: _,
+                charge,
             } => match self.leased(id, lease.as_ref())? {
                 Err(refused) => Ok(Err(refused)),
                 Ok(()) => self.commit_step(
@@ -98,6 +98,7 @@ impl Tables<'_> {
                     spawn.as_deref(),
                     emitted.as_deref(),
                     fence,
+                    charge.as_ref(),
                 ),
             },
             Write::Subscribe(row) => self.subscribe(row),
@@ -189,17 +190,23 @@ impl Tables<'_> {
         timer: Option<&TimerRow>,
         idempotency: Option<&str>,
         lease: Option<&Lease>,
+        charge: Option<&Charge>,
     ) -> Result<Result<(), StoreError>, StoreError> {
         if backend!(self.runs.get(id))?.is_some() {
             return Ok(Err(StoreError::Exists(What::Run(id.to_owned()))));
         }
+        if let Some(key) = idempotency
+            && let Some(run) = backend!(self.idempotency.get(key))?
+        {
+            return Ok(Err(StoreError::Duplicate {
+                key: key.to_owned(),
+                run: run.value().to_owned(),
+            }));
+        }
+        if let Err(refused) = self.admit(charge)? {
+            return Ok(Err(refused));
+        }
         if let Some(key) = idempotency {
-            if let Some(run) = backend!(self.idempotency.get(key))? {
-                return Ok(Err(StoreError::Duplicate {
-                    key: key.to_owned(),
-                    run: run.value().to_owned(),
-                }));
-            }
             backend!(self.idempotency.insert(key, id))?;
         }
         self.definition(definition)?;
@@ -236,6 +243,7 @@ impl Tables<'_> {
         spawn: Option<&Spawn>,
         emitted: Option<&Emitted>,
         fence: &[String],
+        charge: Option<&Charge>,
     ) -> Result<Result<(), StoreError>, StoreError> {
         if self.ended(id)? {
             return Ok(Err(StoreError::RunEnded(id.to_owned())));
@@ -248,10 +256,18 @@ impl Tables<'_> {
         {
             return Ok(Err(StoreError::TimerGone(fired.id)));
         }
-        if let Some(effects) = kv
-            && let Err(refused) = self.write_kv(effects)?
-        {
+        let versions = match kv {
+            Some(effects) => match self.read_kv(effects)? {
+                Ok(versions) => versions,
+                Err(refused) => return Ok(Err(refused)),
+            },
+            None => Vec::new(),
+        };
+        if let Err(refused) = self.admit(charge)? {
             return Ok(Err(refused));
+        }
+        if let Some(effects) = kv {
+            self.write_kv(effects, &versions)?;
         }
         if let Some(spawn) = spawn {
             self.definition(&spawn.definition)?;
@@ -283,9 +299,11 @@ impl Tables<'_> {
         Ok(())
     }
 
-    /// Writes `effects`' keys, each at its next version, unless a key it
-    /// read has changed since: then refused, with nothing written.
-    fn write_kv(&mut self, effects: &KvEffects) -> Result<Result<(), StoreError>, StoreError> {
+    /// Checks `effects`' reads: refused if a key it read has changed
+    /// since. Answers the version of each key it writes, in order, and
+    /// notes the bytes of the values it will overwrite or delete (they are
+    /// given back: `Tables::freed`).
+    fn read_kv(&mut self, effects: &KvEffects) -> Result<Result<Vec<u64>, StoreError>, StoreError> {
         let space = effects.space.as_str();
         for (key, read) in &effects.reads {
             let now = backend!(self.kv.get((space, key.as_str())))?
@@ -297,20 +315,30 @@ impl Tables<'_> {
                 }));
             }
         }
-        for (key, value) in &effects.writes {
+        let mut versions = Vec::with_capacity(effects.writes.len());
+        for key in effects.writes.keys() {
             let (version, old) =
                 backend!(self.kv.get((space, key.as_str())))?.map_or((0, None), |v| {
                     let old = decode_kv(v.value());
                     (old.version, old.value)
                 });
-            // An overwritten or deleted value gives its bytes back.
             if let Some(old) = old {
                 self.freed += u64::try_from(key.len() + old.len()).unwrap_or(0);
             }
+            versions.push(version);
+        }
+        Ok(Ok(versions))
+    }
+
+    /// Writes `effects`' keys, each at the version after the one
+    /// [`Tables::read_kv`] answered.
+    fn write_kv(&mut self, effects: &KvEffects, versions: &[u64]) -> Result<(), StoreError> {
+        let space = effects.space.as_str();
+        for ((key, value), version) in effects.writes.iter().zip(versions) {
             let encoded = encode_kv(version + 1, value.as_deref());
             backend!(self.kv.insert((space, key.as_str()), encoded.as_slice()))?;
         }
-        Ok(Ok(()))
+        Ok(())
     }
 
     /// Carries out the outbox row `outbox`, which starts run `id`: records

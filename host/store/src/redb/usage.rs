@@ -54,19 +54,26 @@ impl Tables<'_> {
         Ok(&mut self.meter.accounts[at])
     }
 
-    /// Refuses `charge` if it is refusable and would take its tenant over
-    /// its quota.
-    pub(super) fn admit(&mut self, charge: &Charge) -> Result<Result<(), StoreError>, StoreError> {
+    /// Refuses `charge`, if it is refusable, when its write would grow its
+    /// tenant's count over the tenant's quota. A write that gives back at
+    /// least what it adds (`Tables::freed`, noted by the checks before)
+    /// is never refused, so a tenant over its quota can make room.
+    pub(super) fn admit(
+        &mut self,
+        charge: Option<&Charge>,
+    ) -> Result<Result<(), StoreError>, StoreError> {
+        let Some(charge) = charge.filter(|c| c.refusable && c.bytes > self.freed) else {
+            return Ok(Ok(()));
+        };
+        let growth = charge.bytes - self.freed;
         let account = self.account(&charge.tenant)?;
         match account.limit {
-            Some(limit)
-                if charge.refusable && account.used.saturating_add(charge.bytes) > limit =>
-            {
+            Some(limit) if account.used.saturating_add(growth) > limit => {
                 Ok(Err(StoreError::StorageQuota {
                     tenant: charge.tenant.clone(),
                     used: account.used,
                     limit,
-                    bytes: charge.bytes,
+                    bytes: growth,
                 }))
             }
             _ => Ok(Ok(())),

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use weft_core::KvEffects;
 use weft_store::{AccessWrite, Quota, Store, StoreError, TenantRecord, Write, encode};
 
-use crate::common::{R, SPACE, T0, commit_with, create, run};
+use crate::common::{R, SPACE, T0, commit_with, create, keyed, run};
 use crate::table::{open, put};
 
 const TENANT: &str = "acme";
@@ -140,4 +140,57 @@ fn a_step_result_over_the_quota_is_refused_with_its_effects() {
     );
     assert!(s.steps(R).unwrap().is_empty());
     assert_eq!(s.kv_get(SPACE, "a").unwrap().version, 0);
+}
+
+/// A tenant at its quota can still make room: a write that gives back at
+/// least what it adds is not refused. And the write's own refusals come
+/// first: a start again with a key that started a run answers that run,
+/// not the quota.
+#[test]
+fn a_tenant_over_its_quota_can_make_room_and_still_hears_of_duplicates() {
+    let (_dir, handle) = open();
+    let s = handle.as_ref();
+    tenant(s, None, true);
+    put(s, keyed(create(&run(R)), "k1").charged(TENANT, true));
+    let value = "v".repeat(2_000);
+    put(
+        s,
+        commit_with(s, R, "set", |_, _, x| x.kv = kv(&[("a", Some(&value))])).charged(TENANT, true),
+    );
+    // The quota drops below what is stored.
+    let used = s.stored_bytes(TENANT).unwrap();
+    let record = TenantRecord {
+        name: TENANT.to_owned(),
+        created_at: T0,
+        quota: Quota {
+            max_stored_bytes: Some(used / 2),
+            ..Quota::default()
+        },
+    };
+    put(
+        s,
+        Write::Access(AccessWrite::PutTenant {
+            name: TENANT.to_owned(),
+            record: encode(&record),
+            new: false,
+        }),
+    );
+    let again = keyed(create(&run("r2")), "k1").charged(TENANT, true);
+    let answers = s.apply(&[&again]).unwrap();
+    assert!(
+        matches!(&answers[0], Err(StoreError::Duplicate { run, .. }) if run == R),
+        "{answers:?}"
+    );
+    // Adding is refused; deleting the value, with a small record, is not.
+    let grow =
+        commit_with(s, R, "grow", |_, _, x| x.kv = kv(&[("b", Some("x"))])).charged(TENANT, true);
+    let answers = s.apply(&[&grow]).unwrap();
+    assert!(
+        matches!(&answers[0], Err(StoreError::StorageQuota { .. })),
+        "{answers:?}"
+    );
+    let shrink =
+        commit_with(s, R, "shrink", |_, _, x| x.kv = kv(&[("a", None)])).charged(TENANT, true);
+    put(s, shrink);
+    assert!(s.stored_bytes(TENANT).unwrap() < used - 1_000);
 }
