@@ -259,11 +259,7 @@ impl World {
                 ..weft_store::Quota::default()
             },
         };
-        let write = Write::Access(weft_store::AccessWrite::PutTenant {
-            name: SECOND_TENANT.to_owned(),
-            record: weft_store::encode(&record),
-            new: true,
-        });
+        let write = Write::Access(weft_store::AccessWrite::put_tenant(&record, true));
         self.stored_quota = Some(limit);
         match self.sim_store.inner().apply(&[&write]) {
             Ok(answers) if answers.iter().all(Result::is_ok) => Ok(()),

@@ -249,3 +249,14 @@ pub enum AccessWrite {
         record: Vec<u8>,
     },
 }
+
+impl AccessWrite {
+    /// Stores `record` under its name (see [`AccessWrite::PutTenant`]).
+    pub fn put_tenant(record: &TenantRecord, new: bool) -> Self {
+        Self::PutTenant {
+            name: record.name.clone(),
+            record: crate::encode(record),
+            new,
+        }
+    }
+}

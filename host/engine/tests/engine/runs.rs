@@ -326,11 +326,7 @@ fn store_quota(host: &Host, tenant: &str, max_stored_bytes: u64) {
             ..weft_store::Quota::default()
         },
     };
-    let write = weft_store::Write::Access(weft_store::AccessWrite::PutTenant {
-        name: tenant.to_owned(),
-        record: weft_store::encode(&record),
-        new: true,
-    });
+    let write = weft_store::Write::Access(weft_store::AccessWrite::put_tenant(&record, true));
     let answers = host.engine.store().apply(&[&write]).unwrap();
     assert!(answers[0].is_ok(), "{answers:?}");
 }

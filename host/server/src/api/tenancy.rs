@@ -103,11 +103,7 @@ pub(super) async fn add_tenant(
         quota: request.quota.unwrap_or_default(),
     };
     let store = Arc::clone(api.engine.store());
-    let write = AccessWrite::PutTenant {
-        name: record.name.clone(),
-        record: weft_store::encode(&record),
-        new: true,
-    };
+    let write = AccessWrite::put_tenant(&record, true);
     match blocking(move || apply(store.as_ref(), write)).await? {
         Ok(()) => api
             .engine
@@ -259,14 +255,7 @@ pub(super) async fn set_quota(
         let mut record =
             tenant_row(store.as_ref(), &asked)?.ok_or_else(|| unknown_tenant(&asked))?;
         record.quota = quota;
-        apply(
-            store.as_ref(),
-            AccessWrite::PutTenant {
-                name: asked.clone(),
-                record: weft_store::encode(&record),
-                new: !exists,
-            },
-        )?;
+        apply(store.as_ref(), AccessWrite::put_tenant(&record, !exists))?;
         Ok::<_, ApiError>(record)
     })
     .await??;

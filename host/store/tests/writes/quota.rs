@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use weft_core::KvEffects;
-use weft_store::{AccessWrite, Quota, Store, StoreError, TenantRecord, Write, encode};
+use weft_store::{AccessWrite, Quota, Store, StoreError, TenantRecord, Write};
 
 use crate::common::{R, SPACE, T0, commit_with, create, keyed, run};
 use crate::table::{open, put};
@@ -23,12 +23,7 @@ fn tenant(s: &dyn Store, limit: Option<u64>, new: bool) {
             ..Quota::default()
         },
     };
-    let write = AccessWrite::PutTenant {
-        name: TENANT.to_owned(),
-        record: encode(&record),
-        new,
-    };
-    put(s, Write::Access(write));
+    put(s, Write::Access(AccessWrite::put_tenant(&record, new)));
 }
 
 fn charge(write: &Write) -> u64 {
@@ -83,11 +78,7 @@ fn charged_writes_count_to_their_tenant_until_its_quota() {
         created_at: T0,
         quota: Quota::default(),
     };
-    let lift = Write::Access(AccessWrite::PutTenant {
-        name: TENANT.to_owned(),
-        record: encode(&record),
-        new: false,
-    });
+    let lift = Write::Access(AccessWrite::put_tenant(&record, false));
     let again = create(&run("r2")).charged(TENANT, true);
     let last = charge(&again);
     let answers = s.apply(&[&lift, &again]).unwrap();
@@ -167,14 +158,7 @@ fn a_tenant_over_its_quota_can_make_room_and_still_hears_of_duplicates() {
             ..Quota::default()
         },
     };
-    put(
-        s,
-        Write::Access(AccessWrite::PutTenant {
-            name: TENANT.to_owned(),
-            record: encode(&record),
-            new: false,
-        }),
-    );
+    put(s, Write::Access(AccessWrite::put_tenant(&record, false)));
     let again = keyed(create(&run("r2")), "k1").charged(TENANT, true);
     let answers = s.apply(&[&again]).unwrap();
     assert!(
