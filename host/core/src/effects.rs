@@ -76,3 +76,24 @@ pub struct Emission {
     /// The payload.
     pub payload: Value,
 }
+
+/// One outgoing HTTP request a step made, as its record keeps it. Query
+/// values, headers and bodies are never kept.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HttpCall {
+    /// The method, uppercase.
+    pub method: String,
+    /// The URL, with the values of its query replaced by `…`.
+    pub url: String,
+    /// The response's status, if one came.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<u16>,
+    /// The bytes of response body the step read.
+    pub bytes: u64,
+    /// From the request to the end of its response (or to the end of the
+    /// call, if the step did not read the body to its end).
+    pub duration_ms: u64,
+    /// Why the request failed or was refused, if it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}

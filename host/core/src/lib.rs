@@ -3,6 +3,7 @@
 //!
 //! - [`clock`]: time, injected ([`Clock`], [`Timestamp`]).
 //! - [`Digest`]: a component's or definition's content digest.
+//! - [`egress`]: where outgoing HTTP may go.
 //! - [`names`]: the checks of ids and names people choose.
 //! - [`InputSchema`]: a compiled JSON Schema.
 //! - [`effects`]: what an attempt buffers until its commit.
@@ -18,6 +19,7 @@
 pub mod clock;
 mod digest;
 pub mod effects;
+pub mod egress;
 mod error;
 pub mod fair;
 pub mod ids;
@@ -29,7 +31,7 @@ pub mod tenant;
 
 pub use clock::{Clock, SimClock, SystemClock, Timestamp};
 pub use digest::Digest;
-pub use effects::{Emission, KvEffects, LogLevel, LogLine, LogSource, Versioned};
+pub use effects::{Emission, HttpCall, KvEffects, LogLevel, LogLine, LogSource, Versioned};
 pub use error::ErrorRecord;
 pub use schedule::{CatchUp, Overlap, ScheduleSpec};
 pub use schema::InputSchema;

@@ -126,6 +126,20 @@ pub enum CallError {
     /// not wanted.
     #[error("the step was interrupted: its run ended")]
     Cancelled,
+    /// An HTTP request of the call was refused by its grants, its tenant's
+    /// policy, or the address check.
+    #[error("{message}")]
+    HttpDenied {
+        /// The request and the rule that refused it.
+        message: String,
+    },
+    /// The call went past one of its HTTP limits (requests, response
+    /// bytes).
+    #[error("{message}")]
+    HttpLimit {
+        /// The request and the limit.
+        message: String,
+    },
     /// The host could not instantiate the component for this call.
     #[error("could not start the step: {message}")]
     Instantiate {
@@ -137,7 +151,7 @@ pub enum CallError {
 impl CallError {
     /// A short stable code: the step's own code for [`CallError::Step`], else
     /// one of `timeout`, `memory_limit`, `trap`, `invalid_output`,
-    /// `instantiate`, `kv`.
+    /// `instantiate`, `kv`, `cancelled`, `http_denied`, `http_limit`.
     pub fn code(&self) -> &str {
         match self {
             Self::Step { code, .. } => code,
@@ -148,6 +162,8 @@ impl CallError {
             Self::Instantiate { .. } => "instantiate",
             Self::Kv { .. } => "kv",
             Self::Cancelled => "cancelled",
+            Self::HttpDenied { .. } => "http_denied",
+            Self::HttpLimit { .. } => "http_limit",
         }
     }
 
@@ -161,7 +177,11 @@ impl CallError {
             | Self::Trap { .. }
             | Self::Instantiate { .. }
             | Self::Kv { .. } => true,
-            Self::MemoryLimit { .. } | Self::InvalidOutput { .. } | Self::Cancelled => false,
+            Self::MemoryLimit { .. }
+            | Self::InvalidOutput { .. }
+            | Self::Cancelled
+            | Self::HttpDenied { .. }
+            | Self::HttpLimit { .. } => false,
         }
     }
 }

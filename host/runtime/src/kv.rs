@@ -142,12 +142,13 @@ impl KvState {
     }
 }
 
-/// Links `weft:plugin/kv` into `linker`.
+/// Links `weft:plugin/kv` of every contract version into `linker`.
 pub(super) fn add_to_linker(linker: &mut Linker<StepState>) -> wasmtime::Result<()> {
-    bindings::weft::plugin::kv::add_to_linker::<StepState, HasSelf<StepState>>(linker, |s| s)
+    bindings::v1::weft::plugin::kv::add_to_linker::<StepState, HasSelf<StepState>>(linker, |s| s)?;
+    bindings::v2::weft::plugin::kv::add_to_linker::<StepState, HasSelf<StepState>>(linker, |s| s)
 }
 
-impl bindings::weft::plugin::kv::Host for StepState {
+bindings::for_each_contract!(kv => impl contract::Host for StepState {
     fn get(&mut self, key: String) -> Option<String> {
         self.kv.get(&key)
     }
@@ -166,7 +167,7 @@ impl bindings::weft::plugin::kv::Host for StepState {
             usize::try_from(limit).unwrap_or(usize::MAX).min(10_000),
         )
     }
-}
+});
 
 #[cfg(test)]
 mod tests {

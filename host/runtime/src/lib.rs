@@ -18,12 +18,14 @@
 mod bindings;
 mod cache;
 mod error;
+mod http;
 mod kv;
 mod limits;
 mod log;
 mod outbox;
 mod plugin;
 mod sandbox;
+mod secrets;
 mod slots;
 
 use std::path::PathBuf;
@@ -35,16 +37,21 @@ use wasmtime::{InstanceAllocationStrategy, PoolingAllocationConfig};
 
 pub use cache::CodeSource;
 pub use error::{CallError, LoadError, RuntimeError};
+pub use http::HttpLimits;
+pub use secrets::Secrets;
 pub use kv::{KvAccess, KvSource, MAX_KEY, MAX_VALUE, MAX_WRITES};
 pub use outbox::{MAX_MESSAGES, MAX_PAYLOAD};
 pub use plugin::{CallOptions, CallOutcome, Plugin, PluginMeta, StepContext};
-pub use weft_core::{Digest, KvEffects, LogLevel, LogLine, LogSource, Versioned};
+pub use weft_core::{Digest, HttpCall, KvEffects, LogLevel, LogLine, LogSource, Versioned};
 
 use cache::CodeCache;
 use sandbox::StepState;
 
 /// The version of the `weft:plugin` WIT package this host implements.
-pub const CONTRACT_VERSION: &str = "0.1.0";
+pub const CONTRACT_VERSION: &str = "0.2.0";
+
+/// The earlier contract version this host still loads, unchanged.
+pub const COMPAT_VERSION: &str = "0.1.0";
 
 /// How often the epoch advances; deadlines are rounded up to it.
 const EPOCH_TICK: Duration = Duration::from_millis(5);
@@ -78,6 +85,9 @@ pub struct RuntimeConfig {
     /// slot. Default: 4 MiB (`weft bench` measured 22 µs per call with 0 and
     /// 9 µs with 4 MiB).
     pub memory_keep_resident: usize,
+    /// What one call may do over HTTP: requests, response bytes, connect
+    /// time. (Where it may go is the step's grant.)
+    pub http: HttpLimits,
 }
 
 impl Default for RuntimeConfig {
@@ -92,6 +102,7 @@ impl Default for RuntimeConfig {
             pooling: true,
             max_instances: 1000,
             memory_keep_resident: 4 << 20,
+            http: HttpLimits::default(),
         }
     }
 }
@@ -150,6 +161,7 @@ impl Runtime {
         log::add_to_linker(&mut linker).map_err(|e| RuntimeError::Engine(format!("{e:#}")))?;
         kv::add_to_linker(&mut linker).map_err(|e| RuntimeError::Engine(format!("{e:#}")))?;
         outbox::add_to_linker(&mut linker).map_err(|e| RuntimeError::Engine(format!("{e:#}")))?;
+        secrets::add_to_linker(&mut linker).map_err(|e| RuntimeError::Engine(format!("{e:#}")))?;
 
         let cache = config
             .cache_dir

@@ -14,8 +14,9 @@ use wasmtime::component::{HasSelf, Linker};
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamError};
 
-use super::bindings::{self, Level};
+use super::bindings;
 use super::sandbox::StepState;
+use super::secrets::Redactor;
 use weft_core::{LogLevel, LogLine, LogSource};
 
 /// A line longer than this is cut, and says so.
@@ -34,6 +35,7 @@ struct SinkState {
     stderr: Vec<u8>,
     plugin: String,
     step: String,
+    redactor: Redactor,
 }
 
 impl LogSink {
@@ -47,7 +49,14 @@ impl LogSink {
             stderr: Vec::new(),
             plugin: plugin.to_owned(),
             step: step.to_owned(),
+            redactor: Redactor::default(),
         })))
+    }
+
+    /// The same sink, replacing secret values in every line it keeps.
+    pub(super) fn redacting(self, redactor: Redactor) -> Self {
+        self.state().redactor = redactor;
+        self
     }
 
     fn state(&self) -> MutexGuard<'_, SinkState> {
@@ -131,7 +140,7 @@ impl LogSink {
             .collect();
         let keep = tail.len().saturating_sub(3);
         tail.drain(..keep);
-        (!tail.is_empty()).then(|| tail.join(" "))
+        (!tail.is_empty()).then(|| state.redactor.redact(&tail.join(" ")))
     }
 }
 
@@ -144,7 +153,11 @@ impl SinkState {
     }
 
     fn push(&mut self, level: LogLevel, source: LogSource, message: &str) {
-        let mut message = message.to_owned();
+        let mut message = if self.redactor.is_empty() {
+            message.to_owned()
+        } else {
+            self.redactor.redact(message)
+        };
         if message.len() > MAX_LINE {
             let mut cut = MAX_LINE;
             while !message.is_char_boundary(cut) {
@@ -174,13 +187,15 @@ impl SinkState {
     }
 }
 
-/// Links `weft:plugin/log` into `linker`.
+/// Links `weft:plugin/log` of every contract version into `linker`.
 pub(super) fn add_to_linker(linker: &mut Linker<StepState>) -> wasmtime::Result<()> {
-    bindings::weft::plugin::log::add_to_linker::<StepState, HasSelf<StepState>>(linker, |s| s)
+    bindings::v1::weft::plugin::log::add_to_linker::<StepState, HasSelf<StepState>>(linker, |s| s)?;
+    bindings::v2::weft::plugin::log::add_to_linker::<StepState, HasSelf<StepState>>(linker, |s| s)
 }
 
-impl bindings::weft::plugin::log::Host for StepState {
-    fn log(&mut self, level: Level, message: String) {
+bindings::for_each_contract!(log => impl contract::Host for StepState {
+    fn log(&mut self, level: contract::Level, message: String) {
+        use contract::Level;
         let level = match level {
             Level::Trace => LogLevel::Trace,
             Level::Debug => LogLevel::Debug,
@@ -190,7 +205,7 @@ impl bindings::weft::plugin::log::Host for StepState {
         };
         self.log.push(level, LogSource::Log, &message);
     }
-}
+});
 
 /// A guest's stdout or stderr, written into a [`LogSink`]. Writes never fail
 /// and never block.

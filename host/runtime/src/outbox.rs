@@ -45,16 +45,23 @@ impl OutboxState {
     }
 }
 
-/// Links `weft:plugin/outbox` into `linker`.
+/// Links `weft:plugin/outbox` of every contract version into `linker`.
 pub(super) fn add_to_linker(linker: &mut Linker<StepState>) -> wasmtime::Result<()> {
-    bindings::weft::plugin::outbox::add_to_linker::<StepState, HasSelf<StepState>>(linker, |s| s)
+    bindings::v1::weft::plugin::outbox::add_to_linker::<StepState, HasSelf<StepState>>(
+        linker,
+        |s| s,
+    )?;
+    bindings::v2::weft::plugin::outbox::add_to_linker::<StepState, HasSelf<StepState>>(
+        linker,
+        |s| s,
+    )
 }
 
-impl bindings::weft::plugin::outbox::Host for StepState {
+bindings::for_each_contract!(outbox => impl contract::Host for StepState {
     fn emit(&mut self, channel: String, payload: String) -> Result<String, String> {
         self.outbox.emit(channel, &payload)
     }
-}
+});
 
 #[cfg(test)]
 mod tests {

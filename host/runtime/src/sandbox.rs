@@ -2,13 +2,21 @@
 //! every component built by a standard toolchain imports it, but the context
 //! grants nothing: no files, no network, no environment variables, no
 //! arguments, no stdin. Clocks and random numbers work. stdout and stderr go
-//! to the call's log. The weft capabilities (`log`, `kv`, `outbox`) are the
-//! only other imports.
+//! to the call's log. The weft capabilities (`log`, `kv`, `outbox`,
+//! `secrets`) and `wasi:http/outgoing-handler`, whose every request passes
+//! the step's grants ([`HttpHooks`]), are the only other imports.
+
+use std::sync::Arc;
+use std::time::Instant;
 
 use wasmtime::component::{Linker, ResourceTable};
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
+use weft_core::egress::Egress;
 
+use super::http::{HttpHooks, HttpLimits};
 use super::kv::{KvAccess, KvState};
+use super::secrets::Secrets;
 use super::limits::CallLimiter;
 use super::log::{GuestOutput, LogSink};
 use weft_core::LogSource;
@@ -21,6 +29,18 @@ pub(super) struct StepState {
     pub(super) log: LogSink,
     pub(super) kv: KvState,
     pub(super) outbox: super::outbox::OutboxState,
+    pub(super) secrets: Secrets,
+    http_ctx: WasiHttpCtx,
+    pub(super) http: HttpHooks,
+}
+
+/// What one call may reach beyond its own memory.
+#[derive(Debug, Default)]
+pub(super) struct Reach {
+    pub(super) kv: Option<KvAccess>,
+    pub(super) egress: Option<Arc<Egress>>,
+    pub(super) http_limits: HttpLimits,
+    pub(super) secrets: Secrets,
 }
 
 impl std::fmt::Debug for StepState {
@@ -32,7 +52,7 @@ impl std::fmt::Debug for StepState {
 }
 
 impl StepState {
-    pub(super) fn new(memory_limit: u64, log: LogSink, kv: Option<KvAccess>) -> Self {
+    pub(super) fn new(memory_limit: u64, log: LogSink, reach: Reach, deadline: Instant) -> Self {
         // The builder's defaults deny every socket address and name lookup,
         // open no directory, and pass no environment or arguments.
         let wasi = WasiCtxBuilder::new()
@@ -47,8 +67,11 @@ impl StepState {
             table: ResourceTable::new(),
             limiter: CallLimiter::new(memory_limit),
             log,
-            kv: KvState::new(kv),
+            kv: KvState::new(reach.kv),
             outbox: super::outbox::OutboxState::default(),
+            secrets: reach.secrets,
+            http_ctx: WasiHttpCtx::new(),
+            http: HttpHooks::new(reach.egress, reach.http_limits, deadline),
         }
     }
 }
@@ -62,7 +85,19 @@ impl WasiView for StepState {
     }
 }
 
-/// Links WASI preview 2, whose grants come from [`StepState::new`].
+impl WasiHttpView for StepState {
+    fn http(&mut self) -> WasiHttpCtxView<'_> {
+        WasiHttpCtxView {
+            ctx: &mut self.http_ctx,
+            table: &mut self.table,
+            hooks: &mut self.http,
+        }
+    }
+}
+
+/// Links WASI preview 2, whose grants come from [`StepState::new`], and
+/// `wasi:http`'s outgoing handler and types.
 pub(super) fn add_to_linker(linker: &mut Linker<StepState>) -> wasmtime::Result<()> {
-    wasmtime_wasi::p2::add_to_linker_sync(linker)
+    wasmtime_wasi::p2::add_to_linker_sync(linker)?;
+    wasmtime_wasi_http::p2::add_only_http_to_linker_sync(linker)
 }

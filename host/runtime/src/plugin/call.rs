@@ -10,13 +10,16 @@ use serde_json::Value;
 use wasmtime::Trap;
 
 use super::Plugin;
-use crate::bindings;
+use super::contract::Failure;
 use crate::error::CallError;
+use crate::http::Violation;
 use crate::kv::KvAccess;
 use crate::log::LogSink;
-use crate::sandbox::StepState;
+use crate::sandbox::{Reach, StepState};
+use crate::secrets::{Redactor, Secrets};
 use crate::{Runtime, deadline_ticks};
-use weft_core::{KvEffects, LogLine};
+use weft_core::egress::Egress;
+use weft_core::{HttpCall, KvEffects, LogLine};
 
 /// Where a call comes from; passed to the guest as `step-context`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,6 +58,11 @@ pub struct CallOptions {
     /// When set, the call is interrupted at the next epoch tick (within a
     /// few milliseconds) with [`CallError::Cancelled`]: its run ended.
     pub cancel: Option<Arc<AtomicBool>>,
+    /// Where the call may send HTTP requests; with `None`, nowhere.
+    pub egress: Option<Arc<Egress>>,
+    /// The secrets the call may read. Their values are redacted from its
+    /// logs, its error and its output.
+    pub secrets: Secrets,
 }
 
 /// The result of one call, with the log lines it produced either way.
@@ -70,20 +78,8 @@ pub struct CallOutcome {
     /// The messages the call emitted, in order. Only a successful call's
     /// messages may be committed.
     pub emitted: Vec<weft_core::Emission>,
-}
-
-impl StepContext {
-    /// The context as the guest sees it.
-    fn to_wit(&self) -> bindings::StepContext {
-        bindings::StepContext {
-            tenant: self.tenant.clone(),
-            workflow: self.workflow.clone(),
-            run_id: self.run_id.clone(),
-            step_id: self.step_id.clone(),
-            attempt: self.attempt,
-            idempotency_key: self.idempotency_key.clone(),
-        }
-    }
+    /// The HTTP requests the call made, refused ones included, in order.
+    pub http: Vec<HttpCall>,
 }
 
 impl Plugin {
@@ -103,35 +99,45 @@ impl Plugin {
             .memory_limit
             .unwrap_or(config.default_memory_limit)
             .min(options.max_memory_limit.unwrap_or(u64::MAX));
-        let log = LogSink::new(config.log_limit, &self.0.meta.name, &context.step_id);
+        let redactor = options.secrets.redactor();
+        let log = LogSink::new(config.log_limit, &self.0.meta.name, &context.step_id)
+            .redacting(redactor.clone());
         let _slot = self.0.runtime.shared.slots.acquire();
         let mut store = new_store(
             &self.0.runtime,
             timeout,
             memory_limit,
             log.clone(),
-            options.kv.clone(),
+            Reach {
+                kv: options.kv.clone(),
+                egress: options.egress.clone(),
+                http_limits: config.http,
+                secrets: options.secrets.clone(),
+            },
         );
         if let Some(cancel) = options.cancel.clone() {
             watch_cancel(&mut store, cancel, timeout);
         }
-        let wit_context = context.to_wit();
         let input = input.to_owned();
         let result = match self.0.pre.instantiate(&mut store) {
             Err(e) => Err(CallError::Instantiate {
                 message: format!("{e:#}"),
             }),
             Ok(instance) => {
-                match instance
-                    .weft_plugin_step()
-                    .call_run(&mut store, &wit_context, &input)
-                {
+                match instance.run(&mut store, context, &input) {
                     Ok(Ok(output)) => {
-                        serde_json::from_str(&output).map_err(|e| CallError::InvalidOutput {
-                            message: e.to_string(),
-                        })
+                        let output = if redactor.is_empty() {
+                            output
+                        } else {
+                            redactor.redact(&output)
+                        };
+                        serde_json::from_str(&output)
+                            .map_err(|e| CallError::InvalidOutput {
+                                message: e.to_string(),
+                            })
+                            .and_then(|output| self.check_output(output))
                     }
-                    Ok(Err(error)) => Err(step_error(error)),
+                    Ok(Err(error)) => Err(step_error(error, &redactor)),
                     Err(trap) => Err(classify_trap(
                         &trap,
                         store.data().limiter.refused,
@@ -143,15 +149,21 @@ impl Plugin {
             }
         };
         let state = store.into_data();
-        let result = match (result, state.kv.failed.clone()) {
-            (Ok(_), Some(message)) => Err(CallError::Kv { message }),
-            (result, _) => result,
+        let (http, violation) = state.http.finish();
+        let result = match (result, state.kv.failed.clone(), violation) {
+            // A request refused or over a limit fails the call, whatever the
+            // guest made of it.
+            (_, _, Some(Violation::Denied(message))) => Err(CallError::HttpDenied { message }),
+            (_, _, Some(Violation::Limit(message))) => Err(CallError::HttpLimit { message }),
+            (Ok(_), Some(message), None) => Err(CallError::Kv { message }),
+            (result, _, None) => result,
         };
         CallOutcome {
             result,
             logs: log.finish(),
             kv: state.kv.into_effects(),
             emitted: state.outbox.emitted,
+            http,
         }
     }
 
@@ -168,9 +180,9 @@ impl Plugin {
             Duration::from_secs(3600),
             config.default_memory_limit,
             log,
-            None,
+            Reach::default(),
         );
-        let context = bindings::StepContext {
+        let context = StepContext {
             tenant: "bench".to_owned(),
             workflow: "bench".to_owned(),
             run_id: "bench".to_owned(),
@@ -189,13 +201,11 @@ impl Plugin {
         let mut times = Vec::with_capacity(n);
         for _ in 0..n {
             let started = Instant::now();
-            let answer = instance
-                .weft_plugin_step()
-                .call_run(&mut store, &context, &input);
+            let answer = instance.run(&mut store, &context, &input);
             times.push(started.elapsed());
             match answer {
                 Ok(Ok(_)) => {}
-                Ok(Err(error)) => return Err(step_error(error)),
+                Ok(Err(error)) => return Err(step_error(error, &Redactor::default())),
                 Err(trap) => {
                     return Err(CallError::Instantiate {
                         message: format!("{trap:#}"),
@@ -214,11 +224,12 @@ pub(super) fn new_store(
     timeout: Duration,
     memory_limit: u64,
     log: LogSink,
-    kv: Option<KvAccess>,
+    reach: Reach,
 ) -> wasmtime::Store<StepState> {
+    let deadline = Instant::now() + timeout;
     let mut store = wasmtime::Store::new(
         &runtime.shared.engine,
-        StepState::new(memory_limit, log, kv),
+        StepState::new(memory_limit, log, reach, deadline),
     );
     store.limiter(|state| &mut state.limiter);
     store.set_epoch_deadline(deadline_ticks(timeout).saturating_add(1));
@@ -249,16 +260,16 @@ fn watch_cancel(
     });
 }
 
-fn step_error(error: bindings::StepError) -> CallError {
-    let (retryable, failure) = match error {
-        bindings::StepError::Retryable(failure) => (true, failure),
-        bindings::StepError::Fatal(failure) => (false, failure),
-    };
+fn step_error(mut failure: Failure, redactor: &Redactor) -> CallError {
+    if !redactor.is_empty() {
+        failure.message = redactor.redact(&failure.message);
+        failure.details = failure.details.map(|text| redactor.redact(&text));
+    }
     let details = failure.details.map(|text| {
         serde_json::from_str(&text).unwrap_or_else(|_| serde_json::json!({ "unparsed": text }))
     });
     CallError::Step {
-        retryable,
+        retryable: failure.retryable,
         code: failure.code,
         message: failure.message,
         details,

@@ -10,11 +10,11 @@ use wasmtime::component::Component;
 
 use super::call::{classify_trap, new_store};
 use super::{Loaded, Plugin, PluginMeta};
-use crate::bindings::{self, PluginPre};
+use super::contract::{Info, Pre};
 use crate::cache::CodeSource;
 use crate::error::LoadError;
 use crate::log::LogSink;
-use crate::{CONTRACT_VERSION, Runtime};
+use crate::{COMPAT_VERSION, CONTRACT_VERSION, Runtime};
 use weft_core::Digest;
 
 /// The deadline of a `describe` call at load time.
@@ -33,17 +33,19 @@ pub(crate) fn load(runtime: &Runtime, bytes: &[u8]) -> Result<Plugin, LoadError>
     }
     .map_err(|e| LoadError::Compile(format!("{e:#}")))?;
 
-    check_contract(&component, &shared.engine)?;
+    let contract = check_contract(&component, &shared.engine)?;
     let instance_pre = shared
         .linker
         .instantiate_pre(&component)
         .map_err(|e| link_error(&component, &shared.engine, &e))?;
-    let pre = PluginPre::new(instance_pre).map_err(|e| LoadError::Link(format!("{e:#}")))?;
+    let pre =
+        Pre::new(&contract, instance_pre).map_err(|e| LoadError::Link(format!("{e:#}")))?;
 
     let mut plugin = Loaded {
         runtime: runtime.clone(),
         bytes: Arc::from(bytes),
         input_check: None,
+        output_check: None,
         pre,
         digest,
         meta: PluginMeta {
@@ -78,6 +80,15 @@ pub(crate) fn load(runtime: &Runtime, bytes: &[u8]) -> Result<Plugin, LoadError>
         .map_err(|e| {
             LoadError::Describe(format!("input-schema is not a usable JSON Schema: {e}"))
         })?;
+    plugin.output_check = plugin
+        .meta
+        .output_schema
+        .clone()
+        .map(weft_core::InputSchema::compile)
+        .transpose()
+        .map_err(|e| {
+            LoadError::Describe(format!("output-schema is not a usable JSON Schema: {e}"))
+        })?;
     plugin.load_time = started.elapsed();
     Ok(Plugin(Arc::new(plugin)))
 }
@@ -95,9 +106,12 @@ fn check_header(bytes: &[u8]) -> Result<(), LoadError> {
 }
 
 /// Finds `weft:plugin/step@<version>` among the exports and checks that
-/// version against [`CONTRACT_VERSION`] by semver: same major, and for 0.x the
-/// same minor.
-fn check_contract(component: &Component, engine: &wasmtime::Engine) -> Result<(), LoadError> {
+/// version against [`CONTRACT_VERSION`] and [`COMPAT_VERSION`] by semver: same
+/// major, and for 0.x the same minor. Returns the version found.
+fn check_contract(
+    component: &Component,
+    engine: &wasmtime::Engine,
+) -> Result<semver::Version, LoadError> {
     let ty = component.component_type();
     let exports: Vec<String> = ty
         .exports(engine)
@@ -115,18 +129,23 @@ fn check_contract(component: &Component, engine: &wasmtime::Engine) -> Result<()
             },
         });
     };
-    let supported =
-        semver::Version::parse(CONTRACT_VERSION).unwrap_or(semver::Version::new(0, 0, 0));
-    let compatible = semver::Version::parse(found).is_ok_and(|found| {
-        found.major == supported.major && (supported.major > 0 || found.minor == supported.minor)
-    });
-    if compatible {
-        Ok(())
-    } else {
-        Err(LoadError::Contract {
-            found: found.to_owned(),
-            supported: CONTRACT_VERSION.to_owned(),
+    let compatible_with = |supported: &str, found: &semver::Version| {
+        semver::Version::parse(supported).is_ok_and(|supported| {
+            found.major == supported.major
+                && (supported.major > 0 || found.minor == supported.minor)
         })
+    };
+    match semver::Version::parse(found) {
+        Ok(version)
+            if compatible_with(CONTRACT_VERSION, &version)
+                || compatible_with(COMPAT_VERSION, &version) =>
+        {
+            Ok(version)
+        }
+        _ => Err(LoadError::Contract {
+            found: found.to_owned(),
+            supported: format!("{CONTRACT_VERSION} (and {COMPAT_VERSION})"),
+        }),
     }
 }
 
@@ -160,16 +179,13 @@ fn describe(plugin: &Loaded) -> Result<PluginMeta, LoadError> {
         DESCRIBE_TIMEOUT,
         config.default_memory_limit,
         log.clone(),
-        None,
+        crate::sandbox::Reach::default(),
     );
     let instance = plugin
         .pre
         .instantiate(&mut store)
         .map_err(|e| LoadError::Describe(format!("cannot instantiate: {e:#}")))?;
-    let info = instance
-        .weft_plugin_step()
-        .call_describe(&mut store)
-        .map_err(|trap| {
+    let info = instance.describe(&mut store).map_err(|trap| {
             let error = classify_trap(
                 &trap,
                 store.data().limiter.refused,
@@ -182,7 +198,7 @@ fn describe(plugin: &Loaded) -> Result<PluginMeta, LoadError> {
     check_info(info).map_err(LoadError::Describe)
 }
 
-fn check_info(info: bindings::PluginInfo) -> Result<PluginMeta, String> {
+fn check_info(info: Info) -> Result<PluginMeta, String> {
     weft_core::names::check_id(&info.name).map_err(|m| format!("plugin name {m}"))?;
     let version = semver::Version::parse(&info.version)
         .map_err(|e| format!("version `{}` is not a semantic version: {e}", info.version))?;
@@ -214,7 +230,7 @@ mod tests {
 
     #[test]
     fn plugin_info_is_checked() {
-        let info = |name: &str, version: &str, schema: Option<&str>| bindings::PluginInfo {
+        let info = |name: &str, version: &str, schema: Option<&str>| Info {
             name: name.to_owned(),
             version: version.to_owned(),
             description: String::new(),

@@ -3,6 +3,7 @@
 //! gets, is in `call.rs`.
 
 mod call;
+mod contract;
 mod load;
 
 use std::sync::Arc;
@@ -11,9 +12,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::Runtime;
-use crate::bindings::PluginPre;
 use crate::cache::CodeSource;
-use crate::sandbox::StepState;
 use weft_core::Digest;
 
 pub use call::{CallOptions, CallOutcome, StepContext};
@@ -27,7 +26,8 @@ struct Loaded {
     runtime: Runtime,
     bytes: Arc<[u8]>,
     input_check: Option<weft_core::InputSchema>,
-    pre: PluginPre<StepState>,
+    output_check: Option<weft_core::InputSchema>,
+    pre: contract::Pre,
     digest: Digest,
     meta: PluginMeta,
     code_source: CodeSource,
@@ -80,6 +80,50 @@ impl Plugin {
             Some(schema) => schema.check(input),
             None => Ok(()),
         }
+    }
+
+    /// Checks a call's `output` against the plugin's published output
+    /// schema, if any: a mismatch is [`CallError::InvalidOutput`], naming
+    /// each offending value by its JSON Pointer.
+    fn check_output(&self, output: Value) -> Result<Value, crate::CallError> {
+        match &self.0.output_check {
+            Some(schema) => match schema.check(&output) {
+                Ok(()) => Ok(output),
+                Err(problems) => Err(crate::CallError::InvalidOutput {
+                    message: format!(
+                        "the output does not match the plugin's output-schema: {}",
+                        problems.join("; ")
+                    ),
+                }),
+            },
+            None => Ok(output),
+        }
+    }
+
+    /// Whether the component imports `wasi:http/outgoing-handler`: it makes
+    /// HTTP requests, and its steps need a grant.
+    pub fn imports_http(&self) -> bool {
+        self.0
+            .imports
+            .iter()
+            .any(|name| name.starts_with("wasi:http/outgoing-handler@"))
+    }
+
+    /// The capabilities the component imports, by short name: `log`, `kv`,
+    /// `outbox`, `secrets`, `http`.
+    pub fn capabilities(&self) -> Vec<&'static str> {
+        let has = |prefix: &str| self.0.imports.iter().any(|name| name.starts_with(prefix));
+        [
+            ("weft:plugin/log@", "log"),
+            ("weft:plugin/kv@", "kv"),
+            ("weft:plugin/outbox@", "outbox"),
+            ("weft:plugin/secrets@", "secrets"),
+            ("wasi:http/outgoing-handler@", "http"),
+        ]
+        .into_iter()
+        .filter(|(prefix, _)| has(prefix))
+        .map(|(_, name)| name)
+        .collect()
     }
 
     /// The component's bytes, as loaded.
