@@ -358,6 +358,18 @@ impl Store for NoChildren {
         self.0.tokens()
     }
 
+    fn secret(
+        &self,
+        tenant: &str,
+        name: &str,
+    ) -> Result<Option<weft::store::SecretRecord>, StoreError> {
+        self.0.secret(tenant, name)
+    }
+
+    fn secrets(&self, tenant: &str) -> Result<Vec<weft::store::SecretRecord>, StoreError> {
+        self.0.secrets(tenant)
+    }
+
     fn audit(
         &self,
         tenant: Option<&str>,

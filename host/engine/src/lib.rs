@@ -36,11 +36,13 @@
 mod committer;
 pub(crate) mod cron;
 mod drive;
+mod egress;
 mod error;
 mod launch;
 pub mod plugins;
 mod runner;
 mod scheduler;
+pub mod secrets;
 mod stored;
 
 use std::sync::Arc;
@@ -61,6 +63,8 @@ use scheduler::{Core, Task};
 pub use committer::{Committer, DeliveryWrite};
 pub use cron::{ScheduleError, add_schedule, set_paused as set_schedule_paused};
 pub use drive::Answer;
+pub use egress::EgressPolicies;
+pub use secrets::{SecretError, SecretKeys, Vault};
 pub use error::{ActError, ResumeError, StartError};
 pub use launch::MAX_DEPTH;
 pub use runner::{Pinned, RunnerSource, StepCall, StepOutcome, StepRunner, WasmPlugins};
@@ -152,6 +156,8 @@ pub struct Engine {
     core: Arc<Core>,
     plugins: Arc<PluginDir>,
     threads: Vec<JoinHandle<()>>,
+    egress: Arc<EgressPolicies>,
+    vault: Vault,
 }
 
 impl std::fmt::Debug for Engine {
@@ -196,6 +202,14 @@ pub struct EngineConfig {
     /// Take over the runs of hosts that are gone (a recovering host does;
     /// a one-off `weft run` does not). Default: on.
     pub take_over: bool,
+    /// The host's egress policy: what every tenant without its own may
+    /// reach over HTTP ([`EgressPolicies`]). Default: none, so steps of
+    /// tenant `default` are bound by their grants only, and other tenants'
+    /// by their grants and public addresses.
+    pub egress: Option<Vec<weft_core::egress::Rule>>,
+    /// The keys tenants' secrets are sealed with. Default: none, so no
+    /// secret can be set or read.
+    pub secrets: Option<Arc<SecretKeys>>,
     /// Note each timer fire's lag behind its due time, for
     /// [`Engine::take_fire_lags`] (benchmarks). Default: off.
     #[cfg(feature = "bench")]
@@ -209,6 +223,8 @@ impl Default for EngineConfig {
             max_resident: 10_000,
             lease_ttl: std::time::Duration::from_secs(10),
             take_over: true,
+            egress: None,
+            secrets: None,
             #[cfg(feature = "bench")]
             measure_fires: false,
         }
@@ -239,8 +255,13 @@ impl Engine {
             .attach(store.clone(), Arc::clone(&clock))
             .map_err(std::io::Error::other)?;
         let plugins = Arc::new(plugins);
-        let source = Arc::new(WasmPlugins::new(Arc::clone(&plugins), Arc::clone(&store)));
-        Self::with_source(store, plugins, source, clock, config)
+        let egress = Arc::new(EgressPolicies::new(config.egress.clone()));
+        let vault = Vault::new(Arc::clone(&store), config.secrets.clone());
+        let source = Arc::new(WasmPlugins::new(Arc::clone(&plugins), Arc::clone(&store)).reaching(
+            Arc::clone(&egress),
+            vault.clone(),
+        ));
+        Self::assemble(store, plugins, source, clock, config, egress, vault)
     }
 
     /// As [`Engine::with_config`], with runs taking their plugins from
@@ -253,6 +274,20 @@ impl Engine {
         source: Arc<dyn RunnerSource>,
         clock: Arc<dyn Clock>,
         config: EngineConfig,
+    ) -> std::io::Result<Self> {
+        let egress = Arc::new(EgressPolicies::new(config.egress.clone()));
+        let vault = Vault::new(Arc::clone(&store), config.secrets.clone());
+        Self::assemble(store, plugins, source, clock, config, egress, vault)
+    }
+
+    fn assemble(
+        store: Arc<dyn Store>,
+        plugins: Arc<PluginDir>,
+        source: Arc<dyn RunnerSource>,
+        clock: Arc<dyn Clock>,
+        config: EngineConfig,
+        egress: Arc<EgressPolicies>,
+        vault: Vault,
     ) -> std::io::Result<Self> {
         let commits = GroupCommit::start(store.clone())?;
         let host = weft_core::ids::uuid_v7(clock.now());
@@ -276,6 +311,8 @@ impl Engine {
             core,
             plugins,
             threads,
+            egress,
+            vault,
         })
     }
 
@@ -291,6 +328,7 @@ impl Engine {
         config: EngineConfig,
     ) -> (Self, Stepper) {
         let (commits, held) = GroupCommit::held(store.clone());
+        let vault = Vault::new(Arc::clone(&store), config.secrets.clone());
         let host = weft_core::ids::uuid_v7(clock.now());
         let launcher = Arc::new(Launcher::new(store, source, clock, host));
         let core = Arc::new(Core::new(
@@ -306,6 +344,8 @@ impl Engine {
             core,
             plugins,
             threads: Vec::new(),
+            egress: Arc::new(EgressPolicies::new(config.egress.clone())),
+            vault,
         };
         (engine, stepper)
     }
@@ -313,6 +353,17 @@ impl Engine {
     /// The plugins: the directory and the registry.
     pub fn plugins(&self) -> &PluginDir {
         &self.plugins
+    }
+
+    /// The egress policies in force; set a tenant's with
+    /// [`EgressPolicies::set_tenant`].
+    pub fn egress(&self) -> &EgressPolicies {
+        &self.egress
+    }
+
+    /// Where tenants' secrets are sealed and opened.
+    pub fn vault(&self) -> &Vault {
+        &self.vault
     }
 
     /// The source of time every part of this engine reads.

@@ -14,11 +14,14 @@ use serde_json::Value;
 
 use weft_core::{Emission, ErrorRecord, KvEffects, LogLine, Versioned};
 use weft_model::Workflow;
-use weft_runtime::{CallError, CallOptions, KvAccess, KvSource, Plugin, StepContext};
+use weft_core::egress::Egress;
+use weft_runtime::{CallError, CallOptions, KvAccess, KvSource, Plugin, Secrets, StepContext};
 use weft_store::{PinnedPlugin, RunRecord, Store};
 
 use crate::error::{ResumeError, StartError};
+use crate::egress::EgressPolicies;
 use crate::plugins::PluginDir;
+use crate::secrets::{SecretError, Vault};
 
 /// One call of a step's pinned plugin.
 #[derive(Debug, Clone)]
@@ -38,6 +41,10 @@ pub struct StepCall {
     pub ceilings: (Option<Duration>, Option<u64>),
     /// Set when the run leaves the engine's hands: the call should stop.
     pub cancel: Arc<AtomicBool>,
+    /// Where the step may send HTTP requests (`allow: {http: [...]}`).
+    pub grants: Vec<weft_core::egress::Rule>,
+    /// The tenant's secrets the step may read (`secrets: [...]`).
+    pub secrets: Vec<String>,
 }
 
 /// What one call gave, with what it did besides its result.
@@ -51,6 +58,8 @@ pub struct StepOutcome {
     pub kv: KvEffects,
     /// The messages it emitted, committed only if it succeeded.
     pub emitted: Vec<Emission>,
+    /// The HTTP requests it made, refused ones included.
+    pub http: Vec<weft_core::HttpCall>,
 }
 
 /// The plugins one run is pinned to, by step id. Shared by the run's
@@ -101,12 +110,31 @@ pub trait RunnerSource: Send + Sync + std::fmt::Debug {
 pub struct WasmPlugins {
     plugins: Arc<PluginDir>,
     store: Arc<dyn Store>,
+    egress: Arc<EgressPolicies>,
+    vault: Vault,
 }
 
 impl WasmPlugins {
-    /// A source over `plugins`, reading key-value data from `store`.
+    /// A source over `plugins`, reading key-value data from `store`. Its
+    /// steps reach no secret, and only the hosts their grants name.
     pub fn new(plugins: Arc<PluginDir>, store: Arc<dyn Store>) -> Self {
-        Self { plugins, store }
+        let vault = Vault::new(Arc::clone(&store), None);
+        Self {
+            plugins,
+            store,
+            egress: Arc::default(),
+            vault,
+        }
+    }
+
+    /// The same source, with steps' requests bound by `egress` and their
+    /// secrets opened by `vault`.
+    pub fn reaching(self, egress: Arc<EgressPolicies>, vault: Vault) -> Self {
+        Self {
+            egress,
+            vault,
+            ..self
+        }
     }
 
     fn runner(&self, workflow: &Workflow, plugins: HashMap<String, Plugin>) -> WasmRunner {
@@ -116,6 +144,8 @@ impl WasmPlugins {
                 space: format!("workflow/{}", workflow.id),
                 source: Arc::new(StoreKv(Arc::clone(&self.store))),
             },
+            egress: Arc::clone(&self.egress),
+            vault: self.vault.clone(),
         }
     }
 }
@@ -192,6 +222,8 @@ impl RunnerSource for WasmPlugins {
 struct WasmRunner {
     plugins: HashMap<String, Plugin>,
     kv: KvAccess,
+    egress: Arc<EgressPolicies>,
+    vault: Vault,
 }
 
 impl StepOutcome {
@@ -203,6 +235,7 @@ impl StepOutcome {
             logs: Vec::new(),
             kv: KvEffects::default(),
             emitted: Vec::new(),
+            http: Vec::new(),
         }
     }
 }
@@ -225,6 +258,24 @@ impl StepRunner for WasmRunner {
                 call.context.step_id
             ))));
         };
+        let tenant = call.context.tenant.as_str();
+        let mut secrets = Secrets::default();
+        for name in &call.secrets {
+            match self.vault.get(tenant, name) {
+                Ok(value) => secrets.grant(name.clone(), value),
+                Err(e) => {
+                    return StepOutcome::of(Err(ErrorRecord {
+                        code: "secrets".to_owned(),
+                        message: e.to_string(),
+                        retryable: matches!(e, SecretError::Store(_)),
+                        details: None,
+                    }));
+                }
+            }
+        }
+        let egress = (!call.grants.is_empty()).then(|| {
+            Arc::new(Egress::new(call.grants.clone(), self.egress.policy(tenant)))
+        });
         let options = CallOptions {
             timeout: call.timeout,
             memory_limit: call.memory_limit,
@@ -232,6 +283,8 @@ impl StepRunner for WasmRunner {
             max_memory_limit: call.ceilings.1,
             kv: Some(self.kv.clone()),
             cancel: Some(Arc::clone(&call.cancel)),
+            egress,
+            secrets,
         };
         let outcome = plugin.call(&call.context, &call.input, &options);
         StepOutcome {
@@ -239,6 +292,7 @@ impl StepRunner for WasmRunner {
             logs: outcome.logs,
             kv: outcome.kv,
             emitted: outcome.emitted,
+            http: outcome.http,
         }
     }
 }

@@ -55,6 +55,9 @@ pub struct Workflow {
     pub steps: Vec<Step>,
     /// What the run returns, evaluated after its last step.
     pub outputs: Option<Template>,
+    /// The JSON Schema the run's outputs must satisfy; a run whose outputs
+    /// do not fails with `invalid_outputs`, which `catch` may handle.
+    pub outputs_schema: Option<InputSchema>,
     /// Handlers for the run's failure; a handler that runs to the end makes
     /// the run succeed, with the handler's last output as its outputs.
     pub catch: Vec<Case>,
@@ -158,6 +161,11 @@ pub struct Call {
     /// How large the guest's memory may grow, in bytes; the runtime's default
     /// when `None`.
     pub memory_limit: Option<u64>,
+    /// Where the step may send HTTP requests (`allow: {http: [...]}`);
+    /// nowhere when empty.
+    pub allow_http: Vec<weft_core::egress::Rule>,
+    /// The tenant's secrets the step may read (`secrets: [...]`).
+    pub secrets: Vec<String>,
 }
 
 /// How long a `sleep` waits.

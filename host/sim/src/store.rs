@@ -222,6 +222,20 @@ impl Store for SimStore {
         self.inner.tokens()
     }
 
+    fn secret(
+        &self,
+        tenant: &str,
+        name: &str,
+    ) -> Result<Option<weft_store::SecretRecord>, StoreError> {
+        self.read()?;
+        self.inner.secret(tenant, name)
+    }
+
+    fn secrets(&self, tenant: &str) -> Result<Vec<weft_store::SecretRecord>, StoreError> {
+        self.read()?;
+        self.inner.secrets(tenant)
+    }
+
     fn audit(
         &self,
         tenant: Option<&str>,

@@ -210,7 +210,19 @@ pub struct AuditRecord {
     pub detail: Value,
 }
 
-/// A change to the tenants, tokens or audit tables.
+/// A tenant's secret as stored: its value sealed with a key the store
+/// does not hold.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SecretRecord {
+    /// The secret's name.
+    pub name: String,
+    /// The sealed value: key id, nonce, ciphertext and tag.
+    pub sealed: Vec<u8>,
+    /// When it was last set.
+    pub updated_at: Timestamp,
+}
+
+/// A change to the tenants, tokens, secrets or audit tables.
 #[derive(Debug, Clone)]
 pub enum AccessWrite {
     /// Stores tenant `name` (the encoded [`TenantRecord`]); with `new`,
@@ -239,6 +251,25 @@ pub enum AccessWrite {
         record: Vec<u8>,
         /// Whether it must be new.
         new: bool,
+    },
+    /// Stores a tenant's secret, sealed (encrypted) by the engine: the
+    /// store never sees its value.
+    PutSecret {
+        /// The tenant.
+        tenant: String,
+        /// The secret's name.
+        name: String,
+        /// The encoded [`SecretRecord`].
+        record: Vec<u8>,
+    },
+    /// Removes a tenant's secret; refused with
+    /// [`StoreError::NotFound`](crate::StoreError::NotFound) if it has none
+    /// by that name.
+    DeleteSecret {
+        /// The tenant.
+        tenant: String,
+        /// The secret's name.
+        name: String,
     },
     /// Appends an entry to the audit log under `key` (its time in
     /// microseconds, then a random number).

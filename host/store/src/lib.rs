@@ -10,7 +10,9 @@ mod redb;
 pub mod registry;
 mod write;
 
-pub use self::access::{AccessWrite, AuditRecord, Quota, Right, Role, TenantRecord, TokenRecord};
+pub use self::access::{
+    AccessWrite, AuditRecord, Quota, Right, Role, SecretRecord, TenantRecord, TokenRecord,
+};
 pub use self::group::{Done, GroupCommit, Held, SHARED_BATCH};
 pub use self::lease::{HostRecord, Lease};
 pub use self::messages::{
@@ -209,6 +211,8 @@ pub enum What {
     Tenant(String),
     /// The API token with this id.
     Token(String),
+    /// A tenant's secret, by name.
+    Secret(String),
     /// The cron trigger with this key, `<workflow>/<trigger>`: "trigger
     /// `key`".
     Schedule(String),
@@ -239,6 +243,7 @@ impl std::fmt::Display for What {
             Self::Schedule(key) => write!(f, "trigger `{key}`"),
             Self::Tenant(name) => write!(f, "tenant `{name}`"),
             Self::Token(id) => write!(f, "token `{id}`"),
+            Self::Secret(name) => write!(f, "secret `{name}`"),
             Self::Step { run, seq } => write!(f, "record {seq} of run `{run}`"),
             Self::Revision { workflow, revision } => {
                 write!(f, "workflow `{workflow}` revision {revision}")
@@ -403,6 +408,12 @@ pub trait Store: Send + Sync + std::fmt::Debug {
 
     /// Every API token, revoked and expired ones too, by id.
     fn tokens(&self) -> Result<Vec<TokenRecord>, StoreError>;
+
+    /// `tenant`'s secret `name`, sealed.
+    fn secret(&self, tenant: &str, name: &str) -> Result<Option<SecretRecord>, StoreError>;
+
+    /// Every secret of `tenant`, sealed, by name.
+    fn secrets(&self, tenant: &str) -> Result<Vec<SecretRecord>, StoreError>;
 
     /// Up to `limit` entries of the audit log, of `tenant` or of every
     /// tenant, newest first.

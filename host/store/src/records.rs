@@ -329,6 +329,9 @@ pub struct StepRecord {
     /// What the step logged.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub logs: Vec<LogLine>,
+    /// The HTTP requests the step made, refused ones included.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub http: Vec<weft_core::HttpCall>,
     /// For an `await` step: this record starts the wait for an outside
     /// actor; the step's result is the next record at its path.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -366,6 +369,7 @@ impl StepRecord {
             timer: None,
             kv_writes: BTreeMap::new(),
             logs: Vec::new(),
+            http: Vec::new(),
             awaiting: false,
             messages: Vec::new(),
         }

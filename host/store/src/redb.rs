@@ -82,6 +82,8 @@ const HOSTS: TableDefinition<&str, &[u8]> = TableDefinition::new("hosts");
 const TENANTS: TableDefinition<&str, &[u8]> = TableDefinition::new("tenants");
 /// Each API token's `TokenRecord`, by its public id.
 const TOKENS: TableDefinition<&str, &[u8]> = TableDefinition::new("tokens");
+/// Each tenant's `SecretRecord`s, by (tenant, name).
+const SECRETS: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("secrets");
 /// The audit log's `AuditRecord`s, by (microseconds, random).
 const AUDIT: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("audit");
 /// The bytes each tenant stores, by tenant (see `usage`).
@@ -193,6 +195,7 @@ impl RedbStore {
             backend!(txn.open_table(TOKENS))?;
             backend!(txn.open_table(AUDIT))?;
             backend!(txn.open_table(USAGE))?;
+            backend!(txn.open_table(SECRETS))?;
         }
         backend!(txn.commit())?;
         Ok(Self {
@@ -445,6 +448,18 @@ impl Store for RedbStore {
         limit: usize,
     ) -> Result<Vec<crate::AuditRecord>, StoreError> {
         access::audit(&self.begin_read()?, tenant, limit)
+    }
+
+    fn secret(
+        &self,
+        tenant: &str,
+        name: &str,
+    ) -> Result<Option<crate::SecretRecord>, StoreError> {
+        access::secret(&self.begin_read()?, tenant, name)
+    }
+
+    fn secrets(&self, tenant: &str) -> Result<Vec<crate::SecretRecord>, StoreError> {
+        access::secrets(&self.begin_read()?, tenant)
     }
 
     fn stored_bytes(&self, tenant: &str) -> Result<u64, StoreError> {

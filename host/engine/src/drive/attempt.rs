@@ -181,6 +181,7 @@ impl Attempt {
                 let outcome = runner.call(&call);
                 launcher.guest_time_spent(&call.context.tenant, began.elapsed());
                 record.logs = outcome.logs;
+                record.http = outcome.http;
                 kv = Some(outcome.kv);
                 match outcome.result {
                     Ok(output) => {

@@ -46,6 +46,7 @@ impl Drive {
                 retry_in_ms: None,
                 kv_writes: Default::default(),
                 logs: Vec::new(),
+                http: Vec::new(),
                 child: None,
                 timer: None,
                 awaiting: false,
@@ -176,6 +177,8 @@ impl Drive {
                     (limits.max_step_timeout, limits.max_step_memory)
                 },
                 cancel: Arc::clone(&self.cancel),
+                grants: call.allow_http.clone(),
+                secrets: call.secrets.clone(),
             },
         });
         attempt.record.input = input;

@@ -267,6 +267,8 @@ fn check_keys(raw: &RawStep) -> Result<(), String> {
     let only_with_uses = [
         ("timeout", raw.timeout.is_some()),
         ("memory_limit", raw.memory_limit.is_some()),
+        ("allow", raw.allow.is_some()),
+        ("secrets", raw.secrets.is_some()),
     ];
     if raw.uses.is_none()
         && let Some((key, _)) = only_with_uses.iter().find(|(_, set)| *set)

@@ -35,6 +35,8 @@ struct RawWorkflow {
     #[serde(default)]
     outputs: Option<Value>,
     #[serde(default)]
+    outputs_schema: Option<Value>,
+    #[serde(default)]
     catch: Option<Vec<RawCase>>,
     #[serde(default)]
     timeout: Option<String>,
@@ -90,6 +92,10 @@ struct RawStep {
     timeout: Option<String>,
     #[serde(default)]
     memory_limit: Option<String>,
+    #[serde(default)]
+    allow: Option<RawAllow>,
+    #[serde(default)]
+    secrets: Option<Vec<String>>,
     #[serde(default, rename = "if")]
     condition: Option<String>,
     #[serde(default)]
@@ -98,6 +104,14 @@ struct RawStep {
     continue_on_error: bool,
     #[serde(default)]
     catch: Option<Vec<RawCase>>,
+}
+
+/// What a call step may reach: `allow: {http: [...]}`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAllow {
+    #[serde(default)]
+    http: Vec<Value>,
 }
 
 /// An `await` step's settings.
@@ -149,6 +163,18 @@ pub(super) fn parse(
             )
         })?;
 
+    let outputs_schema = raw
+        .outputs_schema
+        .map(InputSchema::compile)
+        .transpose()
+        .map_err(|m| {
+            text.invalid(
+                "outputs_schema",
+                "",
+                format!("outputs_schema: not a usable JSON Schema: {m}"),
+            )
+        })?;
+
     let mut checker = Checker::new(origin, source, raw.id.clone());
     let steps = checker.steps(raw.steps, "steps", &BASE_VARS)?;
     let catch = checker.catch(raw.catch, "catch", &BASE_VARS, &raw.id)?;
@@ -168,6 +194,7 @@ pub(super) fn parse(
         inputs,
         steps,
         outputs,
+        outputs_schema,
         catch,
         timeout,
         schedules,

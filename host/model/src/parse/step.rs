@@ -34,9 +34,13 @@ impl Checker<'_> {
         let invalid = invalid_at(here);
         let with = raw.with.unwrap_or(Value::Null);
         if let Some(uses) = raw.uses {
-            let (timeout, memory_limit) = (raw.timeout.as_deref(), raw.memory_limit.as_deref());
-            self.call(&uses, &with, timeout, memory_limit, vars)
-                .map_err(invalid)
+            let limits = CallLimits {
+                timeout: raw.timeout.as_deref(),
+                memory_limit: raw.memory_limit.as_deref(),
+                allow_http: raw.allow.map(|allow| allow.http).unwrap_or_default(),
+                secrets: raw.secrets.unwrap_or_default(),
+            };
+            self.call(&uses, &with, limits, vars).map_err(invalid)
         } else if let Some(value) = raw.sleep {
             self.sleep_for(&value, vars).map_err(invalid)
         } else if let Some(value) = raw.sleep_until {
@@ -61,30 +65,51 @@ impl Checker<'_> {
         }
     }
 
-    /// `uses:` a plugin, with its input, deadline and memory cap.
+    /// `uses:` a plugin, with its input, deadline, memory cap, grants and
+    /// secrets.
     fn call(
         &self,
         uses: &str,
         with: &Value,
-        timeout: Option<&str>,
-        memory_limit: Option<&str>,
+        limits: CallLimits<'_>,
         vars: &[&str],
     ) -> Result<StepKind, String> {
         let uses = parse_plugin_ref(uses).map_err(|m| format!("uses: {m}"))?;
         let with = self.template(with, "with", vars)?;
-        let timeout = timeout
+        let timeout = limits
+            .timeout
             .map(parse_timeout)
             .transpose()
             .map_err(|m| format!("timeout: {m}"))?;
-        let memory_limit = memory_limit
+        let memory_limit = limits
+            .memory_limit
             .map(parse_memory_limit)
             .transpose()
             .map_err(|m| format!("memory_limit: {m}"))?;
+        let allow_http = limits
+            .allow_http
+            .into_iter()
+            .enumerate()
+            .map(|(i, rule)| {
+                serde_json::from_value::<weft_core::egress::Rule>(rule)
+                    .map_err(|e| format!("allow.http[{i}]: {e}"))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut secrets = Vec::new();
+        for name in limits.secrets {
+            weft_core::names::check_id(&name).map_err(|m| format!("secrets: the name {m}"))?;
+            if secrets.contains(&name) {
+                return Err(format!("secrets: `{name}` is named twice"));
+            }
+            secrets.push(name);
+        }
         Ok(StepKind::Call(Call {
             uses,
             with,
             timeout,
             memory_limit,
+            allow_http,
+            secrets,
         }))
     }
 
@@ -265,4 +290,12 @@ fn parse_memory_limit(text: &str) -> Result<u64, String> {
         return Err(format!("`{text}` is over the largest limit, 4GiB"));
     }
     Ok(bytes)
+}
+
+/// A call step's settings beside `uses` and `with`, as written.
+struct CallLimits<'a> {
+    timeout: Option<&'a str>,
+    memory_limit: Option<&'a str>,
+    allow_http: Vec<Value>,
+    secrets: Vec<String>,
 }

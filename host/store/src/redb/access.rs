@@ -4,8 +4,10 @@
 
 use redb::{ReadTransaction, ReadableTable, TableDefinition};
 
-use super::{AUDIT, TENANTS, TOKENS, Tables, decode};
-use crate::{AccessWrite, AuditRecord, StoreError, TenantRecord, TokenRecord, What};
+use super::{AUDIT, SECRETS, TENANTS, TOKENS, Tables, decode};
+use crate::{
+    AccessWrite, AuditRecord, SecretRecord, StoreError, TenantRecord, TokenRecord, What,
+};
 
 impl Tables<'_> {
     pub(super) fn access(
@@ -26,10 +28,30 @@ impl Tables<'_> {
                 if backend!(tenants.remove(name.as_str()))?.is_none() {
                     return Ok(Err(StoreError::NotFound(What::Tenant(name.clone()))));
                 }
+                // A removed tenant's secrets go with it.
+                let mut secrets = backend!(self.txn.open_table(SECRETS))?;
+                backend!(secrets.retain_in(
+                    (name.as_str(), "")..=(name.as_str(), "\u{10FFFF}"),
+                    |_, _| false
+                ))?;
             }
             AccessWrite::PutToken { id, record, new } => {
                 let what = || What::Token(id.clone());
                 return self.put(TOKENS, id, record, *new, what);
+            }
+            AccessWrite::PutSecret {
+                tenant,
+                name,
+                record,
+            } => {
+                let mut secrets = backend!(self.txn.open_table(SECRETS))?;
+                backend!(secrets.insert((tenant.as_str(), name.as_str()), record.as_slice()))?;
+            }
+            AccessWrite::DeleteSecret { tenant, name } => {
+                let mut secrets = backend!(self.txn.open_table(SECRETS))?;
+                if backend!(secrets.remove((tenant.as_str(), name.as_str())))?.is_none() {
+                    return Ok(Err(StoreError::NotFound(What::Secret(name.clone()))));
+                }
             }
             AccessWrite::Audit { key, record } => {
                 let mut audit = backend!(self.txn.open_table(AUDIT))?;
@@ -107,6 +129,31 @@ pub(super) fn audit(
         if tenant.is_none_or(|t| t == record.tenant) {
             found.push(record);
         }
+    }
+    Ok(found)
+}
+
+pub(super) fn secret(
+    txn: &ReadTransaction,
+    tenant: &str,
+    name: &str,
+) -> Result<Option<SecretRecord>, StoreError> {
+    let table = backend!(txn.open_table(SECRETS))?;
+    backend!(table.get((tenant, name)))?
+        .map(|bytes| decode(name, bytes.value()))
+        .transpose()
+}
+
+pub(super) fn secrets(txn: &ReadTransaction, tenant: &str) -> Result<Vec<SecretRecord>, StoreError> {
+    let table = backend!(txn.open_table(SECRETS))?;
+    let mut found = Vec::new();
+    for entry in backend!(table.range((tenant, "")..))? {
+        let (key, bytes) = backend!(entry)?;
+        let (owner, name) = key.value();
+        if owner != tenant {
+            break;
+        }
+        found.push(decode(name, bytes.value())?);
     }
     Ok(found)
 }
