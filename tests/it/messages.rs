@@ -779,7 +779,7 @@ fn an_embedder_consumes_and_acks_in_process() {
         )
         .unwrap(),
     );
-    let hub = weft::hub::Hub::new(engine.committer());
+    let hub = weft::hub::Hub::new(engine.committer(), Arc::clone(engine.egress()));
     let mut consumer = hub
         .consumer(weft::core::tenant::DEFAULT, "inproc", "me", None)
         .unwrap();

@@ -26,6 +26,20 @@ pub enum StartError {
         /// Why.
         source: Box<ResolveError>,
     },
+    /// A step's plugin needs a grant the step does not give, or the step
+    /// grants more than its tenant's egress policy allows. Nothing was
+    /// stored.
+    #[error("{origin}{}: step `{step}`: {message}", line.map(|l| format!(":{l}")).unwrap_or_default())]
+    Reach {
+        /// The workflow file.
+        origin: String,
+        /// The step's line, when known.
+        line: Option<usize>,
+        /// The step.
+        step: String,
+        /// What is wrong.
+        message: String,
+    },
     /// A `subflow` step names a workflow that is not deployed. Nothing was
     /// stored.
     #[error("{origin}{}: step `{step}`: subflow: no workflow `{workflow}` is deployed", line.map(|l| format!(":{l}")).unwrap_or_default())]

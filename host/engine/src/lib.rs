@@ -67,7 +67,9 @@ pub use egress::EgressPolicies;
 pub use secrets::{SecretError, SecretKeys, Vault};
 pub use error::{ActError, ResumeError, StartError};
 pub use launch::MAX_DEPTH;
-pub use runner::{Pinned, RunnerSource, StepCall, StepOutcome, StepRunner, WasmPlugins};
+pub use runner::{
+    Pinned, RunnerSource, StepCall, StepOutcome, StepRunner, WasmPlugins, check_reach,
+};
 pub use scheduler::TenantLimits;
 #[cfg(feature = "sim")]
 pub use scheduler::stepped::{Answering, Stepper};
@@ -357,7 +359,7 @@ impl Engine {
 
     /// The egress policies in force; set a tenant's with
     /// [`EgressPolicies::set_tenant`].
-    pub fn egress(&self) -> &EgressPolicies {
+    pub fn egress(&self) -> &Arc<EgressPolicies> {
         &self.egress
     }
 

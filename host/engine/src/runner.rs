@@ -13,8 +13,8 @@ use std::time::Duration;
 use serde_json::Value;
 
 use weft_core::{Emission, ErrorRecord, KvEffects, LogLine, Versioned};
-use weft_model::Workflow;
-use weft_core::egress::Egress;
+use weft_model::{Call, Workflow};
+use weft_core::egress::{Egress, Policy};
 use weft_runtime::{CallError, CallOptions, KvAccess, KvSource, Plugin, Secrets, StepContext};
 use weft_store::{PinnedPlugin, RunRecord, Store};
 
@@ -164,6 +164,13 @@ impl RunnerSource for WasmPlugins {
                     step: step.id.clone(),
                     source: Box::new(source),
                 })?;
+            let policy = self.egress.policy(weft_core::tenant::of(&workflow.id));
+            check_reach(&plugin, call, &policy).map_err(|message| StartError::Reach {
+                origin: workflow.origin.clone(),
+                line: step.line,
+                step: step.id.clone(),
+                message,
+            })?;
             plugins.insert(step.id.clone(), plugin);
         }
         let mut distinct: Vec<&Plugin> = plugins.values().collect();
@@ -295,6 +302,23 @@ impl StepRunner for WasmRunner {
             http: outcome.http,
         }
     }
+}
+
+/// Checks what a call step grants against what its plugin imports and what
+/// its tenant's `policy` allows: a plugin that makes HTTP requests needs at
+/// least one grant, and every grant must be within the policy.
+pub fn check_reach(plugin: &Plugin, call: &Call, policy: &Policy) -> Result<(), String> {
+    if plugin.imports_http() && call.allow_http.is_empty() {
+        return Err(format!(
+            "plugin `{}` imports `wasi:http/outgoing-handler` (it makes HTTP requests), \
+             but the step grants it no destination; add `allow: {{http: [\"https://host\"]}}`",
+            plugin.meta().name
+        ));
+    }
+    for grant in &call.allow_http {
+        policy.check_grant(grant)?;
+    }
+    Ok(())
 }
 
 /// A call's error as the run records it.

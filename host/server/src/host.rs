@@ -218,7 +218,7 @@ impl Host {
                 error,
             })?;
         for tenant in tenants {
-            engine.set_tenant_limits(&tenant.name, crate::api::limits_of(&tenant.quota));
+            crate::api::enforce_quota(&engine, &tenant.name, &tenant.quota);
         }
         let mut resumed = 0;
         if config.recover {
@@ -232,7 +232,7 @@ impl Host {
         } else {
             None
         };
-        let hub = Hub::new(engine.committer());
+        let hub = Hub::new(engine.committer(), Arc::clone(engine.egress()));
         if config.recover {
             hub.start().map_err(|error| HostError::Thread {
                 what: "delivering messages",

@@ -41,6 +41,17 @@ pub enum DeployError {
         /// Why it does not resolve.
         error: Box<ResolveError>,
     },
+    /// A step grants less than its plugin needs, or more than the tenant's
+    /// egress policy allows.
+    #[error("{at}step `{step}`: {message}")]
+    Reach {
+        /// Where the step is (`SOURCE:LINE: `), or empty.
+        at: String,
+        /// The step's id.
+        step: String,
+        /// What is wrong.
+        message: String,
+    },
     /// A `subflow` step names a workflow that is not served.
     #[error(
         "{at}step `{step}`: subflow `{workflow}` is not a workflow served here; deploy it first"
@@ -189,14 +200,25 @@ impl Deployments {
                 Some(line) => format!("{source}:{line}: "),
                 None => String::new(),
             };
-            if let Some(call) = step.call()
-                && let Err(error) = engine.plugins().resolve_in(tenant, &call.uses)
-            {
-                return Err(DeployError::UnresolvedPlugin {
-                    at,
-                    step: step.id.clone(),
-                    error: Box::new(error),
-                });
+            if let Some(call) = step.call() {
+                let plugin = match engine.plugins().resolve_in(tenant, &call.uses) {
+                    Ok(plugin) => plugin,
+                    Err(error) => {
+                        return Err(DeployError::UnresolvedPlugin {
+                            at,
+                            step: step.id.clone(),
+                            error: Box::new(error),
+                        });
+                    }
+                };
+                let policy = engine.egress().policy(tenant);
+                if let Err(message) = weft_engine::check_reach(&plugin, call, &policy) {
+                    return Err(DeployError::Reach {
+                        at,
+                        step: step.id.clone(),
+                        message,
+                    });
+                }
             }
             if let Some(subflow) = step.subflow()
                 && subflow.workflow != workflow.id

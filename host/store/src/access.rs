@@ -75,6 +75,11 @@ pub struct Quota {
     /// `storage_quota`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_stored_bytes: Option<u64>,
+    /// Where the tenant's steps and webhooks may send HTTP requests: every
+    /// grant of its workflows, and every request, must match one of these
+    /// rules (see `weft_core::egress`). Unset: the host's policy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub egress: Option<Vec<weft_core::egress::Rule>>,
 }
 
 /// What a token may do. Each role has the rights of those listed after

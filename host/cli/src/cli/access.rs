@@ -79,6 +79,11 @@ pub enum TenantsCommand {
         /// step results are refused with `storage_quota`.
         #[arg(long, value_name = "BYTES")]
         max_stored_bytes: Option<u64>,
+        /// Where the tenant's steps and webhooks may send HTTP requests, as
+        /// a URL prefix such as `https://*.example.org`; repeat for more.
+        /// Without it, the host's policy.
+        #[arg(long, value_name = "RULE")]
+        egress_allow: Vec<String>,
         #[command(flatten)]
         server: ServerArg,
     },
@@ -129,6 +134,44 @@ pub enum TokensCommand {
         #[command(flatten)]
         server: ServerArg,
     },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SecretsCommand {
+    /// Set a secret of the tenant to the value read from stdin (a final
+    /// newline is dropped). It is sealed with the server's secrets key.
+    Set {
+        /// The secret's name, as workflows name it in `secrets:`.
+        name: String,
+        /// The tenant. [default: the caller's]
+        #[arg(long)]
+        tenant: Option<String>,
+        #[command(flatten)]
+        server: ServerArg,
+    },
+    /// List the tenant's secrets: names and when each was set, never values.
+    List {
+        /// The tenant. [default: the caller's]
+        #[arg(long)]
+        tenant: Option<String>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        server: ServerArg,
+    },
+    /// Delete a secret of the tenant.
+    Delete {
+        /// The secret's name.
+        name: String,
+        /// The tenant. [default: the caller's]
+        #[arg(long)]
+        tenant: Option<String>,
+        #[command(flatten)]
+        server: ServerArg,
+    },
+    /// Print a fresh secrets key (64 hex digits) for `--secrets-key-file`.
+    NewKey,
 }
 
 #[derive(Debug, clap::Args)]
@@ -241,6 +284,7 @@ pub fn tenants(data_dir: &Path, command: TenantsCommand) -> anyhow::Result<ExitC
             max_step_memory,
             guest_time_per_minute,
             max_stored_bytes,
+            egress_allow,
             server,
         } => {
             let mut quota = serde_json::Map::new();
@@ -267,6 +311,10 @@ pub fn tenants(data_dir: &Path, command: TenantsCommand) -> anyhow::Result<ExitC
                     .map(|d| Value::from(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))),
             );
             set("max_stored_bytes", max_stored_bytes.map(Value::from));
+            set(
+                "egress",
+                (!egress_allow.is_empty()).then(|| Value::from(egress_allow)),
+            );
             ask(
                 data_dir,
                 server,
@@ -451,4 +499,87 @@ pub fn audit(data_dir: &Path, args: AuditArgs) -> anyhow::Result<ExitCode> {
         }
         Ok(())
     })
+}
+
+/// `weft secrets`.
+pub fn secrets(data_dir: &Path, command: SecretsCommand) -> anyhow::Result<ExitCode> {
+    let scoped = |path: String, tenant: &Option<String>| match tenant {
+        Some(tenant) => format!("{path}?tenant={tenant}"),
+        None => path,
+    };
+    match command {
+        SecretsCommand::Set {
+            name,
+            tenant,
+            server,
+        } => {
+            let mut value = String::new();
+            std::io::Read::read_to_string(&mut std::io::stdin(), &mut value)?;
+            if value.ends_with('\n') {
+                value.pop();
+                if value.ends_with('\r') {
+                    value.pop();
+                }
+            }
+            ask(
+                data_dir,
+                server,
+                "PUT",
+                &scoped(format!("/v1/secrets/{name}"), &tenant),
+                Some(serde_json::json!({ "value": value })),
+                |answer| {
+                    out!("secret {} set", answer["secret"]["name"].as_str().unwrap_or(&name));
+                    Ok(())
+                },
+            )
+        }
+        SecretsCommand::List {
+            tenant,
+            json,
+            server,
+        } => ask(
+            data_dir,
+            server,
+            "GET",
+            &scoped("/v1/secrets".to_owned(), &tenant),
+            None,
+            |answer| {
+                if json {
+                    return pretty(&answer["secrets"]);
+                }
+                let empty = Vec::new();
+                let secrets = answer["secrets"].as_array().unwrap_or(&empty);
+                if secrets.is_empty() {
+                    out!("no secrets");
+                }
+                for secret in secrets {
+                    out!(
+                        "{:<32} set {}",
+                        secret["name"].as_str().unwrap_or_default(),
+                        secret["updated_at"].as_str().unwrap_or_default()
+                    );
+                }
+                Ok(())
+            },
+        ),
+        SecretsCommand::Delete {
+            name,
+            tenant,
+            server,
+        } => ask(
+            data_dir,
+            server,
+            "DELETE",
+            &scoped(format!("/v1/secrets/{name}"), &tenant),
+            None,
+            |_| {
+                out!("secret {name} deleted");
+                Ok(())
+            },
+        ),
+        SecretsCommand::NewKey => {
+            out!("{}", weft::engine::SecretKeys::generate()?);
+            Ok(ExitCode::SUCCESS)
+        }
+    }
 }

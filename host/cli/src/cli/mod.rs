@@ -125,6 +125,10 @@ enum Command {
     /// API tokens: create (shown once), list, revoke.
     #[command(subcommand)]
     Tokens(access::TokensCommand),
+    /// The tenant's secrets (of a running `weft serve`): set (from stdin),
+    /// list, delete; and `new-key` for the key they are sealed with.
+    #[command(subcommand)]
+    Secrets(access::SecretsCommand),
     /// The tenant's audit log: deployments, plugins, tokens, quotas,
     /// cancels, resends.
     Audit(access::AuditArgs),
@@ -159,6 +163,61 @@ pub struct PluginArgs {
     /// [default: DATA_DIR/plugins]
     #[arg(long, env = "WEFT_PLUGINS", value_name = "DIR")]
     plugins: Option<PathBuf>,
+    /// Where steps and webhooks of tenants without a policy of their own
+    /// may send HTTP requests: URL prefixes such as `https://*.example.org`
+    /// or `http://127.0.0.1:*`, repeated or comma-separated. Without it,
+    /// tenant `default` is bound by its steps' grants only and other
+    /// tenants by their grants and public addresses.
+    #[arg(long, env = "WEFT_EGRESS_ALLOW", value_delimiter = ',', value_name = "RULE")]
+    egress_allow: Vec<String>,
+    /// The key tenants' secrets are sealed with: a file holding 64 hex
+    /// digits (`weft secrets new-key`), kept outside the data directory.
+    /// `WEFT_SECRETS_KEY` may hold the digits instead.
+    #[arg(long, env = "WEFT_SECRETS_KEY_FILE", value_name = "FILE")]
+    secrets_key_file: Option<PathBuf>,
+    /// Earlier keys, which still open the secrets they sealed: give the old
+    /// key here after a rotation, until `weft secrets list` shows every
+    /// secret set again (or each was set anew). Repeatable.
+    #[arg(long, env = "WEFT_SECRETS_PREVIOUS_KEY_FILES", value_delimiter = ',', value_name = "FILE")]
+    secrets_previous_key_file: Vec<PathBuf>,
+}
+
+impl PluginArgs {
+    /// The host's egress policy, if one is given.
+    fn egress(&self) -> anyhow::Result<Option<Vec<weft::core::egress::Rule>>> {
+        if self.egress_allow.is_empty() {
+            return Ok(None);
+        }
+        self.egress_allow
+            .iter()
+            .map(|rule| {
+                weft::core::egress::Rule::parse(rule, None)
+                    .map_err(|m| anyhow::anyhow!("--egress-allow: {m}"))
+            })
+            .collect::<anyhow::Result<Vec<_>>>()
+            .map(Some)
+    }
+
+    /// The secrets keys, if one is given.
+    fn secrets_keys(&self) -> anyhow::Result<Option<Arc<weft::engine::SecretKeys>>> {
+        let read = |path: &std::path::Path| {
+            std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read the secrets key file {}", path.display()))
+        };
+        let current = match (&self.secrets_key_file, std::env::var("WEFT_SECRETS_KEY")) {
+            (Some(path), _) => read(path)?,
+            (None, Ok(key)) => key,
+            (None, Err(_)) => return Ok(None),
+        };
+        let previous = self
+            .secrets_previous_key_file
+            .iter()
+            .map(|path| read(path))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let keys = weft::engine::SecretKeys::from_hex(&current, &previous)
+            .context("cannot use the secrets key")?;
+        Ok(Some(Arc::new(keys)))
+    }
 }
 
 /// Runs the parsed command line.
@@ -196,6 +255,7 @@ pub fn main(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Tail(args) => remote::tail(&data_dir, args),
         Command::Tenants(command) => access::tenants(&data_dir, command),
         Command::Tokens(command) => access::tokens(&data_dir, command),
+        Command::Secrets(command) => access::secrets(&data_dir, command),
         Command::Audit(args) => access::audit(&data_dir, args),
         Command::Deliveries(command) => remote::deliveries(&data_dir, command),
         Command::Plugin(command) => plugin::main(&data_dir, command),
@@ -240,7 +300,10 @@ fn run(data_dir: &std::path::Path, args: RunArgs) -> anyhow::Result<ExitCode> {
     {
         Ok(run) => run,
         Err(
-            e @ (StartError::Input { .. } | StartError::Plugin { .. } | StartError::Subflow { .. }),
+            e @ (StartError::Input { .. }
+            | StartError::Plugin { .. }
+            | StartError::Reach { .. }
+            | StartError::Subflow { .. }),
         ) => {
             progress.clear();
             eprintln!("error: {e}");
@@ -409,6 +472,11 @@ fn host_config(
 ) -> anyhow::Result<HostConfig> {
     let runtime = local_runtime(data_dir)?;
     let store = open_store(data_dir)?;
+    let config = EngineConfig {
+        egress: plugins.egress()?,
+        secrets: plugins.secrets_keys()?,
+        ..config
+    };
     Ok(HostConfig::local(
         Arc::new(store),
         PluginDir::new(runtime, plugins_dir(data_dir, &plugins.plugins)),

@@ -255,6 +255,7 @@ fn inspect(data_dir: &Path, file: &Path, json: bool) -> anyhow::Result<ExitCode>
         "version": meta.version.to_string(),
         "description": meta.description,
         "contract": plugin.contract(),
+        "capabilities": plugin.capabilities(),
         "digest": plugin.digest().to_string(),
         "size": bytes.len(),
         "imports": plugin.imports(),
@@ -275,6 +276,18 @@ fn inspect(data_dir: &Path, file: &Path, json: bool) -> anyhow::Result<ExitCode>
         "contract:    weft:plugin@{}",
         plugin.contract().unwrap_or("?")
     );
+    let capabilities = plugin.capabilities();
+    out!(
+        "capabilities: {}",
+        if capabilities.is_empty() {
+            "none".to_owned()
+        } else {
+            capabilities.join(", ")
+        }
+    );
+    if plugin.imports_http() {
+        out!("             (http: a workflow must grant its steps `allow: {{http: [...]}}`)");
+    }
     out!("digest:      {}", plugin.digest());
     out!("size:        {} bytes", bytes.len());
     out!("imports:");

@@ -116,6 +116,7 @@ impl Server {
         let sent = match (method, body) {
             ("POST", Some(body)) => authorized(self.agent.post(&url)).send_json(body),
             ("POST", None) => authorized(self.agent.post(&url)).send_empty(),
+            ("PUT", Some(body)) => authorized(self.agent.put(&url)).send_json(body),
             ("DELETE", _) => authorized(self.agent.delete(&url)).call(),
             _ => authorized(self.agent.get(&url)).call(),
         };

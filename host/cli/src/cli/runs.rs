@@ -344,6 +344,22 @@ fn print_run(
                 line.message
             );
         }
+        for call in &step.http {
+            let status = call
+                .status
+                .map_or_else(|| "---".to_owned(), |status| status.to_string());
+            out!(
+                "       http {} {} -> {status}, {} bytes, {} ms{}",
+                call.method,
+                call.url,
+                call.bytes,
+                call.duration_ms,
+                call.error
+                    .as_deref()
+                    .map(|e| format!(" ({e})"))
+                    .unwrap_or_default()
+            );
+        }
     }
     if let Some(outputs) = &run.outputs {
         out!("outputs   {}", serde_json::to_string_pretty(outputs)?);

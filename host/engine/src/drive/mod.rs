@@ -322,7 +322,17 @@ impl Drive {
                     (None, false) => Ok(last),
                     (Some(template), false) => template.eval(scope),
                 };
+                // A handler's outputs are held to the schema too; there is
+                // no second handler for them.
+                let invalid = match (&outputs, &self.workflow.outputs_schema, handled) {
+                    (Ok(outputs), Some(schema), true) => walk::invalid_outputs(schema, outputs),
+                    _ => None,
+                };
                 match outputs {
+                    Ok(_) if invalid.is_some() => {
+                        self.run.state = RunState::Failed;
+                        self.run.error = invalid.map(|error| RunError { step: None, error });
+                    }
                     Ok(outputs) => {
                         self.run.state = RunState::Succeeded;
                         self.run.outputs = Some(outputs);
@@ -342,6 +352,10 @@ impl Drive {
             }
             Status::Failed(error, step) if step == DEADLINE_PATH => {
                 self.run.state = RunState::TimedOut;
+                self.run.error = Some(RunError { step: None, error });
+            }
+            Status::Failed(error, step) if step == walk::OUTPUTS_PATH => {
+                self.run.state = RunState::Failed;
                 self.run.error = Some(RunError { step: None, error });
             }
             Status::Failed(error, step) => {

@@ -83,6 +83,16 @@ impl Drive {
             Some(error) => Status::Failed(error, DEADLINE_PATH.to_owned()),
             None => self.walk_steps(&workflow.steps, "", scope, None),
         };
+        // Outputs that break the workflow's `outputs_schema` fail the run
+        // with `invalid_outputs`, which its handlers see like a step's
+        // failure.
+        let status = match status {
+            Status::Done(last) => match check_outputs(workflow, last.clone(), scope) {
+                Some(error) => Status::Failed(error, OUTPUTS_PATH.to_owned()),
+                None => Status::Done(last),
+            },
+            status => status,
+        };
         match status {
             Status::Failed(error, step) if !workflow.catch.is_empty() => {
                 match self.handle(&workflow.catch, "catch", &error, &step, scope, 0) {
@@ -450,4 +460,38 @@ fn while_limit(step: &Step, max_iterations: u32) -> ErrorRecord {
             step.id
         ),
     )
+}
+
+/// Where a run's failure to match its `outputs_schema` is said to be: the
+/// run's outputs, not a step.
+pub(super) const OUTPUTS_PATH: &str = "@outputs";
+
+/// The `invalid_outputs` error of a run whose outputs (`outputs:`
+/// evaluated, or the last step's output) break its `outputs_schema`;
+/// `None` when they match, or when there is no schema. An `outputs:`
+/// expression that fails is left to [`Drive::conclude`].
+pub(super) fn check_outputs(workflow: &Workflow, last: Value, scope: &Scope) -> Option<ErrorRecord> {
+    let schema = workflow.outputs_schema.as_ref()?;
+    let outputs = match &workflow.outputs {
+        Some(template) => template.eval(scope).ok()?,
+        None => last,
+    };
+    invalid_outputs(schema, &outputs)
+}
+
+/// The `invalid_outputs` error for `outputs` that break `schema`.
+pub(super) fn invalid_outputs(
+    schema: &weft_core::InputSchema,
+    outputs: &Value,
+) -> Option<ErrorRecord> {
+    let problems = schema.check(outputs).err()?;
+    let mut error = ErrorRecord::fatal(
+        "invalid_outputs",
+        format!(
+            "the run's outputs do not match the workflow's `outputs_schema`: {}",
+            problems.join("; ")
+        ),
+    );
+    error.details = Some(json!({ "problems": problems }));
+    Some(error)
 }

@@ -244,6 +244,7 @@ fn deploy_error(error: DeployError) -> ApiError {
         DeployError::UnresolvedPlugin { .. } => {
             (StatusCode::UNPROCESSABLE_ENTITY, "unresolved_plugin")
         }
+        DeployError::Reach { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "invalid_grant"),
         DeployError::UnknownSubflow { .. } => {
             (StatusCode::UNPROCESSABLE_ENTITY, "unresolved_subflow")
         }

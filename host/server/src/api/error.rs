@@ -178,6 +178,11 @@ impl From<StartError> for ApiError {
                 "plugin_unavailable",
                 error.to_string(),
             ),
+            StartError::Reach { .. } => Self::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "invalid_grant",
+                error.to_string(),
+            ),
             StartError::Subflow { .. } => Self::new(
                 StatusCode::UNPROCESSABLE_ENTITY,
                 "workflow_unavailable",

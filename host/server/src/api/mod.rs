@@ -13,6 +13,7 @@ mod deliver;
 mod deploy;
 mod error;
 mod openapi;
+mod secrets;
 mod tenancy;
 
 use std::sync::Arc;
@@ -158,6 +159,11 @@ fn routes() -> Vec<(&'static str, MethodRouter<Api>)> {
             get(tenancy::list_tokens).post(tenancy::create_token),
         ),
         ("/v1/tokens/{id}/revoke", post(tenancy::revoke_token)),
+        ("/v1/secrets", get(secrets::list_secrets)),
+        (
+            "/v1/secrets/{name}",
+            axum::routing::put(secrets::set_secret).delete(secrets::delete_secret),
+        ),
         ("/v1/audit", get(tenancy::list_audit)),
     ]
 }
@@ -242,6 +248,13 @@ fn shown<T: serde::Serialize>(record: &T, fields: &[&str]) -> Value {
 
 /// The stored names in a run's record.
 const RUN_NAMES: &[&str] = &["workflow", "trigger.schedule"];
+
+/// Holds tenant `name` to `quota` from now on: its limits and its egress
+/// policy.
+pub fn enforce_quota(engine: &weft_engine::Engine, name: &str, quota: &weft_store::Quota) {
+    engine.set_tenant_limits(name, limits_of(quota));
+    engine.egress().set_tenant(name, quota.egress.clone());
+}
 
 /// What the engine holds a tenant with `quota` to.
 pub fn limits_of(quota: &weft_store::Quota) -> weft_engine::TenantLimits {

@@ -319,6 +319,18 @@ fn tenancy_paths() -> Value {
                 "/v1/tokens/{id}/revoke": {
                     "post": { "summary": "Revoke a token: it stops working at once, open streams included", "parameters": [path_param("id", "the token's id")], "responses": responses(("200", "`{\"token\"}`"), &[("404", "unknown_token")]) }
                 },
+                "/v1/secrets": {
+                    "get": { "summary": "The tenant's secrets: names and when each was set, never values (an owner's; an admin's for any tenant)", "parameters": [query_param("tenant", "another tenant (an admin's)", "string")], "responses": responses(("200", "`{\"secrets\": [{name, updated_at}]}`"), &[("404", "unknown_tenant")]) }
+                },
+                "/v1/secrets/{name}": {
+                    "put": {
+                        "summary": "Set a secret, sealed with the host's secrets key; its value is never shown again",
+                        "parameters": [path_param("name", "the secret's name"), query_param("tenant", "another tenant (an admin's)", "string")],
+                        "requestBody": body(json!({ "type": "object", "required": ["value"], "additionalProperties": false, "properties": { "value": { "type": "string", "minLength": 1 } } })),
+                        "responses": responses(("200", "`{\"secret\": {name, updated_at}}`"), &[("400", "invalid_request"), ("404", "unknown_tenant"), ("503", "no_secrets_key")])
+                    },
+                    "delete": { "summary": "Delete a secret", "parameters": [path_param("name", "the secret's name"), query_param("tenant", "another tenant (an admin's)", "string")], "responses": responses(("200", "`{\"deleted\"}`"), &[("404", "unknown_secret")]) }
+                },
                 "/v1/audit": {
                     "get": { "summary": "The tenant's audit log, newest first (an owner's)", "parameters": [query_param("limit", "at most this many (default 100)", "integer")], "responses": responses(("200", "`{\"audit\": [{at, tenant, actor, action, object, detail}]}`"), &[("400", "invalid_request")]) }
                 }

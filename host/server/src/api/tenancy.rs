@@ -105,9 +105,7 @@ pub(super) async fn add_tenant(
     let store = Arc::clone(api.engine.store());
     let write = AccessWrite::put_tenant(&record, true);
     match blocking(move || apply(store.as_ref(), write)).await? {
-        Ok(()) => api
-            .engine
-            .set_tenant_limits(&record.name, super::limits_of(&record.quota)),
+        Ok(()) => super::enforce_quota(&api.engine, &record.name, &record.quota),
         Err(StoreError::Exists(_)) => {
             return Err(ApiError::new(
                 StatusCode::CONFLICT,
@@ -226,6 +224,7 @@ pub(super) async fn remove_tenant(
     api.access.revoked();
     api.engine
         .set_tenant_limits(&name, weft_engine::TenantLimits::default());
+    api.engine.egress().set_tenant(&name, None);
     let mut audited = caller.clone();
     audited.tenant.clone_from(&name);
     api.audit(
@@ -259,8 +258,7 @@ pub(super) async fn set_quota(
         Ok::<_, ApiError>(record)
     })
     .await??;
-    api.engine
-        .set_tenant_limits(&name, super::limits_of(&record.quota));
+    super::enforce_quota(&api.engine, &name, &record.quota);
     let mut audited = caller.clone();
     audited.tenant.clone_from(&name);
     api.audit(&audited, "tenant.quota", &name, json!(record.quota))

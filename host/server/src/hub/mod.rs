@@ -61,6 +61,9 @@ pub enum HubError {
     /// The request is malformed; the message names the field.
     #[error("{0}")]
     Invalid(String),
+    /// A webhook's URL is refused by the tenant's egress policy.
+    #[error("{0}")]
+    Denied(String),
     /// The store refused the write (a subscription key taken by another
     /// target, a delivery not in a state the change applies to), or
     /// failed.
@@ -139,6 +142,8 @@ struct Shared {
     /// Webhook subscriptions with a thread.
     webhooks: Mutex<HashMap<String, std::thread::JoinHandle<()>>>,
     stopping: AtomicBool,
+    /// Where each tenant's webhooks may go.
+    egress: Arc<weft_engine::EgressPolicies>,
 }
 
 /// Moves deliveries on. Cheap to clone.
@@ -154,8 +159,9 @@ impl std::fmt::Debug for Hub {
 }
 
 impl Hub {
-    /// A hub that writes through `committer`, on its engine's clock.
-    pub fn new(committer: Committer) -> Self {
+    /// A hub that writes through `committer`, on its engine's clock, and
+    /// sends webhooks where `egress` lets each tenant send requests.
+    pub fn new(committer: Committer, egress: Arc<weft_engine::EgressPolicies>) -> Self {
         let clock = Arc::clone(committer.clock());
         let store = Arc::clone(committer.store());
         let signal = committer.messages();
@@ -170,6 +176,7 @@ impl Hub {
                 next_session: std::sync::atomic::AtomicU64::new(0),
                 webhooks: Mutex::new(HashMap::new()),
                 stopping: AtomicBool::new(false),
+                egress,
             }),
         }
     }

@@ -122,6 +122,9 @@ impl Hub {
         spec: SubscriptionSpec,
     ) -> Result<SubscriptionRecord, HubError> {
         let record = spec.record(tenant, self.shared.clock.now())?;
+        if let Target::Webhook { url, .. } = &record.target {
+            super::webhook::check_url(&self.shared.egress, tenant, url)?;
+        }
         self.commit(DeliveryWrite::Subscribe(record.clone()))?;
         if matches!(record.target, Target::Webhook { .. }) {
             self.start_webhooks();

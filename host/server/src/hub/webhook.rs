@@ -6,13 +6,20 @@
 //! `weft-message`, `weft-attempt`, and `weft-signature: sha256=<hex>`, the
 //! HMAC-SHA256 of the body with the subscription's secret.
 
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
-use super::{Delivery, Hub, Shared, moved_on};
+use ureq::http;
+use ureq::unversioned::resolver::{DefaultResolver, ResolvedSocketAddrs, Resolver};
+use ureq::unversioned::transport::{DefaultConnector, NextTimeout};
+
+use super::{Delivery, Hub, HubError, Shared, moved_on};
+use weft_core::egress::Egress;
+use weft_engine::EgressPolicies;
 use weft_core::clock::Timestamp;
 use weft_core::lock;
 use weft_engine::DeliveryWrite;
@@ -84,7 +91,7 @@ enum Next {
 /// the subscription goes.
 fn deliver(hub: &Hub, key: &str) {
     let shared = &hub.shared;
-    let agent = agent();
+    let agent = agent(&shared.egress, weft_core::tenant::of(key));
     while !shared.stopping.load(Ordering::SeqCst) {
         let seen = shared.signal.current();
         match turn(hub, &agent, key) {
@@ -98,14 +105,87 @@ fn deliver(hub: &Hub, key: &str) {
 }
 
 /// An agent that takes any status as an answer (a non-2xx fails the
-/// attempt; it is not an error) and gives up on a POST after
-/// [`POST_TIMEOUT`].
-fn agent() -> ureq::Agent {
-    ureq::Agent::config_builder()
+/// attempt; it is not an error), gives up on a POST after
+/// [`POST_TIMEOUT`], follows no redirect (a 3xx fails the attempt), and
+/// connects only to addresses `tenant`'s egress policy allows, checked on
+/// every connection.
+fn agent(egress: &Arc<EgressPolicies>, tenant: &str) -> ureq::Agent {
+    let config = ureq::Agent::config_builder()
         .http_status_as_error(false)
         .timeout_global(Some(POST_TIMEOUT))
-        .build()
-        .into()
+        .max_redirects(0)
+        .build();
+    ureq::Agent::with_parts(
+        config,
+        DefaultConnector::default(),
+        CheckedResolver {
+            egress: Arc::clone(egress),
+            tenant: tenant.to_owned(),
+        },
+    )
+}
+
+/// Checks a webhook's URL against `tenant`'s egress policy, and every
+/// address its host resolves to now (each delivery checks them again).
+pub(super) fn check_url(
+    egress: &EgressPolicies,
+    tenant: &str,
+    url: &str,
+) -> Result<(), HubError> {
+    let target = weft_core::egress::Target::parse_url("POST", url)
+        .map_err(|m| HubError::Invalid(format!("webhook.url: {m}")))?;
+    let checked = Egress::destination(&target, egress.policy(tenant));
+    let denied = |d: weft_core::egress::Denied| HubError::Denied(format!("webhook.url: {d}"));
+    checked.allow(&target).map_err(denied)?;
+    let host = match &target.host {
+        weft_core::egress::TargetHost::Name(name) => name.clone(),
+        weft_core::egress::TargetHost::Ip(ip) => ip.to_string(),
+    };
+    let addrs = std::net::ToSocketAddrs::to_socket_addrs(&(host.as_str(), target.port))
+        .map_err(|e| HubError::Invalid(format!("webhook.url: cannot resolve `{host}`: {e}")))?;
+    for addr in addrs {
+        checked.allow_ip(&target, addr.ip()).map_err(denied)?;
+    }
+    Ok(())
+}
+
+/// Resolves a webhook's host as ureq would, then refuses the connection if
+/// any address is one the tenant's egress policy does not allow: a name
+/// rebound to a private address after the subscription was made is caught
+/// here.
+#[derive(Debug)]
+struct CheckedResolver {
+    egress: Arc<EgressPolicies>,
+    tenant: String,
+}
+
+impl Resolver for CheckedResolver {
+    fn resolve(
+        &self,
+        uri: &http::Uri,
+        config: &ureq::config::Config,
+        timeout: NextTimeout,
+    ) -> Result<ResolvedSocketAddrs, ureq::Error> {
+        let refuse = |message: String| ureq::Error::Io(std::io::Error::other(message));
+        let authority = uri.authority().ok_or_else(|| refuse("the URL names no host".to_owned()))?;
+        let target = weft_core::egress::Target::new(
+            "POST",
+            uri.scheme_str().unwrap_or("https"),
+            authority.host(),
+            authority.port_u16(),
+            uri.path_and_query().map_or("/", |p| p.as_str()),
+        )
+        .map_err(refuse)?;
+        let checked = Egress::destination(&target, self.egress.policy(&self.tenant));
+        checked.allow(&target).map_err(|d| refuse(format!("http_denied: {d}")))?;
+        let addrs = DefaultResolver::default().resolve(uri, config, timeout)?;
+        for addr in addrs.iter() {
+            checked
+                .allow_ip(&target, addr.ip())
+                .map_err(|d| refuse(format!("http_denied: {d}")))?;
+        }
+        Ok(addrs)
+    }
 }
 
 /// One turn: POSTs the head of `key`'s queue once it is due, and records

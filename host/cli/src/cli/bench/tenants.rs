@@ -88,7 +88,7 @@ fn api_host(
         None
     };
     let deployments = weft::Deployments::none(Arc::clone(&store), Arc::new(SystemClock));
-    let hub = weft::hub::Hub::new(engine.committer());
+    let hub = weft::hub::Hub::new(engine.committer(), Arc::clone(engine.egress()));
     let api = weft::api::Api::new(Arc::clone(&engine), Arc::new(deployments), hub);
     let tokio = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

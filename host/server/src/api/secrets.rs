@@ -1,0 +1,165 @@
+//! Routes for a tenant's secrets (an owner's; an admin's for any tenant
+//! with `?tenant=`). Values go in and never come out: the answers name
+//! secrets and say when each was set, and the audit log records who set or
+//! deleted which.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::rejection::{JsonRejection, QueryRejection};
+use axum::extract::{Extension, Path, Query, State};
+use axum::http::StatusCode;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::{Api, ApiError, Caller, blocking};
+use weft_engine::SecretError;
+use weft_store::{AccessWrite, Right, Role, StoreError, What, Write};
+
+/// The largest value a secret may have.
+const MAX_VALUE: usize = 64 << 10;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct Scope {
+    #[serde(default)]
+    tenant: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct SetSecret {
+    value: String,
+}
+
+/// The tenant a request acts on: its own, or (an admin's) the one it
+/// names.
+fn tenant_of(caller: &Caller, scope: Scope) -> Result<String, ApiError> {
+    caller.need(Right::Own)?;
+    match scope.tenant {
+        Some(tenant) if tenant != caller.tenant && caller.role != Role::Admin => Err(
+            ApiError::new(StatusCode::NOT_FOUND, "unknown_tenant", format!("no tenant `{tenant}`")),
+        ),
+        Some(tenant) => Ok(tenant),
+        None => Ok(caller.tenant.clone()),
+    }
+}
+
+fn secret_error(error: SecretError) -> ApiError {
+    match error {
+        SecretError::Store(e) => e.into(),
+        SecretError::NoKey => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "no_secrets_key",
+            error.to_string(),
+        ),
+        other => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "secrets", other.to_string()),
+    }
+}
+
+/// `GET /v1/secrets`: the tenant's secrets, by name, without values.
+pub(super) async fn list_secrets(
+    State(api): State<Api>,
+    Extension(caller): Extension<Caller>,
+    scope: Result<Query<Scope>, QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let Query(scope) = scope?;
+    let tenant = tenant_of(&caller, scope)?;
+    let store = Arc::clone(api.engine.store());
+    let secrets = blocking(move || store.secrets(&tenant)).await??;
+    let shown: Vec<Value> = secrets
+        .iter()
+        .map(|s| json!({ "name": s.name, "updated_at": s.updated_at }))
+        .collect();
+    Ok(Json(json!({ "secrets": shown })))
+}
+
+/// `PUT /v1/secrets/{name}`: sets a secret to `{"value": ...}`, sealed
+/// with the host's secrets key.
+pub(super) async fn set_secret(
+    State(api): State<Api>,
+    Extension(caller): Extension<Caller>,
+    Path(name): Path<String>,
+    scope: Result<Query<Scope>, QueryRejection>,
+    body: Result<Json<SetSecret>, JsonRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let Query(scope) = scope?;
+    let tenant = tenant_of(&caller, scope)?;
+    weft_core::names::check_id(&name)
+        .map_err(|m| ApiError::bad_request(format!("the secret's name {m}")))?;
+    let Json(SetSecret { value }) = body?;
+    if value.is_empty() || value.len() > MAX_VALUE {
+        return Err(ApiError::bad_request(format!(
+            "a secret's value is 1 to {MAX_VALUE} bytes; this one is {}",
+            value.len()
+        )));
+    }
+    let record = api
+        .engine
+        .vault()
+        .seal(&tenant, &name, &value, api.engine.clock().now())
+        .map_err(secret_error)?;
+    drop(value);
+    let access = Arc::clone(&api.access);
+    let store = Arc::clone(api.engine.store());
+    let write = AccessWrite::PutSecret {
+        tenant: tenant.clone(),
+        name: name.clone(),
+        record: weft_store::encode(&record),
+    };
+    let asked = tenant.clone();
+    blocking(move || {
+        if !access.tenant_exists(&asked)? {
+            return Err(ApiError::new(
+                StatusCode::NOT_FOUND,
+                "unknown_tenant",
+                format!("no tenant `{asked}`"),
+            ));
+        }
+        apply(store.as_ref(), write)?;
+        Ok::<_, ApiError>(())
+    })
+    .await??;
+    let mut audited = caller.clone();
+    audited.tenant = tenant;
+    api.audit(&audited, "secret.set", &name, Value::Null).await;
+    Ok(Json(json!({ "secret": { "name": name, "updated_at": record.updated_at } })))
+}
+
+/// `DELETE /v1/secrets/{name}`: deletes a secret.
+pub(super) async fn delete_secret(
+    State(api): State<Api>,
+    Extension(caller): Extension<Caller>,
+    Path(name): Path<String>,
+    scope: Result<Query<Scope>, QueryRejection>,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    let Query(scope) = scope?;
+    let tenant = tenant_of(&caller, scope)?;
+    let store = Arc::clone(api.engine.store());
+    let write = AccessWrite::DeleteSecret {
+        tenant: tenant.clone(),
+        name: name.clone(),
+    };
+    match blocking(move || apply(store.as_ref(), write)).await? {
+        Ok(()) => {}
+        Err(StoreError::NotFound(_)) => {
+            return Err(ApiError::new(
+                StatusCode::NOT_FOUND,
+                "unknown_secret",
+                format!("no {}", What::Secret(name)),
+            ));
+        }
+        Err(e) => return Err(e.into()),
+    }
+    let mut audited = caller.clone();
+    audited.tenant = tenant;
+    api.audit(&audited, "secret.delete", &name, Value::Null).await;
+    Ok((StatusCode::OK, Json(json!({ "deleted": name }))))
+}
+
+fn apply(store: &dyn weft_store::Store, write: AccessWrite) -> Result<(), StoreError> {
+    store
+        .apply(&[&Write::Access(write)])?
+        .pop()
+        .unwrap_or(Err(StoreError::Closed))
+}
