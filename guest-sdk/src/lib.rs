@@ -1,9 +1,11 @@
 #![doc = include_str!("../README.md")]
 
 mod error;
+pub mod http;
 pub mod kv;
 pub mod log;
 pub mod outbox;
+pub mod secrets;
 
 pub use error::StepError;
 

@@ -14,6 +14,7 @@ mod crash;
 mod cron;
 mod deploy;
 mod durability;
+mod egress;
 mod hosts;
 mod languages;
 mod messages;

@@ -15,7 +15,7 @@ use crate::common::{Scratch, guest_bytes, wait};
 
 /// `method path [body]` with `token` (none: no header): the status, the
 /// JSON answer, and its `Retry-After`.
-fn call_as(
+pub(crate) fn call_as(
     host: &Host,
     token: Option<&str>,
     method: &str,

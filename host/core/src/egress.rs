@@ -93,10 +93,7 @@ pub struct Rule {
 #[serde(untagged)]
 enum RawRule {
     Url(String),
-    WithMethods {
-        url: String,
-        methods: Vec<String>,
-    },
+    WithMethods { url: String, methods: Vec<String> },
 }
 
 impl Serialize for Rule {
@@ -145,7 +142,8 @@ impl Rule {
         let (scheme, rest) = text
             .split_once("://")
             .ok_or_else(|| wrong("it names no scheme; write `https://host`"))?;
-        let scheme = Scheme::parse(scheme).ok_or_else(|| wrong("the scheme is not http or https"))?;
+        let scheme =
+            Scheme::parse(scheme).ok_or_else(|| wrong("the scheme is not http or https"))?;
         if rest.contains(['?', '#']) {
             return Err(wrong("a rule cannot have a query or a fragment"));
         }
@@ -163,7 +161,11 @@ impl Rule {
             Some("*") => PortRule::Any,
             Some(port) => match port.parse::<u16>() {
                 Ok(port) if port > 0 => PortRule::Is(port),
-                _ => return Err(wrong(&format!("the port `{port}` is not 1 to 65535 or `*`"))),
+                _ => {
+                    return Err(wrong(&format!(
+                        "the port `{port}` is not 1 to 65535 or `*`"
+                    )));
+                }
             },
         };
         if has_dot_segment(path) {
@@ -458,8 +460,8 @@ impl Target {
         port: Option<u16>,
         path: &str,
     ) -> Result<Self, String> {
-        let scheme =
-            Scheme::parse(scheme).ok_or_else(|| format!("the scheme `{scheme}` is not http or https"))?;
+        let scheme = Scheme::parse(scheme)
+            .ok_or_else(|| format!("the scheme `{scheme}` is not http or https"))?;
         let bare = host
             .strip_prefix('[')
             .and_then(|h| h.strip_suffix(']'))
@@ -486,7 +488,9 @@ impl Target {
     pub fn parse_url(method: &str, url: &str) -> Result<Self, String> {
         let parsed = url::Url::parse(url).map_err(|e| format!("`{url}` is not a URL: {e}"))?;
         if !parsed.username().is_empty() || parsed.password().is_some() {
-            return Err(format!("`{url}` carries user information, which is not allowed"));
+            return Err(format!(
+                "`{url}` carries user information, which is not allowed"
+            ));
         }
         let host = parsed
             .host_str()
@@ -614,7 +618,12 @@ impl Egress {
             TargetHost::Ip(ip) => HostRule::Ip(*ip),
         };
         let grant = Rule {
-            text: format!("{}://{}:{}", target.scheme.as_str(), target.host, target.port),
+            text: format!(
+                "{}://{}:{}",
+                target.scheme.as_str(),
+                target.host,
+                target.port
+            ),
             scheme: target.scheme,
             host,
             port: PortRule::Is(target.port),
@@ -639,7 +648,10 @@ impl Egress {
             return Err(denied(if self.grants.is_empty() {
                 "the step is granted no HTTP destination (`allow: {http: [...]}`)".to_owned()
             } else {
-                format!("no grant of the step matches it (grants: {})", list(&self.grants))
+                format!(
+                    "no grant of the step matches it (grants: {})",
+                    list(&self.grants)
+                )
             }));
         }
         if let Policy::Rules(rules) = &self.policy
@@ -793,7 +805,13 @@ mod tests {
         ] {
             assert_eq!(non_public(ip(addr)), Some(class), "{addr}");
         }
-        for public in ["1.1.1.1", "93.184.216.34", "172.32.0.1", "2606:4700::1111", "2002:0101:0101::"] {
+        for public in [
+            "1.1.1.1",
+            "93.184.216.34",
+            "172.32.0.1",
+            "2606:4700::1111",
+            "2002:0101:0101::",
+        ] {
             assert_eq!(non_public(ip(public)), None, "{public}");
         }
     }
@@ -821,7 +839,11 @@ mod tests {
             assert!(any.allow_ip(&public, ip(private)).is_err(), "{private}");
         }
         // Another port or `[::1]` on a literal grant of 127.0.0.1.
-        assert!(literal.allow(&target("GET", "http://127.0.0.1:8081/")).is_err());
+        assert!(
+            literal
+                .allow(&target("GET", "http://127.0.0.1:8081/"))
+                .is_err()
+        );
         assert!(literal.allow(&target("GET", "http://[::1]:8080/")).is_err());
         // The decimal form of 127.0.0.1 is read as that address by a URL
         // parser, and is then only as good as the literal.
@@ -831,14 +853,30 @@ mod tests {
         );
         // Without grants, nothing.
         let none = Egress::new(vec![], Policy::Unbounded);
-        assert!(none.allow(&public).unwrap_err().reason.contains("no HTTP destination"));
+        assert!(
+            none.allow(&public)
+                .unwrap_err()
+                .reason
+                .contains("no HTTP destination")
+        );
     }
 
     #[test]
     fn a_policy_bounds_grants_and_requests() {
-        let policy = Policy::Rules(vec![rule("https://*.example.org"), rule("http://10.0.0.5:*")]);
-        assert!(policy.check_grant(&rule("https://api.example.org/v1")).is_ok());
-        assert!(policy.check_grant(&rule("https://*.api.example.org")).is_ok());
+        let policy = Policy::Rules(vec![
+            rule("https://*.example.org"),
+            rule("http://10.0.0.5:*"),
+        ]);
+        assert!(
+            policy
+                .check_grant(&rule("https://api.example.org/v1"))
+                .is_ok()
+        );
+        assert!(
+            policy
+                .check_grant(&rule("https://*.api.example.org"))
+                .is_ok()
+        );
         assert!(policy.check_grant(&rule("https://*.example.org")).is_ok());
         assert!(policy.check_grant(&rule("http://10.0.0.5:9000")).is_ok());
         assert!(policy.check_grant(&rule("https://example.org")).is_err());
@@ -886,7 +924,8 @@ mod tests {
         )
         .unwrap();
         assert_eq!(rules[1].to_string(), "https://b.org/v1 (GET)");
-        let again: Vec<Rule> = serde_json::from_value(serde_json::to_value(&rules).unwrap()).unwrap();
+        let again: Vec<Rule> =
+            serde_json::from_value(serde_json::to_value(&rules).unwrap()).unwrap();
         assert_eq!(again, rules);
         assert!(serde_json::from_str::<Rule>(r#""ftp://x""#).is_err());
     }

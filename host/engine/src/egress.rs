@@ -60,10 +60,16 @@ mod tests {
         assert_eq!(open.policy("default"), Policy::Unbounded);
         assert_eq!(open.policy("acme"), Policy::public_only());
         open.set_tenant("acme", Some(vec![rule("https://a.org")]));
-        assert_eq!(open.policy("acme"), Policy::Rules(vec![rule("https://a.org")]));
+        assert_eq!(
+            open.policy("acme"),
+            Policy::Rules(vec![rule("https://a.org")])
+        );
         open.set_tenant("acme", None);
         assert_eq!(open.policy("acme"), Policy::public_only());
         let host = EgressPolicies::new(Some(vec![rule("https://b.org")]));
-        assert_eq!(host.policy("default"), Policy::Rules(vec![rule("https://b.org")]));
+        assert_eq!(
+            host.policy("default"),
+            Policy::Rules(vec![rule("https://b.org")])
+        );
     }
 }

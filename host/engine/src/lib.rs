@@ -64,7 +64,6 @@ pub use committer::{Committer, DeliveryWrite};
 pub use cron::{ScheduleError, add_schedule, set_paused as set_schedule_paused};
 pub use drive::Answer;
 pub use egress::EgressPolicies;
-pub use secrets::{SecretError, SecretKeys, Vault};
 pub use error::{ActError, ResumeError, StartError};
 pub use launch::MAX_DEPTH;
 pub use runner::{
@@ -73,6 +72,7 @@ pub use runner::{
 pub use scheduler::TenantLimits;
 #[cfg(feature = "sim")]
 pub use scheduler::stepped::{Answering, Stepper};
+pub use secrets::{SecretError, SecretKeys, Vault};
 pub use stored::cancel_in_store;
 pub use weft_model::Workflows;
 
@@ -259,10 +259,10 @@ impl Engine {
         let plugins = Arc::new(plugins);
         let egress = Arc::new(EgressPolicies::new(config.egress.clone()));
         let vault = Vault::new(Arc::clone(&store), config.secrets.clone());
-        let source = Arc::new(WasmPlugins::new(Arc::clone(&plugins), Arc::clone(&store)).reaching(
-            Arc::clone(&egress),
-            vault.clone(),
-        ));
+        let source = Arc::new(
+            WasmPlugins::new(Arc::clone(&plugins), Arc::clone(&store))
+                .reaching(Arc::clone(&egress), vault.clone()),
+        );
         Self::assemble(store, plugins, source, clock, config, egress, vault)
     }
 

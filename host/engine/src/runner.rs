@@ -12,14 +12,14 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use weft_core::egress::{Egress, Policy};
 use weft_core::{Emission, ErrorRecord, KvEffects, LogLine, Versioned};
 use weft_model::{Call, Workflow};
-use weft_core::egress::{Egress, Policy};
 use weft_runtime::{CallError, CallOptions, KvAccess, KvSource, Plugin, Secrets, StepContext};
 use weft_store::{PinnedPlugin, RunRecord, Store};
 
-use crate::error::{ResumeError, StartError};
 use crate::egress::EgressPolicies;
+use crate::error::{ResumeError, StartError};
 use crate::plugins::PluginDir;
 use crate::secrets::{SecretError, Vault};
 
@@ -280,9 +280,8 @@ impl StepRunner for WasmRunner {
                 }
             }
         }
-        let egress = (!call.grants.is_empty()).then(|| {
-            Arc::new(Egress::new(call.grants.clone(), self.egress.policy(tenant)))
-        });
+        let egress = (!call.grants.is_empty())
+            .then(|| Arc::new(Egress::new(call.grants.clone(), self.egress.policy(tenant))));
         let options = CallOptions {
             timeout: call.timeout,
             memory_limit: call.memory_limit,

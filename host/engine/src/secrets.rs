@@ -102,7 +102,11 @@ impl std::fmt::Debug for SecretKeys {
 impl PartialEq for SecretKeys {
     fn eq(&self, other: &Self) -> bool {
         self.current.id == other.current.id
-            && self.previous.iter().map(|k| k.id).eq(other.previous.iter().map(|k| k.id))
+            && self
+                .previous
+                .iter()
+                .map(|k| k.id)
+                .eq(other.previous.iter().map(|k| k.id))
     }
 }
 
@@ -269,11 +273,20 @@ mod tests {
         let sealed = keys.seal("acme", "KEY", "sk_live_1").unwrap();
         assert!(!sealed.windows(9).any(|w| w == b"sk_live_1"));
         assert_eq!(keys.open("acme", "KEY", &sealed).unwrap(), "sk_live_1");
-        assert!(matches!(keys.open("other", "KEY", &sealed), Err(SecretError::Damaged(_))));
-        assert!(matches!(keys.open("acme", "KEY2", &sealed), Err(SecretError::Damaged(_))));
+        assert!(matches!(
+            keys.open("other", "KEY", &sealed),
+            Err(SecretError::Damaged(_))
+        ));
+        assert!(matches!(
+            keys.open("acme", "KEY2", &sealed),
+            Err(SecretError::Damaged(_))
+        ));
         let mut flipped = sealed.clone();
         *flipped.last_mut().unwrap() ^= 1;
-        assert!(matches!(keys.open("acme", "KEY", &flipped), Err(SecretError::Damaged(_))));
+        assert!(matches!(
+            keys.open("acme", "KEY", &flipped),
+            Err(SecretError::Damaged(_))
+        ));
         // Two seals of one value differ (fresh nonces).
         assert_ne!(sealed, keys.seal("acme", "KEY", "sk_live_1").unwrap());
     }
@@ -283,14 +296,20 @@ mod tests {
         let old = SecretKeys::from_hex(A, &[]).unwrap();
         let sealed = old.seal("acme", "KEY", "v").unwrap();
         let new = SecretKeys::from_hex(B, &[]).unwrap();
-        assert!(matches!(new.open("acme", "KEY", &sealed), Err(SecretError::UnknownKey { .. })));
+        assert!(matches!(
+            new.open("acme", "KEY", &sealed),
+            Err(SecretError::UnknownKey { .. })
+        ));
         let rotated = SecretKeys::from_hex(B, &[A.to_owned()]).unwrap();
         assert_eq!(rotated.open("acme", "KEY", &sealed).unwrap(), "v");
     }
 
     #[test]
     fn keys_are_checked() {
-        assert!(matches!(SecretKeys::from_hex("abc", &[]), Err(SecretError::BadKey(_))));
+        assert!(matches!(
+            SecretKeys::from_hex("abc", &[]),
+            Err(SecretError::BadKey(_))
+        ));
         assert!(matches!(
             SecretKeys::from_hex(&"zz".repeat(32), &[]),
             Err(SecretError::BadKey(_))

@@ -48,8 +48,9 @@ pub enum LoadError {
     /// The component was built for a contract version this host does not
     /// speak.
     #[error(
-        "was built for contract `weft:plugin@{found}`, but this host speaks `weft:plugin@{supported}`; \
-         rebuild it against a compatible version"
+        "was built for contract `weft:plugin@{found}`, but this host speaks `weft:plugin@{supported}` \
+         (and loads `weft:plugin@{}` components); rebuild it against a compatible version",
+        crate::COMPAT_VERSION
     )]
     Contract {
         /// The version the component uses.

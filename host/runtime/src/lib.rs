@@ -38,10 +38,10 @@ use wasmtime::{InstanceAllocationStrategy, PoolingAllocationConfig};
 pub use cache::CodeSource;
 pub use error::{CallError, LoadError, RuntimeError};
 pub use http::HttpLimits;
-pub use secrets::Secrets;
 pub use kv::{KvAccess, KvSource, MAX_KEY, MAX_VALUE, MAX_WRITES};
 pub use outbox::{MAX_MESSAGES, MAX_PAYLOAD};
 pub use plugin::{CallOptions, CallOutcome, Plugin, PluginMeta, StepContext};
+pub use secrets::Secrets;
 pub use weft_core::{Digest, HttpCall, KvEffects, LogLevel, LogLine, LogSource, Versioned};
 
 use cache::CodeCache;

@@ -16,9 +16,9 @@ use weft_core::egress::Egress;
 
 use super::http::{HttpHooks, HttpLimits};
 use super::kv::{KvAccess, KvState};
-use super::secrets::Secrets;
 use super::limits::CallLimiter;
 use super::log::{GuestOutput, LogSink};
+use super::secrets::Secrets;
 use weft_core::LogSource;
 
 /// The data of one call's `wasmtime::Store`.

@@ -46,8 +46,7 @@ impl Secrets {
                     .ok()
                     .and_then(|s| s.get(1..s.len() - 1).map(str::to_owned))
                     .filter(|e| e != value);
-                std::iter::once((value.clone(), mark.clone()))
-                    .chain(escaped.map(|e| (e, mark)))
+                std::iter::once((value.clone(), mark.clone())).chain(escaped.map(|e| (e, mark)))
             })
             .collect();
         // The longest first, so that a value that contains another is

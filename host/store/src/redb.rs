@@ -450,11 +450,7 @@ impl Store for RedbStore {
         access::audit(&self.begin_read()?, tenant, limit)
     }
 
-    fn secret(
-        &self,
-        tenant: &str,
-        name: &str,
-    ) -> Result<Option<crate::SecretRecord>, StoreError> {
+    fn secret(&self, tenant: &str, name: &str) -> Result<Option<crate::SecretRecord>, StoreError> {
         access::secret(&self.begin_read()?, tenant, name)
     }
 

@@ -528,7 +528,10 @@ pub fn secrets(data_dir: &Path, command: SecretsCommand) -> anyhow::Result<ExitC
                 &scoped(format!("/v1/secrets/{name}"), &tenant),
                 Some(serde_json::json!({ "value": value })),
                 |answer| {
-                    out!("secret {} set", answer["secret"]["name"].as_str().unwrap_or(&name));
+                    out!(
+                        "secret {} set",
+                        answer["secret"]["name"].as_str().unwrap_or(&name)
+                    );
                     Ok(())
                 },
             )

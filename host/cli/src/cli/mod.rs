@@ -168,7 +168,12 @@ pub struct PluginArgs {
     /// or `http://127.0.0.1:*`, repeated or comma-separated. Without it,
     /// tenant `default` is bound by its steps' grants only and other
     /// tenants by their grants and public addresses.
-    #[arg(long, env = "WEFT_EGRESS_ALLOW", value_delimiter = ',', value_name = "RULE")]
+    #[arg(
+        long,
+        env = "WEFT_EGRESS_ALLOW",
+        value_delimiter = ',',
+        value_name = "RULE"
+    )]
     egress_allow: Vec<String>,
     /// The key tenants' secrets are sealed with: a file holding 64 hex
     /// digits (`weft secrets new-key`), kept outside the data directory.
@@ -178,7 +183,12 @@ pub struct PluginArgs {
     /// Earlier keys, which still open the secrets they sealed: give the old
     /// key here after a rotation, until `weft secrets list` shows every
     /// secret set again (or each was set anew). Repeatable.
-    #[arg(long, env = "WEFT_SECRETS_PREVIOUS_KEY_FILES", value_delimiter = ',', value_name = "FILE")]
+    #[arg(
+        long,
+        env = "WEFT_SECRETS_PREVIOUS_KEY_FILES",
+        value_delimiter = ',',
+        value_name = "FILE"
+    )]
     secrets_previous_key_file: Vec<PathBuf>,
 }
 

@@ -470,7 +470,11 @@ pub(super) const OUTPUTS_PATH: &str = "@outputs";
 /// evaluated, or the last step's output) break its `outputs_schema`;
 /// `None` when they match, or when there is no schema. An `outputs:`
 /// expression that fails is left to [`Drive::conclude`].
-pub(super) fn check_outputs(workflow: &Workflow, last: Value, scope: &Scope) -> Option<ErrorRecord> {
+pub(super) fn check_outputs(
+    workflow: &Workflow,
+    last: Value,
+    scope: &Scope,
+) -> Option<ErrorRecord> {
     let schema = workflow.outputs_schema.as_ref()?;
     let outputs = match &workflow.outputs {
         Some(template) => template.eval(scope).ok()?,

@@ -123,30 +123,28 @@ impl Plugin {
             Err(e) => Err(CallError::Instantiate {
                 message: format!("{e:#}"),
             }),
-            Ok(instance) => {
-                match instance.run(&mut store, context, &input) {
-                    Ok(Ok(output)) => {
-                        let output = if redactor.is_empty() {
-                            output
-                        } else {
-                            redactor.redact(&output)
-                        };
-                        serde_json::from_str(&output)
-                            .map_err(|e| CallError::InvalidOutput {
-                                message: e.to_string(),
-                            })
-                            .and_then(|output| self.check_output(output))
-                    }
-                    Ok(Err(error)) => Err(step_error(error, &redactor)),
-                    Err(trap) => Err(classify_trap(
-                        &trap,
-                        store.data().limiter.refused,
-                        &log,
-                        timeout,
-                        memory_limit,
-                    )),
+            Ok(instance) => match instance.run(&mut store, context, &input) {
+                Ok(Ok(output)) => {
+                    let output = if redactor.is_empty() {
+                        output
+                    } else {
+                        redactor.redact(&output)
+                    };
+                    serde_json::from_str(&output)
+                        .map_err(|e| CallError::InvalidOutput {
+                            message: e.to_string(),
+                        })
+                        .and_then(|output| self.check_output(output))
                 }
-            }
+                Ok(Err(error)) => Err(step_error(error, &redactor)),
+                Err(trap) => Err(classify_trap(
+                    &trap,
+                    store.data().limiter.refused,
+                    &log,
+                    timeout,
+                    memory_limit,
+                )),
+            },
         };
         let state = store.into_data();
         let (http, violation) = state.http.finish();

@@ -9,8 +9,8 @@ use serde_json::Value;
 use wasmtime::component::Component;
 
 use super::call::{classify_trap, new_store};
-use super::{Loaded, Plugin, PluginMeta};
 use super::contract::{Info, Pre};
+use super::{Loaded, Plugin, PluginMeta};
 use crate::cache::CodeSource;
 use crate::error::LoadError;
 use crate::log::LogSink;
@@ -38,8 +38,7 @@ pub(crate) fn load(runtime: &Runtime, bytes: &[u8]) -> Result<Plugin, LoadError>
         .linker
         .instantiate_pre(&component)
         .map_err(|e| link_error(&component, &shared.engine, &e))?;
-    let pre =
-        Pre::new(&contract, instance_pre).map_err(|e| LoadError::Link(format!("{e:#}")))?;
+    let pre = Pre::new(&contract, instance_pre).map_err(|e| LoadError::Link(format!("{e:#}")))?;
 
     let mut plugin = Loaded {
         runtime: runtime.clone(),
@@ -144,7 +143,7 @@ fn check_contract(
         }
         _ => Err(LoadError::Contract {
             found: found.to_owned(),
-            supported: format!("{CONTRACT_VERSION} (and {COMPAT_VERSION})"),
+            supported: CONTRACT_VERSION.to_owned(),
         }),
     }
 }
@@ -186,15 +185,15 @@ fn describe(plugin: &Loaded) -> Result<PluginMeta, LoadError> {
         .instantiate(&mut store)
         .map_err(|e| LoadError::Describe(format!("cannot instantiate: {e:#}")))?;
     let info = instance.describe(&mut store).map_err(|trap| {
-            let error = classify_trap(
-                &trap,
-                store.data().limiter.refused,
-                &log,
-                DESCRIBE_TIMEOUT,
-                config.default_memory_limit,
-            );
-            LoadError::Describe(error.to_string())
-        })?;
+        let error = classify_trap(
+            &trap,
+            store.data().limiter.refused,
+            &log,
+            DESCRIBE_TIMEOUT,
+            config.default_memory_limit,
+        );
+        LoadError::Describe(error.to_string())
+    })?;
     check_info(info).map_err(LoadError::Describe)
 }
 

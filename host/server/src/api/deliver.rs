@@ -74,7 +74,9 @@ impl From<HubError> for ApiError {
             HubError::NotFound(what) => ApiError::not_found(&what),
             HubError::Conflict(message) => ApiError::new(StatusCode::CONFLICT, "conflict", message),
             HubError::Invalid(message) => ApiError::bad_request(message),
-            HubError::Denied(message) => ApiError::new(StatusCode::FORBIDDEN, "http_denied", message),
+            HubError::Denied(message) => {
+                ApiError::new(StatusCode::FORBIDDEN, "http_denied", message)
+            }
             HubError::Store(e) => e.into(),
         }
     }

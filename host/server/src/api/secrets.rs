@@ -37,9 +37,13 @@ pub(super) struct SetSecret {
 fn tenant_of(caller: &Caller, scope: Scope) -> Result<String, ApiError> {
     caller.need(Right::Own)?;
     match scope.tenant {
-        Some(tenant) if tenant != caller.tenant && caller.role != Role::Admin => Err(
-            ApiError::new(StatusCode::NOT_FOUND, "unknown_tenant", format!("no tenant `{tenant}`")),
-        ),
+        Some(tenant) if tenant != caller.tenant && caller.role != Role::Admin => {
+            Err(ApiError::new(
+                StatusCode::NOT_FOUND,
+                "unknown_tenant",
+                format!("no tenant `{tenant}`"),
+            ))
+        }
         Some(tenant) => Ok(tenant),
         None => Ok(caller.tenant.clone()),
     }
@@ -53,7 +57,11 @@ fn secret_error(error: SecretError) -> ApiError {
             "no_secrets_key",
             error.to_string(),
         ),
-        other => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "secrets", other.to_string()),
+        other => ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "secrets",
+            other.to_string(),
+        ),
     }
 }
 
@@ -123,7 +131,9 @@ pub(super) async fn set_secret(
     let mut audited = caller.clone();
     audited.tenant = tenant;
     api.audit(&audited, "secret.set", &name, Value::Null).await;
-    Ok(Json(json!({ "secret": { "name": name, "updated_at": record.updated_at } })))
+    Ok(Json(
+        json!({ "secret": { "name": name, "updated_at": record.updated_at } }),
+    ))
 }
 
 /// `DELETE /v1/secrets/{name}`: deletes a secret.
@@ -153,7 +163,8 @@ pub(super) async fn delete_secret(
     }
     let mut audited = caller.clone();
     audited.tenant = tenant;
-    api.audit(&audited, "secret.delete", &name, Value::Null).await;
+    api.audit(&audited, "secret.delete", &name, Value::Null)
+        .await;
     Ok((StatusCode::OK, Json(json!({ "deleted": name }))))
 }
 

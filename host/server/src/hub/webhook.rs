@@ -18,11 +18,11 @@ use ureq::unversioned::resolver::{DefaultResolver, ResolvedSocketAddrs, Resolver
 use ureq::unversioned::transport::{DefaultConnector, NextTimeout};
 
 use super::{Delivery, Hub, HubError, Shared, moved_on};
-use weft_core::egress::Egress;
-use weft_engine::EgressPolicies;
 use weft_core::clock::Timestamp;
+use weft_core::egress::Egress;
 use weft_core::lock;
 use weft_engine::DeliveryWrite;
+use weft_engine::EgressPolicies;
 use weft_store::{DeliveryOp, DeliveryRecord, SubscriptionRecord, Target};
 
 /// The header that carries the body's signature.
@@ -127,11 +127,7 @@ fn agent(egress: &Arc<EgressPolicies>, tenant: &str) -> ureq::Agent {
 
 /// Checks a webhook's URL against `tenant`'s egress policy, and every
 /// address its host resolves to now (each delivery checks them again).
-pub(super) fn check_url(
-    egress: &EgressPolicies,
-    tenant: &str,
-    url: &str,
-) -> Result<(), HubError> {
+pub(super) fn check_url(egress: &EgressPolicies, tenant: &str, url: &str) -> Result<(), HubError> {
     let target = weft_core::egress::Target::parse_url("POST", url)
         .map_err(|m| HubError::Invalid(format!("webhook.url: {m}")))?;
     let checked = Egress::destination(&target, egress.policy(tenant));
@@ -167,7 +163,9 @@ impl Resolver for CheckedResolver {
         timeout: NextTimeout,
     ) -> Result<ResolvedSocketAddrs, ureq::Error> {
         let refuse = |message: String| ureq::Error::Io(std::io::Error::other(message));
-        let authority = uri.authority().ok_or_else(|| refuse("the URL names no host".to_owned()))?;
+        let authority = uri
+            .authority()
+            .ok_or_else(|| refuse("the URL names no host".to_owned()))?;
         let target = weft_core::egress::Target::new(
             "POST",
             uri.scheme_str().unwrap_or("https"),
@@ -177,7 +175,9 @@ impl Resolver for CheckedResolver {
         )
         .map_err(refuse)?;
         let checked = Egress::destination(&target, self.egress.policy(&self.tenant));
-        checked.allow(&target).map_err(|d| refuse(format!("http_denied: {d}")))?;
+        checked
+            .allow(&target)
+            .map_err(|d| refuse(format!("http_denied: {d}")))?;
         let addrs = DefaultResolver::default().resolve(uri, config, timeout)?;
         for addr in addrs.iter() {
             checked

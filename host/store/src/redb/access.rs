@@ -5,9 +5,7 @@
 use redb::{ReadTransaction, ReadableTable, TableDefinition};
 
 use super::{AUDIT, SECRETS, TENANTS, TOKENS, Tables, decode};
-use crate::{
-    AccessWrite, AuditRecord, SecretRecord, StoreError, TenantRecord, TokenRecord, What,
-};
+use crate::{AccessWrite, AuditRecord, SecretRecord, StoreError, TenantRecord, TokenRecord, What};
 
 impl Tables<'_> {
     pub(super) fn access(
@@ -144,7 +142,10 @@ pub(super) fn secret(
         .transpose()
 }
 
-pub(super) fn secrets(txn: &ReadTransaction, tenant: &str) -> Result<Vec<SecretRecord>, StoreError> {
+pub(super) fn secrets(
+    txn: &ReadTransaction,
+    tenant: &str,
+) -> Result<Vec<SecretRecord>, StoreError> {
     let table = backend!(txn.open_table(SECRETS))?;
     let mut found = Vec::new();
     for entry in backend!(table.range((tenant, "")..))? {
