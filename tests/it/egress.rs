@@ -204,7 +204,7 @@ fn a_granted_request_reaches_the_loopback_server_and_is_recorded_without_query_v
     assert!(!http.to_string().contains("s3cret"), "{http:#}");
 
     // `runs show` prints each request.
-    let text = scratch.run(&["runs", "show", &shown["run"]["id"].as_str().unwrap()]);
+    let text = scratch.run(&["runs", "show", shown["run"]["id"].as_str().unwrap()]);
     assert!(
         text.stdout.contains(&format!(
             "http GET http://127.0.0.1:{}/hello?token=…&page=… -> 200, 19 bytes",

@@ -225,6 +225,16 @@ fn a_tenant_sees_none_of_another_tenants_objects_on_any_route() {
         );
         assert_eq!(status, 201, "{body}");
     }
+    // Tenant A's webhook goes to a loopback address, which a tenant other
+    // than the host's own reaches only if its egress policy names it.
+    let (status, body) = call_as(
+        &host,
+        Some(&admin),
+        "POST",
+        "/v1/tenants/tenant-a/quota",
+        Some(&json!({ "egress": ["http://127.0.0.1:9"] })),
+    );
+    assert_eq!(status, 200, "{body}");
     let (a, a_token_id) = token(&host, &admin, "tenant-a", "owner", None);
     let (b, _) = token(&host, &admin, "tenant-b", "owner", None);
 

@@ -225,7 +225,7 @@ impl Rule {
             && self
                 .methods
                 .as_ref()
-                .is_none_or(|methods| methods.iter().any(|m| *m == target.method))
+                .is_none_or(|methods| methods.contains(&target.method))
     }
 
     /// Whether the rule names `ip` literally, which a non-public address

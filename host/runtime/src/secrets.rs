@@ -51,7 +51,7 @@ impl Secrets {
             .collect();
         // The longest first, so that a value that contains another is
         // replaced whole.
-        pairs.sort_by(|a, b| b.0.len().cmp(&a.0.len()));
+        pairs.sort_by_key(|pair| std::cmp::Reverse(pair.0.len()));
         Redactor(Arc::new(pairs))
     }
 }
