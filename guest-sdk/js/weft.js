@@ -17,9 +17,30 @@
 //
 // An uncaught exception fails the attempt as retryable (`exception`, with
 // the stack in the details), as a panic does in Rust; throw `fatal(...)`
-// for an error that trying again cannot fix.
+// for an error that trying again cannot fix. A step may be `async` (it
+// may `await fetch(...)`).
+//
+// The host's capabilities, the same in every language:
+//
+// - `kv.get(key)`, `kv.set(key, value)`, `kv.delete(key)`,
+//   `kv.keys(prefix, limit)`: the workflow's durable key-value space
+//   (writes commit with the step's result);
+// - `outbox.emit(channel, payload)`: a message, sent once if the step
+//   succeeds;
+// - `secrets.get(name)`: a secret the workflow grants the step;
+// - the global `fetch`: outgoing HTTP to the hosts the workflow grants
+//   (`allow: {http: [...]}`). A plugin whose sources call `fetch(` is
+//   built against the `http-plugin` world; others have no `fetch`.
 
-import { log } from 'weft:plugin/log@0.1.0';
+import { log } from 'weft:plugin/log@0.2.0';
+import {
+  get as kvGet,
+  set as kvSet,
+  delete as kvDelete,
+  keys as kvKeys,
+} from 'weft:plugin/kv@0.2.0';
+import { emit } from 'weft:plugin/outbox@0.2.0';
+import { get as secretGet } from 'weft:plugin/secrets@0.2.0';
 
 const LEVELS = new Set(['trace', 'debug', 'info', 'warn', 'error']);
 
@@ -43,6 +64,63 @@ export function fatal(code, message, details) {
 export function retryable(code, message, details) {
   return new StepError(code, message, { details, retryable: true });
 }
+
+/** The message of an error a host call threw. */
+function reason(e) {
+  return e && e.payload !== undefined ? String(e.payload) : String(e && e.message);
+}
+
+/** The workflow's durable key-value space. */
+export const kv = {
+  /** The value of `key` (a string), or null. */
+  get(key) {
+    return kvGet(key) ?? null;
+  },
+  /** Sets `key` to `value` (a string); committed with the step's result. */
+  set(key, value) {
+    try {
+      kvSet(key, value);
+    } catch (e) {
+      throw fatal('kv', reason(e));
+    }
+  },
+  /** Removes `key`; committed with the step's result. */
+  delete(key) {
+    try {
+      kvDelete(key);
+    } catch (e) {
+      throw fatal('kv', reason(e));
+    }
+  },
+  /** Up to `limit` keys that start with `prefix`, in byte order. */
+  keys(prefix = '', limit = 1000) {
+    return kvKeys(prefix, limit);
+  },
+};
+
+/** Messages out of the run. */
+export const outbox = {
+  /** Emits `payload` (a JSON value) on `channel`; returns its id. */
+  emit(channel, payload) {
+    try {
+      return emit(channel, JSON.stringify(payload));
+    } catch (e) {
+      throw fatal('emit', reason(e));
+    }
+  },
+};
+
+/** The tenant's secrets that the workflow grants the step. */
+export const secrets = {
+  /** The value of secret `name`. */
+  get(name) {
+    try {
+      return secretGet(name);
+    } catch (e) {
+      throw fatal('secret', reason(e));
+    }
+  },
+};
 
 function failure(error) {
   const val = {
@@ -83,18 +161,29 @@ export function defineStep(info, run) {
           log(LEVELS.has(level) ? level : 'info', String(message));
         },
       };
+      const caught = (e) => {
+        if (e instanceof StepError) return failure(e);
+        return failure(retryable('exception', `${e && e.name}: ${e && e.message}`, { stack: String(e && e.stack) }));
+      };
+      const finish = (output) => {
+        const text = JSON.stringify(output);
+        if (text === undefined) {
+          throw failure(fatal('invalid_output', 'the step returned nothing JSON can hold'));
+        }
+        return text;
+      };
       let output;
       try {
         output = run(context, value);
       } catch (e) {
-        if (e instanceof StepError) throw failure(e);
-        throw failure(retryable('exception', `${e && e.name}: ${e && e.message}`, { stack: String(e && e.stack) }));
+        throw caught(e);
       }
-      const text = JSON.stringify(output);
-      if (text === undefined) {
-        throw failure(fatal('invalid_output', 'the step returned nothing JSON can hold'));
+      if (output && typeof output.then === 'function') {
+        return output.then(finish, (e) => {
+          throw caught(e);
+        });
       }
-      return text;
+      return finish(output);
     },
   };
 }

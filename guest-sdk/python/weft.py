@@ -20,6 +20,20 @@ copy it.
 An uncaught exception fails the attempt as retryable (`exception`, with the
 traceback in the details), as a panic does in Rust; raise `weft.fatal(...)`
 for an error that trying again cannot fix.
+
+The host's capabilities, the same in every language:
+
+- `weft.kv.get(key)`, `.set(key, value)`, `.delete(key)`, `.keys(prefix,
+  limit)`: the workflow's durable key-value space (writes commit with the
+  step's result);
+- `weft.outbox.emit(channel, payload)`: a message, sent once if the step
+  succeeds;
+- `weft.secrets.get(name)`: a secret the workflow grants the step;
+- `weft.http.get(url)`, `weft.http.post_json(url, value)`,
+  `weft.http.request(method, url, headers=, body=, timeout=)`: outgoing
+  HTTP to the hosts the workflow grants (`allow: {http: [...]}`). A plugin
+  whose sources mention `weft.http` is built against the `http-plugin`
+  world; others cannot make requests.
 """
 
 import json
@@ -27,10 +41,32 @@ import traceback
 
 from componentize_py_types import Err
 from wit_world import exports
+from wit_world.imports import kv as _kv
 from wit_world.imports import log as _log
-from wit_world.imports import types
+from wit_world.imports import outbox as _outbox
+from wit_world.imports import secrets as _secrets
+from wit_world.imports import weft_types as types
 
-__all__ = ["Context", "StepError", "fatal", "retryable", "step", "Step"]
+try:  # only in the `http-plugin` world
+    from wit_world.imports import outgoing_handler as _outgoing
+    from wit_world.imports import streams as _streams
+    from wit_world.imports import types as _http
+except ImportError:
+    _outgoing = None
+
+__all__ = [
+    "Context",
+    "StepError",
+    "HttpError",
+    "fatal",
+    "retryable",
+    "step",
+    "Step",
+    "kv",
+    "outbox",
+    "secrets",
+    "http",
+]
 
 _LEVELS = {
     "trace": _log.Level.TRACE,
@@ -78,6 +114,211 @@ class Context:
         warn or error."""
         _log.log(_LEVELS.get(level, _log.Level.INFO), str(message))
 
+
+class _Kv:
+    """The workflow's durable key-value space."""
+
+    @staticmethod
+    def get(key):
+        """The value of `key` (a string), or None."""
+        return _kv.get(key)
+
+    @staticmethod
+    def set(key, value):
+        """Sets `key` to `value` (a string); committed with the step's result."""
+        try:
+            _kv.set(key, value)
+        except Err as e:
+            raise fatal("kv", e.value)
+
+    @staticmethod
+    def delete(key):
+        """Removes `key`; committed with the step's result."""
+        try:
+            _kv.delete(key)
+        except Err as e:
+            raise fatal("kv", e.value)
+
+    @staticmethod
+    def keys(prefix="", limit=1000):
+        """Up to `limit` keys that start with `prefix`, in byte order."""
+        return _kv.keys(prefix, limit)
+
+
+class _Outbox:
+    """Messages out of the run."""
+
+    @staticmethod
+    def emit(channel, payload):
+        """Emits `payload` (a JSON value) on `channel`; returns its id. Sent
+        once, if the step succeeds."""
+        try:
+            return _outbox.emit(channel, json.dumps(payload))
+        except Err as e:
+            raise fatal("emit", e.value)
+
+
+class _Secrets:
+    """The tenant's secrets that the workflow grants the step."""
+
+    @staticmethod
+    def get(name):
+        """The value of secret `name`; a StepError `secret` if it is not
+        granted or not set."""
+        try:
+            return _secrets.get(name)
+        except Err as e:
+            raise fatal("secret", e.value)
+
+
+class HttpError(StepError):
+    """A request that got no answer (retryable). A refused request fails
+    the attempt as `http_denied` whatever the step does."""
+
+    def __init__(self, message):
+        super().__init__("http", message, retryable=True)
+
+
+class Response:
+    """An answer: `status`, `headers` [(name, bytes)], `body` (bytes)."""
+
+    def __init__(self, status, headers, body):
+        self.status = status
+        self.headers = headers
+        self.body = body
+
+    def text(self):
+        return self.body.decode("utf-8")
+
+    def json(self):
+        return json.loads(self.body)
+
+    def header(self, name):
+        name = name.lower()
+        for key, value in self.headers:
+            if key == name:
+                return value.decode("utf-8", "replace")
+        return None
+
+
+class _Http:
+    """Outgoing HTTP over `wasi:http`, blocking, no redirects followed."""
+
+    @staticmethod
+    def get(url, headers=None, timeout=None):
+        return _Http.request("GET", url, headers=headers, timeout=timeout)
+
+    @staticmethod
+    def post_json(url, value, headers=None, timeout=None):
+        merged = {"content-type": "application/json"}
+        merged.update(headers or {})
+        return _Http.request("POST", url, headers=merged, body=json.dumps(value), timeout=timeout)
+
+    @staticmethod
+    def request(method, url, headers=None, body=None, timeout=None):
+        """Sends a request and reads the whole answer. `body` is bytes or
+        str; `timeout` (seconds) bounds the wait for the first byte."""
+        if _outgoing is None:
+            raise HttpError(
+                "this plugin was built without HTTP: mention `weft.http` in its sources"
+            )
+        scheme, authority, path = _split(url)
+        if isinstance(body, str):
+            body = body.encode("utf-8")
+        entries = [(k.lower(), str(v).encode("utf-8")) for k, v in (headers or {}).items()]
+        if body and not any(k == "content-length" for k, _ in entries):
+            entries.append(("content-length", str(len(body)).encode()))
+        try:
+            request = _http.OutgoingRequest(_http.Fields.from_list(entries))
+            request.set_method(_method(method))
+            request.set_scheme(_http.Scheme_Https() if scheme == "https" else _http.Scheme_Http())
+            request.set_authority(authority)
+            request.set_path_with_query(path)
+            outgoing = request.body()
+            options = None
+            if timeout is not None:
+                options = _http.RequestOptions()
+                options.set_first_byte_timeout(int(timeout * 1_000_000_000))
+            future = _outgoing.handle(request, options)
+            stream = outgoing.write()
+            data = body or b""
+            for at in range(0, len(data), 4096):
+                stream.blocking_write_and_flush(data[at : at + 4096])
+            stream.__exit__(None, None, None)
+            _http.OutgoingBody.finish(outgoing, None)
+            while True:
+                answer = future.get()
+                if answer is not None:
+                    break
+                pollable = future.subscribe()
+                pollable.block()
+                pollable.__exit__(None, None, None)
+            response = answer.value.value
+            status = response.status()
+            fields = response.headers()
+            headers = fields.entries()
+            fields.__exit__(None, None, None)
+            incoming = response.consume()
+            stream = incoming.stream()
+            chunks = []
+            while True:
+                try:
+                    chunks.append(stream.blocking_read(65536))
+                except Err as e:
+                    if isinstance(e.value, _streams.StreamError_Closed):
+                        break
+                    raise
+            stream.__exit__(None, None, None)
+            _http.IncomingBody.finish(incoming)
+            return Response(status, headers, b"".join(chunks))
+        except Err as e:
+            raise HttpError(f"{method} {url} failed: {_describe(e.value)}")
+
+
+def _describe(value):
+    name = type(value).__name__
+    if name in ("ErrorCode_HttpRequestDenied", "ErrorCode_DestinationIpProhibited"):
+        return "http_denied: the step is not granted this destination"
+    return name
+
+
+def _split(url):
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme.lower() not in ("http", "https"):
+        raise HttpError(f"`{url}` is not an http:// or https:// URL")
+    cut = len(rest)
+    for mark in "/?":
+        at = rest.find(mark)
+        if at != -1:
+            cut = min(cut, at)
+    authority, path = rest[:cut], rest[cut:] or "/"
+    if not authority:
+        raise HttpError(f"`{url}` names no host")
+    return scheme.lower(), authority, path
+
+
+def _method(name):
+    name = name.upper()
+    known = {
+        "GET": "Method_Get",
+        "HEAD": "Method_Head",
+        "POST": "Method_Post",
+        "PUT": "Method_Put",
+        "DELETE": "Method_Delete",
+        "CONNECT": "Method_Connect",
+        "OPTIONS": "Method_Options",
+        "TRACE": "Method_Trace",
+        "PATCH": "Method_Patch",
+    }
+    if name in known:
+        return getattr(_http, known[name])()
+    return _http.Method_Other(name)
+
+
+kv = _Kv()
+outbox = _Outbox()
+secrets = _Secrets()
+http = _Http()
 
 _registered = None
 

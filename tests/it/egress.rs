@@ -25,13 +25,13 @@ use crate::tenants::call_as;
 /// - `POST /echo` answers the body it got.
 ///
 /// It counts the requests it gets, by path.
-struct Site {
-    port: u16,
+pub(crate) struct Site {
+    pub(crate) port: u16,
     paths: Arc<Mutex<Vec<String>>>,
 }
 
 impl Site {
-    fn start() -> Self {
+    pub(crate) fn start() -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         let paths = Arc::new(Mutex::new(Vec::new()));
@@ -46,11 +46,11 @@ impl Site {
         Self { port, paths }
     }
 
-    fn url(&self, path: &str) -> String {
+    pub(crate) fn url(&self, path: &str) -> String {
         format!("http://127.0.0.1:{}{path}", self.port)
     }
 
-    fn hits(&self) -> usize {
+    pub(crate) fn hits(&self) -> usize {
         self.paths.lock().unwrap().len()
     }
 }

@@ -8,6 +8,7 @@
 mod common;
 
 mod admission;
+mod behaviour;
 mod cli;
 mod control;
 mod crash;

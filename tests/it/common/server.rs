@@ -41,7 +41,11 @@ impl Host {
                     .send(body),
                 ("POST", None) => agent.post(&url).send_empty(),
                 ("DELETE", _) => agent.delete(&url).call(),
-                ("PUT", _) => agent.put(&url).send_empty(),
+                ("PUT", Some(body)) => agent
+                    .put(&url)
+                    .header("content-type", "application/json")
+                    .send(body),
+                ("PUT", None) => agent.put(&url).send_empty(),
                 _ => agent.get(&url).call(),
             }
         })

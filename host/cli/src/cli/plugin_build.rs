@@ -19,23 +19,77 @@ pub const COMPONENTIZE_PY: &str = "0.25.0";
 pub const COMPONENTIZE_JS: &str = "0.23.0";
 
 const WIT: &str = include_str!("../../../../wit/plugin.wit");
+/// The WASI packages `wit/plugin.wit` refers to (its `http-plugin` world
+/// imports `wasi:http`), as `wit/deps/<file>`.
+const WIT_DEPS: &[(&str, &str)] = &[
+    ("cli.wit", include_str!("../../../../wit/deps/cli.wit")),
+    (
+        "clocks.wit",
+        include_str!("../../../../wit/deps/clocks.wit"),
+    ),
+    (
+        "filesystem.wit",
+        include_str!("../../../../wit/deps/filesystem.wit"),
+    ),
+    ("http.wit", include_str!("../../../../wit/deps/http.wit")),
+    ("io.wit", include_str!("../../../../wit/deps/io.wit")),
+    (
+        "random.wit",
+        include_str!("../../../../wit/deps/random.wit"),
+    ),
+    (
+        "sockets.wit",
+        include_str!("../../../../wit/deps/sockets.wit"),
+    ),
+];
 const PY_HELPER: &str = include_str!("../../../../guest-sdk/python/weft.py");
 const JS_HELPER: &str = include_str!("../../../../guest-sdk/js/weft.js");
 
 /// Builds one JavaScript component with componentize-js's API (its CLI
 /// cannot read a WIT folder outside its working directory). Every WASI
-/// feature is left out, so the component imports only `weft:plugin`.
+/// feature is left out, so the component imports only `weft:plugin`;
+/// for the `http-plugin` world, `http` is kept, which gives `fetch`.
 const JS_BUILD: &str = r#"import { componentize } from '@bytecodealliance/componentize-js';
 import { writeFile } from 'node:fs/promises';
-const [source, wit, out] = process.argv.slice(2);
+const [source, wit, out, world] = process.argv.slice(2);
+const http = world === 'http-plugin';
 const { component } = await componentize({
   sourcePath: source,
   witPath: wit,
-  worldName: 'plugin',
-  disableFeatures: ['random', 'stdio', 'clocks', 'http', 'fetch-event'],
+  worldName: world,
+  disableFeatures: ['random', 'stdio', 'clocks', 'fetch-event', ...(http ? [] : ['http'])],
 });
 await writeFile(out, component);
 "#;
+
+/// Which world a Python or JavaScript project is built against: the
+/// `http-plugin` world (which imports `wasi:http`, so its steps need a
+/// grant) if its sources make HTTP requests (`weft.http` in Python,
+/// `fetch(` in JavaScript), else `plugin`. Rust needs no choice: a
+/// component imports only what its code uses.
+fn world_of(dir: &Path, lang: Lang) -> anyhow::Result<&'static str> {
+    let (extensions, needle): (&[&str], &[&str]) = match lang {
+        Lang::Python => (&["py"], &["weft.http", "from weft import http"]),
+        Lang::Js => (&["js", "mjs"], &["fetch("]),
+        Lang::Rust => return Ok("plugin"),
+    };
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        let source = path
+            .extension()
+            .and_then(|e| e.to_str())
+            .is_some_and(|e| extensions.contains(&e));
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        let test = name.starts_with("test_") || name.contains(".test.");
+        if path.is_file() && source && !test {
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            if needle.iter().any(|n| text.contains(n)) {
+                return Ok("http-plugin");
+            }
+        }
+    }
+    Ok("plugin")
+}
 
 /// A plugin project's language.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -108,10 +162,17 @@ impl Toolchains {
         std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))
     }
 
-    /// The folder holding the contract, `plugin.wit`.
+    /// The folder holding the contract, `plugin.wit`, and the WASI
+    /// packages it refers to in `deps/`.
     fn wit(&self) -> anyhow::Result<PathBuf> {
         let dir = self.dir.join("wit");
-        self.locked(|| Self::put(&dir.join("plugin.wit"), WIT))?;
+        self.locked(|| {
+            Self::put(&dir.join("plugin.wit"), WIT)?;
+            for (name, text) in WIT_DEPS {
+                Self::put(&dir.join("deps").join(name), text)?;
+            }
+            Ok(())
+        })?;
         Ok(dir)
     }
 
@@ -245,7 +306,8 @@ pub fn build(data_dir: &Path, dir: &Path, out: Option<PathBuf>) -> anyhow::Resul
         Lang::Python => {
             let (componentize, helper) = toolchains.python()?;
             let wit = toolchains.wit()?;
-            build_python(&componentize, &wit, dir, &helper, &built)
+            let world = world_of(dir, lang)?;
+            build_python(&componentize, &wit, world, dir, &helper, &built)
         }
         Lang::Js => {
             let tools = toolchains.js()?;
@@ -255,7 +317,8 @@ pub fn build(data_dir: &Path, dir: &Path, out: Option<PathBuf>) -> anyhow::Resul
             let source = staging.path().join("src");
             copy_modules(dir, &source)?;
             std::fs::copy(tools.join("sdk").join("weft.js"), source.join("weft.js"))?;
-            build_js(&tools, &source, &wit, &built)
+            let world = world_of(dir, lang)?;
+            build_js(&tools, &source, &wit, world, &built)
         }
     };
     if let Err(e) = result {
@@ -302,10 +365,13 @@ fn check_and_write(
 }
 
 /// Builds the Python project in `dir` into `built` with componentize-py,
-/// beside the SDK's helper module in `helper`.
+/// against `world`, beside the SDK's helper module in `helper`. Two
+/// interfaces are both named `types` (weft's and `wasi:http`'s); they are
+/// renamed so that each has a module of its own, as the helper expects.
 fn build_python(
     componentize: &Path,
     wit: &Path,
+    world: &str,
     dir: &Path,
     helper: &Path,
     built: &Path,
@@ -314,7 +380,14 @@ fn build_python(
         Command::new(componentize)
             .arg("-d")
             .arg(wit)
-            .args(["-w", "plugin", "componentize", "app", "-p"])
+            .args(["-w", world])
+            .args([
+                "--import-interface-name",
+                "weft:plugin/types@0.2.0=weft_types",
+                "--import-interface-name",
+                "wasi:http/types@0.2.12=types",
+            ])
+            .args(["componentize", "app", "-p"])
             .arg(dir)
             .arg("-p")
             .arg(helper)
@@ -324,15 +397,22 @@ fn build_python(
     )
 }
 
-/// Builds the JavaScript modules in `source` into `built` with the build
-/// script in `tools`.
-fn build_js(tools: &Path, source: &Path, wit: &Path, built: &Path) -> anyhow::Result<()> {
+/// Builds the JavaScript modules in `source` into `built` against
+/// `world`, with the build script in `tools`.
+fn build_js(
+    tools: &Path,
+    source: &Path,
+    wit: &Path,
+    world: &str,
+    built: &Path,
+) -> anyhow::Result<()> {
     run(
         Command::new("node")
             .arg(tools.join("build.mjs"))
             .arg(source.join("index.js"))
             .arg(wit)
-            .arg(built),
+            .arg(built)
+            .arg(world),
         "componentize-js",
     )
 }
