@@ -12,6 +12,7 @@
 //!   allocator and, as the baseline measured in the same run, with on-demand
 //!   allocation; p50, p99 and the ratio between them.
 
+mod http;
 mod languages;
 mod messages;
 mod tenants;
@@ -80,6 +81,11 @@ pub struct BenchArgs {
     /// another floods the host (--flood runs at once).
     #[arg(long)]
     pub tenants: bool,
+    /// Time an outgoing HTTP call through weft (the `http-get` plugin)
+    /// against the same request from a native client, to one server on
+    /// loopback, `--iterations` times each.
+    #[arg(long)]
+    pub http: bool,
 
     /// With --tenants: how many runs the flooding tenant starts at once.
     #[arg(long, value_name = "N", default_value_t = 10_000)]
@@ -106,6 +112,9 @@ pub fn main(plugins: &Path, args: &BenchArgs) -> anyhow::Result<ExitCode> {
     }
     if args.tenants {
         return tenants::tenants(plugins, args.flood.max(1));
+    }
+    if args.http {
+        return http::http(plugins, args.iterations.clamp(100, 100_000));
     }
     if args.languages {
         return languages::languages(
