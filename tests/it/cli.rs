@@ -363,7 +363,7 @@ fn the_readme_workflow_examples_are_valid() {
         checked += 1;
     }
     assert!(checked >= 1, "the README has no yaml example");
-    for name in ["order.yaml", "hello.yaml"] {
+    for name in ["order.yaml", "hello.yaml", "http.yaml", "polyglot.yaml"] {
         let run = scratch.run(&["check", &example(name)]);
         assert_eq!(run.code, Some(0), "{name}: {run:?}");
     }

@@ -515,6 +515,63 @@ fn secrets_are_sealed_at_rest_read_only_where_granted_and_never_shown() {
             .any(|w| w == secret_value.as_bytes()),
         "the store holds the secret in the clear"
     );
+
+    // A rotation: the new key current, the old one previous; reseal; then
+    // the new key alone still opens the secret.
+    let new_key = scratch.run(&["secrets", "new-key"]);
+    let new_file = scratch.file("secrets-2.key", new_key.stdout.trim());
+    let host = serve_with(
+        &scratch,
+        2,
+        &[
+            "--secrets-key-file",
+            new_file.to_str().unwrap(),
+            "--secrets-previous-key-file",
+            key_file.to_str().unwrap(),
+        ],
+    );
+    let address = wait_for_address(&scratch).unwrap();
+    let resealed = scratch.run(&["secrets", "reseal", "--server", &address]);
+    assert_eq!(resealed.code, Some(0), "{resealed:?}");
+    assert!(
+        resealed.stdout.contains("resealed 1 of 1"),
+        "{}",
+        resealed.stdout
+    );
+    drop(host);
+    let host = serve_with(
+        &scratch,
+        3,
+        &["--secrets-key-file", new_file.to_str().unwrap()],
+    );
+    let (status, started) = host.call("POST", "/v1/runs", Some(r#"{"workflow": "charge"}"#));
+    assert_eq!(status, 201, "{started}");
+    let id = started["id"].as_str().unwrap().to_owned();
+    let shown = crate::common::wait(
+        std::time::Duration::from_secs(60),
+        std::time::Duration::from_millis(50),
+        || {
+            let (_, shown) = host.call("GET", &format!("/v1/runs/{id}"), None);
+            if shown["run"]["state"] == "running" {
+                Err(shown)
+            } else {
+                Ok(shown)
+            }
+        },
+        |seen| format!("the run did not end: {seen:#}"),
+    );
+    let charge = shown["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["step_id"] == "charge")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        charge["output"]["secret_length"],
+        secret_value.len(),
+        "{shown:#}"
+    );
 }
 
 #[test]

@@ -51,6 +51,13 @@ fn call_full(
             }
             request.send_empty()
         }
+        ("PUT", Some(body)) => {
+            let mut request = agent.put(&url).header("content-type", "application/json");
+            if let Some(b) = &bearer {
+                request = request.header("authorization", b);
+            }
+            request.send(body.to_string())
+        }
         ("DELETE", _) => {
             let mut request = agent.delete(&url);
             if let Some(b) = &bearer {
@@ -197,7 +204,13 @@ fn a_tenant_sees_none_of_another_tenants_objects_on_any_route() {
     let made = scratch.run(&["tokens", "create", "--local", "--role", "admin"]);
     assert_eq!(made.code, Some(0), "{}", made.stderr);
     let admin = made.stdout.trim().to_owned();
-    let host = serve(&scratch, 0);
+    let key = scratch.run(&["secrets", "new-key"]);
+    let key_file = scratch.file("secrets.key", key.stdout.trim());
+    let host = serve_with(
+        &scratch,
+        0,
+        &["--secrets-key-file", key_file.to_str().unwrap()],
+    );
 
     // No token, or a bad one: 401 with a code that says which.
     for (header, code) in [
@@ -334,6 +347,16 @@ fn a_tenant_sees_none_of_another_tenants_objects_on_any_route() {
     );
     let a_message = body["messages"][0]["id"].as_str().unwrap().to_owned();
     assert_eq!(body["messages"][0]["channel"], "a-news", "{body}");
+    // And a secret.
+    let (status, body) = call_as(
+        &host,
+        Some(&a),
+        "PUT",
+        "/v1/secrets/a-stripe",
+        Some(&json!({ "value": "a-secret-value-5c2e" })),
+    );
+    assert_eq!(status, 200, "{body}");
+    let a_secret_set = body["secret"]["updated_at"].clone();
 
     // What must never show in an answer to B.
     let secrets: Vec<String> = [
@@ -346,6 +369,8 @@ fn a_tenant_sees_none_of_another_tenants_objects_on_any_route() {
         "flaky".to_owned(),
         "a-nightly".to_owned(),
         "tenant-a".to_owned(),
+        "a-stripe".to_owned(),
+        "a-secret-value-5c2e".to_owned(),
     ]
     .into_iter()
     .chain(a_deliveries.iter().cloned())
@@ -637,6 +662,62 @@ fn a_tenant_sees_none_of_another_tenants_objects_on_any_route() {
         },
         Probe {
             method: "GET",
+            route: "/v1/secrets",
+            path: "/v1/secrets".into(),
+            twin: None,
+            body: None,
+            expect: Expect::List,
+        },
+        Probe {
+            method: "GET",
+            route: "/v1/secrets",
+            path: "/v1/secrets?tenant=tenant-a".into(),
+            twin: Some("/v1/secrets?tenant=no-tenant".into()),
+            body: None,
+            expect: Expect::Missing,
+        },
+        Probe {
+            method: "PUT",
+            route: "/v1/secrets/{name}",
+            path: "/v1/secrets/a-stripe?tenant=tenant-a".into(),
+            twin: Some("/v1/secrets/a-stripe?tenant=no-tenant".into()),
+            body: Some(json!({ "value": "from-b" })),
+            expect: Expect::Missing,
+        },
+        Probe {
+            method: "DELETE",
+            route: "/v1/secrets/{name}",
+            path: "/v1/secrets/a-stripe?tenant=tenant-a".into(),
+            twin: Some("/v1/secrets/a-stripe?tenant=no-tenant".into()),
+            body: None,
+            expect: Expect::Missing,
+        },
+        Probe {
+            method: "DELETE",
+            route: "/v1/secrets/{name}",
+            path: "/v1/secrets/a-stripe".into(),
+            twin: Some("/v1/secrets/no-such-secret".into()),
+            body: None,
+            expect: Expect::Missing,
+        },
+        Probe {
+            method: "POST",
+            route: "/v1/secrets/reseal",
+            path: "/v1/secrets/reseal?tenant=tenant-a".into(),
+            twin: Some("/v1/secrets/reseal?tenant=no-tenant".into()),
+            body: None,
+            expect: Expect::Missing,
+        },
+        Probe {
+            method: "PUT",
+            route: "/v1/secrets/{name}",
+            path: "/v1/secrets/a-stripe".into(),
+            twin: None,
+            body: Some(json!({ "value": "b-own-value" })),
+            expect: Expect::Own,
+        },
+        Probe {
+            method: "GET",
             route: "/v1/channels/{channel}/events",
             path: "/v1/channels/a-news/events?consumer=a-reader".into(),
             twin: None,
@@ -739,6 +820,12 @@ fn a_tenant_sees_none_of_another_tenants_objects_on_any_route() {
     }
 
     // A's objects are as they were.
+    let (_, listed) = call_as(&host, Some(&a), "GET", "/v1/secrets", None);
+    assert_eq!(
+        listed["secrets"],
+        json!([{ "name": "a-stripe", "updated_at": a_secret_set }]),
+        "{listed}"
+    );
     let (_, run) = call_as(&host, Some(&a), "GET", &format!("/v1/runs/{a_run}"), None);
     assert_eq!(run["run"]["state"], "running", "{run}");
     let (_, workflow) = call_as(&host, Some(&a), "GET", "/v1/workflows/a-flow", None);

@@ -170,6 +170,16 @@ pub enum SecretsCommand {
         #[command(flatten)]
         server: ServerArg,
     },
+    /// After a key rotation (the new key as --secrets-key-file, the old one
+    /// as --secrets-previous-key-file on the server): seal every secret of
+    /// the tenant again under the new key.
+    Reseal {
+        /// The tenant. [default: the caller's]
+        #[arg(long)]
+        tenant: Option<String>,
+        #[command(flatten)]
+        server: ServerArg,
+    },
     /// Print a fresh secrets key (64 hex digits) for `--secrets-key-file`.
     NewKey,
 }
@@ -577,6 +587,21 @@ pub fn secrets(data_dir: &Path, command: SecretsCommand) -> anyhow::Result<ExitC
             None,
             |_| {
                 out!("secret {name} deleted");
+                Ok(())
+            },
+        ),
+        SecretsCommand::Reseal { tenant, server } => ask(
+            data_dir,
+            server,
+            "POST",
+            &scoped("/v1/secrets/reseal".to_owned(), &tenant),
+            None,
+            |answer| {
+                out!(
+                    "resealed {} of {} secret(s) under the current key",
+                    answer["resealed"],
+                    answer["secrets"]
+                );
                 Ok(())
             },
         ),

@@ -160,6 +160,7 @@ fn routes() -> Vec<(&'static str, MethodRouter<Api>)> {
         ),
         ("/v1/tokens/{id}/revoke", post(tenancy::revoke_token)),
         ("/v1/secrets", get(secrets::list_secrets)),
+        ("/v1/secrets/reseal", post(secrets::reseal_secrets)),
         (
             "/v1/secrets/{name}",
             axum::routing::put(secrets::set_secret).delete(secrets::delete_secret),

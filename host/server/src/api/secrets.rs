@@ -95,6 +95,11 @@ pub(super) async fn set_secret(
     let tenant = tenant_of(&caller, scope)?;
     weft_core::names::check_id(&name)
         .map_err(|m| ApiError::bad_request(format!("the secret's name {m}")))?;
+    if name == "reseal" {
+        return Err(ApiError::bad_request(
+            "`reseal` is not a secret's name: `POST /v1/secrets/reseal` is the rotation's route",
+        ));
+    }
     let Json(SetSecret { value }) = body?;
     if value.is_empty() || value.len() > MAX_VALUE {
         return Err(ApiError::bad_request(format!(
@@ -166,6 +171,54 @@ pub(super) async fn delete_secret(
     api.audit(&audited, "secret.delete", &name, Value::Null)
         .await;
     Ok((StatusCode::OK, Json(json!({ "deleted": name }))))
+}
+
+/// `POST /v1/secrets/reseal`: seals every secret of the tenant sealed
+/// under an earlier key (`--secrets-previous-key-file`) again under the
+/// current one, after a key rotation. Answers how many it resealed.
+pub(super) async fn reseal_secrets(
+    State(api): State<Api>,
+    Extension(caller): Extension<Caller>,
+    scope: Result<Query<Scope>, QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let Query(scope) = scope?;
+    let tenant = tenant_of(&caller, scope)?;
+    let store = Arc::clone(api.engine.store());
+    let vault = api.engine.vault().clone();
+    let asked = tenant.clone();
+    let (resealed, total) = blocking(move || {
+        let secrets = store.secrets(&asked)?;
+        let total = secrets.len();
+        let mut writes = Vec::new();
+        for record in &secrets {
+            if let Some(again) = vault.reseal(&asked, record).map_err(secret_error)? {
+                writes.push(Write::Access(AccessWrite::PutSecret {
+                    tenant: asked.clone(),
+                    name: again.name.clone(),
+                    record: weft_store::encode(&again),
+                }));
+            }
+        }
+        let resealed = writes.len();
+        if !writes.is_empty() {
+            let refs: Vec<&Write> = writes.iter().collect();
+            for answer in store.apply(&refs)? {
+                answer?;
+            }
+        }
+        Ok::<_, ApiError>((resealed, total))
+    })
+    .await??;
+    let mut audited = caller.clone();
+    audited.tenant = tenant;
+    api.audit(
+        &audited,
+        "secret.reseal",
+        "*",
+        json!({ "resealed": resealed }),
+    )
+    .await;
+    Ok(Json(json!({ "resealed": resealed, "secrets": total })))
 }
 
 fn apply(store: &dyn weft_store::Store, write: AccessWrite) -> Result<(), StoreError> {
