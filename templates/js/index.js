@@ -1,7 +1,7 @@
 // `{{name}}`: a weft step in JavaScript. Build it with `weft plugin
 // build`, test its logic with `node --test`.
 
-import { defineStep, fatal } from './weft.js';
+import { defineStep, fatal, kv } from './weft.js';
 import { greeting } from './greet.js';
 
 export const step = defineStep(
@@ -15,10 +15,16 @@ export const step = defineStep(
       properties: { name: { type: 'string' } },
     },
   },
-  (ctx, input) => {
+  async (ctx, input) => {
     const text = greeting(input.name);
     if (text === null) throw fatal('empty_name', 'name must not be empty');
     ctx.log('info', text);
-    return { greeting: text };
+    // Key-value writes commit with the step's result, exactly once.
+    const greetings = Number(kv.get('greetings') ?? '0') + 1;
+    kv.set('greetings', String(greetings));
+    const output = { greeting: text, greetings };
+    // An HTTP call, to a destination the workflow grants (example.yaml).
+    if (input.url) output.status = (await fetch(input.url)).status;
+    return output;
   },
 );

@@ -20,7 +20,14 @@ def run(ctx, input):
     if text is None:
         raise weft.fatal("empty_name", "name must not be empty")
     ctx.log("info", text)
-    return {"greeting": text}
+    # Key-value writes commit with the step's result, exactly once.
+    greetings = int(weft.kv.get("greetings") or "0") + 1
+    weft.kv.set("greetings", str(greetings))
+    output = {"greeting": text, "greetings": greetings}
+    # An HTTP call, to a destination the workflow grants (example.yaml).
+    if input.get("url"):
+        output["status"] = weft.http.get(input["url"]).status
+    return output
 
 
 Step = weft.Step  # the export componentize-py looks for

@@ -1,5 +1,5 @@
 //! One behaviour test, run on the same step written in every language the
-//! SDK speaks (`tests/behaviour/`): key-value counting under concurrency,
+//! SDK speaks (`tests/behaviour/`: Rust, Python, JavaScript and C): key-value counting under concurrency,
 //! a message emitted once, a granted HTTP call to a loopback server, a
 //! denied one, and a secret that never shows.
 
@@ -153,4 +153,10 @@ fn the_python_step_behaves() {
 fn the_javascript_step_behaves() {
     let path = built("tests/behaviour/js");
     behaves("javascript", "behave-js", &std::fs::read(path).unwrap());
+}
+
+#[test]
+fn the_c_step_behaves() {
+    let path = built("tests/behaviour/c");
+    behaves("c", "behave-c", &std::fs::read(path).unwrap());
 }

@@ -122,6 +122,7 @@ fn every_template_builds_passes_its_own_test_and_runs_in_a_workflow() {
         ("python", "hello-py", vec!["python3", "-m", "unittest"]),
         ("js", "hello-js", vec!["node", "--test"]),
         ("rust", "hello-rs", vec![cargo.as_str(), "test"]),
+        ("c", "hello-c", vec!["make", "test"]),
     ] {
         let created = weft(&scratch)
             .args(["plugin", "new", name, "--lang", lang, "--dir"])

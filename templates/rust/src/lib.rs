@@ -7,11 +7,21 @@ use weft_sdk::{Context, StepError};
 #[derive(Debug, Deserialize)]
 struct Input {
     name: String,
+    /// A URL to GET, if given; the workflow must grant it (`allow: {http:
+    /// [...]}` in example.yaml).
+    #[serde(default)]
+    url: Option<String>,
 }
 
 #[derive(Debug, PartialEq, Serialize)]
 struct Output {
     greeting: String,
+    /// How many greetings this workflow has given, kept in its durable
+    /// key-value space.
+    greetings: u64,
+    /// The status the URL answered, if one was given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    status: Option<u16>,
 }
 
 fn greeting(name: &str) -> Result<String, StepError> {
@@ -22,8 +32,23 @@ fn greeting(name: &str) -> Result<String, StepError> {
 }
 
 fn run(_ctx: &Context, input: Input) -> Result<Output, StepError> {
+    let greeting = greeting(&input.name)?;
+    // Key-value writes commit with the step's result, exactly once.
+    let greetings = weft_sdk::kv::get("greetings")
+        .and_then(|n| n.parse::<u64>().ok())
+        .unwrap_or(0)
+        + 1;
+    weft_sdk::kv::set("greetings", &greetings.to_string())
+        .map_err(|e| StepError::fatal("kv", e))?;
+    // An HTTP call, to a destination the workflow grants.
+    let status = match &input.url {
+        Some(url) => Some(weft_sdk::http::get(url)?.status),
+        None => None,
+    };
     Ok(Output {
-        greeting: greeting(&input.name)?,
+        greeting,
+        greetings,
+        status,
     })
 }
 

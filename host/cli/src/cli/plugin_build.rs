@@ -17,6 +17,11 @@ use super::EXIT_INVALID;
 pub const COMPONENTIZE_PY: &str = "0.25.0";
 /// componentize-js, from npm.
 pub const COMPONENTIZE_JS: &str = "0.23.0";
+/// wit-bindgen's C generator, from crates.io (the version of the
+/// wit-bindgen the Rust SDK uses).
+pub const WIT_BINDGEN_CLI: &str = "0.61.1";
+/// wasm-tools, from crates.io (the wit-component wit-bindgen 0.61 uses).
+pub const WASM_TOOLS: &str = "1.258.0";
 
 const WIT: &str = include_str!("../../../../wit/plugin.wit");
 /// The WASI packages `wit/plugin.wit` refers to (its `http-plugin` world
@@ -44,6 +49,8 @@ const WIT_DEPS: &[(&str, &str)] = &[
 ];
 const PY_HELPER: &str = include_str!("../../../../guest-sdk/python/weft.py");
 const JS_HELPER: &str = include_str!("../../../../guest-sdk/js/weft.js");
+const C_HEADER: &str = include_str!("../../../../guest-sdk/c/weft.h");
+const C_HELPER: &str = include_str!("../../../../guest-sdk/c/weft.c");
 
 /// Builds one JavaScript component with componentize-js's API (its CLI
 /// cannot read a WIT folder outside its working directory). Every WASI
@@ -71,6 +78,7 @@ fn world_of(dir: &Path, lang: Lang) -> anyhow::Result<&'static str> {
     let (extensions, needle): (&[&str], &[&str]) = match lang {
         Lang::Python => (&["py"], &["weft.http", "from weft import http"]),
         Lang::Js => (&["js", "mjs"], &["fetch("]),
+        Lang::C => (&["c", "h"], &["weft_http_"]),
         Lang::Rust => return Ok("plugin"),
     };
     for entry in std::fs::read_dir(dir)? {
@@ -100,6 +108,8 @@ pub enum Lang {
     Python,
     /// JavaScript, with componentize-js.
     Js,
+    /// C, with clang, wasi-libc, wit-bindgen's C generator and wasm-tools.
+    C,
 }
 
 impl Lang {
@@ -114,10 +124,12 @@ impl Lang {
             Ok(Self::Python)
         } else if dir.join("index.js").is_file() {
             Ok(Self::Js)
+        } else if dir.join("step.c").is_file() {
+            Ok(Self::C)
         } else {
             bail!(
-                "{} is not a plugin project: it has no Cargo.toml (Rust), app.py (Python) \
-                 or index.js (JavaScript)",
+                "{} is not a plugin project: it has no Cargo.toml (Rust), app.py (Python), \
+                 index.js (JavaScript) or step.c (C)",
                 dir.display()
             )
         }
@@ -241,6 +253,169 @@ impl Toolchains {
         })?;
         Ok(dir)
     }
+
+    /// The C toolchain: wit-bindgen and wasm-tools (installed from crates.io
+    /// with cargo first if needed, into `c/bin`), the preview-1 reactor
+    /// adapter of this host's wasmtime, and the helper (`sdk/c`). clang with
+    /// the wasm32-wasi target and wasi-libc come from the system.
+    fn c(&self) -> anyhow::Result<CTools> {
+        let dir = self.dir.join("c");
+        let tools = CTools {
+            wit_bindgen: dir.join("bin").join("wit-bindgen"),
+            wasm_tools: dir.join("bin").join("wasm-tools"),
+            adapter: dir.join("wasi_snapshot_preview1.reactor.wasm"),
+            sdk: self.dir.join("sdk").join("c"),
+        };
+        self.locked(|| {
+            Self::put(&tools.sdk.join("weft.h"), C_HEADER)?;
+            Self::put(&tools.sdk.join("weft.c"), C_HELPER)?;
+            std::fs::create_dir_all(&dir)?;
+            std::fs::write(
+                &tools.adapter,
+                wasi_preview1_component_adapter_provider::WASI_SNAPSHOT_PREVIEW1_REACTOR_ADAPTER,
+            )?;
+            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+            for (krate, version, marker, features) in [
+                ("wit-bindgen-cli", WIT_BINDGEN_CLI, &tools.wit_bindgen, "c"),
+                ("wasm-tools", WASM_TOOLS, &tools.wasm_tools, "component"),
+            ] {
+                let stamp = dir.join(format!(".{krate}-{version}"));
+                if marker.is_file() && stamp.is_file() {
+                    continue;
+                }
+                eprintln!(
+                    "installing {krate} {version} from crates.io into {} (once; a few minutes)",
+                    dir.display()
+                );
+                run(
+                    Command::new(&cargo)
+                        .args(["install", krate, "--version", version, "--locked"])
+                        .args(["--no-default-features", "--features", features, "--root"])
+                        .arg(&dir)
+                        .env("CARGO_TARGET_DIR", dir.join("build")),
+                    &format!("cargo install {krate} {version}"),
+                )?;
+                std::fs::write(&stamp, "")?;
+            }
+            let _ = std::fs::remove_dir_all(dir.join("build"));
+            check_clang()
+        })?;
+        Ok(tools)
+    }
+}
+
+/// What builds a C plugin.
+struct CTools {
+    wit_bindgen: PathBuf,
+    wasm_tools: PathBuf,
+    adapter: PathBuf,
+    sdk: PathBuf,
+}
+
+/// The C compiler: `CC`, else `clang`.
+fn clang() -> String {
+    std::env::var("CC").unwrap_or_else(|_| "clang".to_owned())
+}
+
+/// Checks that clang can build for wasm32-wasi, with a message that says
+/// what to install if not.
+fn check_clang() -> anyhow::Result<()> {
+    let probe = tempfile::tempdir()?;
+    let source = probe.path().join("probe.c");
+    std::fs::write(
+        &source,
+        "#include <stdlib.h>\nint weft_probe(void) { return (int) (long) malloc(1); }\n",
+    )?;
+    let output = Command::new(clang())
+        .args(["--target=wasm32-wasi", "-mexec-model=reactor", "-O2"])
+        .arg(&source)
+        .arg("-o")
+        .arg(probe.path().join("probe.wasm"))
+        .output();
+    match output {
+        Ok(output) if output.status.success() => Ok(()),
+        Ok(output) => bail!(
+            "clang cannot build for wasm32-wasi ({}); on Debian or Ubuntu: \
+             apt-get install clang lld wasi-libc libclang-rt-dev-wasm32",
+            String::from_utf8_lossy(&output.stderr).trim()
+        ),
+        Err(e) => bail!(
+            "cannot run `{}` ({e}); on Debian or Ubuntu: \
+             apt-get install clang lld wasi-libc libclang-rt-dev-wasm32",
+            clang()
+        ),
+    }
+}
+
+/// Builds the C project in `dir` into `built`: bindings for `world` with
+/// wit-bindgen, the project's `.c` files and the helper compiled by clang
+/// into a reactor module, then a component by `wasm-tools component new`
+/// with the preview-1 adapter.
+fn build_c(
+    tools: &CTools,
+    wit: &Path,
+    world: &str,
+    dir: &Path,
+    built: &Path,
+) -> anyhow::Result<()> {
+    let staging = tempfile::tempdir()?;
+    let generated = staging.path().join("gen");
+    run(
+        Command::new(&tools.wit_bindgen)
+            .arg("c")
+            .arg(wit)
+            .args(["--world", world, "--out-dir"])
+            .arg(&generated),
+        "wit-bindgen c",
+    )?;
+    let stem = world.replace('-', "_");
+    let mut sources: Vec<PathBuf> = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if path.extension().is_some_and(|e| e == "c")
+            && !name.starts_with("test_")
+            && name != "weft.c"
+        {
+            sources.push(path);
+        }
+    }
+    sources.sort();
+    let core = staging.path().join("core.wasm");
+    let mut clang = Command::new(clang());
+    clang
+        .args([
+            "--target=wasm32-wasi",
+            "-mexec-model=reactor",
+            "-O2",
+            "-Wall",
+        ])
+        .arg(format!("-DWEFT_WORLD_HEADER=\"{stem}.h\""))
+        .arg(format!("-DWEFT_WORLD_{}", stem.to_ascii_uppercase()))
+        .arg("-I")
+        .arg(&generated)
+        .arg("-I")
+        .arg(&tools.sdk)
+        .arg(generated.join(format!("{stem}.c")))
+        .arg(generated.join(format!("{stem}_component_type.o")))
+        .arg(tools.sdk.join("weft.c"))
+        .args(&sources)
+        .arg("-o")
+        .arg(&core);
+    run(&mut clang, "clang")?;
+    run(
+        Command::new(&tools.wasm_tools)
+            .args(["component", "new"])
+            .arg(&core)
+            .arg("--adapt")
+            .arg(format!(
+                "wasi_snapshot_preview1={}",
+                tools.adapter.display()
+            ))
+            .arg("-o")
+            .arg(built),
+        "wasm-tools component new",
+    )
 }
 
 /// Runs `command`, all its output to stderr (stdout is this command's
@@ -262,7 +437,7 @@ fn run(command: &mut Command, what: &str) -> anyhow::Result<()> {
 /// `weft plugin setup`: installs the toolchains now.
 pub fn setup(data_dir: &Path, langs: &[Lang]) -> anyhow::Result<ExitCode> {
     let toolchains = Toolchains::new(data_dir);
-    let all = [Lang::Python, Lang::Js];
+    let all = [Lang::Python, Lang::Js, Lang::C];
     for lang in if langs.is_empty() { &all[..] } else { langs } {
         match lang {
             Lang::Python => {
@@ -270,6 +445,9 @@ pub fn setup(data_dir: &Path, langs: &[Lang]) -> anyhow::Result<ExitCode> {
             }
             Lang::Js => {
                 toolchains.js()?;
+            }
+            Lang::C => {
+                toolchains.c()?;
             }
             Lang::Rust => {
                 run(
@@ -319,6 +497,12 @@ pub fn build(data_dir: &Path, dir: &Path, out: Option<PathBuf>) -> anyhow::Resul
             std::fs::copy(tools.join("sdk").join("weft.js"), source.join("weft.js"))?;
             let world = world_of(dir, lang)?;
             build_js(&tools, &source, &wit, world, &built)
+        }
+        Lang::C => {
+            let tools = toolchains.c()?;
+            let wit = toolchains.wit()?;
+            let world = world_of(dir, lang)?;
+            build_c(&tools, &wit, world, dir, &built)
         }
     };
     if let Err(e) = result {
@@ -516,6 +700,31 @@ const TEMPLATES: &[(Lang, &str, &str)] = &[
         "package.json",
         include_str!("../../../../templates/js/package.json"),
     ),
+    (
+        Lang::C,
+        "step.c",
+        include_str!("../../../../templates/c/step.c"),
+    ),
+    (
+        Lang::C,
+        "greet.c",
+        include_str!("../../../../templates/c/greet.c"),
+    ),
+    (
+        Lang::C,
+        "greet.h",
+        include_str!("../../../../templates/c/greet.h"),
+    ),
+    (
+        Lang::C,
+        "test_greet.c",
+        include_str!("../../../../templates/c/test_greet.c"),
+    ),
+    (
+        Lang::C,
+        "Makefile",
+        include_str!("../../../../templates/c/Makefile"),
+    ),
 ];
 
 const EXAMPLE: &str = include_str!("../../../../templates/example.yaml");
@@ -570,6 +779,7 @@ pub fn new(
         Lang::Rust => "cargo test",
         Lang::Python => "python3 -m unittest",
         Lang::Js => "node --test",
+        Lang::C => "make test",
     };
     out!("created {} ({lang:?})", dir.display());
     out!("  test:  cd {} && {test}", dir.display());
