@@ -185,3 +185,23 @@ fn every_template_builds_passes_its_own_test_and_runs_in_a_workflow() {
         .unwrap();
     assert_eq!(again.status.code(), Some(2));
 }
+
+#[test]
+fn the_c_helpers_json_reading_holds_on_hostile_input() {
+    let sdk = root().join("guest-sdk").join("c");
+    let out = tempfile::tempdir().unwrap();
+    let binary = out.path().join("test_json");
+    let built = std::process::Command::new("cc")
+        .args(["-Wall", "-Werror", "-fsanitize=address,undefined", "-I"])
+        .arg(&sdk)
+        .arg(sdk.join("test_json.c"))
+        .arg(sdk.join("weft_json.c"))
+        .arg("-o")
+        .arg(&binary)
+        .output()
+        .unwrap();
+    assert!(built.status.success(), "{built:?}");
+    let ran = std::process::Command::new(&binary).output().unwrap();
+    assert!(ran.status.success(), "{ran:?}");
+    assert_eq!(String::from_utf8_lossy(&ran.stdout).trim(), "OK");
+}

@@ -222,6 +222,7 @@ impl Rule {
                 PortRule::Is(port) => port == target.port,
             }
             && path_within(&target.path, &self.path)
+            && (self.path == "/" || !escapes_segments(&target.path))
             && self
                 .methods
                 .as_ref()
@@ -339,6 +340,18 @@ fn path_within(path: &str, prefix: &str) -> bool {
     }
 }
 
+/// Whether `path` (its query cut off) holds what some servers read as a
+/// segment boundary or a way up: an encoded `/` or `\\`, a `\\`, or a `;`
+/// (path parameters). A request under a granted path prefix may not.
+fn escapes_segments(path: &str) -> bool {
+    let path = path
+        .split(['?', '#'])
+        .next()
+        .unwrap_or_default()
+        .to_ascii_lowercase();
+    path.contains("%2f") || path.contains("%5c") || path.contains('\\') || path.contains(';')
+}
+
 /// Whether `path` has a `.` or `..` segment, percent-encoded or not.
 fn has_dot_segment(path: &str) -> bool {
     let path = path.split(['?', '#']).next().unwrap_or_default();
@@ -370,6 +383,7 @@ fn non_public_v4(ip: Ipv4Addr) -> Option<&'static str> {
     Some(match (a, b, c) {
         _ if ip == Ipv4Addr::new(169, 254, 169, 254) => "metadata",
         _ if ip == Ipv4Addr::new(100, 100, 100, 200) => "metadata",
+        _ if ip == Ipv4Addr::new(168, 63, 129, 16) => "metadata",
         (0, ..) => "unspecified",
         (127, ..) => "loopback",
         (10, ..) => "private",
@@ -398,15 +412,20 @@ fn non_public_v6(ip: Ipv6Addr) -> Option<&'static str> {
         [0xfd00, 0x0ec2, 0, 0, 0, 0, 0, 0x0254] => "metadata",
         // IPv4-compatible (deprecated) and NAT64 addresses carry an IPv4
         // address, which decides.
-        [0, 0, 0, 0, 0, 0, _, _] | [0x64, 0xff9b, 0, 0, 0, 0, _, _] => {
+        [0, 0, 0, 0, 0, 0, _, _]
+        | [0x64, 0xff9b, 0, 0, 0, 0, _, _]
+        | [0, 0, 0, 0, 0xffff, 0, _, _] => {
             return non_public_v4(embedded()).or(Some("IPv4-embedding"));
         }
+        [0x64, 0xff9b, 1, ..] => "local-use NAT64",
+        [0x2001, 0, ..] => "Teredo",
         [0x2002, ..] => {
             let v4 = Ipv4Addr::new((s[1] >> 8) as u8, s[1] as u8, (s[2] >> 8) as u8, s[2] as u8);
             return non_public_v4(v4);
         }
         [first, ..] if first & 0xfe00 == 0xfc00 => "private (unique local)",
         [first, ..] if first & 0xffc0 == 0xfe80 => "link-local",
+        [first, ..] if first & 0xffc0 == 0xfec0 => "site-local",
         [first, ..] if first & 0xff00 == 0xff00 => "multicast",
         [0x2001, 0x0db8, ..] => "documentation",
         [0x0100, 0, 0, 0, ..] => "discard",
@@ -765,6 +784,26 @@ mod tests {
     }
 
     #[test]
+    fn a_path_prefix_refuses_what_servers_read_as_other_segments() {
+        let prefix = rule("https://x.org/v2/");
+        for path in [
+            "/v2/..%2fadmin",
+            "/v2/%2E%2E%2Fadmin",
+            "/v2/..;/admin",
+            "/v2/..\\admin",
+            "/v2/a%5cb",
+        ] {
+            let url = format!("https://x.org{path}");
+            let target = Target::new("GET", "https", "x.org", None, path).unwrap();
+            assert!(!prefix.matches(&target), "{url}");
+        }
+        assert!(prefix.matches(&target("GET", "https://x.org/v2/a?x=%2f")));
+        // Without a path prefix, such paths are the server's business.
+        let root = rule("https://x.org");
+        assert!(root.matches(&Target::new("GET", "https", "x.org", None, "/a;b").unwrap()));
+    }
+
+    #[test]
     fn paths_with_dot_segments_are_refused() {
         for path in ["/v2/../admin", "/v2/%2e%2E/admin", "/./x"] {
             let error = Target::new("GET", "https", "x.org", None, path).unwrap_err();
@@ -802,6 +841,11 @@ mod tests {
             ("255.255.255.255", "reserved"),
             ("192.0.2.1", "documentation"),
             ("2001:db8::1", "documentation"),
+            ("168.63.129.16", "metadata"),
+            ("64:ff9b:1::a00:1", "local-use NAT64"),
+            ("::ffff:0:7f00:1", "loopback"),
+            ("fec0::1", "site-local"),
+            ("2001:0:4136:e378:8000:63bf:3fff:fdd2", "Teredo"),
         ] {
             assert_eq!(non_public(ip(addr)), Some(class), "{addr}");
         }

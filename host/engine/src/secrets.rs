@@ -62,6 +62,9 @@ struct Key {
 impl Key {
     fn from_hex(text: &str) -> Result<Self, SecretError> {
         let text = text.trim();
+        if !text.is_ascii() {
+            return Err(SecretError::BadKey("not hex".to_owned()));
+        }
         if text.len() != 64 {
             return Err(SecretError::BadKey(format!("{} characters", text.len())));
         }

@@ -353,7 +353,12 @@ impl WasiHttpHooks for HttpHooks {
                     .and_then(|v| v.to_str().ok())
                     .and_then(|v| v.parse::<u64>().ok());
                 let left = budget.saturating_sub(shared.bytes.load(Ordering::Relaxed));
-                if declared.is_some_and(|declared| declared > left) {
+                let status = response.status();
+                let bodyless = entry.method == "HEAD"
+                    || status.is_informational()
+                    || status == http::StatusCode::NO_CONTENT
+                    || status == http::StatusCode::NOT_MODIFIED;
+                if !bodyless && declared.is_some_and(|declared| declared > left) {
                     let message = format!(
                         "{} {}: the response declares {} bytes, over the {budget} the call may read",
                         entry.method,
@@ -391,11 +396,19 @@ impl WasiHttpHooks for HttpHooks {
 trait Stream: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin {}
 impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin> Stream for T {}
 
-/// The URI without its query, for a record of a request that could not be
-/// parsed further.
+/// The URI without user information or query, for the record of a request
+/// that could not be parsed further.
 fn without_query(uri: &http::Uri) -> String {
-    let text = uri.to_string();
-    text.split('?').next().unwrap_or_default().to_owned()
+    let host = uri.authority().map_or("", |a| {
+        a.as_str()
+            .rsplit_once('@')
+            .map_or(a.as_str(), |(_, host)| host)
+    });
+    format!(
+        "{}://{host}{}",
+        uri.scheme_str().unwrap_or("https"),
+        uri.path()
+    )
 }
 
 fn server_name(host: &str) -> Result<rustls::pki_types::ServerName<'static>, String> {
@@ -499,5 +512,16 @@ impl Body for Metered {
 
     fn size_hint(&self) -> SizeHint {
         self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_keeps_no_user_information_or_query() {
+        let uri: http::Uri = "https://user:s3cret@x.org:8443/a/b?token=t".parse().unwrap();
+        assert_eq!(without_query(&uri), "https://x.org:8443/a/b");
     }
 }

@@ -72,6 +72,33 @@ impl Redactor {
         text
     }
 
+    /// `value` with every secret value replaced inside its strings (keys
+    /// included); numbers, booleans and the JSON around them are left as
+    /// they are.
+    pub(crate) fn redact_value(&self, value: &mut serde_json::Value) {
+        use serde_json::Value;
+        match value {
+            Value::String(text) => {
+                if self
+                    .0
+                    .iter()
+                    .any(|(secret, _)| text.contains(secret.as_str()))
+                {
+                    *text = self.redact(text);
+                }
+            }
+            Value::Array(items) => items.iter_mut().for_each(|item| self.redact_value(item)),
+            Value::Object(fields) => {
+                let taken = std::mem::take(fields);
+                for (key, mut item) in taken {
+                    self.redact_value(&mut item);
+                    fields.insert(self.redact(&key), item);
+                }
+            }
+            Value::Null | Value::Bool(_) | Value::Number(_) => {}
+        }
+    }
+
     /// Whether there is anything to redact.
     pub(crate) fn is_empty(&self) -> bool {
         self.0.is_empty()
@@ -117,6 +144,16 @@ mod tests {
         );
         let json = serde_json::json!({ "q": "a\"b\\c" }).to_string();
         assert_eq!(redactor.redact(&json), r#"{"q":"[secret QUOTED]"}"#);
+        // In a JSON value, only strings change: a secret that looks like a
+        // number leaves numbers alone.
+        let mut pin = Secrets::default();
+        pin.grant("PIN", Some("1234".to_owned()));
+        let mut value = serde_json::json!({ "n": 1234, "text": "pin 1234", "1234": true });
+        pin.redactor().redact_value(&mut value);
+        assert_eq!(
+            value,
+            serde_json::json!({ "n": 1234, "text": "pin [secret PIN]", "[secret PIN]": true })
+        );
         assert_eq!(format!("{secrets:?}"), r#"{"KEY", "QUOTED", "UNSET"}"#);
     }
 }

@@ -51,6 +51,7 @@ const PY_HELPER: &str = include_str!("../../../../guest-sdk/python/weft.py");
 const JS_HELPER: &str = include_str!("../../../../guest-sdk/js/weft.js");
 const C_HEADER: &str = include_str!("../../../../guest-sdk/c/weft.h");
 const C_HELPER: &str = include_str!("../../../../guest-sdk/c/weft.c");
+const C_JSON: &str = include_str!("../../../../guest-sdk/c/weft_json.c");
 
 /// Builds one JavaScript component with componentize-js's API (its CLI
 /// cannot read a WIT folder outside its working directory). Every WASI
@@ -269,6 +270,7 @@ impl Toolchains {
         self.locked(|| {
             Self::put(&tools.sdk.join("weft.h"), C_HEADER)?;
             Self::put(&tools.sdk.join("weft.c"), C_HELPER)?;
+            Self::put(&tools.sdk.join("weft_json.c"), C_JSON)?;
             std::fs::create_dir_all(&dir)?;
             std::fs::write(
                 &tools.adapter,
@@ -399,6 +401,7 @@ fn build_c(
         .arg(generated.join(format!("{stem}.c")))
         .arg(generated.join(format!("{stem}_component_type.o")))
         .arg(tools.sdk.join("weft.c"))
+        .arg(tools.sdk.join("weft_json.c"))
         .args(&sources)
         .arg("-o")
         .arg(&core);

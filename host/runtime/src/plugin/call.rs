@@ -147,7 +147,17 @@ impl Plugin {
             },
         };
         let state = store.into_data();
-        let (http, violation) = state.http.finish();
+        let (mut http, mut violation) = state.http.finish();
+        if !redactor.is_empty() {
+            for call in &mut http {
+                call.url = redactor.redact(&call.url);
+                call.error = call.error.as_deref().map(|e| redactor.redact(e));
+            }
+            violation = violation.map(|v| match v {
+                Violation::Denied(m) => Violation::Denied(redactor.redact(&m)),
+                Violation::Limit(m) => Violation::Limit(redactor.redact(&m)),
+            });
+        }
         let result = match (result, state.kv.failed.clone(), violation) {
             // A request refused or over a limit fails the call, whatever the
             // guest made of it.
@@ -260,6 +270,7 @@ fn watch_cancel(
 
 fn step_error(mut failure: Failure, redactor: &Redactor) -> CallError {
     if !redactor.is_empty() {
+        failure.code = redactor.redact(&failure.code);
         failure.message = redactor.redact(&failure.message);
         failure.details = failure.details.map(|text| redactor.redact(&text));
     }

@@ -79,15 +79,20 @@ pub(crate) fn load(runtime: &Runtime, bytes: &[u8]) -> Result<Plugin, LoadError>
         .map_err(|e| {
             LoadError::Describe(format!("input-schema is not a usable JSON Schema: {e}"))
         })?;
-    plugin.output_check = plugin
-        .meta
-        .output_schema
-        .clone()
-        .map(weft_core::InputSchema::compile)
-        .transpose()
-        .map_err(|e| {
-            LoadError::Describe(format!("output-schema is not a usable JSON Schema: {e}"))
-        })?;
+    // 0.1 published `output-schema` as documentation only; from 0.2 it is
+    // a contract, checked on every output. A 0.1 component loads and runs
+    // as it did.
+    if contract.minor >= 2 {
+        plugin.output_check = plugin
+            .meta
+            .output_schema
+            .clone()
+            .map(weft_core::InputSchema::compile)
+            .transpose()
+            .map_err(|e| {
+                LoadError::Describe(format!("output-schema is not a usable JSON Schema: {e}"))
+            })?;
+    }
     plugin.load_time = started.elapsed();
     Ok(Plugin(Arc::new(plugin)))
 }

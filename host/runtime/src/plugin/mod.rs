@@ -100,13 +100,12 @@ impl Plugin {
         }
     }
 
-    /// Whether the component imports `wasi:http/outgoing-handler`: it makes
-    /// HTTP requests, and its steps need a grant.
+    /// Whether the component imports `wasi:http` (the outgoing handler or
+    /// its types): it makes HTTP requests, and its steps need a grant.
     pub fn imports_http(&self) -> bool {
-        self.0
-            .imports
-            .iter()
-            .any(|name| name.starts_with("wasi:http/outgoing-handler@"))
+        self.0.imports.iter().any(|name| {
+            name.starts_with("wasi:http/outgoing-handler@") || name.starts_with("wasi:http/types@")
+        })
     }
 
     /// The capabilities the component imports, by short name: `log`, `kv`,
@@ -118,7 +117,7 @@ impl Plugin {
             ("weft:plugin/kv@", "kv"),
             ("weft:plugin/outbox@", "outbox"),
             ("weft:plugin/secrets@", "secrets"),
-            ("wasi:http/outgoing-handler@", "http"),
+            ("wasi:http/", "http"),
         ]
         .into_iter()
         .filter(|(prefix, _)| has(prefix))

@@ -106,14 +106,16 @@ fn deliver(hub: &Hub, key: &str) {
 
 /// An agent that takes any status as an answer (a non-2xx fails the
 /// attempt; it is not an error), gives up on a POST after
-/// [`POST_TIMEOUT`], follows no redirect (a 3xx fails the attempt), and
-/// connects only to addresses `tenant`'s egress policy allows, checked on
-/// every connection.
+/// [`POST_TIMEOUT`], follows no redirect (a 3xx fails the attempt), uses
+/// no proxy, and connects only to addresses `tenant`'s egress policy
+/// allows, checked on every connection.
 fn agent(egress: &Arc<EgressPolicies>, tenant: &str) -> ureq::Agent {
     let config = ureq::Agent::config_builder()
         .http_status_as_error(false)
         .timeout_global(Some(POST_TIMEOUT))
         .max_redirects(0)
+        // A proxy would resolve the webhook's host itself, past the check.
+        .proxy(None)
         .build();
     ureq::Agent::with_parts(
         config,
