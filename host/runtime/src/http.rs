@@ -521,7 +521,9 @@ mod tests {
 
     #[test]
     fn a_record_keeps_no_user_information_or_query() {
-        let uri: http::Uri = "https://user:s3cret@x.org:8443/a/b?token=t".parse().unwrap();
+        let uri: http::Uri = "https://user:s3cret@x.org:8443/a/b?token=t"
+            .parse()
+            .unwrap();
         assert_eq!(without_query(&uri), "https://x.org:8443/a/b");
     }
 }
