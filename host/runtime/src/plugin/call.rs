@@ -124,26 +124,34 @@ impl Plugin {
                 message: format!("{e:#}"),
             }),
             Ok(instance) => match instance.run(&mut store, context, &input) {
-                Ok(Ok(output)) => {
-                    let output = if redactor.is_empty() {
+                Ok(Ok(output)) => serde_json::from_str(&output)
+                    .map_err(|e| CallError::InvalidOutput {
+                        message: e.to_string(),
+                    })
+                    .map(|mut output| {
+                        // Inside strings only: a secret that looks like a
+                        // number leaves the JSON around it alone.
+                        if !redactor.is_empty() {
+                            redactor.redact_value(&mut output);
+                        }
                         output
-                    } else {
-                        redactor.redact(&output)
-                    };
-                    serde_json::from_str(&output)
-                        .map_err(|e| CallError::InvalidOutput {
-                            message: e.to_string(),
-                        })
-                        .and_then(|output| self.check_output(output))
-                }
+                    })
+                    .and_then(|output| self.check_output(output)),
                 Ok(Err(error)) => Err(step_error(error, &redactor)),
-                Err(trap) => Err(classify_trap(
-                    &trap,
-                    store.data().limiter.refused,
-                    &log,
-                    timeout,
-                    memory_limit,
-                )),
+                Err(trap) => Err(
+                    match classify_trap(
+                        &trap,
+                        store.data().limiter.refused,
+                        &log,
+                        timeout,
+                        memory_limit,
+                    ) {
+                        CallError::Trap { message } if !redactor.is_empty() => CallError::Trap {
+                            message: redactor.redact(&message),
+                        },
+                        other => other,
+                    },
+                ),
             },
         };
         let state = store.into_data();
