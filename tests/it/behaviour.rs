@@ -3,43 +3,13 @@
 //! a message emitted once, a granted HTTP call to a loopback server, a
 //! denied one, and a secret that never shows.
 
-use std::time::Duration;
+use serde_json::json;
 
-use serde_json::{Value, json};
-
-use crate::common::server::{Host, serve_with};
-use crate::common::{Scratch, built, guest_bytes, wait};
+use crate::common::server::{run_ended as ended, serve_with, start_run as start};
+use crate::common::{Scratch, built, guest_bytes};
 use crate::egress::Site;
 
 const SECRET: &str = "tok_behave_5e1f9a";
-
-/// Starts a run of `workflow` with `input`: its id.
-fn start(host: &Host, workflow: &str, input: &Value) -> String {
-    let (status, body) = host.call(
-        "POST",
-        "/v1/runs",
-        Some(&json!({ "workflow": workflow, "input": input }).to_string()),
-    );
-    assert_eq!(status, 201, "{body}");
-    body["id"].as_str().unwrap().to_owned()
-}
-
-/// Waits for run `id` to end: `{run, steps}`.
-fn ended(host: &Host, id: &str) -> Value {
-    wait(
-        Duration::from_secs(120),
-        Duration::from_millis(20),
-        || {
-            let (status, body) = host.call("GET", &format!("/v1/runs/{id}"), None);
-            if status == 200 && body["run"]["state"] != "running" {
-                Ok(body)
-            } else {
-                Err(body)
-            }
-        },
-        |seen| format!("run {id} never ended: {seen:#}"),
-    )
-}
 
 /// The behaviour checks, on the component `bytes` named `plugin`.
 fn behaves(language: &str, plugin: &str, bytes: &[u8]) {

@@ -13,8 +13,8 @@ use std::sync::{Arc, Mutex};
 use serde_json::{Value, json};
 
 use crate::common::Scratch;
-use crate::common::server::{Host, serve_with, wait_for_address};
-use crate::tenants::call_as;
+use crate::common::server::{run_ended, serve_with, start_run, wait_for_address};
+use crate::tenants::{call_as, send_as};
 
 /// A small HTTP/1.1 server on loopback:
 ///
@@ -462,22 +462,7 @@ fn secrets_are_sealed_at_rest_read_only_where_granted_and_never_shown() {
     );
     let (status, deployed) = host.send("/v1/workflows", "application/yaml", workflow.as_bytes());
     assert_eq!(status, 201, "{deployed}");
-    let (status, started) = host.call("POST", "/v1/runs", Some(r#"{"workflow": "charge"}"#));
-    assert_eq!(status, 201, "{started}");
-    let id = started["id"].as_str().unwrap().to_owned();
-    let shown = crate::common::wait(
-        std::time::Duration::from_secs(60),
-        std::time::Duration::from_millis(50),
-        || {
-            let (_, shown) = host.call("GET", &format!("/v1/runs/{id}"), None);
-            if shown["run"]["state"] == "running" {
-                Err(shown)
-            } else {
-                Ok(shown)
-            }
-        },
-        |seen| format!("the run did not end: {seen:#}"),
-    );
+    let shown = run_ended(&host, &start_run(&host, "charge", &json!({})));
     // The granted step read it; the ungranted one was refused.
     let steps = shown["steps"].as_array().unwrap();
     let charge = steps.iter().find(|s| s["step_id"] == "charge").unwrap();
@@ -544,22 +529,7 @@ fn secrets_are_sealed_at_rest_read_only_where_granted_and_never_shown() {
         3,
         &["--secrets-key-file", new_file.to_str().unwrap()],
     );
-    let (status, started) = host.call("POST", "/v1/runs", Some(r#"{"workflow": "charge"}"#));
-    assert_eq!(status, 201, "{started}");
-    let id = started["id"].as_str().unwrap().to_owned();
-    let shown = crate::common::wait(
-        std::time::Duration::from_secs(60),
-        std::time::Duration::from_millis(50),
-        || {
-            let (_, shown) = host.call("GET", &format!("/v1/runs/{id}"), None);
-            if shown["run"]["state"] == "running" {
-                Err(shown)
-            } else {
-                Ok(shown)
-            }
-        },
-        |seen| format!("the run did not end: {seen:#}"),
-    );
+    let shown = run_ended(&host, &start_run(&host, "charge", &json!({})));
     let charge = shown["steps"]
         .as_array()
         .unwrap()
@@ -649,7 +619,13 @@ fn webhooks_and_tenants_are_held_to_the_egress_policy() {
     // ... and its workflows may grant nothing outside them.
     let grant = site.url("");
     let workflow = fetching(&[&grant]);
-    let (status, refused) = call_as_bytes(&host, &acme, "/v1/workflows", workflow.as_bytes());
+    let (status, refused) = send_as(
+        &host,
+        &acme,
+        "/v1/workflows",
+        "application/yaml",
+        workflow.as_bytes(),
+    );
     assert_eq!(status, 422, "{refused}");
     assert_eq!(refused["error"]["code"], "invalid_grant", "{refused}");
     assert!(
@@ -677,7 +653,13 @@ fn webhooks_and_tenants_are_held_to_the_egress_policy() {
         Some(&hook(site.url("/hook"))),
     );
     assert_eq!(status, 201, "{made}");
-    let (status, deployed) = call_as_bytes(&host, &acme, "/v1/workflows", workflow.as_bytes());
+    let (status, deployed) = send_as(
+        &host,
+        &acme,
+        "/v1/workflows",
+        "application/yaml",
+        workflow.as_bytes(),
+    );
     assert_eq!(status, 201, "{deployed}");
     // A policy that is not a list of rules is refused.
     let (status, refused) = call_as(
@@ -688,17 +670,4 @@ fn webhooks_and_tenants_are_held_to_the_egress_policy() {
         Some(&json!({ "egress": ["gopher://x"] })),
     );
     assert_eq!(status, 400, "{refused}");
-}
-
-/// POSTs a YAML workflow with `token`.
-fn call_as_bytes(host: &Host, token: &str, path: &str, bytes: &[u8]) -> (u16, Value) {
-    let mut response = crate::common::server::agent()
-        .post(format!("{}{path}", host.url))
-        .header("content-type", "application/yaml")
-        .header("authorization", format!("Bearer {token}"))
-        .send(bytes)
-        .unwrap();
-    let status = response.status().as_u16();
-    let text = response.body_mut().read_to_string().unwrap_or_default();
-    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
 }

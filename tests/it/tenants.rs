@@ -89,7 +89,13 @@ fn call_full(
 }
 
 /// POSTs raw bytes as `content_type` with `token`.
-fn send_as(host: &Host, token: &str, path: &str, content_type: &str, bytes: &[u8]) -> (u16, Value) {
+pub(crate) fn send_as(
+    host: &Host,
+    token: &str,
+    path: &str,
+    content_type: &str,
+    bytes: &[u8],
+) -> (u16, Value) {
     let mut response = agent()
         .post(format!("{}{path}", host.url))
         .header("content-type", content_type)

@@ -142,3 +142,31 @@ pub fn serve_with(scratch: &Scratch, n: usize, more: &[&str]) -> Host {
     let url = wait_for_address(scratch).expect("weft serve did not start");
     Host { child, url }
 }
+
+/// Starts a run of `workflow` with `input` on `host`: its id.
+pub fn start_run(host: &Host, workflow: &str, input: &Value) -> String {
+    let (status, body) = host.call(
+        "POST",
+        "/v1/runs",
+        Some(&serde_json::json!({ "workflow": workflow, "input": input }).to_string()),
+    );
+    assert_eq!(status, 201, "{body}");
+    body["id"].as_str().unwrap().to_owned()
+}
+
+/// Waits (up to two minutes) for run `id` on `host` to end: `{run, steps}`.
+pub fn run_ended(host: &Host, id: &str) -> Value {
+    super::wait(
+        Duration::from_secs(120),
+        Duration::from_millis(20),
+        || {
+            let (status, body) = host.call("GET", &format!("/v1/runs/{id}"), None);
+            if status == 200 && body["run"]["state"] != "running" {
+                Ok(body)
+            } else {
+                Err(body)
+            }
+        },
+        |seen| format!("run {id} never ended: {seen:#}"),
+    )
+}

@@ -12,6 +12,7 @@ use axum::http::StatusCode;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use super::tenancy::apply;
 use super::{Api, ApiError, Caller, blocking};
 use weft_engine::SecretError;
 use weft_store::{AccessWrite, Right, Role, StoreError, What, Write};
@@ -219,11 +220,4 @@ pub(super) async fn reseal_secrets(
     )
     .await;
     Ok(Json(json!({ "resealed": resealed, "secrets": total })))
-}
-
-fn apply(store: &dyn weft_store::Store, write: AccessWrite) -> Result<(), StoreError> {
-    store
-        .apply(&[&Write::Access(write)])?
-        .pop()
-        .unwrap_or(Err(StoreError::Closed))
 }

@@ -25,7 +25,7 @@ use weft_store::{
 };
 
 /// Applies one access write, and gives its own answer.
-fn apply(store: &dyn weft_store::Store, write: AccessWrite) -> Result<(), StoreError> {
+pub(super) fn apply(store: &dyn weft_store::Store, write: AccessWrite) -> Result<(), StoreError> {
     store
         .apply(&[&Write::Access(write)])?
         .pop()
