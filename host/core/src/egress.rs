@@ -442,6 +442,17 @@ pub enum TargetHost {
     Ip(IpAddr),
 }
 
+impl TargetHost {
+    /// The host as a resolver takes it: a name, or an address without
+    /// brackets.
+    pub fn lookup_name(&self) -> String {
+        match self {
+            Self::Name(name) => name.clone(),
+            Self::Ip(ip) => ip.to_string(),
+        }
+    }
+}
+
 impl fmt::Display for TargetHost {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -565,15 +576,15 @@ impl Policy {
     /// The default for a tenant with no policy of its own on a host with
     /// none: any public address, on any port.
     pub fn public_only() -> Self {
-        let any = |scheme| Rule {
-            text: format!("{scheme}://*:*"),
-            scheme: Scheme::parse(scheme).unwrap_or(Scheme::Https),
+        let any = |scheme: Scheme| Rule {
+            text: format!("{}://*:*", scheme.as_str()),
+            scheme,
             host: HostRule::Any,
             port: PortRule::Any,
             path: "/".to_owned(),
             methods: None,
         };
-        Self::Rules(vec![any("https"), any("http")])
+        Self::Rules(vec![any(Scheme::Https), any(Scheme::Http)])
     }
 
     /// Checks that `grant` stays within the policy, for a workflow at
@@ -682,6 +693,18 @@ impl Egress {
             )));
         }
         Ok(())
+    }
+
+    /// Checks every address `target` resolved to ([`Egress::allow_ip`]):
+    /// one refused refuses them all.
+    pub fn allow_addrs(
+        &self,
+        target: &Target,
+        addrs: impl IntoIterator<Item = IpAddr>,
+    ) -> Result<(), Denied> {
+        addrs
+            .into_iter()
+            .try_for_each(|ip| self.allow_ip(target, ip))
     }
 
     /// Checks an address `target` resolved to, on every connection. A

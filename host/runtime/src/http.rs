@@ -105,7 +105,7 @@ impl Shared {
 
 /// The hooks of one call's store.
 pub(crate) struct HttpHooks {
-    egress: Option<Arc<Egress>>,
+    egress: Arc<Egress>,
     limits: HttpLimits,
     deadline: Instant,
     shared: Arc<Shared>,
@@ -120,11 +120,16 @@ impl std::fmt::Debug for HttpHooks {
 }
 
 impl HttpHooks {
-    /// Hooks for a call that ends by `deadline`; without `egress`, every
-    /// request is refused.
+    /// Hooks for a call that ends by `deadline`; without `egress` (no
+    /// grant), every request is refused.
     pub(crate) fn new(egress: Option<Arc<Egress>>, limits: HttpLimits, deadline: Instant) -> Self {
         Self {
-            egress,
+            egress: egress.unwrap_or_else(|| {
+                Arc::new(Egress::new(
+                    Vec::new(),
+                    weft_core::egress::Policy::Unbounded,
+                ))
+            }),
             limits,
             deadline,
             shared: Arc::default(),
@@ -236,19 +241,7 @@ impl WasiHttpHooks for HttpHooks {
                 );
             }
         };
-        let Some(egress) = self.egress.clone() else {
-            return Self::refuse(
-                &entry,
-                &shared,
-                &Egress::new(Vec::new(), weft_core::egress::Policy::Unbounded)
-                    .allow(&target)
-                    .err()
-                    .unwrap_or(Denied {
-                        request: format!("{method} {}", entry.url),
-                        reason: "the step is granted no HTTP destination".to_owned(),
-                    }),
-            );
-        };
+        let egress = Arc::clone(&self.egress);
         if let Err(denied) = egress.allow(&target) {
             return Self::refuse(&entry, &shared, &denied);
         }
@@ -273,10 +266,7 @@ impl WasiHttpHooks for HttpHooks {
             .min(self.limits.connect_timeout);
         let first_byte = options.first_byte_timeout;
         let between_bytes = options.between_bytes_timeout;
-        let host = match &target.host {
-            weft_core::egress::TargetHost::Name(name) => name.clone(),
-            weft_core::egress::TargetHost::Ip(ip) => ip.to_string(),
-        };
+        let host = target.host.lookup_name();
         Box::new(async move {
             let outcome = async {
                 let within = |limit: Option<Duration>| {
@@ -300,12 +290,10 @@ impl WasiHttpHooks for HttpHooks {
                     )
                 })?
                 .collect();
-                for addr in &addrs {
-                    if let Err(denied) = egress.allow_ip(&target, addr.ip()) {
-                        let message = denied.to_string();
-                        shared.violate(Violation::Denied(message.clone()));
-                        return Err((Error::DestinationIpProhibited, format!("http_denied: {message}")));
-                    }
+                if let Err(denied) = egress.allow_addrs(&target, addrs.iter().map(SocketAddr::ip)) {
+                    let message = denied.to_string();
+                    shared.violate(Violation::Denied(message.clone()));
+                    return Err((Error::DestinationIpProhibited, format!("http_denied: {message}")));
                 }
                 let addr = addrs.first().ok_or((
                     Error::DestinationNotFound,

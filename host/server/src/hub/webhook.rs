@@ -135,16 +135,12 @@ pub(super) fn check_url(egress: &EgressPolicies, tenant: &str, url: &str) -> Res
     let checked = Egress::destination(&target, egress.policy(tenant));
     let denied = |d: weft_core::egress::Denied| HubError::Denied(format!("webhook.url: {d}"));
     checked.allow(&target).map_err(denied)?;
-    let host = match &target.host {
-        weft_core::egress::TargetHost::Name(name) => name.clone(),
-        weft_core::egress::TargetHost::Ip(ip) => ip.to_string(),
-    };
+    let host = target.host.lookup_name();
     let addrs = std::net::ToSocketAddrs::to_socket_addrs(&(host.as_str(), target.port))
         .map_err(|e| HubError::Invalid(format!("webhook.url: cannot resolve `{host}`: {e}")))?;
-    for addr in addrs {
-        checked.allow_ip(&target, addr.ip()).map_err(denied)?;
-    }
-    Ok(())
+    checked
+        .allow_addrs(&target, addrs.map(|addr| addr.ip()))
+        .map_err(denied)
 }
 
 /// Resolves a webhook's host as ureq would, then refuses the connection if
@@ -181,11 +177,9 @@ impl Resolver for CheckedResolver {
             .allow(&target)
             .map_err(|d| refuse(format!("http_denied: {d}")))?;
         let addrs = DefaultResolver::default().resolve(uri, config, timeout)?;
-        for addr in addrs.iter() {
-            checked
-                .allow_ip(&target, addr.ip())
-                .map_err(|d| refuse(format!("http_denied: {d}")))?;
-        }
+        checked
+            .allow_addrs(&target, addrs.iter().map(|addr| addr.ip()))
+            .map_err(|d| refuse(format!("http_denied: {d}")))?;
         Ok(addrs)
     }
 }
