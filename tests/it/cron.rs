@@ -164,7 +164,12 @@ fn overlap_policies_decide_what_a_fire_does_while_the_last_run_runs() {
         let host = Host::new(&overlapping(overlap));
         let _engine = host.start();
         host.clock.set(Timestamp(first));
-        host.wait_until("started its first run", || host.runs().len() == 1);
+        // Its sleep is committed, so it ends at 00:02:30 whatever the
+        // clock does next.
+        host.wait_until("started its first run, asleep", || {
+            let runs = host.runs();
+            runs.len() == 1 && runs[0].suspended
+        });
         let a = host.runs()[0].id.clone();
         // 00:02:00: the first run sleeps until 00:02:30.
         host.clock.set(Timestamp(first + minute));
