@@ -2,12 +2,14 @@
 //! embedded backend.
 
 pub mod access;
+mod apply;
 mod group;
 mod lease;
 pub mod messages;
 mod records;
 mod redb;
 pub mod registry;
+mod rows;
 mod write;
 
 pub use self::access::{

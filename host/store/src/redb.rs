@@ -9,9 +9,8 @@
 //! so its version keeps growing).
 //!
 //! This module opens the file and reads it. A batch of writes is one
-//! transaction over `tables::Tables`; `apply` has one function for each
-//! `Write`, and `queue` and `registry` those of the message and registry
-//! tables.
+//! transaction over `tables::Tables`, the redb [`Rows`](crate::rows::Rows)
+//! that the backend-neutral `apply` writes through.
 //!
 //! The file is opened in redb's multi-writer mode, so several `weft`
 //! processes (two `weft run`s, or a `weft runs list` beside a run) can use one
@@ -30,6 +29,7 @@ use super::{
     DefinitionRecord, OutboxRecord, RunFilter, RunRecord, StepRecord, Store, StoreError,
     TimerRecord, Write,
 };
+use crate::rows::{decode, decode_kv};
 use weft_core::Versioned;
 
 const META: TableDefinition<&str, &str> = TableDefinition::new("meta");
@@ -118,11 +118,9 @@ macro_rules! backend {
 }
 
 mod access;
-mod apply;
 mod queue;
 mod registry;
 mod tables;
-mod usage;
 
 impl RedbStore {
     /// Opens the store at `path` for reading and writing, creating it if it
@@ -251,31 +249,6 @@ impl RedbStore {
     }
 }
 
-fn encode_kv(version: u64, value: Option<&str>) -> Vec<u8> {
-    let mut bytes = Vec::with_capacity(9 + value.map_or(0, str::len));
-    bytes.extend_from_slice(&version.to_le_bytes());
-    match value {
-        Some(value) => {
-            bytes.push(1);
-            bytes.extend_from_slice(value.as_bytes());
-        }
-        None => bytes.push(0),
-    }
-    bytes
-}
-
-fn decode_kv(bytes: &[u8]) -> Versioned {
-    let version = bytes
-        .get(..8)
-        .and_then(|b| b.try_into().ok())
-        .map_or(0, u64::from_le_bytes);
-    let value = match bytes.get(8) {
-        Some(1) => Some(String::from_utf8_lossy(&bytes[9..]).into_owned()),
-        _ => None,
-    };
-    Versioned { version, value }
-}
-
 fn open_error(error: redb::DatabaseError, path: &str) -> StoreError {
     match error {
         redb::DatabaseError::RepairAborted => StoreError::NeedsRepair {
@@ -301,13 +274,6 @@ fn kept<T: DeserializeOwned>(table: &str, key: &str, bytes: &[u8]) -> Option<T> 
             None
         }
     }
-}
-
-fn decode<T: DeserializeOwned>(key: impl std::fmt::Display, bytes: &[u8]) -> Result<T, StoreError> {
-    serde_json::from_slice(bytes).map_err(|e| StoreError::Codec {
-        key: key.to_string(),
-        message: e.to_string(),
-    })
 }
 
 macro_rules! reads {
@@ -459,19 +425,17 @@ impl Store for RedbStore {
     }
 
     fn stored_bytes(&self, tenant: &str) -> Result<u64, StoreError> {
-        usage::stored_bytes(&self.begin_read()?, tenant)
+        let txn = self.begin_read()?;
+        let table = match txn.open_table(USAGE) {
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(0),
+            other => backend!(other)?,
+        };
+        Ok(backend!(table.get(tenant))?.map_or(0, |used| used.value()))
     }
 
     fn apply(&self, writes: &[&Write]) -> Result<Vec<Result<(), StoreError>>, StoreError> {
         let txn = backend!(self.writable()?.begin_write())?;
-        let mut results = Vec::with_capacity(writes.len());
-        {
-            let mut tables = Tables::open(&txn)?;
-            for write in writes {
-                results.push(tables.apply(write)?);
-            }
-            tables.flush_usage()?;
-        }
+        let results = crate::apply::batch(&mut Tables::open(&txn)?, writes)?;
         backend!(txn.commit())?;
         Ok(results)
     }

@@ -1,43 +1,9 @@
-//! The registry tables: deployed workflow versions and plugins.
-
-use std::sync::Arc;
+//! Reads of the registry tables: deployed workflow versions and plugins.
 
 use redb::{ReadTransaction, ReadableTable};
 
-use super::{DEPLOYMENTS, PLUGINS, Tables, decode};
-use crate::{DeploymentRecord, PluginRecord, StoreError, What};
-
-impl Tables<'_> {
-    pub(super) fn deploy(
-        &mut self,
-        workflow: &str,
-        revision: u32,
-        record: &[u8],
-        definition: &(String, Vec<u8>),
-    ) -> Result<Result<(), StoreError>, StoreError> {
-        if backend!(self.deployments.get((workflow, revision)))?.is_some() {
-            return Ok(Err(StoreError::Exists(What::Revision {
-                workflow: workflow.to_owned(),
-                revision,
-            })));
-        }
-        self.definition(definition)?;
-        backend!(self.deployments.insert((workflow, revision), record))?;
-        Ok(Ok(()))
-    }
-
-    pub(super) fn add_plugin(
-        &mut self,
-        name: &str,
-        digest: &str,
-        record: &[u8],
-        bytes: &Arc<[u8]>,
-    ) -> Result<Result<(), StoreError>, StoreError> {
-        self.components(&[(digest.to_owned(), Arc::clone(bytes))])?;
-        backend!(self.plugins.insert((name, digest), record))?;
-        Ok(Ok(()))
-    }
-}
+use super::{DEPLOYMENTS, PLUGINS, decode};
+use crate::{DeploymentRecord, PluginRecord, StoreError};
 
 pub(super) fn deployments(
     txn: &ReadTransaction,

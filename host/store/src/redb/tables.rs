@@ -1,62 +1,47 @@
-//! The tables of one write transaction, and what is kept in step across
-//! them:
-//!
-//! - `set_run` keeps `running`, the index of runs to resume, in step with
-//!   each run's record: a run is listed while it is running and not
-//!   suspended;
-//! - a timer has its row in `timers`, `timer_keys` and `run_timers`, or in
-//!   none of them, and a run that ended has no timers;
-//! - definitions and components are stored once, by digest;
-//! - a run has a lease only until it ends.
-//!
-//! How each write changes the tables is in `apply`, `queue` and
-//! `registry`.
+//! The tables of one redb write transaction, as [`Rows`]: each logical
+//! table is a typed redb table, and each key shape maps onto its key type.
 
-use std::sync::Arc;
+use redb::{ReadableTable, Table as RedbTable, WriteTransaction};
 
-use redb::{ReadableTable, Table, WriteTransaction};
-
-use crate::{StoreError, TimerRow};
+use crate::StoreError;
+use crate::rows::{Key, Part, Rows, Table, number, read_number};
 
 /// The tables of one write transaction.
 pub(super) struct Tables<'t> {
-    /// For the tables opened only by the writes that need them.
-    pub(super) txn: &'t WriteTransaction,
-    pub(super) runs: Table<'t, &'static str, &'static [u8]>,
-    pub(super) running: Table<'t, &'static str, ()>,
-    pub(super) steps: Table<'t, (&'static str, u32), &'static [u8]>,
-    pub(super) definitions: Table<'t, &'static str, &'static [u8]>,
-    pub(super) components: Table<'t, &'static str, &'static [u8]>,
-    pub(super) kv: Table<'t, (&'static str, &'static str), &'static [u8]>,
-    pub(super) outbox: Table<'t, &'static str, &'static [u8]>,
-    pub(super) timers: Table<'t, (u64, u64), &'static [u8]>,
-    pub(super) run_timers: Table<'t, (&'static str, u64), u64>,
-    pub(super) timer_keys: Table<'t, (u64, u64), ()>,
-    pub(super) schedules: Table<'t, &'static str, &'static [u8]>,
-    pub(super) cancelled: Table<'t, &'static str, ()>,
-    pub(super) messages: Table<'t, u64, &'static [u8]>,
-    pub(super) run_messages: Table<'t, (&'static str, u64), ()>,
-    pub(super) subscriptions: Table<'t, &'static str, &'static [u8]>,
-    pub(super) deliveries: Table<'t, &'static str, &'static [u8]>,
-    pub(super) queue: Table<'t, (&'static str, u64), &'static str>,
-    pub(super) dead: Table<'t, (&'static str, u64), &'static str>,
-    pub(super) idempotency: Table<'t, &'static str, &'static str>,
-    pub(super) deployments: Table<'t, (&'static str, u32), &'static [u8]>,
-    pub(super) plugins: Table<'t, (&'static str, &'static str), &'static [u8]>,
-    pub(super) leases: Table<'t, &'static str, &'static [u8]>,
-    pub(super) hosts: Table<'t, &'static str, &'static [u8]>,
-    /// The stored bytes this transaction has counted, by tenant.
-    pub(super) meter: super::usage::Meter,
-    /// The bytes the write being applied gave back (key-value values it
-    /// overwrote or deleted).
-    pub(super) freed: u64,
+    runs: RedbTable<'t, &'static str, &'static [u8]>,
+    running: RedbTable<'t, &'static str, ()>,
+    steps: RedbTable<'t, (&'static str, u32), &'static [u8]>,
+    definitions: RedbTable<'t, &'static str, &'static [u8]>,
+    components: RedbTable<'t, &'static str, &'static [u8]>,
+    kv: RedbTable<'t, (&'static str, &'static str), &'static [u8]>,
+    outbox: RedbTable<'t, &'static str, &'static [u8]>,
+    timers: RedbTable<'t, (u64, u64), &'static [u8]>,
+    run_timers: RedbTable<'t, (&'static str, u64), u64>,
+    timer_keys: RedbTable<'t, (u64, u64), ()>,
+    schedules: RedbTable<'t, &'static str, &'static [u8]>,
+    cancelled: RedbTable<'t, &'static str, ()>,
+    messages: RedbTable<'t, u64, &'static [u8]>,
+    run_messages: RedbTable<'t, (&'static str, u64), ()>,
+    subscriptions: RedbTable<'t, &'static str, &'static [u8]>,
+    deliveries: RedbTable<'t, &'static str, &'static [u8]>,
+    queue: RedbTable<'t, (&'static str, u64), &'static str>,
+    dead: RedbTable<'t, (&'static str, u64), &'static str>,
+    idempotency: RedbTable<'t, &'static str, &'static str>,
+    deployments: RedbTable<'t, (&'static str, u32), &'static [u8]>,
+    plugins: RedbTable<'t, (&'static str, &'static str), &'static [u8]>,
+    leases: RedbTable<'t, &'static str, &'static [u8]>,
+    hosts: RedbTable<'t, &'static str, &'static [u8]>,
+    tenants: RedbTable<'t, &'static str, &'static [u8]>,
+    tokens: RedbTable<'t, &'static str, &'static [u8]>,
+    secrets: RedbTable<'t, (&'static str, &'static str), &'static [u8]>,
+    audit: RedbTable<'t, (u64, u64), &'static [u8]>,
+    usage: RedbTable<'t, &'static str, u64>,
 }
 
 impl<'t> Tables<'t> {
     /// Opens every table in `txn`, each created by `RedbStore::open`.
     pub(super) fn open(txn: &'t WriteTransaction) -> Result<Self, StoreError> {
         Ok(Self {
-            txn,
             runs: backend!(txn.open_table(super::RUNS))?,
             running: backend!(txn.open_table(super::RUNNING))?,
             steps: backend!(txn.open_table(super::STEPS))?,
@@ -80,88 +65,296 @@ impl<'t> Tables<'t> {
             plugins: backend!(txn.open_table(super::PLUGINS))?,
             leases: backend!(txn.open_table(super::LEASES))?,
             hosts: backend!(txn.open_table(super::HOSTS))?,
-            meter: super::usage::Meter::default(),
-            freed: 0,
+            tenants: backend!(txn.open_table(super::TENANTS))?,
+            tokens: backend!(txn.open_table(super::TOKENS))?,
+            secrets: backend!(txn.open_table(super::SECRETS))?,
+            audit: backend!(txn.open_table(super::AUDIT))?,
+            usage: backend!(txn.open_table(super::USAGE))?,
         })
     }
 }
 
-impl Tables<'_> {
-    /// True when run `id` was cancelled in the store, so that the process
-    /// driving it must not write it on. (A run ends otherwise only through
-    /// the process that drives it.) One lookup in a table that is almost
-    /// always empty: this is on every commit's path.
-    pub(super) fn ended(&self, id: &str) -> Result<bool, StoreError> {
-        Ok(backend!(self.cancelled.get(id))?.is_some())
+/// A key that does not fit its table: a bug in `apply`, which names both.
+fn misfit(table: Table, key: Key<'_>) -> StoreError {
+    StoreError::Codec {
+        key: format!("{key:?}"),
+        message: format!("not a key of table {table:?}"),
+    }
+}
+
+/// Calls `$on!(table, key)` with the typed redb table and key for
+/// `($table, $key)`, and else answers the misfit.
+macro_rules! typed {
+    ($self:ident, $table:expr, $key:expr, |$t:ident, $k:ident| $body:expr) => {{
+        use Key as K;
+        use Table as T;
+        match ($table, $key) {
+            (T::Runs, K::Str($k)) => {
+                let $t = &mut $self.runs;
+                $body
+            }
+            (T::Running, K::Str($k)) => {
+                let $t = &mut $self.running;
+                $body
+            }
+            (T::Steps, K::StrU32(a, b)) => {
+                let $k = (a, b);
+                let $t = &mut $self.steps;
+                $body
+            }
+            (T::Definitions, K::Str($k)) => {
+                let $t = &mut $self.definitions;
+                $body
+            }
+            (T::Components, K::Str($k)) => {
+                let $t = &mut $self.components;
+                $body
+            }
+            (T::Kv, K::StrStr(a, b)) => {
+                let $k = (a, b);
+                let $t = &mut $self.kv;
+                $body
+            }
+            (T::Outbox, K::Str($k)) => {
+                let $t = &mut $self.outbox;
+                $body
+            }
+            (T::Timers, K::U64U64(a, b)) => {
+                let $k = (a, b);
+                let $t = &mut $self.timers;
+                $body
+            }
+            (T::TimerKeys, K::U64U64(a, b)) => {
+                let $k = (a, b);
+                let $t = &mut $self.timer_keys;
+                $body
+            }
+            (T::RunTimers, K::StrU64(a, b)) => {
+                let $k = (a, b);
+                let $t = &mut $self.run_timers;
+                $body
+            }
+            (T::Schedules, K::Str($k)) => {
+                let $t = &mut $self.schedules;
+                $body
+            }
+            (T::Cancelled, K::Str($k)) => {
+                let $t = &mut $self.cancelled;
+                $body
+            }
+            (T::Messages, K::U64($k)) => {
+                let $t = &mut $self.messages;
+                $body
+            }
+            (T::RunMessages, K::StrU64(a, b)) => {
+                let $k = (a, b);
+                let $t = &mut $self.run_messages;
+                $body
+            }
+            (T::Subscriptions, K::Str($k)) => {
+                let $t = &mut $self.subscriptions;
+                $body
+            }
+            (T::Deliveries, K::Str($k)) => {
+                let $t = &mut $self.deliveries;
+                $body
+            }
+            (T::Queue, K::StrU64(a, b)) => {
+                let $k = (a, b);
+                let $t = &mut $self.queue;
+                $body
+            }
+            (T::Dead, K::StrU64(a, b)) => {
+                let $k = (a, b);
+                let $t = &mut $self.dead;
+                $body
+            }
+            (T::Idempotency, K::Str($k)) => {
+                let $t = &mut $self.idempotency;
+                $body
+            }
+            (T::Deployments, K::StrU32(a, b)) => {
+                let $k = (a, b);
+                let $t = &mut $self.deployments;
+                $body
+            }
+            (T::Plugins, K::StrStr(a, b)) => {
+                let $k = (a, b);
+                let $t = &mut $self.plugins;
+                $body
+            }
+            (T::Leases, K::Str($k)) => {
+                let $t = &mut $self.leases;
+                $body
+            }
+            (T::Hosts, K::Str($k)) => {
+                let $t = &mut $self.hosts;
+                $body
+            }
+            (T::Tenants, K::Str($k)) => {
+                let $t = &mut $self.tenants;
+                $body
+            }
+            (T::Tokens, K::Str($k)) => {
+                let $t = &mut $self.tokens;
+                $body
+            }
+            (T::Secrets, K::StrStr(a, b)) => {
+                let $k = (a, b);
+                let $t = &mut $self.secrets;
+                $body
+            }
+            (T::Audit, K::U64U64(a, b)) => {
+                let $k = (a, b);
+                let $t = &mut $self.audit;
+                $body
+            }
+            (T::Usage, K::Str($k)) => {
+                let $t = &mut $self.usage;
+                $body
+            }
+            (table, key) => Err(misfit(table, key)),
+        }
+    }};
+}
+
+/// A typed value as the bytes `Rows` deals in, and back.
+trait Value: redb::Value {
+    fn to_bytes(value: Self::SelfType<'_>) -> Vec<u8>;
+    fn with_bytes<R>(bytes: &[u8], then: impl FnOnce(Self::SelfType<'_>) -> R) -> R;
+}
+
+impl Value for &'static [u8] {
+    fn to_bytes(value: &[u8]) -> Vec<u8> {
+        value.to_vec()
+    }
+    fn with_bytes<R>(bytes: &[u8], then: impl FnOnce(&[u8]) -> R) -> R {
+        then(bytes)
+    }
+}
+
+impl Value for () {
+    fn to_bytes((): ()) -> Vec<u8> {
+        Vec::new()
+    }
+    fn with_bytes<R>(_: &[u8], then: impl FnOnce(()) -> R) -> R {
+        then(())
+    }
+}
+
+impl Value for u64 {
+    fn to_bytes(value: u64) -> Vec<u8> {
+        number(value).to_vec()
+    }
+    fn with_bytes<R>(bytes: &[u8], then: impl FnOnce(u64) -> R) -> R {
+        then(read_number(bytes))
+    }
+}
+
+impl Value for &'static str {
+    fn to_bytes(value: &str) -> Vec<u8> {
+        value.as_bytes().to_vec()
+    }
+    fn with_bytes<R>(bytes: &[u8], then: impl FnOnce(&str) -> R) -> R {
+        then(&String::from_utf8_lossy(bytes))
+    }
+}
+
+fn get<'k, K: redb::Key + 'static, V: Value + 'static>(
+    table: &RedbTable<'_, K, V>,
+    key: impl std::borrow::Borrow<K::SelfType<'k>>,
+) -> Result<Option<Vec<u8>>, StoreError> {
+    Ok(backend!(table.get(key))?.map(|v| V::to_bytes(v.value())))
+}
+
+fn put<'k, K: redb::Key + 'static, V: Value + 'static>(
+    table: &mut RedbTable<'_, K, V>,
+    key: impl std::borrow::Borrow<K::SelfType<'k>>,
+    bytes: &[u8],
+) -> Result<(), StoreError> {
+    V::with_bytes(bytes, |value| backend!(table.insert(key, value)).map(drop))
+}
+
+fn delete<'k, K: redb::Key + 'static, V: Value + 'static>(
+    table: &mut RedbTable<'_, K, V>,
+    key: impl std::borrow::Borrow<K::SelfType<'k>>,
+) -> Result<bool, StoreError> {
+    Ok(backend!(table.remove(key))?.is_some())
+}
+
+impl Rows for Tables<'_> {
+    fn get(&mut self, table: Table, key: Key<'_>) -> Result<Option<Vec<u8>>, StoreError> {
+        typed!(self, table, key, |t, k| get(t, k))
     }
 
-    /// Stores run `id`'s record, and keeps the index of runs to resume and
-    /// the run's timers in step: a run that ended has no timers.
-    pub(super) fn set_run(
+    fn has(&mut self, table: Table, key: Key<'_>) -> Result<bool, StoreError> {
+        typed!(self, table, key, |t, k| Ok(backend!(t.get(k))?.is_some()))
+    }
+
+    fn put(&mut self, table: Table, key: Key<'_>, value: &[u8]) -> Result<(), StoreError> {
+        typed!(self, table, key, |t, k| put(t, k, value))
+    }
+
+    fn delete(&mut self, table: Table, key: Key<'_>) -> Result<bool, StoreError> {
+        typed!(self, table, key, |t, k| delete(t, k))
+    }
+
+    fn under(&mut self, table: Table, first: &str) -> Result<Vec<(Part, Vec<u8>)>, StoreError> {
+        let mut found = Vec::new();
+        match table {
+            Table::RunTimers => {
+                for entry in backend!(self.run_timers.range((first, 0)..=(first, u64::MAX)))? {
+                    let (key, due) = backend!(entry)?;
+                    found.push((Part::U64(key.value().1), number(due.value()).to_vec()));
+                }
+            }
+            Table::Queue | Table::Dead => {
+                let queue = if table == Table::Queue {
+                    &self.queue
+                } else {
+                    &self.dead
+                };
+                for entry in backend!(queue.range((first, 0)..=(first, u64::MAX)))? {
+                    let (key, id) = backend!(entry)?;
+                    found.push((Part::U64(key.value().1), id.value().as_bytes().to_vec()));
+                }
+            }
+            Table::Secrets => {
+                for entry in backend!(self.secrets.range((first, "")..))? {
+                    let (key, value) = backend!(entry)?;
+                    let (owner, name) = key.value();
+                    if owner != first {
+                        break;
+                    }
+                    found.push((Part::Str(name.to_owned()), value.value().to_vec()));
+                }
+            }
+            table => return Err(misfit(table, Key::Str(first))),
+        }
+        Ok(found)
+    }
+
+    fn keys_between(
         &mut self,
-        id: &str,
-        run: &[u8],
-        running: bool,
-        suspended: bool,
-    ) -> Result<(), StoreError> {
-        backend!(self.runs.insert(id, run))?;
-        // Most commits leave the index as it was: look before writing.
-        let listed = backend!(self.running.get(id))?.is_some();
-        if running && !suspended {
-            if !listed {
-                backend!(self.running.insert(id, ()))?;
-            }
-        } else if listed {
-            backend!(self.running.remove(id))?;
+        table: Table,
+        from: &str,
+        to: &str,
+    ) -> Result<Vec<String>, StoreError> {
+        if table != Table::Subscriptions {
+            return Err(misfit(table, Key::Str(from)));
         }
-        if !running {
-            let mut keys = Vec::new();
-            for entry in backend!(self.run_timers.range((id, 0)..=(id, u64::MAX)))? {
-                let (key, due) = backend!(entry)?;
-                keys.push((due.value(), key.value().1));
-            }
-            for key in keys {
-                self.remove_timer(id, key)?;
-            }
-            // Nobody drives a run that ended.
-            backend!(self.leases.remove(id))?;
+        let mut found = Vec::new();
+        for entry in backend!(self.subscriptions.range(from..to))? {
+            let (key, _) = backend!(entry)?;
+            found.push(key.value().to_owned());
         }
-        Ok(())
+        Ok(found)
     }
 
-    pub(super) fn insert_timer(&mut self, timer: &TimerRow) -> Result<(), StoreError> {
-        backend!(self.timers.insert(timer.key, timer.record.as_slice()))?;
-        backend!(self.timer_keys.insert(timer.key, ()))?;
-        backend!(
-            self.run_timers
-                .insert((timer.run.as_str(), timer.key.1), timer.key.0)
-        )?;
-        Ok(())
-    }
-
-    pub(super) fn remove_timer(&mut self, run: &str, key: (u64, u64)) -> Result<(), StoreError> {
-        backend!(self.timers.remove(key))?;
-        backend!(self.timer_keys.remove(key))?;
-        backend!(self.run_timers.remove((run, key.1)))?;
-        Ok(())
-    }
-
-    pub(super) fn definition(
-        &mut self,
-        (digest, encoded): &(String, Vec<u8>),
-    ) -> Result<(), StoreError> {
-        if backend!(self.definitions.get(digest.as_str()))?.is_none() {
-            backend!(self.definitions.insert(digest.as_str(), encoded.as_slice()))?;
+    fn last_number(&mut self, table: Table) -> Result<Option<u64>, StoreError> {
+        if table != Table::Messages {
+            return Err(misfit(table, Key::U64(0)));
         }
-        Ok(())
-    }
-
-    pub(super) fn components(&mut self, pinned: &[(String, Arc<[u8]>)]) -> Result<(), StoreError> {
-        for (digest, bytes) in pinned {
-            if backend!(self.components.get(digest.as_str()))?.is_none() {
-                backend!(self.components.insert(digest.as_str(), &bytes[..]))?;
-            }
-        }
-        Ok(())
+        Ok(backend!(self.messages.last())?.map(|(key, _)| key.value()))
     }
 }

@@ -1,7 +1,8 @@
-//! How each `Write` changes the tables: `Tables::apply` hands each variant,
-//! with its fields, to one function. The run, step, key-value, outbox,
-//! timer and schedule writes are here; the message writes are in `queue`,
-//! the registry's in `registry`.
+//! How each `Write` changes the tables, written once for every backend
+//! against [`Rows`]: `Apply::apply` hands each variant, with its fields,
+//! to one function. The run, step, key-value, outbox, timer and schedule
+//! writes are here; the message writes are in `queue`, the registry's and
+//! the access tables' in `access`, the stored bytes by tenant in `usage`.
 //!
 //! Each function checks what may refuse its write before its first
 //! write, so that a refused write stores nothing. The one exception: a
@@ -9,16 +10,58 @@
 //! is refused. No function here decides what a record says: the engine
 //! builds every run and step record, and a write decided on a run read
 //! before names the number of records it saw (`run_at`).
+//!
+//! What is kept in step across the tables:
+//! - `set_run` keeps `Running`, the index of runs to resume, in step with
+//!   each run's record: a run is listed while it is running and not
+//!   suspended;
+//! - a timer has its row in `Timers`, `TimerKeys` and `RunTimers`, or in
+//!   none of them, and a run that ended has no timers;
+//! - definitions and components are stored once, by digest;
+//! - a run has a lease only until it ends.
+
+mod access;
+mod queue;
+mod usage;
 
 use std::sync::Arc;
 
-use redb::ReadableTable;
-
-use super::{Tables, decode, decode_kv, encode_kv};
+use crate::rows::{Key, Rows, Table, decode, decode_kv, encode_kv, number, read_number};
 use crate::{
     Charge, Emitted, HostRecord, Lease, RunRecord, ScheduleRecord, Spawn, StoreError, TimerRef,
     TimerRow, What, Write, encode,
 };
+use weft_core::KvEffects;
+
+/// Applies `writes` to `rows` in order, one transaction: the answer for
+/// each write (refusals are per write), or the error that failed the
+/// transaction.
+pub(crate) fn batch(
+    rows: &mut dyn Rows,
+    writes: &[&Write],
+) -> Result<Vec<Result<(), StoreError>>, StoreError> {
+    let mut apply = Apply {
+        rows,
+        meter: usage::Meter::default(),
+        freed: 0,
+    };
+    let mut results = Vec::with_capacity(writes.len());
+    for write in writes {
+        results.push(apply.apply(write)?);
+    }
+    apply.flush_usage()?;
+    Ok(results)
+}
+
+/// One transaction's writes being applied.
+pub(crate) struct Apply<'r> {
+    rows: &'r mut dyn Rows,
+    /// The stored bytes this transaction has counted, by tenant.
+    meter: usage::Meter,
+    /// The bytes the write being applied gave back (key-value values it
+    /// overwrote or deleted).
+    freed: u64,
+}
 
 /// The refusal of a write by a host that does not hold run `id`'s lease.
 fn fenced(id: &str, current: Option<&Lease>) -> StoreError {
@@ -27,13 +70,92 @@ fn fenced(id: &str, current: Option<&Lease>) -> StoreError {
         owner: current.map_or_else(|| "none".to_owned(), |lease| lease.host.clone()),
     }
 }
-use weft_core::KvEffects;
 
-impl Tables<'_> {
+/// The key of timer `timer`'s row.
+fn timer_key(timer: TimerRef) -> Key<'static> {
+    let (due, id) = timer.key();
+    Key::U64U64(due, id)
+}
+
+impl Apply<'_> {
+    /// True when run `id` was cancelled in the store, so that the process
+    /// driving it must not write it on. (A run ends otherwise only through
+    /// the process that drives it.) One lookup in a table that is almost
+    /// always empty: this is on every commit's path.
+    fn ended(&mut self, id: &str) -> Result<bool, StoreError> {
+        self.rows.has(Table::Cancelled, Key::Str(id))
+    }
+
+    /// Stores run `id`'s record, and keeps the index of runs to resume and
+    /// the run's timers in step: a run that ended has no timers.
+    fn set_run(
+        &mut self,
+        id: &str,
+        run: &[u8],
+        running: bool,
+        suspended: bool,
+    ) -> Result<(), StoreError> {
+        self.rows.put(Table::Runs, Key::Str(id), run)?;
+        // Most commits leave the index as it was: look before writing.
+        let listed = self.rows.has(Table::Running, Key::Str(id))?;
+        if running && !suspended {
+            if !listed {
+                self.rows.put(Table::Running, Key::Str(id), &[])?;
+            }
+        } else if listed {
+            self.rows.delete(Table::Running, Key::Str(id))?;
+        }
+        if !running {
+            let timers = self.rows.under(Table::RunTimers, id)?;
+            for (timer, due) in timers {
+                self.remove_timer(id, (read_number(&due), timer.number()))?;
+            }
+            // Nobody drives a run that ended.
+            self.rows.delete(Table::Leases, Key::Str(id))?;
+        }
+        Ok(())
+    }
+
+    fn insert_timer(&mut self, timer: &TimerRow) -> Result<(), StoreError> {
+        let (due, id) = timer.key;
+        self.rows
+            .put(Table::Timers, Key::U64U64(due, id), &timer.record)?;
+        self.rows.put(Table::TimerKeys, Key::U64U64(due, id), &[])?;
+        self.rows
+            .put(Table::RunTimers, Key::StrU64(&timer.run, id), &number(due))?;
+        Ok(())
+    }
+
+    fn remove_timer(&mut self, run: &str, (due, id): (u64, u64)) -> Result<(), StoreError> {
+        self.rows.delete(Table::Timers, Key::U64U64(due, id))?;
+        self.rows.delete(Table::TimerKeys, Key::U64U64(due, id))?;
+        self.rows.delete(Table::RunTimers, Key::StrU64(run, id))?;
+        Ok(())
+    }
+
+    fn definition(&mut self, (digest, encoded): &(String, Vec<u8>)) -> Result<(), StoreError> {
+        if !self.rows.has(Table::Definitions, Key::Str(digest))? {
+            self.rows
+                .put(Table::Definitions, Key::Str(digest), encoded)?;
+        }
+        Ok(())
+    }
+
+    fn components(&mut self, pinned: &[(String, Arc<[u8]>)]) -> Result<(), StoreError> {
+        for (digest, bytes) in pinned {
+            if !self.rows.has(Table::Components, Key::Str(digest))? {
+                self.rows.put(Table::Components, Key::Str(digest), bytes)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Apply<'_> {
     /// Applies one write, charging its tenant for what it stores (see
     /// `usage`). `Ok(Err(_))`: this write is refused and nothing of it was
     /// stored; `Err(_)`: the transaction failed.
-    pub(super) fn apply(&mut self, write: &Write) -> Result<Result<(), StoreError>, StoreError> {
+    fn apply(&mut self, write: &Write) -> Result<Result<(), StoreError>, StoreError> {
         self.freed = 0;
         let outcome = self.dispatch(write)?;
         if outcome.is_ok()
@@ -145,7 +267,7 @@ impl Tables<'_> {
             ),
             Write::Claim { run, lease } => self.claim(run, lease),
             Write::Renew { host, record } => {
-                backend!(self.hosts.insert(host.as_str(), record.as_slice()))?;
+                self.rows.put(Table::Hosts, Key::Str(host), record)?;
                 Ok(Ok(()))
             }
             Write::Forget { host, expires_at } => self.forget(host, *expires_at),
@@ -192,32 +314,33 @@ impl Tables<'_> {
         lease: Option<&Lease>,
         charge: Option<&Charge>,
     ) -> Result<Result<(), StoreError>, StoreError> {
-        if backend!(self.runs.get(id))?.is_some() {
+        if self.rows.has(Table::Runs, Key::Str(id))? {
             return Ok(Err(StoreError::Exists(What::Run(id.to_owned()))));
         }
         if let Some(key) = idempotency
-            && let Some(run) = backend!(self.idempotency.get(key))?
+            && let Some(run) = self.rows.get(Table::Idempotency, Key::Str(key))?
         {
             return Ok(Err(StoreError::Duplicate {
                 key: key.to_owned(),
-                run: run.value().to_owned(),
+                run: String::from_utf8_lossy(&run).into_owned(),
             }));
         }
         if let Err(refused) = self.admit(charge)? {
             return Ok(Err(refused));
         }
         if let Some(key) = idempotency {
-            backend!(self.idempotency.insert(key, id))?;
+            self.rows
+                .put(Table::Idempotency, Key::Str(key), id.as_bytes())?;
         }
         self.definition(definition)?;
         self.components(components)?;
-        backend!(self.runs.insert(id, run))?;
-        backend!(self.running.insert(id, ()))?;
+        self.rows.put(Table::Runs, Key::Str(id), run)?;
+        self.rows.put(Table::Running, Key::Str(id), &[])?;
         if let Some(timer) = timer {
             self.insert_timer(timer)?;
         }
         if let Some(lease) = lease {
-            backend!(self.leases.insert(id, encode(lease).as_slice()))?;
+            self.rows.put(Table::Leases, Key::Str(id), &encode(lease))?;
         }
         Ok(Ok(()))
     }
@@ -252,7 +375,7 @@ impl Tables<'_> {
             return Ok(Err(refused));
         }
         if let Some(fired) = fired
-            && backend!(self.timers.get(fired.key()))?.is_none()
+            && !self.rows.has(Table::Timers, timer_key(fired))?
         {
             return Ok(Err(StoreError::TimerGone(fired.id)));
         }
@@ -273,7 +396,7 @@ impl Tables<'_> {
             self.definition(&spawn.definition)?;
             self.components(&spawn.components)?;
             let (row, encoded) = &spawn.outbox;
-            backend!(self.outbox.insert(row.as_str(), encoded.as_slice()))?;
+            self.rows.put(Table::Outbox, Key::Str(row), encoded)?;
         }
         if let Some(fired) = fired {
             self.remove_timer(id, fired.key())?;
@@ -284,7 +407,7 @@ impl Tables<'_> {
         if let Some(emitted) = emitted {
             self.emit(id, emitted)?;
         }
-        backend!(self.steps.insert((id, seq), step))?;
+        self.rows.put(Table::Steps, Key::StrU32(id, seq), step)?;
         self.set_run(id, run, running, suspended)?;
         self.fence(fence)?;
         Ok(Ok(()))
@@ -294,7 +417,7 @@ impl Tables<'_> {
     /// from now on, but their cancellation.
     fn fence(&mut self, children: &[String]) -> Result<(), StoreError> {
         for child in children {
-            backend!(self.cancelled.insert(child.as_str(), ()))?;
+            self.rows.put(Table::Cancelled, Key::Str(child), &[])?;
         }
         Ok(())
     }
@@ -302,12 +425,14 @@ impl Tables<'_> {
     /// Checks `effects`' reads: refused if a key it read has changed
     /// since. Answers the version of each key it writes, in order, and
     /// notes the bytes of the values it will overwrite or delete (they are
-    /// given back: `Tables::freed`).
+    /// given back: `Apply::freed`).
     fn read_kv(&mut self, effects: &KvEffects) -> Result<Result<Vec<u64>, StoreError>, StoreError> {
         let space = effects.space.as_str();
         for (key, read) in &effects.reads {
-            let now = backend!(self.kv.get((space, key.as_str())))?
-                .map_or(0, |v| decode_kv(v.value()).version);
+            let now = self
+                .rows
+                .get(Table::Kv, Key::StrStr(space, key))?
+                .map_or(0, |v| decode_kv(&v).version);
             if now != *read {
                 return Ok(Err(StoreError::KvConflict {
                     space: space.to_owned(),
@@ -318,10 +443,12 @@ impl Tables<'_> {
         let mut versions = Vec::with_capacity(effects.writes.len());
         for key in effects.writes.keys() {
             let (version, old) =
-                backend!(self.kv.get((space, key.as_str())))?.map_or((0, None), |v| {
-                    let old = decode_kv(v.value());
-                    (old.version, old.value)
-                });
+                self.rows
+                    .get(Table::Kv, Key::StrStr(space, key))?
+                    .map_or((0, None), |v| {
+                        let old = decode_kv(&v);
+                        (old.version, old.value)
+                    });
             if let Some(old) = old {
                 self.freed += u64::try_from(key.len() + old.len()).unwrap_or(0);
             }
@@ -331,12 +458,13 @@ impl Tables<'_> {
     }
 
     /// Writes `effects`' keys, each at the version after the one
-    /// [`Tables::read_kv`] answered.
+    /// [`Apply::read_kv`] answered.
     fn write_kv(&mut self, effects: &KvEffects, versions: &[u64]) -> Result<(), StoreError> {
         let space = effects.space.as_str();
         for ((key, value), version) in effects.writes.iter().zip(versions) {
             let encoded = encode_kv(version + 1, value.as_deref());
-            backend!(self.kv.insert((space, key.as_str()), encoded.as_slice()))?;
+            self.rows
+                .put(Table::Kv, Key::StrStr(space, key), &encoded)?;
         }
         Ok(())
     }
@@ -353,14 +481,14 @@ impl Tables<'_> {
     ) -> Result<Result<(), StoreError>, StoreError> {
         // A child fenced off by its parent's cancellation before it was
         // recorded is never started.
-        if backend!(self.runs.get(id))?.is_none() && !self.ended(id)? {
-            backend!(self.runs.insert(id, run))?;
-            backend!(self.running.insert(id, ()))?;
+        if !self.rows.has(Table::Runs, Key::Str(id))? && !self.ended(id)? {
+            self.rows.put(Table::Runs, Key::Str(id), run)?;
+            self.rows.put(Table::Running, Key::Str(id), &[])?;
             if let Some(lease) = lease {
-                backend!(self.leases.insert(id, encode(lease).as_slice()))?;
+                self.rows.put(Table::Leases, Key::Str(id), &encode(lease))?;
             }
         }
-        backend!(self.outbox.remove(outbox))?;
+        self.rows.delete(Table::Outbox, Key::Str(outbox))?;
         Ok(Ok(()))
     }
 
@@ -392,7 +520,7 @@ impl Tables<'_> {
         wake: &[u8],
         lease: Option<&Lease>,
     ) -> Result<Result<(), StoreError>, StoreError> {
-        if backend!(self.timers.get(fired.key()))?.is_none() {
+        if !self.rows.has(Table::Timers, timer_key(fired))? {
             return Ok(Err(StoreError::TimerGone(fired.id)));
         }
         match self.run_at(id, expect)? {
@@ -414,7 +542,8 @@ impl Tables<'_> {
             Err(refused) => return Ok(Err(refused)),
         }
         if let Some(record) = record {
-            backend!(self.steps.insert((id, expect), record))?;
+            self.rows
+                .put(Table::Steps, Key::StrU32(id, expect), record)?;
         }
         self.remove_timer(id, fired.key())?;
         self.set_run(id, wake, true, false)?;
@@ -437,7 +566,7 @@ impl Tables<'_> {
             return Ok(Err(refused));
         }
         self.set_run(id, ended, false, false)?;
-        backend!(self.cancelled.insert(id, ()))?;
+        self.rows.put(Table::Cancelled, Key::Str(id), &[])?;
         self.fence(fence)?;
         Ok(Ok(()))
     }
@@ -464,7 +593,7 @@ impl Tables<'_> {
             return Ok(Err(StoreError::Busy { run: id.to_owned() }));
         }
         if let Some(timer) = timer
-            && backend!(self.timers.get(timer.key()))?.is_none()
+            && !self.rows.has(Table::Timers, timer_key(timer))?
         {
             return Ok(Err(StoreError::TimerGone(timer.id)));
         }
@@ -474,7 +603,8 @@ impl Tables<'_> {
         if let Some(timer) = timer {
             self.remove_timer(id, timer.key())?;
         }
-        backend!(self.steps.insert((id, expect), record))?;
+        self.rows
+            .put(Table::Steps, Key::StrU32(id, expect), record)?;
         self.set_run(id, wake, true, false)?;
         Ok(Ok(()))
     }
@@ -482,7 +612,7 @@ impl Tables<'_> {
     /// Refuses a commit of run `id` unless `lease` is its lease now (no
     /// lease: a write of no driver's, not checked).
     fn leased(
-        &self,
+        &mut self,
         id: &str,
         lease: Option<&Lease>,
     ) -> Result<Result<(), StoreError>, StoreError> {
@@ -501,23 +631,25 @@ impl Tables<'_> {
     }
 
     /// Whether run `id`'s record says it ended (not only marked cancelled).
-    fn run_ended(&self, id: &str) -> Result<bool, StoreError> {
+    fn run_ended(&mut self, id: &str) -> Result<bool, StoreError> {
         Ok(self
             .stored_run(id)?
             .is_none_or(|run| run.state.is_terminal()))
     }
 
     /// Run `id`'s stored record, decoded.
-    fn stored_run(&self, id: &str) -> Result<Option<RunRecord>, StoreError> {
-        backend!(self.runs.get(id))?
-            .map(|bytes| decode::<RunRecord>(id, bytes.value()))
+    fn stored_run(&mut self, id: &str) -> Result<Option<RunRecord>, StoreError> {
+        self.rows
+            .get(Table::Runs, Key::Str(id))?
+            .map(|bytes| decode::<RunRecord>(id, &bytes))
             .transpose()
     }
 
     /// Run `id`'s lease now.
-    fn lease_of(&self, id: &str) -> Result<Option<Lease>, StoreError> {
-        backend!(self.leases.get(id))?
-            .map(|bytes| decode::<Lease>(id, bytes.value()))
+    fn lease_of(&mut self, id: &str) -> Result<Option<Lease>, StoreError> {
+        self.rows
+            .get(Table::Leases, Key::Str(id))?
+            .map(|bytes| decode::<Lease>(id, &bytes))
             .transpose()
     }
 
@@ -541,12 +673,12 @@ impl Tables<'_> {
         }
         let free = match &current {
             None => true,
-            Some(held) => suspended || backend!(self.hosts.get(held.host.as_str()))?.is_none(),
+            Some(held) => suspended || !self.rows.has(Table::Hosts, Key::Str(&held.host))?,
         };
         if !free || *lease != Lease::after(current.as_ref(), &lease.host) {
             return Ok(Err(fenced(id, current.as_ref())));
         }
-        backend!(self.leases.insert(id, encode(lease).as_slice()))?;
+        self.rows.put(Table::Leases, Key::Str(id), &encode(lease))?;
         Ok(Ok(()))
     }
 
@@ -567,8 +699,10 @@ impl Tables<'_> {
         host: &str,
         expires_at: weft_core::Timestamp,
     ) -> Result<Result<(), StoreError>, StoreError> {
-        let Some(row) = backend!(self.hosts.get(host))?
-            .map(|bytes| decode::<HostRecord>(host, bytes.value()))
+        let Some(row) = self
+            .rows
+            .get(Table::Hosts, Key::Str(host))?
+            .map(|bytes| decode::<HostRecord>(host, &bytes))
             .transpose()?
         else {
             return Ok(Err(StoreError::NotFound(What::Host(host.to_owned()))));
@@ -576,14 +710,14 @@ impl Tables<'_> {
         if row.expires_at != expires_at {
             return Ok(Err(StoreError::Changed(What::Host(host.to_owned()))));
         }
-        backend!(self.hosts.remove(host))?;
+        self.rows.delete(Table::Hosts, Key::Str(host))?;
         Ok(Ok(()))
     }
 
     /// Refuses a record for slot `(id, seq)` when one is there: a stored
     /// record is never replaced.
-    fn slot_free(&self, id: &str, seq: u32) -> Result<Result<(), StoreError>, StoreError> {
-        if backend!(self.steps.get((id, seq)))?.is_some() {
+    fn slot_free(&mut self, id: &str, seq: u32) -> Result<Result<(), StoreError>, StoreError> {
+        if self.rows.has(Table::Steps, Key::StrU32(id, seq))? {
             let run = id.to_owned();
             return Ok(Err(StoreError::Exists(What::Step { run, seq })));
         }
@@ -595,17 +729,17 @@ impl Tables<'_> {
     /// decided on a run read before. `Ok(Err(_))`: [`StoreError::NotFound`],
     /// [`StoreError::RunEnded`] or [`StoreError::Changed`].
     pub(super) fn run_at(
-        &self,
+        &mut self,
         id: &str,
         expect: u32,
     ) -> Result<Result<RunRecord, StoreError>, StoreError> {
         self.run_in(id, expect, false)
     }
 
-    /// [`Tables::run_at`]; `fenced`: a run marked cancelled whose record
+    /// [`Apply::run_at`]; `fenced`: a run marked cancelled whose record
     /// has not ended yet passes (its cancellation is being written).
     fn run_in(
-        &self,
+        &mut self,
         id: &str,
         expect: u32,
         fenced: bool,
@@ -639,8 +773,10 @@ impl Tables<'_> {
         start: Option<&Write>,
     ) -> Result<Result<(), StoreError>, StoreError> {
         if let Some(expect) = expect {
-            let stored = backend!(self.schedules.get(key))?
-                .map(|bytes| decode::<ScheduleRecord>(key, bytes.value()))
+            let stored = self
+                .rows
+                .get(Table::Schedules, Key::Str(key))?
+                .map(|bytes| decode::<ScheduleRecord>(key, &bytes))
                 .transpose()?;
             // Version 0 stands for "no such row yet".
             let found = stored.map_or(0, |s| s.version);
@@ -659,8 +795,10 @@ impl Tables<'_> {
             return Ok(Err(refused));
         }
         match row {
-            Some(row) => backend!(self.schedules.insert(key, row))?,
-            None => backend!(self.schedules.remove(key))?,
+            Some(row) => self.rows.put(Table::Schedules, Key::Str(key), row)?,
+            None => {
+                self.rows.delete(Table::Schedules, Key::Str(key))?;
+            }
         };
         Ok(Ok(()))
     }

@@ -4,17 +4,16 @@
 //!
 //! A transaction reads each tenant's count and quota once, when its first
 //! charged write comes, and writes the counts it changed back before it
-//! commits ([`Tables::flush_usage`]): a failed transaction leaves them as
+//! commits ([`Apply::flush_usage`]): a failed transaction leaves them as
 //! they were, with everything else.
 
-use redb::{ReadTransaction, ReadableTable};
-
-use super::{TENANTS, Tables, USAGE, decode};
+use super::Apply;
+use crate::rows::{Key, Table, decode, number, read_number};
 use crate::{Charge, StoreError, TenantRecord};
 
 /// The counts one transaction has read: a few tenants at most, so a list.
 #[derive(Default)]
-pub(super) struct Meter {
+pub(crate) struct Meter {
     accounts: Vec<Account>,
 }
 
@@ -25,18 +24,19 @@ struct Account {
     changed: bool,
 }
 
-impl Tables<'_> {
+impl Apply<'_> {
     /// Tenant `tenant`'s account, read on first use.
     fn account(&mut self, tenant: &str) -> Result<&mut Account, StoreError> {
         let at = match self.meter.accounts.iter().position(|a| a.tenant == tenant) {
             Some(at) => at,
             None => {
-                let usage = backend!(self.txn.open_table(USAGE))?;
-                let used = backend!(usage.get(tenant))?.map_or(0, |used| used.value());
-                let tenants = backend!(self.txn.open_table(TENANTS))?;
-                let limit = match backend!(tenants.get(tenant))? {
+                let used = self
+                    .rows
+                    .get(Table::Usage, Key::Str(tenant))?
+                    .map_or(0, |used| read_number(&used));
+                let limit = match self.rows.get(Table::Tenants, Key::Str(tenant))? {
                     Some(bytes) => {
-                        decode::<TenantRecord>(tenant, bytes.value())?
+                        decode::<TenantRecord>(tenant, &bytes)?
                             .quota
                             .max_stored_bytes
                     }
@@ -56,7 +56,7 @@ impl Tables<'_> {
 
     /// Refuses `charge`, if it is refusable, when its write would grow its
     /// tenant's count over the tenant's quota. A write that gives back at
-    /// least what it adds (`Tables::freed`, noted by the checks before)
+    /// least what it adds (`Apply::freed`, noted by the checks before)
     /// is never refused, so a tenant over its quota can make room.
     pub(super) fn admit(
         &mut self,
@@ -109,21 +109,15 @@ impl Tables<'_> {
         if self.meter.accounts.iter().all(|a| !a.changed) {
             return Ok(());
         }
-        let mut table = backend!(self.txn.open_table(USAGE))?;
         for account in &self.meter.accounts {
             if account.changed {
-                backend!(table.insert(account.tenant.as_str(), account.used))?;
+                self.rows.put(
+                    Table::Usage,
+                    Key::Str(&account.tenant),
+                    &number(account.used),
+                )?;
             }
         }
         Ok(())
     }
-}
-
-/// The bytes tenant `tenant` stores.
-pub(super) fn stored_bytes(txn: &ReadTransaction, tenant: &str) -> Result<u64, StoreError> {
-    let table = match txn.open_table(USAGE) {
-        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(0),
-        other => backend!(other)?,
-    };
-    Ok(backend!(table.get(tenant))?.map_or(0, |used| used.value()))
 }

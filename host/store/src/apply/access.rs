@@ -1,0 +1,120 @@
+//! The access writes (tenants, API tokens, secrets and the audit log)
+//! and the registry's (deployed workflow versions and plugins).
+
+use std::sync::Arc;
+
+use super::Apply;
+use crate::rows::{Key, Table};
+use crate::{AccessWrite, StoreError, What};
+
+impl Apply<'_> {
+    pub(super) fn access(
+        &mut self,
+        write: &AccessWrite,
+    ) -> Result<Result<(), StoreError>, StoreError> {
+        match write {
+            AccessWrite::PutTenant { name, record, new } => {
+                let what = || What::Tenant(name.clone());
+                let put = self.put_new(Table::Tenants, name, record, *new, what)?;
+                if put.is_ok() {
+                    self.requota(name, record)?;
+                }
+                return Ok(put);
+            }
+            AccessWrite::RemoveTenant(name) => {
+                if !self.rows.delete(Table::Tenants, Key::Str(name))? {
+                    return Ok(Err(StoreError::NotFound(What::Tenant(name.clone()))));
+                }
+                // A removed tenant's secrets go with it.
+                for (secret, _) in self.rows.under(Table::Secrets, name)? {
+                    if let crate::rows::Part::Str(secret) = secret {
+                        self.rows
+                            .delete(Table::Secrets, Key::StrStr(name, &secret))?;
+                    }
+                }
+            }
+            AccessWrite::PutToken { id, record, new } => {
+                let what = || What::Token(id.clone());
+                return self.put_new(Table::Tokens, id, record, *new, what);
+            }
+            AccessWrite::PutSecret {
+                tenant,
+                name,
+                record,
+            } => {
+                self.rows
+                    .put(Table::Secrets, Key::StrStr(tenant, name), record)?;
+            }
+            AccessWrite::DeleteSecret { tenant, name } => {
+                if !self
+                    .rows
+                    .delete(Table::Secrets, Key::StrStr(tenant, name))?
+                {
+                    return Ok(Err(StoreError::NotFound(What::Secret(name.clone()))));
+                }
+            }
+            AccessWrite::Audit { key, record } => {
+                let (at, n) = *key;
+                self.rows.put(Table::Audit, Key::U64U64(at, n), record)?;
+            }
+        }
+        Ok(Ok(()))
+    }
+
+    /// Stores `record` under `key` in `table`: refused with `Exists` if it
+    /// must be `new` and is there, with `NotFound` if it must not and is
+    /// not.
+    fn put_new(
+        &mut self,
+        table: Table,
+        key: &str,
+        record: &[u8],
+        new: bool,
+        what: impl Fn() -> What,
+    ) -> Result<Result<(), StoreError>, StoreError> {
+        let exists = self.rows.has(table, Key::Str(key))?;
+        if exists && new {
+            return Ok(Err(StoreError::Exists(what())));
+        }
+        if !exists && !new {
+            return Ok(Err(StoreError::NotFound(what())));
+        }
+        self.rows.put(table, Key::Str(key), record)?;
+        Ok(Ok(()))
+    }
+
+    pub(super) fn deploy(
+        &mut self,
+        workflow: &str,
+        revision: u32,
+        record: &[u8],
+        definition: &(String, Vec<u8>),
+    ) -> Result<Result<(), StoreError>, StoreError> {
+        if self
+            .rows
+            .has(Table::Deployments, Key::StrU32(workflow, revision))?
+        {
+            return Ok(Err(StoreError::Exists(What::Revision {
+                workflow: workflow.to_owned(),
+                revision,
+            })));
+        }
+        self.definition(definition)?;
+        self.rows
+            .put(Table::Deployments, Key::StrU32(workflow, revision), record)?;
+        Ok(Ok(()))
+    }
+
+    pub(super) fn add_plugin(
+        &mut self,
+        name: &str,
+        digest: &str,
+        record: &[u8],
+        bytes: &Arc<[u8]>,
+    ) -> Result<Result<(), StoreError>, StoreError> {
+        self.components(&[(digest.to_owned(), Arc::clone(bytes))])?;
+        self.rows
+            .put(Table::Plugins, Key::StrStr(name, digest), record)?;
+        Ok(Ok(()))
+    }
+}

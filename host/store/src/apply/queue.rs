@@ -1,0 +1,356 @@
+//! The message writes: messages, subscriptions, deliveries, each
+//! subscription's queue and dead letters.
+
+use super::Apply;
+use crate::messages::{
+    DeliveryOp, DeliveryRecord, DeliveryState, MessageRecord, SubscriptionRecord,
+};
+use crate::rows::{Key, Table, decode};
+use crate::write::encode;
+use crate::{Emitted, StoreError, What};
+use weft_core::clock::Timestamp;
+
+/// The keys of `channel`'s subscriptions in a table keyed
+/// `<channel>/<name>`: names have no `/`.
+fn channel_range(channel: &str) -> (String, String) {
+    (format!("{channel}/"), format!("{channel}0"))
+}
+
+/// Whether `delivery` is in its subscription's queue: not settled, and
+/// not a dead letter.
+fn in_queue(delivery: &DeliveryRecord) -> bool {
+    matches!(
+        delivery.state,
+        DeliveryState::Created | DeliveryState::Delivered
+    )
+}
+
+/// The refusal of a change that does not apply to `delivery`'s state.
+fn wrong_state(delivery: &DeliveryRecord) -> StoreError {
+    StoreError::DeliveryState {
+        id: delivery.id.clone(),
+        state: delivery.state,
+    }
+}
+
+impl Apply<'_> {
+    /// Commits what a step of run `run` emitted: each message gets the next
+    /// `seq`, and each subscription of its channel a delivery, stamped with
+    /// the commit's time.
+    pub(super) fn emit(&mut self, run: &str, emitted: &Emitted) -> Result<(), StoreError> {
+        let mut seq = self.rows.last_number(Table::Messages)?.unwrap_or(0);
+        let now = emitted.at;
+        let committed_us = now.as_millis().saturating_mul(1000);
+        let path = emitted.path.as_str();
+        for emission in &emitted.messages {
+            seq += 1;
+            let (from, to) = channel_range(&emission.channel);
+            let subscriptions = self.rows.keys_between(Table::Subscriptions, &from, &to)?;
+            let mut deliveries = Vec::with_capacity(subscriptions.len());
+            for subscription in subscriptions {
+                let delivery = DeliveryRecord {
+                    id: weft_core::ids::uuid_v7(now),
+                    subscription,
+                    seq,
+                    message: emission.id.clone(),
+                    run: run.to_owned(),
+                    state: DeliveryState::Created,
+                    attempts: 0,
+                    next_at: None,
+                    last_error: None,
+                    created_at: now,
+                    delivered_at: None,
+                    acked_at: None,
+                };
+                self.put_delivery(&delivery)?;
+                self.rows.put(
+                    Table::Queue,
+                    Key::StrU64(&delivery.subscription, seq),
+                    delivery.id.as_bytes(),
+                )?;
+                deliveries.push(delivery.id);
+            }
+            let message = MessageRecord {
+                seq,
+                id: emission.id.clone(),
+                channel: emission.channel.clone(),
+                run: run.to_owned(),
+                step: path.to_owned(),
+                payload: emission.payload.clone(),
+                committed_us,
+                pending: u32::try_from(deliveries.len()).unwrap_or(u32::MAX),
+                deliveries,
+            };
+            self.rows
+                .put(Table::Messages, Key::U64(seq), &encode(&message))?;
+            self.rows
+                .put(Table::RunMessages, Key::StrU64(run, seq), &[])?;
+        }
+        Ok(())
+    }
+
+    fn put_delivery(&mut self, delivery: &DeliveryRecord) -> Result<(), StoreError> {
+        self.rows
+            .put(Table::Deliveries, Key::Str(&delivery.id), &encode(delivery))?;
+        Ok(())
+    }
+
+    fn get_delivery(&mut self, id: &str) -> Result<Option<DeliveryRecord>, StoreError> {
+        self.rows
+            .get(Table::Deliveries, Key::Str(id))?
+            .map(|bytes| decode(id, &bytes))
+            .transpose()
+    }
+
+    /// Makes a subscription; one that exists with the same target is left
+    /// as it is, one with another target is refused.
+    pub(super) fn subscribe(
+        &mut self,
+        row: &SubscriptionRecord,
+    ) -> Result<Result<(), StoreError>, StoreError> {
+        let stored = self
+            .rows
+            .get(Table::Subscriptions, Key::Str(&row.key))?
+            .map(|bytes| decode::<SubscriptionRecord>(&row.key, &bytes))
+            .transpose()?;
+        match stored {
+            Some(stored) if stored.target == row.target => Ok(Ok(())),
+            Some(_) => Ok(Err(StoreError::Exists(What::Subscription(row.key.clone())))),
+            None => {
+                self.rows
+                    .put(Table::Subscriptions, Key::Str(&row.key), &encode(row))?;
+                Ok(Ok(()))
+            }
+        }
+    }
+
+    /// Removes a subscription: its unsettled deliveries and dead letters
+    /// count as settled.
+    pub(super) fn unsubscribe(&mut self, key: &str) -> Result<Result<(), StoreError>, StoreError> {
+        if !self.rows.delete(Table::Subscriptions, Key::Str(key))? {
+            return Ok(Err(StoreError::NotFound(What::Subscription(
+                key.to_owned(),
+            ))));
+        }
+        let mut ids = Vec::new();
+        for table in [Table::Queue, Table::Dead] {
+            for (seq, id) in self.rows.under(table, key)? {
+                ids.push((seq.number(), String::from_utf8_lossy(&id).into_owned()));
+            }
+        }
+        for (seq, id) in ids {
+            self.rows.delete(Table::Queue, Key::StrU64(key, seq))?;
+            self.rows.delete(Table::Dead, Key::StrU64(key, seq))?;
+            self.rows.delete(Table::Deliveries, Key::Str(&id))?;
+            self.settle(seq, None)?;
+        }
+        Ok(Ok(()))
+    }
+
+    /// One fewer unsettled delivery of message `seq`; when it was the
+    /// last, the message and every delivery of it that was acked are
+    /// completed. `at`: when, for an ack.
+    fn settle(&mut self, seq: u64, at: Option<Timestamp>) -> Result<(), StoreError> {
+        let Some(mut message) = self
+            .rows
+            .get(Table::Messages, Key::U64(seq))?
+            .map(|bytes| decode::<MessageRecord>(seq, &bytes))
+            .transpose()?
+        else {
+            return Ok(());
+        };
+        message.pending = message.pending.saturating_sub(1);
+        if message.pending == 0 {
+            for id in &message.deliveries {
+                if let Some(mut delivery) = self.get_delivery(id)?
+                    && delivery.state == DeliveryState::Acked
+                {
+                    delivery.state = DeliveryState::Completed;
+                    if delivery.acked_at.is_none() {
+                        delivery.acked_at = at;
+                    }
+                    self.put_delivery(&delivery)?;
+                }
+            }
+        }
+        self.rows
+            .put(Table::Messages, Key::U64(seq), &encode(&message))?;
+        Ok(())
+    }
+
+    /// Applies `op` to delivery `id`: refused if there is none, or if `op`
+    /// does not apply to its state.
+    pub(super) fn delivery(
+        &mut self,
+        id: &str,
+        op: &DeliveryOp,
+    ) -> Result<Result<(), StoreError>, StoreError> {
+        let Some(delivery) = self.get_delivery(id)? else {
+            return Ok(Err(StoreError::NotFound(What::Delivery(id.to_owned()))));
+        };
+        match op {
+            DeliveryOp::Sent { at, next_at } => self.mark_sent(delivery, *at, *next_at),
+            DeliveryOp::Tried { at, error, next_at } => {
+                self.mark_tried(delivery, *at, error.as_deref(), *next_at)
+            }
+            DeliveryOp::Ack { at } => self.ack(delivery, *at),
+            DeliveryOp::Dead {
+                at,
+                error,
+                attempted,
+            } => self.dead_letter(id, delivery, *at, error, *attempted),
+            DeliveryOp::Resend => self.resend(id, delivery),
+            DeliveryOp::Clear => self.clear_dead_letter(id, &delivery),
+        }
+    }
+
+    /// `Sent`: one more attempt, due again at `next_at`. Refused once
+    /// settled.
+    fn mark_sent(
+        &mut self,
+        mut delivery: DeliveryRecord,
+        at: Timestamp,
+        next_at: Timestamp,
+    ) -> Result<Result<(), StoreError>, StoreError> {
+        if !in_queue(&delivery) {
+            return Ok(Err(wrong_state(&delivery)));
+        }
+        delivery.attempts += 1;
+        delivery.state = DeliveryState::Delivered;
+        delivery.delivered_at = Some(at);
+        delivery.next_at = Some(next_at);
+        self.put_delivery(&delivery)?;
+        Ok(Ok(()))
+    }
+
+    /// `Tried`: a webhook attempt, acked (no `error`) or due again at
+    /// `next_at`. Refused once settled.
+    fn mark_tried(
+        &mut self,
+        mut delivery: DeliveryRecord,
+        at: Timestamp,
+        error: Option<&str>,
+        next_at: Timestamp,
+    ) -> Result<Result<(), StoreError>, StoreError> {
+        if !in_queue(&delivery) {
+            return Ok(Err(wrong_state(&delivery)));
+        }
+        delivery.attempts += 1;
+        delivery.delivered_at = Some(at);
+        match error {
+            None => {
+                let queue_key = Key::StrU64(&delivery.subscription, delivery.seq);
+                self.rows.delete(Table::Queue, queue_key)?;
+                self.record_ack(delivery, at)?;
+            }
+            Some(error) => {
+                delivery.state = DeliveryState::Delivered;
+                delivery.last_error = Some(error.to_owned());
+                delivery.next_at = Some(next_at);
+                self.put_delivery(&delivery)?;
+            }
+        }
+        Ok(Ok(()))
+    }
+
+    /// `Ack`: the delivery leaves its queue (or its subscription's dead
+    /// letters) acked. One acked already stays as it is.
+    fn ack(
+        &mut self,
+        delivery: DeliveryRecord,
+        at: Timestamp,
+    ) -> Result<Result<(), StoreError>, StoreError> {
+        let queue_key = Key::StrU64(&delivery.subscription, delivery.seq);
+        match delivery.state {
+            // Late: nothing changes.
+            DeliveryState::Acked | DeliveryState::Completed => return Ok(Ok(())),
+            DeliveryState::Created | DeliveryState::Delivered => {
+                self.rows.delete(Table::Queue, queue_key)?;
+            }
+            DeliveryState::Error => {
+                self.rows.delete(Table::Dead, queue_key)?;
+            }
+        }
+        self.record_ack(delivery, at)?;
+        Ok(Ok(()))
+    }
+
+    /// Stores `delivery`, out of its queue or dead letters already, as
+    /// acked at `at`, and settles its message.
+    fn record_ack(
+        &mut self,
+        mut delivery: DeliveryRecord,
+        at: Timestamp,
+    ) -> Result<(), StoreError> {
+        delivery.state = DeliveryState::Acked;
+        delivery.acked_at = Some(at);
+        delivery.next_at = None;
+        self.put_delivery(&delivery)?;
+        self.settle(delivery.seq, Some(at))
+    }
+
+    /// `Dead`: its attempts ran out, and delivery `id` moves from its queue
+    /// to its subscription's dead letters. Refused once settled.
+    fn dead_letter(
+        &mut self,
+        id: &str,
+        mut delivery: DeliveryRecord,
+        at: Timestamp,
+        error: &str,
+        attempted: bool,
+    ) -> Result<Result<(), StoreError>, StoreError> {
+        if !in_queue(&delivery) {
+            return Ok(Err(wrong_state(&delivery)));
+        }
+        if attempted {
+            delivery.attempts += 1;
+        }
+        let queue_key = Key::StrU64(&delivery.subscription, delivery.seq);
+        self.rows.delete(Table::Queue, queue_key)?;
+        self.rows.put(Table::Dead, queue_key, id.as_bytes())?;
+        delivery.state = DeliveryState::Error;
+        delivery.last_error = Some(error.to_owned());
+        delivery.next_at = None;
+        delivery.delivered_at = delivery.delivered_at.or(Some(at));
+        self.put_delivery(&delivery)?;
+        Ok(Ok(()))
+    }
+
+    /// `Resend`: dead letter `id` goes back in its subscription's queue,
+    /// at its place, with its attempts counted from zero. Refused unless
+    /// it is a dead letter.
+    fn resend(
+        &mut self,
+        id: &str,
+        mut delivery: DeliveryRecord,
+    ) -> Result<Result<(), StoreError>, StoreError> {
+        if delivery.state != DeliveryState::Error {
+            return Ok(Err(wrong_state(&delivery)));
+        }
+        let queue_key = Key::StrU64(&delivery.subscription, delivery.seq);
+        self.rows.delete(Table::Dead, queue_key)?;
+        self.rows.put(Table::Queue, queue_key, id.as_bytes())?;
+        delivery.state = DeliveryState::Created;
+        delivery.attempts = 0;
+        delivery.next_at = None;
+        self.put_delivery(&delivery)?;
+        Ok(Ok(()))
+    }
+
+    /// `Clear`: dead letter `id` is dropped, and counts as settled.
+    /// Refused unless it is a dead letter.
+    fn clear_dead_letter(
+        &mut self,
+        id: &str,
+        delivery: &DeliveryRecord,
+    ) -> Result<Result<(), StoreError>, StoreError> {
+        if delivery.state != DeliveryState::Error {
+            return Ok(Err(wrong_state(delivery)));
+        }
+        let queue_key = Key::StrU64(&delivery.subscription, delivery.seq);
+        self.rows.delete(Table::Dead, queue_key)?;
+        self.rows.delete(Table::Deliveries, Key::Str(id))?;
+        self.settle(delivery.seq, None)?;
+        Ok(Ok(()))
+    }
+}
