@@ -1,11 +1,13 @@
 //! Every durable fact, behind the [`Store`] trait. [`RedbStore`] is the
-//! embedded backend.
+//! embedded backend; [`PostgresStore`] keeps the same tables in
+//! PostgreSQL, for several hosts on one database.
 
 pub mod access;
 mod apply;
 mod group;
 mod lease;
 pub mod messages;
+mod postgres;
 mod records;
 mod redb;
 pub mod registry;
@@ -20,6 +22,7 @@ pub use self::lease::{HostRecord, Lease};
 pub use self::messages::{
     DeliveryOp, DeliveryRecord, DeliveryState, MessageRecord, SubscriptionRecord, Target,
 };
+pub use self::postgres::PostgresStore;
 pub use self::records::{
     CANCEL_PATH, DEADLINE_PATH, DefinitionRecord, Effect, OutboxRecord, ParentLink, PinnedPlugin,
     RunError, RunRecord, RunState, ScheduleRecord, StepRecord, TimerKind, TimerRecord, TimerRef,
@@ -165,10 +168,11 @@ pub enum StoreError {
     /// The store was opened read-only and a write was attempted.
     #[error("the store was opened read-only")]
     ReadOnly,
-    /// The database failed: I/O, corruption, a full disk. Shared, so that
-    /// the error can be cloned for every listener.
+    /// The database failed: I/O, corruption, a full disk, a server that
+    /// cannot be reached or went away. Shared, so that the error can be
+    /// cloned for every listener.
     #[error("store: {0}")]
-    Backend(#[source] Arc<::redb::Error>),
+    Backend(#[source] Arc<dyn std::error::Error + Send + Sync>),
     /// A record could not be encoded or decoded.
     #[error("store: record `{key}` cannot be decoded: {message}")]
     Codec {

@@ -53,6 +53,91 @@ pub(crate) fn batch(
     Ok(results)
 }
 
+/// Adds to `into` the rows `write` will read when it is applied (most of
+/// them): a backend for which each read is a round trip fetches them for
+/// a whole batch at once.
+pub(crate) fn reads<'w>(write: &'w Write, into: &mut Vec<(Table, Key<'w>)>) {
+    let run = |into: &mut Vec<(Table, Key<'w>)>, id: &'w str| {
+        into.extend([
+            (Table::Runs, Key::Str(id)),
+            (Table::Cancelled, Key::Str(id)),
+            (Table::Leases, Key::Str(id)),
+            (Table::Running, Key::Str(id)),
+        ]);
+    };
+    match write {
+        Write::CreateRun {
+            id,
+            definition,
+            components,
+            idempotency,
+            ..
+        } => {
+            into.push((Table::Runs, Key::Str(id)));
+            into.push((Table::Definitions, Key::Str(&definition.0)));
+            for (digest, _) in components {
+                into.push((Table::Components, Key::Str(digest)));
+            }
+            if let Some(key) = idempotency {
+                into.push((Table::Idempotency, Key::Str(key)));
+            }
+        }
+        Write::CommitStep {
+            id, seq, fired, kv, ..
+        } => {
+            into.extend([
+                (Table::Cancelled, Key::Str(id)),
+                (Table::Leases, Key::Str(id)),
+                (Table::Running, Key::Str(id)),
+                (Table::Steps, Key::StrU32(id, *seq)),
+            ]);
+            if let Some(fired) = fired {
+                into.push((Table::Timers, timer_key(*fired)));
+            }
+            if let Some(kv) = kv {
+                let space = kv.space.as_str();
+                for key in kv.reads.keys().chain(kv.writes.keys()) {
+                    into.push((Table::Kv, Key::StrStr(space, key)));
+                }
+            }
+        }
+        Write::FireTimer {
+            fired,
+            run: id,
+            expect,
+            ..
+        } => {
+            run(into, id);
+            into.push((Table::Timers, timer_key(*fired)));
+            into.push((Table::Steps, Key::StrU32(id, *expect)));
+        }
+        Write::Act {
+            run: id,
+            expect,
+            timer,
+            ..
+        } => {
+            run(into, id);
+            into.push((Table::Steps, Key::StrU32(id, *expect)));
+            if let Some(timer) = timer {
+                into.push((Table::Timers, timer_key(*timer)));
+            }
+        }
+        Write::CancelRun { id, expect, .. } => {
+            run(into, id);
+            into.push((Table::Steps, Key::StrU32(id, *expect)));
+        }
+        Write::UpdateRun { id, .. } | Write::StartRun { id, .. } | Write::Claim { run: id, .. } => {
+            run(into, id);
+        }
+        Write::Delivery(id, _) => into.push((Table::Deliveries, Key::Str(id))),
+        Write::Renew { host, .. } | Write::Forget { host, .. } => {
+            into.push((Table::Hosts, Key::Str(host)));
+        }
+        _ => {}
+    }
+}
+
 /// One transaction's writes being applied.
 pub(crate) struct Apply<'r> {
     rows: &'r mut dyn Rows,

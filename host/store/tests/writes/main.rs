@@ -4,8 +4,9 @@
 //! by reading back what it stored; a refused one, by its exact refusal, by
 //! everything the trait can read being as it was, and by an unrelated
 //! `CreateRun` batched after it landing all the same (refusals are per
-//! write). The cases pin today's behaviour; a second backend must pass them
-//! unchanged: swap it in `table::open`.
+//! write). The cases pin today's behaviour, and every backend passes them
+//! unchanged: this binary runs them on redb, `writes_postgres` on
+//! PostgreSQL (each binary's `open_store` is the one difference).
 //!
 //! Known gaps, for the simulator issue: today's behaviour is a bug (store
 //! plan, section 0), so these cases are left out rather than pinned.
@@ -47,3 +48,13 @@ mod registry;
 mod runs;
 mod steps;
 mod table;
+
+use std::sync::Arc;
+
+/// An empty redb store, in a directory of its own.
+fn open_store() -> (tempfile::TempDir, Arc<dyn weft_store::Store>) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("weft.redb");
+    let store: Arc<dyn weft_store::Store> = Arc::new(weft_store::RedbStore::open(path).unwrap());
+    (dir, store)
+}

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use weft_store::{RedbStore, RunFilter, Store, StoreError, Write};
+use weft_store::{RunFilter, Store, StoreError, Write};
 
 use crate::common::{SIBLING, SPACE, def, queued, run};
 
@@ -14,12 +14,10 @@ const KEYS: [&str; 2] = ["a", "b"];
 const DIGESTS: [&str; 6] = ["d0", "d1", "d2", "d3", "c1", "c2"];
 const IDEMPOTENCY: [&str; 2] = ["k1", "k2"];
 
-/// The store under test, in a directory of its own: the one place to swap
-/// the backend.
+/// An empty store of the backend under test (the test binary's
+/// `open_store`), and what must live as long as it.
 pub(crate) fn open() -> (tempfile::TempDir, Arc<dyn Store>) {
-    let dir = tempfile::tempdir().unwrap();
-    let store: Arc<dyn Store> = Arc::new(RedbStore::open(dir.path().join("weft.redb")).unwrap());
-    (dir, store)
+    crate::open_store()
 }
 
 /// A case's name and setup: what `setup` stores, then each write `then`

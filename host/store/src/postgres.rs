@@ -1,0 +1,430 @@
+//! The store on PostgreSQL, for several hosts on one database.
+//!
+//! The tables are redb's, one SQL table each (`postgres/migrations`),
+//! made by versioned migrations applied when the store opens. Every
+//! write goes through the same `apply` as on redb, over an [`Overlay`]
+//! of one transaction: a batch fetches the rows its writes read in a few
+//! statements, applies the writes in memory, and sends what they changed
+//! in one statement per table, then commits. Batches are serialized by
+//! one transaction-scoped advisory lock, as redb serializes its write
+//! transactions, so a write's conditions hold until it commits, on any
+//! host. Reads run beside the batches, each statement on its own
+//! snapshot, from a pool of connections.
+//!
+//! The store's calls are blocking, as the [`Store`] trait is: each runs
+//! its statements on the store's own Tokio runtime and waits for them, on
+//! the calling thread, or on a thread of its own when called from inside
+//! another runtime.
+
+mod reads;
+mod rows;
+mod schema;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use tokio::runtime::Runtime;
+use tokio_postgres::NoTls;
+
+use self::rows::Overlay;
+use crate::{Store, StoreError, Write};
+
+/// How long a call waits for a connection, or for the server to accept
+/// one, before it fails (and is tried again by its caller).
+const CONNECT: Duration = Duration::from_secs(5);
+
+/// The lock every batch holds, per schema: `pg_advisory_xact_lock(a, b)`
+/// with `a` this number and `b` a hash of the schema's name.
+const LOCK: &str = "SELECT pg_advisory_xact_lock(2021161080, hashtext(current_schema()))";
+
+/// The store in a PostgreSQL database.
+pub struct PostgresStore {
+    pool: Pool,
+    /// Taken only as the store drops, to shut it down without waiting.
+    rt: Option<Runtime>,
+    /// The URL without its password, for messages.
+    shown: String,
+}
+
+impl std::fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresStore")
+            .field("url", &self.shown)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A failure of the server or of the connection to it.
+pub(crate) fn sql(error: tokio_postgres::Error) -> StoreError {
+    StoreError::Backend(Arc::new(error))
+}
+
+fn pool_error(error: deadpool_postgres::PoolError) -> StoreError {
+    match error {
+        deadpool_postgres::PoolError::Backend(error) => sql(error),
+        other => StoreError::Backend(Arc::new(other)),
+    }
+}
+
+/// `url` as it may be shown: without a password.
+fn shown(config: &tokio_postgres::Config) -> String {
+    let hosts: Vec<String> = config
+        .get_hosts()
+        .iter()
+        .zip(config.get_ports().iter().chain(std::iter::repeat(&5432)))
+        .map(|(host, port)| match host {
+            tokio_postgres::config::Host::Tcp(name) => format!("{name}:{port}"),
+            tokio_postgres::config::Host::Unix(path) => format!("{}:{port}", path.display()),
+        })
+        .collect();
+    format!(
+        "postgres://{}@{}/{}",
+        config.get_user().unwrap_or(""),
+        hosts.join(","),
+        config.get_dbname().unwrap_or("")
+    )
+}
+
+impl PostgresStore {
+    /// Connects to the database at `url` (`postgres://user@host:port/db`,
+    /// or any form `tokio-postgres` reads) and applies the migrations it
+    /// lacks. Blocking. An unreachable server, refused credentials or a
+    /// database newer than this build fail here.
+    pub fn open(url: &str) -> Result<Self, StoreError> {
+        Self::open_in(url, None)
+    }
+
+    /// [`PostgresStore::open`], with weft's tables in schema `schema`
+    /// (made if it does not exist) rather than the connection's default:
+    /// several stores in one database, a test's each.
+    pub fn open_in(url: &str, schema: Option<&str>) -> Result<Self, StoreError> {
+        let mut config: tokio_postgres::Config = url.parse().map_err(|e| StoreError::Codec {
+            key: "url".to_owned(),
+            message: format!("not a PostgreSQL URL: {e}"),
+        })?;
+        if let Some(schema) = schema {
+            if !schema
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_')
+            {
+                return Err(StoreError::Codec {
+                    key: "schema".to_owned(),
+                    message: format!("`{schema}` is not a plain schema name"),
+                });
+            }
+            config.options(format!("-c search_path={schema}"));
+        }
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(CONNECT);
+        }
+        if config.get_application_name().is_none() {
+            config.application_name("weft");
+        }
+        let shown = shown(&config);
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("weft-postgres")
+            .enable_all()
+            .build()
+            .map_err(|e| StoreError::Backend(Arc::new(e)))?;
+        let manager = Manager::from_config(
+            config,
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(16)
+            .runtime(deadpool_postgres::Runtime::Tokio1)
+            .wait_timeout(Some(CONNECT))
+            .create_timeout(Some(CONNECT))
+            .recycle_timeout(Some(CONNECT))
+            .build()
+            .map_err(|e| StoreError::Backend(Arc::new(e)))?;
+        let store = Self {
+            pool,
+            rt: Some(rt),
+            shown,
+        };
+        store.plain(|store| store.migrate(schema))?;
+        Ok(store)
+    }
+
+    /// The URL of the database, without its password.
+    pub fn url(&self) -> &str {
+        &self.shown
+    }
+
+    /// Runs `f` on a thread outside any Tokio runtime, where it may block
+    /// on this store's: the calling thread, unless that is inside one.
+    fn plain<T: Send>(&self, f: impl FnOnce(&Self) -> T + Send) -> T {
+        if tokio::runtime::Handle::try_current().is_err() {
+            return f(self);
+        }
+        std::thread::scope(|scope| {
+            scope
+                .spawn(|| f(self))
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+        })
+    }
+
+    fn block<F: std::future::Future>(&self, future: F) -> F::Output {
+        self.runtime().block_on(future)
+    }
+
+    fn runtime(&self) -> &Runtime {
+        self.rt
+            .as_ref()
+            .unwrap_or_else(|| unreachable!("the runtime goes only with the store"))
+    }
+
+    /// A connection from the pool.
+    fn client(&self) -> Result<deadpool_postgres::Object, StoreError> {
+        self.block(self.pool.get()).map_err(pool_error)
+    }
+
+    /// Applies the migrations the database lacks, in one transaction that
+    /// holds the store's lock: hosts that start together migrate once.
+    fn migrate(&self, schema: Option<&str>) -> Result<(), StoreError> {
+        let mut client = self.client()?;
+        self.block(async {
+            if let Some(schema) = schema {
+                let make = format!("CREATE SCHEMA IF NOT EXISTS {schema}");
+                client.batch_execute(&make).await.map_err(sql)?;
+            }
+            let txn = client.transaction().await.map_err(sql)?;
+            txn.batch_execute(LOCK).await.map_err(sql)?;
+            txn.batch_execute(
+                "CREATE TABLE IF NOT EXISTS weft_migrations (
+                    version integer PRIMARY KEY,
+                    name text NOT NULL,
+                    applied_at timestamptz NOT NULL DEFAULT now()
+                )",
+            )
+            .await
+            .map_err(sql)?;
+            let row = txn
+                .query_one("SELECT coalesce(max(version), 0) FROM weft_migrations", &[])
+                .await
+                .map_err(sql)?;
+            let applied: i32 = row.try_get(0).map_err(sql)?;
+            if applied > schema::newest() {
+                return Err(StoreError::Format {
+                    path: self.shown.clone(),
+                    found: applied.to_string(),
+                    expected: schema::newest().to_string(),
+                });
+            }
+            for (version, name, statements) in schema::MIGRATIONS {
+                if *version <= applied {
+                    continue;
+                }
+                tracing::info!(version, name, "applying a migration to {}", self.shown);
+                txn.batch_execute(statements).await.map_err(sql)?;
+                txn.execute(
+                    "INSERT INTO weft_migrations (version, name) VALUES ($1, $2)",
+                    &[version, name],
+                )
+                .await
+                .map_err(sql)?;
+            }
+            txn.commit().await.map_err(sql)
+        })
+    }
+
+    /// One batch: see the module's documentation.
+    fn apply_batch(&self, writes: &[&Write]) -> Result<Vec<Result<(), StoreError>>, StoreError> {
+        let mut client = self.client()?;
+        let txn = self.block(client.transaction()).map_err(sql)?;
+        self.block(txn.batch_execute(LOCK)).map_err(sql)?;
+        let results = {
+            let mut overlay = Overlay::new(&txn, self.runtime());
+            let mut reads = Vec::new();
+            for write in writes {
+                crate::apply::reads(write, &mut reads);
+            }
+            overlay.prefetch(&reads)?;
+            let results = crate::apply::batch(&mut overlay, writes)?;
+            overlay.flush()?;
+            results
+        };
+        self.block(txn.commit()).map_err(sql)?;
+        Ok(results)
+    }
+}
+
+impl Drop for PostgresStore {
+    fn drop(&mut self) {
+        // Dropping a runtime waits for its tasks, which is not allowed on
+        // another runtime's threads; this store's tasks are its
+        // connections, which may go at once.
+        if let Some(rt) = self.rt.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+impl Store for PostgresStore {
+    fn apply(&self, writes: &[&Write]) -> Result<Vec<Result<(), StoreError>>, StoreError> {
+        self.plain(|store| store.apply_batch(writes))
+    }
+
+    fn stored_bytes(&self, tenant: &str) -> Result<u64, StoreError> {
+        self.plain(|store| store.read_stored_bytes(tenant))
+    }
+
+    fn run(&self, id: &str) -> Result<Option<crate::RunRecord>, StoreError> {
+        self.plain(|store| store.read_run(id))
+    }
+
+    fn runs(
+        &self,
+        filter: &crate::RunFilter,
+        limit: usize,
+    ) -> Result<Vec<crate::RunRecord>, StoreError> {
+        self.plain(|store| store.read_runs(filter, limit))
+    }
+
+    fn steps(&self, id: &str) -> Result<Vec<crate::StepRecord>, StoreError> {
+        self.plain(|store| store.read_steps(id))
+    }
+
+    fn running(&self) -> Result<Vec<crate::RunRecord>, StoreError> {
+        self.plain(Self::read_running)
+    }
+
+    fn definition(&self, digest: &str) -> Result<Option<crate::DefinitionRecord>, StoreError> {
+        self.plain(|store| store.read_definition(digest))
+    }
+
+    fn timer_keys(&self) -> Result<Vec<(u64, u64)>, StoreError> {
+        self.plain(Self::read_timer_keys)
+    }
+
+    fn timer(&self, key: (u64, u64)) -> Result<Option<crate::TimerRecord>, StoreError> {
+        self.plain(|store| store.read_timer(key))
+    }
+
+    fn run_timers(&self, id: &str) -> Result<Vec<crate::TimerRecord>, StoreError> {
+        self.plain(|store| store.read_run_timers(id))
+    }
+
+    fn schedules(&self) -> Result<Vec<crate::ScheduleRecord>, StoreError> {
+        self.plain(Self::read_schedules)
+    }
+
+    fn outbox(&self) -> Result<Vec<crate::OutboxRecord>, StoreError> {
+        self.plain(Self::read_outbox)
+    }
+
+    fn component(&self, digest: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        self.plain(|store| store.read_component(digest))
+    }
+
+    fn kv_get(&self, space: &str, key: &str) -> Result<weft_core::Versioned, StoreError> {
+        self.plain(|store| store.read_kv(space, key))
+    }
+
+    fn kv_list(&self, space: &str, prefix: &str, limit: usize) -> Result<Vec<String>, StoreError> {
+        self.plain(|store| store.read_kv_list(space, prefix, limit))
+    }
+
+    fn subscriptions(
+        &self,
+        channel: Option<&str>,
+    ) -> Result<Vec<crate::SubscriptionRecord>, StoreError> {
+        self.plain(|store| store.read_subscriptions(channel))
+    }
+
+    fn subscription(&self, key: &str) -> Result<Option<crate::SubscriptionRecord>, StoreError> {
+        self.plain(|store| store.read_subscription(key))
+    }
+
+    fn delivery(&self, id: &str) -> Result<Option<crate::DeliveryRecord>, StoreError> {
+        self.plain(|store| store.read_delivery(id))
+    }
+
+    fn message(&self, seq: u64) -> Result<Option<crate::MessageRecord>, StoreError> {
+        self.plain(|store| store.read_message(seq))
+    }
+
+    fn queued(
+        &self,
+        subscription: &str,
+        dead: bool,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<crate::DeliveryRecord>, StoreError> {
+        self.plain(|store| store.read_queued(subscription, dead, after, limit))
+    }
+
+    fn dead_letters(&self, limit: usize) -> Result<Vec<crate::DeliveryRecord>, StoreError> {
+        self.plain(|store| store.read_dead_letters(limit))
+    }
+
+    fn deliveries(&self, limit: usize) -> Result<Vec<crate::DeliveryRecord>, StoreError> {
+        self.plain(|store| store.read_deliveries(limit))
+    }
+
+    fn run_messages(&self, id: &str) -> Result<Vec<crate::MessageRecord>, StoreError> {
+        self.plain(|store| store.read_run_messages(id))
+    }
+
+    fn idempotent_run(&self, key: &str) -> Result<Option<String>, StoreError> {
+        self.plain(|store| store.read_idempotent_run(key))
+    }
+
+    fn deployments(
+        &self,
+        workflow: Option<&str>,
+    ) -> Result<Vec<crate::DeploymentRecord>, StoreError> {
+        self.plain(|store| store.read_deployments(workflow))
+    }
+
+    fn plugins(&self) -> Result<Vec<crate::PluginRecord>, StoreError> {
+        self.plain(Self::read_plugins)
+    }
+
+    fn damaged(&self) -> Result<Vec<crate::Damaged>, StoreError> {
+        self.plain(Self::read_damaged)
+    }
+
+    fn lease(&self, id: &str) -> Result<Option<crate::Lease>, StoreError> {
+        self.plain(|store| store.read_lease(id))
+    }
+
+    fn hosts(&self) -> Result<Vec<crate::HostRecord>, StoreError> {
+        self.plain(Self::read_hosts)
+    }
+
+    fn tenants(&self) -> Result<Vec<crate::TenantRecord>, StoreError> {
+        self.plain(Self::read_tenants)
+    }
+
+    fn token(&self, id: &str) -> Result<Option<crate::TokenRecord>, StoreError> {
+        self.plain(|store| store.read_token(id))
+    }
+
+    fn tokens(&self) -> Result<Vec<crate::TokenRecord>, StoreError> {
+        self.plain(Self::read_tokens)
+    }
+
+    fn secret(&self, tenant: &str, name: &str) -> Result<Option<crate::SecretRecord>, StoreError> {
+        self.plain(|store| store.read_secret(tenant, name))
+    }
+
+    fn secrets(&self, tenant: &str) -> Result<Vec<crate::SecretRecord>, StoreError> {
+        self.plain(|store| store.read_secrets(tenant))
+    }
+
+    fn audit(
+        &self,
+        tenant: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<crate::AuditRecord>, StoreError> {
+        self.plain(|store| store.read_audit(tenant, limit))
+    }
+}
