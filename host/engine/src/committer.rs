@@ -61,6 +61,23 @@ impl Committer {
             .commit_all(writes.into_iter().map(Write::from).collect())
     }
 
+    /// Takes subscription `key`'s delivery queue for this host, unless
+    /// another live host holds it: one host at a time delivers a queue,
+    /// so its order holds. `Ok` if this host holds it now;
+    /// [`StoreError::Fenced`] while another host does. Blocking.
+    pub fn hold(&self, key: &str) -> Result<(), StoreError> {
+        let host = self.core.host();
+        let current = self.store().lease(&weft_store::queue_lease(key))?;
+        let lease = match current {
+            Some(lease) if lease.host == host => return Ok(()),
+            current => weft_store::Lease::after(current.as_ref(), host),
+        };
+        self.core.commits.commit(Write::HoldQueue {
+            subscription: key.to_owned(),
+            lease,
+        })
+    }
+
     /// The store the writes land in, for reading.
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.core.launcher.store

@@ -145,6 +145,29 @@ impl PluginDir {
         Ok(())
     }
 
+    /// Reads the registry's records again: plugins that other hosts on the
+    /// store added become resolvable here (their components load from the
+    /// store when first used). Returns how many records are new. Blocking.
+    pub fn reload_registry(&self) -> Result<usize, StoreError> {
+        let Some(registry) = self.registry.get() else {
+            return Ok(0);
+        };
+        let records = registry.store.plugins()?;
+        let mut index = weft_core::write(&registry.index);
+        let mut added = 0;
+        for record in records {
+            let versions = index.entry(record.name.clone()).or_default();
+            match versions.iter_mut().find(|r| r.digest == record.digest) {
+                Some(known) => *known = record,
+                None => {
+                    versions.push(record);
+                    added += 1;
+                }
+            }
+        }
+        Ok(added)
+    }
+
     /// The directory searched.
     pub fn dir(&self) -> &Path {
         &self.dir

@@ -232,6 +232,9 @@ impl Host {
         } else {
             None
         };
+        if config.recover {
+            look_at_the_store(&engine, &deployments)?;
+        }
         let hub = Hub::new(engine.committer(), Arc::clone(engine.egress()));
         if config.recover {
             hub.start().map_err(|error| HostError::Thread {
@@ -386,6 +389,43 @@ fn scan_plugins(engine: &Arc<Engine>, events: &Arc<dyn HostEvents>) -> Result<()
         .map(drop)
         .map_err(|error| HostError::Thread {
             what: "the plugin scan",
+            error,
+        })
+}
+
+/// How often a serving host looks in the store for what other hosts on
+/// it deployed or added.
+const LOOK: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Other hosts on the store: every [`LOOK`], the workflow revisions and
+/// plugins they deployed are taken in here, so that any host serves them.
+/// The thread ends with the engine.
+fn look_at_the_store(
+    engine: &Arc<Engine>,
+    deployments: &Arc<Deployments>,
+) -> Result<(), HostError> {
+    let engine = Arc::downgrade(engine);
+    let deployments = Arc::downgrade(deployments);
+    std::thread::Builder::new()
+        .name("weft-store-look".to_owned())
+        .spawn(move || {
+            loop {
+                std::thread::sleep(LOOK);
+                let (Some(engine), Some(deployments)) = (engine.upgrade(), deployments.upgrade())
+                else {
+                    return;
+                };
+                if let Err(e) = engine.plugins().reload_registry() {
+                    tracing::debug!("cannot read the plugin registry: {e}");
+                }
+                if let Err(e) = deployments.refresh() {
+                    tracing::debug!("cannot read the deployed workflows: {e}");
+                }
+            }
+        })
+        .map(drop)
+        .map_err(|error| HostError::Thread {
+            what: "looking at the store",
             error,
         })
 }

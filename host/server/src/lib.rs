@@ -51,5 +51,5 @@ pub use weft_engine::Engine;
 pub use weft_engine::plugins::PluginDir;
 pub use weft_model::{Workflow, WorkflowDir};
 pub use weft_runtime::{Plugin, Runtime, RuntimeConfig};
-pub use weft_store::{RedbStore, Store};
+pub use weft_store::{PostgresStore, RedbStore, Store};
 pub use workflows::{Deployed, Deployments};

@@ -23,6 +23,9 @@ pub struct Deployments {
     current: RwLock<Arc<WorkflowDir>>,
     /// Deployments are numbered one at a time.
     deploying: Mutex<()>,
+    /// The newest revision of each workflow this host has looked at: a
+    /// newer one in the store was deployed by another host.
+    seen: Mutex<std::collections::HashMap<String, u32>>,
 }
 
 /// Why a definition was not deployed. Nothing was stored.
@@ -87,6 +90,7 @@ impl Deployments {
             clock,
             current: RwLock::new(Arc::new(WorkflowDir::default())),
             deploying: Mutex::new(()),
+            seen: Mutex::new(std::collections::HashMap::new()),
         }
     }
 
@@ -128,6 +132,8 @@ impl Deployments {
                 heads.insert(workflow.id.clone(), record);
             }
         }
+        weft_core::lock(&deployments.seen)
+            .extend(heads.iter().map(|(id, head)| (id.clone(), head.revision)));
         let mut warnings = Vec::new();
         for (id, head) in heads {
             if let Some(file) = files.get(&id) {
@@ -171,6 +177,7 @@ impl Deployments {
             });
         }
         let record = self.record(&workflow, "api", self.clock.now(), head.as_ref())?;
+        weft_core::lock(&self.seen).insert(workflow.id.clone(), record.revision);
         let next = self.current().with(workflow);
         *weft_core::write(&self.current) = Arc::new(next);
         Ok(Deployed {
@@ -244,6 +251,49 @@ impl Deployments {
         Ok(deployed)
     }
 
+    /// Serves the revisions other hosts on the store deployed since this
+    /// one last looked (its own deployments are served as they are made).
+    /// Returns how many workflows changed. Blocking.
+    pub fn refresh(&self) -> Result<usize, StoreError> {
+        let mut heads: BTreeMap<String, DeploymentRecord> = BTreeMap::new();
+        for record in self.store.deployments(None)? {
+            heads.insert(record.workflow.clone(), record);
+        }
+        let tenants: std::collections::HashSet<String> =
+            self.store.tenants()?.into_iter().map(|t| t.name).collect();
+        let _one_at_a_time = weft_core::lock(&self.deploying);
+        let mut seen = weft_core::lock(&self.seen);
+        let mut served = self.current().retaining(|_| true);
+        let mut changed = 0;
+        for (id, head) in heads {
+            if seen
+                .get(&id)
+                .is_some_and(|revision| *revision >= head.revision)
+            {
+                continue;
+            }
+            seen.insert(id.clone(), head.revision);
+            let tenant = weft_core::tenant::of(&id);
+            if tenant != weft_core::tenant::DEFAULT && !tenants.contains(tenant) {
+                continue;
+            }
+            match self.parse(&head) {
+                Ok(workflow) => {
+                    tracing::info!(workflow = %id, revision = head.revision, "serving a revision another host deployed");
+                    served.insert(Arc::new(workflow));
+                    changed += 1;
+                }
+                Err(e) => {
+                    tracing::warn!(workflow = %id, revision = head.revision, "cannot serve a revision another host deployed: {e}");
+                }
+            }
+        }
+        if changed > 0 {
+            *weft_core::write(&self.current) = Arc::new(served);
+        }
+        Ok(changed)
+    }
+
     /// Stops serving tenant `tenant`'s workflows (it was removed): no new
     /// run of them starts, over the API or by a trigger. Their revisions
     /// stay in the store.
@@ -284,7 +334,9 @@ impl Deployments {
             .map(|definition| (record, definition)))
     }
 
-    /// Records `workflow` as the version after `head`.
+    /// Records `workflow` as the version after `head`. Another host on the
+    /// store may record a revision first: then its record stands if it is
+    /// this definition, and else this one goes after it.
     fn record(
         &self,
         workflow: &Workflow,
@@ -293,25 +345,38 @@ impl Deployments {
         head: Option<&DeploymentRecord>,
     ) -> Result<DeploymentRecord, StoreError> {
         let definition = definition_of(workflow);
-        let record = DeploymentRecord {
-            workflow: workflow.id.clone(),
-            revision: head.map_or(1, |h| h.revision + 1),
-            digest: definition.digest.clone(),
-            version: workflow.version,
-            deployed_at: now,
-            origin: origin.to_owned(),
-        };
-        let write = Write::Deploy {
-            workflow: record.workflow.clone(),
-            revision: record.revision,
-            record: weft_store::encode(&record),
-            definition: (definition.digest.clone(), weft_store::encode(&definition)),
-        };
-        self.store
-            .apply(&[&write])?
-            .pop()
-            .unwrap_or(Err(StoreError::Closed))?;
-        Ok(record)
+        let mut head = head.cloned();
+        loop {
+            let record = DeploymentRecord {
+                workflow: workflow.id.clone(),
+                revision: head.as_ref().map_or(1, |h| h.revision + 1),
+                digest: definition.digest.clone(),
+                version: workflow.version,
+                deployed_at: now,
+                origin: origin.to_owned(),
+            };
+            let write = Write::Deploy {
+                workflow: record.workflow.clone(),
+                revision: record.revision,
+                record: weft_store::encode(&record),
+                definition: (definition.digest.clone(), weft_store::encode(&definition)),
+            };
+            match self
+                .store
+                .apply(&[&write])?
+                .pop()
+                .unwrap_or(Err(StoreError::Closed))
+            {
+                Ok(()) => return Ok(record),
+                Err(StoreError::Exists(_)) => {
+                    head = self.store.deployments(Some(&workflow.id))?.pop();
+                    if let Some(theirs) = head.as_ref().filter(|h| h.digest == record.digest) {
+                        return Ok(theirs.clone());
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     fn parse(&self, head: &DeploymentRecord) -> Result<Workflow, String> {

@@ -30,8 +30,8 @@ pub use self::records::{
 };
 pub use self::redb::RedbStore;
 pub use self::registry::{DeploymentRecord, PluginRecord};
-pub use self::write::encode;
 pub use self::write::{Charge, Emitted, Spawn, TimerRow, Write};
+pub use self::write::{encode, queue_lease};
 pub use weft_core::{Emission, ErrorRecord};
 
 use std::sync::Arc;
@@ -164,6 +164,14 @@ pub enum StoreError {
         limit: u64,
         /// What the write would add.
         bytes: u64,
+    },
+    /// The store cannot be opened as given: a URL that is not one, say.
+    #[error("{what}: {message}")]
+    Config {
+        /// What was given.
+        what: String,
+        /// What is wrong with it.
+        message: String,
     },
     /// The store was opened read-only and a write was attempted.
     #[error("the store was opened read-only")]

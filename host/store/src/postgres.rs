@@ -99,18 +99,18 @@ impl PostgresStore {
     /// (made if it does not exist) rather than the connection's default:
     /// several stores in one database, a test's each.
     pub fn open_in(url: &str, schema: Option<&str>) -> Result<Self, StoreError> {
-        let mut config: tokio_postgres::Config = url.parse().map_err(|e| StoreError::Codec {
-            key: "url".to_owned(),
-            message: format!("not a PostgreSQL URL: {e}"),
+        let mut config: tokio_postgres::Config = url.parse().map_err(|e| StoreError::Config {
+            what: "the store's URL".to_owned(),
+            message: format!("not a PostgreSQL URL ({e})"),
         })?;
         if let Some(schema) = schema {
             if !schema
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b == b'_')
             {
-                return Err(StoreError::Codec {
-                    key: "schema".to_owned(),
-                    message: format!("`{schema}` is not a plain schema name"),
+                return Err(StoreError::Config {
+                    what: format!("schema `{schema}`"),
+                    message: "not a plain name (letters, digits and `_`)".to_owned(),
                 });
             }
             config.options(format!("-c search_path={schema}"));

@@ -236,6 +236,19 @@ pub enum Write {
         /// The lease taken.
         lease: Lease,
     },
+    /// Takes subscription `subscription`'s delivery queue under `lease`,
+    /// so that one host at a time delivers it: no change if `lease` holds
+    /// it; else refused with
+    /// [`StoreError::Fenced`](super::StoreError::Fenced) unless nobody
+    /// holds the queue (no lease, or its host's row is gone) and `lease`
+    /// is the next epoch; [`StoreError::NotFound`](super::StoreError::NotFound)
+    /// if there is no such subscription.
+    HoldQueue {
+        /// The subscription.
+        subscription: String,
+        /// The lease taken.
+        lease: Lease,
+    },
     /// Writes host `host`'s row (the encoded [`HostRecord`]): its leases
     /// hold until the row expires.
     Renew {
@@ -631,6 +644,12 @@ impl Write {
             fence: Vec::new(),
         }
     }
+}
+
+/// The key of subscription `key`'s queue lease in the leases table,
+/// beside the runs' (a run id never starts with `queue `).
+pub fn queue_lease(key: &str) -> String {
+    format!("queue {key}")
 }
 
 /// Records are plain data (strings, numbers, JSON values): encoding them

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use super::EXIT_INVALID;
 use super::remote::Server;
 use weft::Clock;
-use weft::store::{AccessWrite, Role, Store, TokenRecord, Write};
+use weft::store::{AccessWrite, Role, TokenRecord, Write};
 
 #[derive(Debug, Subcommand)]
 pub enum TenantsCommand {

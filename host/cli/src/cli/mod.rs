@@ -51,6 +51,19 @@ pub struct Cli {
     #[arg(long, global = true, env = "WEFT_DATA_DIR", value_name = "DIR")]
     data_dir: Option<PathBuf>,
 
+    /// Where runs are kept: a redb file (a path, or `redb:PATH`), or a
+    /// PostgreSQL database (`postgres://user@host:port/db`), which several
+    /// `weft serve` hosts may share.
+    /// [default: DIR/weft.redb]
+    #[arg(
+        long,
+        global = true,
+        env = "WEFT_STORE",
+        value_name = "STORE",
+        hide_env_values = true
+    )]
+    store: Option<String>,
+
     /// Log more to stderr (-v: info and guest logs, -vv: debug, -vvv:
     /// trace). WEFT_LOG, in tracing's filter syntax, overrides it.
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
@@ -233,6 +246,8 @@ impl PluginArgs {
 /// Runs the parsed command line.
 pub fn main(cli: Cli) -> anyhow::Result<ExitCode> {
     let data_dir = data_dir(cli.data_dir)?;
+    // Set once, before any command reads it.
+    let _ = STORE.set(cli.store);
     remote::set_credentials(remote::Credentials {
         token: cli.token,
         tenant: cli.as_tenant,
@@ -488,7 +503,7 @@ fn host_config(
         ..config
     };
     Ok(HostConfig::local(
-        Arc::new(store),
+        store,
         PluginDir::new(runtime, plugins_dir(data_dir, &plugins.plugins)),
         Arc::new(SystemClock),
     )
@@ -557,22 +572,45 @@ fn cache_dir(data_dir: &std::path::Path) -> PathBuf {
         .unwrap_or_else(|| data_dir.join("cache"))
 }
 
-fn store_path(data_dir: &std::path::Path) -> PathBuf {
-    data_dir.join("weft.redb")
+/// The `--store` the command line gave, set once as it starts.
+static STORE: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+
+/// Where the store is: a redb file, or a PostgreSQL database.
+enum Location {
+    Redb(PathBuf),
+    Postgres(String),
+}
+
+impl Location {
+    /// `--store`, else DATA_DIR/weft.redb.
+    fn of(data_dir: &std::path::Path) -> Self {
+        match STORE.get().and_then(Option::as_deref) {
+            Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
+                Self::Postgres(url.to_owned())
+            }
+            Some(path) => Self::Redb(PathBuf::from(path.strip_prefix("redb:").unwrap_or(path))),
+            None => Self::Redb(data_dir.join("weft.redb")),
+        }
+    }
+}
+
+/// The redb file the store is in; `None` when it is in PostgreSQL.
+fn store_path(data_dir: &std::path::Path) -> Option<PathBuf> {
+    match Location::of(data_dir) {
+        Location::Redb(path) => Some(path),
+        Location::Postgres(_) => None,
+    }
 }
 
 /// `weft doctor`: the rows of the store that do not decode.
 fn doctor(data_dir: &std::path::Path) -> anyhow::Result<ExitCode> {
-    let Some(store) = runs::open(data_dir)? else {
+    let Some((store, shown)) = runs::open(data_dir)? else {
         out!("no store in {}: nothing to check", data_dir.display());
         return Ok(ExitCode::SUCCESS);
     };
-    let damaged = weft::Store::damaged(&store)?;
+    let damaged = store.damaged()?;
     if damaged.is_empty() {
-        out!(
-            "{}: every run, outbox, trigger and timer row decodes",
-            store.path().display()
-        );
+        out!("{shown}: every run, outbox, trigger and timer row decodes");
         return Ok(ExitCode::SUCCESS);
     }
     for row in &damaged {
@@ -585,9 +623,24 @@ fn doctor(data_dir: &std::path::Path) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::FAILURE)
 }
 
-fn open_store(data_dir: &std::path::Path) -> anyhow::Result<RedbStore> {
-    let path = store_path(data_dir);
-    RedbStore::open(&path).with_context(|| format!("cannot open the store {}", path.display()))
+/// The store, for reading and writing: opened (and made, or migrated)
+/// where `--store` says.
+fn open_store(data_dir: &std::path::Path) -> anyhow::Result<Arc<dyn weft::Store>> {
+    Ok(match Location::of(data_dir) {
+        Location::Redb(path) => Arc::new(
+            RedbStore::open(&path)
+                .with_context(|| format!("cannot open the store {}", path.display()))?,
+        ),
+        Location::Postgres(url) => Arc::new(open_postgres(&url)?),
+    })
+}
+
+/// The store in the PostgreSQL database at `url`.
+fn open_postgres(url: &str) -> anyhow::Result<weft::PostgresStore> {
+    weft::PostgresStore::open(url).map_err(|e| {
+        let shown = url.split_once('@').map_or(url, |(_, at)| at);
+        anyhow::anyhow!(e).context(format!("cannot open the store in PostgreSQL at {shown}"))
+    })
 }
 
 /// True when `error` is a closed stdout: the reader has gone, and there is

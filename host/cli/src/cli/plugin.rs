@@ -148,7 +148,7 @@ fn add_remote(data_dir: &Path, file: &Path, url: String) -> anyhow::Result<ExitC
 fn add_local(data_dir: &Path, file: &Path, plugins: &PluginArgs) -> anyhow::Result<ExitCode> {
     let bytes = read_component(file)?;
     let runtime = super::local_runtime(data_dir)?;
-    let store: Arc<dyn Store> = Arc::new(open_store(data_dir)?);
+    let store: Arc<dyn Store> = open_store(data_dir)?;
     let registry = PluginDir::new(runtime, plugins_dir(data_dir, &plugins.plugins));
     registry.attach(store, Arc::new(weft::SystemClock))?;
     match registry.add(&bytes, "cli") {
@@ -185,7 +185,7 @@ fn list(data_dir: &Path, json: bool, server: Option<String>) -> anyhow::Result<E
 /// name, newest version first.
 fn local_plugins(data_dir: &Path) -> anyhow::Result<Vec<PluginRecord>> {
     let mut records = match super::runs::open(data_dir)? {
-        Some(store) => store.plugins()?,
+        Some((store, _)) => store.plugins()?,
         None => Vec::new(),
     };
     records.sort_by(|a, b| a.name.cmp(&b.name).then_with(|| weft::plugins::newer(b, a)));

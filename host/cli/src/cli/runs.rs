@@ -2,6 +2,7 @@
 
 use std::path::Path;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Subcommand;
@@ -168,24 +169,30 @@ fn cancel_remote(data_dir: &Path, url: String, run_id: &str) -> anyhow::Result<E
     }
 }
 
-/// The store for reading, or `None` when no run was ever stored here.
-pub(super) fn open(data_dir: &Path) -> anyhow::Result<Option<RedbStore>> {
-    let path = store_path(data_dir);
+/// The store for reading, and where it is, or `None` when no run was
+/// ever stored in the data directory's redb file.
+pub(super) fn open(data_dir: &Path) -> anyhow::Result<Option<(Arc<dyn Store>, String)>> {
+    let Some(path) = store_path(data_dir) else {
+        return Ok(Some((
+            super::open_store(data_dir)?,
+            "the PostgreSQL store".to_owned(),
+        )));
+    };
     if !path.exists() {
         return Ok(None);
     }
-    match RedbStore::open_read_only(&path) {
+    let store = match RedbStore::open_read_only(&path) {
         // A run was killed: repairing needs a writable handle.
         Err(StoreError::NeedsRepair { .. }) => RedbStore::open(&path),
         other => other,
     }
-    .map(Some)
-    .with_context(|| format!("cannot open the store {}", path.display()))
+    .with_context(|| format!("cannot open the store {}", path.display()))?;
+    Ok(Some((Arc::new(store), path.display().to_string())))
 }
 
 fn list(data_dir: &Path, filter: &RunFilter, limit: usize, json: bool) -> anyhow::Result<ExitCode> {
     let runs = match open(data_dir)? {
-        Some(store) => store.runs(filter, limit)?,
+        Some((store, _)) => store.runs(filter, limit)?,
         None => Vec::new(),
     };
     print_runs(data_dir, &runs, json)
@@ -233,7 +240,7 @@ fn print_runs(
 fn cancel(data_dir: &Path, run_id: &str) -> anyhow::Result<ExitCode> {
     let store = super::open_store(data_dir)?;
     let now = weft::Clock::now(&weft::SystemClock);
-    let cancelled = weft::engine::cancel_in_store(&store, run_id, now, |write| {
+    let cancelled = weft::engine::cancel_in_store(store.as_ref(), run_id, now, |write| {
         store.apply(&[&write])?.pop().unwrap_or(Ok(()))
     });
     match cancelled {
@@ -256,7 +263,7 @@ fn cancel(data_dir: &Path, run_id: &str) -> anyhow::Result<ExitCode> {
 }
 
 fn show(data_dir: &Path, run_id: &str, json: bool) -> anyhow::Result<ExitCode> {
-    let Some(store) = open(data_dir)? else {
+    let Some((store, _)) = open(data_dir)? else {
         eprintln!(
             "error: no run `{run_id}`: there are no runs yet in {}",
             data_dir.display()

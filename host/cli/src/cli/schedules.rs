@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clap::Subcommand;
 use weft::model::{CatchUp, Overlap, ScheduleSpec};
-use weft::{Clock, RedbStore, Store, SystemClock};
+use weft::{Clock, Store, SystemClock};
 
 use super::{EXIT_INVALID, open_store, read_input};
 
@@ -69,10 +69,11 @@ fn parse_catch_up(text: &str) -> Result<CatchUp, String> {
 
 pub fn main(data_dir: &Path, command: SchedulesCommand) -> anyhow::Result<ExitCode> {
     let store = open_store(data_dir)?;
+    let store = store.as_ref();
     match command {
-        SchedulesCommand::List { json } => list(&store, json),
-        SchedulesCommand::Pause { key } => set_paused(&store, &key, true),
-        SchedulesCommand::Resume { key } => set_paused(&store, &key, false),
+        SchedulesCommand::List { json } => list(store, json),
+        SchedulesCommand::Pause { key } => set_paused(store, &key, true),
+        SchedulesCommand::Resume { key } => set_paused(store, &key, false),
         SchedulesCommand::Add {
             workflow,
             cron,
@@ -100,16 +101,20 @@ pub fn main(data_dir: &Path, command: SchedulesCommand) -> anyhow::Result<ExitCo
                 catch_up,
                 catch_up_limit: None,
             };
-            let row =
-                match weft::engine::add_schedule(&store, &workflow, spec, "cli", SystemClock.now())
-                {
-                    Ok(row) => row,
-                    Err(weft::engine::ScheduleError::Store(e)) => return Err(e.into()),
-                    Err(e) => {
-                        eprintln!("error: {e}");
-                        return Ok(ExitCode::from(EXIT_INVALID));
-                    }
-                };
+            let row = match weft::engine::add_schedule(
+                store,
+                &workflow,
+                spec,
+                "cli",
+                SystemClock.now(),
+            ) {
+                Ok(row) => row,
+                Err(weft::engine::ScheduleError::Store(e)) => return Err(e.into()),
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return Ok(ExitCode::from(EXIT_INVALID));
+                }
+            };
             out!(
                 "added {}; next fire {}",
                 row.key,
@@ -120,7 +125,7 @@ pub fn main(data_dir: &Path, command: SchedulesCommand) -> anyhow::Result<ExitCo
     }
 }
 
-fn list(store: &impl Store, json: bool) -> anyhow::Result<ExitCode> {
+fn list(store: &dyn Store, json: bool) -> anyhow::Result<ExitCode> {
     let rows = store.schedules()?;
     if json {
         out!("{}", serde_json::to_string_pretty(&rows)?);
@@ -159,7 +164,7 @@ fn list(store: &impl Store, json: bool) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn set_paused(store: &RedbStore, key: &str, paused: bool) -> anyhow::Result<ExitCode> {
+fn set_paused(store: &dyn Store, key: &str, paused: bool) -> anyhow::Result<ExitCode> {
     match weft::engine::set_schedule_paused(store, key, paused, SystemClock.now())? {
         Some(row) => {
             out!(

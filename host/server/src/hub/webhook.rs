@@ -1,5 +1,8 @@
 //! Webhook delivery: one thread per subscription POSTs its oldest
-//! unsettled delivery until a 2xx answer acks it.
+//! unsettled delivery until a 2xx answer acks it. With several hosts on
+//! one store, each has the thread, and the one that holds the queue's
+//! lease delivers (`Committer::hold`); the lease moves when its host is
+//! gone.
 //!
 //! The body is the [`Delivery`](super::Delivery) as JSON. Headers:
 //! `weft-delivery` (the delivery id, the same on every attempt),
@@ -202,6 +205,16 @@ fn turn(hub: &Hub, agent: &ureq::Agent, key: &str) -> Next {
     let Some(delivery) = head(shared, key) else {
         return Next::Wait(Duration::from_secs(1));
     };
+    // One host at a time delivers a queue: another on the store that
+    // holds it goes on, and this one looks again in a second.
+    match shared.committer.hold(key) {
+        Ok(()) => {}
+        Err(weft_store::StoreError::Fenced { .. }) => return Next::Wait(Duration::from_secs(1)),
+        Err(e) => {
+            tracing::warn!(subscription = %key, "cannot take the delivery queue: {e}");
+            return Next::Wait(Duration::from_secs(1));
+        }
+    }
     let now = shared.clock.now();
     if let Some(at) = delivery.next_at
         && at > now

@@ -351,6 +351,10 @@ impl Apply<'_> {
                 lease.as_ref(),
             ),
             Write::Claim { run, lease } => self.claim(run, lease),
+            Write::HoldQueue {
+                subscription,
+                lease,
+            } => self.hold_queue(subscription, lease),
             Write::Renew { host, record } => {
                 self.rows.put(Table::Hosts, Key::Str(host), record)?;
                 Ok(Ok(()))
@@ -776,6 +780,35 @@ impl Apply<'_> {
             return Ok(Err(StoreError::RunEnded(id.to_owned())));
         }
         self.take(id, Some(lease), run.suspended)
+    }
+
+    /// Takes subscription `key`'s queue under `lease` (see
+    /// [`Write::HoldQueue`]).
+    fn hold_queue(
+        &mut self,
+        key: &str,
+        lease: &Lease,
+    ) -> Result<Result<(), StoreError>, StoreError> {
+        if !self.rows.has(Table::Subscriptions, Key::Str(key))? {
+            return Ok(Err(StoreError::NotFound(What::Subscription(
+                key.to_owned(),
+            ))));
+        }
+        let id = crate::queue_lease(key);
+        let current = self.lease_of(&id)?;
+        if current.as_ref() == Some(lease) {
+            return Ok(Ok(()));
+        }
+        let free = match &current {
+            None => true,
+            Some(held) => !self.rows.has(Table::Hosts, Key::Str(&held.host))?,
+        };
+        if !free || *lease != Lease::after(current.as_ref(), &lease.host) {
+            return Ok(Err(fenced(&id, current.as_ref())));
+        }
+        self.rows
+            .put(Table::Leases, Key::Str(&id), &encode(lease))?;
+        Ok(Ok(()))
     }
 
     /// Declares host `host` gone (see [`Write::Forget`]).

@@ -132,6 +132,8 @@ impl Apply<'_> {
                 key.to_owned(),
             ))));
         }
+        self.rows
+            .delete(Table::Leases, Key::Str(&crate::queue_lease(key)))?;
         let mut ids = Vec::new();
         for table in [Table::Queue, Table::Dead] {
             for (seq, id) in self.rows.under(table, key)? {

@@ -235,3 +235,69 @@ fn delivery_dead_letters() {
             .refused(|e| in_state(e, Delivered)),
     ]);
 }
+
+fn hold(key: &str, host: &str, epoch: u64) -> Write {
+    let lease = weft_store::Lease {
+        host: host.to_owned(),
+        epoch,
+    };
+    Write::HoldQueue {
+        subscription: key.to_owned(),
+        lease,
+    }
+}
+
+fn host_row(id: &str) -> Write {
+    Write::renew(&weft_store::HostRecord {
+        id: id.to_owned(),
+        machine: "m".to_owned(),
+        pid: 0,
+        started_at: T0,
+        expires_at: at(60),
+    })
+}
+
+fn queue_holder(s: &dyn Store) -> Option<weft_store::Lease> {
+    s.lease(&weft_store::queue_lease("ch/a")).unwrap()
+}
+
+#[test]
+fn hold_queue() {
+    walk(&[
+        given("a free queue is taken at epoch 1", |s| {
+            put(s, subscribe("ch/a"))
+        })
+        .write(|_| hold("ch/a", "h1", 1))
+        .stored(|s| assert_eq!(queue_holder(s).unwrap().host, "h1")),
+        given("a queue held by a live host", |s| put(s, subscribe("ch/a")))
+            .then(|_| host_row("h1"))
+            .then(|_| hold("ch/a", "h1", 1))
+            .write(|_| hold("ch/a", "h2", 2))
+            .refused(|e| matches!(e, StoreError::Fenced { owner, .. } if owner == "h1")),
+        given(
+            "a queue whose host is gone is taken at the next epoch",
+            |s| {
+                put(s, subscribe("ch/a"));
+            },
+        )
+        .then(|_| hold("ch/a", "h1", 1))
+        .write(|_| hold("ch/a", "h2", 2))
+        .stored(|s| {
+            let holder = queue_holder(s).unwrap();
+            assert_eq!((holder.host.as_str(), holder.epoch), ("h2", 2));
+        }),
+        given("a stale epoch", |s| put(s, subscribe("ch/a")))
+            .then(|_| hold("ch/a", "h1", 1))
+            .write(|_| hold("ch/a", "h2", 1))
+            .refused(|e| matches!(e, StoreError::Fenced { .. })),
+        given("no such subscription", |_| {})
+            .write(|_| hold("ch/a", "h1", 1))
+            .refused(|e| not_found(e, What::Subscription("ch/a".into()))),
+        given("unsubscribe lets the queue's lease go", |s| {
+            put(s, subscribe("ch/a"))
+        })
+        .then(|_| hold("ch/a", "h1", 1))
+        .write(|_| Write::Unsubscribe("ch/a".to_owned()))
+        .stored(|s| assert_eq!(queue_holder(s), None)),
+    ]);
+}
