@@ -10,6 +10,7 @@ mod common;
 mod admission;
 mod behaviour;
 mod cli;
+mod cluster;
 mod control;
 mod crash;
 mod cron;

@@ -1,0 +1,296 @@
+//! Three `weft serve` hosts on one PostgreSQL database (a schema of its
+//! own in the server `WEFT_TEST_POSTGRES` names), under load, and one
+//! killed with SIGKILL three times, a different host each time, restarted
+//! after. Every run must end once, succeeded, with one success per step
+//! and dense record numbers; the shared counter must be bumped exactly
+//! twice per run; each run must have emitted one message, and every
+//! message must reach the webhook, under the delivery id the store gave
+//! it, with its delivery acked.
+
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::common::Scratch;
+use crate::common::receiver::Receiver;
+use crate::common::server::agent;
+
+const WORKFLOW: &str = r#"
+id: load
+steps:
+  - { id: first, uses: counter, with: { key: total, by: 1 } }
+  - { id: busy, uses: spin, with: { ms: 10 } }
+  - { id: tell, emit: done, with: "${{ inputs.n }}" }
+  - { id: nap, sleep: 300ms }
+  - { id: last, uses: counter, with: { key: total, by: 1 } }
+outputs: "${{ steps.last.output.value }}"
+"#;
+
+/// A fresh store in the test server: the URL that reaches it.
+pub(crate) fn database(name: &str) -> String {
+    let url = std::env::var("WEFT_TEST_POSTGRES").expect(
+        "WEFT_TEST_POSTGRES names no PostgreSQL server: run scripts/test, or start one with scripts/postgres-dev",
+    );
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let schema = format!("{name}_{}_{nanos}", std::process::id());
+    // Makes the schema and its tables.
+    drop(weft::PostgresStore::open_in(&url, Some(&schema)).unwrap());
+    let joint = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{joint}options=-c%20search_path%3D{schema}")
+}
+
+/// A `weft serve` host, killed when dropped.
+struct Node {
+    child: Child,
+    url: String,
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts host `n` on `store`, with a data directory of its own.
+fn start(scratch: &Scratch, store: &str, n: usize, life: usize) -> Node {
+    let dir: PathBuf = scratch.path().join(format!("host-{n}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let addr = dir.join("serve.addr");
+    let _ = std::fs::remove_file(&addr);
+    let log = scratch.path().join(format!("host-{n}-{life}.log"));
+    let child = scratch
+        .weft()
+        .args(["serve", "--listen", "127.0.0.1:0", "--lease-ttl", "1s"])
+        .arg("--data-dir")
+        .arg(&dir)
+        .args(["--store", store])
+        .arg("--workflows")
+        .arg(scratch.path().join("workflows"))
+        .env("WEFT_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let url = loop {
+        if let Ok(text) = std::fs::read_to_string(&addr)
+            && text.ends_with('\n')
+        {
+            break text.trim().to_owned();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "host {n} did not start: {}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    Node { child, url }
+}
+
+/// A GET of `path` on `url`, or a POST of `body`: its status and JSON.
+fn call(url: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+    let agent = agent();
+    let mut answer = match body {
+        Some(body) => agent.post(format!("{url}{path}")).send_json(body),
+        None => agent.get(format!("{url}{path}")).call(),
+    }
+    .unwrap_or_else(|e| panic!("{url}{path}: {e}"));
+    let status = answer.status().as_u16();
+    let body = answer.body_mut().read_json().unwrap_or(Value::Null);
+    (status, body)
+}
+
+/// Waits for run `id` to end, asking `url`: `{run, steps}`.
+fn ended(url: &str, id: &str, deadline: Instant) -> Value {
+    loop {
+        let (status, shown) = call(url, &format!("/v1/runs/{id}"), None);
+        assert_eq!(status, 200, "run {id} was lost: {shown}");
+        if shown["run"]["state"] != "running" {
+            return shown;
+        }
+        assert!(Instant::now() < deadline, "run {id} never ended: {shown}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn three_hosts_on_postgres_lose_nothing_when_each_in_turn_is_killed() {
+    let scratch = Scratch::new(&["counter", "spin"]);
+    std::fs::create_dir_all(scratch.path().join("workflows")).unwrap();
+    std::fs::write(scratch.path().join("workflows/load.yaml"), WORKFLOW).unwrap();
+    let store = database("cluster");
+    let seed = crate::common::test_seed();
+    eprintln!("cluster seed: {seed} (WEFT_TEST_SEED={seed} replays its kill times)");
+    let mut random = seed;
+    let mut next = |below: u64| {
+        random = random
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (random >> 33) % below
+    };
+
+    let mut lives = [0; 3];
+    let mut nodes: Vec<Node> = (0..3).map(|n| start(&scratch, &store, n, 0)).collect();
+    let receiver = Receiver::start(|_| 200);
+    let spec = json!({
+        "channel": "done",
+        "name": "hook",
+        "webhook": { "url": receiver.url, "secret": "s3cret" },
+        "backoff": "20ms",
+    });
+    let (status, made) = call(&nodes[0].url, "/v1/subscriptions", Some(spec));
+    assert_eq!(status, 201, "{made}");
+
+    let total = 150;
+    let kills = [40 + next(10), 80 + next(10), 120 + next(10)];
+    let mut acked: HashMap<String, u64> = HashMap::new();
+    for n in 0..total {
+        if let Some(k) = kills.iter().position(|at| *at == n) {
+            // Host k dies with runs in flight, then comes back.
+            std::thread::sleep(Duration::from_millis(next(50)));
+            nodes[k].child.kill().unwrap();
+            nodes[k].child.wait().unwrap();
+            // The others go on taking runs while it is down.
+            for m in 0..4u64 {
+                let url = &nodes[(k + 1 + (m % 2) as usize) % 3].url;
+                let (status, body) = call(
+                    url,
+                    "/v1/runs",
+                    Some(json!({ "workflow": "load", "input": { "n": 1000 + n * 10 + m } })),
+                );
+                assert_eq!(status, 201, "{body}");
+                acked.insert(body["id"].as_str().unwrap().to_owned(), 1000 + n * 10 + m);
+            }
+            lives[k] += 1;
+            nodes[k] = start(&scratch, &store, k, lives[k]);
+        }
+        let url = &nodes[(n % 3) as usize].url;
+        let (status, body) = call(
+            url,
+            "/v1/runs",
+            Some(json!({ "workflow": "load", "input": { "n": n } })),
+        );
+        assert_eq!(status, 201, "run {n}: {body}");
+        acked.insert(body["id"].as_str().unwrap().to_owned(), n);
+    }
+
+    let deadline = Instant::now() + Duration::from_secs(240);
+    let mut delivery_ids = HashMap::new();
+    let mut counted = Vec::new();
+    for (i, (id, n)) in acked.iter().enumerate() {
+        // Any host answers for any run.
+        let url = &nodes[i % 3].url;
+        let shown = ended(url, id, deadline);
+        assert_eq!(
+            shown["run"]["state"], "succeeded",
+            "run {id} (n = {n}): {shown}"
+        );
+        let steps = shown["steps"].as_array().unwrap();
+        let mut done: Vec<&str> = steps
+            .iter()
+            .filter(|s| s["error"].is_null())
+            .map(|s| s["step_id"].as_str().unwrap())
+            .collect();
+        done.sort_unstable();
+        // The sleep leaves two records: its start and its timer's fire.
+        assert_eq!(
+            done,
+            ["busy", "first", "last", "nap", "nap", "tell"],
+            "run {id}: {steps:?}"
+        );
+        for step in steps
+            .iter()
+            .filter(|s| s["step_id"] == "first" || s["step_id"] == "last")
+        {
+            counted.push(step["output"]["value"].as_u64().unwrap());
+        }
+        let seqs: Vec<u64> = steps.iter().map(|s| s["seq"].as_u64().unwrap()).collect();
+        assert_eq!(
+            seqs,
+            (0..steps.len() as u64).collect::<Vec<_>>(),
+            "run {id}: record numbers"
+        );
+        let (status, messages) = call(url, &format!("/v1/runs/{id}/messages"), None);
+        assert_eq!(status, 200, "{messages}");
+        let messages = messages["messages"].as_array().unwrap();
+        assert_eq!(
+            messages.len(),
+            1,
+            "run {id}: one message per emit: {messages:?}"
+        );
+        assert_eq!(messages[0]["payload"], json!(n), "run {id}");
+        let deliveries = messages[0]["deliveries"].as_array().unwrap();
+        assert_eq!(deliveries.len(), 1, "run {id}: {deliveries:?}");
+        delivery_ids.insert(deliveries[0].as_str().unwrap().to_owned(), *n);
+    }
+
+    // The shared counter: bumped twice per run, exactly, so the values
+    // the bumps saw are 1 to 2N, each once.
+    counted.sort_unstable();
+    let expected: Vec<u64> = (1..=2 * acked.len() as u64).collect();
+    assert_eq!(counted, expected, "the shared counter's bumps");
+
+    // Every message reached the webhook under its delivery's id (a resend
+    // after a kill keeps the id), and every delivery is acked.
+    let got = loop {
+        let got = receiver.got();
+        let ids: HashSet<String> = got
+            .iter()
+            .map(|r| r.header("weft-delivery").to_owned())
+            .collect();
+        if delivery_ids.keys().all(|id| ids.contains(id)) {
+            break got;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} of {} deliveries arrived",
+            ids.len(),
+            delivery_ids.len()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    for request in &got {
+        let id = request.header("weft-delivery");
+        let n = delivery_ids
+            .get(id)
+            .unwrap_or_else(|| panic!("a delivery no run made: {id}"));
+        assert_eq!(request.json()["payload"], json!(n), "delivery {id}");
+    }
+    for id in delivery_ids.keys() {
+        let acked = Instant::now() + Duration::from_secs(30);
+        loop {
+            let (status, body) = call(&nodes[2].url, &format!("/v1/deliveries/{id}"), None);
+            assert_eq!(status, 200, "{body}");
+            let state = body["delivery"]["state"].as_str().unwrap_or("").to_owned();
+            if state == "acked" || state == "completed" {
+                break;
+            }
+            assert!(Instant::now() < acked, "delivery {id} is {state}: {body}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    // The kills landed with runs in flight: other hosts took runs over.
+    let mut taken = 0;
+    for entry in std::fs::read_dir(scratch.path()).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "log") {
+            let log = std::fs::read_to_string(&path).unwrap();
+            taken += log.matches("host gone; its runs are taken over").count();
+        }
+    }
+    eprintln!(
+        "{} runs, {} webhook requests for {} deliveries, {taken} hosts seen gone",
+        acked.len(),
+        got.len(),
+        delivery_ids.len()
+    );
+    assert!(taken >= 3, "no host took over a killed host's runs");
+}
