@@ -294,3 +294,115 @@ fn three_hosts_on_postgres_lose_nothing_when_each_in_turn_is_killed() {
     );
     assert!(taken >= 3, "no host took over a killed host's runs");
 }
+
+/// A PostgreSQL cluster of one test's own (`scripts/postgres-dev`), to
+/// stop and start again; removed when dropped.
+struct OwnCluster {
+    dir: PathBuf,
+    url: String,
+}
+
+impl OwnCluster {
+    fn start(dir: PathBuf) -> Self {
+        let out = Self::script(&["start"], &dir);
+        let url = String::from_utf8(out).unwrap().trim().to_owned();
+        Self { dir, url }
+    }
+
+    fn script(args: &[&str], dir: &std::path::Path) -> Vec<u8> {
+        let out = std::process::Command::new(crate::common::root().join("scripts/postgres-dev"))
+            .args(args)
+            .arg(dir)
+            .stderr(Stdio::inherit())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "scripts/postgres-dev {args:?} failed");
+        out.stdout
+    }
+
+    fn down(&self) {
+        Self::script(&["down"], &self.dir);
+    }
+
+    fn up(&self) {
+        Self::script(&["up"], &self.dir);
+    }
+}
+
+impl Drop for OwnCluster {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new(crate::common::root().join("scripts/postgres-dev"))
+            .arg("stop")
+            .arg(&self.dir)
+            .output();
+    }
+}
+
+#[test]
+fn runs_wait_while_the_database_is_away_and_go_on_when_it_returns() {
+    let scratch = Scratch::new(&["counter", "spin"]);
+    std::fs::create_dir_all(scratch.path().join("workflows")).unwrap();
+    std::fs::write(scratch.path().join("workflows/load.yaml"), WORKFLOW).unwrap();
+    let cluster = OwnCluster::start(scratch.path().join("postgres"));
+    let node = start(&scratch, &cluster.url, 0, 0);
+    let mut acked = Vec::new();
+    for n in 0..30 {
+        let (status, body) = call(
+            &node.url,
+            "/v1/runs",
+            Some(json!({ "workflow": "load", "input": { "n": n } })),
+        );
+        assert_eq!(status, 201, "run {n}: {body}");
+        acked.push(body["id"].as_str().unwrap().to_owned());
+    }
+    // The runs are in flight (asleep, or between steps) when the database
+    // goes away for three seconds.
+    cluster.down();
+    std::thread::sleep(Duration::from_secs(3));
+    cluster.up();
+
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut counted = Vec::new();
+    for id in &acked {
+        let shown = ended(&node.url, id, deadline);
+        assert_eq!(shown["run"]["state"], "succeeded", "run {id}: {shown}");
+        let steps = shown["steps"].as_array().unwrap();
+        let mut done: Vec<&str> = steps
+            .iter()
+            .filter(|s| s["error"].is_null())
+            .map(|s| s["step_id"].as_str().unwrap())
+            .collect();
+        done.sort_unstable();
+        assert_eq!(
+            done,
+            ["busy", "first", "last", "nap", "nap", "tell"],
+            "run {id}: {steps:?}"
+        );
+        for step in steps
+            .iter()
+            .filter(|s| s["step_id"] == "first" || s["step_id"] == "last")
+        {
+            counted.push(step["output"]["value"].as_u64().unwrap());
+        }
+    }
+    counted.sort_unstable();
+    let expected: Vec<u64> = (1..=2 * acked.len() as u64).collect();
+    assert_eq!(counted, expected, "the shared counter's bumps");
+    // The outage hit the host: it saw its store fail, and waited.
+    let log = std::fs::read_to_string(scratch.path().join("host-0-0.log")).unwrap();
+    assert!(
+        ["cannot renew", "cannot fire a timer", "a commit of the run failed"]
+            .iter()
+            .any(|failure| log.contains(failure)),
+        "the host never saw the database go: {log}"
+    );
+    // And the host goes on taking runs.
+    let (status, body) = call(
+        &node.url,
+        "/v1/runs",
+        Some(json!({ "workflow": "load", "input": { "n": 99 } })),
+    );
+    assert_eq!(status, 201, "{body}");
+    let shown = ended(&node.url, body["id"].as_str().unwrap(), deadline);
+    assert_eq!(shown["run"]["state"], "succeeded", "{shown}");
+}
