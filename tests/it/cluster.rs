@@ -391,9 +391,13 @@ fn runs_wait_while_the_database_is_away_and_go_on_when_it_returns() {
     // The outage hit the host: it saw its store fail, and waited.
     let log = std::fs::read_to_string(scratch.path().join("host-0-0.log")).unwrap();
     assert!(
-        ["cannot renew", "cannot fire a timer", "a commit of the run failed"]
-            .iter()
-            .any(|failure| log.contains(failure)),
+        [
+            "cannot renew",
+            "cannot fire a timer",
+            "a commit of the run failed"
+        ]
+        .iter()
+        .any(|failure| log.contains(failure)),
         "the host never saw the database go: {log}"
     );
     // And the host goes on taking runs.

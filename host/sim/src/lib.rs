@@ -14,7 +14,8 @@
 //!
 //! After every event the invariants are checked against the store (see
 //! `check.rs`). The world is then left to settle with no more faults, and
-//! every run must end. The store is a real redb database, held in memory.
+//! every run must end. The store is a real redb database, held in memory,
+//! or a real PostgreSQL database ([`run_on`]).
 //!
 //! A failing seed replays exactly: ids and random numbers come from the
 //! seed too ([`weft_core::ids::repeatable`]). [`shrink`] finds the shortest
@@ -27,6 +28,7 @@ mod world;
 
 use std::collections::BTreeMap;
 
+pub use store::Backend;
 pub use world::{Event, Shape};
 
 /// A seed that broke an invariant.
@@ -64,22 +66,28 @@ pub struct Passed {
     pub tally: BTreeMap<&'static str, usize>,
 }
 
-/// Plays seed `seed` in a world of shape `shape`.
+/// Plays seed `seed` in a world of shape `shape`, on a redb store in
+/// memory.
 pub fn run(seed: u64, shape: Shape) -> Result<Passed, Failure> {
+    run_on(seed, shape, &Backend::Memory)
+}
+
+/// Plays seed `seed` in a world of shape `shape`, on a store of `backend`.
+pub fn run_on(seed: u64, shape: Shape, backend: &Backend) -> Result<Passed, Failure> {
     // The engine's warnings about the faults the seed injects are noise
     // here: what broke, if anything, is in the failure.
     let quiet = tracing::subscriber::NoSubscriber::default();
-    tracing::subscriber::with_default(quiet, || play(seed, shape))
+    tracing::subscriber::with_default(quiet, || play(seed, shape, backend))
 }
 
-fn play(seed: u64, shape: Shape) -> Result<Passed, Failure> {
+fn play(seed: u64, shape: Shape, backend: &Backend) -> Result<Passed, Failure> {
     let failure = |violation, trace| Failure {
         seed,
         events: shape.events,
         violation,
         trace,
     };
-    let mut world = match world::World::new(seed, shape) {
+    let mut world = match world::World::new(seed, shape, backend) {
         Ok(world) => world,
         Err(e) => return Err(failure(e, Vec::new())),
     };
@@ -99,8 +107,13 @@ fn play(seed: u64, shape: Shape) -> Result<Passed, Failure> {
 /// before settling that still break an invariant (not always the same
 /// one), found by trying each count up to the one that failed.
 pub fn shrink(failure: &Failure, shape: Shape) -> Failure {
+    shrink_on(failure, shape, &Backend::Memory)
+}
+
+/// [`shrink`], on a store of `backend`.
+pub fn shrink_on(failure: &Failure, shape: Shape, backend: &Backend) -> Failure {
     for events in 0..failure.events {
-        if let Err(shorter) = run(failure.seed, Shape { events, ..shape }) {
+        if let Err(shorter) = run_on(failure.seed, Shape { events, ..shape }, backend) {
             return shorter;
         }
     }

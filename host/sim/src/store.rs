@@ -1,19 +1,33 @@
-//! The simulation's store: a real redb store in memory, behind a door that
-//! counts its writes (so the checks run only after something changed) and
-//! can fail the engine's next reads, as a disk that errors would.
+//! The simulation's store: a real redb store in memory, or a real
+//! PostgreSQL store in a schema of its own, behind a door that counts its
+//! writes (so the checks run only after something changed) and can fail
+//! the engine's next reads, as a disk that errors would.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use weft_store::{
     Damaged, DefinitionRecord, DeliveryRecord, DeploymentRecord, HostRecord, Lease, MessageRecord,
-    OutboxRecord, PluginRecord, RedbStore, RunFilter, RunRecord, ScheduleRecord, StepRecord, Store,
-    StoreError, SubscriptionRecord, TimerRecord, Write,
+    OutboxRecord, PluginRecord, PostgresStore, RedbStore, RunFilter, RunRecord, ScheduleRecord,
+    StepRecord, Store, StoreError, SubscriptionRecord, TimerRecord, Write,
 };
 
-/// A redb store in memory, with faults on demand.
+/// Which store a world plays on.
+#[derive(Debug, Clone, Default)]
+pub enum Backend {
+    /// A redb store held in memory.
+    #[default]
+    Memory,
+    /// A PostgreSQL store, in a schema of its own (dropped after the seed)
+    /// in the database at this URL.
+    Postgres(String),
+}
+
+/// A store with faults on demand.
 #[derive(Debug)]
 pub(crate) struct SimStore {
-    inner: RedbStore,
+    inner: std::sync::Arc<dyn Store>,
+    /// The PostgreSQL store, to drop its schema at the end.
+    postgres: Option<std::sync::Arc<PostgresStore>>,
     /// How many batches were applied.
     writes: AtomicU64,
     /// How many of the next reads fail.
@@ -21,17 +35,32 @@ pub(crate) struct SimStore {
 }
 
 impl SimStore {
-    pub(crate) fn new() -> Result<Self, StoreError> {
+    pub(crate) fn new(backend: &Backend, seed: u64) -> Result<Self, StoreError> {
+        let (inner, postgres): (std::sync::Arc<dyn Store>, _) = match backend {
+            Backend::Memory => (std::sync::Arc::new(RedbStore::in_memory()?), None),
+            Backend::Postgres(url) => {
+                let nanos = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.subsec_nanos());
+                let schema = format!("sim_{seed}_{}_{nanos}", std::process::id());
+                let store = std::sync::Arc::new(PostgresStore::open_in(url, Some(&schema))?);
+                (
+                    std::sync::Arc::clone(&store) as std::sync::Arc<dyn Store>,
+                    Some(store),
+                )
+            }
+        };
         Ok(Self {
-            inner: RedbStore::in_memory()?,
+            inner,
+            postgres,
             writes: AtomicU64::new(0),
             failing: AtomicUsize::new(0),
         })
     }
 
     /// The store itself, for the checks: no faults, not counted.
-    pub(crate) fn inner(&self) -> &RedbStore {
-        &self.inner
+    pub(crate) fn inner(&self) -> &dyn Store {
+        self.inner.as_ref()
     }
 
     /// How many batches were applied so far.
@@ -56,6 +85,16 @@ impl SimStore {
         match failing {
             Ok(_) => Err(StoreError::Commit("simulated read failure".to_owned())),
             Err(_) => Ok(()),
+        }
+    }
+}
+
+impl Drop for SimStore {
+    fn drop(&mut self) {
+        if let Some(store) = &self.postgres
+            && let Err(e) = store.discard()
+        {
+            tracing::warn!("cannot drop a simulated store's schema: {e}");
         }
     }
 }

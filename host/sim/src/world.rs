@@ -16,7 +16,7 @@ use weft_store::{RunFilter, Store, StoreError, Write};
 
 use crate::check::Facts;
 use crate::fake::Source;
-use crate::store::SimStore;
+use crate::store::{Backend, SimStore};
 
 /// How long a host's leases hold without a renewal.
 const LEASE_TTL: std::time::Duration = std::time::Duration::from_secs(5);
@@ -211,10 +211,12 @@ fn workflows() -> Result<(Vec<Arc<Workflow>>, Arc<WorkflowDir>), String> {
 }
 
 impl World {
-    pub(crate) fn new(seed: u64, shape: Shape) -> Result<Self, String> {
+    pub(crate) fn new(seed: u64, shape: Shape, backend: &Backend) -> Result<Self, String> {
         weft_core::ids::repeatable(Some(seed ^ 0x5EED));
         let mut rng = SplitMix::new(seed);
-        let sim_store = Arc::new(SimStore::new().map_err(|e| format!("an in-memory store: {e}"))?);
+        let sim_store = Arc::new(
+            SimStore::new(backend, seed).map_err(|e| format!("the simulated store: {e}"))?,
+        );
         let store: Arc<dyn Store> = Arc::clone(&sim_store) as Arc<dyn Store>;
         let (workflows, served) = workflows()?;
         let hosts = 1 + usize::from(rng.chance(30));

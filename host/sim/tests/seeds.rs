@@ -3,7 +3,7 @@
 //! `weft sim --seeds N` runs more; a failure prints its seed and shortest
 //! trace, and `weft sim --seed S` replays it.
 
-use weft_sim::{Shape, run, shrink};
+use weft_sim::{Backend, Shape, run, run_on, shrink, shrink_on};
 
 /// How many seeds `cargo test` runs: `WEFT_SIM_SEEDS` overrides.
 fn seeds() -> u64 {
@@ -19,6 +19,27 @@ fn every_invariant_holds_over_the_fixed_seeds() {
     for seed in 0..seeds() {
         if let Err(failure) = run(seed, shape) {
             panic!("{}", shrink(&failure, shape));
+        }
+    }
+}
+
+/// The same invariants with PostgreSQL as the store (the server
+/// `WEFT_TEST_POSTGRES` names), over fewer seeds: each costs round trips,
+/// where redb in memory costs none. `WEFT_SIM_POSTGRES_SEEDS` overrides.
+#[test]
+fn every_invariant_holds_on_postgres() {
+    let url = std::env::var("WEFT_TEST_POSTGRES").expect(
+        "WEFT_TEST_POSTGRES names no PostgreSQL server: run scripts/test, or start one with scripts/postgres-dev",
+    );
+    let backend = Backend::Postgres(url);
+    let seeds: u64 = std::env::var("WEFT_SIM_POSTGRES_SEEDS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(40);
+    let shape = Shape::default();
+    for seed in 0..seeds {
+        if let Err(failure) = run_on(seed, shape, &backend) {
+            panic!("on PostgreSQL: {}", shrink_on(&failure, shape, &backend));
         }
     }
 }

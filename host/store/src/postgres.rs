@@ -45,6 +45,8 @@ pub struct PostgresStore {
     rt: Option<Runtime>,
     /// The URL without its password, for messages.
     shown: String,
+    /// The schema of [`PostgresStore::open_in`], if one was named.
+    schema: Option<String>,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -147,9 +149,24 @@ impl PostgresStore {
             pool,
             rt: Some(rt),
             shown,
+            schema: schema.map(str::to_owned),
         };
         store.plain(|store| store.migrate(schema))?;
         Ok(store)
+    }
+
+    /// Drops the schema this store was opened in ([`PostgresStore::open_in`])
+    /// with everything in it: a throwaway store's end. A store opened
+    /// without a schema is left as it is. Blocking.
+    pub fn discard(&self) -> Result<(), StoreError> {
+        let Some(schema) = &self.schema else {
+            return Ok(());
+        };
+        self.plain(|store| {
+            let client = store.client()?;
+            let drop = format!("DROP SCHEMA IF EXISTS {schema} CASCADE");
+            store.block(client.batch_execute(&drop)).map_err(sql)
+        })
     }
 
     /// The URL of the database, without its password.

@@ -285,7 +285,13 @@ pub fn main(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Deliveries(command) => remote::deliveries(&data_dir, command),
         Command::Plugin(command) => plugin::main(&data_dir, command),
         Command::Deploy { workflow, server } => plugin::deploy(&data_dir, &workflow, server),
-        Command::Sim(args) => sim::main(&args),
+        Command::Sim(args) => {
+            let postgres = match Location::of(&data_dir) {
+                Location::Postgres(url) => Some(url),
+                Location::Redb(_) => None,
+            };
+            sim::main(&args, postgres)
+        }
         Command::Doctor => doctor(&data_dir),
         Command::Bench(args) => {
             let plugins = plugins_dir(&data_dir, &args.plugins.plugins);

@@ -3,11 +3,13 @@
 use std::process::ExitCode;
 use std::time::Instant;
 
-use weft::sim::{Shape, run, shrink};
+use weft::sim::{Backend, Shape, run_on, shrink_on};
 
 /// Runs the real engine through seeded interleavings (steps in any order,
 /// failed and slow commits, crashes, duplicate timers, two hosts on one
-/// store), checking every invariant after every event.
+/// store), checking every invariant after every event. On redb in memory,
+/// or with `--store postgres://...` on that database, each seed in a
+/// schema of its own.
 #[derive(Debug, clap::Args)]
 pub struct SimArgs {
     /// Play this many seeds, from --from.
@@ -24,11 +26,16 @@ pub struct SimArgs {
     events: usize,
 }
 
-pub fn main(args: &SimArgs) -> anyhow::Result<ExitCode> {
+/// Plays on redb in memory, or with `--store postgres://...` on that
+/// database (each seed in a schema of its own, dropped after it).
+pub fn main(args: &SimArgs, postgres: Option<String>) -> anyhow::Result<ExitCode> {
     let shape = Shape {
         events: args.events,
         ..Shape::default()
     };
+    let backend = postgres.map_or(Backend::Memory, Backend::Postgres);
+    let run = |seed, shape| run_on(seed, shape, &backend);
+    let shrink = |failure: &weft::sim::Failure, shape| shrink_on(failure, shape, &backend);
     if let Some(seed) = args.seed {
         return Ok(match run(seed, shape) {
             Ok(passed) => {
