@@ -295,7 +295,11 @@ pub fn main(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Doctor => doctor(&data_dir),
         Command::Bench(args) => {
             let plugins = plugins_dir(&data_dir, &args.plugins.plugins);
-            bench::main(&plugins, &args)
+            let postgres = match Location::of(&data_dir) {
+                Location::Postgres(url) => Some(url),
+                Location::Redb(_) => None,
+            };
+            bench::main(&plugins, &args, postgres)
         }
     }
 }

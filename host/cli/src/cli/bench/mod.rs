@@ -3,7 +3,9 @@
 //! With `--runs P --steps S` it measures durable throughput instead: P runs
 //! at once, each of S `echo` steps, on a fresh store with every commit
 //! synced; and, as the baseline measured in the same invocation, the same
-//! workflow one run at a time.
+//! workflow one run at a time. With `--store postgres://...`, the same
+//! runs on PostgreSQL too, with one, two and three hosts, against redb;
+//! and `--failover N` kills a host N times and times the take-over.
 //!
 //! Without them, for the `echo` plugin it prints:
 //! - cold load: compile with Cranelift, link and describe, no cache;
@@ -15,6 +17,7 @@
 mod http;
 mod languages;
 mod messages;
+mod postgres;
 mod tenants;
 mod timers;
 
@@ -87,6 +90,12 @@ pub struct BenchArgs {
     #[arg(long)]
     pub http: bool,
 
+    /// With `--store postgres://...`: kill a `weft serve` host with SIGKILL
+    /// this many times while its runs are in flight, and time each
+    /// taken-over run from the kill to its first step on another host.
+    #[arg(long, value_name = "KILLS")]
+    pub failover: Option<usize>,
+
     /// With --tenants: how many runs the flooding tenant starts at once.
     #[arg(long, value_name = "N", default_value_t = 10_000)]
     pub flood: usize,
@@ -100,7 +109,12 @@ pub struct BenchArgs {
     pub plugins: PluginArgs,
 }
 
-pub fn main(plugins: &Path, args: &BenchArgs) -> anyhow::Result<ExitCode> {
+/// `postgres`: the URL of `--store`, when it names a PostgreSQL database.
+pub fn main(
+    plugins: &Path,
+    args: &BenchArgs,
+    postgres: Option<String>,
+) -> anyhow::Result<ExitCode> {
     if let Some(dir) = &args.rearm {
         return timers::rearm(dir, args.fire);
     }
@@ -124,8 +138,14 @@ pub fn main(plugins: &Path, args: &BenchArgs) -> anyhow::Result<ExitCode> {
             args.keep_resident,
         );
     }
+    if let Some(kills) = args.failover {
+        let Some(url) = postgres else {
+            anyhow::bail!("--failover needs a PostgreSQL store: --store postgres://...");
+        };
+        return postgres::failover(plugins, &url, kills.max(1));
+    }
     if let Some(runs) = args.runs {
-        return throughput(plugins, runs.max(1), args.steps.max(1));
+        return throughput(plugins, runs.max(1), args.steps.max(1), postgres);
     }
     step_cost(plugins, args)
 }
@@ -355,8 +375,14 @@ struct Round {
 }
 
 /// P concurrent runs of S echo steps, fully durable; then the baseline of
-/// one run at a time.
-fn throughput(plugins: &Path, runs: usize, steps: usize) -> anyhow::Result<ExitCode> {
+/// one run at a time. With `postgres`, the same P runs again on that
+/// database, with one, two and three hosts, each figure against redb's.
+fn throughput(
+    plugins: &Path,
+    runs: usize,
+    steps: usize,
+    postgres: Option<String>,
+) -> anyhow::Result<ExitCode> {
     let scratch = tempfile_dir()?;
     let result = (|| {
         let workflow_text: String = std::iter::once("id: bench\nsteps:\n".to_owned())
@@ -422,6 +448,9 @@ fn throughput(plugins: &Path, runs: usize, steps: usize) -> anyhow::Result<ExitC
             rate(&concurrent) / rate(&baseline)
         );
         out!("durable steps/s: {:.0}", rate(&concurrent));
+        if let Some(url) = postgres {
+            postgres::throughput(plugins, &scratch, &url, &workflow, runs, rate(&concurrent))?;
+        }
         Ok(ExitCode::SUCCESS)
     })();
     let _ = std::fs::remove_dir_all(&scratch);
@@ -434,15 +463,24 @@ fn round(
     workflow: &std::sync::Arc<weft::Workflow>,
     runs: usize,
 ) -> anyhow::Result<Round> {
+    round_on(std::slice::from_ref(engine), workflow, runs)
+}
+
+/// [`round`], with the runs dealt out over `engines` in turn.
+fn round_on(
+    engines: &[weft::Engine],
+    workflow: &std::sync::Arc<weft::Workflow>,
+    runs: usize,
+) -> anyhow::Result<Round> {
     let gaps = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let began = Instant::now();
     let handles = (0..runs)
-        .map(|_| {
+        .map(|n| {
             let timing = StepTiming {
                 last: Instant::now(),
                 all: std::sync::Arc::clone(&gaps),
             };
-            engine.start(
+            engines[n % engines.len()].start(
                 std::sync::Arc::clone(workflow),
                 serde_json::json!({}),
                 Box::new(timing),

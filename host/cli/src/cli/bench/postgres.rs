@@ -1,0 +1,248 @@
+//! `weft bench --runs P --store postgres://...`: the durable throughput
+//! of the same P runs on PostgreSQL, with one, two and three hosts on one
+//! database, each as a ratio to redb's figure from the same invocation.
+//!
+//! The hosts are engines in this process, each with its own store handle
+//! (its own connection pool) and its own host id and leases, as separate
+//! `weft serve` processes would have; the runs are dealt out over them.
+//! On a 2-core machine the hosts, the database server and the bench
+//! share the two cores.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use std::process::ExitCode;
+
+use anyhow::Context;
+use weft::{Runtime, RuntimeConfig};
+
+use super::{Round, percentile, round_on, show};
+
+pub(super) fn throughput(
+    plugins: &Path,
+    scratch: &Path,
+    url: &str,
+    workflow: &Arc<weft::Workflow>,
+    runs: usize,
+    redb: f64,
+) -> anyhow::Result<()> {
+    out!();
+    out!(
+        "the same on PostgreSQL ({}), every commit synced:",
+        shown(url)
+    );
+    for hosts in 1..=3 {
+        let schema = format!("bench_{}_{hosts}", std::process::id());
+        let stores: Vec<Arc<weft::PostgresStore>> = (0..hosts)
+            .map(|_| weft::PostgresStore::open_in(url, Some(&schema)).map(Arc::new))
+            .collect::<Result<_, _>>()?;
+        let engines: Vec<weft::Engine> = stores
+            .iter()
+            .map(|store| {
+                let runtime = Runtime::new(RuntimeConfig {
+                    cache_dir: Some(scratch.join("cache")),
+                    ..RuntimeConfig::default()
+                })?;
+                let store: Arc<dyn weft::Store> = Arc::clone(store) as Arc<dyn weft::Store>;
+                Ok(weft::Engine::new(
+                    store,
+                    weft::PluginDir::new(runtime, plugins),
+                    Arc::new(weft::SystemClock),
+                )?)
+            })
+            .collect::<anyhow::Result<_>>()?;
+        // Load the plugin on every host, and touch the store, first.
+        round_on(&engines, workflow, hosts)?;
+        let mut measured: Round = round_on(&engines, workflow, runs)?;
+        let rate = measured.steps as f64 / measured.elapsed.as_secs_f64().max(f64::MIN_POSITIVE);
+        out!(
+            "  {hosts} host{} {:>9.0} steps/s   {:.2}x redb's   step-to-step p50 {:>9} p99 {:>9}",
+            if hosts == 1 { " " } else { "s" },
+            rate,
+            rate / redb.max(f64::MIN_POSITIVE),
+            show(percentile(&mut measured.gaps, 50.0)),
+            show(percentile(&mut measured.gaps, 99.0)),
+        );
+        drop(engines);
+        if let Some(store) = stores.first() {
+            store.discard()?;
+        }
+    }
+    Ok(())
+}
+
+/// `url` without its password.
+fn shown(url: &str) -> &str {
+    url.split_once('@').map_or(url, |(_, at)| at)
+}
+
+/// Steps of the failover bench's workflow: an `echo`, then a short sleep,
+/// twenty times, so that a killed host's runs are always mid-way.
+fn hopping() -> String {
+    let mut text = "id: hop\nsteps:\n".to_owned();
+    for i in 0..20 {
+        text.push_str(&format!(
+            "  - {{ id: e{i}, uses: echo, with: {i} }}\n  - {{ id: z{i}, sleep: 100ms }}\n"
+        ));
+    }
+    text
+}
+
+/// The lease of the failover bench's hosts.
+const LEASE: &str = "2s";
+
+/// Runs started on the host about to die, per kill.
+const IN_FLIGHT: usize = 40;
+
+/// A `weft serve` of this binary, killed when dropped.
+struct Serve {
+    child: std::process::Child,
+    url: String,
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn serve(dir: &Path, plugins: &Path, store: &str, workflows: &Path) -> anyhow::Result<Serve> {
+    std::fs::create_dir_all(dir)?;
+    let addr = dir.join("serve.addr");
+    let _ = std::fs::remove_file(&addr);
+    let child = std::process::Command::new(std::env::current_exe()?)
+        .args(["serve", "--listen", "127.0.0.1:0", "--lease-ttl", LEASE])
+        .arg("--data-dir")
+        .arg(dir)
+        .arg("--plugins")
+        .arg(plugins)
+        .arg("--workflows")
+        .arg(workflows)
+        .args(["--store", store])
+        .env_remove("WEFT_LOG")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(dir.join("serve.log"))?)
+        .spawn()?;
+    let mut serve = Serve {
+        child,
+        url: String::new(),
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        if let Ok(text) = std::fs::read_to_string(&addr)
+            && text.ends_with('\n')
+        {
+            serve.url = text.trim().to_owned();
+            return Ok(serve);
+        }
+        anyhow::ensure!(
+            std::time::Instant::now() < deadline,
+            "weft serve did not start; see {}",
+            dir.join("serve.log").display()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// Two hosts on a fresh schema; `kills` times, runs start on the first,
+/// it is killed with SIGKILL while they are in flight, and each of them is
+/// timed from the kill to its first step record after it (the other host
+/// took it over). The killed host is started again before the next kill.
+pub(super) fn failover(plugins: &Path, url: &str, kills: usize) -> anyhow::Result<ExitCode> {
+    let scratch = std::env::temp_dir().join(format!("weft-bench-failover-{}", std::process::id()));
+    let result = (|| {
+        let workflows = scratch.join("workflows");
+        std::fs::create_dir_all(&workflows)?;
+        std::fs::write(workflows.join("hop.yaml"), hopping())?;
+        let schema = format!("failover_{}", std::process::id());
+        let made = weft::PostgresStore::open_in(url, Some(&schema))?;
+        let joint = if url.contains('?') { '&' } else { '?' };
+        let store = format!("{url}{joint}options=-c%20search_path%3D{schema}");
+        out!(
+            "weft bench --failover: 2 hosts on PostgreSQL, lease {LEASE}, {IN_FLIGHT} runs in flight on the host killed, {kills} kill(s)"
+        );
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .build()
+            .into();
+        let survivor = serve(&scratch.join("survivor"), plugins, &store, &workflows)?;
+        let mut times = Vec::new();
+        for kill in 0..kills {
+            let mut victim = serve(
+                &scratch.join(format!("victim-{kill}")),
+                plugins,
+                &store,
+                &workflows,
+            )?;
+            let mut ids = Vec::new();
+            for _ in 0..IN_FLIGHT {
+                let mut answer = agent
+                    .post(format!("{}/v1/runs", victim.url))
+                    .send_json(serde_json::json!({ "workflow": "hop" }))?;
+                let body: serde_json::Value = answer.body_mut().read_json()?;
+                let id = body["id"].as_str().context("no run id")?.to_owned();
+                ids.push(id);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(500));
+            let killed_at = now_ms();
+            victim.child.kill()?;
+            victim.child.wait()?;
+            let mut round = Vec::new();
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+            for id in &ids {
+                let first = loop {
+                    let mut answer = agent.get(format!("{}/v1/runs/{id}", survivor.url)).call()?;
+                    let shown: serde_json::Value = answer.body_mut().read_json()?;
+                    let after = shown["steps"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|s| s["started_at"].as_u64())
+                        .filter(|at| *at >= killed_at)
+                        .min();
+                    if let Some(at) = after {
+                        break Some(at);
+                    }
+                    if shown["run"]["state"] != "running" {
+                        // It ended before the kill.
+                        break None;
+                    }
+                    anyhow::ensure!(
+                        std::time::Instant::now() < deadline,
+                        "run {id} was never taken over"
+                    );
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                };
+                if let Some(at) = first {
+                    round.push(std::time::Duration::from_millis(at - killed_at));
+                }
+            }
+            out!(
+                "  kill {}: {} runs taken over, first step after {} (p50) to {} (max)",
+                kill + 1,
+                round.len(),
+                show(percentile(&mut round.clone(), 50.0)),
+                show(percentile(&mut round.clone(), 100.0)),
+            );
+            times.extend(round);
+        }
+        out!(
+            "failover, kill to a taken-over run's first step: p50 {}  p99 {}  ({} runs; lease {LEASE}, a host on the same machine is seen gone at the next lease round, one on another machine once its lease lapses)",
+            show(percentile(&mut times, 50.0)),
+            show(percentile(&mut times, 99.0)),
+            times.len()
+        );
+        drop(survivor);
+        made.discard()?;
+        Ok(ExitCode::SUCCESS)
+    })();
+    let _ = std::fs::remove_dir_all(&scratch);
+    result
+}
