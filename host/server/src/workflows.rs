@@ -252,39 +252,43 @@ impl Deployments {
     }
 
     /// Serves the revisions other hosts on the store deployed since this
-    /// one last looked (its own deployments are served as they are made).
+    /// one last looked (its own deployments are served as they are made),
+    /// and stops serving the workflows of tenants another host removed.
     /// Returns how many workflows changed. Blocking.
     pub fn refresh(&self) -> Result<usize, StoreError> {
         let mut heads: BTreeMap<String, DeploymentRecord> = BTreeMap::new();
         for record in self.store.deployments(None)? {
             heads.insert(record.workflow.clone(), record);
         }
+        let _one_at_a_time = weft_core::lock(&self.deploying);
         let tenants: std::collections::HashSet<String> =
             self.store.tenants()?.into_iter().map(|t| t.name).collect();
-        let _one_at_a_time = weft_core::lock(&self.deploying);
+        let kept = |id: &str| {
+            let tenant = weft_core::tenant::of(id);
+            tenant == weft_core::tenant::DEFAULT || tenants.contains(tenant)
+        };
         let mut seen = weft_core::lock(&self.seen);
-        let mut served = self.current().retaining(|_| true);
-        let mut changed = 0;
+        let current = self.current();
+        let mut served = current.retaining(|workflow| kept(&workflow.id));
+        let mut changed = current.iter().count() - served.iter().count();
         for (id, head) in heads {
-            if seen
-                .get(&id)
-                .is_some_and(|revision| *revision >= head.revision)
+            if !kept(&id)
+                || seen
+                    .get(&id)
+                    .is_some_and(|revision| *revision >= head.revision)
             {
-                continue;
-            }
-            seen.insert(id.clone(), head.revision);
-            let tenant = weft_core::tenant::of(&id);
-            if tenant != weft_core::tenant::DEFAULT && !tenants.contains(tenant) {
                 continue;
             }
             match self.parse(&head) {
                 Ok(workflow) => {
                     tracing::info!(workflow = %id, revision = head.revision, "serving a revision another host deployed");
                     served.insert(Arc::new(workflow));
+                    seen.insert(id, head.revision);
                     changed += 1;
                 }
+                // Tried again at the next look.
                 Err(e) => {
-                    tracing::warn!(workflow = %id, revision = head.revision, "cannot serve a revision another host deployed: {e}");
+                    tracing::debug!(workflow = %id, revision = head.revision, "cannot serve a revision another host deployed yet: {e}");
                 }
             }
         }

@@ -34,9 +34,15 @@ use crate::{Store, StoreError, Write};
 /// one, before it fails (and is tried again by its caller).
 const CONNECT: Duration = Duration::from_secs(5);
 
-/// The lock every batch holds, per schema: `pg_advisory_xact_lock(a, b)`
-/// with `a` this number and `b` a hash of the schema's name.
-const LOCK: &str = "SELECT pg_advisory_xact_lock(2021161080, hashtext(current_schema()))";
+/// What every batch does first: bounds its waits (a host paused inside a
+/// transaction loses it, and its lock, after 10 s idle; a batch waits at
+/// most 30 s for the lock, a statement runs at most 60 s; a batch that
+/// runs into a bound fails, and its writes are tried again), then takes
+/// the store's lock, per schema: `pg_advisory_xact_lock(a, b)` with `a`
+/// this number and `b` a hash of the schema's name.
+const LOCK: &str = "SET LOCAL idle_in_transaction_session_timeout = '10s'; \
+     SET LOCAL lock_timeout = '30s'; SET LOCAL statement_timeout = '60s'; \
+     SELECT pg_advisory_xact_lock(2021161080, hashtext(current_schema()))";
 
 /// The store in a PostgreSQL database.
 pub struct PostgresStore {
@@ -123,6 +129,13 @@ impl PostgresStore {
         if config.get_application_name().is_none() {
             config.application_name("weft");
         }
+        // A server or a path that goes away unannounced is noticed in
+        // about 25 s, not the system's two hours.
+        config
+            .keepalives(true)
+            .keepalives_idle(Duration::from_secs(10))
+            .keepalives_interval(Duration::from_secs(5))
+            .keepalives_retries(3);
         let shown = shown(&config);
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -209,8 +222,18 @@ impl PostgresStore {
         let mut client = self.client()?;
         self.block(async {
             if let Some(schema) = schema {
+                // Under a lock of the schema's name: two stores opened at
+                // once in a new schema would both try to make it.
+                let txn = client.transaction().await.map_err(sql)?;
+                txn.execute(
+                    "SELECT pg_advisory_xact_lock(2021161080, hashtext($1))",
+                    &[&schema],
+                )
+                .await
+                .map_err(sql)?;
                 let make = format!("CREATE SCHEMA IF NOT EXISTS {schema}");
-                client.batch_execute(&make).await.map_err(sql)?;
+                txn.batch_execute(&make).await.map_err(sql)?;
+                txn.commit().await.map_err(sql)?;
             }
             let txn = client.transaction().await.map_err(sql)?;
             txn.batch_execute(LOCK).await.map_err(sql)?;
@@ -255,7 +278,16 @@ impl PostgresStore {
     /// One batch: see the module's documentation.
     fn apply_batch(&self, writes: &[&Write]) -> Result<Vec<Result<(), StoreError>>, StoreError> {
         let mut client = self.client()?;
-        let txn = self.block(client.transaction()).map_err(sql)?;
+        // Read committed whatever the server's default: each statement
+        // after the lock sees every batch committed before it.
+        let txn = self
+            .block(
+                client
+                    .build_transaction()
+                    .isolation_level(tokio_postgres::IsolationLevel::ReadCommitted)
+                    .start(),
+            )
+            .map_err(sql)?;
         self.block(txn.batch_execute(LOCK)).map_err(sql)?;
         let results = {
             let mut overlay = Overlay::new(&txn, self.runtime());

@@ -202,11 +202,9 @@ fn turn(hub: &Hub, agent: &ureq::Agent, key: &str) -> Next {
     let Target::Webhook { url, secret } = &subscription.target else {
         return Next::Stop;
     };
-    let Some(delivery) = head(shared, key) else {
-        return Next::Wait(Duration::from_secs(1));
-    };
     // One host at a time delivers a queue: another on the store that
-    // holds it goes on, and this one looks again in a second.
+    // holds it goes on, and this one looks again in a second. The head is
+    // read once the queue is held, so it is not one the last holder acked.
     match shared.committer.hold(key) {
         Ok(()) => {}
         Err(weft_store::StoreError::Fenced { .. }) => return Next::Wait(Duration::from_secs(1)),
@@ -215,6 +213,9 @@ fn turn(hub: &Hub, agent: &ureq::Agent, key: &str) -> Next {
             return Next::Wait(Duration::from_secs(1));
         }
     }
+    let Some(delivery) = head(shared, key) else {
+        return Next::Wait(Duration::from_secs(1));
+    };
     let now = shared.clock.now();
     if let Some(at) = delivery.next_at
         && at > now

@@ -30,8 +30,15 @@ fn kept<T: DeserializeOwned>(table: &str, key: &str, bytes: &[u8]) -> Option<T> 
     }
 }
 
+/// A text key column (its UTF-8 bytes).
 fn text(row: &Row, at: usize) -> Result<String, StoreError> {
-    row.try_get(at).map_err(sql)
+    let bytes: &[u8] = row.try_get(at).map_err(sql)?;
+    Ok(String::from_utf8_lossy(bytes).into_owned())
+}
+
+/// A text as a key column's parameter.
+fn as_key(text: &str) -> &[u8] {
+    text.as_bytes()
 }
 
 fn int(row: &Row, at: usize) -> Result<u64, StoreError> {
@@ -74,7 +81,7 @@ impl PostgresStore {
     /// The record `key` of a table keyed by text, decoded.
     fn record<T: DeserializeOwned>(&self, table: &str, key: &str) -> Result<Option<T>, StoreError> {
         let statement = format!("SELECT v FROM {table} WHERE k1 = $1");
-        self.value(&statement, &[&key])?
+        self.value(&statement, &[&as_key(key)])?
             .map(|v| decode(key, &v))
             .transpose()
     }
@@ -96,7 +103,7 @@ impl PostgresStore {
     }
 
     pub(super) fn read_stored_bytes(&self, tenant: &str) -> Result<u64, StoreError> {
-        let used = self.value("SELECT v FROM usage WHERE k1 = $1", &[&tenant])?;
+        let used = self.value("SELECT v FROM usage WHERE k1 = $1", &[&as_key(tenant)])?;
         Ok(used.map_or(0, |used| read_number(&used)))
     }
 
@@ -116,7 +123,7 @@ impl PostgresStore {
                 None => self.query("SELECT k1, v FROM runs ORDER BY k1 DESC LIMIT $1", &[&PAGE])?,
                 Some(before) => self.query(
                     "SELECT k1, v FROM runs WHERE k1 < $1 ORDER BY k1 DESC LIMIT $2",
-                    &[before, &PAGE],
+                    &[&as_key(before), &PAGE],
                 )?,
             };
             let Some(last) = rows.last() else { break };
@@ -135,7 +142,10 @@ impl PostgresStore {
     }
 
     pub(super) fn read_steps(&self, id: &str) -> Result<Vec<StepRecord>, StoreError> {
-        let rows = self.query("SELECT k2, v FROM steps WHERE k1 = $1 ORDER BY k2", &[&id])?;
+        let rows = self.query(
+            "SELECT k2, v FROM steps WHERE k1 = $1 ORDER BY k2",
+            &[&as_key(id)],
+        )?;
         rows.iter()
             .map(|row| decode(format!("{id}/{}", int(row, 0)?), &bytes(row, 1)?))
             .collect()
@@ -182,7 +192,7 @@ impl PostgresStore {
     pub(super) fn read_run_timers(&self, run: &str) -> Result<Vec<TimerRecord>, StoreError> {
         let rows = self.query(
             "SELECT k2, v FROM run_timers WHERE k1 = $1 ORDER BY k2",
-            &[&run],
+            &[&as_key(run)],
         )?;
         let mut found = Vec::new();
         for row in rows {
@@ -201,7 +211,7 @@ impl PostgresStore {
     }
 
     pub(super) fn read_component(&self, digest: &str) -> Result<Option<Vec<u8>>, StoreError> {
-        self.value("SELECT v FROM components WHERE k1 = $1", &[&digest])
+        self.value("SELECT v FROM components WHERE k1 = $1", &[&as_key(digest)])
     }
 
     pub(super) fn read_kv(
@@ -211,7 +221,7 @@ impl PostgresStore {
     ) -> Result<weft_core::Versioned, StoreError> {
         let value = self.value(
             "SELECT v FROM kv WHERE k1 = $1 AND k2 = $2",
-            &[&space, &key],
+            &[&as_key(space), &as_key(key)],
         )?;
         Ok(value.map(|v| decode_kv(&v)).unwrap_or_default())
     }
@@ -231,7 +241,7 @@ impl PostgresStore {
             let rows = self.query(
                 "SELECT k2, v FROM kv WHERE k1 = $1 AND (k2 > $2 OR ($3 AND k2 = $2)) \
                  ORDER BY k2 LIMIT $4",
-                &[&space, &from, &first, &PAGE],
+                &[&as_key(space), &as_key(&from), &first, &PAGE],
             )?;
             first = false;
             let Some(last) = rows.last() else { break };
@@ -257,7 +267,10 @@ impl PostgresStore {
         let rows = match channel {
             Some(channel) => self.query(
                 "SELECT k1, v FROM subscriptions WHERE k1 >= $1 AND k1 < $2 ORDER BY k1",
-                &[&format!("{channel}/"), &format!("{channel}0")],
+                &[
+                    &as_key(&format!("{channel}/")),
+                    &as_key(&format!("{channel}0")),
+                ],
             )?,
             None => self.query("SELECT k1, v FROM subscriptions ORDER BY k1", &[])?,
         };
@@ -298,12 +311,12 @@ impl PostgresStore {
         wanted: usize,
     ) -> Result<Vec<DeliveryRecord>, StoreError> {
         let statement = format!(
-            "SELECT d.k1, d.v FROM {} q JOIN deliveries d ON d.k1 = convert_from(q.v, 'UTF8') \
+            "SELECT d.k1, d.v FROM {} q JOIN deliveries d ON d.k1 = q.v \
              WHERE q.k1 = $1 AND q.k2 >= $2 ORDER BY q.k2 LIMIT $3",
             if dead { "dead" } else { "queue" }
         );
         let start = to_sql(after.saturating_add(1));
-        Self::resolve(&self.query(&statement, &[&subscription, &start, &limit(wanted)])?)
+        Self::resolve(&self.query(&statement, &[&as_key(subscription), &start, &limit(wanted)])?)
     }
 
     pub(super) fn read_dead_letters(
@@ -311,7 +324,7 @@ impl PostgresStore {
         wanted: usize,
     ) -> Result<Vec<DeliveryRecord>, StoreError> {
         let rows = self.query(
-            "SELECT d.k1, d.v FROM dead q JOIN deliveries d ON d.k1 = convert_from(q.v, 'UTF8') \
+            "SELECT d.k1, d.v FROM dead q JOIN deliveries d ON d.k1 = q.v \
              ORDER BY q.k1, q.k2 LIMIT $1",
             &[&limit(wanted)],
         )?;
@@ -330,7 +343,7 @@ impl PostgresStore {
         let rows = self.query(
             "SELECT m.k1, m.v FROM run_messages r JOIN messages m ON m.k1 = r.k2 \
              WHERE r.k1 = $1 ORDER BY r.k2",
-            &[&run],
+            &[&as_key(run)],
         )?;
         rows.iter()
             .map(|row| decode(int(row, 0)?, &bytes(row, 1)?))
@@ -338,7 +351,7 @@ impl PostgresStore {
     }
 
     pub(super) fn read_idempotent_run(&self, key: &str) -> Result<Option<String>, StoreError> {
-        let run = self.value("SELECT v FROM idempotency WHERE k1 = $1", &[&key])?;
+        let run = self.value("SELECT v FROM idempotency WHERE k1 = $1", &[&as_key(key)])?;
         Ok(run.map(|run| String::from_utf8_lossy(&run).into_owned()))
     }
 
@@ -349,7 +362,7 @@ impl PostgresStore {
         let rows = match workflow {
             Some(id) => self.query(
                 "SELECT k1, k2, v FROM deployments WHERE k1 = $1 ORDER BY k2",
-                &[&id],
+                &[&as_key(id)],
             )?,
             None => self.query("SELECT k1, k2, v FROM deployments ORDER BY k1, k2", &[])?,
         };
@@ -429,7 +442,7 @@ impl PostgresStore {
     ) -> Result<Option<SecretRecord>, StoreError> {
         self.value(
             "SELECT v FROM secrets WHERE k1 = $1 AND k2 = $2",
-            &[&tenant, &name],
+            &[&as_key(tenant), &as_key(name)],
         )?
         .map(|v| decode(name, &v))
         .transpose()
@@ -438,7 +451,7 @@ impl PostgresStore {
     pub(super) fn read_secrets(&self, tenant: &str) -> Result<Vec<SecretRecord>, StoreError> {
         let rows = self.query(
             "SELECT k2, v FROM secrets WHERE k1 = $1 ORDER BY k2",
-            &[&tenant],
+            &[&as_key(tenant)],
         )?;
         rows.iter()
             .map(|row| decode(text(row, 0)?, &bytes(row, 1)?))

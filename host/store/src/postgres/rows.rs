@@ -35,7 +35,7 @@ pub(super) struct Overlay<'a> {
 
 /// An array of one key column's values, as a statement's parameter.
 enum Array {
-    Text(Vec<String>),
+    Text(Vec<Vec<u8>>),
     Int(Vec<i64>),
 }
 
@@ -323,7 +323,7 @@ impl Rows for Overlay<'_> {
             "SELECT k2, v FROM {} WHERE k1 = $1 ORDER BY k2",
             name(table)
         );
-        let first = Col::Text(first.to_owned());
+        let first = Col::Text(first.as_bytes().to_vec());
         let mut rows = BTreeMap::new();
         for row in self.query(&statement, &[param(&first)])? {
             let two = column(&row, 0, second)?;
@@ -341,7 +341,7 @@ impl Rows for Overlay<'_> {
             .map(|(two, value)| {
                 let part = match two {
                     Col::Int(n) => Part::U64(from_sql(n)),
-                    Col::Text(s) => Part::Str(s),
+                    Col::Text(s) => Part::Str(String::from_utf8_lossy(&s).into_owned()),
                 };
                 (part, value)
             })
@@ -358,12 +358,12 @@ impl Rows for Overlay<'_> {
             "SELECT k1 FROM {} WHERE k1 >= $1 AND k1 < $2 ORDER BY k1",
             name(table)
         );
-        let (from, to) = (from.to_owned(), to.to_owned());
+        let (from, to) = (from.as_bytes().to_vec(), to.as_bytes().to_vec());
         let mut keys = std::collections::BTreeSet::new();
         for row in self.query(&statement, &[&from, &to])? {
-            keys.insert(row.try_get::<_, String>(0).map_err(sql)?);
+            keys.insert(row.try_get::<_, Vec<u8>>(0).map_err(sql)?);
         }
-        let start = (table, (Col::Text(from.clone()), None));
+        let start = (table, (Col::Text(from), None));
         let end = (table, (Col::Text(to), None));
         for ((_, (one, _)), seen) in self.seen.range(start..end) {
             if let Col::Text(key) = one {
@@ -374,7 +374,10 @@ impl Rows for Overlay<'_> {
                 }
             }
         }
-        Ok(keys.into_iter().collect())
+        Ok(keys
+            .into_iter()
+            .map(|key| String::from_utf8_lossy(&key).into_owned())
+            .collect())
     }
 
     fn last_number(&mut self, table: Table) -> Result<Option<u64>, StoreError> {

@@ -76,7 +76,7 @@ pub(super) fn kinds(table: Table) -> (Kind, Option<Kind>) {
 /// The type of a key column.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Kind {
-    /// `text COLLATE "C"`.
+    /// `bytea`: a text's UTF-8 bytes.
     Text,
     /// `bigint`, a number with its top bit flipped.
     Int,
@@ -86,7 +86,7 @@ impl Kind {
     /// The SQL type of an array of this column's values.
     pub(super) fn array(self) -> &'static str {
         match self {
-            Self::Text => "text[]",
+            Self::Text => "bytea[]",
             Self::Int => "int8[]",
         }
     }
@@ -103,10 +103,11 @@ pub(super) fn from_sql(n: i64) -> u64 {
     u64::from_ne_bytes(n.to_ne_bytes()) ^ (1 << 63)
 }
 
-/// One part of a key, owned, as SQL takes it.
+/// One part of a key, owned, as SQL takes it: a text as its UTF-8 bytes
+/// (which sort as the text's bytes do), a number flipped ([`to_sql`]).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub(super) enum Col {
-    Text(String),
+    Text(Vec<u8>),
     Int(i64),
 }
 
@@ -115,7 +116,7 @@ pub(super) type Owned = (Col, Option<Col>);
 
 /// `key` owned.
 pub(super) fn owned(key: Key<'_>) -> Owned {
-    let text = |s: &str| Col::Text(s.to_owned());
+    let text = |s: &str| Col::Text(s.as_bytes().to_vec());
     let int = |n: u64| Col::Int(to_sql(n));
     match key {
         Key::Str(a) => (text(a), None),
