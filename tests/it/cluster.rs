@@ -121,6 +121,32 @@ fn ended(url: &str, id: &str, deadline: Instant) -> Value {
     }
 }
 
+/// Checks that run `id` (`{run, steps}`) has one success per step of
+/// `load`, and adds the counter values its two bumps saw to `counted`:
+/// its step records.
+fn check_steps<'a>(id: &str, shown: &'a Value, counted: &mut Vec<u64>) -> &'a Vec<Value> {
+    let steps = shown["steps"].as_array().unwrap();
+    let mut done: Vec<&str> = steps
+        .iter()
+        .filter(|s| s["error"].is_null())
+        .map(|s| s["step_id"].as_str().unwrap())
+        .collect();
+    done.sort_unstable();
+    // The sleep leaves two records: its start and its timer's fire.
+    assert_eq!(
+        done,
+        ["busy", "first", "last", "nap", "nap", "tell"],
+        "run {id}: {steps:?}"
+    );
+    for step in steps
+        .iter()
+        .filter(|s| s["step_id"] == "first" || s["step_id"] == "last")
+    {
+        counted.push(step["output"]["value"].as_u64().unwrap());
+    }
+    steps
+}
+
 #[test]
 fn three_hosts_on_postgres_lose_nothing_when_each_in_turn_is_killed() {
     let scratch = Scratch::new(&["counter", "spin"]);
@@ -193,25 +219,7 @@ fn three_hosts_on_postgres_lose_nothing_when_each_in_turn_is_killed() {
             shown["run"]["state"], "succeeded",
             "run {id} (n = {n}): {shown}"
         );
-        let steps = shown["steps"].as_array().unwrap();
-        let mut done: Vec<&str> = steps
-            .iter()
-            .filter(|s| s["error"].is_null())
-            .map(|s| s["step_id"].as_str().unwrap())
-            .collect();
-        done.sort_unstable();
-        // The sleep leaves two records: its start and its timer's fire.
-        assert_eq!(
-            done,
-            ["busy", "first", "last", "nap", "nap", "tell"],
-            "run {id}: {steps:?}"
-        );
-        for step in steps
-            .iter()
-            .filter(|s| s["step_id"] == "first" || s["step_id"] == "last")
-        {
-            counted.push(step["output"]["value"].as_u64().unwrap());
-        }
+        let steps = check_steps(id, &shown, &mut counted);
         let seqs: Vec<u64> = steps.iter().map(|s| s["seq"].as_u64().unwrap()).collect();
         assert_eq!(
             seqs,
@@ -366,24 +374,7 @@ fn runs_wait_while_the_database_is_away_and_go_on_when_it_returns() {
     for id in &acked {
         let shown = ended(&node.url, id, deadline);
         assert_eq!(shown["run"]["state"], "succeeded", "run {id}: {shown}");
-        let steps = shown["steps"].as_array().unwrap();
-        let mut done: Vec<&str> = steps
-            .iter()
-            .filter(|s| s["error"].is_null())
-            .map(|s| s["step_id"].as_str().unwrap())
-            .collect();
-        done.sort_unstable();
-        assert_eq!(
-            done,
-            ["busy", "first", "last", "nap", "nap", "tell"],
-            "run {id}: {steps:?}"
-        );
-        for step in steps
-            .iter()
-            .filter(|s| s["step_id"] == "first" || s["step_id"] == "last")
-        {
-            counted.push(step["output"]["value"].as_u64().unwrap());
-        }
+        check_steps(id, &shown, &mut counted);
     }
     counted.sort_unstable();
     let expected: Vec<u64> = (1..=2 * acked.len() as u64).collect();
@@ -409,4 +400,26 @@ fn runs_wait_while_the_database_is_away_and_go_on_when_it_returns() {
     assert_eq!(status, 201, "{body}");
     let shown = ended(&node.url, body["id"].as_str().unwrap(), deadline);
     assert_eq!(shown["run"]["state"], "succeeded", "{shown}");
+}
+
+#[test]
+fn a_store_url_that_cannot_be_used_exits_3_saying_why() {
+    let scratch = Scratch::new(&[]);
+    for (store, says) in [
+        // Nothing listens on port 1.
+        (
+            "postgres://weft@127.0.0.1:1/weft",
+            "cannot open the store in PostgreSQL at 127.0.0.1:1/weft",
+        ),
+        ("postgres://weft@[bad", "not a PostgreSQL URL"),
+    ] {
+        let out = scratch
+            .weft()
+            .args(["serve", "--listen", "127.0.0.1:0", "--store", store])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(3), "{store}: {stderr}");
+        assert!(stderr.contains(says), "{store}: {stderr}");
+    }
 }

@@ -783,7 +783,8 @@ impl Apply<'_> {
     }
 
     /// Takes subscription `key`'s queue under `lease` (see
-    /// [`Write::HoldQueue`]).
+    /// [`Write::HoldQueue`]): as a run is taken, its lease a row of the
+    /// leases table beside the runs', never suspended.
     fn hold_queue(
         &mut self,
         key: &str,
@@ -794,21 +795,7 @@ impl Apply<'_> {
                 key.to_owned(),
             ))));
         }
-        let id = crate::queue_lease(key);
-        let current = self.lease_of(&id)?;
-        if current.as_ref() == Some(lease) {
-            return Ok(Ok(()));
-        }
-        let free = match &current {
-            None => true,
-            Some(held) => !self.rows.has(Table::Hosts, Key::Str(&held.host))?,
-        };
-        if !free || *lease != Lease::after(current.as_ref(), &lease.host) {
-            return Ok(Err(fenced(&id, current.as_ref())));
-        }
-        self.rows
-            .put(Table::Leases, Key::Str(&id), &encode(lease))?;
-        Ok(Ok(()))
+        self.take(&crate::queue_lease(key), Some(lease), false)
     }
 
     /// Declares host `host` gone (see [`Write::Forget`]).
