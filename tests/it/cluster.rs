@@ -41,8 +41,7 @@ pub(crate) fn database(name: &str) -> String {
     let schema = format!("{name}_{}_{nanos}", std::process::id());
     // Makes the schema and its tables.
     drop(weft::PostgresStore::open_in(&url, Some(&schema)).unwrap());
-    let joint = if url.contains('?') { '&' } else { '?' };
-    format!("{url}{joint}options=-c%20search_path%3D{schema}")
+    weft::PostgresStore::url_in(&url, &schema)
 }
 
 /// A `weft serve` host, killed when dropped.

@@ -168,6 +168,14 @@ impl PostgresStore {
         Ok(store)
     }
 
+    /// `url` with `schema` as the connection's search path: the URL that
+    /// reaches a store made by [`PostgresStore::open_in`], for a process
+    /// that takes only a URL (`weft serve --store`).
+    pub fn url_in(url: &str, schema: &str) -> String {
+        let joint = if url.contains('?') { '&' } else { '?' };
+        format!("{url}{joint}options=-c%20search_path%3D{schema}")
+    }
+
     /// Drops the schema this store was opened in ([`PostgresStore::open_in`])
     /// with everything in it: a throwaway store's end. A store opened
     /// without a schema is left as it is. Blocking.

@@ -285,21 +285,11 @@ pub fn main(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Deliveries(command) => remote::deliveries(&data_dir, command),
         Command::Plugin(command) => plugin::main(&data_dir, command),
         Command::Deploy { workflow, server } => plugin::deploy(&data_dir, &workflow, server),
-        Command::Sim(args) => {
-            let postgres = match Location::of(&data_dir) {
-                Location::Postgres(url) => Some(url),
-                Location::Redb(_) => None,
-            };
-            sim::main(&args, postgres)
-        }
+        Command::Sim(args) => sim::main(&args, Location::of(&data_dir).postgres()),
         Command::Doctor => doctor(&data_dir),
         Command::Bench(args) => {
             let plugins = plugins_dir(&data_dir, &args.plugins.plugins);
-            let postgres = match Location::of(&data_dir) {
-                Location::Postgres(url) => Some(url),
-                Location::Redb(_) => None,
-            };
-            bench::main(&plugins, &args, postgres)
+            bench::main(&plugins, &args, Location::of(&data_dir).postgres())
         }
     }
 }
@@ -602,6 +592,14 @@ impl Location {
             None => Self::Redb(data_dir.join("weft.redb")),
         }
     }
+
+    /// The PostgreSQL URL, when the store is there.
+    fn postgres(self) -> Option<String> {
+        match self {
+            Self::Postgres(url) => Some(url),
+            Self::Redb(_) => None,
+        }
+    }
 }
 
 /// The redb file the store is in; `None` when it is in PostgreSQL.
@@ -648,9 +646,15 @@ fn open_store(data_dir: &std::path::Path) -> anyhow::Result<Arc<dyn weft::Store>
 /// The store in the PostgreSQL database at `url`.
 fn open_postgres(url: &str) -> anyhow::Result<weft::PostgresStore> {
     weft::PostgresStore::open(url).map_err(|e| {
-        let shown = url.split_once('@').map_or(url, |(_, at)| at);
+        let shown = shown_postgres(url);
         anyhow::anyhow!(e).context(format!("cannot open the store in PostgreSQL at {shown}"))
     })
+}
+
+/// A PostgreSQL URL as it may be shown: what follows the user and
+/// password.
+fn shown_postgres(url: &str) -> &str {
+    url.split_once('@').map_or(url, |(_, at)| at)
 }
 
 /// True when `error` is a closed stdout: the reader has gone, and there is

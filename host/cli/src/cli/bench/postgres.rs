@@ -29,7 +29,7 @@ pub(super) fn throughput(
     out!();
     out!(
         "the same on PostgreSQL ({}), every commit synced:",
-        shown(url)
+        super::super::shown_postgres(url)
     );
     for hosts in 1..=3 {
         let schema = format!("bench_{}_{hosts}", std::process::id());
@@ -69,11 +69,6 @@ pub(super) fn throughput(
         }
     }
     Ok(())
-}
-
-/// `url` without its password.
-fn shown(url: &str) -> &str {
-    url.split_once('@').map_or(url, |(_, at)| at)
 }
 
 /// Steps of the failover bench's workflow: an `echo`, then a short sleep,
@@ -163,8 +158,7 @@ pub(super) fn failover(plugins: &Path, url: &str, kills: usize) -> anyhow::Resul
         std::fs::write(workflows.join("hop.yaml"), hopping())?;
         let schema = format!("failover_{}", std::process::id());
         let made = weft::PostgresStore::open_in(url, Some(&schema))?;
-        let joint = if url.contains('?') { '&' } else { '?' };
-        let store = format!("{url}{joint}options=-c%20search_path%3D{schema}");
+        let store = weft::PostgresStore::url_in(url, &schema);
         out!(
             "weft bench --failover: 2 hosts on PostgreSQL, lease {LEASE}, {IN_FLIGHT} runs in flight on the host killed, {kills} kill(s)"
         );
