@@ -59,6 +59,11 @@ impl Drop for Node {
 
 /// Starts host `n` on `store`, with a data directory of its own.
 fn start(scratch: &Scratch, store: &str, n: usize, life: usize) -> Node {
+    start_with(scratch, store, n, life, &[])
+}
+
+/// [`start`], with more arguments for `weft serve`.
+fn start_with(scratch: &Scratch, store: &str, n: usize, life: usize, more: &[&str]) -> Node {
     let dir: PathBuf = scratch.path().join(format!("host-{n}"));
     std::fs::create_dir_all(&dir).unwrap();
     let addr = dir.join("serve.addr");
@@ -70,6 +75,7 @@ fn start(scratch: &Scratch, store: &str, n: usize, life: usize) -> Node {
         .arg("--data-dir")
         .arg(&dir)
         .args(["--store", store])
+        .args(more)
         .arg("--workflows")
         .arg(scratch.path().join("workflows"))
         .env("WEFT_LOG", "info")
@@ -421,4 +427,116 @@ fn a_store_url_that_cannot_be_used_exits_3_saying_why() {
         assert_eq!(out.status.code(), Some(3), "{store}: {stderr}");
         assert!(stderr.contains(says), "{store}: {stderr}");
     }
+}
+
+const SLOW: &str = r#"
+id: slow
+steps:
+  - { id: work, uses: spin, with: { ms: 300 } }
+outputs: "${{ inputs.n }}"
+"#;
+
+/// Each host's attempts of `work` in the ended runs `shown`: the
+/// `(start, end)` of each, in microseconds, by host id.
+fn attempts_by_host(shown: &[Value]) -> HashMap<String, Vec<(u64, u64)>> {
+    let mut by_host: HashMap<String, Vec<(u64, u64)>> = HashMap::new();
+    for shown in shown {
+        for step in shown["steps"].as_array().unwrap() {
+            let host = step["host"]
+                .as_str()
+                .expect("a call's record names its host");
+            // Whole milliseconds: the start may be up to 1 ms late, so it
+            // is taken 1 ms later, and an attempt seated as another ended
+            // cannot seem to overlap it.
+            let millis = step["started_at"].as_u64().unwrap();
+            let end = millis * 1000 + step["duration_us"].as_u64().unwrap();
+            let start = (millis + 1) * 1000;
+            by_host
+                .entry(host.to_owned())
+                .or_default()
+                .push((start, end));
+        }
+    }
+    by_host
+}
+
+/// The most intervals of `spans` that overlap at one instant.
+fn most_at_once(spans: &[(u64, u64)]) -> usize {
+    let mut edges: Vec<(u64, i32)> = spans
+        .iter()
+        .flat_map(|&(start, end)| [(start, 1), (end, -1)])
+        .collect();
+    // An end and a start at one instant do not overlap.
+    edges.sort_unstable();
+    let (mut now, mut most) = (0i32, 0i32);
+    for (_, step) in edges {
+        now += step;
+        most = most.max(now);
+    }
+    usize::try_from(most).unwrap_or(0)
+}
+
+#[test]
+fn runs_started_on_one_host_spread_over_every_host_within_its_places() {
+    let scratch = Scratch::new(&["spin"]);
+    std::fs::create_dir_all(scratch.path().join("workflows")).unwrap();
+    std::fs::write(scratch.path().join("workflows/slow.yaml"), SLOW).unwrap();
+    let store = database("spread");
+    let places = ["--max-resident", "2"];
+    let mut nodes: Vec<Node> = (0..3)
+        .map(|n| start_with(&scratch, &store, n, 0, &places))
+        .collect();
+    let post = |url: &str, n: u64| {
+        let (status, body) = call(
+            url,
+            "/v1/runs",
+            Some(json!({ "workflow": "slow", "input": { "n": n } })),
+        );
+        assert_eq!(status, 201, "run {n}: {body}");
+        body["id"].as_str().unwrap().to_owned()
+    };
+    let wait_all = |url: &str, ids: &[String]| -> Vec<Value> {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        ids.iter()
+            .enumerate()
+            .map(|(n, id)| {
+                let shown = ended(url, id, deadline);
+                assert_eq!(shown["run"]["state"], "succeeded", "run {id}: {shown}");
+                assert_eq!(shown["run"]["outputs"], json!(n), "run {id}: {shown}");
+                let steps = shown["steps"].as_array().unwrap();
+                assert_eq!(steps.len(), 1, "run {id}: one attempt, once: {steps:?}");
+                shown
+            })
+            .collect()
+    };
+
+    // Twelve runs started on host 0, which has two places: the other two
+    // hosts take what it has no place for.
+    let ids: Vec<String> = (0..12).map(|n| post(&nodes[0].url, n)).collect();
+    let shown = wait_all(&nodes[1].url, &ids);
+    let by_host = attempts_by_host(&shown);
+    assert_eq!(by_host.len(), 3, "every host took runs: {by_host:?}");
+    for (host, spans) in &by_host {
+        assert!(
+            most_at_once(spans) <= 2,
+            "host {host} ran more than its two places at once: {spans:?}"
+        );
+    }
+
+    // Twelve more, and host 0 is killed at once: the runs it parked are
+    // free work in the store, and those it held are taken over; every one
+    // ends once, within the places of the two hosts left.
+    let ids: Vec<String> = (0..12).map(|n| post(&nodes[0].url, n)).collect();
+    nodes[0].child.kill().unwrap();
+    nodes[0].child.wait().unwrap();
+    let shown = wait_all(&nodes[2].url, &ids);
+    let by_host = attempts_by_host(&shown);
+    for (host, spans) in &by_host {
+        assert!(
+            most_at_once(spans) <= 2,
+            "host {host} ran more than its two places at once: {spans:?}"
+        );
+    }
+    let took: usize = by_host.values().map(Vec::len).sum();
+    assert_eq!(took, 12, "one attempt per run: {by_host:?}");
 }

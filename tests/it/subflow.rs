@@ -252,6 +252,17 @@ impl Store for NoChildren {
             })
             .collect())
     }
+    fn parked(&self, limit: usize) -> Result<Vec<(String, String)>, StoreError> {
+        self.0.parked(limit)
+    }
+    fn claim_parked(
+        &self,
+        host: &str,
+        n: usize,
+        skip: &[String],
+    ) -> Result<Vec<(String, String)>, StoreError> {
+        self.0.claim_parked(host, n, skip)
+    }
     fn run(&self, id: &str) -> Result<Option<RunRecord>, StoreError> {
         self.0.run(id)
     }

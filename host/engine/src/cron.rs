@@ -211,25 +211,36 @@ impl Cron {
         });
         updated.last_run = Some(new.drive.run.id.clone());
         updated.started += 1;
+        let tenant = weft_core::tenant::of(&new.drive.run.workflow);
         let create = Write::create_run(&new.drive.run, &new.definition, new.components);
+        // Free work if this host has no place for it (see `Engine::start`).
+        let parked = self.core.start_parked(&new.drive.run.id, tenant);
+        let create = if parked {
+            create.parked(tenant)
+        } else {
+            new.drive.leased(create)
+        };
         // Counted, never refused: a fire over the tenant's stored bytes
         // still starts its run, whose steps' results are refused.
-        let create = new
-            .drive
-            .leased(create)
-            .charged(weft_core::tenant::of(&new.drive.run.workflow), false);
+        let create = create.charged(tenant, false);
         if !self.write(row, updated, Some(create)) {
+            if parked {
+                self.core.unclaim(&new.drive.run.id);
+            }
             return false;
         }
-        if self.core.claim(&new.drive.run.id) {
-            tracing::info!(trigger = %row.key, run = %new.drive.run.id, fire = %due, "cron fire");
-            let (done, _) = sync_channel(1);
-            self.core.admit(Task {
-                drive: new.drive,
-                observer: Box::new(Quiet),
-                done,
-                alive: Weak::new(),
-            });
+        tracing::info!(trigger = %row.key, run = %new.drive.run.id, fire = %due, "cron fire");
+        let (done, _) = sync_channel(1);
+        let task = Task {
+            drive: new.drive,
+            observer: Box::new(Quiet),
+            done,
+            alive: Weak::new(),
+        };
+        if parked {
+            self.core.park(task);
+        } else if self.core.claim(&task.drive.run.id) {
+            self.core.admit(task);
         }
         true
     }

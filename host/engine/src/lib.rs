@@ -574,13 +574,21 @@ impl Engine {
         key: Option<String>,
     ) -> Result<RunHandle, StartError> {
         let new = self.core.launcher.make(workflow, input, None)?;
-        let write = Write::create_run(&new.drive.run, &new.definition, new.components);
-        let mut write = new.drive.leased(write);
+        let tenant: Arc<str> = Arc::from(weft_core::tenant::of(&new.drive.run.workflow));
+        let mut write = Write::create_run(&new.drive.run, &new.definition, new.components);
+        // A run this host has no place for is stored as free work, which
+        // any host with a place may take; it is held here (claimed) from
+        // now, so this host's claims of free work pass it over.
+        let parked = self.core.start_parked(&new.drive.run.id, &tenant);
+        write = if parked {
+            write.parked(&tenant)
+        } else {
+            new.drive.leased(write)
+        };
         if let Write::CreateRun { idempotency, .. } = &mut write {
             *idempotency = key;
         }
         // Charged after the key is set: the key is stored too.
-        let tenant: Arc<str> = Arc::from(weft_core::tenant::of(&new.drive.run.workflow));
         let write = write.charged(&tenant, true);
         let (done, outcome) = sync_channel(1);
         let (recorded, recorded_answer) = sync_channel(1);
@@ -608,12 +616,19 @@ impl Engine {
                         let _ = recorded.send(Ok(()));
                         observer.run_created(&task.drive.run);
                         task.observer = observer;
-                        core.claim(&task.drive.run.id);
-                        core.admit(task);
+                        if parked {
+                            core.park(task);
+                        } else {
+                            core.claim(&task.drive.run.id);
+                            core.admit(task);
+                        }
                     }
                     // Not started (a `Duplicate` names the run the key
                     // started before): both listeners hear why.
                     Err(e) => {
+                        if parked {
+                            core.unclaim(&task.drive.run.id);
+                        }
                         let _ = recorded.send(Err(e.clone()));
                         let _ = task.done.send(Err(e));
                     }

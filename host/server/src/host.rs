@@ -329,8 +329,16 @@ fn recover(engine: &mut Engine, deployments: &Deployments) -> Result<usize, Host
         .store()
         .running()
         .map_err(step("read the interrupted runs"))?;
+    // Runs parked in the store are free work, claimed as places free.
+    let parked: std::collections::HashSet<String> = engine
+        .store()
+        .parked(usize::MAX)
+        .map_err(step("read the parked runs"))?
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect();
     let mut resumed = 0;
-    for run in &interrupted {
+    for run in interrupted.iter().filter(|run| !parked.contains(&run.id)) {
         match engine.resume(&run.id, Box::new(Quiet)) {
             Ok(_) => {
                 resumed += 1;

@@ -105,6 +105,21 @@ impl Store for SimStore {
         self.inner.apply(writes)
     }
 
+    fn parked(&self, limit: usize) -> Result<Vec<(String, String)>, StoreError> {
+        self.read()?;
+        self.inner.parked(limit)
+    }
+
+    fn claim_parked(
+        &self,
+        host: &str,
+        n: usize,
+        skip: &[String],
+    ) -> Result<Vec<(String, String)>, StoreError> {
+        self.writes.fetch_add(1, Ordering::SeqCst);
+        self.inner.claim_parked(host, n, skip)
+    }
+
     fn run(&self, id: &str) -> Result<Option<RunRecord>, StoreError> {
         self.read()?;
         self.inner.run(id)

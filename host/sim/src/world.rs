@@ -18,6 +18,9 @@ use crate::check::Facts;
 use crate::fake::Source;
 use crate::store::{Backend, SimStore};
 
+/// How many runs each host holds at most (children aside).
+const MAX_RESIDENT: usize = 2;
+
 /// How long a host's leases hold without a renewal.
 const LEASE_TTL: std::time::Duration = std::time::Duration::from_secs(5);
 
@@ -82,6 +85,9 @@ pub enum Event {
     Poll { host: usize },
     /// The store's next `count` reads fail.
     FailReads { count: usize },
+    /// Host `host` takes free work for its places, as its claims thread
+    /// does.
+    Claim { host: usize },
 }
 
 impl fmt::Display for Event {
@@ -110,6 +116,7 @@ impl fmt::Display for Event {
             Event::Crash { host } => write!(f, "host {host}: crash, recover"),
             Event::Poll { host } => write!(f, "host {host}: poll child runs"),
             Event::FailReads { count } => write!(f, "the next {count} reads fail"),
+            Event::Claim { host } => write!(f, "host {host}: claim free work"),
         }
     }
 }
@@ -287,7 +294,7 @@ impl World {
         let source = Arc::new(Source::new(Arc::clone(&self.store)));
         let config = EngineConfig {
             workers: 1,
-            max_resident: 3,
+            max_resident: MAX_RESIDENT,
             lease_ttl: LEASE_TTL,
             ..EngineConfig::default()
         };
@@ -309,8 +316,16 @@ impl World {
         );
         let _ = engine.replay_outbox();
         let _ = engine.arm_timers();
+        // Runs parked in the store are free work, claimed as places free.
+        let parked: Vec<String> = self
+            .store
+            .parked(usize::MAX)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(id, _)| id)
+            .collect();
         if let Ok(running) = self.store.running() {
-            for run in running {
+            for run in running.iter().filter(|run| !parked.contains(&run.id)) {
                 let _ = engine.resume(&run.id, Box::new(Quiet));
             }
         }
@@ -356,6 +371,7 @@ impl World {
         }
         self.checked = Some(writes);
         self.one_driver()?;
+        self.free_work()?;
         self.no_self_waits()?;
         let limited = self.stored_quota.map(|_| SECOND_TENANT);
         self.facts
@@ -380,6 +396,44 @@ impl World {
                             .map(|p| p.run.clone()),
                     ));
                 }
+            }
+        }
+        Ok(())
+    }
+
+    /// Free work is free: every parked run in the store is running with no
+    /// lease. And no host holds more runs than its places, children aside
+    /// (a child is never parked: its parent holds a place for it).
+    fn free_work(&self) -> Result<(), String> {
+        let inner = self.sim_store.inner();
+        for (id, tenant) in inner.parked(usize::MAX).unwrap_or_default() {
+            let run = inner.run(&id).ok().flatten();
+            let lease = inner.lease(&id).ok().flatten();
+            let running = run.as_ref().is_some_and(|r| !r.state.is_terminal());
+            if !running || lease.is_some() {
+                return Err(format!(
+                    "run {id} of tenant `{tenant}` is parked, but its state is {:?} and its lease {lease:?}",
+                    run.map(|r| r.state)
+                ));
+            }
+        }
+        for (n, host) in self.hosts.iter().enumerate() {
+            let held = host
+                .stepper
+                .resident()
+                .iter()
+                .filter(|id| {
+                    inner
+                        .run(id)
+                        .ok()
+                        .flatten()
+                        .is_some_and(|run| run.parent.is_none())
+                })
+                .count();
+            if held > MAX_RESIDENT {
+                return Err(format!(
+                    "host {n} holds {held} runs that are not children, over its {MAX_RESIDENT} places"
+                ));
             }
         }
         Ok(())
@@ -449,6 +503,7 @@ impl World {
                     return Event::FailReads { count };
                 }
                 93..=95 => return Event::Poll { host },
+                97..=98 => return Event::Claim { host },
                 _ => {}
             }
         }
@@ -489,6 +544,7 @@ impl World {
                 }
                 for host in &self.hosts {
                     host.stepper.take_over();
+                    host.stepper.claim_free_work();
                     host.stepper.tick();
                 }
             }
@@ -523,6 +579,9 @@ impl World {
             }
             Event::Poll { host } => self.hosts[host].stepper.poll_watches(),
             Event::FailReads { count } => self.sim_store.fail_reads(count),
+            Event::Claim { host } => {
+                self.hosts[host].stepper.claim_free_work();
+            }
         }
     }
 
@@ -628,6 +687,7 @@ pub(crate) fn tally(trace: &[Event]) -> BTreeMap<&'static str, usize> {
             Event::Crash { .. } => "crash",
             Event::Poll { .. } => "poll",
             Event::FailReads { .. } => "failed reads",
+            Event::Claim { .. } => "claims",
         };
         *tally.entry(name).or_default() += 1;
     }

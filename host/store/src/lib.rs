@@ -318,6 +318,23 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// none of the writes was stored.
     fn apply(&self, writes: &[&Write]) -> Result<Vec<Result<(), StoreError>>, StoreError>;
 
+    /// The parked runs, oldest first, up to `limit`: each run's id and
+    /// tenant (see [`Write::parked`]).
+    fn parked(&self, limit: usize) -> Result<Vec<(String, String)>, StoreError>;
+
+    /// Takes up to `n` of the oldest parked runs for host `host`, passing
+    /// over those of the tenants in `skip`, in one transaction: each gets
+    /// a lease of `host` at its next epoch, as a [`Write::Claim`] would
+    /// give it, and leaves the parked runs. Returns the runs taken, oldest
+    /// first, each with its tenant. Hosts that claim at once take different runs, and none waits
+    /// for another's claim.
+    fn claim_parked(
+        &self,
+        host: &str,
+        n: usize,
+        skip: &[String],
+    ) -> Result<Vec<(String, String)>, StoreError>;
+
     /// The bytes tenant `tenant`'s writes store, as their
     /// [`Charge`]s count them.
     fn stored_bytes(&self, tenant: &str) -> Result<u64, StoreError>;

@@ -44,6 +44,20 @@ const LOCK: &str = "SET LOCAL idle_in_transaction_session_timeout = '10s'; \
      SET LOCAL lock_timeout = '30s'; SET LOCAL statement_timeout = '60s'; \
      SELECT pg_advisory_xact_lock(2021161080, hashtext(current_schema()))";
 
+/// What a claim of parked runs does first: the bounds of [`LOCK`], then
+/// the store's lock shared. Claims of several hosts run at once, each
+/// passing over the rows another has locked (`FOR UPDATE SKIP LOCKED`),
+/// while a batch, which takes the lock alone, waits for them: a claim
+/// reads and writes only the runs it took.
+const SHARED_LOCK: &str = "SET LOCAL idle_in_transaction_session_timeout = '10s'; \
+     SET LOCAL lock_timeout = '30s'; SET LOCAL statement_timeout = '60s'; \
+     SELECT pg_advisory_xact_lock_shared(2021161080, hashtext(current_schema()))";
+
+/// The oldest parked runs not of the tenants in `$1`, up to `$2`, locked
+/// for this claim; rows another claim holds are passed over.
+const CLAIMABLE: &str = "SELECT k1, v FROM parked WHERE NOT (v = ANY($1)) \
+     ORDER BY k1 LIMIT $2 FOR UPDATE SKIP LOCKED";
+
 /// The store in a PostgreSQL database.
 pub struct PostgresStore {
     pool: Pool,
@@ -313,6 +327,55 @@ impl PostgresStore {
     }
 }
 
+impl PostgresStore {
+    /// Takes up to `n` parked runs for `host`: see
+    /// [`Store::claim_parked`], and [`SHARED_LOCK`] for how hosts claim
+    /// at once.
+    fn claim_batch(
+        &self,
+        host: &str,
+        n: usize,
+        skip: &[String],
+    ) -> Result<Vec<(String, String)>, StoreError> {
+        let mut client = self.client()?;
+        let txn = self
+            .block(
+                client
+                    .build_transaction()
+                    .isolation_level(tokio_postgres::IsolationLevel::ReadCommitted)
+                    .start(),
+            )
+            .map_err(sql)?;
+        self.block(txn.batch_execute(SHARED_LOCK)).map_err(sql)?;
+        let skip: Vec<&[u8]> = skip.iter().map(|t| t.as_bytes()).collect();
+        let limit = i64::try_from(n).unwrap_or(i64::MAX);
+        let rows = self
+            .block(txn.query(CLAIMABLE, &[&skip, &limit]))
+            .map_err(sql)?;
+        let mut ids = Vec::with_capacity(rows.len());
+        for row in rows {
+            let id: Vec<u8> = row.try_get(0).map_err(sql)?;
+            let tenant: Vec<u8> = row.try_get(1).map_err(sql)?;
+            ids.push((
+                String::from_utf8_lossy(&id).into_owned(),
+                String::from_utf8_lossy(&tenant).into_owned(),
+            ));
+        }
+        if ids.is_empty() {
+            return Ok(ids);
+        }
+        let taken = {
+            let mut overlay = Overlay::new(&txn, self.runtime());
+            overlay.prefetch(&crate::apply::claim_reads(&ids))?;
+            let taken = crate::apply::claim_parked(&mut overlay, host, &ids)?;
+            overlay.flush()?;
+            taken
+        };
+        self.block(txn.commit()).map_err(sql)?;
+        Ok(taken)
+    }
+}
+
 impl Drop for PostgresStore {
     fn drop(&mut self) {
         // Dropping a runtime waits for its tasks, which is not allowed on
@@ -327,6 +390,19 @@ impl Drop for PostgresStore {
 impl Store for PostgresStore {
     fn apply(&self, writes: &[&Write]) -> Result<Vec<Result<(), StoreError>>, StoreError> {
         self.plain(|store| store.apply_batch(writes))
+    }
+
+    fn parked(&self, limit: usize) -> Result<Vec<(String, String)>, StoreError> {
+        self.plain(|store| store.read_parked(limit))
+    }
+
+    fn claim_parked(
+        &self,
+        host: &str,
+        n: usize,
+        skip: &[String],
+    ) -> Result<Vec<(String, String)>, StoreError> {
+        self.plain(|store| store.claim_batch(host, n, skip))
     }
 
     fn stored_bytes(&self, tenant: &str) -> Result<u64, StoreError> {

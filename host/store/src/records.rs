@@ -339,6 +339,9 @@ pub struct StepRecord {
     /// The ids of the messages committed with this record.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub messages: Vec<String>,
+    /// The host that made the attempt's call, for a record of a call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
 }
 
 impl StepRecord {
@@ -372,6 +375,7 @@ impl StepRecord {
             http: Vec::new(),
             awaiting: false,
             messages: Vec::new(),
+            host: None,
         }
     }
 }

@@ -75,6 +75,8 @@ const PLUGINS: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("plug
 /// Each run's lease, while it has one: run id to the encoded
 /// [`Lease`](crate::Lease).
 const LEASES: TableDefinition<&str, &[u8]> = TableDefinition::new("leases");
+/// Runs waiting for a place that no host has taken: run id to tenant.
+const PARKED: TableDefinition<&str, &[u8]> = TableDefinition::new("parked");
 /// The hosts that drive runs: host id to the encoded
 /// [`HostRecord`](crate::HostRecord).
 const HOSTS: TableDefinition<&str, &[u8]> = TableDefinition::new("hosts");
@@ -188,6 +190,7 @@ impl RedbStore {
             backend!(txn.open_table(DEPLOYMENTS))?;
             backend!(txn.open_table(PLUGINS))?;
             backend!(txn.open_table(LEASES))?;
+            backend!(txn.open_table(PARKED))?;
             backend!(txn.open_table(HOSTS))?;
             backend!(txn.open_table(TENANTS))?;
             backend!(txn.open_table(TOKENS))?;
@@ -438,6 +441,40 @@ impl Store for RedbStore {
         let results = crate::apply::batch(&mut Tables::open(&txn)?, writes)?;
         backend!(txn.commit())?;
         Ok(results)
+    }
+
+    fn parked(&self, limit: usize) -> Result<Vec<(String, String)>, StoreError> {
+        let txn = self.begin_read()?;
+        let parked = match txn.open_table(PARKED) {
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+            other => backend!(other)?,
+        };
+        let mut found = Vec::new();
+        for entry in backend!(parked.iter())?.take(limit) {
+            let (id, tenant) = backend!(entry)?;
+            let tenant = String::from_utf8_lossy(tenant.value()).into_owned();
+            found.push((id.value().to_owned(), tenant));
+        }
+        Ok(found)
+    }
+
+    fn claim_parked(
+        &self,
+        host: &str,
+        n: usize,
+        skip: &[String],
+    ) -> Result<Vec<(String, String)>, StoreError> {
+        let txn = backend!(self.writable()?.begin_write())?;
+        let taken = {
+            let mut tables = Tables::open(&txn)?;
+            let ids = tables.parked_first(n, skip)?;
+            if ids.is_empty() {
+                return Ok(Vec::new());
+            }
+            crate::apply::claim_parked(&mut tables, host, &ids)?
+        };
+        backend!(txn.commit())?;
+        Ok(taken)
     }
 
     fn run(&self, id: &str) -> Result<Option<RunRecord>, StoreError> {

@@ -59,6 +59,9 @@ pub(crate) enum Table {
     Plugins,
     /// Run id to its `Lease`, while it has one.
     Leases,
+    /// Runs started while their host had no place, which no host has
+    /// taken yet: run id (time-ordered) to the run's tenant.
+    Parked,
     /// Host id to its `HostRecord`.
     Hosts,
     /// Tenant name to its `TenantRecord`.

@@ -37,6 +37,10 @@ pub enum Write {
         idempotency: Option<String>,
         /// The lease of the host that creates the run.
         lease: Option<Lease>,
+        /// Set (to the run's tenant) for a run that waits for a place
+        /// ([`Write::parked`]): it is stored without a lease, as free work
+        /// any host may take.
+        parked: Option<String>,
         /// What the run adds to its tenant's stored bytes.
         charge: Option<Charge>,
     },
@@ -395,6 +399,7 @@ impl Write {
         Self::CreateRun {
             idempotency: None,
             lease: None,
+            parked: None,
             charge: None,
             id: run.id.clone(),
             run: encode(run),
@@ -473,6 +478,19 @@ impl Write {
             | Self::UpdateRun { lease, .. }
             | Self::FireTimer { lease, .. } => *lease = Some(held),
             _ => {}
+        }
+        self
+    }
+
+    /// This run's start, as free work: stored without a lease and listed
+    /// among the parked runs of `tenant`, for whichever host has a place
+    /// first ([`Store::claim_parked`](super::Store::claim_parked), or a
+    /// [`Write::Claim`]). Other writes are left as they are.
+    #[must_use]
+    pub fn parked(mut self, tenant: &str) -> Self {
+        if let Self::CreateRun { lease, parked, .. } = &mut self {
+            *lease = None;
+            *parked = Some(tenant.to_owned());
         }
         self
     }

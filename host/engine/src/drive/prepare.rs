@@ -51,6 +51,7 @@ impl Drive {
                 timer: None,
                 awaiting: false,
                 messages: Vec::new(),
+                host: Some(self.launcher.host.clone()),
             },
             retry: step.retry.clone(),
             call: None,

@@ -137,6 +137,114 @@ impl Core {
         }
     }
 
+    /// Whether a run of `tenant` started now, `id`, waits for a place: then
+    /// it is held here (claimed) from now, and stored as free work.
+    pub(crate) fn start_parked(&self, id: &str, tenant: &str) -> bool {
+        let mut admission = lock(&self.admission);
+        let limits = self.limits(tenant);
+        if admission.has_place(tenant, limits) {
+            return false;
+        }
+        admission.known.insert(id.to_owned(), false);
+        true
+    }
+
+    /// Parks run `task`, started as free work ([`Core::start_parked`],
+    /// claimed then): it waits here for a place, unless another host takes
+    /// it first, which its seating then finds.
+    pub(crate) fn park(&self, task: Task) {
+        let Task {
+            drive,
+            observer,
+            done,
+            alive,
+        } = task;
+        let tenant: Arc<str> = Arc::from(weft_core::tenant::of(&drive.run.workflow));
+        lock(&self.admission).parked.push(
+            &tenant,
+            Parked {
+                id: drive.run.id.clone(),
+                tenant: Arc::clone(&tenant),
+                observer,
+                done,
+                alive,
+            },
+        );
+        self.fill_places();
+    }
+
+    /// One claim of free work: if this host has places and none of its own
+    /// runs waits for one, takes up to that many parked runs from the
+    /// store, oldest first, passing over the tenants at their resident cap
+    /// here, and reads them in. The places are held while the store
+    /// answers, so that runs started here meanwhile wait. Returns how many
+    /// runs it took. Blocking.
+    pub(crate) fn claim_free_work(&self) -> usize {
+        let (places, skip) = {
+            let mut admission = lock(&self.admission);
+            if !admission.parked.is_empty() || admission.resident >= admission.max {
+                return 0;
+            }
+            let places = admission.max - admission.resident;
+            let tenants = weft_core::read(&self.launcher.tenants);
+            let skip: Vec<String> = admission
+                .by_tenant
+                .iter()
+                .filter(|(tenant, count)| {
+                    tenants
+                        .get(&***tenant)
+                        .and_then(|limits| limits.max_resident)
+                        .is_some_and(|cap| **count >= cap)
+                })
+                .map(|(tenant, _)| tenant.to_string())
+                .collect();
+            admission.resident += places;
+            (places, skip)
+        };
+        let store = &self.launcher.store;
+        // A look first, so that an idle host does not write.
+        let taken = match store.parked(1) {
+            Ok(first) if first.is_empty() => Ok(Vec::new()),
+            Ok(_) => store.claim_parked(self.host(), places, &skip),
+            Err(e) => Err(e),
+        };
+        lock(&self.admission).resident -= places;
+        let taken = taken.unwrap_or_else(|e| {
+            tracing::warn!("cannot claim free work: {e}");
+            Vec::new()
+        });
+        let count = taken.len();
+        if count > 0 {
+            tracing::debug!(host = %self.host(), runs = ?taken, "claimed free work");
+        }
+        for (id, tenant) in taken {
+            // Held here already (parked here, or a fire of it is being
+            // decided): it goes on there, under this host's lease now.
+            if !self.claim_or_note(&id) {
+                continue;
+            }
+            let tenant: Arc<str> = Arc::from(tenant);
+            let (done, _) = std::sync::mpsc::sync_channel(1);
+            let parked = Parked {
+                id,
+                tenant: Arc::clone(&tenant),
+                observer: Box::new(crate::Quiet),
+                done,
+                alive: Weak::new(),
+            };
+            let mut admission = lock(&self.admission);
+            if admission.has_place(&tenant, self.limits(&tenant)) {
+                admission.seat(&parked.id, &tenant);
+                drop(admission);
+                self.enqueue(Work::Admit(Box::new(parked), 0));
+            } else {
+                admission.parked.push(&tenant, parked);
+            }
+        }
+        self.fill_places();
+        count
+    }
+
     /// Gives places to parked runs while some may have one (after a
     /// tenant's cap was raised, say).
     pub(super) fn fill_places(&self) {
@@ -179,6 +287,22 @@ impl Core {
     /// its place on.
     pub(super) fn admit_parked(&self, parked: Parked, tries: u32) {
         match self.take_in(&parked.id) {
+            // Taken by another host while it was parked here, and waiting
+            // for timers now: it stays out of memory, as a suspended run
+            // taken in does, and its place goes on.
+            Ok(drive) if drive.run.suspended => {
+                let keys = drive.armed_keys();
+                if parked.alive.upgrade().is_some() {
+                    lock(&self.sleepers).insert(
+                        parked.id.clone(),
+                        (parked.observer, parked.done, parked.alive),
+                    );
+                }
+                self.vacate(&parked.id);
+                for key in keys {
+                    self.arm(key);
+                }
+            }
             Ok(drive) => self.take(Task {
                 drive,
                 observer: parked.observer,

@@ -17,6 +17,10 @@ use weft_core::lock;
 use weft_store::{HostRecord, Lease, StoreError, Write};
 
 use super::Core;
+
+/// How often a host with places looks for free work: the longest a run
+/// parked by a full host waits for another host that has a place.
+pub(crate) const CLAIM_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
 use crate::drive::Drive;
 use crate::error::ResumeError;
 
@@ -84,6 +88,21 @@ impl Core {
             }
             if self.taking_over.load(std::sync::atomic::Ordering::SeqCst) {
                 self.take_over();
+            }
+        }
+    }
+
+    /// The claims thread: while this host takes runs over (a server),
+    /// takes free work from the store as places free, every
+    /// [`CLAIM_EVERY`], until the engine stops.
+    pub(super) fn claim_free_work_while_running(self: Arc<Self>) {
+        loop {
+            self.pause(CLAIM_EVERY);
+            if self.is_stopping() {
+                return;
+            }
+            if self.taking_over.load(std::sync::atomic::Ordering::SeqCst) {
+                self.claim_free_work();
             }
         }
     }
@@ -196,9 +215,17 @@ impl Core {
         let Ok(running) = store.running() else {
             return (0, false);
         };
+        // Free work is claimed, place by place, not taken over.
+        let Ok(parked) = store.parked(usize::MAX) else {
+            return (0, false);
+        };
+        let parked: HashSet<String> = parked.into_iter().map(|(id, _)| id).collect();
         let mut taken = 0;
         let mut settled = true;
         for run in running {
+            if parked.contains(&run.id) {
+                continue;
+            }
             let Ok(current) = store.lease(&run.id) else {
                 settled = false;
                 continue;

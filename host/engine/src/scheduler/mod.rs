@@ -328,6 +328,12 @@ impl Core {
                 .name("weft-leases".to_owned())
                 .spawn(move || core.keep_leases())?,
         );
+        let core = Arc::clone(self);
+        threads.push(
+            std::thread::Builder::new()
+                .name("weft-claims".to_owned())
+                .spawn(move || core.claim_free_work_while_running())?,
+        );
         Ok(threads)
     }
 

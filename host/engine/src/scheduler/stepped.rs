@@ -121,6 +121,12 @@ impl Stepper {
         self.core.take_over()
     }
 
+    /// Takes free work from the store for this host's places, as the
+    /// claims thread does; returns how many runs it took.
+    pub fn claim_free_work(&self) -> usize {
+        self.core.claim_free_work()
+    }
+
     /// Looks up the child runs waited on, as the timer thread does every
     /// second.
     pub fn poll_watches(&self) {

@@ -18,7 +18,9 @@
 //! - a timer has its row in `Timers`, `TimerKeys` and `RunTimers`, or in
 //!   none of them, and a run that ended has no timers;
 //! - definitions and components are stored once, by digest;
-//! - a run has a lease only until it ends.
+//! - a run has a lease only until it ends;
+//! - a parked run (`Parked`) is running and has no lease: whatever takes
+//!   it, or cancels it, removes it from `Parked`.
 
 mod access;
 mod queue;
@@ -53,6 +55,52 @@ pub(crate) fn batch(
     Ok(results)
 }
 
+/// Takes parked runs `ids` (each with its tenant, read from `Parked` in
+/// this transaction) for `host`, each as a [`Write::Claim`] at its next
+/// epoch would: the runs taken, in order. One that can no longer be taken (it ended) leaves
+/// `Parked`; one another host holds stays with it.
+pub(crate) fn claim_parked(
+    rows: &mut dyn Rows,
+    host: &str,
+    ids: &[(String, String)],
+) -> Result<Vec<(String, String)>, StoreError> {
+    let mut apply = Apply {
+        rows,
+        meter: usage::Meter::default(),
+        freed: 0,
+    };
+    let mut taken = Vec::with_capacity(ids.len());
+    for (id, tenant) in ids {
+        let lease = Lease::after(apply.lease_of(id)?.as_ref(), host);
+        match apply.claim(id, &lease)? {
+            Ok(()) => {
+                apply.rows.delete(Table::Parked, Key::Str(id))?;
+                taken.push((id.clone(), tenant.clone()));
+            }
+            Err(StoreError::Fenced { .. }) => {}
+            Err(_) => {
+                apply.rows.delete(Table::Parked, Key::Str(id))?;
+            }
+        }
+    }
+    apply.flush_usage()?;
+    Ok(taken)
+}
+
+/// The rows [`claim_parked`] reads for `ids`, to fetch at once.
+pub(crate) fn claim_reads(ids: &[(String, String)]) -> Vec<(Table, Key<'_>)> {
+    let mut into = Vec::with_capacity(ids.len() * 4);
+    for (id, _) in ids {
+        into.extend([
+            (Table::Runs, Key::Str(id.as_str())),
+            (Table::Cancelled, Key::Str(id.as_str())),
+            (Table::Leases, Key::Str(id.as_str())),
+            (Table::Parked, Key::Str(id.as_str())),
+        ]);
+    }
+    into
+}
+
 /// Adds to `into` the rows `write` will read when it is applied (most of
 /// them): a backend for which each read is a round trip fetches them for
 /// a whole batch at once.
@@ -63,6 +111,7 @@ pub(crate) fn reads<'w>(write: &'w Write, into: &mut Vec<(Table, Key<'w>)>) {
             (Table::Cancelled, Key::Str(id)),
             (Table::Leases, Key::Str(id)),
             (Table::Running, Key::Str(id)),
+            (Table::Parked, Key::Str(id)),
         ]);
     };
     match write {
@@ -264,6 +313,7 @@ impl Apply<'_> {
                 timer,
                 idempotency,
                 lease,
+                parked,
                 charge,
             } => self.create_run(
                 id,
@@ -273,6 +323,7 @@ impl Apply<'_> {
                 timer.as_ref(),
                 idempotency.as_deref(),
                 lease.as_ref(),
+                parked.as_deref(),
                 charge.as_ref(),
             ),
             Write::CommitStep {
@@ -401,6 +452,7 @@ impl Apply<'_> {
         timer: Option<&TimerRow>,
         idempotency: Option<&str>,
         lease: Option<&Lease>,
+        parked: Option<&str>,
         charge: Option<&Charge>,
     ) -> Result<Result<(), StoreError>, StoreError> {
         if self.rows.has(Table::Runs, Key::Str(id))? {
@@ -430,6 +482,9 @@ impl Apply<'_> {
         }
         if let Some(lease) = lease {
             self.rows.put(Table::Leases, Key::Str(id), &encode(lease))?;
+        } else if let Some(tenant) = parked {
+            self.rows
+                .put(Table::Parked, Key::Str(id), tenant.as_bytes())?;
         }
         Ok(Ok(()))
     }
@@ -656,6 +711,8 @@ impl Apply<'_> {
         }
         self.set_run(id, ended, false, false)?;
         self.rows.put(Table::Cancelled, Key::Str(id), &[])?;
+        // A parked run ends here too, never taken.
+        self.rows.delete(Table::Parked, Key::Str(id))?;
         self.fence(fence)?;
         Ok(Ok(()))
     }
@@ -768,6 +825,10 @@ impl Apply<'_> {
             return Ok(Err(fenced(id, current.as_ref())));
         }
         self.rows.put(Table::Leases, Key::Str(id), &encode(lease))?;
+        // Only a run without a lease can be parked: taken, it is not.
+        if current.is_none() {
+            self.rows.delete(Table::Parked, Key::Str(id))?;
+        }
         Ok(Ok(()))
     }
 

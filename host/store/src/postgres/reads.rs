@@ -415,6 +415,21 @@ impl PostgresStore {
         Ok(found)
     }
 
+    pub(super) fn read_parked(&self, limit: usize) -> Result<Vec<(String, String)>, StoreError> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = self.query("SELECT k1, v FROM parked ORDER BY k1 LIMIT $1", &[&limit])?;
+        let mut found = Vec::with_capacity(rows.len());
+        for row in rows {
+            let id: Vec<u8> = row.try_get(0).map_err(sql)?;
+            let tenant: Vec<u8> = row.try_get(1).map_err(sql)?;
+            found.push((
+                String::from_utf8_lossy(&id).into_owned(),
+                String::from_utf8_lossy(&tenant).into_owned(),
+            ));
+        }
+        Ok(found)
+    }
+
     pub(super) fn read_lease(&self, id: &str) -> Result<Option<Lease>, StoreError> {
         self.record("leases", id)
     }

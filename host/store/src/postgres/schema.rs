@@ -6,8 +6,10 @@ use crate::rows::{Key, Table};
 /// The migrations, in order: each runs once, in its own transaction, and
 /// is recorded in `weft_migrations`. Never edit one that has shipped; add
 /// the next.
-pub(super) const MIGRATIONS: &[(i32, &str, &str)] =
-    &[(1, "tables", include_str!("migrations/0001_tables.sql"))];
+pub(super) const MIGRATIONS: &[(i32, &str, &str)] = &[
+    (1, "tables", include_str!("migrations/0001_tables.sql")),
+    (2, "parked", include_str!("migrations/0002_parked.sql")),
+];
 
 /// The newest migration this build knows.
 pub(super) fn newest() -> i32 {
@@ -40,6 +42,7 @@ pub(super) fn name(table: Table) -> &'static str {
         T::Deployments => "deployments",
         T::Plugins => "plugins",
         T::Leases => "leases",
+        T::Parked => "parked",
         T::Hosts => "hosts",
         T::Tenants => "tenants",
         T::Tokens => "tokens",

@@ -30,6 +30,7 @@ pub(super) struct Tables<'t> {
     deployments: RedbTable<'t, (&'static str, u32), &'static [u8]>,
     plugins: RedbTable<'t, (&'static str, &'static str), &'static [u8]>,
     leases: RedbTable<'t, &'static str, &'static [u8]>,
+    parked: RedbTable<'t, &'static str, &'static [u8]>,
     hosts: RedbTable<'t, &'static str, &'static [u8]>,
     tenants: RedbTable<'t, &'static str, &'static [u8]>,
     tokens: RedbTable<'t, &'static str, &'static [u8]>,
@@ -64,6 +65,7 @@ impl<'t> Tables<'t> {
             deployments: backend!(txn.open_table(super::DEPLOYMENTS))?,
             plugins: backend!(txn.open_table(super::PLUGINS))?,
             leases: backend!(txn.open_table(super::LEASES))?,
+            parked: backend!(txn.open_table(super::PARKED))?,
             hosts: backend!(txn.open_table(super::HOSTS))?,
             tenants: backend!(txn.open_table(super::TENANTS))?,
             tokens: backend!(txn.open_table(super::TOKENS))?,
@@ -71,6 +73,28 @@ impl<'t> Tables<'t> {
             audit: backend!(txn.open_table(super::AUDIT))?,
             usage: backend!(txn.open_table(super::USAGE))?,
         })
+    }
+}
+
+impl Tables<'_> {
+    /// The oldest `n` parked runs whose tenant is not in `skip`.
+    pub(super) fn parked_first(
+        &self,
+        n: usize,
+        skip: &[String],
+    ) -> Result<Vec<(String, String)>, StoreError> {
+        let mut found = Vec::new();
+        for entry in backend!(self.parked.iter())? {
+            if found.len() >= n {
+                break;
+            }
+            let (id, tenant) = backend!(entry)?;
+            if !skip.iter().any(|t| t.as_bytes() == tenant.value()) {
+                let tenant = String::from_utf8_lossy(tenant.value()).into_owned();
+                found.push((id.value().to_owned(), tenant));
+            }
+        }
+        Ok(found)
     }
 }
 
@@ -211,6 +235,10 @@ macro_rules! typed {
             }
             (T::Usage, K::Str($k)) => {
                 let $t = &mut $self.usage;
+                $body
+            }
+            (T::Parked, K::Str($k)) => {
+                let $t = &mut $self.parked;
                 $body
             }
             (table, key) => Err(misfit(table, key)),

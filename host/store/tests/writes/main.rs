@@ -35,7 +35,8 @@
 //! - `messages`: `Subscribe`, `Unsubscribe` and `Delivery`;
 //! - `registry`: `Schedule`, `Deploy` and `AddPlugin`;
 //! - `group`: the group commit never waits for its own thread;
-//! - `quota`: stored bytes charged to tenants, and refused over a quota.
+//! - `quota`: stored bytes charged to tenants, and refused over a quota;
+//! - `parked`: free work, and claims of it.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -43,6 +44,7 @@ mod common;
 mod damaged;
 mod group;
 mod messages;
+mod parked;
 mod quota;
 mod registry;
 mod runs;

@@ -14,6 +14,8 @@ mod common;
 mod group;
 #[path = "../writes/messages.rs"]
 mod messages;
+#[path = "../writes/parked.rs"]
+mod parked;
 #[path = "../writes/quota.rs"]
 mod quota;
 #[path = "../writes/registry.rs"]
