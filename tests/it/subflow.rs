@@ -259,9 +259,9 @@ impl Store for NoChildren {
         &self,
         host: &str,
         n: usize,
-        skip: &[String],
+        rooms: &[(String, usize)],
     ) -> Result<Vec<(String, String)>, StoreError> {
-        self.0.claim_parked(host, n, skip)
+        self.0.claim_parked(host, n, rooms)
     }
     fn run(&self, id: &str) -> Result<Option<RunRecord>, StoreError> {
         self.0.run(id)

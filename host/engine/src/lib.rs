@@ -127,9 +127,12 @@ impl RunHandle {
 
     /// Blocks until the run ends, and returns its final record. `Err` means
     /// the store failed, or the engine stopped, before the run ended; its
-    /// record then says how far it got, and it can be resumed. (A start
-    /// that was not recorded, such as a [`StoreError::Duplicate`], answers
-    /// here as in [`RunHandle::recorded`].)
+    /// record then says how far it got, and it can be resumed. On a store
+    /// that other hosts share, a run parked here for a place may be taken
+    /// by one of them: then `Err(StoreError::Fenced)` names the host that
+    /// drives it, and the store will hold its outcome. (A start that was
+    /// not recorded, such as a [`StoreError::Duplicate`], answers here as
+    /// in [`RunHandle::recorded`].)
     pub fn wait(self) -> Result<RunRecord, StoreError> {
         self.outcome.recv().map_err(|_| StoreError::Closed)?
     }

@@ -114,10 +114,12 @@ impl Store for SimStore {
         &self,
         host: &str,
         n: usize,
-        skip: &[String],
+        rooms: &[(String, usize)],
     ) -> Result<Vec<(String, String)>, StoreError> {
+        // Fails, writing nothing, as the next read would.
+        self.read()?;
         self.writes.fetch_add(1, Ordering::SeqCst);
-        self.inner.claim_parked(host, n, skip)
+        self.inner.claim_parked(host, n, rooms)
     }
 
     fn run(&self, id: &str) -> Result<Option<RunRecord>, StoreError> {

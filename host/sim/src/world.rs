@@ -317,14 +317,12 @@ impl World {
         let _ = engine.replay_outbox();
         let _ = engine.arm_timers();
         // Runs parked in the store are free work, claimed as places free.
-        let parked: Vec<String> = self
-            .store
-            .parked(usize::MAX)
-            .unwrap_or_default()
-            .into_iter()
-            .map(|(id, _)| id)
-            .collect();
-        if let Ok(running) = self.store.running() {
+        // A store that fails here leaves the rest to the lease rounds, as
+        // `Host::start` would stop.
+        if let Ok(parked) = self.store.parked(usize::MAX)
+            && let Ok(running) = self.store.running()
+        {
+            let parked: Vec<String> = parked.into_iter().map(|(id, _)| id).collect();
             for run in running.iter().filter(|run| !parked.contains(&run.id)) {
                 let _ = engine.resume(&run.id, Box::new(Quiet));
             }
@@ -402,13 +400,15 @@ impl World {
     }
 
     /// Free work is free: every parked run in the store is running with no
-    /// lease. And no host holds more runs than its places, children aside
-    /// (a child is never parked: its parent holds a place for it).
+    /// lease. And no host holds more runs than its places, nor more of the
+    /// second tenant's than its cap of one, children aside (a child is
+    /// never parked: its parent holds a place for it).
     fn free_work(&self) -> Result<(), String> {
         let inner = self.sim_store.inner();
-        for (id, tenant) in inner.parked(usize::MAX).unwrap_or_default() {
-            let run = inner.run(&id).ok().flatten();
-            let lease = inner.lease(&id).ok().flatten();
+        let read = |e: StoreError| format!("reading the parked runs: {e}");
+        for (id, tenant) in inner.parked(usize::MAX).map_err(read)? {
+            let run = inner.run(&id).map_err(read)?;
+            let lease = inner.lease(&id).map_err(read)?;
             let running = run.as_ref().is_some_and(|r| !r.state.is_terminal());
             if !running || lease.is_some() {
                 return Err(format!(
@@ -418,21 +418,27 @@ impl World {
             }
         }
         for (n, host) in self.hosts.iter().enumerate() {
-            let held = host
-                .stepper
-                .resident()
-                .iter()
-                .filter(|id| {
-                    inner
-                        .run(id)
-                        .ok()
-                        .flatten()
-                        .is_some_and(|run| run.parent.is_none())
-                })
-                .count();
-            if held > MAX_RESIDENT {
+            let mut held = Vec::new();
+            for id in host.stepper.resident() {
+                if let Some(run) = inner.run(&id).map_err(read)?
+                    && run.parent.is_none()
+                {
+                    held.push(run);
+                }
+            }
+            if held.len() > MAX_RESIDENT {
                 return Err(format!(
-                    "host {n} holds {held} runs that are not children, over its {MAX_RESIDENT} places"
+                    "host {n} holds {} runs that are not children, over its {MAX_RESIDENT} places",
+                    held.len()
+                ));
+            }
+            let second = held
+                .iter()
+                .filter(|run| weft_core::tenant::of(&run.workflow) == SECOND_TENANT)
+                .count();
+            if second > 1 {
+                return Err(format!(
+                    "host {n} holds {second} runs of tenant `{SECOND_TENANT}`, over its cap of one"
                 ));
             }
         }

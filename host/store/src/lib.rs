@@ -322,17 +322,18 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// tenant (see [`Write::parked`]).
     fn parked(&self, limit: usize) -> Result<Vec<(String, String)>, StoreError>;
 
-    /// Takes up to `n` of the oldest parked runs for host `host`, passing
-    /// over those of the tenants in `skip`, in one transaction: each gets
-    /// a lease of `host` at its next epoch, as a [`Write::Claim`] would
-    /// give it, and leaves the parked runs. Returns the runs taken, oldest
-    /// first, each with its tenant. Hosts that claim at once take different runs, and none waits
-    /// for another's claim.
+    /// Takes up to `n` of the oldest parked runs for host `host`, at most
+    /// `room` of each tenant listed in `rooms` as `(tenant, room)` (none
+    /// of a tenant whose room is 0), in one transaction: each gets a lease
+    /// of `host` at its next epoch, as a [`Write::Claim`] would give it,
+    /// and leaves the parked runs. Returns the runs taken, oldest first,
+    /// each with its tenant. Hosts that claim at once take different
+    /// runs, and none waits for another's claim.
     fn claim_parked(
         &self,
         host: &str,
         n: usize,
-        skip: &[String],
+        rooms: &[(String, usize)],
     ) -> Result<Vec<(String, String)>, StoreError>;
 
     /// The bytes tenant `tenant`'s writes store, as their

@@ -58,6 +58,10 @@ const SHARED_LOCK: &str = "SET LOCAL idle_in_transaction_session_timeout = '10s'
 const CLAIMABLE: &str = "SELECT k1, v FROM parked WHERE NOT (v = ANY($1)) \
      ORDER BY k1 LIMIT $2 FOR UPDATE SKIP LOCKED";
 
+/// The same, of tenant `$1` alone.
+const CLAIMABLE_OF: &str = "SELECT k1, v FROM parked WHERE v = $1 \
+     ORDER BY k1 LIMIT $2 FOR UPDATE SKIP LOCKED";
+
 /// The store in a PostgreSQL database.
 pub struct PostgresStore {
     pool: Pool,
@@ -335,7 +339,7 @@ impl PostgresStore {
         &self,
         host: &str,
         n: usize,
-        skip: &[String],
+        rooms: &[(String, usize)],
     ) -> Result<Vec<(String, String)>, StoreError> {
         let mut client = self.client()?;
         let txn = self
@@ -347,11 +351,20 @@ impl PostgresStore {
             )
             .map_err(sql)?;
         self.block(txn.batch_execute(SHARED_LOCK)).map_err(sql)?;
-        let skip: Vec<&[u8]> = skip.iter().map(|t| t.as_bytes()).collect();
-        let limit = i64::try_from(n).unwrap_or(i64::MAX);
-        let rows = self
-            .block(txn.query(CLAIMABLE, &[&skip, &limit]))
+        let limit = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+        // The tenants without a room first, then each with room on its
+        // own, up to its room: the oldest `n` of what they found.
+        let capped: Vec<&[u8]> = rooms.iter().map(|(t, _)| t.as_bytes()).collect();
+        let mut rows = self
+            .block(txn.query(CLAIMABLE, &[&capped, &limit(n)]))
             .map_err(sql)?;
+        for (tenant, room) in rooms.iter().filter(|(_, room)| *room > 0) {
+            let tenant = tenant.as_bytes();
+            let of = self
+                .block(txn.query(CLAIMABLE_OF, &[&tenant, &limit(n.min(*room))]))
+                .map_err(sql)?;
+            rows.extend(of);
+        }
         let mut ids = Vec::with_capacity(rows.len());
         for row in rows {
             let id: Vec<u8> = row.try_get(0).map_err(sql)?;
@@ -361,6 +374,8 @@ impl PostgresStore {
                 String::from_utf8_lossy(&tenant).into_owned(),
             ));
         }
+        ids.sort_unstable();
+        ids.truncate(n);
         if ids.is_empty() {
             return Ok(ids);
         }
@@ -400,9 +415,9 @@ impl Store for PostgresStore {
         &self,
         host: &str,
         n: usize,
-        skip: &[String],
+        rooms: &[(String, usize)],
     ) -> Result<Vec<(String, String)>, StoreError> {
-        self.plain(|store| store.claim_batch(host, n, skip))
+        self.plain(|store| store.claim_batch(host, n, rooms))
     }
 
     fn stored_bytes(&self, tenant: &str) -> Result<u64, StoreError> {

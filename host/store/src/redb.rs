@@ -462,12 +462,12 @@ impl Store for RedbStore {
         &self,
         host: &str,
         n: usize,
-        skip: &[String],
+        rooms: &[(String, usize)],
     ) -> Result<Vec<(String, String)>, StoreError> {
         let txn = backend!(self.writable()?.begin_write())?;
         let taken = {
             let mut tables = Tables::open(&txn)?;
-            let ids = tables.parked_first(n, skip)?;
+            let ids = tables.parked_first(n, rooms)?;
             if ids.is_empty() {
                 return Ok(Vec::new());
             }

@@ -173,42 +173,49 @@ impl Core {
         self.fill_places();
     }
 
-    /// One claim of free work: if this host has places and none of its own
-    /// runs waits for one, takes up to that many parked runs from the
-    /// store, oldest first, passing over the tenants at their resident cap
-    /// here, and reads them in. The places are held while the store
-    /// answers, so that runs started here meanwhile wait. Returns how many
-    /// runs it took. Blocking.
+    /// One claim of free work: if this host has places that none of its
+    /// own parked runs can take (those wait for their tenant's cap, if
+    /// any), takes up to that many parked runs from the store, oldest
+    /// first, none beyond a tenant's cap here, and reads them in. The
+    /// places are held while the store answers, so that runs started here
+    /// meanwhile wait. Returns how many runs it took. Blocking.
     pub(crate) fn claim_free_work(&self) -> usize {
-        let (places, skip) = {
+        // A place that a parked run here can take goes to it first.
+        self.fill_places();
+        let (places, rooms) = {
             let mut admission = lock(&self.admission);
-            if !admission.parked.is_empty() || admission.resident >= admission.max {
+            if admission.resident >= admission.max {
                 return 0;
             }
             let places = admission.max - admission.resident;
             let tenants = weft_core::read(&self.launcher.tenants);
-            let skip: Vec<String> = admission
-                .by_tenant
+            let rooms: Vec<(String, usize)> = tenants
                 .iter()
-                .filter(|(tenant, count)| {
-                    tenants
-                        .get(&***tenant)
-                        .and_then(|limits| limits.max_resident)
-                        .is_some_and(|cap| **count >= cap)
+                .filter_map(|(tenant, limits)| {
+                    let cap = limits.max_resident?;
+                    let held = admission.by_tenant.get(tenant.as_str()).copied();
+                    Some((tenant.clone(), cap.saturating_sub(held.unwrap_or(0))))
                 })
-                .map(|(tenant, _)| tenant.to_string())
                 .collect();
             admission.resident += places;
-            (places, skip)
+            (places, rooms)
         };
+        /// Gives the held places back however the store's call ends.
+        struct Held<'c>(&'c Core, usize);
+        impl Drop for Held<'_> {
+            fn drop(&mut self) {
+                lock(&self.0.admission).resident -= self.1;
+            }
+        }
+        let held = Held(self, places);
         let store = &self.launcher.store;
         // A look first, so that an idle host does not write.
         let taken = match store.parked(1) {
             Ok(first) if first.is_empty() => Ok(Vec::new()),
-            Ok(_) => store.claim_parked(self.host(), places, &skip),
+            Ok(_) => store.claim_parked(self.host(), places, &rooms),
             Err(e) => Err(e),
         };
-        lock(&self.admission).resident -= places;
+        drop(held);
         let taken = taken.unwrap_or_else(|e| {
             tracing::warn!("cannot claim free work: {e}");
             Vec::new()

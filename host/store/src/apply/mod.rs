@@ -57,8 +57,8 @@ pub(crate) fn batch(
 
 /// Takes parked runs `ids` (each with its tenant, read from `Parked` in
 /// this transaction) for `host`, each as a [`Write::Claim`] at its next
-/// epoch would: the runs taken, in order. One that can no longer be taken (it ended) leaves
-/// `Parked`; one another host holds stays with it.
+/// epoch would: the runs taken, in order. One that cannot be taken (it
+/// ended, or a live host holds it) leaves `Parked` all the same.
 pub(crate) fn claim_parked(
     rows: &mut dyn Rows,
     host: &str,
@@ -77,7 +77,8 @@ pub(crate) fn claim_parked(
                 apply.rows.delete(Table::Parked, Key::Str(id))?;
                 taken.push((id.clone(), tenant.clone()));
             }
-            Err(StoreError::Fenced { .. }) => {}
+            // Driven by a host (so never free work), or ended: either way
+            // not parked.
             Err(_) => {
                 apply.rows.delete(Table::Parked, Key::Str(id))?;
             }

@@ -77,22 +77,31 @@ impl<'t> Tables<'t> {
 }
 
 impl Tables<'_> {
-    /// The oldest `n` parked runs whose tenant is not in `skip`.
+    /// The oldest `n` parked runs, at most `room` of each tenant listed in
+    /// `rooms` (see `Store::claim_parked`).
     pub(super) fn parked_first(
         &self,
         n: usize,
-        skip: &[String],
+        rooms: &[(String, usize)],
     ) -> Result<Vec<(String, String)>, StoreError> {
+        let mut rooms: Vec<(&[u8], usize)> = rooms
+            .iter()
+            .map(|(tenant, room)| (tenant.as_bytes(), *room))
+            .collect();
         let mut found = Vec::new();
         for entry in backend!(self.parked.iter())? {
             if found.len() >= n {
                 break;
             }
             let (id, tenant) = backend!(entry)?;
-            if !skip.iter().any(|t| t.as_bytes() == tenant.value()) {
-                let tenant = String::from_utf8_lossy(tenant.value()).into_owned();
-                found.push((id.value().to_owned(), tenant));
+            if let Some((_, room)) = rooms.iter_mut().find(|(t, _)| *t == tenant.value()) {
+                if *room == 0 {
+                    continue;
+                }
+                *room -= 1;
             }
+            let tenant = String::from_utf8_lossy(tenant.value()).into_owned();
+            found.push((id.value().to_owned(), tenant));
         }
         Ok(found)
     }

@@ -50,13 +50,42 @@ fn parked_runs_are_claimed_once_oldest_first_passing_over_tenants_asked() {
     assert_eq!(s.lease("r2").unwrap(), lease("h1", 1));
     assert_eq!(s.parked(10).unwrap(), pairs(&[("r3", "a")]));
 
-    // Tenant `a` is passed over; then taken.
-    assert_eq!(s.claim_parked("h2", 5, &["a".to_owned()]).unwrap(), []);
+    // Tenant `a` has no room: passed over; then taken.
+    assert_eq!(s.claim_parked("h2", 5, &[("a".to_owned(), 0)]).unwrap(), []);
     assert_eq!(s.lease("r3").unwrap(), None);
     assert_eq!(s.claim_parked("h2", 5, &[]).unwrap(), pairs(&[("r3", "a")]));
     assert_eq!(s.lease("r3").unwrap(), lease("h2", 1));
     assert_eq!(s.parked(10).unwrap(), []);
     assert_eq!(s.claim_parked("h3", 5, &[]).unwrap(), []);
+}
+
+#[test]
+fn a_claim_takes_no_more_of_a_tenant_than_its_room() {
+    let (_dir, s) = open();
+    for (id, tenant) in [
+        ("r1", "a"),
+        ("r2", "a"),
+        ("r3", "a"),
+        ("r4", "b"),
+        ("r5", "c"),
+    ] {
+        put(&*s, parked(id, tenant));
+    }
+    let rooms = [("a".to_owned(), 1), ("c".to_owned(), 0)];
+    assert_eq!(
+        s.claim_parked("h1", 5, &rooms).unwrap(),
+        pairs(&[("r1", "a"), ("r4", "b")])
+    );
+    assert_eq!(
+        s.parked(10).unwrap(),
+        pairs(&[("r2", "a"), ("r3", "a"), ("r5", "c")])
+    );
+    // The oldest `n` of what the rooms allow.
+    let rooms = [("a".to_owned(), 5)];
+    assert_eq!(
+        s.claim_parked("h2", 2, &rooms).unwrap(),
+        pairs(&[("r2", "a"), ("r3", "a")])
+    );
 }
 
 #[test]
