@@ -8,6 +8,7 @@
 mod common;
 
 mod admission;
+mod backup;
 mod behaviour;
 mod cli;
 mod cluster;
@@ -20,6 +21,7 @@ mod egress;
 mod hosts;
 mod languages;
 mod messages;
+mod retention;
 mod sandbox;
 mod subflow;
 mod tenants;

@@ -252,6 +252,13 @@ impl Store for NoChildren {
             })
             .collect())
     }
+    fn runs_from(
+        &self,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<weft::store::RunsFrom, StoreError> {
+        self.0.runs_from(after, limit)
+    }
     fn parked(&self, limit: usize) -> Result<Vec<(String, String)>, StoreError> {
         self.0.parked(limit)
     }

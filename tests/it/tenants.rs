@@ -537,6 +537,14 @@ fn a_tenant_sees_none_of_another_tenants_objects_on_any_route() {
             expect: Expect::Missing,
         },
         Probe {
+            method: "DELETE",
+            route: "/v1/runs/{id}",
+            path: format!("/v1/runs/{a_run}"),
+            twin: Some(format!("/v1/runs/{made_up}")),
+            body: None,
+            expect: Expect::Missing,
+        },
+        Probe {
             method: "POST",
             route: "/v1/schedules",
             path: "/v1/schedules".into(),

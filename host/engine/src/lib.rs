@@ -44,6 +44,7 @@ mod runner;
 mod scheduler;
 pub mod secrets;
 mod stored;
+pub mod sweep;
 
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, sync_channel};

@@ -65,6 +65,9 @@ pub struct Workflow {
     /// with `run_timeout` (which its `catch` may handle) or ends
     /// `timed_out`.
     pub timeout: Option<Duration>,
+    /// How long an ended run of this workflow is kept (`retain:`), before
+    /// the sweeper deletes it; the tenant's or the host's when `None`.
+    pub retain: Option<Retain>,
     /// Cron triggers (`on: schedule:`), each with its id.
     pub schedules: Vec<(String, Schedule)>,
     /// Where the definition came from, for messages.
@@ -73,6 +76,30 @@ pub struct Workflow {
     pub source: String,
     /// The definition's syntax.
     pub format: Format,
+}
+
+/// How long ended runs are kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Retain {
+    /// Never deleted by the sweeper (`forever`).
+    Forever,
+    /// Deleted once ended for this long.
+    For(Duration),
+}
+
+impl Retain {
+    /// `forever`, or a duration longer than zero such as `30d`.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        if text.trim() == "forever" {
+            return Ok(Self::Forever);
+        }
+        let duration = weft_core::clock::parse_duration(text.trim())
+            .map_err(|e| format!("{e}; or `forever`"))?;
+        if duration.is_zero() {
+            return Err("must be longer than zero, or `forever`".to_owned());
+        }
+        Ok(Self::For(duration))
+    }
 }
 
 /// One step of a workflow.

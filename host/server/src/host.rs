@@ -9,7 +9,7 @@ use std::sync::Arc;
 use weft_core::Clock;
 use weft_engine::plugins::{self, DirWatcher, ResolveError};
 use weft_engine::{Engine, EngineConfig, Quiet, ResumeError};
-use weft_model::WorkflowDir;
+use weft_model::{Retain, WorkflowDir};
 use weft_runtime::Plugin;
 use weft_store::{Store, StoreError};
 
@@ -40,6 +40,10 @@ pub struct HostConfig {
     pub recover: bool,
     /// Who hears what happens to plugin files. Default: tracing.
     pub events: Arc<dyn HostEvents>,
+    /// How long an ended run is kept when its workflow does not say
+    /// (`retain:`); a host that takes the store over sweeps the others
+    /// away. Default: 30 days.
+    pub retain: Retain,
 }
 
 /// Hears what a host does with the files of its plugins directory. Each
@@ -98,6 +102,7 @@ impl HostConfig {
             workflows: None,
             recover: false,
             events: Arc::new(Traced),
+            retain: Retain::For(std::time::Duration::from_secs(30 * 86_400)),
         }
     }
 
@@ -119,6 +124,11 @@ impl HostConfig {
     /// Who hears what happens to plugin files.
     pub fn with_events(self, events: Arc<dyn HostEvents>) -> Self {
         Self { events, ..self }
+    }
+
+    /// How long an ended run is kept when its workflow does not say.
+    pub fn retaining(self, retain: Retain) -> Self {
+        Self { retain, ..self }
     }
 }
 
@@ -234,6 +244,7 @@ impl Host {
         };
         if config.recover {
             look_at_the_store(&engine, &deployments)?;
+            sweep_the_store(&engine, config.retain)?;
         }
         let hub = Hub::new(engine.committer(), Arc::clone(engine.egress()));
         if config.recover {
@@ -404,6 +415,65 @@ fn scan_plugins(engine: &Arc<Engine>, events: &Arc<dyn HostEvents>) -> Result<()
 /// How often a serving host looks in the store for what other hosts on
 /// it deployed or added.
 const LOOK: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// How long the sweeper rests after a pass over every run, and between
+/// two pages of one.
+const SWEEP_REST: std::time::Duration = std::time::Duration::from_secs(10);
+const PAGE_REST: std::time::Duration = std::time::Duration::from_millis(10);
+
+/// The sweeper: a pass over every run, a page at a time, deleting the
+/// ended runs whose retention has passed (see `weft_engine::sweep`), then
+/// a rest. The thread ends with the engine.
+fn sweep_the_store(engine: &Arc<Engine>, retain: Retain) -> Result<(), HostError> {
+    let engine = Arc::downgrade(engine);
+    std::thread::Builder::new()
+        .name("weft-sweeper".to_owned())
+        .spawn(move || {
+            loop {
+                let mut after: Option<String> = None;
+                let mut pass = weft_engine::sweep::Swept::default();
+                loop {
+                    std::thread::sleep(PAGE_REST);
+                    let Some(engine) = engine.upgrade() else {
+                        return;
+                    };
+                    match engine.sweep_page(after.as_deref(), retain, false) {
+                        Ok((swept, next)) => {
+                            pass += swept;
+                            match next {
+                                Some(next) => after = Some(next),
+                                None => break,
+                            }
+                        }
+                        Err(e) => {
+                            tracing::warn!("the sweeper stops this pass: {e}");
+                            break;
+                        }
+                    }
+                }
+                if pass.runs > 0 || pass.kept > 0 {
+                    tracing::info!(
+                        runs = pass.runs,
+                        steps = pass.steps,
+                        kept = pass.kept,
+                        "swept ended runs past their retention"
+                    );
+                }
+                let rest = std::time::Instant::now() + SWEEP_REST;
+                while std::time::Instant::now() < rest {
+                    std::thread::sleep(LOOK.min(SWEEP_REST));
+                    if engine.strong_count() == 0 {
+                        return;
+                    }
+                }
+            }
+        })
+        .map(drop)
+        .map_err(|error| HostError::Thread {
+            what: "sweeping the store",
+            error,
+        })
+}
 
 /// Other hosts on the store: every [`LOOK`], the workflow revisions and
 /// plugins they deployed are taken in here, so that any host serves them.

@@ -156,6 +156,28 @@ impl Deployments {
         Ok((deployments, warnings))
     }
 
+    /// Every workflow's newest revision, whatever it came from (a
+    /// revision that does not parse is left out): what `weft gc` judges
+    /// retention by. Blocking.
+    pub fn newest(&self) -> Result<WorkflowDir, StoreError> {
+        let mut heads: BTreeMap<String, DeploymentRecord> = BTreeMap::new();
+        for record in self.store.deployments(None)? {
+            let newer = heads
+                .get(&record.workflow)
+                .is_none_or(|head| head.revision < record.revision);
+            if newer {
+                heads.insert(record.workflow.clone(), record);
+            }
+        }
+        let mut dir = WorkflowDir::default();
+        for head in heads.values() {
+            if let Ok(workflow) = self.parse(head) {
+                dir.insert(Arc::new(workflow));
+            }
+        }
+        Ok(dir)
+    }
+
     /// The workflows served now.
     pub fn current(&self) -> Arc<WorkflowDir> {
         Arc::clone(&weft_core::read(&self.current))

@@ -105,6 +105,15 @@ impl Store for SimStore {
         self.inner.apply(writes)
     }
 
+    fn runs_from(
+        &self,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<weft_store::RunsFrom, StoreError> {
+        self.read()?;
+        self.inner.runs_from(after, limit)
+    }
+
     fn parked(&self, limit: usize) -> Result<Vec<(String, String)>, StoreError> {
         self.read()?;
         self.inner.parked(limit)

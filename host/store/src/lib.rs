@@ -141,6 +141,16 @@ pub enum StoreError {
     /// nothing of the write was stored.
     #[error("store: run `{0}` has ended")]
     RunEnded(String),
+    /// A run that has not ended, or that a run which has not ended needs
+    /// (a child whose parent waits), cannot be deleted; nothing was.
+    #[error("store: run `{run}` cannot be deleted: {why}")]
+    Needed {
+        /// The run.
+        run: String,
+        /// Why, in a few words: "it has not ended", "its parent `p` has
+        /// not ended".
+        why: String,
+    },
     /// A run was started before with this idempotency key; nothing of the
     /// write was stored.
     #[error("store: idempotency key `{key}` started run `{run}` already")]
@@ -305,6 +315,9 @@ impl RunFilter {
     }
 }
 
+/// A page of [`Store::runs_from`]: the runs, and the id to go on after.
+pub type RunsFrom = (Vec<RunRecord>, Option<String>);
+
 /// Durable storage of runs and their steps.
 ///
 /// Every method is blocking and, for writes, durable when it returns `Ok`:
@@ -317,6 +330,13 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// without affecting the others. `Err` means the transaction failed and
     /// none of the writes was stored.
     fn apply(&self, writes: &[&Write]) -> Result<Vec<Result<(), StoreError>>, StoreError>;
+
+    /// The runs among the next `limit` run rows after id `after` (from the
+    /// first if `None`), in id order: oldest first, as ids are
+    /// time-ordered. A row that does not decode is passed over (`weft
+    /// doctor` lists it). With them, the id to go on after, if `limit`
+    /// rows were read (`None`: the table ended).
+    fn runs_from(&self, after: Option<&str>, limit: usize) -> Result<RunsFrom, StoreError>;
 
     /// The parked runs, oldest first, up to `limit`: each run's id and
     /// tenant (see [`Write::parked`]).

@@ -407,6 +407,10 @@ impl Store for PostgresStore {
         self.plain(|store| store.apply_batch(writes))
     }
 
+    fn runs_from(&self, after: Option<&str>, limit: usize) -> Result<crate::RunsFrom, StoreError> {
+        self.plain(|store| store.read_runs_from(after, limit))
+    }
+
     fn parked(&self, limit: usize) -> Result<Vec<(String, String)>, StoreError> {
         self.plain(|store| store.read_parked(limit))
     }

@@ -120,6 +120,7 @@ macro_rules! backend {
 }
 
 mod access;
+mod backup;
 mod queue;
 mod registry;
 mod tables;
@@ -441,6 +442,23 @@ impl Store for RedbStore {
         let results = crate::apply::batch(&mut Tables::open(&txn)?, writes)?;
         backend!(txn.commit())?;
         Ok(results)
+    }
+
+    fn runs_from(&self, after: Option<&str>, limit: usize) -> Result<crate::RunsFrom, StoreError> {
+        use std::ops::Bound;
+        let txn = self.begin_read()?;
+        let runs = backend!(txn.open_table(RUNS))?;
+        let from = after.map_or(Bound::Unbounded, Bound::Excluded);
+        let (mut found, mut read, mut last) = (Vec::new(), 0, None);
+        for entry in backend!(runs.range::<&str>((from, Bound::Unbounded)))?.take(limit) {
+            let (key, value) = backend!(entry)?;
+            read += 1;
+            if let Ok(run) = decode(key.value(), value.value()) {
+                found.push(run);
+            }
+            last = Some(key.value().to_owned());
+        }
+        Ok((found, last.filter(|_| read == limit)))
     }
 
     fn parked(&self, limit: usize) -> Result<Vec<(String, String)>, StoreError> {

@@ -240,6 +240,16 @@ pub enum Write {
         /// The lease taken.
         lease: Lease,
     },
+    /// Deletes run `0`, which has ended, with its step records and its
+    /// index of messages (the messages stay, with their own retention; a
+    /// cancelled run's mark stays, for a host that may still hold it),
+    /// and gives the bytes its start and records were counted back to
+    /// its tenant: its idempotency key is free again. Refused with
+    /// [`StoreError::Needed`](super::StoreError::Needed) if it has not
+    /// ended or its parent has not, and with
+    /// [`StoreError::NotFound`](super::StoreError::NotFound) if there is
+    /// no such run.
+    DeleteRun(String),
     /// Takes subscription `subscription`'s delivery queue under `lease`,
     /// so that one host at a time delivers it: no change if `lease` holds
     /// it; else refused with

@@ -112,6 +112,21 @@ enum Command {
     /// Check the store: list the rows that do not decode (runs, outbox,
     /// triggers, timers), which the host sets aside.
     Doctor,
+    /// Delete the ended runs whose retention has passed (each workflow's
+    /// `retain:`, else --retain), as `weft serve`'s sweeper does.
+    Gc(GcArgs),
+    /// Write a consistent copy of the embedded store to FILE, beside a
+    /// running `weft serve` or not.
+    Backup {
+        /// The new file (never written over).
+        file: PathBuf,
+    },
+    /// Make the data directory's store (which must not exist) from a
+    /// backup; `weft serve` there resumes every run that was running.
+    Restore {
+        /// A file written by `weft backup`.
+        file: PathBuf,
+    },
     /// Run the deterministic simulator: the real engine through seeded
     /// interleavings, checking every invariant after every event.
     Sim(sim::SimArgs),
@@ -287,6 +302,9 @@ pub fn main(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Deploy { workflow, server } => plugin::deploy(&data_dir, &workflow, server),
         Command::Sim(args) => sim::main(&args, Location::of(&data_dir).postgres()),
         Command::Doctor => doctor(&data_dir),
+        Command::Gc(args) => gc(&data_dir, &args),
+        Command::Backup { file } => backup(&data_dir, &file),
+        Command::Restore { file } => restore(&data_dir, &file),
         Command::Bench(args) => {
             let plugins = plugins_dir(&data_dir, &args.plugins.plugins);
             bench::main(&plugins, &args, Location::of(&data_dir).postgres())
@@ -607,6 +625,118 @@ fn store_path(data_dir: &std::path::Path) -> Option<PathBuf> {
     match Location::of(data_dir) {
         Location::Redb(path) => Some(path),
         Location::Postgres(_) => None,
+    }
+}
+
+/// `weft gc`'s arguments.
+#[derive(Debug, clap::Args)]
+struct GcArgs {
+    /// Report what would be deleted, and delete nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// How long an ended run is kept when its workflow does not say
+    /// (`retain:`): a duration such as `30d`, or `forever`.
+    #[arg(long, value_name = "DURATION", default_value = "30d", value_parser = parse_retain)]
+    retain: weft::model::Retain,
+    #[command(flatten)]
+    plugins: PluginArgs,
+}
+
+/// `forever`, or a duration such as `30d`.
+pub(crate) fn parse_retain(text: &str) -> Result<weft::model::Retain, String> {
+    weft::model::Retain::parse(text)
+}
+
+/// `weft gc`: one pass of the sweeper over the store, judged by every
+/// workflow's newest revision.
+fn gc(data_dir: &std::path::Path, args: &GcArgs) -> anyhow::Result<ExitCode> {
+    let host = local_host(data_dir, &args.plugins)?;
+    let engine = host.engine();
+    let deployments = weft::Deployments::none(Arc::clone(engine.store()), Arc::new(SystemClock));
+    let newest = deployments
+        .newest()
+        .context("cannot read the deployed workflows")?;
+    engine.set_workflows(Arc::new(newest));
+    let swept = engine
+        .sweep(args.retain, args.dry_run)
+        .context("cannot sweep the store")?;
+    let verb = if args.dry_run {
+        "would delete"
+    } else {
+        "deleted"
+    };
+    out!(
+        "{verb} {} ended run(s) past their retention, with {} step record(s); looked at {} run(s)",
+        swept.runs,
+        swept.steps,
+        swept.examined
+    );
+    if swept.kept > 0 {
+        out!(
+            "kept {} ended run(s) past their retention: their parent has not ended",
+            swept.kept
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `weft backup FILE`.
+fn backup(data_dir: &std::path::Path, file: &std::path::Path) -> anyhow::Result<ExitCode> {
+    let Some(path) = store_path(data_dir) else {
+        eprintln!(
+            "error: weft backup copies the embedded store; back a PostgreSQL store up with its own tools (pg_dump, pg_basebackup)"
+        );
+        return Ok(ExitCode::from(EXIT_INVALID));
+    };
+    if !path.exists() {
+        eprintln!("error: no store at {}: nothing to back up", path.display());
+        return Ok(ExitCode::from(EXIT_INVALID));
+    }
+    let store = RedbStore::open(&path)
+        .with_context(|| format!("cannot open the store {}", path.display()))?;
+    match store.backup(file) {
+        Ok(rows) => {
+            out!(
+                "{}: {rows} rows, copied from {}",
+                file.display(),
+                path.display()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e @ weft::store::StoreError::Config { .. }) => {
+            eprintln!("error: {e}");
+            Ok(ExitCode::from(EXIT_INVALID))
+        }
+        Err(e) => Err(e).context("cannot write the backup"),
+    }
+}
+
+/// `weft restore FILE`: into the data directory's store.
+fn restore(data_dir: &std::path::Path, file: &std::path::Path) -> anyhow::Result<ExitCode> {
+    let Some(path) = store_path(data_dir) else {
+        eprintln!(
+            "error: weft restore makes an embedded store; restore a PostgreSQL store with its own tools"
+        );
+        return Ok(ExitCode::from(EXIT_INVALID));
+    };
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)
+            .with_context(|| format!("cannot make {}", parent.display()))?;
+    }
+    match RedbStore::restore(file, &path) {
+        Ok(rows) => {
+            out!(
+                "{}: {rows} rows, restored from {}; weft serve there resumes every run that was running",
+                path.display(),
+                file.display()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e @ weft::store::StoreError::Config { .. }) => {
+            eprintln!("error: {e}");
+            Ok(ExitCode::from(EXIT_INVALID))
+        }
+        Err(e) => Err(e).with_context(|| format!("cannot restore {}", file.display())),
     }
 }
 

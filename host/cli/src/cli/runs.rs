@@ -57,6 +57,16 @@ pub enum RunsCommand {
         #[arg(long, value_name = "URL")]
         server: Option<String>,
     },
+    /// Delete an ended run, with its step records and logs. Refused for a
+    /// run that has not ended, or a child whose parent has not.
+    Delete {
+        /// The run's id.
+        run_id: String,
+        /// Ask a running `weft serve` at this URL instead of writing the
+        /// store.
+        #[arg(long, value_name = "URL")]
+        server: Option<String>,
+    },
     /// Show one run: its state, each step's result and logs, its outputs.
     Show {
         /// The run's id, as printed by `weft run` and `weft runs list`.
@@ -113,6 +123,48 @@ pub fn main(data_dir: &Path, command: RunsCommand) -> anyhow::Result<ExitCode> {
             run_id,
             server: Some(url),
         } => cancel_remote(data_dir, url, &run_id),
+        RunsCommand::Delete {
+            run_id,
+            server: None,
+        } => delete(data_dir, &run_id),
+        RunsCommand::Delete {
+            run_id,
+            server: Some(url),
+        } => {
+            let server = super::remote::Server::new(data_dir, Some(url));
+            match server.call("DELETE", &format!("/v1/runs/{run_id}"), None)? {
+                Ok(_) => {
+                    out!("run {run_id} deleted");
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(message) => {
+                    eprintln!("error: {message}");
+                    Ok(ExitCode::from(EXIT_INVALID))
+                }
+            }
+        }
+    }
+}
+
+/// `weft runs delete RUN`: in the store, beside a running `weft serve` or
+/// not.
+fn delete(data_dir: &Path, run_id: &str) -> anyhow::Result<ExitCode> {
+    let store = super::open_store(data_dir)?;
+    let write = weft::store::Write::DeleteRun(run_id.to_owned());
+    match store.apply(&[&write])?.pop().unwrap_or(Ok(())) {
+        Ok(()) => {
+            out!("run {run_id} deleted");
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e @ StoreError::Needed { .. }) => {
+            eprintln!("error: {}", e.to_string().trim_start_matches("store: "));
+            Ok(ExitCode::from(EXIT_INVALID))
+        }
+        Err(StoreError::NotFound(_)) => {
+            eprintln!("error: no run `{run_id}` in {}", data_dir.display());
+            Ok(ExitCode::from(EXIT_INVALID))
+        }
+        Err(e) => Err(e.into()),
     }
 }
 

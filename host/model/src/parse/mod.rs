@@ -41,6 +41,8 @@ struct RawWorkflow {
     #[serde(default)]
     timeout: Option<String>,
     #[serde(default)]
+    retain: Option<String>,
+    #[serde(default)]
     on: Option<RawOn>,
 }
 
@@ -150,6 +152,12 @@ pub(super) fn parse(
         .map(parse_timeout)
         .transpose()
         .map_err(|m| text.invalid("timeout", "", format!("timeout: {m}")))?;
+    let retain = raw
+        .retain
+        .as_deref()
+        .map(crate::Retain::parse)
+        .transpose()
+        .map_err(|m| text.invalid("retain", "", format!("retain: {m}")))?;
     let schedules = schedules(&text, raw.on)?;
     let inputs = raw
         .inputs
@@ -197,6 +205,7 @@ pub(super) fn parse(
         outputs_schema,
         catch,
         timeout,
+        retain,
         schedules,
         origin: origin.to_owned(),
         source: source.to_owned(),

@@ -223,3 +223,26 @@ fn brackets_nested_too_deep_are_refused_at_once_with_where() {
         .to_string();
     assert!(refused.contains("wf.json:1:"), "{refused}");
 }
+
+#[test]
+fn retain_is_a_duration_or_forever_and_a_bad_one_is_named_with_its_line() {
+    let with =
+        |retain: &str| format!("id: wf\nretain: {retain}\nsteps:\n  - {{ id: a, uses: echo }}\n");
+    let workflow = parse_yaml(&with("30d")).unwrap();
+    assert_eq!(
+        workflow.retain,
+        Some(crate::Retain::For(Duration::from_secs(30 * 86_400)))
+    );
+    assert_eq!(
+        parse_yaml(&with("forever")).unwrap().retain,
+        Some(crate::Retain::Forever)
+    );
+    assert_eq!(parse_yaml(GOOD).unwrap().retain, None);
+    for bad in ["-5s", "soon", "0s"] {
+        let error = error_of(&with(bad));
+        assert!(
+            error.contains("wf.yaml:2") && error.contains("retain:"),
+            "{bad}: {error}"
+        );
+    }
+}

@@ -148,6 +148,10 @@ impl From<StoreError> for ApiError {
                 conflict("conflict", format!("delivery `{id}` is {state}"))
             }
             StoreError::RunEnded(run) => conflict("run_ended", format!("run `{run}` has ended")),
+            StoreError::Needed { run, why } => conflict(
+                "run_not_ended",
+                format!("run `{run}` cannot be deleted: {why}"),
+            ),
             StoreError::Busy { run } => conflict(
                 "run_busy",
                 format!("run `{run}` is in progress in another process"),

@@ -118,7 +118,7 @@ fn routes() -> Vec<(&'static str, MethodRouter<Api>)> {
                 .layer(DefaultBodyLimit::max(deploy::MAX_COMPONENT)),
         ),
         ("/v1/runs", get(list_runs).post(start_run)),
-        ("/v1/runs/{id}", get(get_run)),
+        ("/v1/runs/{id}", get(get_run).delete(delete_run)),
         ("/v1/runs/{id}/steps", get(get_steps)),
         ("/v1/runs/{id}/steps/{*rest}", post(deliver::act)),
         ("/v1/runs/{id}/messages", get(deliver::run_messages)),
@@ -474,6 +474,31 @@ async fn cancel_run(
                 format!("run `{id}` has already ended: {state}"),
             ))
         }
+        // `NotFound` is `404 unknown_run`.
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// `DELETE /v1/runs/{id}`: an ended run goes, with its step records.
+async fn delete_run(
+    State(api): State<Api>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    own_run(&api, &caller, &id).await?;
+    caller.need(Right::Operate)?;
+    let engine = Arc::clone(&api.engine);
+    let asked = id.clone();
+    match blocking(move || engine.delete_run(&asked)).await? {
+        Ok(()) => {
+            api.audit(&caller, "run.delete", &id, Value::Null).await;
+            Ok(Json(json!({ "id": id, "deleted": true })))
+        }
+        Err(weft_store::StoreError::Needed { why, .. }) => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "run_not_ended",
+            format!("run `{id}` cannot be deleted: {why}"),
+        )),
         // `NotFound` is `404 unknown_run`.
         Err(e) => Err(e.into()),
     }

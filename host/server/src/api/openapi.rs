@@ -123,7 +123,10 @@ pub fn spec() -> Value {
                     }
                 }
             },
-            "/v1/runs/{id}": { "get": { "summary": "One run and its step records", "parameters": [run_id], "responses": responses(("200", "`{\"run\", \"steps\"}`"), &[("404", "unknown_run")]) } },
+            "/v1/runs/{id}": {
+                "get": { "summary": "One run and its step records", "parameters": [run_id], "responses": responses(("200", "`{\"run\", \"steps\"}`"), &[("404", "unknown_run")]) },
+                "delete": { "summary": "Delete an ended run, with its step records and logs (its messages stay, with their own retention)", "parameters": [run_id], "responses": responses(("200", "`{\"id\", \"deleted\": true}`"), &[("404", "unknown_run"), ("409", "run_not_ended: the run, or its parent, has not ended")]) }
+            },
             "/v1/runs/{id}/steps": { "get": { "summary": "A run's step history: each attempt's input, output or error, timing and logs, in commit order", "parameters": [run_id], "responses": responses(("200", "`{\"steps\": [...]}`"), &[("404", "unknown_run")]) } },
             "/v1/runs/{id}/steps/{step}/actions": {
                 "post": {

@@ -306,6 +306,7 @@ impl Apply<'_> {
     /// after the write's own refusals and before its first write.
     fn dispatch(&mut self, write: &Write) -> Result<Result<(), StoreError>, StoreError> {
         match write {
+            Write::DeleteRun(id) => self.delete_run(id),
             Write::CreateRun {
                 id,
                 run,
@@ -459,8 +460,12 @@ impl Apply<'_> {
         if self.rows.has(Table::Runs, Key::Str(id))? {
             return Ok(Err(StoreError::Exists(What::Run(id.to_owned()))));
         }
+        // A key whose run was deleted is free again.
         if let Some(key) = idempotency
             && let Some(run) = self.rows.get(Table::Idempotency, Key::Str(key))?
+            && self
+                .rows
+                .has(Table::Runs, Key::Str(&String::from_utf8_lossy(&run)))?
         {
             return Ok(Err(StoreError::Duplicate {
                 key: key.to_owned(),
@@ -830,6 +835,58 @@ impl Apply<'_> {
         if current.is_none() {
             self.rows.delete(Table::Parked, Key::Str(id))?;
         }
+        Ok(Ok(()))
+    }
+
+    /// Deletes ended run `id` and what is only its (see
+    /// [`Write::DeleteRun`]).
+    fn delete_run(&mut self, id: &str) -> Result<Result<(), StoreError>, StoreError> {
+        let Some(bytes) = self.rows.get(Table::Runs, Key::Str(id))? else {
+            return Ok(Err(StoreError::NotFound(What::Run(id.to_owned()))));
+        };
+        let run: RunRecord = decode(id, &bytes)?;
+        let needed = |why: String| {
+            Ok(Err(StoreError::Needed {
+                run: id.to_owned(),
+                why,
+            }))
+        };
+        if !run.state.is_terminal() {
+            return needed("it has not ended".to_owned());
+        }
+        // A parent that has not ended may still read how its child ended.
+        if let Some(parent) = &run.parent
+            && let Some(parent) = self.stored_run(&parent.run)?
+            && !parent.state.is_terminal()
+        {
+            return needed(format!("its parent `{}` has not ended", parent.id));
+        }
+        // What was counted for it: its record as it started (its start
+        // was charged, not its later updates) and its step records (a
+        // timer's fire is not charged, and is given back with them: a
+        // few hundred bytes over).
+        let mut started = run.clone();
+        (started.outputs, started.error, started.state) = (None, None, crate::RunState::Running);
+        let mut freed = encode(&started).len() + id.len();
+        for (seq, record) in self.rows.under(Table::Steps, id)? {
+            let seq = u32::try_from(seq.number()).unwrap_or(u32::MAX);
+            self.rows.delete(Table::Steps, Key::StrU32(id, seq))?;
+            freed += record.len();
+        }
+        for (seq, _) in self.rows.under(Table::RunMessages, id)? {
+            self.rows
+                .delete(Table::RunMessages, Key::StrU64(id, seq.number()))?;
+        }
+        // A cancelled run's mark stays: a host that still holds the run
+        // in memory learns from it that the run ended, and a child's
+        // start tried again does not record the child anew.
+        for table in [Table::Runs, Table::Running, Table::Leases] {
+            self.rows.delete(table, Key::Str(id))?;
+        }
+        self.give_back(
+            weft_core::tenant::of(&run.workflow),
+            u64::try_from(freed).unwrap_or(u64::MAX),
+        )?;
         Ok(Ok(()))
     }
 

@@ -93,6 +93,14 @@ impl Apply<'_> {
         Ok(())
     }
 
+    /// Takes `bytes` a deletion gave back off `tenant`'s count.
+    pub(super) fn give_back(&mut self, tenant: &str, bytes: u64) -> Result<(), StoreError> {
+        let account = self.account(tenant)?;
+        account.used = account.used.saturating_sub(bytes);
+        account.changed = true;
+        Ok(())
+    }
+
     /// A tenant's record written in this transaction: its quota holds for
     /// the writes after it.
     pub(super) fn requota(&mut self, tenant: &str, record: &[u8]) -> Result<(), StoreError> {

@@ -415,6 +415,32 @@ impl PostgresStore {
         Ok(found)
     }
 
+    pub(super) fn read_runs_from(
+        &self,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<crate::RunsFrom, StoreError> {
+        let wanted = limit;
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = match after {
+            None => self.query("SELECT k1, v FROM runs ORDER BY k1 LIMIT $1", &[&limit])?,
+            Some(after) => self.query(
+                "SELECT k1, v FROM runs WHERE k1 > $1 ORDER BY k1 LIMIT $2",
+                &[&as_key(after), &limit],
+            )?,
+        };
+        let mut found = Vec::with_capacity(rows.len());
+        let mut last = None;
+        for row in &rows {
+            let key = text(row, 0)?;
+            if let Ok(run) = decode(&key, &bytes(row, 1)?) {
+                found.push(run);
+            }
+            last = Some(key);
+        }
+        Ok((found, last.filter(|_| rows.len() == wanted)))
+    }
+
     pub(super) fn read_parked(&self, limit: usize) -> Result<Vec<(String, String)>, StoreError> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let rows = self.query("SELECT k1, v FROM parked ORDER BY k1 LIMIT $1", &[&limit])?;

@@ -356,6 +356,18 @@ impl Rows for Tables<'_> {
                     found.push((Part::U64(key.value().1), id.value().as_bytes().to_vec()));
                 }
             }
+            Table::Steps => {
+                for entry in backend!(self.steps.range((first, 0)..=(first, u32::MAX)))? {
+                    let (key, record) = backend!(entry)?;
+                    found.push((Part::U64(u64::from(key.value().1)), record.value().to_vec()));
+                }
+            }
+            Table::RunMessages => {
+                for entry in backend!(self.run_messages.range((first, 0)..=(first, u64::MAX)))? {
+                    let (key, _) = backend!(entry)?;
+                    found.push((Part::U64(key.value().1), Vec::new()));
+                }
+            }
             Table::Secrets => {
                 for entry in backend!(self.secrets.range((first, "")..))? {
                     let (key, value) = backend!(entry)?;

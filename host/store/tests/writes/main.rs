@@ -36,12 +36,14 @@
 //! - `registry`: `Schedule`, `Deploy` and `AddPlugin`;
 //! - `group`: the group commit never waits for its own thread;
 //! - `quota`: stored bytes charged to tenants, and refused over a quota;
-//! - `parked`: free work, and claims of it.
+//! - `parked`: free work, and claims of it;
+//! - `delete`: `DeleteRun`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 mod damaged;
+mod delete;
 mod group;
 mod messages;
 mod parked;

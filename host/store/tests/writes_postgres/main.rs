@@ -10,6 +10,8 @@
 
 #[path = "../writes/common.rs"]
 mod common;
+#[path = "../writes/delete.rs"]
+mod delete;
 #[path = "../writes/group.rs"]
 mod group;
 #[path = "../writes/messages.rs"]

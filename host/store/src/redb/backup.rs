@@ -1,0 +1,132 @@
+//! Backup and restore of the embedded store: every table copied, row by
+//! row, from one read transaction (a consistent snapshot, taken beside
+//! the writers of a running host) into a new file, under a temporary name
+//! renamed into place once committed, so that a file named by a backup is
+//! whole.
+
+use std::path::Path;
+
+use redb::{ReadTransaction, ReadableTable, TableDefinition, TableError, WriteTransaction};
+
+use super::{
+    AUDIT, CANCELLED, COMPONENTS, DEAD, DEFINITIONS, DELIVERIES, DEPLOYMENTS, HOSTS, IDEMPOTENCY,
+    KV, LEASES, MESSAGES, META, OUTBOX, PARKED, PLUGINS, QUEUE, RUN_MESSAGES, RUN_TIMERS, RUNNING,
+    RUNS, RedbStore, SCHEDULES, SECRETS, STEPS, SUBSCRIPTIONS, TENANTS, TIMER_KEYS, TIMERS, TOKENS,
+    USAGE,
+};
+use crate::StoreError;
+
+/// Copies table `def` from `from` into `to`; the rows copied.
+fn copy<K: redb::Key + 'static, V: redb::Value + 'static>(
+    from: &ReadTransaction,
+    to: &WriteTransaction,
+    def: TableDefinition<K, V>,
+) -> Result<u64, StoreError> {
+    let source = match from.open_table(def) {
+        Err(TableError::TableDoesNotExist(_)) => return Ok(0),
+        other => backend!(other)?,
+    };
+    let mut target = backend!(to.open_table(def))?;
+    let mut rows = 0;
+    for entry in backend!(source.iter())? {
+        let (key, value) = backend!(entry)?;
+        backend!(target.insert(key.value(), value.value()))?;
+        rows += 1;
+    }
+    Ok(rows)
+}
+
+/// Copies every table of `from` into `to`, but the hosts' rows when
+/// `hosts` is false; the rows copied.
+fn copy_all(from: &ReadTransaction, to: &WriteTransaction, hosts: bool) -> Result<u64, StoreError> {
+    let mut rows = 0;
+    rows += copy(from, to, META)?;
+    rows += copy(from, to, RUNS)?;
+    rows += copy(from, to, RUNNING)?;
+    rows += copy(from, to, STEPS)?;
+    rows += copy(from, to, DEFINITIONS)?;
+    rows += copy(from, to, COMPONENTS)?;
+    rows += copy(from, to, KV)?;
+    rows += copy(from, to, OUTBOX)?;
+    rows += copy(from, to, TIMERS)?;
+    rows += copy(from, to, RUN_TIMERS)?;
+    rows += copy(from, to, TIMER_KEYS)?;
+    rows += copy(from, to, SCHEDULES)?;
+    rows += copy(from, to, CANCELLED)?;
+    rows += copy(from, to, MESSAGES)?;
+    rows += copy(from, to, RUN_MESSAGES)?;
+    rows += copy(from, to, SUBSCRIPTIONS)?;
+    rows += copy(from, to, DELIVERIES)?;
+    rows += copy(from, to, QUEUE)?;
+    rows += copy(from, to, DEAD)?;
+    rows += copy(from, to, IDEMPOTENCY)?;
+    rows += copy(from, to, DEPLOYMENTS)?;
+    rows += copy(from, to, PLUGINS)?;
+    rows += copy(from, to, LEASES)?;
+    rows += copy(from, to, PARKED)?;
+    if hosts {
+        rows += copy(from, to, HOSTS)?;
+    }
+    rows += copy(from, to, TENANTS)?;
+    rows += copy(from, to, TOKENS)?;
+    rows += copy(from, to, SECRETS)?;
+    rows += copy(from, to, AUDIT)?;
+    rows += copy(from, to, USAGE)?;
+    Ok(rows)
+}
+
+/// Refuses to write over `to`.
+fn fresh(to: &Path) -> Result<(), StoreError> {
+    if to.exists() {
+        return Err(StoreError::Config {
+            what: to.display().to_string(),
+            message: "exists already; a backup or a restore never writes over a file".to_owned(),
+        });
+    }
+    Ok(())
+}
+
+/// `to` with `.partial` after its name: where a copy is made.
+fn partial(to: &Path) -> std::path::PathBuf {
+    let mut name = to.file_name().unwrap_or_default().to_owned();
+    name.push(".partial");
+    to.with_file_name(name)
+}
+
+/// Copies `from` (a read transaction's snapshot) into a new store file
+/// at `to`; the rows copied.
+fn copy_into(from: &ReadTransaction, to: &Path, hosts: bool) -> Result<u64, StoreError> {
+    fresh(to)?;
+    let making = partial(to);
+    let _ = std::fs::remove_file(&making);
+    let rows = {
+        let target = RedbStore::open(&making)?;
+        let txn = backend!(target.writable()?.begin_write())?;
+        let rows = copy_all(from, &txn, hosts)?;
+        backend!(txn.commit())?;
+        rows
+    };
+    std::fs::rename(&making, to).map_err(|e| StoreError::Config {
+        what: to.display().to_string(),
+        message: format!("cannot move the copy into place: {e}"),
+    })?;
+    Ok(rows)
+}
+
+impl RedbStore {
+    /// Writes a consistent copy of this store, as of one moment, to a new
+    /// file `to` (refused if it exists), while other processes go on
+    /// writing this one. Returns the rows copied. Blocking.
+    pub fn backup(&self, to: impl AsRef<Path>) -> Result<u64, StoreError> {
+        copy_into(&self.begin_read()?, to.as_ref(), true)
+    }
+
+    /// Makes a new store file `to` (refused if it exists) from backup
+    /// `from`, without the rows of the hosts that ran then: every run they
+    /// drove is free for the first host that starts on `to`, which resumes
+    /// it. Returns the rows copied. Blocking.
+    pub fn restore(from: impl AsRef<Path>, to: impl AsRef<Path>) -> Result<u64, StoreError> {
+        let backup = Self::open_read_only(from)?;
+        copy_into(&backup.begin_read()?, to.as_ref(), false)
+    }
+}

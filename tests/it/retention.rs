@@ -1,0 +1,184 @@
+//! Retention: the sweeper deletes ended runs once their workflow's
+//! `retain:` (or the host's) has passed, on the engine's clock, and never
+//! what a live run needs: a run that has not ended, or a child whose
+//! parent has not. `weft runs delete` and `DELETE /v1/runs/{id}` delete one
+//! ended run and refuse one that has not ended.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::common::{Scratch, guests};
+use serde_json::json;
+use weft::engine::{EngineConfig, Quiet};
+use weft::model::{self, Retain};
+use weft::store::{RunState, StoreError};
+use weft::{
+    Engine, PluginDir, RedbStore, Runtime, RuntimeConfig, SimClock, Store, Timestamp, WorkflowDir,
+};
+
+/// 2026-11-30T00:00:00Z.
+const T0: Timestamp = Timestamp(1_795_996_800_000);
+
+const HOUR: &str = "id: hourly\nretain: 1h\nsteps:\n  - { id: a, uses: echo, with: 1 }\n";
+const FOREVER: &str = "id: kept\nretain: forever\nsteps:\n  - { id: a, uses: echo, with: 1 }\n";
+const PLAIN: &str = "id: plain\nsteps:\n  - { id: a, uses: echo, with: 1 }\n";
+const WAITS: &str = "id: waits\nretain: 1h\nsteps:\n  - { id: ask, await: {} }\n";
+const PARENT: &str = "id: parent\nretain: 1h\nsteps:\n  - { id: call, subflow: hourly, with: {} }\n  - { id: ask, await: {} }\n";
+
+#[test]
+fn the_sweeper_deletes_ended_runs_past_their_retention_and_nothing_a_live_run_needs() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(RedbStore::open(dir.path().join("weft.redb")).unwrap());
+    let clock = Arc::new(SimClock::new(T0));
+    let runtime = Runtime::new(RuntimeConfig::default()).unwrap();
+    let engine = Engine::with_config(
+        store.clone(),
+        PluginDir::new(runtime, guests()),
+        clock.clone(),
+        EngineConfig::default(),
+    )
+    .unwrap();
+    let mut served = WorkflowDir::default();
+    let mut workflows = std::collections::HashMap::new();
+    for text in [HOUR, FOREVER, PLAIN, WAITS, PARENT] {
+        let workflow = Arc::new(model::parse(text, model::Format::Yaml, "wf.yaml").unwrap());
+        workflows.insert(workflow.id.clone(), Arc::clone(&workflow));
+        served.insert(workflow);
+    }
+    engine.set_workflows(Arc::new(served));
+    let start = |id: &str| {
+        let mut handle = engine
+            .start(Arc::clone(&workflows[id]), json!({}), Box::new(Quiet))
+            .unwrap();
+        handle.recorded().unwrap();
+        handle
+    };
+    let ended = |id: &str| {
+        let handle = start(id);
+        let run = handle.wait().unwrap();
+        assert_eq!(run.state, RunState::Succeeded, "{run:?}");
+        run.id
+    };
+    let hourly = ended("hourly");
+    let kept = ended("kept");
+    let plain = ended("plain");
+    // Waits on its `await`: it never ends here.
+    let waits = start("waits").id().to_owned();
+    let parent = start("parent").id().to_owned();
+    let settled = |id: &str| {
+        for _ in 0..500 {
+            if store.run(id).unwrap().is_some_and(|run| run.suspended) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        panic!("run {id} never waited");
+    };
+    settled(&waits);
+    settled(&parent);
+    let child = store
+        .steps(&parent)
+        .unwrap()
+        .iter()
+        .find_map(|step| step.child.clone())
+        .expect("the parent started its child");
+    assert!(store.run(&child).unwrap().unwrap().state.is_terminal());
+    let day = Retain::For(Duration::from_secs(86_400));
+
+    // Nothing is past its retention yet.
+    let swept = engine.sweep(day, false).unwrap();
+    assert_eq!((swept.runs, swept.kept, swept.examined), (0, 0, 6));
+
+    // Two hours on: the hour-long runs are due. The one that ended goes,
+    // with its records; the child stays while its parent waits; runs
+    // that have not ended are never due.
+    clock.advance(Duration::from_secs(2 * 3600));
+    let dry = engine.sweep(day, true).unwrap();
+    assert_eq!((dry.runs, dry.steps, dry.kept), (1, 1, 1), "{dry:?}");
+    assert!(
+        store.run(&hourly).unwrap().is_some(),
+        "a dry run deletes nothing"
+    );
+    let swept = engine.sweep(day, false).unwrap();
+    assert_eq!(
+        (swept.runs, swept.steps, swept.kept),
+        (1, 1, 1),
+        "{swept:?}"
+    );
+    assert_eq!(store.run(&hourly).unwrap(), None);
+    assert_eq!(store.steps(&hourly).unwrap(), []);
+    for id in [&kept, &plain, &waits, &parent, &child] {
+        assert!(store.run(id).unwrap().is_some(), "run {id} was deleted");
+    }
+
+    // Past the host's day: `plain` goes, `kept` stays forever.
+    clock.advance(Duration::from_secs(86_400));
+    let swept = engine.sweep(day, false).unwrap();
+    assert_eq!((swept.runs, swept.kept), (1, 1), "{swept:?}");
+    assert_eq!(store.run(&plain).unwrap(), None);
+    assert!(store.run(&kept).unwrap().is_some());
+
+    // By hand: refused for a run that has not ended, and for a child whose
+    // parent has not; the parent cancelled, both go.
+    let refused = engine.delete_run(&waits).unwrap_err();
+    assert!(
+        matches!(&refused, StoreError::Needed { why, .. } if why == "it has not ended"),
+        "{refused:?}"
+    );
+    let refused = engine.delete_run(&child).unwrap_err();
+    assert!(
+        matches!(&refused, StoreError::Needed { why, .. } if why.contains(&parent)),
+        "{refused:?}"
+    );
+    engine.cancel(&parent).unwrap();
+    for _ in 0..500 {
+        if store.run(&parent).unwrap().unwrap().state.is_terminal() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    engine.delete_run(&child).unwrap();
+    engine.delete_run(&parent).unwrap();
+    assert_eq!(store.run(&parent).unwrap(), None);
+    assert!(matches!(
+        engine.delete_run(&parent),
+        Err(StoreError::NotFound(_))
+    ));
+}
+
+#[test]
+fn runs_delete_removes_an_ended_run_and_refuses_one_that_has_not_ended() {
+    let scratch = Scratch::new(&["echo"]);
+    let done = scratch.file("done.yaml", PLAIN);
+    let ids: Vec<String> = (0..2)
+        .map(|_| {
+            let run = scratch.run(&["run", done.to_str().unwrap()]);
+            assert_eq!(run.code, Some(0), "{run:?}");
+            run.run_id()
+        })
+        .collect();
+    let (id, other) = (&ids[0], &ids[1]);
+    std::thread::sleep(Duration::from_millis(1100));
+    let dry = scratch.run(&["gc", "--dry-run", "--retain", "1s"]);
+    assert_eq!(dry.code, Some(0), "{dry:?}");
+    assert!(
+        dry.stdout.contains("would delete 2 ended run(s)"),
+        "{dry:?}"
+    );
+    assert_eq!(scratch.run(&["runs", "show", other]).code, Some(0));
+    let deleted = scratch.run(&["runs", "delete", id]);
+    assert_eq!(deleted.code, Some(0), "{deleted:?}");
+    assert!(deleted.stdout.contains("deleted"), "{deleted:?}");
+    let shown = scratch.run(&["runs", "show", id]);
+    assert_eq!(shown.code, Some(2), "{shown:?}");
+    let again = scratch.run(&["runs", "delete", id]);
+    assert_eq!(again.code, Some(2), "{again:?}");
+    assert!(again.stderr.contains("no run"), "{again:?}");
+    let swept = scratch.run(&["gc", "--retain", "1s"]);
+    assert_eq!(swept.code, Some(0), "{swept:?}");
+    assert!(swept.stdout.contains("deleted 1 ended run(s)"), "{swept:?}");
+    assert_eq!(scratch.run(&["runs", "show", other]).code, Some(2));
+    let bad = scratch.run(&["gc", "--retain=-5s"]);
+    assert_eq!(bad.code, Some(2), "{bad:?}");
+    assert!(bad.stderr.contains("--retain"), "{bad:?}");
+}
