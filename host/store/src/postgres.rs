@@ -301,11 +301,15 @@ impl PostgresStore {
         })
     }
 
-    /// One batch: see the module's documentation.
-    fn apply_batch(&self, writes: &[&Write]) -> Result<Vec<Result<(), StoreError>>, StoreError> {
-        let mut client = self.client()?;
-        // Read committed whatever the server's default: each statement
-        // after the lock sees every batch committed before it.
+    /// A transaction on `client` that has run `first` (the bounds and
+    /// the store's lock, [`LOCK`] or [`SHARED_LOCK`]): read committed
+    /// whatever the server's default, so that each statement after the
+    /// lock sees every batch committed before it.
+    fn locked<'c>(
+        &self,
+        client: &'c mut deadpool_postgres::Object,
+        first: &str,
+    ) -> Result<deadpool_postgres::Transaction<'c>, StoreError> {
         let txn = self
             .block(
                 client
@@ -314,7 +318,14 @@ impl PostgresStore {
                     .start(),
             )
             .map_err(sql)?;
-        self.block(txn.batch_execute(LOCK)).map_err(sql)?;
+        self.block(txn.batch_execute(first)).map_err(sql)?;
+        Ok(txn)
+    }
+
+    /// One batch: see the module's documentation.
+    fn apply_batch(&self, writes: &[&Write]) -> Result<Vec<Result<(), StoreError>>, StoreError> {
+        let mut client = self.client()?;
+        let txn = self.locked(&mut client, LOCK)?;
         let results = {
             let mut overlay = Overlay::new(&txn, self.runtime());
             let mut reads = Vec::new();
@@ -342,15 +353,7 @@ impl PostgresStore {
         rooms: &[(String, usize)],
     ) -> Result<Vec<(String, String)>, StoreError> {
         let mut client = self.client()?;
-        let txn = self
-            .block(
-                client
-                    .build_transaction()
-                    .isolation_level(tokio_postgres::IsolationLevel::ReadCommitted)
-                    .start(),
-            )
-            .map_err(sql)?;
-        self.block(txn.batch_execute(SHARED_LOCK)).map_err(sql)?;
+        let txn = self.locked(&mut client, SHARED_LOCK)?;
         let limit = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
         // The tenants without a room first, then each with room on its
         // own, up to its room: the oldest `n` of what they found.

@@ -29,6 +29,19 @@ pub(super) struct Parked {
     alive: Weak<()>,
 }
 
+impl Parked {
+    /// Run `task` of `tenant`, parked: its id and its handle's ends.
+    fn of(task: Task, tenant: &Arc<str>) -> Self {
+        Self {
+            id: task.drive.run.id.clone(),
+            tenant: Arc::clone(tenant),
+            observer: task.observer,
+            done: task.done,
+            alive: task.alive,
+        }
+    }
+}
+
 /// Runs in the scheduler's hands, and runs waiting for a place.
 pub(super) struct Admission {
     /// Runs resident, or taking a place they are being read into.
@@ -118,22 +131,7 @@ impl Core {
             drop(admission);
             self.take(task);
         } else {
-            let Task {
-                drive,
-                observer,
-                done,
-                alive,
-            } = task;
-            admission.parked.push(
-                &tenant,
-                Parked {
-                    id: drive.run.id.clone(),
-                    tenant: Arc::clone(&tenant),
-                    observer,
-                    done,
-                    alive,
-                },
-            );
+            admission.parked.push(&tenant, Parked::of(task, &tenant));
         }
     }
 
@@ -153,23 +151,10 @@ impl Core {
     /// claimed then): it waits here for a place, unless another host takes
     /// it first, which its seating then finds.
     pub(crate) fn park(&self, task: Task) {
-        let Task {
-            drive,
-            observer,
-            done,
-            alive,
-        } = task;
-        let tenant: Arc<str> = Arc::from(weft_core::tenant::of(&drive.run.workflow));
-        lock(&self.admission).parked.push(
-            &tenant,
-            Parked {
-                id: drive.run.id.clone(),
-                tenant: Arc::clone(&tenant),
-                observer,
-                done,
-                alive,
-            },
-        );
+        let tenant: Arc<str> = Arc::from(weft_core::tenant::of(&task.drive.run.workflow));
+        lock(&self.admission)
+            .parked
+            .push(&tenant, Parked::of(task, &tenant));
         self.fill_places();
     }
 
