@@ -9,9 +9,10 @@ use std::time::Duration;
 
 use crate::common::{Scratch, guests};
 use serde_json::json;
+use weft::engine::sweep::Retention;
 use weft::engine::{EngineConfig, Quiet};
 use weft::model::{self, Retain};
-use weft::store::{RunState, StoreError};
+use weft::store::{AccessWrite, RunState, StoreError, TenantRecord, Write};
 use weft::{
     Engine, PluginDir, RedbStore, Runtime, RuntimeConfig, SimClock, Store, Timestamp, WorkflowDir,
 };
@@ -83,23 +84,26 @@ fn the_sweeper_deletes_ended_runs_past_their_retention_and_nothing_a_live_run_ne
         .find_map(|step| step.child.clone())
         .expect("the parent started its child");
     assert!(store.run(&child).unwrap().unwrap().state.is_terminal());
-    let day = Retain::For(Duration::from_secs(86_400));
+    let day = Retention {
+        runs: Retain::For(Duration::from_secs(86_400)),
+        ..Retention::default()
+    };
 
     // Nothing is past its retention yet.
-    let swept = engine.sweep(day, false).unwrap();
+    let swept = engine.sweep(&day, false).unwrap();
     assert_eq!((swept.runs, swept.kept, swept.examined), (0, 0, 6));
 
     // Two hours on: the hour-long runs are due. The one that ended goes,
     // with its records; the child stays while its parent waits; runs
     // that have not ended are never due.
     clock.advance(Duration::from_secs(2 * 3600));
-    let dry = engine.sweep(day, true).unwrap();
+    let dry = engine.sweep(&day, true).unwrap();
     assert_eq!((dry.runs, dry.steps, dry.kept), (1, 1, 1), "{dry:?}");
     assert!(
         store.run(&hourly).unwrap().is_some(),
         "a dry run deletes nothing"
     );
-    let swept = engine.sweep(day, false).unwrap();
+    let swept = engine.sweep(&day, false).unwrap();
     assert_eq!(
         (swept.runs, swept.steps, swept.kept),
         (1, 1, 1),
@@ -111,11 +115,26 @@ fn the_sweeper_deletes_ended_runs_past_their_retention_and_nothing_a_live_run_ne
         assert!(store.run(id).unwrap().is_some(), "run {id} was deleted");
     }
 
-    // Past the host's day: `plain` goes, `kept` stays forever.
-    clock.advance(Duration::from_secs(86_400));
-    let swept = engine.sweep(day, false).unwrap();
+    // The tenant's retention comes before the host's: at an hour, `plain`
+    // goes; `kept` says `forever` itself, and stays.
+    let mut tenant: TenantRecord = serde_json::from_value(json!({
+        "name": "default", "created_at": T0, "quota": { "retain": "1h" },
+    }))
+    .unwrap();
+    let write = Write::Access(AccessWrite::put_tenant(&tenant, true));
+    store.apply(&[&write]).unwrap().pop().unwrap().unwrap();
+    let swept = engine.sweep(&day, false).unwrap();
     assert_eq!((swept.runs, swept.kept), (1, 1), "{swept:?}");
     assert_eq!(store.run(&plain).unwrap(), None);
+    assert!(store.run(&kept).unwrap().is_some());
+    tenant.quota.retain = None;
+    let write = Write::Access(AccessWrite::put_tenant(&tenant, false));
+    store.apply(&[&write]).unwrap().pop().unwrap().unwrap();
+
+    // Past the host's day, `kept` stays forever.
+    clock.advance(Duration::from_secs(86_400));
+    let swept = engine.sweep(&day, false).unwrap();
+    assert_eq!((swept.runs, swept.kept), (0, 1), "{swept:?}");
     assert!(store.run(&kept).unwrap().is_some());
 
     // By hand: refused for a run that has not ended, and for a child whose
@@ -181,4 +200,91 @@ fn runs_delete_removes_an_ended_run_and_refuses_one_that_has_not_ended() {
     let bad = scratch.run(&["gc", "--retain=-5s"]);
     assert_eq!(bad.code, Some(2), "{bad:?}");
     assert!(bad.stderr.contains("--retain"), "{bad:?}");
+}
+
+const EMITS: &str =
+    "id: emits\nsteps:\n  - { id: say, uses: emitter, with: { channel: news, count: 1 } }\n";
+
+#[test]
+fn the_sweeper_deletes_settled_messages_and_clears_old_dead_letters() {
+    use weft::store::DeliveryOp;
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(RedbStore::open(dir.path().join("weft.redb")).unwrap());
+    let clock = Arc::new(SimClock::new(T0));
+    let runtime = Runtime::new(RuntimeConfig::default()).unwrap();
+    let engine = Engine::with_config(
+        store.clone(),
+        PluginDir::new(runtime, guests()),
+        clock.clone(),
+        EngineConfig::default(),
+    )
+    .unwrap();
+    let workflow = Arc::new(model::parse(EMITS, model::Format::Yaml, "emits.yaml").unwrap());
+    let mut served = WorkflowDir::default();
+    served.insert(Arc::clone(&workflow));
+    engine.set_workflows(Arc::new(served));
+    let subscription = serde_json::from_value(json!({
+        "key": "news/reader", "channel": "news", "name": "reader", "target": { "kind": "sse" },
+        "max_attempts": 3, "backoff_ms": 1_000, "max_backoff_ms": 60_000,
+        "ack_timeout_ms": 30_000, "created_at": T0,
+    }))
+    .unwrap();
+    let apply = |write: Write| store.apply(&[&write]).unwrap().pop().unwrap().unwrap();
+    apply(Write::Subscribe(Box::new(subscription)));
+    let mut deliveries = Vec::new();
+    for _ in 0..3 {
+        let handle = engine
+            .start(Arc::clone(&workflow), json!({}), Box::new(Quiet))
+            .unwrap();
+        let run = handle.wait().unwrap();
+        assert_eq!(run.state, RunState::Succeeded, "{run:?}");
+        let message = &store.run_messages(&run.id).unwrap()[0];
+        deliveries.push((message.seq, message.deliveries[0].clone()));
+    }
+    // The first and last are acked; the second runs out of attempts.
+    let [(first, acked), (second, dead), (newest, last)] = &deliveries[..] else {
+        unreachable!()
+    };
+    for id in [acked, last] {
+        apply(Write::Delivery(id.clone(), DeliveryOp::Ack { at: T0 }));
+    }
+    let error = "the consumer never acked".to_owned();
+    let op = DeliveryOp::Dead {
+        at: T0,
+        error,
+        attempted: false,
+    };
+    apply(Write::Delivery(dead.clone(), op));
+    let retention = Retention::default();
+
+    // A day on, nothing is due (settled messages are kept 7 days).
+    clock.advance(Duration::from_secs(86_400));
+    let swept = engine.sweep(&retention, false).unwrap();
+    assert_eq!((swept.messages, swept.dead_letters), (0, 0), "{swept:?}");
+
+    // Eight days on: the first message goes with its delivery. The newest
+    // stays (the next seq follows it), and so does the one whose dead
+    // letter is younger than 30 days.
+    clock.advance(Duration::from_secs(7 * 86_400));
+    let dry = engine.sweep(&retention, true).unwrap();
+    assert_eq!((dry.messages, dry.dead_letters), (1, 0), "{dry:?}");
+    assert!(store.message(*first).unwrap().is_some());
+    let swept = engine.sweep(&retention, false).unwrap();
+    assert_eq!((swept.messages, swept.dead_letters), (1, 0), "{swept:?}");
+    assert_eq!(store.message(*first).unwrap(), None);
+    assert_eq!(store.delivery(acked).unwrap(), None);
+    assert!(store.message(*second).unwrap().is_some());
+    assert!(store.message(*newest).unwrap().is_some());
+    assert_eq!(store.dead_letters(10).unwrap().len(), 1);
+
+    // Thirty-one days on: the dead letter is cleared, and its message,
+    // now settled, goes on the next pass.
+    clock.advance(Duration::from_secs(23 * 86_400));
+    let swept = engine.sweep(&retention, false).unwrap();
+    assert_eq!((swept.messages, swept.dead_letters), (0, 1), "{swept:?}");
+    assert!(store.dead_letters(10).unwrap().is_empty());
+    let swept = engine.sweep(&retention, false).unwrap();
+    assert_eq!((swept.messages, swept.dead_letters), (1, 0), "{swept:?}");
+    assert_eq!(store.message(*second).unwrap(), None);
+    assert!(store.message(*newest).unwrap().is_some());
 }

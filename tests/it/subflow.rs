@@ -259,6 +259,20 @@ impl Store for NoChildren {
     ) -> Result<weft::store::RunsFrom, StoreError> {
         self.0.runs_from(after, limit)
     }
+    fn messages_from(
+        &self,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<weft::store::MessageRecord>, StoreError> {
+        self.0.messages_from(after, limit)
+    }
+    fn kv_from(
+        &self,
+        after: Option<(&str, &str)>,
+        limit: usize,
+    ) -> Result<Vec<weft::store::KvRow>, StoreError> {
+        self.0.kv_from(after, limit)
+    }
     fn parked(&self, limit: usize) -> Result<Vec<(String, String)>, StoreError> {
         self.0.parked(limit)
     }

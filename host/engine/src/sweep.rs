@@ -1,25 +1,84 @@
-//! The sweeper: ended runs are deleted once their retention has passed,
-//! a page of runs at a time, so that a host that runs for months keeps a
-//! bounded store.
+//! The sweeper: what has outlived its retention is deleted, a page at a
+//! time, so that a host that runs for months keeps a bounded store.
 //!
-//! A run's retention is its workflow's `retain:` (the revision served
-//! now, or the one the run followed if its workflow is not served), else
-//! the host's. It counts from the run's end (its record's last update). The store refuses to delete a run that has not ended, or a
-//! child whose parent has not (`StoreError::Needed`): those are kept, and
-//! looked at again on the next pass.
+//! A pass goes over three tables in turn, each in key order:
+//! - **runs.** An ended run is deleted with its step records once its
+//!   retention has passed, counted from its end (its record's last
+//!   update). Its retention is its workflow's `retain:` (the revision
+//!   served now, or the one the run followed if its workflow is not
+//!   served), else its tenant's (`quota.retain`), else the host's. The
+//!   store refuses to delete a run that has not ended, or a child whose
+//!   parent has not (`StoreError::Needed`): those are kept, and looked at
+//!   again on the next pass.
+//! - **messages.** A message whose deliveries are all settled is deleted
+//!   with them once its tenant's retention (else the host's) has passed
+//!   since its commit. A dead letter is cleared once the host's
+//!   dead-letter retention has passed since its last attempt: it then
+//!   counts as settled, and its message goes on a later pass. The store
+//!   keeps a message with a delivery not settled, and the newest message.
+//! - **key-value tombstones.** A deleted key's row is dropped. Its version
+//!   is kept as its space's floor, so a key made again never repeats a
+//!   version that a step may have read (see `Write::ForgetKv`).
+//!
+//! Each commit deletes at most [`DELETES`] things, through the committer,
+//! so the sweeper never holds a long write transaction.
 
 use std::collections::HashMap;
+use std::time::Duration;
 
+use weft_core::clock::Timestamp;
 use weft_model::{Format, Retain};
-use weft_store::{RunRecord, StoreError, Write};
+use weft_store::{DeliveryOp, DeliveryState, MessageRecord, RunRecord, StoreError, Write};
 
 use crate::Engine;
 
-/// How many runs one page of the sweeper reads.
+/// How many rows one page of the sweeper reads.
 pub const PAGE: usize = 256;
 
-/// How many runs one commit of the sweeper deletes at most.
+/// How many things one commit of the sweeper deletes at most.
 const DELETES: usize = 32;
+
+/// The host's retention: how long each kind of thing the sweeper deletes
+/// is kept, when neither its workflow nor its tenant says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retention {
+    /// Ended runs, with their step records and logs, from their end.
+    pub runs: Retain,
+    /// Messages whose deliveries are all settled, with their
+    /// deliveries, from their commit.
+    pub messages: Retain,
+    /// Dead letters, from their last attempt.
+    pub dead_letters: Retain,
+}
+
+impl Default for Retention {
+    /// 30 days for runs and dead letters, 7 for settled messages.
+    fn default() -> Self {
+        const DAY: u64 = 86_400;
+        Self {
+            runs: Retain::For(Duration::from_secs(30 * DAY)),
+            messages: Retain::For(Duration::from_secs(7 * DAY)),
+            dead_letters: Retain::For(Duration::from_secs(30 * DAY)),
+        }
+    }
+}
+
+/// Where a pass of the sweeper is: the table, and the last key looked at.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Cursor {
+    /// The first run.
+    #[default]
+    Start,
+    /// Runs after this id.
+    Runs(String),
+    /// Messages after this seq.
+    Messages(u64),
+    /// Key-value rows after this `(space, key)` (from the first if
+    /// `None`).
+    Kv(Option<(String, String)>),
+    /// The pass is over.
+    Done,
+}
 
 /// What a page or a pass of the sweeper deleted (or, dry, would delete).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -33,6 +92,12 @@ pub struct Swept {
     /// Ended runs past their retention kept because a run that has not
     /// ended needs them (a child whose parent waits).
     pub kept: u64,
+    /// Settled messages deleted, with their deliveries.
+    pub messages: u64,
+    /// Dead letters cleared.
+    pub dead_letters: u64,
+    /// Key-value tombstones dropped.
+    pub tombstones: u64,
 }
 
 impl std::ops::AddAssign for Swept {
@@ -41,23 +106,71 @@ impl std::ops::AddAssign for Swept {
         self.runs += other.runs;
         self.steps += other.steps;
         self.kept += other.kept;
+        self.messages += other.messages;
+        self.dead_letters += other.dead_letters;
+        self.tombstones += other.tombstones;
+    }
+}
+
+impl Swept {
+    /// Whether it deleted (or kept) anything.
+    pub fn is_empty(&self) -> bool {
+        *self
+            == Self {
+                examined: self.examined,
+                ..Self::default()
+            }
+    }
+}
+
+/// Whether something retained `retain` from `since` is due at `now`.
+fn due(retain: Retain, since: Timestamp, now: Timestamp) -> bool {
+    match retain {
+        Retain::Forever => false,
+        Retain::For(keep) => since + keep <= now,
+    }
+}
+
+/// What one page knows of the tenants: each one's `quota.retain`.
+struct Tenants(HashMap<String, Retain>);
+
+impl Tenants {
+    fn read(engine: &Engine) -> Result<Self, StoreError> {
+        let retains = engine
+            .store()
+            .tenants()?
+            .into_iter()
+            .filter_map(|tenant| {
+                let retain = Retain::parse(tenant.quota.retain.as_deref()?).ok()?;
+                Some((tenant.name, retain))
+            })
+            .collect();
+        Ok(Self(retains))
+    }
+
+    /// The retention of `tenant`, else `host`.
+    fn of(&self, tenant: &str, host: Retain) -> Retain {
+        self.0.get(tenant).copied().unwrap_or(host)
     }
 }
 
 impl Engine {
     /// Run `run`'s retention: its workflow's `retain:` (the revision
-    /// served now), else `host`'s. A workflow not served (its file gone,
-    /// a revision that does not parse, its tenant removed) is judged by
-    /// the definition the run followed (`pinned`, by digest, read once),
-    /// and a run whose definition cannot be read is kept.
+    /// served now), else its tenant's, else `host`'s. A workflow not
+    /// served (its file gone, a revision that does not parse, its tenant
+    /// removed) is judged by the definition the run followed (`pinned`,
+    /// by digest, read once), and a run whose definition cannot be read is
+    /// kept.
     fn retention(
         &self,
         run: &RunRecord,
         host: Retain,
+        tenants: &Tenants,
         pinned: &mut HashMap<String, Option<Option<Retain>>>,
     ) -> Retain {
+        let otherwise = tenants.of(weft_core::tenant::of(&run.workflow), host);
         if let Some(workflow) = self.core.launcher.workflow(&run.workflow) {
-            return workflow.retain.unwrap_or(host);
+            return workflow.retain.unwrap_or(otherwise);
         }
         let read = pinned.entry(run.definition.clone()).or_insert_with(|| {
             let definition = self.store().definition(&run.definition).ok().flatten()?;
@@ -68,36 +181,58 @@ impl Engine {
         });
         match read {
             Some(Some(retain)) => *retain,
-            Some(None) => host,
+            Some(None) => otherwise,
             None => Retain::Forever,
         }
     }
 
-    /// One page of the sweeper: the `PAGE` runs after `after` (in id
-    /// order, oldest first), each ended run among them whose retention
-    /// (`host` by default) has passed deleted, or with `dry_run` counted.
-    /// Returns what it did, and the last id it looked at (`None` when the
-    /// pass is over). Blocking.
+    /// One page of the sweeper at `cursor`: up to [`PAGE`] rows of its
+    /// table read, and what is due among them deleted or, with
+    /// `dry_run`, counted. Returns what it did and where the pass goes
+    /// on ([`Cursor::Done`] when it is over). Blocking.
     pub fn sweep_page(
         &self,
-        after: Option<&str>,
-        host: Retain,
+        cursor: &Cursor,
+        retention: &Retention,
         dry_run: bool,
-    ) -> Result<(Swept, Option<String>), StoreError> {
+    ) -> Result<(Swept, Cursor), StoreError> {
+        match cursor {
+            Cursor::Start => self.sweep_runs(None, retention, dry_run),
+            Cursor::Runs(after) => self.sweep_runs(Some(after), retention, dry_run),
+            Cursor::Messages(after) => self.sweep_messages(*after, retention, dry_run),
+            Cursor::Kv(after) => self.sweep_kv(
+                after
+                    .as_ref()
+                    .map(|(space, key)| (space.as_str(), key.as_str())),
+                dry_run,
+            ),
+            Cursor::Done => Ok((Swept::default(), Cursor::Done)),
+        }
+    }
+
+    /// A page of runs (see the module's documentation).
+    fn sweep_runs(
+        &self,
+        after: Option<&str>,
+        retention: &Retention,
+        dry_run: bool,
+    ) -> Result<(Swept, Cursor), StoreError> {
         let store = self.store();
         let (page, next) = store.runs_from(after, PAGE)?;
+        let next = next.map_or(Cursor::Messages(0), Cursor::Runs);
         let now = self.core.clock.now();
         let mut swept = Swept {
             examined: page.len() as u64,
             ..Swept::default()
         };
+        let tenants = Tenants::read(self)?;
         let mut pinned = HashMap::new();
         let due: Vec<RunRecord> = page
             .into_iter()
             .filter(|run| run.state.is_terminal())
-            .filter(|run| match self.retention(run, host, &mut pinned) {
-                Retain::Forever => false,
-                Retain::For(keep) => run.updated_at + keep <= now,
+            .filter(|run| {
+                let retain = self.retention(run, retention.runs, &tenants, &mut pinned);
+                due(retain, run.updated_at, now)
             })
             .collect();
         if dry_run {
@@ -136,19 +271,145 @@ impl Engine {
         Ok((swept, next))
     }
 
-    /// A whole pass of the sweeper over the store, page by page (see
-    /// [`Engine::sweep_page`]). Blocking.
-    pub fn sweep(&self, host: Retain, dry_run: bool) -> Result<Swept, StoreError> {
-        let mut total = Swept::default();
-        let mut after: Option<String> = None;
-        loop {
-            let (swept, next) = self.sweep_page(after.as_deref(), host, dry_run)?;
-            total += swept;
-            match next {
-                Some(next) => after = Some(next),
-                None => return Ok(total),
+    /// A page of messages (see the module's documentation).
+    fn sweep_messages(
+        &self,
+        after: u64,
+        retention: &Retention,
+        dry_run: bool,
+    ) -> Result<(Swept, Cursor), StoreError> {
+        let store = self.store();
+        let page = store.messages_from(after, PAGE)?;
+        let next = match page.last() {
+            Some(last) if page.len() == PAGE => Cursor::Messages(last.seq),
+            _ => Cursor::Kv(None),
+        };
+        let now = self.core.clock.now();
+        let tenants = Tenants::read(self)?;
+        let newest = page.last().map(|m| m.seq);
+        let mut settled = Vec::new();
+        let mut dead = Vec::new();
+        for message in &page {
+            let committed = Timestamp(message.committed_us / 1000);
+            if message.pending == 0 {
+                let tenant = weft_core::tenant::of(&message.channel);
+                if due(tenants.of(tenant, retention.messages), committed, now)
+                    // The newest message stays (its seq numbers the next).
+                    && (Some(message.seq) != newest || page.len() == PAGE)
+                {
+                    settled.push(message.seq);
+                }
+            } else if due(retention.dead_letters, committed, now) {
+                dead.extend(self.dead_letters_due(message, retention.dead_letters, now)?);
             }
         }
+        let mut swept = Swept::default();
+        if dry_run {
+            swept.messages = settled.len() as u64;
+            swept.dead_letters = dead.len() as u64;
+            return Ok((swept, next));
+        }
+        for chunk in dead.chunks(DELETES) {
+            let writes = chunk
+                .iter()
+                .map(|id| Write::Delivery(id.clone(), DeliveryOp::Clear))
+                .collect();
+            for answer in self.core.commits.commit_all(writes) {
+                match answer {
+                    Ok(()) => swept.dead_letters += 1,
+                    // Re-sent, acked or cleared meanwhile.
+                    Err(StoreError::DeliveryState { .. } | StoreError::NotFound(_)) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        for chunk in settled.chunks(DELETES) {
+            let writes = chunk.iter().map(|seq| Write::DeleteMessage(*seq)).collect();
+            for answer in self.core.commits.commit_all(writes) {
+                match answer {
+                    Ok(()) => swept.messages += 1,
+                    Err(StoreError::Needed { .. } | StoreError::NotFound(_)) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        Ok((swept, next))
+    }
+
+    /// The ids of `message`'s dead letters whose last attempt is
+    /// `retain` before `now`.
+    fn dead_letters_due(
+        &self,
+        message: &MessageRecord,
+        retain: Retain,
+        now: Timestamp,
+    ) -> Result<Vec<String>, StoreError> {
+        let mut ids = Vec::new();
+        for id in &message.deliveries {
+            if let Some(delivery) = self.store().delivery(id)?
+                && delivery.state == DeliveryState::Error
+                && due(
+                    retain,
+                    delivery.delivered_at.unwrap_or(delivery.created_at),
+                    now,
+                )
+            {
+                ids.push(delivery.id);
+            }
+        }
+        Ok(ids)
+    }
+
+    /// A page of key-value rows: every tombstone among them dropped.
+    fn sweep_kv(
+        &self,
+        after: Option<(&str, &str)>,
+        dry_run: bool,
+    ) -> Result<(Swept, Cursor), StoreError> {
+        let page = self.store().kv_from(after, PAGE)?;
+        let next = match page.last() {
+            Some((space, key, _)) if page.len() == PAGE => {
+                Cursor::Kv(Some((space.clone(), key.clone())))
+            }
+            _ => Cursor::Done,
+        };
+        let writes: Vec<Write> = page
+            .into_iter()
+            // Space "" holds the spaces' floors.
+            .filter(|(space, _, row)| !space.is_empty() && row.value.is_none())
+            .map(|(space, key, row)| Write::ForgetKv {
+                space,
+                key,
+                version: row.version,
+            })
+            .collect();
+        let mut swept = Swept::default();
+        if dry_run {
+            swept.tombstones = writes.len() as u64;
+            return Ok((swept, next));
+        }
+        let mut writes = writes.into_iter().peekable();
+        while writes.peek().is_some() {
+            let chunk: Vec<Write> = writes.by_ref().take(DELETES).collect();
+            for answer in self.core.commits.commit_all(chunk) {
+                answer?;
+                swept.tombstones += 1;
+            }
+        }
+        Ok((swept, next))
+    }
+
+    /// A whole pass of the sweeper over the store, page by page (see
+    /// [`Engine::sweep_page`]). Blocking.
+    pub fn sweep(&self, retention: &Retention, dry_run: bool) -> Result<Swept, StoreError> {
+        let mut total = Swept::default();
+        let mut cursor = Cursor::Start;
+        while cursor != Cursor::Done {
+            let (swept, next) = self.sweep_page(&cursor, retention, dry_run)?;
+            total += swept;
+            cursor = next;
+        }
+        Ok(total)
     }
 
     /// Deletes run `id`, which has ended, with its step records (see

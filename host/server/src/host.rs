@@ -8,8 +8,9 @@ use std::sync::Arc;
 
 use weft_core::Clock;
 use weft_engine::plugins::{self, DirWatcher, ResolveError};
+use weft_engine::sweep::{Cursor, Retention, Swept};
 use weft_engine::{Engine, EngineConfig, Quiet, ResumeError};
-use weft_model::{Retain, WorkflowDir};
+use weft_model::WorkflowDir;
 use weft_runtime::Plugin;
 use weft_store::{Store, StoreError};
 
@@ -40,10 +41,11 @@ pub struct HostConfig {
     pub recover: bool,
     /// Who hears what happens to plugin files. Default: tracing.
     pub events: Arc<dyn HostEvents>,
-    /// How long an ended run is kept when its workflow does not say
-    /// (`retain:`); a host that takes the store over sweeps the others
-    /// away. Default: 30 days.
-    pub retain: Retain,
+    /// How long the sweeper keeps ended runs, settled messages and dead
+    /// letters when neither their workflow (`retain:`) nor their tenant
+    /// says. A host that takes the store over sweeps the others away.
+    /// Default: [`Retention::default`].
+    pub retention: Retention,
 }
 
 /// Hears what a host does with the files of its plugins directory. Each
@@ -102,7 +104,7 @@ impl HostConfig {
             workflows: None,
             recover: false,
             events: Arc::new(Traced),
-            retain: Retain::For(std::time::Duration::from_secs(30 * 86_400)),
+            retention: Retention::default(),
         }
     }
 
@@ -126,9 +128,10 @@ impl HostConfig {
         Self { events, ..self }
     }
 
-    /// How long an ended run is kept when its workflow does not say.
-    pub fn retaining(self, retain: Retain) -> Self {
-        Self { retain, ..self }
+    /// How long the sweeper keeps what it deletes, when neither
+    /// workflow nor tenant says.
+    pub fn retaining(self, retention: Retention) -> Self {
+        Self { retention, ..self }
     }
 }
 
@@ -244,7 +247,7 @@ impl Host {
         };
         if config.recover {
             look_at_the_store(&engine, &deployments)?;
-            sweep_the_store(&engine, config.retain)?;
+            sweep_the_store(&engine, config.retention)?;
         }
         let hub = Hub::new(engine.committer(), Arc::clone(engine.egress()));
         if config.recover {
@@ -421,29 +424,26 @@ const LOOK: std::time::Duration = std::time::Duration::from_secs(1);
 const SWEEP_REST: std::time::Duration = std::time::Duration::from_secs(10);
 const PAGE_REST: std::time::Duration = std::time::Duration::from_millis(10);
 
-/// The sweeper: a pass over every run, a page at a time, deleting the
-/// ended runs whose retention has passed (see `weft_engine::sweep`), then
-/// a rest. The thread ends with the engine.
-fn sweep_the_store(engine: &Arc<Engine>, retain: Retain) -> Result<(), HostError> {
+/// The sweeper: a pass over the store, a page at a time, deleting what
+/// has outlived its retention (see `weft_engine::sweep`), then a rest.
+/// The thread ends with the engine.
+fn sweep_the_store(engine: &Arc<Engine>, retention: Retention) -> Result<(), HostError> {
     let engine = Arc::downgrade(engine);
     std::thread::Builder::new()
         .name("weft-sweeper".to_owned())
         .spawn(move || {
             loop {
-                let mut after: Option<String> = None;
-                let mut pass = weft_engine::sweep::Swept::default();
-                loop {
+                let mut cursor = Cursor::Start;
+                let mut pass = Swept::default();
+                while cursor != Cursor::Done {
                     std::thread::sleep(PAGE_REST);
                     let Some(engine) = engine.upgrade() else {
                         return;
                     };
-                    match engine.sweep_page(after.as_deref(), retain, false) {
+                    match engine.sweep_page(&cursor, &retention, false) {
                         Ok((swept, next)) => {
                             pass += swept;
-                            match next {
-                                Some(next) => after = Some(next),
-                                None => break,
-                            }
+                            cursor = next;
                         }
                         Err(e) => {
                             tracing::warn!("the sweeper stops this pass: {e}");
@@ -451,12 +451,15 @@ fn sweep_the_store(engine: &Arc<Engine>, retain: Retain) -> Result<(), HostError
                         }
                     }
                 }
-                if pass.runs > 0 || pass.kept > 0 {
+                if !pass.is_empty() {
                     tracing::info!(
                         runs = pass.runs,
                         steps = pass.steps,
                         kept = pass.kept,
-                        "swept ended runs past their retention"
+                        messages = pass.messages,
+                        dead_letters = pass.dead_letters,
+                        tombstones = pass.tombstones,
+                        "swept what outlived its retention"
                     );
                 }
                 let rest = std::time::Instant::now() + SWEEP_REST;

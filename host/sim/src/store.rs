@@ -114,6 +114,20 @@ impl Store for SimStore {
         self.inner.runs_from(after, limit)
     }
 
+    fn messages_from(&self, after: u64, limit: usize) -> Result<Vec<MessageRecord>, StoreError> {
+        self.read()?;
+        self.inner.messages_from(after, limit)
+    }
+
+    fn kv_from(
+        &self,
+        after: Option<(&str, &str)>,
+        limit: usize,
+    ) -> Result<Vec<weft_store::KvRow>, StoreError> {
+        self.read()?;
+        self.inner.kv_from(after, limit)
+    }
+
     fn parked(&self, limit: usize) -> Result<Vec<(String, String)>, StoreError> {
         self.read()?;
         self.inner.parked(limit)

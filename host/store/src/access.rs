@@ -80,6 +80,11 @@ pub struct Quota {
     /// rules (see `weft_core::egress`). Unset: the host's policy.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub egress: Option<Vec<weft_core::egress::Rule>>,
+    /// How long the tenant's ended runs and settled messages are kept
+    /// when their workflow does not say (`retain:`): a duration such as
+    /// `7d`, or `forever`. Unset: the host's `--retain`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retain: Option<String>,
 }
 
 /// What a token may do. Each role has the rights of those listed after

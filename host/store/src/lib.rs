@@ -141,14 +141,15 @@ pub enum StoreError {
     /// nothing of the write was stored.
     #[error("store: run `{0}` has ended")]
     RunEnded(String),
-    /// A run that has not ended, or that a run which has not ended needs
-    /// (a child whose parent waits), cannot be deleted; nothing was.
-    #[error("store: run `{run}` cannot be deleted: {why}")]
+    /// What is still needed cannot be deleted: a run that has not ended,
+    /// or that a run which has not ended needs (a child whose parent
+    /// waits), a message with deliveries not settled. Nothing was.
+    #[error("store: {what} cannot be deleted: {why}")]
     Needed {
-        /// The run.
-        run: String,
+        /// What was to be deleted.
+        what: What,
         /// Why, in a few words: "it has not ended", "its parent `p` has
-        /// not ended".
+        /// not ended", "2 deliveries are not settled".
         why: String,
     },
     /// A run was started before with this idempotency key; nothing of the
@@ -318,6 +319,9 @@ impl RunFilter {
 /// A page of [`Store::runs_from`]: the runs, and the id to go on after.
 pub type RunsFrom = (Vec<RunRecord>, Option<String>);
 
+/// A row of [`Store::kv_from`]: a space, a key, and its state.
+pub type KvRow = (String, String, weft_core::Versioned);
+
 /// Durable storage of runs and their steps.
 ///
 /// Every method is blocking and, for writes, durable when it returns `Ok`:
@@ -337,6 +341,16 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// doctor` lists it). With them, the id to go on after, if `limit`
     /// rows were read (`None`: the table ended).
     fn runs_from(&self, after: Option<&str>, limit: usize) -> Result<RunsFrom, StoreError>;
+
+    /// Up to `limit` messages after seq `after`, in seq order (oldest
+    /// first). For the sweeper.
+    fn messages_from(&self, after: u64, limit: usize) -> Result<Vec<MessageRecord>, StoreError>;
+
+    /// Up to `limit` rows of every key-value space after `(space, key)`
+    /// `after` (from the first if `None`), in key order, deleted keys
+    /// (tombstones) included: each row's space, key and state. For the
+    /// sweeper.
+    fn kv_from(&self, after: Option<(&str, &str)>, limit: usize) -> Result<Vec<KvRow>, StoreError>;
 
     /// The parked runs, oldest first, up to `limit`: each run's id and
     /// tenant (see [`Write::parked`]).

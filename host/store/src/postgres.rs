@@ -414,6 +414,22 @@ impl Store for PostgresStore {
         self.plain(|store| store.read_runs_from(after, limit))
     }
 
+    fn messages_from(
+        &self,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<crate::MessageRecord>, StoreError> {
+        self.plain(|store| store.read_messages_from(after, limit))
+    }
+
+    fn kv_from(
+        &self,
+        after: Option<(&str, &str)>,
+        limit: usize,
+    ) -> Result<Vec<crate::KvRow>, StoreError> {
+        self.plain(|store| store.read_kv_from(after, limit))
+    }
+
     fn parked(&self, limit: usize) -> Result<Vec<(String, String)>, StoreError> {
         self.plain(|store| store.read_parked(limit))
     }

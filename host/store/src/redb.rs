@@ -461,6 +461,45 @@ impl Store for RedbStore {
         Ok((found, last.filter(|_| read == limit)))
     }
 
+    fn messages_from(
+        &self,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<super::MessageRecord>, StoreError> {
+        let txn = self.begin_read()?;
+        let messages = match txn.open_table(MESSAGES) {
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+            other => backend!(other)?,
+        };
+        let mut found = Vec::new();
+        for entry in backend!(messages.range(after.saturating_add(1)..))?.take(limit) {
+            let (seq, value) = backend!(entry)?;
+            found.push(decode(seq.value(), value.value())?);
+        }
+        Ok(found)
+    }
+
+    fn kv_from(
+        &self,
+        after: Option<(&str, &str)>,
+        limit: usize,
+    ) -> Result<Vec<crate::KvRow>, StoreError> {
+        use std::ops::Bound;
+        let txn = self.begin_read()?;
+        let kv = match txn.open_table(KV) {
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+            other => backend!(other)?,
+        };
+        let from = after.map_or(Bound::Unbounded, Bound::Excluded);
+        let mut found = Vec::new();
+        for entry in backend!(kv.range::<(&str, &str)>((from, Bound::Unbounded)))?.take(limit) {
+            let (key, value) = backend!(entry)?;
+            let (space, key) = key.value();
+            found.push((space.to_owned(), key.to_owned(), decode_kv(value.value())));
+        }
+        Ok(found)
+    }
+
     fn parked(&self, limit: usize) -> Result<Vec<(String, String)>, StoreError> {
         let txn = self.begin_read()?;
         let parked = match txn.open_table(PARKED) {

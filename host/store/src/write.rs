@@ -250,6 +250,27 @@ pub enum Write {
     /// [`StoreError::NotFound`](super::StoreError::NotFound) if there is
     /// no such run.
     DeleteRun(String),
+    /// Deletes message `0` with its deliveries, once every delivery is
+    /// settled (acked, or cleared from the dead letters), and gives its
+    /// bytes back to its tenant. Refused with
+    /// [`StoreError::Needed`](super::StoreError::Needed) while a delivery
+    /// is not settled, and with
+    /// [`StoreError::NotFound`](super::StoreError::NotFound) if there is
+    /// no such message.
+    DeleteMessage(u64),
+    /// Drops the tombstone of deleted key `key` of `space` if it is still
+    /// one at `version` (else no change). The space's floor, a row of the
+    /// space `""` keyed by the space's name, rises to `version`: a key
+    /// made again starts above it, so a version read before never comes
+    /// back with another value.
+    ForgetKv {
+        /// The space.
+        space: String,
+        /// The deleted key.
+        key: String,
+        /// Its tombstone's version.
+        version: u64,
+    },
     /// Takes subscription `subscription`'s delivery queue under `lease`,
     /// so that one host at a time delivers it: no change if `lease` holds
     /// it; else refused with
@@ -332,7 +353,7 @@ fn len(bytes: impl AsRef<[u8]>) -> u64 {
 }
 
 /// The length of `value` encoded as JSON, without encoding it into memory.
-fn json_len(value: &serde_json::Value) -> u64 {
+pub(crate) fn json_len(value: &serde_json::Value) -> u64 {
     struct Count(u64);
     impl std::io::Write for Count {
         fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {

@@ -84,6 +84,11 @@ pub enum TenantsCommand {
         /// Without it, the host's policy.
         #[arg(long, value_name = "RULE")]
         egress_allow: Vec<String>,
+        /// How long the tenant's ended runs and settled messages are kept
+        /// when their workflow does not say: such as `7d`, or `forever`.
+        /// Without it, the host's --retain.
+        #[arg(long, value_name = "DURATION", value_parser = super::parse_retain_text)]
+        retain: Option<String>,
         #[command(flatten)]
         server: ServerArg,
     },
@@ -295,6 +300,7 @@ pub fn tenants(data_dir: &Path, command: TenantsCommand) -> anyhow::Result<ExitC
             guest_time_per_minute,
             max_stored_bytes,
             egress_allow,
+            retain,
             server,
         } => {
             let mut quota = serde_json::Map::new();
@@ -325,6 +331,7 @@ pub fn tenants(data_dir: &Path, command: TenantsCommand) -> anyhow::Result<ExitC
                 "egress",
                 (!egress_allow.is_empty()).then(|| Value::from(egress_allow)),
             );
+            set("retain", retain.map(Value::from));
             ask(
                 data_dir,
                 server,

@@ -112,8 +112,10 @@ enum Command {
     /// Check the store: list the rows that do not decode (runs, outbox,
     /// triggers, timers), which the host sets aside.
     Doctor,
-    /// Delete the ended runs whose retention has passed (each workflow's
-    /// `retain:`, else --retain), as `weft serve`'s sweeper does.
+    /// Delete what has outlived its retention, as `weft serve`'s sweeper
+    /// does: ended runs (each workflow's `retain:`, else its tenant's,
+    /// else --retain), settled messages, dead letters, key-value
+    /// tombstones.
     Gc(GcArgs),
     /// Write a consistent copy of the embedded store to FILE, beside a
     /// running `weft serve` or not.
@@ -634,17 +636,48 @@ struct GcArgs {
     /// Report what would be deleted, and delete nothing.
     #[arg(long)]
     dry_run: bool,
-    /// How long an ended run is kept when its workflow does not say
-    /// (`retain:`): a duration such as `30d`, or `forever`.
-    #[arg(long, value_name = "DURATION", default_value = "30d", value_parser = parse_retain)]
-    retain: weft::model::Retain,
+    #[command(flatten)]
+    retain: RetainArgs,
     #[command(flatten)]
     plugins: PluginArgs,
+}
+
+/// How long the sweeper keeps what it deletes, when neither workflow nor
+/// tenant says: each a duration such as `30d`, or `forever`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct RetainArgs {
+    /// How long an ended run is kept, with its records and logs, when
+    /// neither its workflow (`retain:`) nor its tenant says.
+    #[arg(long, value_name = "DURATION", default_value = "30d", value_parser = parse_retain)]
+    retain: weft::model::Retain,
+    /// How long a message whose deliveries are all settled is kept, with
+    /// its deliveries, when its tenant does not say.
+    #[arg(long, value_name = "DURATION", default_value = "7d", value_parser = parse_retain)]
+    retain_messages: weft::model::Retain,
+    /// How long a dead letter is kept after its last attempt before it is
+    /// cleared.
+    #[arg(long, value_name = "DURATION", default_value = "30d", value_parser = parse_retain)]
+    retain_dead_letters: weft::model::Retain,
+}
+
+impl RetainArgs {
+    pub(crate) fn retention(&self) -> weft::engine::sweep::Retention {
+        weft::engine::sweep::Retention {
+            runs: self.retain,
+            messages: self.retain_messages,
+            dead_letters: self.retain_dead_letters,
+        }
+    }
 }
 
 /// `forever`, or a duration such as `30d`.
 pub(crate) fn parse_retain(text: &str) -> Result<weft::model::Retain, String> {
     weft::model::Retain::parse(text)
+}
+
+/// The same, checked and kept as given.
+pub(crate) fn parse_retain_text(text: &str) -> Result<String, String> {
+    weft::model::Retain::parse(text).map(|_| text.trim().to_owned())
 }
 
 /// `weft gc`: one pass of the sweeper over the store, judged by every
@@ -658,7 +691,7 @@ fn gc(data_dir: &std::path::Path, args: &GcArgs) -> anyhow::Result<ExitCode> {
         .context("cannot read the deployed workflows")?;
     engine.set_workflows(Arc::new(newest));
     let swept = engine
-        .sweep(args.retain, args.dry_run)
+        .sweep(&args.retain.retention(), args.dry_run)
         .context("cannot sweep the store")?;
     let verb = if args.dry_run {
         "would delete"
@@ -670,6 +703,12 @@ fn gc(data_dir: &std::path::Path, args: &GcArgs) -> anyhow::Result<ExitCode> {
         swept.runs,
         swept.steps,
         swept.examined
+    );
+    out!(
+        "{verb} {} settled message(s) past their retention, with their deliveries; {} dead letter(s); {} key-value tombstone(s)",
+        swept.messages,
+        swept.dead_letters,
+        swept.tombstones
     );
     if swept.kept > 0 {
         out!(

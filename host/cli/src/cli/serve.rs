@@ -59,11 +59,8 @@ pub struct ServeArgs {
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = lease_ttl)]
     lease_ttl: std::time::Duration,
 
-    /// How long an ended run is kept, with its records and logs, when its
-    /// workflow does not say (`retain:`): a duration such as `30d`, or
-    /// `forever`. A sweeper deletes the others.
-    #[arg(long, value_name = "DURATION", default_value = "30d", value_parser = super::parse_retain)]
-    retain: weft::model::Retain,
+    #[command(flatten)]
+    retain: super::RetainArgs,
 
     #[command(flatten)]
     plugins: PluginArgs,
@@ -132,7 +129,7 @@ pub fn serve(data_dir: &Path, args: ServeArgs) -> anyhow::Result<ExitCode> {
     };
     let config = host_config(data_dir, &args.plugins, config)?
         .serving(files)
-        .retaining(args.retain)
+        .retaining(args.retain.retention())
         .with_events(Arc::new(Told));
     let host = Host::start(config).context("cannot start the host")?;
     for warning in host.warnings() {

@@ -148,10 +148,16 @@ impl From<StoreError> for ApiError {
                 conflict("conflict", format!("delivery `{id}` is {state}"))
             }
             StoreError::RunEnded(run) => conflict("run_ended", format!("run `{run}` has ended")),
-            StoreError::Needed { run, why } => conflict(
+            StoreError::Needed {
+                what: What::Run(run),
+                why,
+            } => conflict(
                 "run_not_ended",
                 format!("run `{run}` cannot be deleted: {why}"),
             ),
+            StoreError::Needed { what, why } => {
+                conflict("in_use", format!("{what} cannot be deleted: {why}"))
+            }
             StoreError::Busy { run } => conflict(
                 "run_busy",
                 format!("run `{run}` is in progress in another process"),

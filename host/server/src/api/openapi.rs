@@ -221,7 +221,9 @@ pub fn spec() -> Value {
                     "max_step_timeout_ms": { "type": "integer", "description": "the longest a step's call may run, its default included; a deployment asking for longer is 422 quota_exceeded" },
                     "max_step_memory": { "type": "integer", "description": "the most memory of a step's call, in bytes, its default included; a deployment asking for more is 422 quota_exceeded" },
                     "guest_ms_per_minute": { "type": "integer", "description": "guest time the tenant's calls may take per minute on each host; once spent, a step due waits for the next minute (its record says cpu_quota)" },
-                    "max_stored_bytes": { "type": "integer", "description": "bytes the tenant's runs may keep in the store (run inputs, step records, key-value values, messages); a start over it is 507 storage_quota, a step result over it fails the step with storage_quota" }
+                    "max_stored_bytes": { "type": "integer", "description": "bytes the tenant's runs may keep in the store (run inputs, step records, key-value values, messages); a start over it is 507 storage_quota, a step result over it fails the step with storage_quota" },
+                    "egress": { "type": "array", "items": { "type": "string" }, "description": "URL prefixes the tenant's steps and webhooks may send HTTP requests to; unset, the host's policy" },
+                    "retain": { "type": "string", "description": "how long the tenant's ended runs and settled messages are kept when their workflow does not say: a duration such as 7d, or forever; unset, the host's --retain" }
                 } },
                 "Error": { "type": "object", "required": ["error"], "properties": { "error": { "type": "object", "required": ["code", "message"], "properties": { "code": { "type": "string" }, "message": { "type": "string" } } } } },
                 "StartRequest": { "type": "object", "required": ["workflow"], "additionalProperties": false, "properties": { "workflow": { "type": "string" }, "input": {}, "idempotency_key": { "type": "string", "minLength": 1, "maxLength": 256 } } },

@@ -247,6 +247,11 @@ pub(super) async fn set_quota(
 ) -> Result<Json<Value>, ApiError> {
     caller.need(Right::Admin)?;
     let Json(quota) = body?;
+    if let Some(retain) = &quota.retain
+        && let Err(e) = weft_model::Retain::parse(retain)
+    {
+        return Err(ApiError::bad_request(format!("retain `{retain}`: {e}")));
+    }
     let store = Arc::clone(api.engine.store());
     let asked = name.clone();
     let record = blocking(move || {

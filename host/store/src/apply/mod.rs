@@ -307,6 +307,12 @@ impl Apply<'_> {
     fn dispatch(&mut self, write: &Write) -> Result<Result<(), StoreError>, StoreError> {
         match write {
             Write::DeleteRun(id) => self.delete_run(id),
+            Write::DeleteMessage(seq) => self.delete_message(*seq),
+            Write::ForgetKv {
+                space,
+                key,
+                version,
+            } => self.forget_kv(space, key, *version),
             Write::CreateRun {
                 id,
                 run,
@@ -591,20 +597,63 @@ impl Apply<'_> {
             }
         }
         let mut versions = Vec::with_capacity(effects.writes.len());
+        let mut floor = None;
         for key in effects.writes.keys() {
-            let (version, old) =
-                self.rows
-                    .get(Table::Kv, Key::StrStr(space, key))?
-                    .map_or((0, None), |v| {
-                        let old = decode_kv(&v);
-                        (old.version, old.value)
-                    });
+            let (version, old) = match self.rows.get(Table::Kv, Key::StrStr(space, key))? {
+                Some(v) => {
+                    let old = decode_kv(&v);
+                    (old.version, old.value)
+                }
+                // A key with no row (never set, or its tombstone
+                // forgotten) starts above the space's floor.
+                None => (*floor.get_or_insert(self.kv_floor(space)?), None),
+            };
             if let Some(old) = old {
                 self.freed += u64::try_from(key.len() + old.len()).unwrap_or(0);
             }
             versions.push(version);
         }
         Ok(Ok(versions))
+    }
+
+    /// The highest version of a tombstone forgotten in `space` (see
+    /// [`Write::ForgetKv`]).
+    fn kv_floor(&mut self, space: &str) -> Result<u64, StoreError> {
+        Ok(self
+            .rows
+            .get(Table::Kv, Key::StrStr("", space))?
+            .map_or(0, |v| decode_kv(&v).version))
+    }
+
+    /// Drops tombstone `key` of `space` at `version` (see
+    /// [`Write::ForgetKv`]). Never refused.
+    fn forget_kv(
+        &mut self,
+        space: &str,
+        key: &str,
+        version: u64,
+    ) -> Result<Result<(), StoreError>, StoreError> {
+        if space.is_empty() {
+            return Ok(Ok(()));
+        }
+        let Some(row) = self.rows.get(Table::Kv, Key::StrStr(space, key))? else {
+            return Ok(Ok(()));
+        };
+        let now = decode_kv(&row);
+        if now.value.is_some() || now.version != version {
+            return Ok(Ok(()));
+        }
+        if self.kv_floor(space)? < version {
+            self.rows
+                .put(Table::Kv, Key::StrStr("", space), &encode_kv(version, None))?;
+        }
+        self.rows.delete(Table::Kv, Key::StrStr(space, key))?;
+        // A deleted key was charged its key's bytes.
+        self.give_back(
+            weft_core::tenant::of(space.strip_prefix("workflow/").unwrap_or(space)),
+            u64::try_from(key.len()).unwrap_or(u64::MAX),
+        )?;
+        Ok(Ok(()))
     }
 
     /// Writes `effects`' keys, each at the version after the one
@@ -847,7 +896,7 @@ impl Apply<'_> {
         let run: RunRecord = decode(id, &bytes)?;
         let needed = |why: String| {
             Ok(Err(StoreError::Needed {
-                run: id.to_owned(),
+                what: What::Run(id.to_owned()),
                 why,
             }))
         };

@@ -149,6 +149,46 @@ impl Apply<'_> {
         Ok(Ok(()))
     }
 
+    /// Deletes message `seq` and its deliveries, every one settled (see
+    /// [`crate::Write::DeleteMessage`]). The newest message stays: the
+    /// next message's seq follows it.
+    pub(super) fn delete_message(
+        &mut self,
+        seq: u64,
+    ) -> Result<Result<(), StoreError>, StoreError> {
+        let Some(message) = self
+            .rows
+            .get(Table::Messages, Key::U64(seq))?
+            .map(|bytes| decode::<MessageRecord>(seq, &bytes))
+            .transpose()?
+        else {
+            return Ok(Err(StoreError::NotFound(What::Message(seq))));
+        };
+        let needed = |why: String| {
+            Ok(Err(StoreError::Needed {
+                what: What::Message(seq),
+                why,
+            }))
+        };
+        if message.pending > 0 {
+            return needed(format!("{} of its deliveries not settled", message.pending));
+        }
+        if self.rows.last_number(Table::Messages)? == Some(seq) {
+            return needed("it is the newest message, which the next seq follows".to_owned());
+        }
+        for id in &message.deliveries {
+            self.rows.delete(Table::Deliveries, Key::Str(id))?;
+        }
+        self.rows.delete(Table::Messages, Key::U64(seq))?;
+        self.rows
+            .delete(Table::RunMessages, Key::StrU64(&message.run, seq))?;
+        let charged = message.id.len() as u64
+            + message.channel.len() as u64
+            + crate::write::json_len(&message.payload);
+        self.give_back(weft_core::tenant::of(&message.channel), charged)?;
+        Ok(Ok(()))
+    }
+
     /// One fewer unsettled delivery of message `seq`; when it was the
     /// last, the message and every delivery of it that was acked are
     /// completed. `at`: when, for an ack.

@@ -415,6 +415,42 @@ impl PostgresStore {
         Ok(found)
     }
 
+    pub(super) fn read_messages_from(
+        &self,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<MessageRecord>, StoreError> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = self.query(
+            "SELECT k1, v FROM messages WHERE k1 > $1 ORDER BY k1 LIMIT $2",
+            &[&to_sql(after), &limit],
+        )?;
+        rows.iter()
+            .map(|row| decode(int(row, 0)?, &bytes(row, 1)?))
+            .collect()
+    }
+
+    pub(super) fn read_kv_from(
+        &self,
+        after: Option<(&str, &str)>,
+        limit: usize,
+    ) -> Result<Vec<crate::KvRow>, StoreError> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = match after {
+            None => self.query(
+                "SELECT k1, k2, v FROM kv ORDER BY k1, k2 LIMIT $1",
+                &[&limit],
+            )?,
+            Some((space, key)) => self.query(
+                "SELECT k1, k2, v FROM kv WHERE (k1, k2) > ($1, $2) ORDER BY k1, k2 LIMIT $3",
+                &[&as_key(space), &as_key(key), &limit],
+            )?,
+        };
+        rows.iter()
+            .map(|row| Ok((text(row, 0)?, text(row, 1)?, decode_kv(&bytes(row, 2)?))))
+            .collect()
+    }
+
     pub(super) fn read_runs_from(
         &self,
         after: Option<&str>,

@@ -1,12 +1,18 @@
 //! `DeleteRun`: an ended run goes with its step records, its cancellation
 //! mark and its index of messages, and gives its bytes back; a run that
 //! has not ended, or a child whose parent has not, is refused with
-//! `Needed` and nothing changes.
+//! `Needed` and nothing changes. `DeleteMessage`: a message goes with its
+//! deliveries once every one is settled, never the newest. `ForgetKv`: a
+//! tombstone goes, and a key made again starts above its version.
 
+use weft_core::KvEffects;
 use weft_store::RunState::{Running, Succeeded};
-use weft_store::{ParentLink, Store, StoreError, Write};
+use weft_store::{DeliveryOp, ParentLink, Store, StoreError, Write};
 
-use crate::common::{R, cancel, commit, create, emission, emit, keyed, run, stored_run, update};
+use crate::common::{
+    R, SPACE, at, cancel, commit, commit_with, create, emission, emit, keyed, queued, run, started,
+    stored_run, subscribe, update,
+};
 use crate::table::{open, put};
 
 fn delete(s: &dyn Store, id: &str) -> Result<(), StoreError> {
@@ -100,4 +106,145 @@ fn a_child_is_kept_while_its_parent_has_not_ended() {
     put(&*s, Write::update_run(&parent));
     delete(&*s, "c").unwrap();
     delete(&*s, "p").unwrap();
+}
+
+fn delete_message(s: &dyn Store, seq: u64) -> Result<(), StoreError> {
+    s.apply(&[&Write::DeleteMessage(seq)])
+        .unwrap()
+        .pop()
+        .unwrap()
+}
+
+#[test]
+fn a_message_goes_with_its_deliveries_once_all_are_settled_but_never_the_newest() {
+    let (_dir, s) = open();
+    started(&*s);
+    put(&*s, subscribe("ch/a"));
+    put(&*s, subscribe("ch/b").charged("default", false));
+    put(
+        &*s,
+        emit(&*s, vec![emission("m1", "ch")]).charged("default", false),
+    );
+    put(&*s, emit(&*s, vec![emission("m2", "ch")]));
+    let seqs: Vec<u64> = s.run_messages(R).unwrap().iter().map(|m| m.seq).collect();
+    let [first, newest] = seqs[..] else {
+        panic!("two messages: {seqs:?}")
+    };
+    needed(
+        delete_message(&*s, first),
+        "2 of its deliveries not settled",
+    );
+    let ack = |subscription: &str| {
+        for delivery in queued(&*s, subscription, false) {
+            if delivery.seq == first {
+                let op = DeliveryOp::Ack { at: at(1) };
+                put(&*s, Write::Delivery(delivery.id, op));
+            }
+        }
+    };
+    ack("ch/a");
+    needed(
+        delete_message(&*s, first),
+        "1 of its deliveries not settled",
+    );
+    ack("ch/b");
+    let deliveries = s.message(first).unwrap().unwrap().deliveries;
+    let before = s.stored_bytes("default").unwrap();
+    delete_message(&*s, first).unwrap();
+    assert_eq!(s.message(first).unwrap(), None);
+    for id in deliveries {
+        assert_eq!(s.delivery(&id).unwrap(), None, "delivery {id} stayed");
+    }
+    assert!(s.stored_bytes("default").unwrap() < before);
+    assert_eq!(
+        s.run_messages(R)
+            .unwrap()
+            .iter()
+            .map(|m| m.seq)
+            .collect::<Vec<_>>(),
+        [newest]
+    );
+    assert!(matches!(
+        delete_message(&*s, first),
+        Err(StoreError::NotFound(_))
+    ));
+    // Settled or not, the newest stays: the next seq follows it.
+    for subscription in ["ch/a", "ch/b"] {
+        for delivery in queued(&*s, subscription, false) {
+            put(
+                &*s,
+                Write::Delivery(delivery.id, DeliveryOp::Ack { at: at(2) }),
+            );
+        }
+    }
+    needed(delete_message(&*s, newest), "newest");
+    put(&*s, emit(&*s, vec![emission("m3", "ch")]));
+    let third = s.messages_from(newest, 10).unwrap();
+    assert_eq!(third.len(), 1);
+    assert!(third[0].seq > newest, "{third:?}");
+    delete_message(&*s, newest).unwrap();
+    assert_eq!(
+        s.messages_from(0, 10)
+            .unwrap()
+            .iter()
+            .map(|m| m.seq)
+            .collect::<Vec<_>>(),
+        [third[0].seq]
+    );
+}
+
+fn kv_write(s: &dyn Store, read: Option<u64>, value: Option<&str>) -> Result<(), StoreError> {
+    let effects = KvEffects {
+        space: SPACE.to_owned(),
+        writes: [("k".to_owned(), value.map(str::to_owned))].into(),
+        reads: read.map(|v| ("k".to_owned(), v)).into_iter().collect(),
+    };
+    let write = commit_with(s, R, "kv", |_, _, x| x.kv = Some(effects));
+    s.apply(&[&write]).unwrap().pop().unwrap()
+}
+
+fn forget(s: &dyn Store, version: u64) {
+    let write = Write::ForgetKv {
+        space: SPACE.to_owned(),
+        key: "k".to_owned(),
+        version,
+    };
+    put(s, write);
+}
+
+#[test]
+fn a_forgotten_tombstone_never_lets_a_version_come_back_with_another_value() {
+    let (_dir, s) = open();
+    started(&*s);
+    kv_write(&*s, None, Some("one")).unwrap();
+    assert_eq!(s.kv_get(SPACE, "k").unwrap().version, 1);
+    // A live key, or a tombstone at another version, is not forgotten.
+    forget(&*s, 1);
+    assert_eq!(s.kv_get(SPACE, "k").unwrap().value.as_deref(), Some("one"));
+    kv_write(&*s, None, None).unwrap();
+    forget(&*s, 1);
+    let rows = s.kv_from(None, 10).unwrap();
+    assert!(
+        rows.iter()
+            .any(|(space, key, row)| space == SPACE && key == "k" && row.version == 2),
+        "{rows:?}"
+    );
+    forget(&*s, 2);
+    let rows = s.kv_from(None, 10).unwrap();
+    assert!(
+        !rows.iter().any(|(space, _, _)| space == SPACE),
+        "the tombstone stayed: {rows:?}"
+    );
+    assert_eq!(s.kv_get(SPACE, "k").unwrap().version, 0);
+    // Made again, the key starts above the forgotten version: a step that
+    // read `one` at version 1 cannot commit over the new value.
+    kv_write(&*s, None, Some("two")).unwrap();
+    assert_eq!(s.kv_get(SPACE, "k").unwrap().version, 3);
+    let stale = kv_write(&*s, Some(1), Some("three"));
+    assert!(
+        matches!(stale, Err(StoreError::KvConflict { .. })),
+        "{stale:?}"
+    );
+    let rows = s.kv_from(Some((SPACE, "k")), 10).unwrap();
+    assert!(rows.is_empty(), "{rows:?}");
 }
