@@ -288,3 +288,67 @@ fn the_sweeper_deletes_settled_messages_and_clears_old_dead_letters() {
     assert_eq!(store.message(*second).unwrap(), None);
     assert!(store.message(*newest).unwrap().is_some());
 }
+
+#[test]
+fn the_sweeper_deletes_replaced_revisions_once_no_run_follows_them() {
+    use weft::store::{Blob, DefinitionRecord, DeploymentRecord};
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(RedbStore::open(dir.path().join("weft.redb")).unwrap());
+    let clock = Arc::new(SimClock::new(T0));
+    let runtime = Runtime::new(RuntimeConfig::default()).unwrap();
+    let engine = Engine::with_config(
+        store.clone(),
+        PluginDir::new(runtime, guests()),
+        clock.clone(),
+        EngineConfig::default(),
+    )
+    .unwrap();
+    let newer = HOUR.replace("with: 1", "with: 2");
+    let deploy = |revision: u32, source: &str| {
+        let definition = DefinitionRecord::new("wf.yaml", "yaml", source);
+        let record: DeploymentRecord = serde_json::from_value(json!({
+            "workflow": "hourly", "revision": revision, "digest": definition.digest,
+            "version": 1, "deployed_at": T0, "origin": "api",
+        }))
+        .unwrap();
+        let write = Write::Deploy {
+            workflow: "hourly".to_owned(),
+            revision,
+            record: weft::store::encode(&record),
+            definition: (definition.digest.clone(), weft::store::encode(&definition)),
+        };
+        store.apply(&[&write]).unwrap().pop().unwrap().unwrap();
+        definition.digest
+    };
+    let first = deploy(1, HOUR);
+    let second = deploy(2, &newer);
+    // A run follows revision 1 (it ends, and is kept an hour).
+    let workflow = Arc::new(model::parse(HOUR, model::Format::Yaml, "wf.yaml").unwrap());
+    let handle = engine
+        .start(Arc::clone(&workflow), json!({}), Box::new(Quiet))
+        .unwrap();
+    let run = handle.wait().unwrap();
+    assert_eq!(store.run(&run.id).unwrap().unwrap().definition, first);
+    let retention = Retention::default();
+
+    // Within the host's 30 days of its replacement, revision 1 stays.
+    clock.advance(Duration::from_secs(86_400));
+    let swept = engine.sweep(&retention, false).unwrap();
+    assert_eq!((swept.runs, swept.revisions), (1, 0), "{swept:?}");
+    assert_eq!(store.deployments(Some("hourly")).unwrap().len(), 2);
+
+    // Past them: revision 1 goes, with its definition; the newest stays.
+    clock.advance(Duration::from_secs(30 * 86_400));
+    let dry = engine.sweep(&retention, true).unwrap();
+    assert_eq!((dry.revisions, dry.blobs), (1, 1), "{dry:?}");
+    let swept = engine.sweep(&retention, false).unwrap();
+    assert_eq!((swept.revisions, swept.blobs), (1, 1), "{swept:?}");
+    let left = store.deployments(Some("hourly")).unwrap();
+    assert_eq!(
+        left.iter().map(|d| d.revision).collect::<Vec<_>>(),
+        [2],
+        "{left:?}"
+    );
+    assert_eq!(store.digests(Blob::Definition).unwrap(), [second]);
+    assert_eq!(store.definition(&first).unwrap(), None);
+}

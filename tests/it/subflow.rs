@@ -259,6 +259,9 @@ impl Store for NoChildren {
     ) -> Result<weft::store::RunsFrom, StoreError> {
         self.0.runs_from(after, limit)
     }
+    fn digests(&self, blob: weft::store::Blob) -> Result<Vec<String>, StoreError> {
+        self.0.digests(blob)
+    }
     fn messages_from(
         &self,
         after: u64,

@@ -178,6 +178,15 @@ impl PluginDir {
         &self.runtime
     }
 
+    /// The digests of the components loaded from files of the directory.
+    pub fn file_digests(&self) -> Vec<String> {
+        lock(&self.files)
+            .values()
+            .filter_map(|(_, tried)| tried.as_ref().ok())
+            .map(|plugin| plugin.digest().to_string())
+            .collect()
+    }
+
     /// Every plugin in the registry, by name, newest version first.
     pub fn list(&self) -> Vec<PluginRecord> {
         let Some(registry) = self.registry.get() else {

@@ -20,15 +20,28 @@
 //!   is kept as its space's floor, so a key made again never repeats a
 //!   version that a step may have read (see `Write::ForgetKv`).
 //!
+//! - **revisions, definitions and components.** A workflow revision that
+//!   is not its workflow's newest, was replaced longer than the host's run
+//!   retention ago, and that no run follows (ended or not: a run's page
+//!   shows its definition) is deleted. Then every stored definition that
+//!   no revision and no run refers to, and every stored component that no
+//!   registry plugin, no plugin file this host loaded and no run pins. The
+//!   runs are those the pass read; the store looks at the runs recorded
+//!   after them in the same transaction as the delete
+//!   (`Write::DeleteRevision`, `Write::DeleteBlob`), so a run started
+//!   meanwhile keeps what it needs.
+//!
 //! Each commit deletes at most [`DELETES`] things, through the committer,
 //! so the sweeper never holds a long write transaction.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
 
 use weft_core::clock::Timestamp;
 use weft_model::{Format, Retain};
-use weft_store::{DeliveryOp, DeliveryState, MessageRecord, RunRecord, StoreError, Write};
+use weft_store::{
+    Blob, DeliveryOp, DeliveryState, DeploymentRecord, MessageRecord, RunRecord, StoreError, Write,
+};
 
 use crate::Engine;
 
@@ -65,7 +78,7 @@ impl Default for Retention {
 
 /// Where a pass of the sweeper is: the table, and the last key looked at.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub enum Cursor {
+enum Cursor {
     /// The first run.
     #[default]
     Start,
@@ -76,8 +89,35 @@ pub enum Cursor {
     /// Key-value rows after this `(space, key)` (from the first if
     /// `None`).
     Kv(Option<(String, String)>),
+    /// Revisions, definitions and components, in one page.
+    Blobs,
     /// The pass is over.
     Done,
+}
+
+/// One pass of the sweeper over the store: where it is, and what the runs
+/// it read pin.
+#[derive(Debug, Clone, Default)]
+pub struct Pass {
+    cursor: Cursor,
+    /// The last run id read.
+    seen: String,
+    /// The definitions the runs read follow.
+    definitions: HashSet<String>,
+    /// The components the runs read pin.
+    components: HashSet<String>,
+}
+
+impl Pass {
+    /// A pass from the start.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Whether the pass is over.
+    pub fn is_done(&self) -> bool {
+        self.cursor == Cursor::Done
+    }
 }
 
 /// What a page or a pass of the sweeper deleted (or, dry, would delete).
@@ -98,6 +138,10 @@ pub struct Swept {
     pub dead_letters: u64,
     /// Key-value tombstones dropped.
     pub tombstones: u64,
+    /// Workflow revisions deleted.
+    pub revisions: u64,
+    /// Stored definitions and components deleted.
+    pub blobs: u64,
 }
 
 impl std::ops::AddAssign for Swept {
@@ -109,6 +153,8 @@ impl std::ops::AddAssign for Swept {
         self.messages += other.messages;
         self.dead_letters += other.dead_letters;
         self.tombstones += other.tombstones;
+        self.revisions += other.revisions;
+        self.blobs += other.blobs;
     }
 }
 
@@ -186,40 +232,56 @@ impl Engine {
         }
     }
 
-    /// One page of the sweeper at `cursor`: up to [`PAGE`] rows of its
-    /// table read, and what is due among them deleted or, with
-    /// `dry_run`, counted. Returns what it did and where the pass goes
-    /// on ([`Cursor::Done`] when it is over). Blocking.
+    /// One page of `pass`: up to [`PAGE`] rows of its table read, and
+    /// what is due among them deleted or, with `dry_run`, counted. Returns
+    /// what it did; `pass` moves on (see [`Pass::is_done`]). Blocking.
     pub fn sweep_page(
         &self,
-        cursor: &Cursor,
+        pass: &mut Pass,
         retention: &Retention,
         dry_run: bool,
-    ) -> Result<(Swept, Cursor), StoreError> {
-        match cursor {
-            Cursor::Start => self.sweep_runs(None, retention, dry_run),
-            Cursor::Runs(after) => self.sweep_runs(Some(after), retention, dry_run),
-            Cursor::Messages(after) => self.sweep_messages(*after, retention, dry_run),
+    ) -> Result<Swept, StoreError> {
+        let (swept, next) = match &pass.cursor {
+            Cursor::Start => self.sweep_runs(None, pass, retention, dry_run)?,
+            Cursor::Runs(after) => {
+                let after = after.clone();
+                self.sweep_runs(Some(&after), pass, retention, dry_run)?
+            }
+            Cursor::Messages(after) => self.sweep_messages(*after, retention, dry_run)?,
             Cursor::Kv(after) => self.sweep_kv(
                 after
                     .as_ref()
                     .map(|(space, key)| (space.as_str(), key.as_str())),
                 dry_run,
-            ),
-            Cursor::Done => Ok((Swept::default(), Cursor::Done)),
-        }
+            )?,
+            Cursor::Blobs => (self.sweep_blobs(pass, retention, dry_run)?, Cursor::Done),
+            Cursor::Done => (Swept::default(), Cursor::Done),
+        };
+        pass.cursor = next;
+        Ok(swept)
     }
 
     /// A page of runs (see the module's documentation).
     fn sweep_runs(
         &self,
         after: Option<&str>,
+        pass: &mut Pass,
         retention: &Retention,
         dry_run: bool,
     ) -> Result<(Swept, Cursor), StoreError> {
         let store = self.store();
         let (page, next) = store.runs_from(after, PAGE)?;
         let next = next.map_or(Cursor::Messages(0), Cursor::Runs);
+        for run in &page {
+            pass.definitions.insert(run.definition.clone());
+            pass.components
+                .extend(run.plugins.values().map(|pin| pin.digest.clone()));
+        }
+        if let Some(last) = page.last()
+            && last.id > pass.seen
+        {
+            pass.seen.clone_from(&last.id);
+        }
         let now = self.core.clock.now();
         let mut swept = Swept {
             examined: page.len() as u64,
@@ -309,30 +371,11 @@ impl Engine {
             swept.dead_letters = dead.len() as u64;
             return Ok((swept, next));
         }
-        for chunk in dead.chunks(DELETES) {
-            let writes = chunk
-                .iter()
-                .map(|id| Write::Delivery(id.clone(), DeliveryOp::Clear))
-                .collect();
-            for answer in self.core.commits.commit_all(writes) {
-                match answer {
-                    Ok(()) => swept.dead_letters += 1,
-                    // Re-sent, acked or cleared meanwhile.
-                    Err(StoreError::DeliveryState { .. } | StoreError::NotFound(_)) => {}
-                    Err(e) => return Err(e),
-                }
-            }
-        }
-        for chunk in settled.chunks(DELETES) {
-            let writes = chunk.iter().map(|seq| Write::DeleteMessage(*seq)).collect();
-            for answer in self.core.commits.commit_all(writes) {
-                match answer {
-                    Ok(()) => swept.messages += 1,
-                    Err(StoreError::Needed { .. } | StoreError::NotFound(_)) => {}
-                    Err(e) => return Err(e),
-                }
-            }
-        }
+        let clear = dead
+            .into_iter()
+            .map(|id| Write::Delivery(id, DeliveryOp::Clear));
+        swept.dead_letters = self.delete_all(clear)?;
+        swept.messages = self.delete_all(settled.into_iter().map(Write::DeleteMessage))?;
         Ok((swept, next))
     }
 
@@ -371,7 +414,7 @@ impl Engine {
             Some((space, key, _)) if page.len() == PAGE => {
                 Cursor::Kv(Some((space.clone(), key.clone())))
             }
-            _ => Cursor::Done,
+            _ => Cursor::Blobs,
         };
         let writes: Vec<Write> = page
             .into_iter()
@@ -388,26 +431,116 @@ impl Engine {
             swept.tombstones = writes.len() as u64;
             return Ok((swept, next));
         }
+        swept.tombstones = self.delete_all(writes)?;
+        Ok((swept, next))
+    }
+
+    /// Revisions, definitions and components (see the module's
+    /// documentation), in one page: there are few of them.
+    fn sweep_blobs(
+        &self,
+        pass: &Pass,
+        retention: &Retention,
+        dry_run: bool,
+    ) -> Result<Swept, StoreError> {
+        let store = self.store();
+        let now = self.core.clock.now();
+        let mut by_workflow: BTreeMap<String, Vec<DeploymentRecord>> = BTreeMap::new();
+        for deployed in store.deployments(None)? {
+            by_workflow
+                .entry(deployed.workflow.clone())
+                .or_default()
+                .push(deployed);
+        }
+        let mut revisions = Vec::new();
+        let mut referred = HashSet::new();
+        for deployed in by_workflow.values_mut() {
+            deployed.sort_by_key(|d| d.revision);
+            for pair in deployed.windows(2) {
+                let (old, next) = (&pair[0], &pair[1]);
+                if due(retention.runs, next.deployed_at, now)
+                    && !pass.definitions.contains(&old.digest)
+                {
+                    revisions.push(old);
+                } else {
+                    referred.insert(old.digest.clone());
+                }
+            }
+            referred.extend(deployed.last().map(|d| d.digest.clone()));
+        }
+        let definitions: Vec<String> = store
+            .digests(Blob::Definition)?
+            .into_iter()
+            .filter(|d| !referred.contains(d) && !pass.definitions.contains(d))
+            .collect();
+        let mut kept: HashSet<String> = pass.components.clone();
+        kept.extend(store.plugins()?.into_iter().map(|p| p.digest));
+        kept.extend(self.plugins().file_digests());
+        let components: Vec<String> = store
+            .digests(Blob::Component)?
+            .into_iter()
+            .filter(|d| !kept.contains(d))
+            .collect();
+        let mut swept = Swept::default();
+        if dry_run {
+            swept.revisions = revisions.len() as u64;
+            swept.blobs = (definitions.len() + components.len()) as u64;
+            return Ok(swept);
+        }
+        let seen = &pass.seen;
+        let writes = revisions.iter().map(|d| Write::DeleteRevision {
+            workflow: d.workflow.clone(),
+            revision: d.revision,
+            seen: seen.clone(),
+        });
+        swept.revisions = self.delete_all(writes)?;
+        let blobs = definitions
+            .into_iter()
+            .map(|digest| (Blob::Definition, digest))
+            .chain(
+                components
+                    .into_iter()
+                    .map(|digest| (Blob::Component, digest)),
+            )
+            .map(|(blob, digest)| Write::DeleteBlob {
+                blob,
+                digest,
+                seen: seen.clone(),
+            });
+        swept.blobs = self.delete_all(blobs)?;
+        Ok(swept)
+    }
+
+    /// Commits `writes`, [`DELETES`] at a time: how many were applied.
+    /// One refused as needed, gone already, or changed meanwhile (a dead
+    /// letter re-sent) is passed over.
+    fn delete_all(&self, writes: impl IntoIterator<Item = Write>) -> Result<u64, StoreError> {
         let mut writes = writes.into_iter().peekable();
+        let mut done = 0;
         while writes.peek().is_some() {
             let chunk: Vec<Write> = writes.by_ref().take(DELETES).collect();
             for answer in self.core.commits.commit_all(chunk) {
-                answer?;
-                swept.tombstones += 1;
+                match answer {
+                    Ok(()) => done += 1,
+                    Err(
+                        StoreError::Needed { .. }
+                        | StoreError::NotFound(_)
+                        | StoreError::DeliveryState { .. },
+                    ) => {}
+                    Err(e) => return Err(e),
+                }
             }
         }
-        Ok((swept, next))
+        Ok(done)
     }
 
     /// A whole pass of the sweeper over the store, page by page (see
     /// [`Engine::sweep_page`]). Blocking.
     pub fn sweep(&self, retention: &Retention, dry_run: bool) -> Result<Swept, StoreError> {
         let mut total = Swept::default();
-        let mut cursor = Cursor::Start;
-        while cursor != Cursor::Done {
-            let (swept, next) = self.sweep_page(&cursor, retention, dry_run)?;
-            total += swept;
-            cursor = next;
+        let mut pass = Pass::new();
+        while !pass.is_done() {
+            total += self.sweep_page(&mut pass, retention, dry_run)?;
         }
         Ok(total)
     }

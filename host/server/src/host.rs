@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use weft_core::Clock;
 use weft_engine::plugins::{self, DirWatcher, ResolveError};
-use weft_engine::sweep::{Cursor, Retention, Swept};
+use weft_engine::sweep::{Pass, Retention, Swept};
 use weft_engine::{Engine, EngineConfig, Quiet, ResumeError};
 use weft_model::WorkflowDir;
 use weft_runtime::Plugin;
@@ -433,32 +433,31 @@ fn sweep_the_store(engine: &Arc<Engine>, retention: Retention) -> Result<(), Hos
         .name("weft-sweeper".to_owned())
         .spawn(move || {
             loop {
-                let mut cursor = Cursor::Start;
-                let mut pass = Swept::default();
-                while cursor != Cursor::Done {
+                let mut pass = Pass::new();
+                let mut swept = Swept::default();
+                while !pass.is_done() {
                     std::thread::sleep(PAGE_REST);
                     let Some(engine) = engine.upgrade() else {
                         return;
                     };
-                    match engine.sweep_page(&cursor, &retention, false) {
-                        Ok((swept, next)) => {
-                            pass += swept;
-                            cursor = next;
-                        }
+                    match engine.sweep_page(&mut pass, &retention, false) {
+                        Ok(page) => swept += page,
                         Err(e) => {
                             tracing::warn!("the sweeper stops this pass: {e}");
                             break;
                         }
                     }
                 }
-                if !pass.is_empty() {
+                if !swept.is_empty() {
                     tracing::info!(
-                        runs = pass.runs,
-                        steps = pass.steps,
-                        kept = pass.kept,
-                        messages = pass.messages,
-                        dead_letters = pass.dead_letters,
-                        tombstones = pass.tombstones,
+                        runs = swept.runs,
+                        steps = swept.steps,
+                        kept = swept.kept,
+                        messages = swept.messages,
+                        dead_letters = swept.dead_letters,
+                        tombstones = swept.tombstones,
+                        revisions = swept.revisions,
+                        blobs = swept.blobs,
                         "swept what outlived its retention"
                     );
                 }

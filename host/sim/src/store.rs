@@ -114,6 +114,11 @@ impl Store for SimStore {
         self.inner.runs_from(after, limit)
     }
 
+    fn digests(&self, blob: weft_store::Blob) -> Result<Vec<String>, StoreError> {
+        self.read()?;
+        self.inner.digests(blob)
+    }
+
     fn messages_from(&self, after: u64, limit: usize) -> Result<Vec<MessageRecord>, StoreError> {
         self.read()?;
         self.inner.messages_from(after, limit)

@@ -248,6 +248,8 @@ pub enum What {
         /// The record's number.
         seq: u32,
     },
+    /// A stored definition or component, by digest.
+    Blob(String),
     /// One deployed version of a workflow.
     Revision {
         /// The workflow's id.
@@ -270,6 +272,7 @@ impl std::fmt::Display for What {
             Self::Token(id) => write!(f, "token `{id}`"),
             Self::Secret(name) => write!(f, "secret `{name}`"),
             Self::Step { run, seq } => write!(f, "record {seq} of run `{run}`"),
+            Self::Blob(digest) => write!(f, "`{digest}`"),
             Self::Revision { workflow, revision } => {
                 write!(f, "workflow `{workflow}` revision {revision}")
             }
@@ -319,6 +322,15 @@ impl RunFilter {
 /// A page of [`Store::runs_from`]: the runs, and the id to go on after.
 pub type RunsFrom = (Vec<RunRecord>, Option<String>);
 
+/// What the store keeps once per digest, for the runs that pin it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Blob {
+    /// A workflow definition's text (`DefinitionRecord`).
+    Definition,
+    /// A plugin's component bytes.
+    Component,
+}
+
 /// A row of [`Store::kv_from`]: a space, a key, and its state.
 pub type KvRow = (String, String, weft_core::Versioned);
 
@@ -351,6 +363,10 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// (tombstones) included: each row's space, key and state. For the
     /// sweeper.
     fn kv_from(&self, after: Option<(&str, &str)>, limit: usize) -> Result<Vec<KvRow>, StoreError>;
+
+    /// The digests of every stored `blob` (definitions or components), in
+    /// order. For the sweeper.
+    fn digests(&self, blob: Blob) -> Result<Vec<String>, StoreError>;
 
     /// The parked runs, oldest first, up to `limit`: each run's id and
     /// tenant (see [`Write::parked`]).

@@ -467,6 +467,10 @@ impl Store for PostgresStore {
         self.plain(Self::read_running)
     }
 
+    fn digests(&self, blob: crate::Blob) -> Result<Vec<String>, StoreError> {
+        self.plain(|store| store.read_digests(blob))
+    }
+
     fn definition(&self, digest: &str) -> Result<Option<crate::DefinitionRecord>, StoreError> {
         self.plain(|store| store.read_definition(digest))
     }

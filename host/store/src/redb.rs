@@ -575,6 +575,23 @@ impl Store for RedbStore {
         Ok(found)
     }
 
+    fn digests(&self, blob: crate::Blob) -> Result<Vec<String>, StoreError> {
+        let txn = self.begin_read()?;
+        let table = match blob {
+            crate::Blob::Definition => DEFINITIONS,
+            crate::Blob::Component => COMPONENTS,
+        };
+        let table = match txn.open_table(table) {
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+            other => backend!(other)?,
+        };
+        let mut found = Vec::new();
+        for entry in backend!(table.iter())? {
+            found.push(backend!(entry)?.0.value().to_owned());
+        }
+        Ok(found)
+    }
+
     fn definition(&self, digest: &str) -> Result<Option<DefinitionRecord>, StoreError> {
         let txn = self.begin_read()?;
         let definitions = backend!(txn.open_table(DEFINITIONS))?;

@@ -134,6 +134,10 @@ pub(crate) trait Rows {
         to: &str,
     ) -> Result<Vec<String>, StoreError>;
 
+    /// The value of every row of `table`, a small one (deployments,
+    /// plugins), in key order.
+    fn values(&mut self, table: Table) -> Result<Vec<Vec<u8>>, StoreError>;
+
     /// The greatest key of `table` (keyed by a number).
     fn last_number(&mut self, table: Table) -> Result<Option<u64>, StoreError>;
 }

@@ -271,6 +271,34 @@ pub enum Write {
         /// Its tombstone's version.
         version: u64,
     },
+    /// Deletes revision `revision` of workflow `workflow` (its definition
+    /// stays, for [`Write::DeleteBlob`]). Refused with
+    /// [`StoreError::Needed`](super::StoreError::Needed) if it is the
+    /// workflow's newest revision, or if a run recorded after `seen` (the
+    /// last run id the sweeper read) follows its definition; with
+    /// [`StoreError::NotFound`](super::StoreError::NotFound) if there is
+    /// no such revision.
+    DeleteRevision {
+        /// The workflow.
+        workflow: String,
+        /// The revision.
+        revision: u32,
+        /// The last run id the sweeper read: runs after it are looked at.
+        seen: String,
+    },
+    /// Deletes the stored `blob` `digest`. Refused with
+    /// [`StoreError::Needed`](super::StoreError::Needed) if a revision
+    /// (a definition) or a registry plugin (a component) refers to it, or
+    /// if a run recorded after `seen` pins it. Deleting what is not there
+    /// is no change.
+    DeleteBlob {
+        /// Definition or component.
+        blob: super::Blob,
+        /// Its digest.
+        digest: String,
+        /// The last run id the sweeper read: runs after it are looked at.
+        seen: String,
+    },
     /// Takes subscription `subscription`'s delivery queue under `lease`,
     /// so that one host at a time delivers it: no change if `lease` holds
     /// it; else refused with

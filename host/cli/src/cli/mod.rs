@@ -710,6 +710,11 @@ fn gc(data_dir: &std::path::Path, args: &GcArgs) -> anyhow::Result<ExitCode> {
         swept.dead_letters,
         swept.tombstones
     );
+    out!(
+        "{verb} {} replaced workflow revision(s), and {} definition(s) and component(s) nothing refers to",
+        swept.revisions,
+        swept.blobs
+    );
     if swept.kept > 0 {
         out!(
             "kept {} ended run(s) past their retention: their parent has not ended",

@@ -308,6 +308,12 @@ impl Apply<'_> {
         match write {
             Write::DeleteRun(id) => self.delete_run(id),
             Write::DeleteMessage(seq) => self.delete_message(*seq),
+            Write::DeleteRevision {
+                workflow,
+                revision,
+                seen,
+            } => self.delete_revision(workflow, *revision, seen),
+            Write::DeleteBlob { blob, digest, seen } => self.delete_blob(*blob, digest, seen),
             Write::ForgetKv {
                 space,
                 key,
@@ -936,6 +942,107 @@ impl Apply<'_> {
             weft_core::tenant::of(&run.workflow),
             u64::try_from(freed).unwrap_or(u64::MAX),
         )?;
+        Ok(Ok(()))
+    }
+
+    /// The first run recorded after run id `seen` for which `pins` holds:
+    /// a run the sweeper did not read when it judged something unused.
+    fn pinned_since(
+        &mut self,
+        seen: &str,
+        pins: impl Fn(&RunRecord) -> bool,
+    ) -> Result<Option<String>, StoreError> {
+        let from = if seen.is_empty() {
+            String::new()
+        } else {
+            format!("{seen}\0")
+        };
+        for id in self.rows.keys_between(Table::Runs, &from, "\u{10FFFF}")? {
+            if let Some(run) = self.stored_run(&id)?
+                && pins(&run)
+            {
+                return Ok(Some(id));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Deletes a revision that a newer one replaces (see
+    /// [`Write::DeleteRevision`]).
+    fn delete_revision(
+        &mut self,
+        workflow: &str,
+        revision: u32,
+        seen: &str,
+    ) -> Result<Result<(), StoreError>, StoreError> {
+        let what = What::Revision {
+            workflow: workflow.to_owned(),
+            revision,
+        };
+        let revisions = self.rows.under(Table::Deployments, workflow)?;
+        let Some((_, bytes)) = revisions
+            .iter()
+            .find(|(r, _)| r.number() == u64::from(revision))
+        else {
+            return Ok(Err(StoreError::NotFound(what)));
+        };
+        let deployed: crate::DeploymentRecord = decode(workflow, bytes)?;
+        let newest = revisions.iter().map(|(r, _)| r.number()).max();
+        let needed = |why: String| {
+            Ok(Err(StoreError::Needed {
+                what: what.clone(),
+                why,
+            }))
+        };
+        if newest == Some(u64::from(revision)) {
+            return needed("it is the workflow's newest revision".to_owned());
+        }
+        if let Some(run) = self.pinned_since(seen, |run| run.definition == deployed.digest)? {
+            return needed(format!("run `{run}` follows it"));
+        }
+        self.rows
+            .delete(Table::Deployments, Key::StrU32(workflow, revision))?;
+        Ok(Ok(()))
+    }
+
+    /// Deletes a stored definition or component that nothing refers to
+    /// (see [`Write::DeleteBlob`]).
+    fn delete_blob(
+        &mut self,
+        blob: crate::Blob,
+        digest: &str,
+        seen: &str,
+    ) -> Result<Result<(), StoreError>, StoreError> {
+        let (table, referrers) = match blob {
+            crate::Blob::Definition => (Table::Definitions, Table::Deployments),
+            crate::Blob::Component => (Table::Components, Table::Plugins),
+        };
+        let needed = |why: String| {
+            Ok(Err(StoreError::Needed {
+                what: What::Blob(digest.to_owned()),
+                why,
+            }))
+        };
+        #[derive(serde::Deserialize)]
+        struct Referrer {
+            digest: String,
+        }
+        for bytes in self.rows.values(referrers)? {
+            if decode::<Referrer>(digest, &bytes)?.digest == digest {
+                return needed(match blob {
+                    crate::Blob::Definition => "a revision refers to it".to_owned(),
+                    crate::Blob::Component => "a registry plugin refers to it".to_owned(),
+                });
+            }
+        }
+        let pinned = self.pinned_since(seen, |run| match blob {
+            crate::Blob::Definition => run.definition == digest,
+            crate::Blob::Component => run.plugins.values().any(|p| p.digest == digest),
+        })?;
+        if let Some(run) = pinned {
+            return needed(format!("run `{run}` pins it"));
+        }
+        self.rows.delete(table, Key::Str(digest))?;
         Ok(Ok(()))
     }
 

@@ -163,6 +163,17 @@ impl PostgresStore {
         Ok(found)
     }
 
+    pub(super) fn read_digests(&self, blob: crate::Blob) -> Result<Vec<String>, StoreError> {
+        let statement = match blob {
+            crate::Blob::Definition => "SELECT k1 FROM definitions ORDER BY k1",
+            crate::Blob::Component => "SELECT k1 FROM components ORDER BY k1",
+        };
+        self.query(statement, &[])?
+            .iter()
+            .map(|row| text(row, 0))
+            .collect()
+    }
+
     pub(super) fn read_definition(
         &self,
         digest: &str,

@@ -312,6 +312,27 @@ impl Rows for Overlay<'_> {
         Ok(existed)
     }
 
+    fn values(&mut self, table: Table) -> Result<Vec<Vec<u8>>, StoreError> {
+        let (first, second) = kinds(table);
+        let statement = match second {
+            Some(_) => format!("SELECT k1, k2, v FROM {}", name(table)),
+            None => format!("SELECT k1, NULL::bigint, v FROM {}", name(table)),
+        };
+        let mut rows = BTreeMap::new();
+        for row in self.query(&statement, &[])? {
+            let one = column(&row, 0, first)?;
+            let two = second.map(|kind| column(&row, 1, kind)).transpose()?;
+            rows.insert((one, two), row.try_get::<_, Vec<u8>>(2).map_err(sql)?);
+        }
+        for ((_, key), seen) in self.seen.iter().filter(|((t, _), _)| *t == table) {
+            match &seen.value {
+                Some(value) => rows.insert(key.clone(), value.clone()),
+                None => rows.remove(key),
+            };
+        }
+        Ok(rows.into_values().collect())
+    }
+
     fn under(&mut self, table: Table, first: &str) -> Result<Vec<(Part, Vec<u8>)>, StoreError> {
         let (_, Some(second)) = kinds(table) else {
             return Err(StoreError::Codec {

@@ -362,6 +362,12 @@ impl Rows for Tables<'_> {
                     found.push((Part::U64(u64::from(key.value().1)), record.value().to_vec()));
                 }
             }
+            Table::Deployments => {
+                for entry in backend!(self.deployments.range((first, 0)..=(first, u32::MAX)))? {
+                    let (key, record) = backend!(entry)?;
+                    found.push((Part::U64(u64::from(key.value().1)), record.value().to_vec()));
+                }
+            }
             Table::RunMessages => {
                 for entry in backend!(self.run_messages.range((first, 0)..=(first, u64::MAX)))? {
                     let (key, _) = backend!(entry)?;
@@ -389,13 +395,37 @@ impl Rows for Tables<'_> {
         from: &str,
         to: &str,
     ) -> Result<Vec<String>, StoreError> {
-        if table != Table::Subscriptions {
-            return Err(misfit(table, Key::Str(from)));
-        }
         let mut found = Vec::new();
-        for entry in backend!(self.subscriptions.range(from..to))? {
-            let (key, _) = backend!(entry)?;
-            found.push(key.value().to_owned());
+        match table {
+            Table::Subscriptions => {
+                for entry in backend!(self.subscriptions.range(from..to))? {
+                    found.push(backend!(entry)?.0.value().to_owned());
+                }
+            }
+            Table::Runs => {
+                for entry in backend!(self.runs.range(from..to))? {
+                    found.push(backend!(entry)?.0.value().to_owned());
+                }
+            }
+            _ => return Err(misfit(table, Key::Str(from))),
+        }
+        Ok(found)
+    }
+
+    fn values(&mut self, table: Table) -> Result<Vec<Vec<u8>>, StoreError> {
+        let mut found = Vec::new();
+        match table {
+            Table::Deployments => {
+                for entry in backend!(self.deployments.iter())? {
+                    found.push(backend!(entry)?.1.value().to_vec());
+                }
+            }
+            Table::Plugins => {
+                for entry in backend!(self.plugins.iter())? {
+                    found.push(backend!(entry)?.1.value().to_vec());
+                }
+            }
+            _ => return Err(misfit(table, Key::Str(""))),
         }
         Ok(found)
     }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use serde_json::json;
 use weft_core::Timestamp;
 use weft_store::{
-    DeploymentRecord, PluginRecord, ScheduleRecord, Store, StoreError, What, Write, encode,
+    Blob, DeploymentRecord, PluginRecord, ScheduleRecord, Store, StoreError, What, Write, encode,
 };
 
 use crate::common::{R, T0, at, create, def, duplicate, exists, keyed, run, stored_run};
@@ -173,4 +173,97 @@ fn deploy_and_add_plugin() {
             .write(|_| add_plugin(at(5)))
             .stored(|s| assert_eq!(s.plugins().unwrap(), [plugin(at(5))])),
     ]);
+}
+
+// DeleteRevision and DeleteBlob.
+
+fn delete(s: &dyn Store, write: Write) -> Result<(), StoreError> {
+    s.apply(&[&write]).unwrap().pop().unwrap()
+}
+
+fn needed(result: Result<(), StoreError>, why: &str) {
+    assert!(
+        matches!(&result, Err(StoreError::Needed { why: said, .. }) if said.contains(why)),
+        "expected Needed ({why}), got {result:?}"
+    );
+}
+
+fn revision(revision: u32, seen: &str) -> Write {
+    Write::DeleteRevision {
+        workflow: "wf".to_owned(),
+        revision,
+        seen: seen.to_owned(),
+    }
+}
+
+fn blob(blob: Blob, digest: &str, seen: &str) -> Write {
+    Write::DeleteBlob {
+        blob,
+        digest: digest.to_owned(),
+        seen: seen.to_owned(),
+    }
+}
+
+#[test]
+fn a_replaced_revision_and_what_nothing_refers_to_are_deleted_but_not_what_a_new_run_needs() {
+    let (_dir, s) = crate::table::open();
+    put(&*s, deploy(1, "d1", "first"));
+    put(&*s, deploy(2, "d2", "second"));
+    put(&*s, add_plugin(T0));
+    // A run, recorded after the sweeper read up to "a", follows revision 1
+    // and pins a component that no registry plugin has.
+    let mut pinned = run(R);
+    pinned.definition = "d1".to_owned();
+    let pin = json!({ "name": "file", "version": "1.0.0", "digest": "c2" });
+    pinned
+        .plugins
+        .insert("file".to_owned(), serde_json::from_value(pin).unwrap());
+    let component: Arc<[u8]> = Arc::from(&b"bytes"[..]);
+    put(
+        &*s,
+        Write::create_run(
+            &pinned,
+            &def("d1", "first"),
+            vec![("c2".to_owned(), component)],
+        ),
+    );
+
+    needed(delete(&*s, revision(2, R)), "newest");
+    needed(delete(&*s, revision(1, "a")), "run `r` follows it");
+    needed(delete(&*s, blob(Blob::Definition, "d2", R)), "a revision");
+    needed(delete(&*s, blob(Blob::Definition, "d1", R)), "a revision");
+    needed(
+        delete(&*s, blob(Blob::Component, "c1", R)),
+        "registry plugin",
+    );
+    needed(
+        delete(&*s, blob(Blob::Component, "c2", "a")),
+        "run `r` pins it",
+    );
+    assert_eq!(s.deployments(Some("wf")).unwrap().len(), 2);
+    assert_eq!(s.digests(Blob::Component).unwrap(), ["c1", "c2"]);
+
+    // Once the sweeper has read the run (and judged it), they go.
+    delete(&*s, revision(1, R)).unwrap();
+    assert_eq!(s.deployments(Some("wf")).unwrap(), [deployment(2, "d2")]);
+    assert!(matches!(
+        delete(&*s, revision(1, R)),
+        Err(StoreError::NotFound(_))
+    ));
+    needed(
+        delete(&*s, blob(Blob::Definition, "d1", "a")),
+        "run `r` pins it",
+    );
+    needed(
+        delete(&*s, blob(Blob::Definition, "d1", "a")),
+        "run `r` pins it",
+    );
+    delete(&*s, blob(Blob::Definition, "d1", R)).unwrap();
+    delete(&*s, blob(Blob::Component, "c2", R)).unwrap();
+    assert_eq!(s.digests(Blob::Definition).unwrap(), ["d2"]);
+    assert_eq!(s.digests(Blob::Component).unwrap(), ["c1"]);
+    assert_eq!(s.definition("d1").unwrap(), None);
+    assert_eq!(s.component("c2").unwrap(), None);
+    // Deleting what is gone is no change.
+    delete(&*s, blob(Blob::Component, "c2", R)).unwrap();
 }
