@@ -337,18 +337,89 @@ fn the_sweeper_deletes_replaced_revisions_once_no_run_follows_them() {
     assert_eq!((swept.runs, swept.revisions), (1, 0), "{swept:?}");
     assert_eq!(store.deployments(Some("hourly")).unwrap().len(), 2);
 
-    // Past them: revision 1 goes, with its definition; the newest stays.
+    // Past them: revision 1 goes; its definition, now unused, is marked,
+    // and goes on a pass that starts a minute after the mark. The newest
+    // stays.
     clock.advance(Duration::from_secs(30 * 86_400));
     let dry = engine.sweep(&retention, true).unwrap();
-    assert_eq!((dry.revisions, dry.blobs), (1, 1), "{dry:?}");
+    assert_eq!((dry.revisions, dry.blobs), (1, 0), "{dry:?}");
     let swept = engine.sweep(&retention, false).unwrap();
-    assert_eq!((swept.revisions, swept.blobs), (1, 1), "{swept:?}");
+    assert_eq!((swept.revisions, swept.blobs), (1, 0), "{swept:?}");
     let left = store.deployments(Some("hourly")).unwrap();
     assert_eq!(
         left.iter().map(|d| d.revision).collect::<Vec<_>>(),
         [2],
         "{left:?}"
     );
+    assert!(store.definition(&first).unwrap().is_some());
+    let swept = engine.sweep(&retention, false).unwrap();
+    assert_eq!(swept.blobs, 0, "within the minute: {swept:?}");
+    clock.advance(Duration::from_secs(61));
+    let dry = engine.sweep(&retention, true).unwrap();
+    assert_eq!(dry.blobs, 1, "{dry:?}");
+    let swept = engine.sweep(&retention, false).unwrap();
+    assert_eq!(swept.blobs, 1, "{swept:?}");
     assert_eq!(store.digests(Blob::Definition).unwrap(), [second]);
     assert_eq!(store.definition(&first).unwrap(), None);
+}
+
+#[test]
+fn a_definition_found_unused_stays_for_a_run_started_while_the_sweeper_reads() {
+    use weft::engine::sweep::Pass;
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(RedbStore::open(dir.path().join("weft.redb")).unwrap());
+    let clock = Arc::new(SimClock::new(T0));
+    let runtime = Runtime::new(RuntimeConfig::default()).unwrap();
+    let engine = Engine::with_config(
+        store.clone(),
+        PluginDir::new(runtime, guests()),
+        clock.clone(),
+        EngineConfig::default(),
+    )
+    .unwrap();
+    let workflow = Arc::new(model::parse(WAITS, model::Format::Yaml, "waits.yaml").unwrap());
+    let mut served = WorkflowDir::default();
+    served.insert(Arc::clone(&workflow));
+    engine.set_workflows(Arc::new(served));
+    let start = || {
+        let mut handle = engine
+            .start(Arc::clone(&workflow), json!({}), Box::new(Quiet))
+            .unwrap();
+        handle.recorded().unwrap();
+        handle.id().to_owned()
+    };
+    let first = start();
+    let definition = store.run(&first).unwrap().unwrap().definition;
+    engine.cancel(&first).unwrap();
+    for _ in 0..500 {
+        if store.run(&first).unwrap().unwrap().state.is_terminal() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let retention = Retention::default();
+    // Past its hour the run goes; the next pass finds its definition
+    // unused, and marks it; a minute on, a pass would delete it.
+    clock.advance(Duration::from_secs(2 * 3600));
+    assert_eq!(engine.sweep(&retention, false).unwrap().runs, 1);
+    assert_eq!(engine.sweep(&retention, false).unwrap().blobs, 0);
+    clock.advance(Duration::from_secs(120));
+    assert_eq!(engine.sweep(&retention, true).unwrap().blobs, 1);
+
+    // A pass reads every run; then a run of the same definition starts,
+    // before the pass deletes what it found unused.
+    let mut pass = Pass::new();
+    while pass.reading() != "blobs" {
+        engine.sweep_page(&mut pass, &retention, false).unwrap();
+    }
+    let second = start();
+    let swept = engine.sweep_page(&mut pass, &retention, false).unwrap();
+    assert!(pass.is_done());
+    assert_eq!(swept.blobs, 0, "{swept:?}");
+    assert!(store.definition(&definition).unwrap().is_some());
+    // And later passes see the run, which needs it.
+    clock.advance(Duration::from_secs(120));
+    assert_eq!(engine.sweep(&retention, false).unwrap().blobs, 0);
+    assert!(store.definition(&definition).unwrap().is_some());
+    assert!(!store.run(&second).unwrap().unwrap().state.is_terminal());
 }

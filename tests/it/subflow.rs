@@ -259,6 +259,9 @@ impl Store for NoChildren {
     ) -> Result<weft::store::RunsFrom, StoreError> {
         self.0.runs_from(after, limit)
     }
+    fn marks(&self) -> Result<Vec<(String, weft::Timestamp)>, StoreError> {
+        self.0.marks()
+    }
     fn digests(&self, blob: weft::store::Blob) -> Result<Vec<String>, StoreError> {
         self.0.digests(blob)
     }

@@ -23,13 +23,17 @@
 //! - **revisions, definitions and components.** A workflow revision that
 //!   is not its workflow's newest, was replaced longer than the host's run
 //!   retention ago, and that no run follows (ended or not: a run's page
-//!   shows its definition) is deleted. Then every stored definition that
-//!   no revision and no run refers to, and every stored component that no
-//!   registry plugin, no plugin file this host loaded and no run pins. The
-//!   runs are those the pass read; the store looks at the runs recorded
-//!   after them in the same transaction as the delete
-//!   (`Write::DeleteRevision`, `Write::DeleteBlob`), so a run started
-//!   meanwhile keeps what it needs.
+//!   shows its definition) is deleted. A stored definition that no
+//!   revision, no run and no child waiting to start (the outbox) refers
+//!   to, and a stored component that no registry plugin, no plugin file
+//!   this host loaded, no run and no child waiting to start pins, is
+//!   found *unused*. An unused digest is marked (`Write::MarkBlob`), and
+//!   deleted (`Write::DeleteBlob`) by a pass that finds it unused again
+//!   and started at least [`MARK_MARGIN`] after the mark. Whatever stores
+//!   the digest again (a run, a spawn, a deployment) takes the mark away,
+//!   in its own transaction. So a run that needs a digest either existed
+//!   before the mark, and the later pass read it, or took the mark away:
+//!   a run started while a pass reads the runs keeps what it needs.
 //!
 //! Each commit deletes at most [`DELETES`] things, through the committer,
 //! so the sweeper never holds a long write transaction.
@@ -37,13 +41,20 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
 
-use weft_core::clock::Timestamp;
+use weft_core::clock::{Timestamp, millis};
 use weft_model::{Format, Retain};
 use weft_store::{
     Blob, DeliveryOp, DeliveryState, DeploymentRecord, MessageRecord, RunRecord, StoreError, Write,
 };
 
 use crate::Engine;
+
+/// Commits a sweeper's writes, answering each.
+pub type Commit<'c> = &'c dyn Fn(Vec<Write>) -> Vec<Result<(), StoreError>>;
+
+/// How long after a digest is marked unused a pass must start to delete
+/// it: more than any clock skew between hosts.
+pub const MARK_MARGIN: Duration = Duration::from_secs(60);
 
 /// How many rows one page of the sweeper reads.
 pub const PAGE: usize = 256;
@@ -100,8 +111,8 @@ enum Cursor {
 #[derive(Debug, Clone, Default)]
 pub struct Pass {
     cursor: Cursor,
-    /// The last run id read.
-    seen: String,
+    /// When it started (set on its first page).
+    started: Option<Timestamp>,
     /// The definitions the runs read follow.
     definitions: HashSet<String>,
     /// The components the runs read pin.
@@ -117,6 +128,25 @@ impl Pass {
     /// Whether the pass is over.
     pub fn is_done(&self) -> bool {
         self.cursor == Cursor::Done
+    }
+
+    /// What the pass reads next: `runs`, `messages`, `kv`, `blobs`
+    /// (revisions, definitions and components), or `done`.
+    pub fn reading(&self) -> &'static str {
+        match self.cursor {
+            Cursor::Start | Cursor::Runs(_) => "runs",
+            Cursor::Messages(_) => "messages",
+            Cursor::Kv(_) => "kv",
+            Cursor::Blobs => "blobs",
+            Cursor::Done => "done",
+        }
+    }
+
+    /// What `run` needs is in use.
+    fn pin(&mut self, run: &RunRecord) {
+        self.definitions.insert(run.definition.clone());
+        self.components
+            .extend(run.plugins.values().map(|pin| pin.digest.clone()));
     }
 }
 
@@ -233,28 +263,54 @@ impl Engine {
     }
 
     /// One page of `pass`: up to [`PAGE`] rows of its table read, and
-    /// what is due among them deleted or, with `dry_run`, counted. Returns
-    /// what it did; `pass` moves on (see [`Pass::is_done`]). Blocking.
+    /// what is due among them deleted through the committer or, with
+    /// `dry_run`, counted. Returns what it did; `pass` moves on (see
+    /// [`Pass::is_done`]). Blocking.
     pub fn sweep_page(
         &self,
         pass: &mut Pass,
         retention: &Retention,
         dry_run: bool,
     ) -> Result<Swept, StoreError> {
+        self.sweep_page_with(pass, retention, dry_run, &|writes| {
+            self.core.commits.commit_all(writes)
+        })
+    }
+
+    /// [`Engine::sweep_page`], its deletes committed by `commit` (the
+    /// simulator applies them to the store in an event of their own).
+    pub fn sweep_page_with(
+        &self,
+        pass: &mut Pass,
+        retention: &Retention,
+        dry_run: bool,
+        commit: Commit<'_>,
+    ) -> Result<Swept, StoreError> {
         let (swept, next) = match &pass.cursor {
-            Cursor::Start => self.sweep_runs(None, pass, retention, dry_run)?,
+            Cursor::Start => {
+                pass.started = Some(self.core.clock.now());
+                for row in self.store().outbox()? {
+                    let weft_store::Effect::StartRun { run } = row.effect;
+                    pass.pin(&run);
+                }
+                self.sweep_runs(None, pass, retention, dry_run, commit)?
+            }
             Cursor::Runs(after) => {
                 let after = after.clone();
-                self.sweep_runs(Some(&after), pass, retention, dry_run)?
+                self.sweep_runs(Some(&after), pass, retention, dry_run, commit)?
             }
-            Cursor::Messages(after) => self.sweep_messages(*after, retention, dry_run)?,
+            Cursor::Messages(after) => self.sweep_messages(*after, retention, dry_run, commit)?,
             Cursor::Kv(after) => self.sweep_kv(
                 after
                     .as_ref()
                     .map(|(space, key)| (space.as_str(), key.as_str())),
                 dry_run,
+                commit,
             )?,
-            Cursor::Blobs => (self.sweep_blobs(pass, retention, dry_run)?, Cursor::Done),
+            Cursor::Blobs => (
+                self.sweep_blobs(pass, retention, dry_run, commit)?,
+                Cursor::Done,
+            ),
             Cursor::Done => (Swept::default(), Cursor::Done),
         };
         pass.cursor = next;
@@ -268,19 +324,13 @@ impl Engine {
         pass: &mut Pass,
         retention: &Retention,
         dry_run: bool,
+        commit: Commit<'_>,
     ) -> Result<(Swept, Cursor), StoreError> {
         let store = self.store();
         let (page, next) = store.runs_from(after, PAGE)?;
         let next = next.map_or(Cursor::Messages(0), Cursor::Runs);
         for run in &page {
-            pass.definitions.insert(run.definition.clone());
-            pass.components
-                .extend(run.plugins.values().map(|pin| pin.digest.clone()));
-        }
-        if let Some(last) = page.last()
-            && last.id > pass.seen
-        {
-            pass.seen.clone_from(&last.id);
+            pass.pin(run);
         }
         let now = self.core.clock.now();
         let mut swept = Swept {
@@ -317,7 +367,7 @@ impl Engine {
                 .iter()
                 .map(|run| Write::DeleteRun(run.id.clone()))
                 .collect();
-            for (run, answer) in chunk.iter().zip(self.core.commits.commit_all(writes)) {
+            for (run, answer) in chunk.iter().zip(commit(writes)) {
                 match answer {
                     Ok(()) => {
                         swept.runs += 1;
@@ -339,6 +389,7 @@ impl Engine {
         after: u64,
         retention: &Retention,
         dry_run: bool,
+        commit: Commit<'_>,
     ) -> Result<(Swept, Cursor), StoreError> {
         let store = self.store();
         let page = store.messages_from(after, PAGE)?;
@@ -374,8 +425,8 @@ impl Engine {
         let clear = dead
             .into_iter()
             .map(|id| Write::Delivery(id, DeliveryOp::Clear));
-        swept.dead_letters = self.delete_all(clear)?;
-        swept.messages = self.delete_all(settled.into_iter().map(Write::DeleteMessage))?;
+        swept.dead_letters = self.delete_all(clear, commit)?;
+        swept.messages = self.delete_all(settled.into_iter().map(Write::DeleteMessage), commit)?;
         Ok((swept, next))
     }
 
@@ -408,6 +459,7 @@ impl Engine {
         &self,
         after: Option<(&str, &str)>,
         dry_run: bool,
+        commit: Commit<'_>,
     ) -> Result<(Swept, Cursor), StoreError> {
         let page = self.store().kv_from(after, PAGE)?;
         let next = match page.last() {
@@ -431,7 +483,7 @@ impl Engine {
             swept.tombstones = writes.len() as u64;
             return Ok((swept, next));
         }
-        swept.tombstones = self.delete_all(writes)?;
+        swept.tombstones = self.delete_all(writes, commit)?;
         Ok((swept, next))
     }
 
@@ -442,6 +494,7 @@ impl Engine {
         pass: &Pass,
         retention: &Retention,
         dry_run: bool,
+        commit: Commit<'_>,
     ) -> Result<Swept, StoreError> {
         let store = self.store();
         let now = self.core.clock.now();
@@ -482,19 +535,7 @@ impl Engine {
             .filter(|d| !kept.contains(d))
             .collect();
         let mut swept = Swept::default();
-        if dry_run {
-            swept.revisions = revisions.len() as u64;
-            swept.blobs = (definitions.len() + components.len()) as u64;
-            return Ok(swept);
-        }
-        let seen = &pass.seen;
-        let writes = revisions.iter().map(|d| Write::DeleteRevision {
-            workflow: d.workflow.clone(),
-            revision: d.revision,
-            seen: seen.clone(),
-        });
-        swept.revisions = self.delete_all(writes)?;
-        let blobs = definitions
+        let unused: Vec<(Blob, String)> = definitions
             .into_iter()
             .map(|digest| (Blob::Definition, digest))
             .chain(
@@ -502,24 +543,56 @@ impl Engine {
                     .into_iter()
                     .map(|digest| (Blob::Component, digest)),
             )
-            .map(|(blob, digest)| Write::DeleteBlob {
+            .collect();
+        // Those marked long enough before this pass go; the others are
+        // marked.
+        let started = pass.started.unwrap_or(now);
+        let marked_by = Timestamp(started.0.saturating_sub(millis(MARK_MARGIN)));
+        let marks: HashMap<String, Timestamp> = store.marks()?.into_iter().collect();
+        let (due, unmarked): (Vec<_>, Vec<_>) = unused
+            .into_iter()
+            .partition(|(_, digest)| marks.get(digest).is_some_and(|at| *at <= marked_by));
+        if dry_run {
+            swept.revisions = revisions.len() as u64;
+            swept.blobs = due.len() as u64;
+            return Ok(swept);
+        }
+        let writes = revisions.iter().map(|d| Write::DeleteRevision {
+            workflow: d.workflow.clone(),
+            revision: d.revision,
+        });
+        swept.revisions = self.delete_all(writes, commit)?;
+        let deletes = due.into_iter().map(|(blob, digest)| Write::DeleteBlob {
+            blob,
+            digest,
+            marked_by,
+        });
+        swept.blobs = self.delete_all(deletes, commit)?;
+        let marks = unmarked
+            .into_iter()
+            .filter(|(_, digest)| !marks.contains_key(digest))
+            .map(|(blob, digest)| Write::MarkBlob {
                 blob,
                 digest,
-                seen: seen.clone(),
+                at: now,
             });
-        swept.blobs = self.delete_all(blobs)?;
+        self.delete_all(marks, commit)?;
         Ok(swept)
     }
 
     /// Commits `writes`, [`DELETES`] at a time: how many were applied.
     /// One refused as needed, gone already, or changed meanwhile (a dead
     /// letter re-sent) is passed over.
-    fn delete_all(&self, writes: impl IntoIterator<Item = Write>) -> Result<u64, StoreError> {
+    fn delete_all(
+        &self,
+        writes: impl IntoIterator<Item = Write>,
+        commit: Commit<'_>,
+    ) -> Result<u64, StoreError> {
         let mut writes = writes.into_iter().peekable();
         let mut done = 0;
         while writes.peek().is_some() {
             let chunk: Vec<Write> = writes.by_ref().take(DELETES).collect();
-            for answer in self.core.commits.commit_all(chunk) {
+            for answer in commit(chunk) {
                 match answer {
                     Ok(()) => done += 1,
                     Err(

@@ -24,6 +24,21 @@ pub(crate) struct Facts {
     /// Children that had not ended when their parent was first seen
     /// cancelled: each must end `cancelled`.
     doomed: BTreeSet<String>,
+    /// Every run seen, with its workflow, its parent, and its `count`
+    /// steps that succeeded, as last seen.
+    seen: BTreeMap<String, Seen>,
+    /// Runs the sweeper deleted: none may come back.
+    deleted: BTreeSet<String>,
+    /// The `count` steps of deleted runs, by workflow.
+    counted_gone: BTreeMap<String, u64>,
+}
+
+/// A run as last seen.
+#[derive(Debug)]
+struct Seen {
+    workflow: String,
+    parent: Option<String>,
+    counted: u64,
 }
 
 /// A record that ends its leaf's attempt with a result: an output, or a
@@ -47,7 +62,8 @@ impl Facts {
         let runs = store
             .runs(&RunFilter::default(), usize::MAX)
             .map_err(|e| format!("reading runs: {e}"))?;
-        let mut counted: BTreeMap<String, u64> = BTreeMap::new();
+        self.deleted_safely(&runs)?;
+        let mut counted = self.counted_gone.clone();
         for run in &runs {
             let steps = store
                 .steps(&run.id)
@@ -58,10 +74,20 @@ impl Facts {
             self.nothing_after_the_end(run, &steps)?;
             self.cancels_durable(run)?;
             messages_once(store, run, &steps)?;
-            *counted.entry(run.workflow.clone()).or_default() += steps
+            pins_kept(store, run)?;
+            let count = steps
                 .iter()
                 .filter(|r| succeeded(r) && plugin(run, r) == Some("count"))
                 .count() as u64;
+            *counted.entry(run.workflow.clone()).or_default() += count;
+            self.seen.insert(
+                run.id.clone(),
+                Seen {
+                    workflow: run.workflow.clone(),
+                    parent: run.parent.as_ref().map(|p| p.run.clone()),
+                    counted: count,
+                },
+            );
         }
         self.children_end_with_their_parent(&runs)?;
         children_in_their_tenant(&runs)?;
@@ -80,6 +106,45 @@ impl Facts {
                     "KV read-modify-write not exact: `{space}` n = {n}, but {expected} `count` steps succeeded"
                 ));
             }
+        }
+        Ok(())
+    }
+
+    /// A run that is gone was deleted by the sweeper: it had been seen
+    /// ended, its parent (if any) has ended or is gone too, and it never
+    /// comes back. Its `count` steps still count.
+    fn deleted_safely(&mut self, runs: &[RunRecord]) -> Result<(), String> {
+        let now: BTreeMap<&str, &RunRecord> = runs.iter().map(|r| (r.id.as_str(), r)).collect();
+        if let Some(back) = runs.iter().find(|r| self.deleted.contains(&r.id)) {
+            return Err(format!("run {} came back after it was deleted", back.id));
+        }
+        let gone: Vec<String> = self
+            .seen
+            .keys()
+            .filter(|id| !now.contains_key(id.as_str()))
+            .cloned()
+            .collect();
+        for id in gone {
+            let Some(seen) = self.seen.remove(&id) else {
+                continue;
+            };
+            if !self.ended.contains_key(&id) {
+                return Err(format!(
+                    "run {id} ({}) was deleted before it was seen to end",
+                    seen.workflow
+                ));
+            }
+            if let Some(parent) = &seen.parent
+                && let Some(parent) = now.get(parent.as_str())
+                && !parent.state.is_terminal()
+            {
+                return Err(format!(
+                    "run {id} was deleted while its parent {} had not ended",
+                    parent.id
+                ));
+            }
+            *self.counted_gone.entry(seen.workflow).or_default() += seen.counted;
+            self.deleted.insert(id);
         }
         Ok(())
     }
@@ -305,6 +370,30 @@ fn refused_results_store_nothing(
 }
 
 /// A child run is of its parent's tenant.
+/// A run that has not ended keeps its definition and its pinned
+/// components in the store: a host that loads it again reads them there.
+fn pins_kept(store: &dyn Store, run: &RunRecord) -> Result<(), String> {
+    if run.state.is_terminal() {
+        return Ok(());
+    }
+    let read = |e: weft_store::StoreError| format!("reading run {}'s pins: {e}", run.id);
+    if store.definition(&run.definition).map_err(read)?.is_none() {
+        return Err(format!(
+            "run {} has not ended, and its definition {} is gone",
+            run.id, run.definition
+        ));
+    }
+    for pin in run.plugins.values() {
+        if store.component(&pin.digest).map_err(read)?.is_none() {
+            return Err(format!(
+                "run {} has not ended, and its component {} ({}) is gone",
+                run.id, pin.digest, pin.name
+            ));
+        }
+    }
+    Ok(())
+}
+
 fn children_in_their_tenant(runs: &[RunRecord]) -> Result<(), String> {
     let by_id: BTreeMap<&str, &RunRecord> = runs.iter().map(|r| (r.id.as_str(), r)).collect();
     for run in runs {

@@ -114,6 +114,11 @@ impl Store for SimStore {
         self.inner.runs_from(after, limit)
     }
 
+    fn marks(&self) -> Result<Vec<(String, weft_core::Timestamp)>, StoreError> {
+        self.read()?;
+        self.inner.marks()
+    }
+
     fn digests(&self, blob: weft_store::Blob) -> Result<Vec<String>, StoreError> {
         self.read()?;
         self.inner.digests(blob)

@@ -10,8 +10,9 @@ use serde_json::json;
 use weft_core::ids::SplitMix;
 use weft_core::{Clock, SimClock, Timestamp};
 use weft_engine::plugins::PluginDir;
+use weft_engine::sweep::{Pass, Retention};
 use weft_engine::{Answer, Answering, Engine, EngineConfig, Quiet, Stepper};
-use weft_model::{Format, Workflow, WorkflowDir};
+use weft_model::{Format, Retain, Workflow, WorkflowDir};
 use weft_store::{RunFilter, Store, StoreError, Write};
 
 use crate::check::Facts;
@@ -88,6 +89,10 @@ pub enum Event {
     /// Host `host` takes free work for its places, as its claims thread
     /// does.
     Claim { host: usize },
+    /// Host `host`'s sweeper sweeps a page of its pass over the store
+    /// (other events may come between its pages), with a retention of one
+    /// second for ended runs.
+    Sweep { host: usize },
 }
 
 impl fmt::Display for Event {
@@ -117,6 +122,7 @@ impl fmt::Display for Event {
             Event::Poll { host } => write!(f, "host {host}: poll child runs"),
             Event::FailReads { count } => write!(f, "the next {count} reads fail"),
             Event::Claim { host } => write!(f, "host {host}: claim free work"),
+            Event::Sweep { host } => write!(f, "host {host}: sweep a page"),
         }
     }
 }
@@ -132,6 +138,8 @@ struct Host {
     answers: Vec<(String, Told)>,
     /// Cancellations queued with a run's cell, not yet decided.
     cancels: Vec<(String, Told)>,
+    /// Where its sweeper's pass is.
+    pass: Pass,
 }
 
 /// How a simulation is shaped.
@@ -332,6 +340,7 @@ impl World {
             stepper,
             answers: Vec::new(),
             cancels: Vec::new(),
+            pass: Pass::new(),
         }
     }
 
@@ -478,7 +487,7 @@ impl World {
                     let count = 1 + self.rng.below(held);
                     return Event::Fail { host, count };
                 }
-                62..=73 => {
+                62..=71 => {
                     let ms = [1, 10, 100, 500, 1000, 3000][self.rng.below(6)];
                     return Event::Advance { ms };
                 }
@@ -508,10 +517,37 @@ impl World {
                     let count = 1 + self.rng.below(3);
                     return Event::FailReads { count };
                 }
-                93..=95 => return Event::Poll { host },
+                93..=94 => return Event::Poll { host },
                 97..=98 => return Event::Claim { host },
+                72..=73 | 95 | 99 => return Event::Sweep { host },
                 _ => {}
             }
+        }
+    }
+
+    /// A page of host `host`'s sweeper: ended runs are kept one second,
+    /// the rest as by default. Its deletes are applied to the store
+    /// directly, as a batch of their own. A failed read ends the pass, as
+    /// it does the sweeper's; the next page starts another.
+    fn sweep(&mut self, host: usize) {
+        let retention = Retention {
+            runs: Retain::For(std::time::Duration::from_secs(1)),
+            ..Retention::default()
+        };
+        let store = Arc::clone(&self.store);
+        let commit = move |writes: Vec<Write>| {
+            let refs: Vec<&Write> = writes.iter().collect();
+            match store.apply(&refs) {
+                Ok(answers) => answers,
+                Err(e) => writes.iter().map(|_| Err(e.clone())).collect(),
+            }
+        };
+        let host = &mut self.hosts[host];
+        let page = host
+            .engine
+            .sweep_page_with(&mut host.pass, &retention, false, &commit);
+        if page.is_err() || host.pass.is_done() {
+            host.pass = Pass::new();
         }
     }
 
@@ -588,6 +624,7 @@ impl World {
             Event::Claim { host } => {
                 self.hosts[host].stepper.claim_free_work();
             }
+            Event::Sweep { host } => self.sweep(host),
         }
     }
 
@@ -694,6 +731,7 @@ pub(crate) fn tally(trace: &[Event]) -> BTreeMap<&'static str, usize> {
             Event::Poll { .. } => "poll",
             Event::FailReads { .. } => "failed reads",
             Event::Claim { .. } => "claims",
+            Event::Sweep { .. } => "sweeps",
         };
         *tally.entry(name).or_default() += 1;
     }

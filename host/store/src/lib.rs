@@ -368,6 +368,10 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// order. For the sweeper.
     fn digests(&self, blob: Blob) -> Result<Vec<String>, StoreError>;
 
+    /// The digests the sweeper marked unused (see [`Write::MarkBlob`]),
+    /// each with when. For the sweeper.
+    fn marks(&self) -> Result<Vec<(String, weft_core::Timestamp)>, StoreError>;
+
     /// The parked runs, oldest first, up to `limit`: each run's id and
     /// tenant (see [`Write::parked`]).
     fn parked(&self, limit: usize) -> Result<Vec<(String, String)>, StoreError>;

@@ -467,6 +467,10 @@ impl Store for PostgresStore {
         self.plain(Self::read_running)
     }
 
+    fn marks(&self) -> Result<Vec<(String, weft_core::Timestamp)>, StoreError> {
+        self.plain(Self::read_marks)
+    }
+
     fn digests(&self, blob: crate::Blob) -> Result<Vec<String>, StoreError> {
         self.plain(|store| store.read_digests(blob))
     }

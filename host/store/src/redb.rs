@@ -77,6 +77,7 @@ const PLUGINS: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("plug
 const LEASES: TableDefinition<&str, &[u8]> = TableDefinition::new("leases");
 /// Runs waiting for a place that no host has taken: run id to tenant.
 const PARKED: TableDefinition<&str, &[u8]> = TableDefinition::new("parked");
+const DOOMED: TableDefinition<&str, u64> = TableDefinition::new("doomed");
 /// The hosts that drive runs: host id to the encoded
 /// [`HostRecord`](crate::HostRecord).
 const HOSTS: TableDefinition<&str, &[u8]> = TableDefinition::new("hosts");
@@ -192,6 +193,7 @@ impl RedbStore {
             backend!(txn.open_table(PLUGINS))?;
             backend!(txn.open_table(LEASES))?;
             backend!(txn.open_table(PARKED))?;
+            backend!(txn.open_table(DOOMED))?;
             backend!(txn.open_table(HOSTS))?;
             backend!(txn.open_table(TENANTS))?;
             backend!(txn.open_table(TOKENS))?;
@@ -571,6 +573,20 @@ impl Store for RedbStore {
             {
                 found.push(run);
             }
+        }
+        Ok(found)
+    }
+
+    fn marks(&self) -> Result<Vec<(String, weft_core::Timestamp)>, StoreError> {
+        let txn = self.begin_read()?;
+        let doomed = match txn.open_table(DOOMED) {
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+            other => backend!(other)?,
+        };
+        let mut found = Vec::new();
+        for entry in backend!(doomed.iter())? {
+            let (digest, at) = backend!(entry)?;
+            found.push((digest.value().to_owned(), weft_core::Timestamp(at.value())));
         }
         Ok(found)
     }

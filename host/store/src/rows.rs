@@ -62,6 +62,11 @@ pub(crate) enum Table {
     /// Runs started while their host had no place, which no host has
     /// taken yet: run id (time-ordered) to the run's tenant.
     Parked,
+    /// Stored definitions and components the sweeper found unused in a
+    /// pass: digest to when (a number, milliseconds). A run or a deployment that stores the
+    /// digest again takes its row out; the sweeper deletes, on a later
+    /// pass, only what still has one.
+    Doomed,
     /// Host id to its `HostRecord`.
     Hosts,
     /// Tenant name to its `TenantRecord`.

@@ -272,10 +272,9 @@ pub enum Write {
         version: u64,
     },
     /// Deletes revision `revision` of workflow `workflow` (its definition
-    /// stays, for [`Write::DeleteBlob`]). Refused with
+    /// stays: see [`Write::DeleteBlob`]). Refused with
     /// [`StoreError::Needed`](super::StoreError::Needed) if it is the
-    /// workflow's newest revision, or if a run recorded after `seen` (the
-    /// last run id the sweeper read) follows its definition; with
+    /// workflow's newest revision, and with
     /// [`StoreError::NotFound`](super::StoreError::NotFound) if there is
     /// no such revision.
     DeleteRevision {
@@ -283,21 +282,33 @@ pub enum Write {
         workflow: String,
         /// The revision.
         revision: u32,
-        /// The last run id the sweeper read: runs after it are looked at.
-        seen: String,
     },
-    /// Deletes the stored `blob` `digest`. Refused with
-    /// [`StoreError::Needed`](super::StoreError::Needed) if a revision
-    /// (a definition) or a registry plugin (a component) refers to it, or
-    /// if a run recorded after `seen` pins it. Deleting what is not there
-    /// is no change.
+    /// Marks the stored `blob` `digest` as found unused, at `at`, by a
+    /// pass of the sweeper (an older mark stays). Storing the digest again
+    /// (a run, a child's spawn or a deployment that needs it) takes the
+    /// mark away. No change if it is not stored.
+    MarkBlob {
+        /// Definition or component.
+        blob: super::Blob,
+        /// Its digest.
+        digest: String,
+        /// Now.
+        at: weft_core::Timestamp,
+    },
+    /// Deletes the stored `blob` `digest` if it was marked at or before
+    /// `marked_by` and not stored again since: the sweeper passes the
+    /// start of its pass, less a margin, so that whatever needed the
+    /// digest when it was marked was there for the pass to see. Refused
+    /// with [`StoreError::Needed`](super::StoreError::Needed) otherwise,
+    /// or if a revision (a definition) or a registry plugin (a component)
+    /// refers to it. Deleting what is not there is no change.
     DeleteBlob {
         /// Definition or component.
         blob: super::Blob,
         /// Its digest.
         digest: String,
-        /// The last run id the sweeper read: runs after it are looked at.
-        seen: String,
+        /// The latest mark that counts.
+        marked_by: weft_core::Timestamp,
     },
     /// Takes subscription `subscription`'s delivery queue under `lease`,
     /// so that one host at a time delivers it: no change if `lease` holds

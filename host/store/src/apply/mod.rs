@@ -33,7 +33,7 @@ use crate::{
     Charge, Emitted, HostRecord, Lease, RunRecord, ScheduleRecord, Spawn, StoreError, TimerRef,
     TimerRow, What, Write, encode,
 };
-use weft_core::KvEffects;
+use weft_core::{KvEffects, Timestamp};
 
 /// Applies `writes` to `rows` in order, one transaction: the answer for
 /// each write (refusals are per write), or the error that failed the
@@ -273,7 +273,7 @@ impl Apply<'_> {
             self.rows
                 .put(Table::Definitions, Key::Str(digest), encoded)?;
         }
-        Ok(())
+        self.spare(digest)
     }
 
     fn components(&mut self, pinned: &[(String, Arc<[u8]>)]) -> Result<(), StoreError> {
@@ -281,6 +281,7 @@ impl Apply<'_> {
             if !self.rows.has(Table::Components, Key::Str(digest))? {
                 self.rows.put(Table::Components, Key::Str(digest), bytes)?;
             }
+            self.spare(digest)?;
         }
         Ok(())
     }
@@ -308,12 +309,15 @@ impl Apply<'_> {
         match write {
             Write::DeleteRun(id) => self.delete_run(id),
             Write::DeleteMessage(seq) => self.delete_message(*seq),
-            Write::DeleteRevision {
-                workflow,
-                revision,
-                seen,
-            } => self.delete_revision(workflow, *revision, seen),
-            Write::DeleteBlob { blob, digest, seen } => self.delete_blob(*blob, digest, seen),
+            Write::DeleteRevision { workflow, revision } => {
+                self.delete_revision(workflow, *revision)
+            }
+            Write::MarkBlob { blob, digest, at } => self.mark_blob(*blob, digest, *at),
+            Write::DeleteBlob {
+                blob,
+                digest,
+                marked_by,
+            } => self.delete_blob(*blob, digest, *marked_by),
             Write::ForgetKv {
                 space,
                 key,
@@ -945,48 +949,24 @@ impl Apply<'_> {
         Ok(Ok(()))
     }
 
-    /// The first run recorded after run id `seen` for which `pins` holds:
-    /// a run the sweeper did not read when it judged something unused.
-    fn pinned_since(
-        &mut self,
-        seen: &str,
-        pins: impl Fn(&RunRecord) -> bool,
-    ) -> Result<Option<String>, StoreError> {
-        let from = if seen.is_empty() {
-            String::new()
-        } else {
-            format!("{seen}\0")
-        };
-        for id in self.rows.keys_between(Table::Runs, &from, "\u{10FFFF}")? {
-            if let Some(run) = self.stored_run(&id)?
-                && pins(&run)
-            {
-                return Ok(Some(id));
-            }
-        }
-        Ok(None)
-    }
-
     /// Deletes a revision that a newer one replaces (see
     /// [`Write::DeleteRevision`]).
     fn delete_revision(
         &mut self,
         workflow: &str,
         revision: u32,
-        seen: &str,
     ) -> Result<Result<(), StoreError>, StoreError> {
         let what = What::Revision {
             workflow: workflow.to_owned(),
             revision,
         };
         let revisions = self.rows.under(Table::Deployments, workflow)?;
-        let Some((_, bytes)) = revisions
+        if !revisions
             .iter()
-            .find(|(r, _)| r.number() == u64::from(revision))
-        else {
+            .any(|(r, _)| r.number() == u64::from(revision))
+        {
             return Ok(Err(StoreError::NotFound(what)));
-        };
-        let deployed: crate::DeploymentRecord = decode(workflow, bytes)?;
+        }
         let newest = revisions.iter().map(|(r, _)| r.number()).max();
         let needed = |why: String| {
             Ok(Err(StoreError::Needed {
@@ -997,21 +977,48 @@ impl Apply<'_> {
         if newest == Some(u64::from(revision)) {
             return needed("it is the workflow's newest revision".to_owned());
         }
-        if let Some(run) = self.pinned_since(seen, |run| run.definition == deployed.digest)? {
-            return needed(format!("run `{run}` follows it"));
-        }
         self.rows
             .delete(Table::Deployments, Key::StrU32(workflow, revision))?;
         Ok(Ok(()))
     }
 
-    /// Deletes a stored definition or component that nothing refers to
-    /// (see [`Write::DeleteBlob`]).
+    /// Marks a stored definition or component that a pass found unused
+    /// (see [`Write::MarkBlob`]).
+    fn mark_blob(
+        &mut self,
+        blob: crate::Blob,
+        digest: &str,
+        at: Timestamp,
+    ) -> Result<Result<(), StoreError>, StoreError> {
+        let table = match blob {
+            crate::Blob::Definition => Table::Definitions,
+            crate::Blob::Component => Table::Components,
+        };
+        if self.rows.has(table, Key::Str(digest))?
+            && !self.rows.has(Table::Doomed, Key::Str(digest))?
+        {
+            self.rows
+                .put(Table::Doomed, Key::Str(digest), &number(at.0))?;
+        }
+        Ok(Ok(()))
+    }
+
+    /// `digest` is stored again, for a run or a deployment: a mark of the
+    /// sweeper's on it goes.
+    fn spare(&mut self, digest: &str) -> Result<(), StoreError> {
+        if self.rows.has(Table::Doomed, Key::Str(digest))? {
+            self.rows.delete(Table::Doomed, Key::Str(digest))?;
+        }
+        Ok(())
+    }
+
+    /// Deletes a stored definition or component that an earlier pass
+    /// marked and nothing refers to (see [`Write::DeleteBlob`]).
     fn delete_blob(
         &mut self,
         blob: crate::Blob,
         digest: &str,
-        seen: &str,
+        marked_by: Timestamp,
     ) -> Result<Result<(), StoreError>, StoreError> {
         let (table, referrers) = match blob {
             crate::Blob::Definition => (Table::Definitions, Table::Deployments),
@@ -1023,6 +1030,13 @@ impl Apply<'_> {
                 why,
             }))
         };
+        if !self.rows.has(table, Key::Str(digest))? {
+            return Ok(Ok(()));
+        }
+        let marked = self.rows.get(Table::Doomed, Key::Str(digest))?;
+        if !marked.is_some_and(|at| read_number(&at) <= marked_by.0) {
+            return needed("no pass has found it unused long enough".to_owned());
+        }
         #[derive(serde::Deserialize)]
         struct Referrer {
             digest: String,
@@ -1035,14 +1049,8 @@ impl Apply<'_> {
                 });
             }
         }
-        let pinned = self.pinned_since(seen, |run| match blob {
-            crate::Blob::Definition => run.definition == digest,
-            crate::Blob::Component => run.plugins.values().any(|p| p.digest == digest),
-        })?;
-        if let Some(run) = pinned {
-            return needed(format!("run `{run}` pins it"));
-        }
         self.rows.delete(table, Key::Str(digest))?;
+        self.rows.delete(Table::Doomed, Key::Str(digest))?;
         Ok(Ok(()))
     }
 

@@ -163,6 +163,16 @@ impl PostgresStore {
         Ok(found)
     }
 
+    pub(super) fn read_marks(&self) -> Result<Vec<(String, weft_core::Timestamp)>, StoreError> {
+        self.query("SELECT k1, v FROM doomed ORDER BY k1", &[])?
+            .iter()
+            .map(|row| {
+                let at = read_number(&bytes(row, 1)?);
+                Ok((text(row, 0)?, weft_core::Timestamp(at)))
+            })
+            .collect()
+    }
+
     pub(super) fn read_digests(&self, blob: crate::Blob) -> Result<Vec<String>, StoreError> {
         let statement = match blob {
             crate::Blob::Definition => "SELECT k1 FROM definitions ORDER BY k1",

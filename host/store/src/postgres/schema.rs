@@ -9,6 +9,7 @@ use crate::rows::{Key, Table};
 pub(super) const MIGRATIONS: &[(i32, &str, &str)] = &[
     (1, "tables", include_str!("migrations/0001_tables.sql")),
     (2, "parked", include_str!("migrations/0002_parked.sql")),
+    (3, "doomed", include_str!("migrations/0003_doomed.sql")),
 ];
 
 /// The newest migration this build knows.
@@ -43,6 +44,7 @@ pub(super) fn name(table: Table) -> &'static str {
         T::Plugins => "plugins",
         T::Leases => "leases",
         T::Parked => "parked",
+        T::Doomed => "doomed",
         T::Hosts => "hosts",
         T::Tenants => "tenants",
         T::Tokens => "tokens",

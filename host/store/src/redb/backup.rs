@@ -9,10 +9,10 @@ use std::path::Path;
 use redb::{ReadTransaction, ReadableTable, TableDefinition, TableError, WriteTransaction};
 
 use super::{
-    AUDIT, CANCELLED, COMPONENTS, DEAD, DEFINITIONS, DELIVERIES, DEPLOYMENTS, HOSTS, IDEMPOTENCY,
-    KV, LEASES, MESSAGES, META, OUTBOX, PARKED, PLUGINS, QUEUE, RUN_MESSAGES, RUN_TIMERS, RUNNING,
-    RUNS, RedbStore, SCHEDULES, SECRETS, STEPS, SUBSCRIPTIONS, TENANTS, TIMER_KEYS, TIMERS, TOKENS,
-    USAGE,
+    AUDIT, CANCELLED, COMPONENTS, DEAD, DEFINITIONS, DELIVERIES, DEPLOYMENTS, DOOMED, HOSTS,
+    IDEMPOTENCY, KV, LEASES, MESSAGES, META, OUTBOX, PARKED, PLUGINS, QUEUE, RUN_MESSAGES,
+    RUN_TIMERS, RUNNING, RUNS, RedbStore, SCHEDULES, SECRETS, STEPS, SUBSCRIPTIONS, TENANTS,
+    TIMER_KEYS, TIMERS, TOKENS, USAGE,
 };
 use crate::StoreError;
 
@@ -64,6 +64,7 @@ fn copy_all(from: &ReadTransaction, to: &WriteTransaction, hosts: bool) -> Resul
     rows += copy(from, to, PLUGINS)?;
     rows += copy(from, to, LEASES)?;
     rows += copy(from, to, PARKED)?;
+    rows += copy(from, to, DOOMED)?;
     if hosts {
         rows += copy(from, to, HOSTS)?;
     }

@@ -31,6 +31,7 @@ pub(super) struct Tables<'t> {
     plugins: RedbTable<'t, (&'static str, &'static str), &'static [u8]>,
     leases: RedbTable<'t, &'static str, &'static [u8]>,
     parked: RedbTable<'t, &'static str, &'static [u8]>,
+    doomed: RedbTable<'t, &'static str, u64>,
     hosts: RedbTable<'t, &'static str, &'static [u8]>,
     tenants: RedbTable<'t, &'static str, &'static [u8]>,
     tokens: RedbTable<'t, &'static str, &'static [u8]>,
@@ -66,6 +67,7 @@ impl<'t> Tables<'t> {
             plugins: backend!(txn.open_table(super::PLUGINS))?,
             leases: backend!(txn.open_table(super::LEASES))?,
             parked: backend!(txn.open_table(super::PARKED))?,
+            doomed: backend!(txn.open_table(super::DOOMED))?,
             hosts: backend!(txn.open_table(super::HOSTS))?,
             tenants: backend!(txn.open_table(super::TENANTS))?,
             tokens: backend!(txn.open_table(super::TOKENS))?,
@@ -248,6 +250,10 @@ macro_rules! typed {
             }
             (T::Parked, K::Str($k)) => {
                 let $t = &mut $self.parked;
+                $body
+            }
+            (T::Doomed, K::Str($k)) => {
+                let $t = &mut $self.doomed;
                 $body
             }
             (table, key) => Err(misfit(table, key)),

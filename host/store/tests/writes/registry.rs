@@ -188,82 +188,96 @@ fn needed(result: Result<(), StoreError>, why: &str) {
     );
 }
 
-fn revision(revision: u32, seen: &str) -> Write {
+fn revision(revision: u32) -> Write {
     Write::DeleteRevision {
         workflow: "wf".to_owned(),
         revision,
-        seen: seen.to_owned(),
     }
 }
 
-fn blob(blob: Blob, digest: &str, seen: &str) -> Write {
+fn mark(blob: Blob, digest: &str, secs: u64) -> Write {
+    Write::MarkBlob {
+        blob,
+        digest: digest.to_owned(),
+        at: at(secs),
+    }
+}
+
+fn blob(blob: Blob, digest: &str, marked_by: u64) -> Write {
     Write::DeleteBlob {
         blob,
         digest: digest.to_owned(),
-        seen: seen.to_owned(),
+        marked_by: at(marked_by),
     }
 }
 
-#[test]
-fn a_replaced_revision_and_what_nothing_refers_to_are_deleted_but_not_what_a_new_run_needs() {
-    let (_dir, s) = crate::table::open();
-    put(&*s, deploy(1, "d1", "first"));
-    put(&*s, deploy(2, "d2", "second"));
-    put(&*s, add_plugin(T0));
-    // A run, recorded after the sweeper read up to "a", follows revision 1
-    // and pins a component that no registry plugin has.
-    let mut pinned = run(R);
+/// Run `id`, following definition `d1` and pinning component `c2`.
+fn pinning(id: &str) -> Write {
+    let mut pinned = run(id);
     pinned.definition = "d1".to_owned();
     let pin = json!({ "name": "file", "version": "1.0.0", "digest": "c2" });
     pinned
         .plugins
         .insert("file".to_owned(), serde_json::from_value(pin).unwrap());
     let component: Arc<[u8]> = Arc::from(&b"bytes"[..]);
-    put(
-        &*s,
-        Write::create_run(
-            &pinned,
-            &def("d1", "first"),
-            vec![("c2".to_owned(), component)],
-        ),
-    );
+    Write::create_run(
+        &pinned,
+        &def("d1", "first"),
+        vec![("c2".to_owned(), component)],
+    )
+}
 
-    needed(delete(&*s, revision(2, R)), "newest");
-    needed(delete(&*s, revision(1, "a")), "run `r` follows it");
-    needed(delete(&*s, blob(Blob::Definition, "d2", R)), "a revision");
-    needed(delete(&*s, blob(Blob::Definition, "d1", R)), "a revision");
-    needed(
-        delete(&*s, blob(Blob::Component, "c1", R)),
-        "registry plugin",
-    );
-    needed(
-        delete(&*s, blob(Blob::Component, "c2", "a")),
-        "run `r` pins it",
-    );
-    assert_eq!(s.deployments(Some("wf")).unwrap().len(), 2);
-    assert_eq!(s.digests(Blob::Component).unwrap(), ["c1", "c2"]);
+#[test]
+fn a_replaced_revision_goes_and_a_digest_goes_once_marked_unused_and_not_stored_again() {
+    let (_dir, s) = crate::table::open();
+    put(&*s, deploy(1, "d1", "first"));
+    put(&*s, deploy(2, "d2", "second"));
+    put(&*s, add_plugin(T0));
+    put(&*s, pinning(R));
 
-    // Once the sweeper has read the run (and judged it), they go.
-    delete(&*s, revision(1, R)).unwrap();
+    needed(delete(&*s, revision(2)), "newest");
+    delete(&*s, revision(1)).unwrap();
     assert_eq!(s.deployments(Some("wf")).unwrap(), [deployment(2, "d2")]);
     assert!(matches!(
-        delete(&*s, revision(1, R)),
+        delete(&*s, revision(1)),
         Err(StoreError::NotFound(_))
     ));
+
+    // Not marked, or marked after the pass's bound: refused.
+    needed(delete(&*s, blob(Blob::Definition, "d1", 100)), "unused");
+    put(&*s, mark(Blob::Definition, "d1", 10));
+    needed(delete(&*s, blob(Blob::Definition, "d1", 9)), "unused");
+    // What refers to it is looked at again.
+    put(&*s, mark(Blob::Definition, "d2", 10));
+    needed(delete(&*s, blob(Blob::Definition, "d2", 10)), "a revision");
+    put(&*s, mark(Blob::Component, "c1", 10));
     needed(
-        delete(&*s, blob(Blob::Definition, "d1", "a")),
-        "run `r` pins it",
+        delete(&*s, blob(Blob::Component, "c1", 10)),
+        "registry plugin",
     );
-    needed(
-        delete(&*s, blob(Blob::Definition, "d1", "a")),
-        "run `r` pins it",
-    );
-    delete(&*s, blob(Blob::Definition, "d1", R)).unwrap();
-    delete(&*s, blob(Blob::Component, "c2", R)).unwrap();
+
+    // A run that stores the digest again takes the mark away.
+    put(&*s, mark(Blob::Component, "c2", 10));
+    put(&*s, pinning("r2"));
+    needed(delete(&*s, blob(Blob::Component, "c2", 100)), "unused");
+
+    // A later mark leaves the first; marked long enough, they go.
+    put(&*s, mark(Blob::Component, "c2", 20));
+    put(&*s, mark(Blob::Component, "c2", 50));
+    needed(delete(&*s, blob(Blob::Component, "c2", 19)), "unused");
+    delete(&*s, blob(Blob::Component, "c2", 20)).unwrap();
+    // d1 was stored again by those runs: its mark is gone.
+    needed(delete(&*s, blob(Blob::Definition, "d1", 100)), "unused");
+    put(&*s, mark(Blob::Definition, "d1", 70));
+    delete(&*s, blob(Blob::Definition, "d1", 70)).unwrap();
     assert_eq!(s.digests(Blob::Definition).unwrap(), ["d2"]);
     assert_eq!(s.digests(Blob::Component).unwrap(), ["c1"]);
     assert_eq!(s.definition("d1").unwrap(), None);
     assert_eq!(s.component("c2").unwrap(), None);
-    // Deleting what is gone is no change.
-    delete(&*s, blob(Blob::Component, "c2", R)).unwrap();
+    // Deleting what is gone is no change; marking it too.
+    delete(&*s, blob(Blob::Component, "c2", 100)).unwrap();
+    put(&*s, mark(Blob::Component, "c2", 60));
+    // Stored again, it is there, and unmarked.
+    put(&*s, pinning("r3"));
+    needed(delete(&*s, blob(Blob::Component, "c2", 100)), "unused");
 }
