@@ -1034,7 +1034,7 @@ impl Apply<'_> {
             return Ok(Ok(()));
         }
         let marked = self.rows.get(Table::Doomed, Key::Str(digest))?;
-        if !marked.is_some_and(|at| read_number(&at) <= marked_by.0) {
+        if marked.is_none_or(|at| read_number(&at) > marked_by.0) {
             return needed("no pass has found it unused long enough".to_owned());
         }
         #[derive(serde::Deserialize)]
