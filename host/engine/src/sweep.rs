@@ -35,8 +35,11 @@
 //!   before the mark, and the later pass read it, or took the mark away:
 //!   a run started while a pass reads the runs keeps what it needs.
 //!
-//! Each commit deletes at most [`DELETES`] things, through the committer,
-//! so the sweeper never holds a long write transaction.
+//! A page's deletes go to the committer together, at most [`DELETES`]
+//! at a time. The committer puts them in its batches beside every other
+//! write, as it does any writes (at most 512 to a transaction), so the
+//! sweeper never holds a write transaction of its own, and never waits
+//! for one commit per delete.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
@@ -59,8 +62,8 @@ pub const MARK_MARGIN: Duration = Duration::from_secs(60);
 /// How many rows one page of the sweeper reads.
 pub const PAGE: usize = 256;
 
-/// How many things one commit of the sweeper deletes at most.
-const DELETES: usize = 32;
+/// How many deletes the sweeper hands the committer at once.
+const DELETES: usize = PAGE;
 
 /// The host's retention: how long each kind of thing the sweeper deletes
 /// is kept, when neither its workflow nor its tenant says.

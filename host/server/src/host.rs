@@ -247,7 +247,7 @@ impl Host {
         };
         if config.recover {
             look_at_the_store(&engine, &deployments)?;
-            sweep_the_store(&engine, config.retention)?;
+            start_sweeper(&engine, config.retention)?;
         }
         let hub = Hub::new(engine.committer(), Arc::clone(engine.egress()));
         if config.recover {
@@ -424,10 +424,10 @@ const LOOK: std::time::Duration = std::time::Duration::from_secs(1);
 const SWEEP_REST: std::time::Duration = std::time::Duration::from_secs(10);
 const PAGE_REST: std::time::Duration = std::time::Duration::from_millis(10);
 
-/// The sweeper: a pass over the store, a page at a time, deleting what
-/// has outlived its retention (see `weft_engine::sweep`), then a rest.
-/// The thread ends with the engine.
-fn sweep_the_store(engine: &Arc<Engine>, retention: Retention) -> Result<(), HostError> {
+/// Starts the sweeper of `engine`, as `weft serve` does: a pass over the
+/// store, a page at a time, deleting what has outlived `retention` (see
+/// `weft_engine::sweep`), then a rest. The thread ends with the engine.
+pub fn start_sweeper(engine: &Arc<Engine>, retention: Retention) -> Result<(), HostError> {
     let engine = Arc::downgrade(engine);
     std::thread::Builder::new()
         .name("weft-sweeper".to_owned())

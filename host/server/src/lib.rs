@@ -45,7 +45,7 @@ pub use weft_runtime as runtime;
 pub use weft_sim as sim;
 pub use weft_store as store;
 
-pub use host::{Host, HostConfig, HostError, HostEvents, Traced};
+pub use host::{Host, HostConfig, HostError, HostEvents, Traced, start_sweeper};
 pub use weft_core::{Clock, SimClock, SystemClock, Timestamp};
 pub use weft_engine::Engine;
 pub use weft_engine::plugins::PluginDir;

@@ -18,6 +18,7 @@ mod http;
 mod languages;
 mod messages;
 mod postgres;
+mod retention;
 mod tenants;
 mod timers;
 
@@ -96,6 +97,21 @@ pub struct BenchArgs {
     #[arg(long, value_name = "KILLS")]
     pub failover: Option<usize>,
 
+    /// Measure what the sweeper costs: step-to-step p50 and p99 with it
+    /// off, then on while it deletes a backlog of ended runs.
+    #[arg(long)]
+    pub sweeper: bool,
+
+    /// Run this many one-step runs through an engine whose sweeper keeps
+    /// ended runs --soak-retain, and print the store file's size every
+    /// tenth of them.
+    #[arg(long, value_name = "N")]
+    pub soak: Option<usize>,
+
+    /// With --soak: how long ended runs are kept.
+    #[arg(long, default_value = "1m", value_parser = humantime::parse_duration)]
+    pub soak_retain: Duration,
+
     /// With --tenants: how many runs the flooding tenant starts at once.
     #[arg(long, value_name = "N", default_value_t = 10_000)]
     pub flood: usize,
@@ -129,6 +145,12 @@ pub fn main(
     }
     if args.http {
         return http::http(plugins, args.iterations.clamp(100, 100_000));
+    }
+    if args.sweeper {
+        return retention::sweeper(plugins);
+    }
+    if let Some(runs) = args.soak {
+        return retention::soak(plugins, runs.max(1), args.soak_retain);
     }
     if args.languages {
         return languages::languages(
