@@ -74,13 +74,22 @@ char *weft_kv_get(const char *key) {
     return take(&value);
 }
 
-bool weft_kv_set(const char *key, const char *value, char **error) {
+/* `ttl_ms` is NULL for a key that never expires (`none`). */
+static bool kv_set(const char *key, const char *value, uint64_t *ttl_ms, char **error) {
     wstring k, v, err;
     wstring_set(&k, key);
     wstring_set(&v, value);
-    if (weft_plugin_kv_set(&k, &v, &err)) return true;
+    if (weft_plugin_kv_set(&k, &v, ttl_ms, &err)) return true;
     set_error(error, take(&err));
     return false;
+}
+
+bool weft_kv_set(const char *key, const char *value, char **error) {
+    return kv_set(key, value, NULL, error);
+}
+
+bool weft_kv_set_ttl(const char *key, const char *value, uint64_t ttl_ms, char **error) {
+    return kv_set(key, value, &ttl_ms, error);
 }
 
 bool weft_kv_delete(const char *key, char **error) {

@@ -78,9 +78,13 @@ void weft_log(const char *level, const char *message);
 
 /* The workflow's durable key-value space: writes commit with the step's
  * result, only if it succeeds. `weft_kv_get` answers NULL for no value.
- * On failure the others answer false and set `*error` (from malloc). */
+ * On failure the others answer false and set `*error` (from malloc).
+ * `weft_kv_set_ttl` sets a key that expires `ttl_ms` milliseconds (1 or
+ * more) after the commit and then reads as absent; `weft_kv_set`'s never
+ * expire. */
 char *weft_kv_get(const char *key);
 bool weft_kv_set(const char *key, const char *value, char **error);
+bool weft_kv_set_ttl(const char *key, const char *value, uint64_t ttl_ms, char **error);
 bool weft_kv_delete(const char *key, char **error);
 
 /* Emits `payload` (JSON text) on `channel`: its id, or NULL with `*error`. */

@@ -22,25 +22,30 @@
 //
 // The host's capabilities, the same in every language:
 //
-// - `kv.get(key)`, `kv.set(key, value)`, `kv.delete(key)`,
+// - `kv.get(key)`, `kv.set(key, value, { ttlMs })`, `kv.delete(key)`,
 //   `kv.keys(prefix, limit)`: the workflow's durable key-value space
-//   (writes commit with the step's result);
+//   (writes commit with the step's result; with `ttlMs`, a key expires
+//   that many milliseconds after the commit);
 // - `outbox.emit(channel, payload)`: a message, sent once if the step
 //   succeeds;
 // - `secrets.get(name)`: a secret the workflow grants the step;
+// - `snapshot.get(store, key)`, `snapshot.keys(store, prefix, limit)`:
+//   read-only reference data in the snapshot stores the workflow names
+//   (`snapshots:`);
 // - the global `fetch`: outgoing HTTP to the hosts the workflow grants
 //   (`allow: {http: [...]}`). A plugin whose sources call `fetch(` is
 //   built against the `http-plugin` world; others have no `fetch`.
 
-import { log } from 'weft:plugin/log@0.2.0';
+import { log } from 'weft:plugin/log@0.3.0';
 import {
   get as kvGet,
   set as kvSet,
   delete as kvDelete,
   keys as kvKeys,
-} from 'weft:plugin/kv@0.2.0';
-import { emit } from 'weft:plugin/outbox@0.2.0';
-import { get as secretGet } from 'weft:plugin/secrets@0.2.0';
+} from 'weft:plugin/kv@0.3.0';
+import { emit } from 'weft:plugin/outbox@0.3.0';
+import { get as secretGet } from 'weft:plugin/secrets@0.3.0';
+import { get as snapshotGet, keys as snapshotKeys } from 'weft:plugin/snapshot@0.3.0';
 
 const LEVELS = new Set(['trace', 'debug', 'info', 'warn', 'error']);
 
@@ -76,10 +81,15 @@ export const kv = {
   get(key) {
     return kvGet(key) ?? null;
   },
-  /** Sets `key` to `value` (a string); committed with the step's result. */
-  set(key, value) {
+  /**
+   * Sets `key` to `value` (a string); committed with the step's result.
+   * With `ttlMs` (milliseconds, a number or a BigInt), the key expires that
+   * long after the commit and then reads as absent; without, never.
+   */
+  set(key, value, options) {
+    const ttl = ttlOf(options?.ttlMs);
     try {
-      kvSet(key, value);
+      kvSet(key, value, ttl);
     } catch (e) {
       throw fatal('kv', reason(e));
     }
@@ -97,6 +107,22 @@ export const kv = {
     return kvKeys(prefix, limit);
   },
 };
+
+const U64_MAX = 2n ** 64n - 1n;
+
+/** `ttlMs` as the whole milliseconds (a BigInt, at least 1) `kv.set`
+ * takes; undefined for no expiry. */
+function ttlOf(ttlMs) {
+  if (ttlMs === undefined || ttlMs === null) return undefined;
+  const positive = typeof ttlMs === 'bigint' ? ttlMs > 0n : typeof ttlMs === 'number' && ttlMs > 0;
+  if (!positive) {
+    const shown = typeof ttlMs === 'string' ? JSON.stringify(ttlMs) : String(ttlMs);
+    throw fatal('kv', `ttlMs must be a number of milliseconds more than 0, not ${shown}`);
+  }
+  if (typeof ttlMs === 'bigint') return ttlMs > U64_MAX ? U64_MAX : ttlMs;
+  if (ttlMs >= 2 ** 64) return U64_MAX;
+  return BigInt(Math.max(1, Math.round(ttlMs)));
+}
 
 /** Messages out of the run. */
 export const outbox = {
@@ -118,6 +144,36 @@ export const secrets = {
       return secretGet(name);
     } catch (e) {
       throw fatal('secret', reason(e));
+    }
+  },
+};
+
+/**
+ * Read-only reference data: the snapshot stores the workflow names in
+ * `snapshots:`. A run reads the revision pinned at its start (unless the
+ * workflow asks for `revision: latest`); an expired entry reads as absent.
+ */
+export const snapshot = {
+  /**
+   * The value of `key` in `store` (parsed JSON), or `otherwise` (null) if
+   * it has none. Throws a fatal `snapshot` error if the workflow does not
+   * name `store`.
+   */
+  get(store, key, otherwise = null) {
+    let text;
+    try {
+      text = snapshotGet(store, key);
+    } catch (e) {
+      throw fatal('snapshot', reason(e));
+    }
+    return text === undefined || text === null ? otherwise : JSON.parse(text);
+  },
+  /** Up to `limit` keys of `store` that start with `prefix`, in byte order. */
+  keys(store, prefix = '', limit = 1000) {
+    try {
+      return snapshotKeys(store, prefix, limit);
+    } catch (e) {
+      throw fatal('snapshot', reason(e));
     }
   },
 };

@@ -23,12 +23,16 @@ for an error that trying again cannot fix.
 
 The host's capabilities, the same in every language:
 
-- `weft.kv.get(key)`, `.set(key, value)`, `.delete(key)`, `.keys(prefix,
-  limit)`: the workflow's durable key-value space (writes commit with the
-  step's result);
+- `weft.kv.get(key)`, `.set(key, value, ttl=None)`, `.delete(key)`,
+  `.keys(prefix, limit)`: the workflow's durable key-value space (writes
+  commit with the step's result; with `ttl`, in seconds, a key expires
+  that long after the commit);
 - `weft.outbox.emit(channel, payload)`: a message, sent once if the step
   succeeds;
 - `weft.secrets.get(name)`: a secret the workflow grants the step;
+- `weft.snapshot.get(store, key)`, `.keys(store, prefix, limit)`:
+  read-only reference data in the snapshot stores the workflow names
+  (`snapshots:`);
 - `weft.http.get(url)`, `weft.http.post_json(url, value)`,
   `weft.http.request(method, url, headers=, body=, timeout=)`: outgoing
   HTTP to the hosts the workflow grants (`allow: {http: [...]}`). A plugin
@@ -45,6 +49,7 @@ from wit_world.imports import kv as _kv
 from wit_world.imports import log as _log
 from wit_world.imports import outbox as _outbox
 from wit_world.imports import secrets as _secrets
+from wit_world.imports import snapshot as _snapshot
 from wit_world.imports import weft_types as types
 
 try:  # only in the `http-plugin` world
@@ -65,6 +70,7 @@ __all__ = [
     "kv",
     "outbox",
     "secrets",
+    "snapshot",
     "http",
 ]
 
@@ -124,10 +130,12 @@ class _Kv:
         return _kv.get(key)
 
     @staticmethod
-    def set(key, value):
-        """Sets `key` to `value` (a string); committed with the step's result."""
+    def set(key, value, ttl=None):
+        """Sets `key` to `value` (a string); committed with the step's result.
+        With `ttl` (seconds, a number or a `timedelta`), the key expires that
+        long after the commit and then reads as absent; without, never."""
         try:
-            _kv.set(key, value)
+            _kv.set(key, value, _ttl_ms(ttl))
         except Err as e:
             raise fatal("kv", e.value)
 
@@ -143,6 +151,26 @@ class _Kv:
     def keys(prefix="", limit=1000):
         """Up to `limit` keys that start with `prefix`, in byte order."""
         return _kv.keys(prefix, limit)
+
+
+_U64_MAX = 2**64 - 1
+
+
+def _ttl_ms(ttl):
+    """`ttl` (seconds) as the whole milliseconds `kv.set` takes, at least 1;
+    None for no expiry."""
+    if ttl is None:
+        return None
+    if hasattr(ttl, "total_seconds"):  # a datetime.timedelta
+        ttl = ttl.total_seconds()
+    if isinstance(ttl, bool) or not isinstance(ttl, (int, float)):
+        raise fatal("kv", f"ttl must be a number of seconds, not {ttl!r}")
+    if not ttl > 0:
+        raise fatal("kv", f"ttl must be more than 0 seconds, not {ttl!r}")
+    ms = ttl * 1000
+    if ms >= _U64_MAX:
+        return _U64_MAX
+    return max(1, round(ms))
 
 
 class _Outbox:
@@ -169,6 +197,35 @@ class _Secrets:
             return _secrets.get(name)
         except Err as e:
             raise fatal("secret", e.value)
+
+
+class _Snapshot:
+    """Read-only reference data: the snapshot stores the workflow names in
+    `snapshots:`. A run reads the revision pinned at its start (unless the
+    workflow asks for `revision: latest`); an expired entry reads as
+    absent."""
+
+    @staticmethod
+    def get(store, key, default=None):
+        """The value of `key` in `store` (a JSON value), or `default` if it
+        has none; a StepError `snapshot` if the workflow does not name
+        `store`."""
+        try:
+            text = _snapshot.get(store, key)
+        except Err as e:
+            raise fatal("snapshot", e.value)
+        if text is None:
+            return default
+        return json.loads(text)
+
+    @staticmethod
+    def keys(store, prefix="", limit=1000):
+        """Up to `limit` keys of `store` that start with `prefix`, in byte
+        order; a StepError `snapshot` as for `get`."""
+        try:
+            return _snapshot.keys(store, prefix, limit)
+        except Err as e:
+            raise fatal("snapshot", e.value)
 
 
 class HttpError(StepError):
@@ -318,6 +375,7 @@ def _method(name):
 kv = _Kv()
 outbox = _Outbox()
 secrets = _Secrets()
+snapshot = _Snapshot()
 http = _Http()
 
 _registered = None

@@ -10,7 +10,14 @@ pub fn get(key: &str) -> Option<String> {
 
 /// Sets `key` to `value`; committed with the step's result.
 pub fn set(key: &str, value: &str) -> Result<(), String> {
-    kv::set(key, value)
+    kv::set(key, value, None)
+}
+
+/// Sets `key` to `value` until `ttl` has passed: from then on it reads as
+/// absent. Committed with the step's result.
+pub fn set_with_ttl(key: &str, value: &str, ttl: std::time::Duration) -> Result<(), String> {
+    let ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
+    kv::set(key, value, Some(ms))
 }
 
 /// Removes `key`; committed with the step's result.

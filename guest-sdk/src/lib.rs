@@ -6,6 +6,7 @@ pub mod kv;
 pub mod log;
 pub mod outbox;
 pub mod secrets;
+pub mod snapshot;
 
 pub use error::StepError;
 

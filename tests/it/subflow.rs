@@ -326,8 +326,14 @@ impl Store for NoChildren {
     fn kv_get(&self, space: &str, key: &str) -> Result<weft::runtime::Versioned, StoreError> {
         self.0.kv_get(space, key)
     }
-    fn kv_list(&self, space: &str, prefix: &str, limit: usize) -> Result<Vec<String>, StoreError> {
-        self.0.kv_list(space, prefix, limit)
+    fn kv_list(
+        &self,
+        space: &str,
+        prefix: &str,
+        limit: usize,
+        now: u64,
+    ) -> Result<Vec<String>, StoreError> {
+        self.0.kv_list(space, prefix, limit, now)
     }
     fn subscriptions(&self, channel: Option<&str>) -> Result<Vec<SubscriptionRecord>, StoreError> {
         self.0.subscriptions(channel)
@@ -368,6 +374,35 @@ impl Store for NoChildren {
     ) -> Result<Vec<weft::store::DeploymentRecord>, StoreError> {
         self.0.deployments(workflow)
     }
+    fn snapshots(
+        &self,
+        store: Option<&str>,
+    ) -> Result<Vec<weft::store::SnapshotRecord>, StoreError> {
+        self.0.snapshots(store)
+    }
+
+    fn snapshot_entry(
+        &self,
+        data: &str,
+        key: &str,
+    ) -> Result<Option<weft::store::SnapshotEntry>, StoreError> {
+        self.0.snapshot_entry(data, key)
+    }
+
+    fn snapshot_entries(
+        &self,
+        data: &str,
+        after: Option<&str>,
+        prefix: &str,
+        limit: usize,
+    ) -> Result<Vec<(String, weft::store::SnapshotEntry)>, StoreError> {
+        self.0.snapshot_entries(data, after, prefix, limit)
+    }
+
+    fn snapshot_data(&self) -> Result<Vec<(String, weft::store::SnapshotData)>, StoreError> {
+        self.0.snapshot_data()
+    }
+
     fn plugins(&self) -> Result<Vec<weft::store::PluginRecord>, StoreError> {
         self.0.plugins()
     }

@@ -20,6 +20,29 @@ impl Digest {
     }
 }
 
+/// A digest made a piece at a time, for what is too big to hold at once.
+#[derive(Debug, Clone, Default)]
+pub struct Hashing(Sha256);
+
+impl Hashing {
+    /// Adds `bytes`.
+    pub fn update(&mut self, bytes: &[u8]) {
+        self.0.update(bytes);
+    }
+
+    /// Adds `bytes`, preceded by their length, so that pieces cannot run
+    /// into one another.
+    pub fn piece(&mut self, bytes: &[u8]) {
+        self.0.update((bytes.len() as u64).to_le_bytes());
+        self.0.update(bytes);
+    }
+
+    /// The digest of everything added.
+    pub fn finish(self) -> Digest {
+        Digest(self.0.finalize().into())
+    }
+}
+
 impl fmt::Display for Digest {
     /// `sha256:` and 64 lowercase hex digits.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -15,6 +15,20 @@ pub struct Versioned {
     pub version: u64,
     /// The value; `None` if the key has none.
     pub value: Option<String>,
+    /// When the value expires, in milliseconds since the epoch: from then
+    /// on it reads as absent. `None`: never.
+    pub expires_at: Option<u64>,
+}
+
+impl Versioned {
+    /// The value as a read at `now` (milliseconds) sees it: `None` once
+    /// it has expired.
+    pub fn live(&self, now: u64) -> Option<&str> {
+        match self.expires_at {
+            Some(at) if at <= now => None,
+            _ => self.value.as_deref(),
+        }
+    }
 }
 
 /// What a call did to its key space: its writes (`None` deletes), and the
@@ -27,6 +41,9 @@ pub struct KvEffects {
     pub writes: BTreeMap<String, Option<String>>,
     /// Key to the version that was read.
     pub reads: BTreeMap<String, u64>,
+    /// Key to when its new value expires (milliseconds since the epoch),
+    /// for the keys written with a time to live.
+    pub expires: BTreeMap<String, u64>,
 }
 
 /// One line of a step's log.

@@ -30,7 +30,7 @@ mod signal;
 pub mod tenant;
 
 pub use clock::{Clock, SimClock, SystemClock, Timestamp};
-pub use digest::Digest;
+pub use digest::{Digest, Hashing};
 pub use effects::{Emission, HttpCall, KvEffects, LogLevel, LogLine, LogSource, Versioned};
 pub use error::ErrorRecord;
 pub use schedule::{CatchUp, Overlap, ScheduleSpec};

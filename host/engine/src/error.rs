@@ -53,6 +53,20 @@ pub enum StartError {
         /// The workflow it names.
         workflow: String,
     },
+    /// A snapshot store the workflow names has no revision, or could not
+    /// be read. Nothing was stored.
+    #[error("{origin}: snapshots: {}", match error {
+        None => format!("no snapshot store `{store}` is published; publish it first (`weft snapshots publish {store} FILE`)"),
+        Some(e) => format!("snapshot store `{store}` cannot be read: {e}"),
+    })]
+    Snapshot {
+        /// The workflow file.
+        origin: String,
+        /// The store.
+        store: String,
+        /// Why it could not be read, if it could not.
+        error: Option<String>,
+    },
     /// The store failed. A run already recorded stays `running` at the step
     /// it had reached.
     #[error(transparent)]

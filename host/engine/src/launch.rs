@@ -171,6 +171,7 @@ impl Launcher {
             runner,
             pins,
             components,
+            snapshots,
         } = self.source.pin(&workflow)?;
         let definition =
             DefinitionRecord::new(&workflow.origin, workflow.format.name(), &workflow.source);
@@ -193,6 +194,7 @@ impl Launcher {
             updated_at: now,
             parent,
             trigger: None,
+            snapshots,
             suspended: false,
             deadline: workflow.timeout.map(|timeout| TimerRef {
                 id: timer_id(),

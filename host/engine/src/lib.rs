@@ -43,6 +43,7 @@ pub mod plugins;
 mod runner;
 mod scheduler;
 pub mod secrets;
+pub mod snapshots;
 mod stored;
 pub mod sweep;
 
@@ -265,6 +266,7 @@ impl Engine {
         let vault = Vault::new(Arc::clone(&store), config.secrets.clone());
         let source = Arc::new(
             WasmPlugins::new(Arc::clone(&plugins), Arc::clone(&store))
+                .timed(Arc::clone(&clock))
                 .reaching(Arc::clone(&egress), vault.clone()),
         );
         Self::assemble(store, plugins, source, clock, config, egress, vault)

@@ -12,16 +12,20 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use weft_core::Clock;
 use weft_core::egress::{Egress, Policy};
 use weft_core::{Emission, ErrorRecord, KvEffects, LogLine, Versioned};
 use weft_model::{Call, Workflow};
-use weft_runtime::{CallError, CallOptions, KvAccess, KvSource, Plugin, Secrets, StepContext};
-use weft_store::{PinnedPlugin, RunRecord, Store};
+use weft_runtime::{
+    CallError, CallOptions, KvAccess, KvSource, Plugin, Secrets, SharedSnapshots, StepContext,
+};
+use weft_store::{PinnedPlugin, RunRecord, Store, StoreError};
 
 use crate::egress::EgressPolicies;
 use crate::error::{ResumeError, StartError};
 use crate::plugins::PluginDir;
 use crate::secrets::{SecretError, Vault};
+use crate::snapshots::RunSnapshots;
 
 /// One call of a step's pinned plugin.
 #[derive(Debug, Clone)]
@@ -87,6 +91,8 @@ pub struct Pinned {
     pub pins: BTreeMap<String, PinnedPlugin>,
     /// The components to store with the run: digest and bytes, once each.
     pub components: Vec<(String, Arc<[u8]>)>,
+    /// The revision of each snapshot store the run reads, pinned now.
+    pub snapshots: BTreeMap<String, u32>,
 }
 
 /// Where runs get their plugins.
@@ -110,6 +116,7 @@ pub trait RunnerSource: Send + Sync + std::fmt::Debug {
 pub struct WasmPlugins {
     plugins: Arc<PluginDir>,
     store: Arc<dyn Store>,
+    clock: Arc<dyn Clock>,
     egress: Arc<EgressPolicies>,
     vault: Vault,
 }
@@ -122,9 +129,16 @@ impl WasmPlugins {
         Self {
             plugins,
             store,
+            clock: Arc::new(weft_core::SystemClock),
             egress: Arc::default(),
             vault,
         }
+    }
+
+    /// The same source, measuring expiry (of key-value data and snapshot
+    /// entries) by `clock`.
+    pub fn timed(self, clock: Arc<dyn Clock>) -> Self {
+        Self { clock, ..self }
     }
 
     /// The same source, with steps' requests bound by `egress` and their
@@ -137,16 +151,32 @@ impl WasmPlugins {
         }
     }
 
-    fn runner(&self, workflow: &Workflow, plugins: HashMap<String, Plugin>) -> WasmRunner {
-        WasmRunner {
+    fn runner(
+        &self,
+        workflow: &Workflow,
+        plugins: HashMap<String, Plugin>,
+        snapshots: &BTreeMap<String, u32>,
+    ) -> Result<WasmRunner, StoreError> {
+        let snapshots: Option<SharedSnapshots> = if workflow.snapshots.is_empty() {
+            None
+        } else {
+            Some(Arc::new(RunSnapshots::new(
+                Arc::clone(&self.store),
+                Arc::clone(&self.clock),
+                workflow,
+                snapshots,
+            )?))
+        };
+        Ok(WasmRunner {
             plugins,
             kv: KvAccess {
                 space: format!("workflow/{}", workflow.id),
-                source: Arc::new(StoreKv(Arc::clone(&self.store))),
+                source: Arc::new(StoreKv(Arc::clone(&self.store), Arc::clone(&self.clock))),
             },
+            snapshots,
             egress: Arc::clone(&self.egress),
             vault: self.vault.clone(),
-        }
+        })
     }
 }
 
@@ -184,10 +214,22 @@ impl RunnerSource for WasmPlugins {
             .iter()
             .map(|(id, plugin)| (id.clone(), pin(plugin)))
             .collect();
+        let snapshots =
+            crate::snapshots::pins(self.store.as_ref(), workflow).map_err(|(store, error)| {
+                StartError::Snapshot {
+                    origin: workflow.origin.clone(),
+                    store,
+                    error: error.map(|e| e.to_string()),
+                }
+            })?;
+        let runner = self
+            .runner(workflow, plugins, &snapshots)
+            .map_err(StartError::Store)?;
         Ok(Pinned {
-            runner: Arc::new(self.runner(workflow, plugins)),
+            runner: Arc::new(runner),
             pins,
             components,
+            snapshots,
         })
     }
 
@@ -220,7 +262,7 @@ impl RunnerSource for WasmPlugins {
             loaded.insert(&pinned.digest, plugin.clone());
             plugins.insert(step.id.clone(), plugin);
         }
-        Ok(Arc::new(self.runner(workflow, plugins)))
+        Ok(Arc::new(self.runner(workflow, plugins, &run.snapshots)?))
     }
 }
 
@@ -229,6 +271,7 @@ impl RunnerSource for WasmPlugins {
 struct WasmRunner {
     plugins: HashMap<String, Plugin>,
     kv: KvAccess,
+    snapshots: Option<SharedSnapshots>,
     egress: Arc<EgressPolicies>,
     vault: Vault,
 }
@@ -291,6 +334,7 @@ impl StepRunner for WasmRunner {
             cancel: Some(Arc::clone(&call.cancel)),
             egress,
             secrets,
+            snapshots: self.snapshots.clone(),
         };
         let outcome = plugin.call(&call.context, &call.input, &options);
         StepOutcome {
@@ -338,19 +382,30 @@ fn error_record(error: &CallError) -> ErrorRecord {
     }
 }
 
-/// The store, as the runtime reads key-value data.
+/// The store, as the runtime reads key-value data, and the clock expiry
+/// is measured by.
 #[derive(Debug)]
-struct StoreKv(Arc<dyn Store>);
+struct StoreKv(Arc<dyn Store>, Arc<dyn Clock>);
 
 impl KvSource for StoreKv {
     fn get(&self, space: &str, key: &str) -> Result<Versioned, String> {
         self.0.kv_get(space, key).map_err(|e| e.to_string())
     }
 
-    fn list(&self, space: &str, prefix: &str, limit: usize) -> Result<Vec<String>, String> {
+    fn list(
+        &self,
+        space: &str,
+        prefix: &str,
+        limit: usize,
+        now: u64,
+    ) -> Result<Vec<String>, String> {
         self.0
-            .kv_list(space, prefix, limit)
+            .kv_list(space, prefix, limit, now)
             .map_err(|e| e.to_string())
+    }
+
+    fn now(&self) -> u64 {
+        self.1.now().0
     }
 }
 

@@ -35,6 +35,17 @@
 //!   before the mark, and the later pass read it, or took the mark away:
 //!   a run started while a pass reads the runs keeps what it needs.
 //!
+//! - **snapshot stores.** A revision that is not its store's newest, was
+//!   replaced at least [`MARK_MARGIN`] before the pass started, and that
+//!   no run which has not ended pins (no run read, no child waiting to
+//!   start) is deleted once it is past the store's `keep` newest
+//!   revisions or was replaced longer than its `keep_for` ago. A run pins
+//!   the newest revision at its start, so one that pins a revision
+//!   replaced before the margin was recorded before the pass read the
+//!   runs. The entries of deleted revisions (and of publishes that failed,
+//!   or stopped for an hour) go a page at a time, then their data's row;
+//!   an expired entry of a revision goes likewise.
+//!
 //! A page's deletes go to the committer together, at most [`DELETES`]
 //! at a time. The committer puts them in its batches beside every other
 //! write, as it does any writes (at most 512 to a transaction), so the
@@ -105,6 +116,10 @@ enum Cursor {
     Kv(Option<(String, String)>),
     /// Revisions, definitions and components, in one page.
     Blobs,
+    /// Snapshot revisions, in one page.
+    Snapshots,
+    /// Snapshot entries after `(data, key)` (from the first if `None`).
+    SnapshotEntries(Option<(String, String)>),
     /// The pass is over.
     Done,
 }
@@ -120,6 +135,9 @@ pub struct Pass {
     definitions: HashSet<String>,
     /// The components the runs read pin.
     components: HashSet<String>,
+    /// The snapshot revisions the runs read that have not ended pin:
+    /// `(store with its tenant, revision)`.
+    snapshots: HashSet<(String, u32)>,
 }
 
 impl Pass {
@@ -134,13 +152,14 @@ impl Pass {
     }
 
     /// What the pass reads next: `runs`, `messages`, `kv`, `blobs`
-    /// (revisions, definitions and components), or `done`.
+    /// (revisions, definitions and components), `snapshots`, or `done`.
     pub fn reading(&self) -> &'static str {
         match self.cursor {
             Cursor::Start | Cursor::Runs(_) => "runs",
             Cursor::Messages(_) => "messages",
             Cursor::Kv(_) => "kv",
             Cursor::Blobs => "blobs",
+            Cursor::Snapshots | Cursor::SnapshotEntries(_) => "snapshots",
             Cursor::Done => "done",
         }
     }
@@ -150,6 +169,12 @@ impl Pass {
         self.definitions.insert(run.definition.clone());
         self.components
             .extend(run.plugins.values().map(|pin| pin.digest.clone()));
+        if !run.state.is_terminal() {
+            self.snapshots
+                .extend(run.snapshots.iter().map(|(name, revision)| {
+                    (weft_core::tenant::sibling(&run.workflow, name), *revision)
+                }));
+        }
     }
 }
 
@@ -175,6 +200,10 @@ pub struct Swept {
     pub revisions: u64,
     /// Stored definitions and components deleted.
     pub blobs: u64,
+    /// Snapshot revisions deleted.
+    pub snapshot_revisions: u64,
+    /// Snapshot entries deleted: of deleted revisions, and expired ones.
+    pub snapshot_entries: u64,
 }
 
 impl std::ops::AddAssign for Swept {
@@ -188,6 +217,8 @@ impl std::ops::AddAssign for Swept {
         self.tombstones += other.tombstones;
         self.revisions += other.revisions;
         self.blobs += other.blobs;
+        self.snapshot_revisions += other.snapshot_revisions;
+        self.snapshot_entries += other.snapshot_entries;
     }
 }
 
@@ -312,8 +343,16 @@ impl Engine {
             )?,
             Cursor::Blobs => (
                 self.sweep_blobs(pass, retention, dry_run, commit)?,
-                Cursor::Done,
+                Cursor::Snapshots,
             ),
+            Cursor::Snapshots => (
+                self.sweep_snapshots(pass, dry_run, commit)?,
+                Cursor::SnapshotEntries(None),
+            ),
+            Cursor::SnapshotEntries(after) => {
+                let after = after.clone();
+                self.sweep_snapshot_entries(after, dry_run, commit)?
+            }
             Cursor::Done => (Swept::default(), Cursor::Done),
         };
         pass.cursor = next;
@@ -581,6 +620,125 @@ impl Engine {
             });
         self.delete_all(marks, commit)?;
         Ok(swept)
+    }
+
+    /// Snapshot revisions (see the module's documentation), in one page:
+    /// there are few of them.
+    fn sweep_snapshots(
+        &self,
+        pass: &Pass,
+        dry_run: bool,
+        commit: Commit<'_>,
+    ) -> Result<Swept, StoreError> {
+        let now = self.core.clock.now();
+        let started = pass.started.unwrap_or(now);
+        let mut by_store: BTreeMap<String, Vec<weft_store::SnapshotRecord>> = BTreeMap::new();
+        for record in self.store().snapshots(None)? {
+            by_store
+                .entry(record.store.clone())
+                .or_default()
+                .push(record);
+        }
+        let mut due = Vec::new();
+        for revisions in by_store.values_mut() {
+            revisions.sort_by_key(|r| std::cmp::Reverse(r.revision));
+            let Some(newest) = revisions.first() else {
+                continue;
+            };
+            let (keep, keep_for) = (newest.keep.max(1) as usize, newest.keep_for_ms);
+            for (at, pair) in revisions.windows(2).enumerate() {
+                let (next, old) = (&pair[0], &pair[1]);
+                let replaced = next.published_at;
+                let counted_out = at + 1 >= keep;
+                let aged_out = keep_for.is_some_and(|ms| replaced.0.saturating_add(ms) <= now.0);
+                if replaced.0.saturating_add(millis(MARK_MARGIN)) <= started.0
+                    && (counted_out || aged_out)
+                    && !pass.snapshots.contains(&(old.store.clone(), old.revision))
+                {
+                    due.push(Write::DeleteSnapshot {
+                        store: old.store.clone(),
+                        revision: old.revision,
+                    });
+                }
+            }
+        }
+        let mut swept = Swept::default();
+        if dry_run {
+            swept.snapshot_revisions = due.len() as u64;
+            return Ok(swept);
+        }
+        swept.snapshot_revisions = self.delete_all(due, commit)?;
+        Ok(swept)
+    }
+
+    /// A page of snapshot entries: of the first data id at or after the
+    /// cursor's whose entries may go (dropped, abandoned, or sealed with
+    /// entries that expire), those that may go are deleted; a dropped
+    /// data's row goes once its entries have.
+    fn sweep_snapshot_entries(
+        &self,
+        after: Option<(String, String)>,
+        dry_run: bool,
+        commit: Commit<'_>,
+    ) -> Result<(Swept, Cursor), StoreError> {
+        let store = self.store();
+        let now = self.core.clock.now();
+        let expiring: HashSet<String> = store
+            .snapshots(None)?
+            .into_iter()
+            .filter(|r| r.expiring > 0)
+            .map(|r| r.data)
+            .collect();
+        let mut swept = Swept::default();
+        let (from_data, from_key) = match &after {
+            Some((data, key)) => (data.as_str(), Some(key.as_str())),
+            None => ("", None),
+        };
+        for (data, row) in store.snapshot_data()? {
+            if data.as_str() < from_data {
+                continue;
+            }
+            let deletable = row.deletable(now);
+            if !deletable && !expiring.contains(&data) {
+                continue;
+            }
+            let key = (data == from_data).then_some(from_key).flatten();
+            let page = store.snapshot_entries(&data, key, "", PAGE)?;
+            let Some((last, _)) = page.last() else {
+                // Nothing (left) to delete here.
+                if deletable && !dry_run {
+                    let forget = Write::ForgetSnapshotData {
+                        data: data.clone(),
+                        now,
+                    };
+                    self.delete_all([forget], commit)?;
+                }
+                // The next data id, from its start.
+                return Ok((
+                    swept,
+                    Cursor::SnapshotEntries(Some((format!("{data}\0"), String::new()))),
+                ));
+            };
+            let next = Cursor::SnapshotEntries(Some((data.clone(), last.clone())));
+            let keys: Vec<String> = page
+                .into_iter()
+                .filter(|(_, entry)| deletable || entry.expired(now.0))
+                .map(|(key, _)| key)
+                .collect();
+            swept.snapshot_entries = keys.len() as u64;
+            if !dry_run && !keys.is_empty() {
+                self.delete_all(
+                    [Write::DropSnapshotEntries {
+                        data: data.clone(),
+                        keys,
+                        now,
+                    }],
+                    commit,
+                )?;
+            }
+            return Ok((swept, next));
+        }
+        Ok((swept, Cursor::Done))
     }
 
     /// Commits `writes`, [`DELETES`] at a time: how many were applied.

@@ -68,6 +68,8 @@ pub struct Workflow {
     /// How long an ended run of this workflow is kept (`retain:`), before
     /// the sweeper deletes it; the tenant's or the host's when `None`.
     pub retain: Option<Retain>,
+    /// The snapshot stores its steps may read (`snapshots:`), in order.
+    pub snapshots: Vec<SnapshotUse>,
     /// Cron triggers (`on: schedule:`), each with its id.
     pub schedules: Vec<(String, Schedule)>,
     /// Where the definition came from, for messages.
@@ -76,6 +78,16 @@ pub struct Workflow {
     pub source: String,
     /// The definition's syntax.
     pub format: Format,
+}
+
+/// A snapshot store a workflow reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SnapshotUse {
+    /// The store's name, as its tenant names it.
+    pub name: String,
+    /// `revision: latest`: each call reads the newest revision. Otherwise
+    /// a run reads the revision that was the newest at its start.
+    pub latest: bool,
 }
 
 /// How long ended runs are kept.

@@ -50,7 +50,7 @@ pub enum LoadError {
     #[error(
         "was built for contract `weft:plugin@{found}`, but this host speaks `weft:plugin@{supported}` \
          (and loads `weft:plugin@{}` components); rebuild it against a compatible version",
-        crate::COMPAT_VERSION
+        crate::COMPAT_VERSIONS.join("`, `weft:plugin@")
     )]
     Contract {
         /// The version the component uses.

@@ -26,9 +26,18 @@ pub const MAX_WRITES: usize = 10_000;
 pub trait KvSource: Send + Sync + std::fmt::Debug {
     /// The committed state of `key` in `space`.
     fn get(&self, space: &str, key: &str) -> Result<Versioned, String>;
-    /// Up to `limit` committed keys of `space` starting with `prefix`, in
-    /// byte order.
-    fn list(&self, space: &str, prefix: &str, limit: usize) -> Result<Vec<String>, String>;
+    /// Up to `limit` committed keys of `space` starting with `prefix`
+    /// whose values have not expired by `now`, in byte order.
+    fn list(
+        &self,
+        space: &str,
+        prefix: &str,
+        limit: usize,
+        now: u64,
+    ) -> Result<Vec<String>, String>;
+    /// Now, in milliseconds since the epoch, by the host's clock: what
+    /// expiry is measured against.
+    fn now(&self) -> u64;
 }
 
 /// A call's access to a key space.
@@ -78,7 +87,9 @@ impl KvState {
                     .reads
                     .entry(key.to_owned())
                     .or_insert(found.version);
-                found.value
+                // An expired value reads as absent; its version is still
+                // the one read, so a write of it conflicts as any would.
+                found.live(access.source.now()).map(str::to_owned)
             }
             Err(e) => {
                 self.failed.get_or_insert(e);
@@ -87,10 +98,23 @@ impl KvState {
         }
     }
 
-    fn write(&mut self, key: String, value: Option<String>) -> Result<(), String> {
-        if self.access.is_none() {
+    /// Buffers a write of `key` (`None` deletes), expiring `ttl`
+    /// milliseconds from now if given.
+    fn write(
+        &mut self,
+        key: String,
+        value: Option<String>,
+        ttl: Option<u64>,
+    ) -> Result<(), String> {
+        let Some(access) = &self.access else {
             return Err("this step has no key-value space".to_owned());
+        };
+        if ttl == Some(0) {
+            return Err(format!(
+                "the time to live of `{key}` is 0; give at least 1 ms, or none"
+            ));
         }
+        let expires_at = ttl.map(|ttl| access.source.now().saturating_add(ttl));
         if key.len() > MAX_KEY {
             return Err(format!(
                 "the key is {} bytes; the limit is {MAX_KEY}",
@@ -108,6 +132,10 @@ impl KvState {
         if self.effects.writes.len() >= MAX_WRITES && !self.effects.writes.contains_key(&key) {
             return Err(format!("a step may write at most {MAX_WRITES} keys"));
         }
+        match expires_at {
+            Some(at) => self.effects.expires.insert(key.clone(), at),
+            None => self.effects.expires.remove(&key),
+        };
         self.effects.writes.insert(key, value);
         Ok(())
     }
@@ -120,6 +148,7 @@ impl KvState {
                 &access.space,
                 prefix,
                 limit.saturating_add(self.effects.writes.len()),
+                access.source.now(),
             ) {
                 Ok(keys) => keys.into_iter().collect(),
                 Err(e) => {
@@ -145,20 +174,21 @@ impl KvState {
 /// Links `weft:plugin/kv` of every contract version into `linker`.
 pub(super) fn add_to_linker(linker: &mut Linker<StepState>) -> wasmtime::Result<()> {
     bindings::v1::weft::plugin::kv::add_to_linker::<StepState, HasSelf<StepState>>(linker, |s| s)?;
-    bindings::v2::weft::plugin::kv::add_to_linker::<StepState, HasSelf<StepState>>(linker, |s| s)
+    bindings::v2::weft::plugin::kv::add_to_linker::<StepState, HasSelf<StepState>>(linker, |s| s)?;
+    bindings::v3::weft::plugin::kv::add_to_linker::<StepState, HasSelf<StepState>>(linker, |s| s)
 }
 
-bindings::for_each_contract!(kv => impl contract::Host for StepState {
+bindings::for_each_contract!(@before_v3 kv => impl contract::Host for StepState {
     fn get(&mut self, key: String) -> Option<String> {
         self.kv.get(&key)
     }
 
     fn set(&mut self, key: String, value: String) -> Result<(), String> {
-        self.kv.write(key, Some(value))
+        self.kv.write(key, Some(value), None)
     }
 
     fn delete(&mut self, key: String) -> Result<(), String> {
-        self.kv.write(key, None)
+        self.kv.write(key, None, None)
     }
 
     fn keys(&mut self, prefix: String, limit: u32) -> Vec<String> {
@@ -168,6 +198,28 @@ bindings::for_each_contract!(kv => impl contract::Host for StepState {
         )
     }
 });
+
+/// 0.3: `set` takes a time to live.
+impl bindings::v3::weft::plugin::kv::Host for StepState {
+    fn get(&mut self, key: String) -> Option<String> {
+        self.kv.get(&key)
+    }
+
+    fn set(&mut self, key: String, value: String, ttl_ms: Option<u64>) -> Result<(), String> {
+        self.kv.write(key, Some(value), ttl_ms)
+    }
+
+    fn delete(&mut self, key: String) -> Result<(), String> {
+        self.kv.write(key, None, None)
+    }
+
+    fn keys(&mut self, prefix: String, limit: u32) -> Vec<String> {
+        self.kv.list(
+            &prefix,
+            usize::try_from(limit).unwrap_or(usize::MAX).min(10_000),
+        )
+    }
+}
 
 #[cfg(test)]
 mod tests {
@@ -183,27 +235,45 @@ mod tests {
             Ok(self.0.lock().unwrap().get(key).cloned().unwrap_or_default())
         }
 
-        fn list(&self, _space: &str, prefix: &str, limit: usize) -> Result<Vec<String>, String> {
+        fn list(
+            &self,
+            _space: &str,
+            prefix: &str,
+            limit: usize,
+            now: u64,
+        ) -> Result<Vec<String>, String> {
             Ok(self
                 .0
                 .lock()
                 .unwrap()
-                .keys()
-                .filter(|k| k.starts_with(prefix))
+                .iter()
+                .filter(|(k, v)| k.starts_with(prefix) && v.live(now).is_some())
                 .take(limit)
-                .cloned()
+                .map(|(k, _)| k.clone())
                 .collect())
+        }
+
+        fn now(&self) -> u64 {
+            NOW
         }
     }
 
+    const NOW: u64 = 1_000_000;
+
     fn state() -> KvState {
         let memory = Memory::default();
-        for (key, value) in [("a/1", "one"), ("a/2", "two"), ("b", "bee")] {
+        for (key, value, expires_at) in [
+            ("a/1", "one", None),
+            ("a/2", "two", Some(NOW + 1)),
+            ("a/old", "gone", Some(NOW)),
+            ("b", "bee", None),
+        ] {
             memory.0.lock().unwrap().insert(
                 key.to_owned(),
                 Versioned {
                     value: Some(value.to_owned()),
                     version: 3,
+                    expires_at,
                 },
             );
         }
@@ -217,36 +287,58 @@ mod tests {
     fn reads_see_the_calls_own_writes_and_record_versions() {
         let mut kv = state();
         assert_eq!(kv.get("a/1").as_deref(), Some("one"));
-        kv.write("a/1".to_owned(), Some("uno".to_owned())).unwrap();
+        kv.write("a/1".to_owned(), Some("uno".to_owned()), None)
+            .unwrap();
         assert_eq!(kv.get("a/1").as_deref(), Some("uno"));
-        kv.write("a/2".to_owned(), None).unwrap();
+        assert_eq!(kv.get("a/2").as_deref(), Some("two"));
+        kv.write("a/2".to_owned(), None, None).unwrap();
         assert_eq!(kv.get("a/2"), None);
         assert_eq!(kv.get("zz"), None);
-        kv.write("a/3".to_owned(), Some("three".to_owned()))
+        kv.write("a/3".to_owned(), Some("three".to_owned()), Some(500))
             .unwrap();
         assert_eq!(kv.list("a/", 10), ["a/1", "a/3"]);
         assert_eq!(kv.list("a/", 1), ["a/1"]);
         let effects = kv.into_effects();
         assert_eq!(
             effects.reads,
-            BTreeMap::from([("a/1".to_owned(), 3), ("zz".to_owned(), 0)])
+            BTreeMap::from([
+                ("a/1".to_owned(), 3),
+                ("a/2".to_owned(), 3),
+                ("zz".to_owned(), 0)
+            ])
         );
         assert_eq!(effects.writes.len(), 3);
+        assert_eq!(
+            effects.expires,
+            BTreeMap::from([("a/3".to_owned(), NOW + 500)])
+        );
+    }
+
+    #[test]
+    fn an_expired_value_reads_as_absent_but_keeps_its_version() {
+        let mut kv = state();
+        assert_eq!(kv.get("a/old"), None);
+        assert_eq!(kv.list("a/", 10), ["a/1", "a/2"]);
+        let e = kv
+            .write("k".to_owned(), Some("v".to_owned()), Some(0))
+            .unwrap_err();
+        assert!(e.contains("time to live"), "{e}");
+        assert_eq!(kv.into_effects().reads["a/old"], 3);
     }
 
     #[test]
     fn limits_are_enforced_with_a_clear_error() {
         let mut kv = state();
         let e = kv
-            .write("k".repeat(MAX_KEY + 1), Some(String::new()))
+            .write("k".repeat(MAX_KEY + 1), Some(String::new()), None)
             .unwrap_err();
         assert!(e.contains("the limit is 1024"), "{e}");
         let e = kv
-            .write("k".to_owned(), Some("v".repeat(MAX_VALUE + 1)))
+            .write("k".to_owned(), Some("v".repeat(MAX_VALUE + 1)), None)
             .unwrap_err();
         assert!(e.contains("the limit is 1048576"), "{e}");
         let mut none = KvState::new(None);
-        assert!(none.write("k".to_owned(), None).is_err());
+        assert!(none.write("k".to_owned(), None, None).is_err());
         assert_eq!(none.get("k"), None);
     }
 }

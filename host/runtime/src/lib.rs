@@ -27,6 +27,7 @@ mod plugin;
 mod sandbox;
 mod secrets;
 mod slots;
+mod snapshot;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -42,16 +43,17 @@ pub use kv::{KvAccess, KvSource, MAX_KEY, MAX_VALUE, MAX_WRITES};
 pub use outbox::{MAX_MESSAGES, MAX_PAYLOAD};
 pub use plugin::{CallOptions, CallOutcome, Plugin, PluginMeta, StepContext};
 pub use secrets::Secrets;
+pub use snapshot::{MAX_KEYS as MAX_SNAPSHOT_KEYS, SharedSnapshots, SnapshotSource};
 pub use weft_core::{Digest, HttpCall, KvEffects, LogLevel, LogLine, LogSource, Versioned};
 
 use cache::CodeCache;
 use sandbox::StepState;
 
 /// The version of the `weft:plugin` WIT package this host implements.
-pub const CONTRACT_VERSION: &str = "0.2.0";
+pub const CONTRACT_VERSION: &str = "0.3.0";
 
-/// The earlier contract version this host still loads, unchanged.
-pub const COMPAT_VERSION: &str = "0.1.0";
+/// The earlier contract versions this host still loads, unchanged.
+pub const COMPAT_VERSIONS: &[&str] = &["0.1.0", "0.2.0"];
 
 /// How often the epoch advances; deadlines are rounded up to it.
 const EPOCH_TICK: Duration = Duration::from_millis(5);
@@ -162,6 +164,7 @@ impl Runtime {
         kv::add_to_linker(&mut linker).map_err(|e| RuntimeError::Engine(format!("{e:#}")))?;
         outbox::add_to_linker(&mut linker).map_err(|e| RuntimeError::Engine(format!("{e:#}")))?;
         secrets::add_to_linker(&mut linker).map_err(|e| RuntimeError::Engine(format!("{e:#}")))?;
+        snapshot::add_to_linker(&mut linker).map_err(|e| RuntimeError::Engine(format!("{e:#}")))?;
 
         let cache = config
             .cache_dir

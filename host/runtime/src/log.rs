@@ -190,7 +190,8 @@ impl SinkState {
 /// Links `weft:plugin/log` of every contract version into `linker`.
 pub(super) fn add_to_linker(linker: &mut Linker<StepState>) -> wasmtime::Result<()> {
     bindings::v1::weft::plugin::log::add_to_linker::<StepState, HasSelf<StepState>>(linker, |s| s)?;
-    bindings::v2::weft::plugin::log::add_to_linker::<StepState, HasSelf<StepState>>(linker, |s| s)
+    bindings::v2::weft::plugin::log::add_to_linker::<StepState, HasSelf<StepState>>(linker, |s| s)?;
+    bindings::v3::weft::plugin::log::add_to_linker::<StepState, HasSelf<StepState>>(linker, |s| s)
 }
 
 bindings::for_each_contract!(log => impl contract::Host for StepState {

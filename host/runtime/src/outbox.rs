@@ -54,6 +54,10 @@ pub(super) fn add_to_linker(linker: &mut Linker<StepState>) -> wasmtime::Result<
     bindings::v2::weft::plugin::outbox::add_to_linker::<StepState, HasSelf<StepState>>(
         linker,
         |s| s,
+    )?;
+    bindings::v3::weft::plugin::outbox::add_to_linker::<StepState, HasSelf<StepState>>(
+        linker,
+        |s| s,
     )
 }
 

@@ -3,7 +3,7 @@
 //! grants nothing: no files, no network, no environment variables, no
 //! arguments, no stdin. Clocks and random numbers work. stdout and stderr go
 //! to the call's log. The weft capabilities (`log`, `kv`, `outbox`,
-//! `secrets`) and `wasi:http/outgoing-handler`, whose every request passes
+//! `secrets`, `snapshot`) and `wasi:http/outgoing-handler`, whose every request passes
 //! the step's grants ([`HttpHooks`]), are the only other imports.
 
 use std::sync::Arc;
@@ -30,6 +30,7 @@ pub(super) struct StepState {
     pub(super) kv: KvState,
     pub(super) outbox: super::outbox::OutboxState,
     pub(super) secrets: Secrets,
+    pub(super) snapshots: Option<super::snapshot::SharedSnapshots>,
     http_ctx: WasiHttpCtx,
     pub(super) http: HttpHooks,
 }
@@ -41,6 +42,7 @@ pub(super) struct Reach {
     pub(super) egress: Option<Arc<Egress>>,
     pub(super) http_limits: HttpLimits,
     pub(super) secrets: Secrets,
+    pub(super) snapshots: Option<super::snapshot::SharedSnapshots>,
 }
 
 impl std::fmt::Debug for StepState {
@@ -70,6 +72,7 @@ impl StepState {
             kv: KvState::new(reach.kv),
             outbox: super::outbox::OutboxState::default(),
             secrets: reach.secrets,
+            snapshots: reach.snapshots,
             http_ctx: WasiHttpCtx::new(),
             http: HttpHooks::new(reach.egress, reach.http_limits, deadline),
         }

@@ -110,12 +110,30 @@ pub(super) fn add_to_linker(linker: &mut Linker<StepState>) -> wasmtime::Result<
     bindings::v2::weft::plugin::secrets::add_to_linker::<StepState, HasSelf<StepState>>(
         linker,
         |s| s,
+    )?;
+    bindings::v3::weft::plugin::secrets::add_to_linker::<StepState, HasSelf<StepState>>(
+        linker,
+        |s| s,
     )
 }
 
 impl bindings::v2::weft::plugin::secrets::Host for StepState {
     fn get(&mut self, name: String) -> Result<String, String> {
-        match self.secrets.0.get(&name) {
+        self.secret(&name)
+    }
+}
+
+impl bindings::v3::weft::plugin::secrets::Host for StepState {
+    fn get(&mut self, name: String) -> Result<String, String> {
+        self.secret(&name)
+    }
+}
+
+impl StepState {
+    /// The value of the secret `name`, if the step is granted it and it is
+    /// set.
+    fn secret(&self, name: &str) -> Result<String, String> {
+        match self.secrets.0.get(name) {
             Some(Some(value)) => Ok(value.clone()),
             Some(None) => Err(format!(
                 "the secret `{name}` is not set for this tenant (`weft secrets set {name}`)"

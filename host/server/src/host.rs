@@ -458,6 +458,8 @@ pub fn start_sweeper(engine: &Arc<Engine>, retention: Retention) -> Result<(), H
                         tombstones = swept.tombstones,
                         revisions = swept.revisions,
                         blobs = swept.blobs,
+                        snapshot_revisions = swept.snapshot_revisions,
+                        snapshot_entries = swept.snapshot_entries,
                         "swept what outlived its retention"
                     );
                 }

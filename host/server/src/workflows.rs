@@ -67,9 +67,37 @@ pub enum DeployError {
         /// The workflow it names.
         workflow: String,
     },
+    /// The workflow names a snapshot store its tenant has not published.
+    #[error(
+        "{origin}: snapshots: no snapshot store `{store}` is published; publish it first (`weft snapshots publish {store} FILE`)"
+    )]
+    UnknownSnapshot {
+        /// Where the workflow came from.
+        origin: String,
+        /// The store.
+        store: String,
+    },
     /// The store failed.
     #[error(transparent)]
     Store(StoreError),
+}
+
+/// The first snapshot store `workflow` names that `tenant` has not
+/// published.
+pub fn unknown_snapshot(
+    store: &dyn Store,
+    tenant: &str,
+    workflow: &Workflow,
+) -> Result<Option<String>, StoreError> {
+    for used in &workflow.snapshots {
+        if store
+            .snapshots(Some(&weft_core::tenant::qualify(tenant, &used.name)))?
+            .is_empty()
+        {
+            return Ok(Some(used.name.clone()));
+        }
+    }
+    Ok(None)
 }
 
 /// What a deployment did.
@@ -124,7 +152,18 @@ impl Deployments {
         }
         let now = deployments.clock.now();
         let mut served = WorkflowDir::default();
+        let mut refused = std::collections::HashSet::new();
+        let mut warnings = Vec::new();
         for workflow in files.iter() {
+            let tenant = weft_core::tenant::of(&workflow.id);
+            if let Some(store) = unknown_snapshot(deployments.store.as_ref(), tenant, workflow)? {
+                warnings.push(format!(
+                    "workflow `{}` ({}): snapshots: no snapshot store `{store}` is published (publish it with `weft snapshots publish {store} FILE`, then start again)",
+                    workflow.id, workflow.origin
+                ));
+                refused.insert(workflow.id.clone());
+                continue;
+            }
             let digest = definition_of(workflow).digest;
             if !known.contains(&(workflow.id.clone(), digest)) {
                 let origin = format!("file:{}", workflow.origin);
@@ -134,8 +173,10 @@ impl Deployments {
         }
         weft_core::lock(&deployments.seen)
             .extend(heads.iter().map(|(id, head)| (id.clone(), head.revision)));
-        let mut warnings = Vec::new();
         for (id, head) in heads {
+            if refused.contains(&id) {
+                continue;
+            }
             if let Some(file) = files.get(&id) {
                 if definition_of(&file).digest == head.digest {
                     served.insert(file);
@@ -223,6 +264,14 @@ impl Deployments {
         source: &str,
     ) -> Result<Deployed, DeployError> {
         let workflow = model::parse(text, format, source).map_err(DeployError::Invalid)?;
+        if let Some(store) =
+            unknown_snapshot(self.store.as_ref(), tenant, &workflow).map_err(DeployError::Store)?
+        {
+            return Err(DeployError::UnknownSnapshot {
+                origin: source.to_owned(),
+                store,
+            });
+        }
         let served = self.current();
         for step in workflow.all_steps() {
             let at = match step.line {

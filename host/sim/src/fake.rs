@@ -67,6 +67,7 @@ impl RunnerSource for Source {
             runner: self.runner(&pins),
             pins,
             components: components.into_iter().collect(),
+            snapshots: BTreeMap::new(),
         })
     }
 
@@ -140,6 +141,7 @@ impl Runner {
             space,
             writes: BTreeMap::from([("n".to_owned(), Some(n.to_string()))]),
             reads: BTreeMap::from([("n".to_owned(), read.version)]),
+            expires: BTreeMap::new(),
         };
         outcome.emitted = vec![Emission {
             id: weft_core::ids::uuid_v7(weft_core::Timestamp(0)),

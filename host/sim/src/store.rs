@@ -215,9 +215,15 @@ impl Store for SimStore {
         self.inner.kv_get(space, key)
     }
 
-    fn kv_list(&self, space: &str, prefix: &str, limit: usize) -> Result<Vec<String>, StoreError> {
+    fn kv_list(
+        &self,
+        space: &str,
+        prefix: &str,
+        limit: usize,
+        now: u64,
+    ) -> Result<Vec<String>, StoreError> {
         self.read()?;
-        self.inner.kv_list(space, prefix, limit)
+        self.inner.kv_list(space, prefix, limit, now)
     }
 
     fn subscriptions(&self, channel: Option<&str>) -> Result<Vec<SubscriptionRecord>, StoreError> {
@@ -274,6 +280,39 @@ impl Store for SimStore {
     fn deployments(&self, workflow: Option<&str>) -> Result<Vec<DeploymentRecord>, StoreError> {
         self.read()?;
         self.inner.deployments(workflow)
+    }
+
+    fn snapshots(
+        &self,
+        store: Option<&str>,
+    ) -> Result<Vec<weft_store::SnapshotRecord>, StoreError> {
+        self.read()?;
+        self.inner.snapshots(store)
+    }
+
+    fn snapshot_entry(
+        &self,
+        data: &str,
+        key: &str,
+    ) -> Result<Option<weft_store::SnapshotEntry>, StoreError> {
+        self.read()?;
+        self.inner.snapshot_entry(data, key)
+    }
+
+    fn snapshot_entries(
+        &self,
+        data: &str,
+        after: Option<&str>,
+        prefix: &str,
+        limit: usize,
+    ) -> Result<Vec<(String, weft_store::SnapshotEntry)>, StoreError> {
+        self.read()?;
+        self.inner.snapshot_entries(data, after, prefix, limit)
+    }
+
+    fn snapshot_data(&self) -> Result<Vec<(String, weft_store::SnapshotData)>, StoreError> {
+        self.read()?;
+        self.inner.snapshot_data()
     }
 
     fn plugins(&self) -> Result<Vec<PluginRecord>, StoreError> {

@@ -12,6 +12,7 @@ mod records;
 mod redb;
 pub mod registry;
 mod rows;
+pub mod snapshots;
 mod write;
 
 pub use self::access::{
@@ -30,6 +31,7 @@ pub use self::records::{
 };
 pub use self::redb::RedbStore;
 pub use self::registry::{DeploymentRecord, PluginRecord};
+pub use self::snapshots::{DataState, SnapshotData, SnapshotEntry, SnapshotRecord};
 pub use self::write::{Charge, Emitted, Spawn, TimerRow, Write};
 pub use self::write::{encode, queue_lease};
 pub use weft_core::{Emission, ErrorRecord};
@@ -250,6 +252,17 @@ pub enum What {
     },
     /// A stored definition or component, by digest.
     Blob(String),
+    /// A revision of a snapshot store.
+    Snapshot {
+        /// The store, as its tenant names it.
+        store: String,
+        /// The revision.
+        revision: u32,
+    },
+    /// The data being staged for a snapshot revision, by id.
+    SnapshotData(String),
+    /// A key of a snapshot revision.
+    SnapshotKey(String),
     /// One deployed version of a workflow.
     Revision {
         /// The workflow's id.
@@ -273,6 +286,11 @@ impl std::fmt::Display for What {
             Self::Secret(name) => write!(f, "secret `{name}`"),
             Self::Step { run, seq } => write!(f, "record {seq} of run `{run}`"),
             Self::Blob(digest) => write!(f, "`{digest}`"),
+            Self::Snapshot { store, revision } => {
+                write!(f, "snapshot store `{store}` revision {revision}")
+            }
+            Self::SnapshotData(data) => write!(f, "snapshot data `{data}`"),
+            Self::SnapshotKey(key) => write!(f, "key `{key}`"),
             Self::Revision { workflow, revision } => {
                 write!(f, "workflow `{workflow}` revision {revision}")
             }
@@ -431,8 +449,14 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     fn kv_get(&self, space: &str, key: &str) -> Result<weft_core::Versioned, StoreError>;
 
     /// Up to `limit` keys of `space` that start with `prefix` and have a
-    /// value, in byte order.
-    fn kv_list(&self, space: &str, prefix: &str, limit: usize) -> Result<Vec<String>, StoreError>;
+    /// value that has not expired by `now` (milliseconds), in byte order.
+    fn kv_list(
+        &self,
+        space: &str,
+        prefix: &str,
+        limit: usize,
+        now: u64,
+    ) -> Result<Vec<String>, StoreError>;
 
     /// The subscriptions of `channel`, or of every channel, by key.
     fn subscriptions(&self, channel: Option<&str>) -> Result<Vec<SubscriptionRecord>, StoreError>;
@@ -474,6 +498,27 @@ pub trait Store: Send + Sync + std::fmt::Debug {
 
     /// Every plugin in the registry, by name then digest.
     fn plugins(&self) -> Result<Vec<PluginRecord>, StoreError>;
+
+    /// The sealed revisions of snapshot store `store` (named with its
+    /// tenant), or of every store, by store then revision.
+    fn snapshots(&self, store: Option<&str>) -> Result<Vec<SnapshotRecord>, StoreError>;
+
+    /// Entry `key` of snapshot data `data`, expired or not.
+    fn snapshot_entry(&self, data: &str, key: &str) -> Result<Option<SnapshotEntry>, StoreError>;
+
+    /// Up to `limit` entries of snapshot data `data` whose keys start with
+    /// `prefix` and come after `after` (from the first if `None`), in key
+    /// order, expired ones included.
+    fn snapshot_entries(
+        &self,
+        data: &str,
+        after: Option<&str>,
+        prefix: &str,
+        limit: usize,
+    ) -> Result<Vec<(String, SnapshotEntry)>, StoreError>;
+
+    /// Every snapshot data id with its row. For the sweeper.
+    fn snapshot_data(&self) -> Result<Vec<(String, SnapshotData)>, StoreError>;
 
     /// The rows of the runs, outbox, schedules and timers tables that do
     /// not decode: listings set them aside, and `weft doctor` shows them.

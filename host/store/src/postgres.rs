@@ -507,8 +507,14 @@ impl Store for PostgresStore {
         self.plain(|store| store.read_kv(space, key))
     }
 
-    fn kv_list(&self, space: &str, prefix: &str, limit: usize) -> Result<Vec<String>, StoreError> {
-        self.plain(|store| store.read_kv_list(space, prefix, limit))
+    fn kv_list(
+        &self,
+        space: &str,
+        prefix: &str,
+        limit: usize,
+        now: u64,
+    ) -> Result<Vec<String>, StoreError> {
+        self.plain(|store| store.read_kv_list(space, prefix, limit, now))
     }
 
     fn subscriptions(
@@ -565,6 +571,32 @@ impl Store for PostgresStore {
 
     fn plugins(&self) -> Result<Vec<crate::PluginRecord>, StoreError> {
         self.plain(Self::read_plugins)
+    }
+
+    fn snapshots(&self, store: Option<&str>) -> Result<Vec<crate::SnapshotRecord>, StoreError> {
+        self.plain(|s| s.read_snapshots(store))
+    }
+
+    fn snapshot_entry(
+        &self,
+        data: &str,
+        key: &str,
+    ) -> Result<Option<crate::SnapshotEntry>, StoreError> {
+        self.plain(|s| s.read_snapshot_entry(data, key))
+    }
+
+    fn snapshot_entries(
+        &self,
+        data: &str,
+        after: Option<&str>,
+        prefix: &str,
+        limit: usize,
+    ) -> Result<Vec<(String, crate::SnapshotEntry)>, StoreError> {
+        self.plain(|s| s.read_snapshot_entries(data, after, prefix, limit))
+    }
+
+    fn snapshot_data(&self) -> Result<Vec<(String, crate::SnapshotData)>, StoreError> {
+        self.plain(Self::read_snapshot_data)
     }
 
     fn damaged(&self) -> Result<Vec<crate::Damaged>, StoreError> {

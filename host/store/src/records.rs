@@ -113,6 +113,11 @@ pub struct RunRecord {
     /// For a run a cron trigger started: the trigger and the fire.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trigger: Option<TriggerLink>,
+    /// The revision of each snapshot store its workflow names that the run
+    /// reads, pinned at its start (a store read at its newest revision,
+    /// `revision: latest`, is not listed).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub snapshots: BTreeMap<String, u32>,
 }
 
 /// The fire of a cron trigger that started a run.

@@ -26,8 +26,8 @@ use serde::de::DeserializeOwned;
 
 use self::tables::Tables;
 use super::{
-    DefinitionRecord, OutboxRecord, RunFilter, RunRecord, StepRecord, Store, StoreError,
-    TimerRecord, Write,
+    DefinitionRecord, OutboxRecord, RunFilter, RunRecord, SnapshotData, SnapshotEntry,
+    SnapshotRecord, StepRecord, Store, StoreError, TimerRecord, Write,
 };
 use crate::rows::{decode, decode_kv};
 use weft_core::Versioned;
@@ -78,6 +78,13 @@ const LEASES: TableDefinition<&str, &[u8]> = TableDefinition::new("leases");
 /// Runs waiting for a place that no host has taken: run id to tenant.
 const PARKED: TableDefinition<&str, &[u8]> = TableDefinition::new("parked");
 const DOOMED: TableDefinition<&str, u64> = TableDefinition::new("doomed");
+/// Sealed snapshot revisions by (store, revision).
+const SNAPSHOTS: TableDefinition<(&str, u32), &[u8]> = TableDefinition::new("snapshots");
+/// Snapshot data ids to their `SnapshotData`.
+const SNAPSHOT_DATA: TableDefinition<&str, &[u8]> = TableDefinition::new("snapshot_data");
+/// Snapshot entries by (data id, key).
+const SNAPSHOT_ENTRIES: TableDefinition<(&str, &str), &[u8]> =
+    TableDefinition::new("snapshot_entries");
 /// The hosts that drive runs: host id to the encoded
 /// [`HostRecord`](crate::HostRecord).
 const HOSTS: TableDefinition<&str, &[u8]> = TableDefinition::new("hosts");
@@ -124,6 +131,7 @@ mod access;
 mod backup;
 mod queue;
 mod registry;
+mod snapshots;
 mod tables;
 
 impl RedbStore {
@@ -194,6 +202,9 @@ impl RedbStore {
             backend!(txn.open_table(LEASES))?;
             backend!(txn.open_table(PARKED))?;
             backend!(txn.open_table(DOOMED))?;
+            backend!(txn.open_table(SNAPSHOTS))?;
+            backend!(txn.open_table(SNAPSHOT_DATA))?;
+            backend!(txn.open_table(SNAPSHOT_ENTRIES))?;
             backend!(txn.open_table(HOSTS))?;
             backend!(txn.open_table(TENANTS))?;
             backend!(txn.open_table(TOKENS))?;
@@ -346,6 +357,28 @@ impl Store for RedbStore {
     fn plugins(&self) -> Result<Vec<super::PluginRecord>, StoreError> {
         let txn = self.begin_read()?;
         registry::plugins(&txn)
+    }
+
+    fn snapshots(&self, store: Option<&str>) -> Result<Vec<SnapshotRecord>, StoreError> {
+        snapshots::revisions(&self.begin_read()?, store)
+    }
+
+    fn snapshot_entry(&self, data: &str, key: &str) -> Result<Option<SnapshotEntry>, StoreError> {
+        snapshots::entry(&self.begin_read()?, data, key)
+    }
+
+    fn snapshot_entries(
+        &self,
+        data: &str,
+        after: Option<&str>,
+        prefix: &str,
+        limit: usize,
+    ) -> Result<Vec<(String, SnapshotEntry)>, StoreError> {
+        snapshots::entries(&self.begin_read()?, data, after, prefix, limit)
+    }
+
+    fn snapshot_data(&self) -> Result<Vec<(String, SnapshotData)>, StoreError> {
+        snapshots::data(&self.begin_read()?)
     }
 
     fn damaged(&self) -> Result<Vec<crate::Damaged>, StoreError> {
@@ -700,7 +733,13 @@ impl Store for RedbStore {
             .unwrap_or_default())
     }
 
-    fn kv_list(&self, space: &str, prefix: &str, limit: usize) -> Result<Vec<String>, StoreError> {
+    fn kv_list(
+        &self,
+        space: &str,
+        prefix: &str,
+        limit: usize,
+        now: u64,
+    ) -> Result<Vec<String>, StoreError> {
         let txn = self.begin_read()?;
         let kv = backend!(txn.open_table(KV))?;
         let mut keys = Vec::new();
@@ -710,7 +749,7 @@ impl Store for RedbStore {
             if entry_space != space || !entry_key.starts_with(prefix) || keys.len() >= limit {
                 break;
             }
-            if decode_kv(value.value()).value.is_some() {
+            if decode_kv(value.value()).live(now).is_some() {
                 keys.push(entry_key.to_owned());
             }
         }

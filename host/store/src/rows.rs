@@ -67,6 +67,12 @@ pub(crate) enum Table {
     /// digest again takes its row out; the sweeper deletes, on a later
     /// pass, only what still has one.
     Doomed,
+    /// `(store, revision)` to a sealed `SnapshotRecord`.
+    Snapshots,
+    /// Snapshot data id to its `SnapshotData`.
+    SnapshotData,
+    /// `(data id, key)` to an encoded `SnapshotEntry`.
+    SnapshotEntries,
     /// Host id to its `HostRecord`.
     Hosts,
     /// Tenant name to its `TenantRecord`.
@@ -162,16 +168,22 @@ pub(crate) fn read_number(bytes: &[u8]) -> u64 {
 
 /// A version and a value (`None`: deleted) as the `Kv` table stores them:
 /// the version (8 bytes, little-endian), then `1` and the value, or `0`
-/// for a deleted key (kept, so its version keeps growing).
-pub(crate) fn encode_kv(version: u64, value: Option<&str>) -> Vec<u8> {
-    let mut bytes = Vec::with_capacity(9 + value.map_or(0, str::len));
+/// for a deleted key (kept, so its version keeps growing), or `2`, the
+/// time the value expires (8 bytes, milliseconds) and the value.
+pub(crate) fn encode_kv(version: u64, value: Option<&str>, expires_at: Option<u64>) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(17 + value.map_or(0, str::len));
     bytes.extend_from_slice(&version.to_le_bytes());
-    match value {
-        Some(value) => {
+    match (value, expires_at) {
+        (Some(value), None) => {
             bytes.push(1);
             bytes.extend_from_slice(value.as_bytes());
         }
-        None => bytes.push(0),
+        (Some(value), Some(at)) => {
+            bytes.push(2);
+            bytes.extend_from_slice(&at.to_le_bytes());
+            bytes.extend_from_slice(value.as_bytes());
+        }
+        (None, _) => bytes.push(0),
     }
     bytes
 }
@@ -179,11 +191,21 @@ pub(crate) fn encode_kv(version: u64, value: Option<&str>) -> Vec<u8> {
 /// A row of the `Kv` table.
 pub(crate) fn decode_kv(bytes: &[u8]) -> weft_core::Versioned {
     let version = read_number(bytes);
-    let value = match bytes.get(8) {
-        Some(1) => Some(String::from_utf8_lossy(&bytes[9..]).into_owned()),
-        _ => None,
+    let text =
+        |from: usize| String::from_utf8_lossy(bytes.get(from..).unwrap_or_default()).into_owned();
+    let (value, expires_at) = match bytes.get(8) {
+        Some(1) => (Some(text(9)), None),
+        Some(2) => (
+            Some(text(17)),
+            Some(read_number(bytes.get(9..).unwrap_or_default())),
+        ),
+        _ => (None, None),
     };
-    weft_core::Versioned { version, value }
+    weft_core::Versioned {
+        version,
+        value,
+        expires_at,
+    }
 }
 
 /// A stored record, decoded.

@@ -357,6 +357,68 @@ pub enum Write {
         /// The component's bytes.
         bytes: Arc<[u8]>,
     },
+    /// Stages `entries` (key, encoded [`SnapshotEntry`](super::SnapshotEntry))
+    /// of a revision of snapshot store `store` being published, under data
+    /// id `data`: the first page makes the data's row, in state staging.
+    /// Refused with [`StoreError::Exists`](super::StoreError::Exists)
+    /// naming the first key staged already (a key may appear once in a
+    /// revision), and with [`StoreError::Changed`](super::StoreError::Changed)
+    /// if the data is not staging (sealed, or dropped by the sweeper after
+    /// an hour without a page).
+    StageSnapshot {
+        /// The new data's id.
+        data: String,
+        /// The store, with its tenant.
+        store: String,
+        /// Now.
+        at: weft_core::Timestamp,
+        /// A page of entries.
+        entries: Vec<(String, Vec<u8>)>,
+    },
+    /// Seals the staged data `record.data` as revision `record.revision`
+    /// of `record.store`. Refused with
+    /// [`StoreError::Exists`](super::StoreError::Exists) unless that is
+    /// one past the store's newest revision (another publish took the
+    /// number: try the next), and with
+    /// [`StoreError::Changed`](super::StoreError::Changed) if the data is
+    /// not staging for that store.
+    SealSnapshot(Box<super::SnapshotRecord>),
+    /// Deletes revision `revision` of snapshot store `store`; its data is
+    /// dropped, for the sweeper to delete. Refused with
+    /// [`StoreError::Needed`](super::StoreError::Needed) if it is the
+    /// store's newest revision, and with
+    /// [`StoreError::NotFound`](super::StoreError::NotFound) if there is
+    /// no such revision.
+    DeleteSnapshot {
+        /// The store, with its tenant.
+        store: String,
+        /// The revision.
+        revision: u32,
+    },
+    /// Drops data `data` if it is still staging: a publish that failed
+    /// leaves it for the sweeper. No change otherwise.
+    AbandonSnapshot(String),
+    /// Deletes the entries `keys` of data `data`: all of them if the data
+    /// is dropped, or staging and abandoned at `now`; only those expired
+    /// at `now` if it is sealed. Never refused.
+    DropSnapshotEntries {
+        /// The data id.
+        data: String,
+        /// The entries' keys.
+        keys: Vec<String>,
+        /// Now.
+        now: weft_core::Timestamp,
+    },
+    /// Deletes the row of data `data`, dropped or abandoned at `now`,
+    /// whose entries are gone. Refused with
+    /// [`StoreError::Needed`](super::StoreError::Needed) if it is sealed,
+    /// or staging and not abandoned.
+    ForgetSnapshotData {
+        /// The data id.
+        data: String,
+        /// Now.
+        now: weft_core::Timestamp,
+    },
 }
 
 /// The messages one step emitted, committed with its record.

@@ -19,6 +19,7 @@ mod runs;
 mod schedules;
 mod serve;
 mod sim;
+mod snapshots;
 
 use std::io::Read;
 use std::path::PathBuf;
@@ -107,6 +108,9 @@ enum Command {
     /// Cron triggers: list, pause, resume, add.
     #[command(subcommand)]
     Schedules(schedules::SchedulesCommand),
+    /// Snapshot stores: publish a revision, list, show, diff.
+    #[command(subcommand)]
+    Snapshots(snapshots::SnapshotsCommand),
     /// Measure step latency, or durable throughput with --runs.
     Bench(bench::BenchArgs),
     /// Check the store: list the rows that do not decode (runs, outbox,
@@ -291,6 +295,7 @@ pub fn main(cli: Cli) -> anyhow::Result<ExitCode> {
         },
         Command::Runs(command) => runs::main(&data_dir, command),
         Command::Schedules(command) => schedules::main(&data_dir, command),
+        Command::Snapshots(command) => snapshots::main(&data_dir, command),
         Command::Serve(args) => serve::serve(&data_dir, args),
         Command::Start(args) => serve::start(&data_dir, args),
         Command::Act(args) => remote::act(&data_dir, args),
@@ -348,7 +353,8 @@ fn run(data_dir: &std::path::Path, args: RunArgs) -> anyhow::Result<ExitCode> {
             e @ (StartError::Input { .. }
             | StartError::Plugin { .. }
             | StartError::Reach { .. }
-            | StartError::Subflow { .. }),
+            | StartError::Subflow { .. }
+            | StartError::Snapshot { .. }),
         ) => {
             progress.clear();
             eprintln!("error: {e}");
@@ -714,6 +720,11 @@ fn gc(data_dir: &std::path::Path, args: &GcArgs) -> anyhow::Result<ExitCode> {
         "{verb} {} replaced workflow revision(s), and {} definition(s) and component(s) nothing refers to",
         swept.revisions,
         swept.blobs
+    );
+    out!(
+        "{verb} {} snapshot revision(s) past their store's keep, and {} snapshot entr(ies) of deleted revisions or expired",
+        swept.snapshot_revisions,
+        swept.snapshot_entries
     );
     if swept.kept > 0 {
         out!(

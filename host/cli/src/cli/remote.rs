@@ -137,6 +137,21 @@ impl Server {
         self.answer(sent)
     }
 
+    /// POSTs what `reader` reads, streamed, with `content_type`;
+    /// `Ok(Err(message))` for an error answer.
+    pub fn send_reader(
+        &self,
+        path: &str,
+        content_type: &str,
+        reader: impl std::io::Read,
+    ) -> anyhow::Result<Result<Value, String>> {
+        let mut reader = reader;
+        let sent = authorized(self.agent.post(format!("{}{path}", self.url)))
+            .header("content-type", content_type)
+            .send(ureq::SendBody::from_reader(&mut reader));
+        self.answer(sent)
+    }
+
     fn answer(
         &self,
         sent: Result<ureq::http::Response<ureq::Body>, ureq::Error>,

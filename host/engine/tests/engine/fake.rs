@@ -99,6 +99,7 @@ impl RunnerSource for FakeSource {
             runner: self.runner(&pins),
             pins,
             components: components.into_iter().collect(),
+            snapshots: BTreeMap::new(),
         })
     }
 

@@ -43,7 +43,22 @@ struct RawWorkflow {
     #[serde(default)]
     retain: Option<String>,
     #[serde(default)]
+    snapshots: Vec<RawSnapshotUse>,
+    #[serde(default)]
     on: Option<RawOn>,
+}
+
+/// A snapshot store the workflow reads: `prices`, or `{name: prices,
+/// revision: latest}`.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum RawSnapshotUse {
+    Name(String),
+    Full {
+        name: String,
+        #[serde(default)]
+        revision: Option<String>,
+    },
 }
 
 /// What starts a workflow by itself.
@@ -159,6 +174,36 @@ pub(super) fn parse(
         .transpose()
         .map_err(|m| text.invalid("retain", "", format!("retain: {m}")))?;
     let schedules = schedules(&text, raw.on)?;
+    let mut snapshots: Vec<crate::SnapshotUse> = Vec::new();
+    for used in raw.snapshots {
+        let (name, revision) = match used {
+            RawSnapshotUse::Name(name) => (name, None),
+            RawSnapshotUse::Full { name, revision } => (name, revision),
+        };
+        check_id(&name)
+            .map_err(|m| text.invalid("snapshots", &name, format!("snapshots: `{name}`: {m}")))?;
+        let latest = match revision.as_deref() {
+            None | Some("pinned") => false,
+            Some("latest") => true,
+            Some(other) => {
+                return Err(text.invalid(
+                    "snapshots",
+                    &name,
+                    format!(
+                        "snapshots: `{name}`: revision `{other}` is not one; give `latest` to read the newest revision at each call, or leave it out to read the one pinned at the run's start"
+                    ),
+                ));
+            }
+        };
+        if snapshots.iter().any(|s| s.name == name) {
+            return Err(text.invalid(
+                "snapshots",
+                &name,
+                format!("snapshots: `{name}` is named twice"),
+            ));
+        }
+        snapshots.push(crate::SnapshotUse { name, latest });
+    }
     let inputs = raw
         .inputs
         .map(InputSchema::compile)
@@ -206,6 +251,7 @@ pub(super) fn parse(
         catch,
         timeout,
         retain,
+        snapshots,
         schedules,
         origin: origin.to_owned(),
         source: source.to_owned(),

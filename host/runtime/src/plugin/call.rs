@@ -63,6 +63,8 @@ pub struct CallOptions {
     /// The secrets the call may read. Their values are redacted from its
     /// logs, its error and its output.
     pub secrets: Secrets,
+    /// The snapshot stores the call may read; with `None`, none.
+    pub snapshots: Option<crate::SharedSnapshots>,
 }
 
 /// The result of one call, with the log lines it produced either way.
@@ -113,6 +115,7 @@ impl Plugin {
                 egress: options.egress.clone(),
                 http_limits: config.http,
                 secrets: options.secrets.clone(),
+                snapshots: options.snapshots.clone(),
             },
         );
         if let Some(cancel) = options.cancel.clone() {

@@ -1,8 +1,8 @@
-//! The two contract versions a plugin may be built for, behind one face:
+//! The contract versions a plugin may be built for, behind one face:
 //! [`Pre`] and [`Instance`] call `describe` and `run` the same way whichever
 //! version the component exports, and hand back version-neutral values.
 
-use crate::bindings::{v1, v2};
+use crate::bindings::{v1, v2, v3};
 use crate::sandbox::StepState;
 use wasmtime::Store;
 use wasmtime::component::InstancePre;
@@ -30,16 +30,18 @@ pub(super) struct Failure {
 pub(super) enum Pre {
     V1(v1::PluginPre<StepState>),
     V2(v2::PluginPre<StepState>),
+    V3(v3::PluginPre<StepState>),
 }
 
 /// One instance of a plugin, by contract version.
 pub(super) enum Instance {
     V1(v1::Plugin),
     V2(v2::Plugin),
+    V3(v3::Plugin),
 }
 
-/// Converts the WIT records of one contract version; the two versions share
-/// their shapes, so one body serves both.
+/// Converts the WIT records of one contract version; the versions share
+/// their shapes, so one body serves all.
 macro_rules! convert {
     ($version:ident) => {
         impl From<&StepContext> for $version::StepContext {
@@ -85,18 +87,19 @@ macro_rules! convert {
 }
 convert!(v1);
 convert!(v2);
+convert!(v3);
 
 impl Pre {
-    /// Wraps `pre` in the bindings of the contract `version` (`0.1` or
-    /// `0.2`) that [`check_contract`](super::load) found.
+    /// Wraps `pre` in the bindings of the contract `version` (`0.1`, `0.2`
+    /// or `0.3`) that [`check_contract`](super::load) found.
     pub(super) fn new(
         version: &semver::Version,
         pre: InstancePre<StepState>,
     ) -> wasmtime::Result<Self> {
-        Ok(if version.minor == 1 {
-            Self::V1(v1::PluginPre::new(pre)?)
-        } else {
-            Self::V2(v2::PluginPre::new(pre)?)
+        Ok(match version.minor {
+            1 => Self::V1(v1::PluginPre::new(pre)?),
+            2 => Self::V2(v2::PluginPre::new(pre)?),
+            _ => Self::V3(v3::PluginPre::new(pre)?),
         })
     }
 
@@ -104,6 +107,7 @@ impl Pre {
         Ok(match self {
             Self::V1(pre) => Instance::V1(pre.instantiate(store)?),
             Self::V2(pre) => Instance::V2(pre.instantiate(store)?),
+            Self::V3(pre) => Instance::V3(pre.instantiate(store)?),
         })
     }
 }
@@ -113,6 +117,7 @@ impl Instance {
         Ok(match self {
             Self::V1(i) => i.weft_plugin_step().call_describe(store)?.into(),
             Self::V2(i) => i.weft_plugin_step().call_describe(store)?.into(),
+            Self::V3(i) => i.weft_plugin_step().call_describe(store)?.into(),
         })
     }
 
@@ -128,6 +133,10 @@ impl Instance {
                 .call_run(store, &context.into(), input)?
                 .map_err(Failure::from),
             Self::V2(i) => i
+                .weft_plugin_step()
+                .call_run(store, &context.into(), input)?
+                .map_err(Failure::from),
+            Self::V3(i) => i
                 .weft_plugin_step()
                 .call_run(store, &context.into(), input)?
                 .map_err(Failure::from),

@@ -14,7 +14,7 @@ use super::{Loaded, Plugin, PluginMeta};
 use crate::cache::CodeSource;
 use crate::error::LoadError;
 use crate::log::LogSink;
-use crate::{COMPAT_VERSION, CONTRACT_VERSION, Runtime};
+use crate::{COMPAT_VERSIONS, CONTRACT_VERSION, Runtime};
 use weft_core::Digest;
 
 /// The deadline of a `describe` call at load time.
@@ -110,7 +110,7 @@ fn check_header(bytes: &[u8]) -> Result<(), LoadError> {
 }
 
 /// Finds `weft:plugin/step@<version>` among the exports and checks that
-/// version against [`CONTRACT_VERSION`] and [`COMPAT_VERSION`] by semver: same
+/// version against [`CONTRACT_VERSION`] and [`COMPAT_VERSIONS`] by semver: same
 /// major, and for 0.x the same minor. Returns the version found.
 fn check_contract(
     component: &Component,
@@ -142,7 +142,9 @@ fn check_contract(
     match semver::Version::parse(found) {
         Ok(version)
             if compatible_with(CONTRACT_VERSION, &version)
-                || compatible_with(COMPAT_VERSION, &version) =>
+                || COMPAT_VERSIONS
+                    .iter()
+                    .any(|compat| compatible_with(compat, &version)) =>
         {
             Ok(version)
         }

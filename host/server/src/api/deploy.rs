@@ -248,6 +248,9 @@ fn deploy_error(error: DeployError) -> ApiError {
         DeployError::UnknownSubflow { .. } => {
             (StatusCode::UNPROCESSABLE_ENTITY, "unresolved_subflow")
         }
+        DeployError::UnknownSnapshot { .. } => {
+            (StatusCode::UNPROCESSABLE_ENTITY, "unknown_snapshot")
+        }
         DeployError::Store(e) => return ApiError::from(e),
     };
     ApiError::new(status, code, error.to_string())

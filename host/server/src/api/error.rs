@@ -198,6 +198,11 @@ impl From<StartError> for ApiError {
                 "workflow_unavailable",
                 error.to_string(),
             ),
+            StartError::Snapshot { .. } => Self::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "snapshot_unavailable",
+                error.to_string(),
+            ),
             StartError::Store(e) => e.into(),
         }
     }

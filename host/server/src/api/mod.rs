@@ -14,6 +14,7 @@ mod deploy;
 mod error;
 mod openapi;
 mod secrets;
+mod snapshots;
 mod tenancy;
 
 use std::sync::Arc;
@@ -33,6 +34,7 @@ use weft_store::{Right, RunFilter};
 
 pub use auth::{Access, Caller};
 pub use error::ApiError;
+pub use snapshots::options as snapshot_options;
 
 /// The largest request body accepted.
 pub const MAX_BODY: usize = 4 << 20;
@@ -166,6 +168,18 @@ fn routes() -> Vec<(&'static str, MethodRouter<Api>)> {
             axum::routing::put(secrets::set_secret).delete(secrets::delete_secret),
         ),
         ("/v1/audit", get(tenancy::list_audit)),
+        ("/v1/snapshots", get(snapshots::list)),
+        (
+            "/v1/snapshots/{name}",
+            get(snapshots::revisions)
+                .post(snapshots::publish)
+                .layer(DefaultBodyLimit::disable()),
+        ),
+        (
+            "/v1/snapshots/{name}/revisions/{revision}",
+            get(snapshots::show),
+        ),
+        ("/v1/snapshots/{name}/diff", get(snapshots::diff)),
     ]
 }
 

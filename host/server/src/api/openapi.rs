@@ -81,6 +81,43 @@ pub fn spec() -> Value {
                     "responses": responses(("200", "`{\"workflow\": {id, revision, version, digest, source, served, ...}, \"versions\": [...]}`"), &[("400", "invalid_request"), ("404", "unknown_workflow, unknown_revision")])
                 }
             },
+            "/v1/snapshots": {
+                "get": { "summary": "The tenant's snapshot stores, each with its newest revision and how many revisions it keeps", "responses": responses(("200", "`{\"snapshots\": [{store, revision, digest, entries, revisions, ...}]}`"), &[]) }
+            },
+            "/v1/snapshots/{name}": {
+                "get": {
+                    "summary": "A snapshot store's revisions, oldest first",
+                    "parameters": [path_param("name", "the store")],
+                    "responses": responses(("200", "`{\"store\": name, \"revisions\": [...]}`"), &[("404", "not_found")])
+                },
+                "post": {
+                    "summary": "Publish a new revision of a snapshot store",
+                    "description": "The body is JSON, `{key: value, ...}`, or JSON Lines (content type `application/x-ndjson`, or `?format=jsonl`), one `{\"key\", \"value\", \"ttl\"?}` per line. It is streamed, not held in memory. The revision is sealed: numbered, identified by the digest of its entries, and read by new runs; runs already started keep the revision they pinned.",
+                    "parameters": [
+                        path_param("name", "the store"),
+                        query_param("format", "`json` or `jsonl` (else by the content type)", "string"),
+                        query_param("ttl", "the time to live of an entry that gives none, such as `1h`", "string"),
+                        query_param("keep", "revisions kept, counting the newest (default 5)", "integer"),
+                        query_param("keep_for", "how long a replaced revision is kept, whatever keep says", "string")
+                    ],
+                    "requestBody": { "required": true, "content": { "application/json": { "schema": { "type": "object" } }, "application/x-ndjson": { "schema": { "type": "string" } } } },
+                    "responses": responses(("201", "`{\"snapshot\": {store, revision, digest, entries, ...}}`"), &[("400", "invalid_snapshot (not JSON, naming the line; a bad ttl), duplicate_key, invalid_request"), ("413", "too_large")])
+                }
+            },
+            "/v1/snapshots/{name}/revisions/{revision}": {
+                "get": {
+                    "summary": "A snapshot revision, with a page of its entries",
+                    "parameters": [path_param("name", "the store"), path_param("revision", "the revision"), query_param("prefix", "only keys with this prefix", "string"), query_param("after", "keys after this one", "string"), query_param("limit", "at most this many (default 1000)", "integer")],
+                    "responses": responses(("200", "`{\"snapshot\": ..., \"entries\": [{key, value, expires_at}], \"next\": key}`"), &[("404", "not_found")])
+                }
+            },
+            "/v1/snapshots/{name}/diff": {
+                "get": {
+                    "summary": "The keys added, removed and changed between two revisions",
+                    "parameters": [path_param("name", "the store"), query_param("from", "the revision compared from", "integer"), query_param("to", "the revision compared to", "integer"), query_param("limit", "changes listed, at most (default 1000)", "integer")],
+                    "responses": responses(("200", "`{store, from, to, added, removed, changed, changes: [{key, change, from, to}], truncated}`"), &[("404", "not_found")])
+                }
+            },
             "/v1/plugins": {
                 "get": { "summary": "Every plugin in the registry (name, version, digest, size, schemas), by name, newest first", "responses": responses(("200", "`{\"plugins\": [...]}`"), &[]) },
                 "post": {

@@ -24,6 +24,7 @@
 
 mod access;
 mod queue;
+mod snapshots;
 mod usage;
 
 use std::sync::Arc;
@@ -454,6 +455,19 @@ impl Apply<'_> {
                 record,
                 bytes,
             } => self.add_plugin(name, digest, record, bytes),
+            Write::StageSnapshot {
+                data,
+                store,
+                at,
+                entries,
+            } => self.stage_snapshot(data, store, *at, entries),
+            Write::SealSnapshot(record) => self.seal_snapshot(record),
+            Write::AbandonSnapshot(data) => self.abandon_snapshot(data),
+            Write::DeleteSnapshot { store, revision } => self.delete_snapshot(store, *revision),
+            Write::DropSnapshotEntries { data, keys, now } => {
+                self.drop_snapshot_entries(data, keys, *now)
+            }
+            Write::ForgetSnapshotData { data, now } => self.forget_snapshot_data(data, *now),
         }
     }
 
@@ -654,8 +668,11 @@ impl Apply<'_> {
             return Ok(Ok(()));
         }
         if self.kv_floor(space)? < version {
-            self.rows
-                .put(Table::Kv, Key::StrStr("", space), &encode_kv(version, None))?;
+            self.rows.put(
+                Table::Kv,
+                Key::StrStr("", space),
+                &encode_kv(version, None, None),
+            )?;
         }
         self.rows.delete(Table::Kv, Key::StrStr(space, key))?;
         // A deleted key was charged its key's bytes.
@@ -671,7 +688,8 @@ impl Apply<'_> {
     fn write_kv(&mut self, effects: &KvEffects, versions: &[u64]) -> Result<(), StoreError> {
         let space = effects.space.as_str();
         for ((key, value), version) in effects.writes.iter().zip(versions) {
-            let encoded = encode_kv(version + 1, value.as_deref());
+            let expires_at = effects.expires.get(key).copied();
+            let encoded = encode_kv(version + 1, value.as_deref(), expires_at);
             self.rows
                 .put(Table::Kv, Key::StrStr(space, key), &encoded)?;
         }

@@ -252,6 +252,7 @@ impl PostgresStore {
         space: &str,
         prefix: &str,
         wanted: usize,
+        now: u64,
     ) -> Result<Vec<String>, StoreError> {
         let mut keys = Vec::new();
         let mut from = prefix.to_owned();
@@ -272,7 +273,7 @@ impl PostgresStore {
                 if !key.starts_with(prefix) || keys.len() >= wanted {
                     return Ok(keys);
                 }
-                if decode_kv(&bytes(row, 1)?).value.is_some() {
+                if decode_kv(&bytes(row, 1)?).live(now).is_some() {
                     keys.push(key);
                 }
             }
@@ -391,6 +392,79 @@ impl PostgresStore {
             .map(|row| {
                 let key = format!("{}#{}", text(row, 0)?, int(row, 1)?);
                 decode(key, &bytes(row, 2)?)
+            })
+            .collect()
+    }
+
+    pub(super) fn read_snapshots(
+        &self,
+        store: Option<&str>,
+    ) -> Result<Vec<crate::SnapshotRecord>, StoreError> {
+        let rows = match store {
+            Some(name) => self.query(
+                "SELECT k1, k2, v FROM snapshots WHERE k1 = $1 ORDER BY k2",
+                &[&as_key(name)],
+            )?,
+            None => self.query("SELECT k1, k2, v FROM snapshots ORDER BY k1, k2", &[])?,
+        };
+        rows.iter()
+            .map(|row| {
+                let key = format!("{}#{}", text(row, 0)?, int(row, 1)?);
+                decode(key, &bytes(row, 2)?)
+            })
+            .collect()
+    }
+
+    pub(super) fn read_snapshot_entry(
+        &self,
+        data: &str,
+        key: &str,
+    ) -> Result<Option<crate::SnapshotEntry>, StoreError> {
+        let value = self.value(
+            "SELECT v FROM snapshot_entries WHERE k1 = $1 AND k2 = $2",
+            &[&as_key(data), &as_key(key)],
+        )?;
+        Ok(value.map(|v| crate::SnapshotEntry::decode(&v)))
+    }
+
+    pub(super) fn read_snapshot_entries(
+        &self,
+        data: &str,
+        after: Option<&str>,
+        prefix: &str,
+        limit: usize,
+    ) -> Result<Vec<(String, crate::SnapshotEntry)>, StoreError> {
+        let from = match after {
+            Some(after) if after >= prefix => after,
+            _ => prefix,
+        };
+        let inclusive = after.is_none_or(|after| after < prefix);
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = self.query(
+            "SELECT k2, v FROM snapshot_entries WHERE k1 = $1 AND (k2 > $2 OR ($3 AND k2 = $2)) \
+             ORDER BY k2 LIMIT $4",
+            &[&as_key(data), &as_key(from), &inclusive, &limit],
+        )?;
+        let mut found = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let key = text(row, 0)?;
+            if !key.starts_with(prefix) {
+                break;
+            }
+            found.push((key, crate::SnapshotEntry::decode(&bytes(row, 1)?)));
+        }
+        Ok(found)
+    }
+
+    pub(super) fn read_snapshot_data(
+        &self,
+    ) -> Result<Vec<(String, crate::SnapshotData)>, StoreError> {
+        let rows = self.query("SELECT k1, v FROM snapshot_data ORDER BY k1", &[])?;
+        rows.iter()
+            .map(|row| {
+                let key = text(row, 0)?;
+                let data = decode(&key, &bytes(row, 1)?)?;
+                Ok((key, data))
             })
             .collect()
     }

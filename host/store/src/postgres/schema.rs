@@ -10,6 +10,11 @@ pub(super) const MIGRATIONS: &[(i32, &str, &str)] = &[
     (1, "tables", include_str!("migrations/0001_tables.sql")),
     (2, "parked", include_str!("migrations/0002_parked.sql")),
     (3, "doomed", include_str!("migrations/0003_doomed.sql")),
+    (
+        4,
+        "snapshots",
+        include_str!("migrations/0004_snapshots.sql"),
+    ),
 ];
 
 /// The newest migration this build knows.
@@ -45,6 +50,9 @@ pub(super) fn name(table: Table) -> &'static str {
         T::Leases => "leases",
         T::Parked => "parked",
         T::Doomed => "doomed",
+        T::Snapshots => "snapshots",
+        T::SnapshotData => "snapshot_data",
+        T::SnapshotEntries => "snapshot_entries",
         T::Hosts => "hosts",
         T::Tenants => "tenants",
         T::Tokens => "tokens",
@@ -71,8 +79,9 @@ pub(super) fn kinds(table: Table) -> (Kind, Option<Kind>) {
         | T::Queue
         | T::Dead
         | T::Deployments
+        | T::Snapshots
         | T::Audit => Some(Kind::Int),
-        T::Kv | T::Plugins | T::Secrets => Some(Kind::Text),
+        T::Kv | T::Plugins | T::Secrets | T::SnapshotEntries => Some(Kind::Text),
         _ => None,
     };
     (first, second)

@@ -11,8 +11,8 @@ use redb::{ReadTransaction, ReadableTable, TableDefinition, TableError, WriteTra
 use super::{
     AUDIT, CANCELLED, COMPONENTS, DEAD, DEFINITIONS, DELIVERIES, DEPLOYMENTS, DOOMED, HOSTS,
     IDEMPOTENCY, KV, LEASES, MESSAGES, META, OUTBOX, PARKED, PLUGINS, QUEUE, RUN_MESSAGES,
-    RUN_TIMERS, RUNNING, RUNS, RedbStore, SCHEDULES, SECRETS, STEPS, SUBSCRIPTIONS, TENANTS,
-    TIMER_KEYS, TIMERS, TOKENS, USAGE,
+    RUN_TIMERS, RUNNING, RUNS, RedbStore, SCHEDULES, SECRETS, SNAPSHOT_DATA, SNAPSHOT_ENTRIES,
+    SNAPSHOTS, STEPS, SUBSCRIPTIONS, TENANTS, TIMER_KEYS, TIMERS, TOKENS, USAGE,
 };
 use crate::StoreError;
 
@@ -65,6 +65,9 @@ fn copy_all(from: &ReadTransaction, to: &WriteTransaction, hosts: bool) -> Resul
     rows += copy(from, to, LEASES)?;
     rows += copy(from, to, PARKED)?;
     rows += copy(from, to, DOOMED)?;
+    rows += copy(from, to, SNAPSHOTS)?;
+    rows += copy(from, to, SNAPSHOT_DATA)?;
+    rows += copy(from, to, SNAPSHOT_ENTRIES)?;
     if hosts {
         rows += copy(from, to, HOSTS)?;
     }

@@ -32,6 +32,9 @@ pub(super) struct Tables<'t> {
     leases: RedbTable<'t, &'static str, &'static [u8]>,
     parked: RedbTable<'t, &'static str, &'static [u8]>,
     doomed: RedbTable<'t, &'static str, u64>,
+    snapshots: RedbTable<'t, (&'static str, u32), &'static [u8]>,
+    snapshot_data: RedbTable<'t, &'static str, &'static [u8]>,
+    snapshot_entries: RedbTable<'t, (&'static str, &'static str), &'static [u8]>,
     hosts: RedbTable<'t, &'static str, &'static [u8]>,
     tenants: RedbTable<'t, &'static str, &'static [u8]>,
     tokens: RedbTable<'t, &'static str, &'static [u8]>,
@@ -68,6 +71,9 @@ impl<'t> Tables<'t> {
             leases: backend!(txn.open_table(super::LEASES))?,
             parked: backend!(txn.open_table(super::PARKED))?,
             doomed: backend!(txn.open_table(super::DOOMED))?,
+            snapshots: backend!(txn.open_table(super::SNAPSHOTS))?,
+            snapshot_data: backend!(txn.open_table(super::SNAPSHOT_DATA))?,
+            snapshot_entries: backend!(txn.open_table(super::SNAPSHOT_ENTRIES))?,
             hosts: backend!(txn.open_table(super::HOSTS))?,
             tenants: backend!(txn.open_table(super::TENANTS))?,
             tokens: backend!(txn.open_table(super::TOKENS))?,
@@ -256,6 +262,20 @@ macro_rules! typed {
                 let $t = &mut $self.doomed;
                 $body
             }
+            (T::Snapshots, K::StrU32(a, b)) => {
+                let $k = (a, b);
+                let $t = &mut $self.snapshots;
+                $body
+            }
+            (T::SnapshotData, K::Str($k)) => {
+                let $t = &mut $self.snapshot_data;
+                $body
+            }
+            (T::SnapshotEntries, K::StrStr(a, b)) => {
+                let $k = (a, b);
+                let $t = &mut $self.snapshot_entries;
+                $body
+            }
             (table, key) => Err(misfit(table, key)),
         }
     }};
@@ -370,6 +390,12 @@ impl Rows for Tables<'_> {
             }
             Table::Deployments => {
                 for entry in backend!(self.deployments.range((first, 0)..=(first, u32::MAX)))? {
+                    let (key, record) = backend!(entry)?;
+                    found.push((Part::U64(u64::from(key.value().1)), record.value().to_vec()));
+                }
+            }
+            Table::Snapshots => {
+                for entry in backend!(self.snapshots.range((first, 0)..=(first, u32::MAX)))? {
                     let (key, record) = backend!(entry)?;
                     found.push((Part::U64(u64::from(key.value().1)), record.value().to_vec()));
                 }

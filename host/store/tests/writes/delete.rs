@@ -198,6 +198,7 @@ fn kv_write(s: &dyn Store, read: Option<u64>, value: Option<&str>) -> Result<(),
         space: SPACE.to_owned(),
         writes: [("k".to_owned(), value.map(str::to_owned))].into(),
         reads: read.map(|v| ("k".to_owned(), v)).into_iter().collect(),
+        expires: Default::default(),
     };
     let write = commit_with(s, R, "kv", |_, _, x| x.kv = Some(effects));
     s.apply(&[&write]).unwrap().pop().unwrap()

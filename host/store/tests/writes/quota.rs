@@ -38,6 +38,7 @@ fn kv(writes: &[(&str, Option<&str>)]) -> Option<KvEffects> {
             .map(|(k, v)| ((*k).to_owned(), v.map(str::to_owned)))
             .collect(),
         reads: BTreeMap::new(),
+        expires: BTreeMap::new(),
     })
 }
 

@@ -51,6 +51,7 @@ fn kv(reads: &[(&str, u64)], writes: &[(&str, Option<&str>)]) -> Option<KvEffect
         space,
         writes: writes.collect(),
         reads: reads.collect(),
+        expires: Default::default(),
     })
 }
 
@@ -60,7 +61,11 @@ fn kv_commit(s: &dyn Store, effects: Option<KvEffects>) -> Write {
 
 fn versioned(version: u64, value: Option<&str>) -> Versioned {
     let value = value.map(str::to_owned);
-    Versioned { version, value }
+    Versioned {
+        version,
+        value,
+        expires_at: None,
+    }
 }
 
 #[test]
@@ -171,7 +176,7 @@ fn commit_step_effects() {
             .stored(|s| {
                 assert_eq!(s.kv_get(SPACE, "a").unwrap(), versioned(2, None));
                 assert_eq!(s.kv_get(SPACE, "b").unwrap(), versioned(1, Some("y")));
-                assert_eq!(s.kv_list(SPACE, "", 10).unwrap(), ["b"]);
+                assert_eq!(s.kv_list(SPACE, "", 10, 0).unwrap(), ["b"]);
             }),
         given("a stale kv read, with a spawn and a message", wrote_a)
             .write(|s| {
