@@ -260,7 +260,7 @@ fn files_that_are_not_plugins_are_refused_by_name() {
         ("core", "a core WebAssembly module, not a component"),
         (
             "future-contract",
-            "was built for contract `weft:plugin@9.0.0`, but this host speaks `weft:plugin@0.2.0`",
+            "was built for contract `weft:plugin@9.0.0`, but this host speaks `weft:plugin@0.3.0`",
         ),
     ];
     for (name, expected) in cases {

@@ -295,12 +295,12 @@ fn the_cli_inspects_and_adds_components() {
     let shown = shown.json();
     assert_eq!(shown["name"], "stamp");
     assert_eq!(shown["version"], "2.0.0");
-    assert_eq!(shown["contract"], "0.2.0");
+    assert_eq!(shown["contract"], "0.3.0");
     assert!(
         shown["exports"]
             .as_array()
             .unwrap()
-            .contains(&json!("weft:plugin/step@0.2.0")),
+            .contains(&json!("weft:plugin/step@0.3.0")),
         "{shown}"
     );
     assert!(shown["capabilities"].is_array(), "{shown}");

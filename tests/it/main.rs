@@ -23,6 +23,7 @@ mod languages;
 mod messages;
 mod retention;
 mod sandbox;
+mod snapshots;
 mod subflow;
 mod tenants;
 mod timers;

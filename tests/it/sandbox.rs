@@ -219,7 +219,7 @@ fn plugins_describe_themselves_and_bad_components_are_refused() {
         runtime.load(&guest_bytes("future_contract")).unwrap_err(),
         LoadError::Contract {
             found: "9.0.0".to_owned(),
-            supported: "0.2.0".to_owned()
+            supported: "0.3.0".to_owned()
         }
     );
     assert_eq!(

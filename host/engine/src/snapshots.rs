@@ -290,8 +290,9 @@ where
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         while let Some(key) = map.next_key::<String>()? {
-            let value: Value = map.next_value()?;
+            // Read at the key's closing quote: the key's line.
             let line = self.line.load(std::sync::atomic::Ordering::Relaxed) + 1;
+            let value: Value = map.next_value()?;
             if let Err(e) = (self.on)(Read1 {
                 key,
                 value,

@@ -5,6 +5,9 @@
 //! (`fail: true` makes it fail on purpose), or the host dies before the
 //! commit, the counter is unchanged, and a retried step adds once. Runs that
 //! count at the same moment are serialised by the host: each adds once.
+//!
+//! With `ttl` (seconds), the counter expires that long after the write: it
+//! then reads as absent, so the next count starts from 0 (a rate window).
 
 use serde::{Deserialize, Serialize};
 use weft_sdk::{Context, StepError, kv};
@@ -17,6 +20,8 @@ struct Input {
     by: i64,
     #[serde(default)]
     fail: bool,
+    #[serde(default)]
+    ttl: Option<f64>,
 }
 
 fn one() -> i64 {
@@ -43,7 +48,21 @@ fn count(_ctx: &Context, input: Input) -> Result<Output, StepError> {
         .checked_add(input.by)
         .ok_or_else(|| StepError::fatal("overflow", format!("`{}` would overflow", input.key)))?;
     if input.by != 0 {
-        kv::set(&input.key, &value.to_string()).map_err(|e| StepError::fatal("kv", e))?;
+        let written = match input.ttl {
+            Some(seconds) if seconds.is_finite() && seconds > 0.0 => kv::set_with_ttl(
+                &input.key,
+                &value.to_string(),
+                std::time::Duration::from_secs_f64(seconds),
+            ),
+            Some(seconds) => {
+                return Err(StepError::fatal(
+                    "invalid_input",
+                    format!("ttl: {seconds} is not a number of seconds above 0"),
+                ));
+            }
+            None => kv::set(&input.key, &value.to_string()),
+        };
+        written.map_err(|e| StepError::fatal("kv", e))?;
     }
     if input.fail {
         return Err(StepError::fatal(

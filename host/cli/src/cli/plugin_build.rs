@@ -570,7 +570,10 @@ fn build_python(
             .args(["-w", world])
             .args([
                 "--import-interface-name",
-                "weft:plugin/types@0.2.0=weft_types",
+                &format!(
+                    "weft:plugin/types@{}=weft_types",
+                    weft::runtime::CONTRACT_VERSION
+                ),
                 "--import-interface-name",
                 "wasi:http/types@0.2.12=types",
             ])

@@ -117,6 +117,7 @@ impl Plugin {
             ("weft:plugin/kv@", "kv"),
             ("weft:plugin/outbox@", "outbox"),
             ("weft:plugin/secrets@", "secrets"),
+            ("weft:plugin/snapshot@", "snapshot"),
             ("wasi:http/", "http"),
         ]
         .into_iter()
