@@ -37,7 +37,8 @@
 //! - `group`: the group commit never waits for its own thread;
 //! - `quota`: stored bytes charged to tenants, and refused over a quota;
 //! - `parked`: free work, and claims of it;
-//! - `delete`: `DeleteRun`.
+//! - `delete`: `DeleteRun`;
+//! - `snapshots`: staging, sealing and deleting snapshot revisions.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -50,6 +51,7 @@ mod parked;
 mod quota;
 mod registry;
 mod runs;
+mod snapshots;
 mod steps;
 mod table;
 

@@ -24,6 +24,8 @@ mod quota;
 mod registry;
 #[path = "../writes/runs.rs"]
 mod runs;
+#[path = "../writes/snapshots.rs"]
+mod snapshots;
 #[path = "../writes/steps.rs"]
 mod steps;
 #[path = "../writes/table.rs"]
