@@ -512,7 +512,7 @@ enum Pin {
 /// What the steps of one run read: the stores its workflow names, at
 /// their pinned revisions.
 #[derive(Debug)]
-pub(crate) struct RunSnapshots {
+pub struct RunSnapshots {
     store: Arc<dyn Store>,
     clock: Arc<dyn Clock>,
     tenant: String,
@@ -522,7 +522,7 @@ pub(crate) struct RunSnapshots {
 impl RunSnapshots {
     /// The view of a run of `workflow` pinned to `pins` (store to
     /// revision; a store named `latest` has none).
-    pub(crate) fn new(
+    pub fn new(
         store: Arc<dyn Store>,
         clock: Arc<dyn Clock>,
         workflow: &weft_model::Workflow,

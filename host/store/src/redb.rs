@@ -147,6 +147,20 @@ impl RedbStore {
         Self::prepare(db, path, shown)
     }
 
+    /// As [`RedbStore::open`], with redb's page cache held to `bytes`
+    /// (1 GiB by default): what `weft bench` uses to tell the memory a
+    /// writer holds from the pages the store caches.
+    pub fn open_with_cache(path: impl AsRef<Path>, bytes: usize) -> Result<Self, StoreError> {
+        let path = path.as_ref();
+        let shown = path.display().to_string();
+        let db = redb::Builder::new()
+            .set_concurrency_mode(ConcurrencyMode::MultiWriter)
+            .set_cache_size(bytes)
+            .create(path)
+            .map_err(|e| open_error(e, &shown))?;
+        Self::prepare(db, path, shown)
+    }
+
     /// A store held in memory only, gone when it is dropped: the
     /// simulator's, where thousands of runs of the engine each need a
     /// fresh store and no sync is worth waiting for.

@@ -19,6 +19,7 @@ mod languages;
 mod messages;
 mod postgres;
 mod retention;
+mod snapshots;
 mod tenants;
 mod timers;
 
@@ -112,6 +113,11 @@ pub struct BenchArgs {
     #[arg(long, default_value = "1m", value_parser = humantime::parse_duration)]
     pub soak_retain: Duration,
 
+    /// Measure snapshot stores: publish a revision of this many entries
+    /// (N/10 first, to compare memory), then time reads of it.
+    #[arg(long, value_name = "N", num_args = 0..=1, default_missing_value = "1000000")]
+    pub snapshots: Option<usize>,
+
     /// With --tenants: how many runs the flooding tenant starts at once.
     #[arg(long, value_name = "N", default_value_t = 10_000)]
     pub flood: usize,
@@ -148,6 +154,9 @@ pub fn main(
     }
     if args.sweeper {
         return retention::sweeper(plugins);
+    }
+    if let Some(entries) = args.snapshots {
+        return snapshots::snapshots(plugins, entries.max(10));
     }
     if let Some(runs) = args.soak {
         return retention::soak(plugins, runs.max(1), args.soak_retain);
