@@ -283,6 +283,26 @@ fn a_key_set_with_a_ttl_reads_as_absent_once_it_expires_on_the_engine_s_clock() 
         )
         .unwrap();
     assert_eq!(listed, ["forever"], "an expired key is not listed");
+    // The sweeper drops the expired key's row; a key made again counts
+    // from 0, at a version above the one that expired.
+    let expired = host.store.kv_get("workflow/hits", "window").unwrap();
+    assert!(expired.value.is_some() && expired.expires_at.is_some());
+    let swept = engine.sweep(&Retention::default(), false).unwrap();
+    assert_eq!(swept.tombstones, 1, "{swept:?}");
+    assert_eq!(
+        host.store
+            .kv_get("workflow/hits", "window")
+            .unwrap()
+            .version,
+        0
+    );
+    assert_eq!(count(json!({ "key": "window" })), json!(1));
+    let again = host.store.kv_get("workflow/hits", "window").unwrap();
+    assert!(
+        again.version > expired.version,
+        "{again:?} after {expired:?}"
+    );
+    assert_eq!(count(json!({ "key": "forever", "by": 0 })), json!(1));
 }
 
 #[test]

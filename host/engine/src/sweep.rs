@@ -16,7 +16,8 @@
 //!   dead-letter retention has passed since its last attempt: it then
 //!   counts as settled, and its message goes on a later pass. The store
 //!   keeps a message with a delivery not settled, and the newest message.
-//! - **key-value tombstones.** A deleted key's row is dropped. Its version
+//! - **key-value tombstones.** A deleted key's row is dropped, and so is
+//!   the row of a key whose value has expired (`kv.set` with a TTL). Its version
 //!   is kept as its space's floor, so a key made again never repeats a
 //!   version that a step may have read (see `Write::ForgetKv`).
 //!
@@ -194,7 +195,7 @@ pub struct Swept {
     pub messages: u64,
     /// Dead letters cleared.
     pub dead_letters: u64,
-    /// Key-value tombstones dropped.
+    /// Key-value tombstones, and keys whose value expired, dropped.
     pub tombstones: u64,
     /// Workflow revisions deleted.
     pub revisions: u64,
@@ -510,14 +511,16 @@ impl Engine {
             }
             _ => Cursor::Blobs,
         };
+        let now = self.core.clock.now().0;
         let writes: Vec<Write> = page
             .into_iter()
             // Space "" holds the spaces' floors.
-            .filter(|(space, _, row)| !space.is_empty() && row.value.is_none())
+            .filter(|(space, _, row)| !space.is_empty() && row.live(now).is_none())
             .map(|(space, key, row)| Write::ForgetKv {
                 space,
                 key,
                 version: row.version,
+                now,
             })
             .collect();
         let mut swept = Swept::default();

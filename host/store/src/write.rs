@@ -263,13 +263,18 @@ pub enum Write {
     /// space `""` keyed by the space's name, rises to `version`: a key
     /// made again starts above it, so a version read before never comes
     /// back with another value.
+    ///
+    /// A key whose value has expired by `now` is dropped the same way, if
+    /// it is still at `version`.
     ForgetKv {
         /// The space.
         space: String,
-        /// The deleted key.
+        /// The deleted (or expired) key.
         key: String,
-        /// Its tombstone's version.
+        /// Its tombstone's (or expired value's) version.
         version: u64,
+        /// Now, in milliseconds: what expiry is judged by.
+        now: u64,
     },
     /// Deletes revision `revision` of workflow `workflow` (its definition
     /// stays: see [`Write::DeleteBlob`]). Refused with

@@ -711,7 +711,7 @@ fn gc(data_dir: &std::path::Path, args: &GcArgs) -> anyhow::Result<ExitCode> {
         swept.examined
     );
     out!(
-        "{verb} {} settled message(s) past their retention, with their deliveries; {} dead letter(s); {} key-value tombstone(s)",
+        "{verb} {} settled message(s) past their retention, with their deliveries; {} dead letter(s); {} key-value tombstone(s) and expired key(s)",
         swept.messages,
         swept.dead_letters,
         swept.tombstones

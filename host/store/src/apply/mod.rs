@@ -323,7 +323,8 @@ impl Apply<'_> {
                 space,
                 key,
                 version,
-            } => self.forget_kv(space, key, *version),
+                now,
+            } => self.forget_kv(space, key, *version, *now),
             Write::CreateRun {
                 id,
                 run,
@@ -656,6 +657,7 @@ impl Apply<'_> {
         space: &str,
         key: &str,
         version: u64,
+        now: u64,
     ) -> Result<Result<(), StoreError>, StoreError> {
         if space.is_empty() {
             return Ok(Ok(()));
@@ -663,8 +665,9 @@ impl Apply<'_> {
         let Some(row) = self.rows.get(Table::Kv, Key::StrStr(space, key))? else {
             return Ok(Ok(()));
         };
-        let now = decode_kv(&row);
-        if now.value.is_some() || now.version != version {
+        let row = decode_kv(&row);
+        // A live value, or another version than the one found gone, stays.
+        if row.live(now).is_some() || row.version != version {
             return Ok(Ok(()));
         }
         if self.kv_floor(space)? < version {
@@ -675,10 +678,12 @@ impl Apply<'_> {
             )?;
         }
         self.rows.delete(Table::Kv, Key::StrStr(space, key))?;
-        // A deleted key was charged its key's bytes.
+        // A deleted key was charged its key's bytes; an expired one, its
+        // value's too.
+        let bytes = key.len() + row.value.as_ref().map_or(0, String::len);
         self.give_back(
             weft_core::tenant::of(space.strip_prefix("workflow/").unwrap_or(space)),
-            u64::try_from(key.len()).unwrap_or(u64::MAX),
+            u64::try_from(bytes).unwrap_or(u64::MAX),
         )?;
         Ok(Ok(()))
     }

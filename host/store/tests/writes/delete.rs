@@ -209,6 +209,7 @@ fn forget(s: &dyn Store, version: u64) {
         space: SPACE.to_owned(),
         key: "k".to_owned(),
         version,
+        now: 0,
     };
     put(s, write);
 }
