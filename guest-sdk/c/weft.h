@@ -80,7 +80,7 @@ void weft_log(const char *level, const char *message);
  * result, only if it succeeds. `weft_kv_get` answers NULL for no value.
  * On failure the others answer false and set `*error` (from malloc).
  * `weft_kv_set_ttl` sets a key that expires `ttl_ms` milliseconds (1 or
- * more) after the commit and then reads as absent; `weft_kv_set`'s never
+ * more) after the call and then reads as absent; `weft_kv_set`'s never
  * expire. */
 char *weft_kv_get(const char *key);
 bool weft_kv_set(const char *key, const char *value, char **error);

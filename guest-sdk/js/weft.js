@@ -25,7 +25,7 @@
 // - `kv.get(key)`, `kv.set(key, value, { ttlMs })`, `kv.delete(key)`,
 //   `kv.keys(prefix, limit)`: the workflow's durable key-value space
 //   (writes commit with the step's result; with `ttlMs`, a key expires
-//   that many milliseconds after the commit);
+//   that many milliseconds after the call);
 // - `outbox.emit(channel, payload)`: a message, sent once if the step
 //   succeeds;
 // - `secrets.get(name)`: a secret the workflow grants the step;
@@ -84,7 +84,7 @@ export const kv = {
   /**
    * Sets `key` to `value` (a string); committed with the step's result.
    * With `ttlMs` (milliseconds, a number or a BigInt), the key expires that
-   * long after the commit and then reads as absent; without, never.
+   * long after the call and then reads as absent; without, never.
    */
   set(key, value, options) {
     const ttl = ttlOf(options?.ttlMs);

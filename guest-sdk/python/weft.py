@@ -26,7 +26,7 @@ The host's capabilities, the same in every language:
 - `weft.kv.get(key)`, `.set(key, value, ttl=None)`, `.delete(key)`,
   `.keys(prefix, limit)`: the workflow's durable key-value space (writes
   commit with the step's result; with `ttl`, in seconds, a key expires
-  that long after the commit);
+  that long after the call);
 - `weft.outbox.emit(channel, payload)`: a message, sent once if the step
   succeeds;
 - `weft.secrets.get(name)`: a secret the workflow grants the step;
@@ -133,7 +133,7 @@ class _Kv:
     def set(key, value, ttl=None):
         """Sets `key` to `value` (a string); committed with the step's result.
         With `ttl` (seconds, a number or a `timedelta`), the key expires that
-        long after the commit and then reads as absent; without, never."""
+        long after the call and then reads as absent; without, never."""
         try:
             _kv.set(key, value, _ttl_ms(ttl))
         except Err as e:

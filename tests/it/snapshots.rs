@@ -381,11 +381,42 @@ fn a_bad_file_is_refused_naming_its_line_and_leaves_no_revision() {
         &[],
     );
     assert!(e.contains("c.jsonl:3: key `a` appears twice"), "{e}");
-    // A duplicate pages apart is caught by the store.
+    // A duplicate pages apart is caught by the store, one in the same page
+    // by the publish; either in the middle of a file names its line.
     let mut many: Vec<String> = (0..4500).map(|i| format!("\"k{i}\": {i}")).collect();
-    many.push("\"k7\": 0".to_owned());
+    many.insert(3000, "\"k7\": 0".to_owned());
     let e = refused("d.json", &format!("{{\n{}\n}}", many.join(",\n")), &[]);
-    assert!(e.contains("d.json:4502: key `k7` appears twice"), "{e}");
+    assert!(e.contains("d.json:3002: key `k7` appears twice"), "{e}");
+    let e = refused(
+        "d2.json",
+        "{\"a\": 1,\n\"b\": 2,\n\"a\": 3,\n\"c\": 4}",
+        &[],
+    );
+    assert!(e.contains("d2.json:3: key `a` appears twice"), "{e}");
+    let long = "x".repeat(70_000);
+    let e = refused("d3.json", &format!("{{\"a\": \"{long}\", \"b\": 1}}"), &[]);
+    assert!(e.contains("d3.json:1:") && e.contains("65536"), "{e}");
+    let e = refused(
+        "d4.jsonl",
+        &format!("{{\"key\": \"a\", \"value\": \"{long}\"}}\n"),
+        &[],
+    );
+    assert!(e.contains("d4.jsonl:1:"), "{e}");
+    let huge = "x".repeat(3 << 20);
+    let e = refused("d5.json", &format!("{{\"a\": \"{huge}\"}}"), &[]);
+    assert!(
+        e.contains("d5.json:1:") && e.contains("over 65536 bytes"),
+        "{e}"
+    );
+    let e = refused(
+        "d6.jsonl",
+        "{\"key\": \"a\", \"value\": 1, \"ttl\": 0.0001}\n",
+        &[],
+    );
+    assert!(
+        e.contains("d6.jsonl:1:") && e.contains("at least 1ms"),
+        "{e}"
+    );
     let e = refused(
         "e.jsonl",
         "{\"key\": \"a\", \"value\": 1, \"ttl\": -5}\n",
@@ -507,10 +538,17 @@ fn publish_list_show_and_diff_from_the_cli_then_through_a_server() {
     let (status, body) = host.send(
         "/v1/snapshots/rates",
         "application/json",
-        b"{\"eur\": 1.08,\n\"eur\": 2}",
+        b"{\"eur\": 1.08,\n\"eur\": 2,\n\"usd\": 1}",
     );
     assert_eq!(status, 400, "{body}");
     assert_eq!(body["error"]["code"], "duplicate_key");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("request body:2: key `eur`"),
+        "{body}"
+    );
     let (status, body) = host.send("/v1/workflows", "application/yaml", QUERY.as_bytes());
     assert_eq!(status, 201, "{body}");
     let id = start_run(&host, "q", &json!({}));

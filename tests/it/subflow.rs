@@ -399,6 +399,16 @@ impl Store for NoChildren {
         self.0.snapshot_entries(data, after, prefix, limit)
     }
 
+    fn snapshot_keys(
+        &self,
+        data: &str,
+        after: Option<&str>,
+        prefix: &str,
+        limit: usize,
+    ) -> Result<Vec<(String, Option<u64>)>, StoreError> {
+        self.0.snapshot_keys(data, after, prefix, limit)
+    }
+
     fn snapshot_data(&self) -> Result<Vec<(String, weft::store::SnapshotData)>, StoreError> {
         self.0.snapshot_data()
     }

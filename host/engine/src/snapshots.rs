@@ -13,8 +13,10 @@
 //! that revision, after a crash too; a store named with `revision:
 //! latest` is read at its newest revision at each call.
 
+use std::cell::Cell;
 use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, Read};
+use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -34,8 +36,9 @@ const PAGE: usize = 2_000;
 const PAGE_BYTES: usize = 4 << 20;
 /// The longest key.
 pub const MAX_KEY: usize = 1024;
-/// The longest value, as compact JSON.
-pub const MAX_VALUE: usize = 1 << 20;
+/// The longest value, as compact JSON: reference data is small, and a
+/// page of reads holds a few thousand of them.
+pub const MAX_VALUE: usize = 64 << 10;
 
 /// How a snapshot file is written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -153,25 +156,39 @@ pub fn parse_ttl(value: &Value) -> Result<Duration, String> {
             ));
         }
     };
-    if ttl.is_zero() {
-        return Err("must be longer than zero".to_owned());
+    if ttl < Duration::from_millis(1) {
+        return Err("must be at least 1ms".to_owned());
     }
     Ok(ttl)
 }
 
 /// Counts the lines of what has been read, so that an entry's line can be
-/// named.
+/// named, and the bytes since the last key, so that one value cannot take
+/// more memory than [`MAX_VALUE`] allows before it is refused.
 struct Lines<R> {
     inner: R,
-    line: Arc<std::sync::atomic::AtomicU64>,
+    counts: Rc<Counts>,
+}
+
+/// What [`Lines`] has counted.
+#[derive(Debug, Default)]
+struct Counts {
+    line: Cell<u64>,
+    since_key: Cell<u64>,
 }
 
 impl<R: Read> Read for Lines<R> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         let n = self.inner.read(buf)?;
         let newlines = buf[..n].iter().filter(|b| **b == b'\n').count() as u64;
-        self.line
-            .fetch_add(newlines, std::sync::atomic::Ordering::Relaxed);
+        self.counts.line.set(self.counts.line.get() + newlines);
+        let since = self.counts.since_key.get() + n as u64;
+        self.counts.since_key.set(since);
+        if since > (MAX_VALUE + MAX_KEY + 64) as u64 {
+            return Err(std::io::Error::other(format!(
+                "an entry is over {MAX_VALUE} bytes, the limit of a value"
+            )));
+        }
         Ok(n)
     }
 }
@@ -187,8 +204,10 @@ struct Read1 {
 /// Stages the entries of one publish, a page at a time.
 struct Stager<'a> {
     commit: Commit<'a>,
+    clock: &'a dyn Clock,
     store: String,
     data: String,
+    /// When the publish started: what entries' expiry counts from.
     at: Timestamp,
     default_ttl: Option<Duration>,
     source_name: String,
@@ -251,7 +270,10 @@ impl Stager<'_> {
         let write = Write::StageSnapshot {
             data: self.data.clone(),
             store: self.store.clone(),
-            at: self.at,
+            // Each page says the publish is alive: an hour without one,
+            // the sweeper may take it for abandoned.
+            at: self.clock.now(),
+            first: !self.staged,
             entries,
         };
         match (self.commit)(vec![write])
@@ -272,26 +294,29 @@ impl Stager<'_> {
     }
 }
 
-/// Reads a JSON object's entries one at a time, handing each to `on`.
+/// Reads a JSON object's entries one at a time, handing each to `on`. An
+/// error of `on`'s is kept in `failed`, and the parse stopped.
 struct Entries<'f, F> {
     on: &'f mut F,
-    line: Arc<std::sync::atomic::AtomicU64>,
+    counts: Rc<Counts>,
+    failed: &'f mut Option<PublishError>,
 }
 
 impl<'de, F> Visitor<'de> for Entries<'_, F>
 where
     F: FnMut(Read1) -> Result<(), PublishError>,
 {
-    type Value = Option<PublishError>;
+    type Value = ();
 
     fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("a JSON object of keys to values")
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
         while let Some(key) = map.next_key::<String>()? {
             // Read at the key's closing quote: the key's line.
-            let line = self.line.load(std::sync::atomic::Ordering::Relaxed) + 1;
+            let line = self.counts.line.get() + 1;
+            self.counts.since_key.set(0);
             let value: Value = map.next_value()?;
             if let Err(e) = (self.on)(Read1 {
                 key,
@@ -299,10 +324,11 @@ where
                 ttl: None,
                 line,
             }) {
-                return Ok(Some(e));
+                *self.failed = Some(e);
+                return Err(serde::de::Error::custom("stopped"));
             }
         }
-        Ok(None)
+        Ok(())
     }
 }
 
@@ -310,60 +336,91 @@ impl<'de, F> DeserializeSeed<'de> for Entries<'_, F>
 where
     F: FnMut(Read1) -> Result<(), PublishError>,
 {
-    type Value = Option<PublishError>;
+    type Value = ();
 
-    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
         d.deserialize_map(self)
     }
 }
 
+/// The longest line of a JSON Lines file: a value, its key and room for
+/// the rest.
+const MAX_LINE: usize = MAX_VALUE + MAX_KEY + 256;
+
 /// Reads `reader` (`format`, named `source_name` in errors), handing each
 /// entry to `on`.
 fn read_entries(
-    reader: impl BufRead,
+    mut reader: impl BufRead,
     format: FileFormat,
     source_name: &str,
     mut on: impl FnMut(Read1) -> Result<(), PublishError>,
 ) -> Result<(), PublishError> {
     match format {
         FileFormat::Json => {
-            let line = Arc::new(std::sync::atomic::AtomicU64::new(0));
+            let counts = Rc::new(Counts::default());
             let counted = Lines {
                 inner: reader,
-                line: Arc::clone(&line),
+                counts: Rc::clone(&counts),
             };
             let mut de = serde_json::Deserializer::from_reader(counted);
+            let mut failed = None;
             let seed = Entries {
                 on: &mut on,
-                line: Arc::clone(&line),
+                counts: Rc::clone(&counts),
+                failed: &mut failed,
             };
             let syntax = |e: serde_json::Error| PublishError::Syntax {
                 source_name: source_name.to_owned(),
-                line: e.line() as u64,
+                // A read's error has no position of serde's: the line read.
+                line: if e.is_io() {
+                    counts.line.get() + 1
+                } else {
+                    e.line() as u64
+                },
                 message: format!("not JSON of the form {{\"key\": value, ...}}: {e}"),
             };
-            if let Some(e) = seed.deserialize(&mut de).map_err(syntax)? {
+            let parsed = seed.deserialize(&mut de);
+            // An entry's own error (a duplicate, a key too long, the store)
+            // comes first: the parse stopped because of it.
+            if let Some(e) = failed {
                 return Err(e);
             }
+            parsed.map_err(syntax)?;
             de.end().map_err(syntax)
         }
         FileFormat::Lines => {
-            for (index, text) in reader.lines().enumerate() {
-                let line = index as u64 + 1;
-                let text = text.map_err(|error| PublishError::Read {
-                    source_name: source_name.to_owned(),
-                    error,
-                })?;
-                if text.trim().is_empty() {
-                    continue;
+            let mut bytes = Vec::new();
+            let mut line = 0u64;
+            loop {
+                bytes.clear();
+                line += 1;
+                let read = (&mut reader)
+                    .take(MAX_LINE as u64 + 1)
+                    .read_until(b'\n', &mut bytes)
+                    .map_err(|error| PublishError::Read {
+                        source_name: source_name.to_owned(),
+                        error,
+                    })?;
+                if read == 0 {
+                    return Ok(());
                 }
                 let syntax = |message: String| PublishError::Syntax {
                     source_name: source_name.to_owned(),
                     line,
                     message,
                 };
+                if bytes.len() > MAX_LINE {
+                    return Err(syntax(format!(
+                        "the line is over {MAX_LINE} bytes; a value may be at most {MAX_VALUE}"
+                    )));
+                }
+                let text = std::str::from_utf8(&bytes)
+                    .map_err(|e| syntax(format!("not UTF-8 text: {e}")))?;
+                if text.trim().is_empty() {
+                    continue;
+                }
                 let row: Value =
-                    serde_json::from_str(&text).map_err(|e| syntax(format!("not JSON: {e}")))?;
+                    serde_json::from_str(text).map_err(|e| syntax(format!("not JSON: {e}")))?;
                 let Value::Object(mut row) = row else {
                     return Err(syntax(
                         "not an object of the form {\"key\": ..., \"value\": ..., \"ttl\": ...}"
@@ -395,10 +452,13 @@ fn read_entries(
                     line,
                 })?;
             }
-            Ok(())
         }
     }
 }
+
+/// Entries read back at a time, for the digest: at most this many values
+/// of [`MAX_VALUE`] are in memory at once.
+const READ_BACK: usize = 1_000;
 
 /// Publishes the entries in `reader` as the next revision of snapshot
 /// store `name` of `tenant`, committing through `commit`. Blocking.
@@ -423,6 +483,7 @@ pub fn publish(
     let data = format!("{:016x}", weft_core::ids::random_u64());
     let mut stager = Stager {
         commit,
+        clock,
         store: qualified.clone(),
         data: data.clone(),
         at,
@@ -445,7 +506,7 @@ pub fn publish(
     let (mut entries, mut bytes, mut expiring) = (0u64, 0u64, 0u64);
     let mut after: Option<String> = None;
     loop {
-        let page = store.snapshot_entries(&data, after.as_deref(), "", 10_000)?;
+        let page = store.snapshot_entries(&data, after.as_deref(), "", READ_BACK)?;
         let Some((last, _)) = page.last() else { break };
         let last = last.clone();
         for (key, entry) in &page {
@@ -479,6 +540,9 @@ pub fn publish(
             .last()
             .map_or(0, |r| r.revision);
         record.revision = newest + 1;
+        // The time it is sealed: what replaces the revision before it, from
+        // which the sweeper's margin counts.
+        record.published_at = clock.now();
         match commit(vec![Write::SealSnapshot(Box::new(record.clone()))])
             .pop()
             .unwrap_or(Err(StoreError::Closed))
@@ -593,13 +657,13 @@ impl SnapshotSource for RunSnapshots {
         while keys.len() < limit {
             let page = self
                 .store
-                .snapshot_entries(&data, after.as_deref(), prefix, limit - keys.len())
+                .snapshot_keys(&data, after.as_deref(), prefix, limit - keys.len())
                 .map_err(|e| e.to_string())?;
             let Some((last, _)) = page.last() else { break };
             after = Some(last.clone());
             keys.extend(
                 page.into_iter()
-                    .filter(|(_, entry)| !entry.expired(now))
+                    .filter(|(_, expires)| expires.is_none_or(|at| at > now))
                     .map(|(key, _)| key),
             );
         }
@@ -831,10 +895,10 @@ impl<'s> Pages<'s> {
 
     fn peek(&mut self) -> Result<Option<(String, SnapshotEntry)>, StoreError> {
         if self.page.is_empty() && !self.done {
-            let page = self
-                .store
-                .snapshot_entries(&self.data, self.after.as_deref(), "", 4096)?;
-            self.done = page.len() < 4096;
+            let page =
+                self.store
+                    .snapshot_entries(&self.data, self.after.as_deref(), "", READ_BACK)?;
+            self.done = page.len() < READ_BACK;
             self.after = page.last().map(|(k, _)| k.clone());
             self.page.extend(page);
         }

@@ -676,8 +676,10 @@ impl Engine {
 
     /// A page of snapshot entries: of the first data id at or after the
     /// cursor's whose entries may go (dropped, abandoned, or sealed with
-    /// entries that expire), those that may go are deleted; a dropped
-    /// data's row goes once its entries have.
+    /// entries that expire), those that may go are deleted. A dropped
+    /// data's row goes once a page read from its first key finds no entry
+    /// (one read from the middle goes back to the first key, for entries
+    /// another host's pass may have left before it).
     fn sweep_snapshot_entries(
         &self,
         after: Option<(String, String)>,
@@ -693,9 +695,10 @@ impl Engine {
             .map(|r| r.data)
             .collect();
         let mut swept = Swept::default();
+        // An empty key: from the data's first key (keys are never empty).
         let (from_data, from_key) = match &after {
-            Some((data, key)) => (data.as_str(), Some(key.as_str())),
-            None => ("", None),
+            Some((data, key)) => (data.as_str(), key.as_str()),
+            None => ("", ""),
         };
         for (data, row) in store.snapshot_data()? {
             if data.as_str() < from_data {
@@ -705,10 +708,13 @@ impl Engine {
             if !deletable && !expiring.contains(&data) {
                 continue;
             }
-            let key = (data == from_data).then_some(from_key).flatten();
-            let page = store.snapshot_entries(&data, key, "", PAGE)?;
+            let key = if data == from_data { from_key } else { "" };
+            let page = store.snapshot_keys(&data, (!key.is_empty()).then_some(key), "", PAGE)?;
             let Some((last, _)) = page.last() else {
-                // Nothing (left) to delete here.
+                if deletable && !key.is_empty() && !dry_run {
+                    // Read again from the first key before the row goes.
+                    return Ok((swept, Cursor::SnapshotEntries(Some((data, String::new())))));
+                }
                 if deletable && !dry_run {
                     let forget = Write::ForgetSnapshotData {
                         data: data.clone(),
@@ -716,16 +722,14 @@ impl Engine {
                     };
                     self.delete_all([forget], commit)?;
                 }
-                // The next data id, from its start.
-                return Ok((
-                    swept,
-                    Cursor::SnapshotEntries(Some((format!("{data}\0"), String::new()))),
-                ));
+                // The next data id, from its first key.
+                let next = format!("{data}\0");
+                return Ok((swept, Cursor::SnapshotEntries(Some((next, String::new())))));
             };
             let next = Cursor::SnapshotEntries(Some((data.clone(), last.clone())));
             let keys: Vec<String> = page
                 .into_iter()
-                .filter(|(_, entry)| deletable || entry.expired(now.0))
+                .filter(|(_, expires)| deletable || expires.is_some_and(|at| at <= now.0))
                 .map(|(key, _)| key)
                 .collect();
             swept.snapshot_entries = keys.len() as u64;

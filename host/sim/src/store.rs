@@ -310,6 +310,17 @@ impl Store for SimStore {
         self.inner.snapshot_entries(data, after, prefix, limit)
     }
 
+    fn snapshot_keys(
+        &self,
+        data: &str,
+        after: Option<&str>,
+        prefix: &str,
+        limit: usize,
+    ) -> Result<Vec<(String, Option<u64>)>, StoreError> {
+        self.read()?;
+        self.inner.snapshot_keys(data, after, prefix, limit)
+    }
+
     fn snapshot_data(&self) -> Result<Vec<(String, weft_store::SnapshotData)>, StoreError> {
         self.read()?;
         self.inner.snapshot_data()

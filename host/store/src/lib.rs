@@ -517,6 +517,16 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         limit: usize,
     ) -> Result<Vec<(String, SnapshotEntry)>, StoreError>;
 
+    /// As [`Store::snapshot_entries`], the keys alone, each with when it
+    /// expires: no value is read into memory.
+    fn snapshot_keys(
+        &self,
+        data: &str,
+        after: Option<&str>,
+        prefix: &str,
+        limit: usize,
+    ) -> Result<Vec<(String, Option<u64>)>, StoreError>;
+
     /// Every snapshot data id with its row. For the sweeper.
     fn snapshot_data(&self) -> Result<Vec<(String, SnapshotData)>, StoreError>;
 

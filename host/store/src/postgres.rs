@@ -595,6 +595,16 @@ impl Store for PostgresStore {
         self.plain(|s| s.read_snapshot_entries(data, after, prefix, limit))
     }
 
+    fn snapshot_keys(
+        &self,
+        data: &str,
+        after: Option<&str>,
+        prefix: &str,
+        limit: usize,
+    ) -> Result<Vec<(String, Option<u64>)>, StoreError> {
+        self.plain(|s| s.read_snapshot_keys(data, after, prefix, limit))
+    }
+
     fn snapshot_data(&self) -> Result<Vec<(String, crate::SnapshotData)>, StoreError> {
         self.plain(Self::read_snapshot_data)
     }

@@ -391,6 +391,16 @@ impl Store for RedbStore {
         snapshots::entries(&self.begin_read()?, data, after, prefix, limit)
     }
 
+    fn snapshot_keys(
+        &self,
+        data: &str,
+        after: Option<&str>,
+        prefix: &str,
+        limit: usize,
+    ) -> Result<Vec<(String, Option<u64>)>, StoreError> {
+        snapshots::keys(&self.begin_read()?, data, after, prefix, limit)
+    }
+
     fn snapshot_data(&self) -> Result<Vec<(String, SnapshotData)>, StoreError> {
         snapshots::data(&self.begin_read()?)
     }

@@ -364,12 +364,14 @@ pub enum Write {
     },
     /// Stages `entries` (key, encoded [`SnapshotEntry`](super::SnapshotEntry))
     /// of a revision of snapshot store `store` being published, under data
-    /// id `data`: the first page makes the data's row, in state staging.
-    /// Refused with [`StoreError::Exists`](super::StoreError::Exists)
-    /// naming the first key staged already (a key may appear once in a
-    /// revision), and with [`StoreError::Changed`](super::StoreError::Changed)
-    /// if the data is not staging (sealed, or dropped by the sweeper after
-    /// an hour without a page).
+    /// id `data`: the `first` page makes the data's row, in state
+    /// staging; each page sets its time to `at`. Refused with
+    /// [`StoreError::Exists`](super::StoreError::Exists) naming the first
+    /// key staged already (a key may appear once in a revision), and with
+    /// [`StoreError::Changed`](super::StoreError::Changed) if the first
+    /// page finds a row, or a later one finds none or one that is not
+    /// staging (sealed, or dropped by the sweeper after an hour without a
+    /// page).
     StageSnapshot {
         /// The new data's id.
         data: String,
@@ -377,6 +379,8 @@ pub enum Write {
         store: String,
         /// Now.
         at: weft_core::Timestamp,
+        /// Whether this is the publish's first page.
+        first: bool,
         /// A page of entries.
         entries: Vec<(String, Vec<u8>)>,
     },

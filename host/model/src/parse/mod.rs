@@ -43,22 +43,33 @@ struct RawWorkflow {
     #[serde(default)]
     retain: Option<String>,
     #[serde(default)]
-    snapshots: Vec<RawSnapshotUse>,
+    snapshots: Vec<Value>,
     #[serde(default)]
     on: Option<RawOn>,
 }
 
-/// A snapshot store the workflow reads: `prices`, or `{name: prices,
-/// revision: latest}`.
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum RawSnapshotUse {
-    Name(String),
-    Full {
-        name: String,
-        #[serde(default)]
-        revision: Option<String>,
-    },
+/// A snapshot store the workflow reads, as written: `prices`, or `{name:
+/// prices, revision: latest}`. Its name and `revision:`, or what is wrong.
+fn snapshot_use(used: &Value) -> Result<(String, Option<String>), String> {
+    const SHAPE: &str = "a store is its name, or `{name: NAME, revision: latest}`";
+    match used {
+        Value::String(name) => Ok((name.clone(), None)),
+        Value::Object(fields) => {
+            if let Some(field) = fields.keys().find(|k| *k != "name" && *k != "revision") {
+                return Err(format!("unknown field `{field}`; {SHAPE}"));
+            }
+            let Some(Value::String(name)) = fields.get("name") else {
+                return Err(format!("no `name`; {SHAPE}"));
+            };
+            let revision = match fields.get("revision") {
+                None | Some(Value::Null) => None,
+                Some(Value::String(r)) => Some(r.clone()),
+                Some(other) => Some(other.to_string()),
+            };
+            Ok((name.clone(), revision))
+        }
+        other => Err(format!("{other} is not a store; {SHAPE}")),
+    }
 }
 
 /// What starts a workflow by itself.
@@ -175,20 +186,18 @@ pub(super) fn parse(
         .map_err(|m| text.invalid("retain", "", format!("retain: {m}")))?;
     let schedules = schedules(&text, raw.on)?;
     let mut snapshots: Vec<crate::SnapshotUse> = Vec::new();
-    for used in raw.snapshots {
-        let (name, revision) = match used {
-            RawSnapshotUse::Name(name) => (name, None),
-            RawSnapshotUse::Full { name, revision } => (name, revision),
-        };
+    for used in &raw.snapshots {
+        let (name, revision) = snapshot_use(used)
+            .map_err(|m| text.invalid("snapshots", "", format!("snapshots: {m}")))?;
         check_id(&name)
-            .map_err(|m| text.invalid("snapshots", &name, format!("snapshots: `{name}`: {m}")))?;
+            .map_err(|m| text.invalid("snapshots", "", format!("snapshots: `{name}`: {m}")))?;
         let latest = match revision.as_deref() {
             None | Some("pinned") => false,
             Some("latest") => true,
             Some(other) => {
                 return Err(text.invalid(
                     "snapshots",
-                    &name,
+                    "",
                     format!(
                         "snapshots: `{name}`: revision `{other}` is not one; give `latest` to read the newest revision at each call, or leave it out to read the one pinned at the run's start"
                     ),
@@ -198,7 +207,7 @@ pub(super) fn parse(
         if snapshots.iter().any(|s| s.name == name) {
             return Err(text.invalid(
                 "snapshots",
-                &name,
+                "",
                 format!("snapshots: `{name}` is named twice"),
             ));
         }

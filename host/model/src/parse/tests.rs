@@ -225,6 +225,42 @@ fn brackets_nested_too_deep_are_refused_at_once_with_where() {
 }
 
 #[test]
+fn snapshots_are_named_pinned_or_latest_and_a_bad_one_is_named_with_its_line() {
+    let with = |snapshots: &str| {
+        format!("id: wf\nsnapshots: {snapshots}\nsteps:\n  - {{ id: a, uses: echo }}\n")
+    };
+    let workflow = parse_yaml(&with("[prices, { name: flags, revision: latest }]")).unwrap();
+    assert_eq!(
+        workflow.snapshots,
+        [
+            crate::SnapshotUse {
+                name: "prices".to_owned(),
+                latest: false
+            },
+            crate::SnapshotUse {
+                name: "flags".to_owned(),
+                latest: true
+            }
+        ]
+    );
+    assert!(parse_yaml(GOOD).unwrap().snapshots.is_empty());
+    for (bad, said) in [
+        ("[{ name: p, revison: latest }]", "unknown field `revison`"),
+        ("[{ name: p, revision: 3 }]", "revision `3` is not one"),
+        ("[p, p]", "`p` is named twice"),
+        ("[\"a b\"]", "`a b`"),
+        ("[{ revision: latest }]", "no `name`"),
+        ("[7]", "7 is not a store"),
+    ] {
+        let error = parse_yaml(&with(bad)).unwrap_err().to_string();
+        assert!(
+            error.contains("wf.yaml:2") && error.contains(said),
+            "{bad}: {error}"
+        );
+    }
+}
+
+#[test]
 fn retain_is_a_duration_or_forever_and_a_bad_one_is_named_with_its_line() {
     let with =
         |retain: &str| format!("id: wf\nretain: {retain}\nsteps:\n  - {{ id: a, uses: echo }}\n");

@@ -107,7 +107,7 @@ pub fn spec() -> Value {
             "/v1/snapshots/{name}/revisions/{revision}": {
                 "get": {
                     "summary": "A snapshot revision, with a page of its entries",
-                    "parameters": [path_param("name", "the store"), path_param("revision", "the revision"), query_param("prefix", "only keys with this prefix", "string"), query_param("after", "keys after this one", "string"), query_param("limit", "at most this many (default 1000)", "integer")],
+                    "parameters": [path_param("name", "the store"), path_param("revision", "the revision"), query_param("prefix", "only keys with this prefix", "string"), query_param("after", "keys after this one", "string"), query_param("limit", "at most this many (default 100, at most 1000)", "integer")],
                     "responses": responses(("200", "`{\"snapshot\": ..., \"entries\": [{key, value, expires_at}], \"next\": key}`"), &[("404", "not_found")])
                 }
             },

@@ -205,7 +205,7 @@ pub(super) struct ShowQuery {
     prefix: String,
     /// Keys after this one.
     after: Option<String>,
-    /// At most this many (1,000 unless given; at most 10,000).
+    /// At most this many (100 unless given; at most 1,000).
     limit: Option<usize>,
 }
 
@@ -247,7 +247,7 @@ pub(super) async fn show(
     caller.need(Right::Read)?;
     let engine = Arc::clone(&api.engine);
     let qualified = tenant::qualify(&caller.tenant, &name);
-    let limit = query.limit.unwrap_or(1000).clamp(1, 10_000);
+    let limit = query.limit.unwrap_or(100).clamp(1, 1000);
     let found = blocking(move || {
         let store = engine.store();
         let Some(record) = store

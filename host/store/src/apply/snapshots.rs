@@ -34,15 +34,17 @@ impl Apply<'_> {
         data: &str,
         store: &str,
         at: Timestamp,
+        first: bool,
         entries: &[(String, Vec<u8>)],
     ) -> Answer {
-        match self.data_row(data)? {
-            Some(row) if row.state != DataState::Staging || row.store != store => {
-                return Ok(Err(StoreError::Changed(What::SnapshotData(
-                    data.to_owned(),
-                ))));
-            }
-            _ => {}
+        let goes_on = match self.data_row(data)? {
+            None => first,
+            Some(row) => !first && row.state == DataState::Staging && row.store == store,
+        };
+        if !goes_on {
+            return Ok(Err(StoreError::Changed(What::SnapshotData(
+                data.to_owned(),
+            ))));
         }
         for (key, _) in entries {
             if self

@@ -456,6 +456,36 @@ impl PostgresStore {
         Ok(found)
     }
 
+    pub(super) fn read_snapshot_keys(
+        &self,
+        data: &str,
+        after: Option<&str>,
+        prefix: &str,
+        limit: usize,
+    ) -> Result<Vec<(String, Option<u64>)>, StoreError> {
+        let from = match after {
+            Some(after) if after >= prefix => after,
+            _ => prefix,
+        };
+        let inclusive = after.is_none_or(|after| after < prefix);
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = self.query(
+            "SELECT k2, substring(v from 1 for 8) FROM snapshot_entries \
+             WHERE k1 = $1 AND (k2 > $2 OR ($3 AND k2 = $2)) ORDER BY k2 LIMIT $4",
+            &[&as_key(data), &as_key(from), &inclusive, &limit],
+        )?;
+        let mut found = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let key = text(row, 0)?;
+            if !key.starts_with(prefix) {
+                break;
+            }
+            let at = read_number(&bytes(row, 1)?);
+            found.push((key, (at != 0).then_some(at)));
+        }
+        Ok(found)
+    }
+
     pub(super) fn read_snapshot_data(
         &self,
     ) -> Result<Vec<(String, crate::SnapshotData)>, StoreError> {

@@ -4,6 +4,7 @@ use redb::{ReadTransaction, ReadableTable};
 
 use super::{SNAPSHOT_DATA, SNAPSHOT_ENTRIES, SNAPSHOTS, decode};
 use crate::StoreError;
+use crate::rows::read_number;
 use crate::snapshots::{SnapshotData, SnapshotEntry, SnapshotRecord};
 
 pub(super) fn revisions(
@@ -46,6 +47,32 @@ pub(super) fn entries(
     prefix: &str,
     limit: usize,
 ) -> Result<Vec<(String, SnapshotEntry)>, StoreError> {
+    walk(txn, data, after, prefix, limit, SnapshotEntry::decode)
+}
+
+pub(super) fn keys(
+    txn: &ReadTransaction,
+    data: &str,
+    after: Option<&str>,
+    prefix: &str,
+    limit: usize,
+) -> Result<Vec<(String, Option<u64>)>, StoreError> {
+    walk(txn, data, after, prefix, limit, |bytes| {
+        let at = read_number(bytes);
+        (at != 0).then_some(at)
+    })
+}
+
+/// Up to `limit` entries of `data` after `after` under `prefix`, each
+/// key with what `read` makes of its stored bytes.
+fn walk<T>(
+    txn: &ReadTransaction,
+    data: &str,
+    after: Option<&str>,
+    prefix: &str,
+    limit: usize,
+    read: impl Fn(&[u8]) -> T,
+) -> Result<Vec<(String, T)>, StoreError> {
     let table = match txn.open_table(SNAPSHOT_ENTRIES) {
         Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
         other => backend!(other)?,
@@ -67,7 +94,7 @@ pub(super) fn entries(
         if after == Some(key) {
             continue;
         }
-        found.push((key.to_owned(), SnapshotEntry::decode(value.value())));
+        found.push((key.to_owned(), read(value.value())));
     }
     Ok(found)
 }

@@ -250,3 +250,48 @@ fn a_forgotten_tombstone_never_lets_a_version_come_back_with_another_value() {
     let rows = s.kv_from(Some((SPACE, "k")), 10).unwrap();
     assert!(rows.is_empty(), "{rows:?}");
 }
+
+#[test]
+fn a_key_with_a_ttl_reads_as_it_was_written_and_is_forgotten_once_expired() {
+    let (_dir, s) = open();
+    started(&*s);
+    let effects = KvEffects {
+        space: SPACE.to_owned(),
+        writes: [("k".to_owned(), Some("v".to_owned()))].into(),
+        reads: Default::default(),
+        expires: [("k".to_owned(), 500)].into(),
+    };
+    let write = commit_with(&*s, R, "kv", |_, _, x| x.kv = Some(effects));
+    put(&*s, write);
+    let row = s.kv_get(SPACE, "k").unwrap();
+    assert_eq!(
+        (row.value.as_deref(), row.expires_at, row.version),
+        (Some("v"), Some(500), 1)
+    );
+    assert_eq!(row.live(499), Some("v"));
+    assert_eq!(row.live(500), None);
+    assert_eq!(s.kv_list(SPACE, "", 10, 499).unwrap(), ["k"]);
+    assert!(s.kv_list(SPACE, "", 10, 500).unwrap().is_empty());
+    let used = s.stored_bytes("default").unwrap();
+    // Not yet expired: it stays.
+    let early = Write::ForgetKv {
+        space: SPACE.to_owned(),
+        key: "k".to_owned(),
+        version: 1,
+        now: 499,
+    };
+    put(&*s, early);
+    assert_eq!(s.kv_get(SPACE, "k").unwrap().version, 1);
+    let due = Write::ForgetKv {
+        space: SPACE.to_owned(),
+        key: "k".to_owned(),
+        version: 1,
+        now: 500,
+    };
+    put(&*s, due);
+    assert_eq!(s.kv_get(SPACE, "k").unwrap(), Default::default());
+    assert!(s.stored_bytes("default").unwrap() <= used);
+    // Made again, it starts above the version that expired.
+    kv_write(&*s, None, Some("again")).unwrap();
+    assert_eq!(s.kv_get(SPACE, "k").unwrap().version, 2);
+}

@@ -25,10 +25,19 @@ fn entry(value: &str, expires_at: Option<u64>) -> Vec<u8> {
 }
 
 fn stage(data: &str, keys: &[(&str, Option<u64>)]) -> Write {
+    stage_at(data, keys, false)
+}
+
+fn first(data: &str, keys: &[(&str, Option<u64>)]) -> Write {
+    stage_at(data, keys, true)
+}
+
+fn stage_at(data: &str, keys: &[(&str, Option<u64>)], first: bool) -> Write {
     Write::StageSnapshot {
         data: data.to_owned(),
         store: "prices".to_owned(),
         at: AT,
+        first,
         entries: keys
             .iter()
             .map(|(k, expires)| ((*k).to_owned(), entry("1", *expires)))
@@ -72,7 +81,19 @@ fn state(s: &dyn Store, data: &str) -> Option<DataState> {
 #[test]
 fn a_revision_is_staged_in_pages_then_sealed_with_the_next_number() {
     let (_dir, s) = open();
-    put(&*s, stage("d1", &[("a", None), ("b", Some(5))]));
+    // A later page with no first one, and a second first page, are
+    // refused: a publish's data is its own.
+    let refused = apply(&*s, stage("d1", &[("a", None)]));
+    assert!(
+        matches!(refused, Err(StoreError::Changed(_))),
+        "{refused:?}"
+    );
+    put(&*s, first("d1", &[("a", None), ("b", Some(5))]));
+    let refused = apply(&*s, first("d1", &[("x", None)]));
+    assert!(
+        matches!(refused, Err(StoreError::Changed(_))),
+        "{refused:?}"
+    );
     put(&*s, stage("d1", &[("c", None)]));
     assert_eq!(state(&*s, "d1"), Some(DataState::Staging));
     assert!(
@@ -123,7 +144,7 @@ fn a_revision_is_staged_in_pages_then_sealed_with_the_next_number() {
 #[test]
 fn the_newest_revision_stays_and_a_deleted_one_s_entries_go_then_its_row() {
     let (_dir, s) = open();
-    put(&*s, stage("d1", &[("a", None), ("b", None)]));
+    put(&*s, first("d1", &[("a", None), ("b", None)]));
     put(&*s, Write::SealSnapshot(Box::new(record("d1", 1))));
     let newest = apply(
         &*s,
@@ -136,7 +157,7 @@ fn the_newest_revision_stays_and_a_deleted_one_s_entries_go_then_its_row() {
         matches!(newest, Err(StoreError::Needed { .. })),
         "{newest:?}"
     );
-    put(&*s, stage("d2", &[("a", Some(10)), ("b", None)]));
+    put(&*s, first("d2", &[("a", Some(10)), ("b", None)]));
     put(&*s, Write::SealSnapshot(Box::new(record("d2", 2))));
     // A sealed revision's row stays, and only its expired entries go.
     let forget = apply(
@@ -194,8 +215,8 @@ fn the_newest_revision_stays_and_a_deleted_one_s_entries_go_then_its_row() {
 #[test]
 fn a_failed_publish_is_dropped_at_once_or_after_an_hour_without_a_page() {
     let (_dir, s) = open();
-    put(&*s, stage("d1", &[("a", None)]));
-    put(&*s, stage("d2", &[("a", None)]));
+    put(&*s, first("d1", &[("a", None)]));
+    put(&*s, first("d2", &[("a", None)]));
     // Within the hour a publish may go on: its entries stay.
     let hour = weft_store::snapshots::ABANDONED_AFTER_MS;
     let drop_at = |data: &str, now: u64| Write::DropSnapshotEntries {
@@ -207,6 +228,17 @@ fn a_failed_publish_is_dropped_at_once_or_after_an_hour_without_a_page() {
     assert_eq!(keys(&*s, "d1"), ["a"]);
     put(&*s, drop_at("d1", AT.0 + hour));
     assert!(keys(&*s, "d1").is_empty());
+    // Its row goes too, and a page of the publish that comes back late is
+    // refused rather than making the row again.
+    put(
+        &*s,
+        Write::ForgetSnapshotData {
+            data: "d1".to_owned(),
+            now: Timestamp(AT.0 + hour),
+        },
+    );
+    let late = apply(&*s, stage("d1", &[("b", None)]));
+    assert!(matches!(late, Err(StoreError::Changed(_))), "{late:?}");
     put(&*s, Write::AbandonSnapshot("d2".to_owned()));
     assert_eq!(state(&*s, "d2"), Some(DataState::Dropped));
     put(&*s, drop_at("d2", 0));
