@@ -205,3 +205,82 @@ fn the_c_helpers_json_reading_holds_on_hostile_input() {
     assert!(ran.status.success(), "{ran:?}");
     assert_eq!(String::from_utf8_lossy(&ran.stdout).trim(), "OK");
 }
+
+/// Python and JavaScript steps read a snapshot store and keep a key that
+/// expires, through their helpers: the same contract as Rust's, on the
+/// engine's (simulated) clock.
+#[test]
+fn python_and_javascript_steps_read_snapshots_and_keep_keys_that_expire() {
+    use std::sync::Arc;
+    use std::time::Duration;
+    use weft::engine::snapshots::{FileFormat, PublishOptions};
+    use weft::engine::{EngineConfig, Quiet};
+
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = dir.path().join("plugins");
+    std::fs::create_dir_all(&plugins).unwrap();
+    for project in ["tests/lang/refdata-py", "tests/lang/refdata-js"] {
+        let component = built(project);
+        std::fs::copy(&component, plugins.join(component.file_name().unwrap())).unwrap();
+    }
+    let store = Arc::new(weft::RedbStore::open(dir.path().join("weft.redb")).unwrap());
+    let clock = Arc::new(weft::SimClock::new(weft::Timestamp(1_795_996_800_000)));
+    let runtime = weft::Runtime::new(weft::RuntimeConfig {
+        cache_dir: Some(shared_cache()),
+        ..weft::RuntimeConfig::default()
+    })
+    .unwrap();
+    let engine = weft::Engine::with_config(
+        store,
+        weft::PluginDir::new(runtime, &plugins),
+        clock.clone(),
+        EngineConfig::default(),
+    )
+    .unwrap();
+    engine
+        .publish_snapshot(
+            "default",
+            "tiers",
+            r#"{"acme": {"tier": "gold"}, "acme-eu": 1, "zeta": 2}"#.as_bytes(),
+            FileFormat::Json,
+            "tiers.json",
+            &PublishOptions::default(),
+        )
+        .unwrap();
+    let run = |ttl: bool| {
+        let (py, js) = if ttl {
+            (", ttl: 60", ", ttlMs: 60000")
+        } else {
+            ("", "")
+        };
+        let text = format!(
+            "id: refdata\nsnapshots: [tiers]\nsteps:\n  \
+             - {{ id: py, uses: refdata-py, with: {{ store: tiers, key: acme, prefix: acme{py} }} }}\n  \
+             - {{ id: js, uses: refdata-js, with: {{ store: tiers, key: acme, prefix: acme{js} }} }}\n\
+             outputs: {{ py: \"${{{{ steps.py.output }}}}\", js: \"${{{{ steps.js.output }}}}\" }}\n"
+        );
+        let workflow = weft::model::parse(&text, weft::model::Format::Yaml, "wf.yaml").unwrap();
+        let handle = engine
+            .start(Arc::new(workflow), json!({}), Box::new(Quiet))
+            .unwrap();
+        let ended = handle.wait().unwrap();
+        assert_eq!(
+            ended.state,
+            weft::store::RunState::Succeeded,
+            "{:?}",
+            ended.error
+        );
+        ended.outputs.unwrap()
+    };
+    let read = |seen: Option<&str>| json!({ "value": { "tier": "gold" }, "keys": ["acme", "acme-eu"], "seen": seen });
+    let first = run(true);
+    assert_eq!(first["py"], read(None), "{first}");
+    assert_eq!(first["js"], read(None), "{first}");
+    let second = run(false);
+    assert_eq!(second["py"], read(Some("yes")), "{second}");
+    assert_eq!(second["js"], read(Some("yes")), "{second}");
+    clock.advance(Duration::from_secs(61));
+    let later = run(false);
+    assert_eq!(later["py"], read(None), "expired: {later}");
+    assert_eq!(later["js"], read(None), "expired: {later}");
+}

@@ -642,6 +642,7 @@ fn every_route_refuses_bad_input_clearly_and_the_openapi_document_matches() {
                     },
                 )
                 .replace("{channel}", "c")
+                .replace("{revision}", "1")
                 .replace("{name}", "n");
             if path.ends_with("/events") {
                 continue; // a stream; opened above

@@ -363,6 +363,20 @@ fn a_tenant_sees_none_of_another_tenants_objects_on_any_route() {
     );
     assert_eq!(status, 200, "{body}");
     let a_secret_set = body["secret"]["updated_at"].clone();
+    // And a snapshot store, in two revisions.
+    for text in [
+        r#"{"a-rate-key": "a-rate-value-9f1"}"#,
+        r#"{"a-rate-key": "a-rate-value-9f2"}"#,
+    ] {
+        let (status, body) = send_as(
+            &host,
+            &a,
+            "/v1/snapshots/a-rates",
+            "application/json",
+            text.as_bytes(),
+        );
+        assert_eq!(status, 201, "{body}");
+    }
 
     // What must never show in an answer to B.
     let secrets: Vec<String> = [
@@ -377,6 +391,9 @@ fn a_tenant_sees_none_of_another_tenants_objects_on_any_route() {
         "tenant-a".to_owned(),
         "a-stripe".to_owned(),
         "a-secret-value-5c2e".to_owned(),
+        "a-rates".to_owned(),
+        "a-rate-key".to_owned(),
+        "a-rate-value-9f".to_owned(),
     ]
     .into_iter()
     .chain(a_deliveries.iter().cloned())
@@ -732,6 +749,46 @@ fn a_tenant_sees_none_of_another_tenants_objects_on_any_route() {
         },
         Probe {
             method: "GET",
+            route: "/v1/snapshots",
+            path: "/v1/snapshots".into(),
+            twin: None,
+            body: None,
+            expect: Expect::List,
+        },
+        Probe {
+            method: "GET",
+            route: "/v1/snapshots/{name}",
+            path: "/v1/snapshots/a-rates".into(),
+            twin: Some("/v1/snapshots/no-such-store".into()),
+            body: None,
+            expect: Expect::Missing,
+        },
+        Probe {
+            method: "GET",
+            route: "/v1/snapshots/{name}/revisions/{revision}",
+            path: "/v1/snapshots/a-rates/revisions/1".into(),
+            twin: Some("/v1/snapshots/no-such-store/revisions/1".into()),
+            body: None,
+            expect: Expect::Missing,
+        },
+        Probe {
+            method: "GET",
+            route: "/v1/snapshots/{name}/diff",
+            path: "/v1/snapshots/a-rates/diff?from=1&to=2".into(),
+            twin: Some("/v1/snapshots/no-such-store/diff?from=1&to=2".into()),
+            body: None,
+            expect: Expect::Missing,
+        },
+        Probe {
+            method: "POST",
+            route: "/v1/snapshots/{name}",
+            path: "/v1/snapshots/b-rates".into(),
+            twin: None,
+            body: Some(json!({ "b-key": 1 })),
+            expect: Expect::Own,
+        },
+        Probe {
+            method: "GET",
             route: "/v1/channels/{channel}/events",
             path: "/v1/channels/a-news/events?consumer=a-reader".into(),
             twin: None,
@@ -834,6 +891,13 @@ fn a_tenant_sees_none_of_another_tenants_objects_on_any_route() {
     }
 
     // A's objects are as they were.
+    let (_, stores) = call_as(&host, Some(&a), "GET", "/v1/snapshots", None);
+    let stores = stores["snapshots"].as_array().unwrap().clone();
+    assert_eq!(stores.len(), 1, "{stores:?}");
+    assert_eq!(
+        (&stores[0]["store"], &stores[0]["revision"]),
+        (&json!("a-rates"), &json!(2))
+    );
     let (_, listed) = call_as(&host, Some(&a), "GET", "/v1/secrets", None);
     assert_eq!(
         listed["secrets"],

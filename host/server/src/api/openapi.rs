@@ -88,7 +88,7 @@ pub fn spec() -> Value {
                 "get": {
                     "summary": "A snapshot store's revisions, oldest first",
                     "parameters": [path_param("name", "the store")],
-                    "responses": responses(("200", "`{\"store\": name, \"revisions\": [...]}`"), &[("404", "not_found")])
+                    "responses": responses(("200", "`{\"store\": name, \"revisions\": [...]}`"), &[("404", "unknown_snapshot")])
                 },
                 "post": {
                     "summary": "Publish a new revision of a snapshot store",
@@ -108,14 +108,14 @@ pub fn spec() -> Value {
                 "get": {
                     "summary": "A snapshot revision, with a page of its entries",
                     "parameters": [path_param("name", "the store"), path_param("revision", "the revision"), query_param("prefix", "only keys with this prefix", "string"), query_param("after", "keys after this one", "string"), query_param("limit", "at most this many (default 100, at most 1000)", "integer")],
-                    "responses": responses(("200", "`{\"snapshot\": ..., \"entries\": [{key, value, expires_at}], \"next\": key}`"), &[("404", "not_found")])
+                    "responses": responses(("200", "`{\"snapshot\": ..., \"entries\": [{key, value, expires_at}], \"next\": key}`"), &[("404", "unknown_snapshot")])
                 }
             },
             "/v1/snapshots/{name}/diff": {
                 "get": {
                     "summary": "The keys added, removed and changed between two revisions",
                     "parameters": [path_param("name", "the store"), query_param("from", "the revision compared from", "integer"), query_param("to", "the revision compared to", "integer"), query_param("limit", "changes listed, at most (default 1000)", "integer")],
-                    "responses": responses(("200", "`{store, from, to, added, removed, changed, changes: [{key, change, from, to}], truncated}`"), &[("404", "not_found")])
+                    "responses": responses(("200", "`{store, from, to, added, removed, changed, changes: [{key, change, from, to}], truncated}`"), &[("404", "unknown_snapshot")])
                 }
             },
             "/v1/plugins": {

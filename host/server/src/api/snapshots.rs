@@ -231,7 +231,7 @@ pub(super) async fn revisions(
 fn no_store(name: &str) -> ApiError {
     ApiError::new(
         StatusCode::NOT_FOUND,
-        "not_found",
+        "unknown_snapshot",
         format!("no snapshot store `{name}`"),
     )
 }
@@ -265,7 +265,7 @@ pub(super) async fn show(
     let Some((record, entries)) = found else {
         return Err(ApiError::new(
             StatusCode::NOT_FOUND,
-            "not_found",
+            "unknown_snapshot",
             format!("snapshot store `{name}` has no revision {revision}"),
         ));
     };
@@ -318,7 +318,7 @@ pub(super) async fn diff(
     .await?
     .map_err(|e| match e {
         snapshots::DiffError::Store(e) => e.into(),
-        e => ApiError::new(StatusCode::NOT_FOUND, "not_found", e.to_string()),
+        e => ApiError::new(StatusCode::NOT_FOUND, "unknown_snapshot", e.to_string()),
     })?;
     Ok(Json(
         serde_json::to_value(diff).map_err(|e| ApiError::internal(e.to_string()))?,
