@@ -11,7 +11,7 @@ use clap::Subcommand;
 use serde_json::{Value, json};
 
 use weft::engine::snapshots::{self as snap, FileFormat, PublishError};
-use weft::store::{SnapshotRecord, StoreError, Write};
+use weft::store::{StoreError, Write};
 use weft::{Store, SystemClock};
 
 use super::{EXIT_INVALID, open_store};
@@ -207,7 +207,7 @@ fn publish(
                 &options,
             );
             match published {
-                Ok(record) => revision_json(&record),
+                Ok(record) => weft::api::snapshot_json(&record),
                 Err(e @ PublishError::Store(_)) => return Err(e.into()),
                 Err(e) => return refused(&e.to_string()),
             }
@@ -259,29 +259,12 @@ fn encoded(text: &str) -> String {
         .collect()
 }
 
-/// A revision as the CLI shows it (as the API does).
-fn revision_json(record: &SnapshotRecord) -> Value {
-    json!({
-        "store": weft::core::tenant::bare(&record.store),
-        "revision": record.revision,
-        "digest": record.digest,
-        "entries": record.entries,
-        "bytes": record.bytes,
-        "expiring": record.expiring,
-        "published_at": record.published_at,
-        "ttl_ms": record.ttl_ms,
-        "keep": record.keep,
-        "keep_for_ms": record.keep_for_ms,
-        "origin": record.origin,
-    })
-}
-
 fn list(data_dir: &Path, as_json: bool, server: Option<String>) -> anyhow::Result<ExitCode> {
     let stores: Vec<Value> = match target(data_dir, server)? {
         Target::Local(store) => snap::stores(store.as_ref(), TENANT)?
             .iter()
             .map(|(newest, count)| {
-                let mut shown = revision_json(newest);
+                let mut shown = weft::api::snapshot_json(newest);
                 shown["revisions"] = json!(count);
                 shown
             })
@@ -336,7 +319,7 @@ fn show(
             if revisions.is_empty() {
                 return refused(&format!("no snapshot store `{name}`"));
             }
-            json!({ "store": name, "revisions": revisions.iter().map(revision_json).collect::<Vec<_>>() })
+            json!({ "store": name, "revisions": revisions.iter().map(weft::api::snapshot_json).collect::<Vec<_>>() })
         }
         (Target::Local(store), Some(revision)) => {
             let Some(record) = store
@@ -350,7 +333,7 @@ fn show(
             };
             let entries = store.snapshot_entries(&record.data, None, "", limit)?;
             json!({
-                "snapshot": revision_json(&record),
+                "snapshot": weft::api::snapshot_json(&record),
                 "entries": entries.iter().map(|(key, entry)| json!({
                     "key": key,
                     "value": serde_json::from_str::<Value>(&entry.value).unwrap_or(Value::Null),

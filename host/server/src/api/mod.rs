@@ -34,7 +34,7 @@ use weft_store::{Right, RunFilter};
 
 pub use auth::{Access, Caller};
 pub use error::ApiError;
-pub use snapshots::options as snapshot_options;
+pub use snapshots::{options as snapshot_options, revision_json as snapshot_json};
 
 /// The largest request body accepted.
 pub const MAX_BODY: usize = 4 << 20;

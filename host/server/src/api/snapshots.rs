@@ -25,7 +25,7 @@ use super::{Api, ApiError, Caller, blocking};
 pub const MAX_SNAPSHOT: u64 = 2 << 30;
 
 /// A revision as the API shows it, named as its tenant names it.
-pub(super) fn revision_json(record: &SnapshotRecord) -> Value {
+pub fn revision_json(record: &SnapshotRecord) -> Value {
     json!({
         "store": tenant::bare(&record.store),
         "revision": record.revision,
