@@ -21,6 +21,7 @@ mod egress;
 mod hosts;
 mod languages;
 mod messages;
+mod observe;
 mod retention;
 mod sandbox;
 mod snapshots;

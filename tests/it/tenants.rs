@@ -795,6 +795,31 @@ fn a_tenant_sees_none_of_another_tenants_objects_on_any_route() {
             body: None,
             expect: Expect::Stream,
         },
+        // Every event this host kept, and those of A's run by name.
+        Probe {
+            method: "GET",
+            route: "/v1/events",
+            path: "/v1/events?after=0".into(),
+            twin: None,
+            body: None,
+            expect: Expect::Stream,
+        },
+        Probe {
+            method: "GET",
+            route: "/v1/events",
+            path: format!("/v1/events?after=0&run={a_run}"),
+            twin: None,
+            body: None,
+            expect: Expect::Stream,
+        },
+        Probe {
+            method: "GET",
+            route: "/metrics",
+            path: "/metrics".into(),
+            twin: None,
+            body: None,
+            expect: Expect::Forbidden,
+        },
     ];
 
     // The table covers every operation of the document, and no other.
@@ -889,6 +914,13 @@ fn a_tenant_sees_none_of_another_tenants_objects_on_any_route() {
             assert_eq!(body["acks"][0]["error"], "unknown_delivery", "{body}");
         }
     }
+
+    // A's own stream has its run's events: the walk's empty streams of B
+    // are not empty for want of events.
+    assert!(
+        !stream_is_empty(&host, &a, &format!("/v1/events?after=0&run={a_run}")),
+        "A hears its run's events"
+    );
 
     // A's objects are as they were.
     let (_, stores) = call_as(&host, Some(&a), "GET", "/v1/snapshots", None);

@@ -10,6 +10,7 @@
 //! - [`ScheduleSpec`], [`Overlap`] and [`CatchUp`]: a cron trigger as
 //!   written (weft-model compiles it).
 //! - [`ErrorRecord`]: how an error is recorded and shown.
+//! - [`metrics`]: what a host counts and times, for `GET /metrics`.
 //! - [`tenant`]: whose an object is, and its name as stored.
 //! - [`fair`]: items of several tenants, taken in turn.
 //! - [`ids`]: fresh ids and random numbers, repeatable under a seed.
@@ -23,6 +24,7 @@ pub mod egress;
 mod error;
 pub mod fair;
 pub mod ids;
+pub mod metrics;
 pub mod names;
 mod schedule;
 mod schema;

@@ -89,6 +89,12 @@ impl Committer {
         Arc::clone(&self.core.messages)
     }
 
+    /// What the engine counts, if it counts: webhook requests are timed
+    /// there.
+    pub fn metrics(&self) -> Option<&Arc<weft_core::metrics::Metrics>> {
+        self.core.telemetry.metrics.as_ref()
+    }
+
     /// The engine's clock, which stamps what the hub writes.
     pub fn clock(&self) -> &Arc<dyn weft_core::clock::Clock> {
         &self.core.clock

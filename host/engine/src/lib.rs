@@ -46,6 +46,7 @@ pub mod secrets;
 pub mod snapshots;
 mod stored;
 pub mod sweep;
+mod telemetry;
 
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, sync_channel};
@@ -76,6 +77,10 @@ pub use scheduler::TenantLimits;
 pub use scheduler::stepped::{Answering, Stepper};
 pub use secrets::{SecretError, SecretKeys, Vault};
 pub use stored::cancel_in_store;
+pub use telemetry::{
+    KEPT as EVENTS_KEPT, RunEvent, RunEventKind, RunEvents, StepEvent, Subscription,
+};
+pub use weft_core::metrics::Metrics;
 pub use weft_model::Workflows;
 
 /// The tenant of runs started without one.
@@ -194,7 +199,7 @@ impl Drop for Engine {
 }
 
 /// How an engine runs. Every field has a default.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct EngineConfig {
     /// Threads that run step attempts. Default: four per core, so that a few
     /// long steps do not hold up every other run.
@@ -217,6 +222,9 @@ pub struct EngineConfig {
     /// The keys tenants' secrets are sealed with. Default: none, so no
     /// secret can be set or read.
     pub secrets: Option<Arc<SecretKeys>>,
+    /// Where the engine counts and times what it does (`GET /metrics`).
+    /// Default: none, and counting costs nothing.
+    pub metrics: Option<Arc<Metrics>>,
     /// Note each timer fire's lag behind its due time, for
     /// [`Engine::take_fire_lags`] (benchmarks). Default: off.
     #[cfg(feature = "bench")]
@@ -232,6 +240,7 @@ impl Default for EngineConfig {
             take_over: true,
             egress: None,
             secrets: None,
+            metrics: None,
             #[cfg(feature = "bench")]
             measure_fires: false,
         }
@@ -257,6 +266,9 @@ impl Engine {
         clock: Arc<dyn Clock>,
         config: EngineConfig,
     ) -> std::io::Result<Self> {
+        if let Some(metrics) = &config.metrics {
+            plugins.meter(Arc::clone(metrics));
+        }
         // The registry of plugins lives in the store.
         plugins
             .attach(store.clone(), Arc::clone(&clock))
@@ -267,6 +279,7 @@ impl Engine {
         let source = Arc::new(
             WasmPlugins::new(Arc::clone(&plugins), Arc::clone(&store))
                 .timed(Arc::clone(&clock))
+                .metered(config.metrics.clone())
                 .reaching(Arc::clone(&egress), vault.clone()),
         );
         Self::assemble(store, plugins, source, clock, config, egress, vault)
@@ -297,7 +310,7 @@ impl Engine {
         egress: Arc<EgressPolicies>,
         vault: Vault,
     ) -> std::io::Result<Self> {
-        let commits = GroupCommit::start(store.clone())?;
+        let commits = GroupCommit::start(store.clone())?.metered(config.metrics.clone());
         let host = weft_core::ids::uuid_v7(clock.now());
         let launcher = Arc::new(Launcher::new(store, source, clock, host));
         #[cfg(feature = "bench")]
@@ -310,6 +323,7 @@ impl Engine {
             config.max_resident,
             measure_fires,
             config.lease_ttl,
+            config.metrics.clone(),
         ));
         core.set_take_over(config.take_over);
         // The host's row exists before any run is made under its leases.
@@ -345,6 +359,7 @@ impl Engine {
             config.max_resident,
             false,
             config.lease_ttl,
+            config.metrics.clone(),
         ));
         let _ = core.join();
         let stepper = Stepper::new(Arc::clone(&core), held);
@@ -409,6 +424,30 @@ impl Engine {
     #[cfg(feature = "bench")]
     pub fn take_fire_lags(&self) -> Vec<i64> {
         self.core.take_fire_lags()
+    }
+
+    /// The events of runs this engine drives, for `GET /v1/events`.
+    pub fn events(&self) -> &RunEvents {
+        &self.core.telemetry.events
+    }
+
+    /// What the engine counts, if it counts ([`EngineConfig::metrics`]).
+    pub fn metrics(&self) -> Option<&Arc<Metrics>> {
+        self.core.telemetry.metrics.as_ref()
+    }
+
+    /// Sets the engine's gauges to what they read now: runs ready,
+    /// resident and parked, and timers armed.
+    pub fn read_gauges(&self) {
+        let Some(metrics) = self.core.telemetry.metrics.as_ref() else {
+            return;
+        };
+        let (resident, parked) = self.core.load();
+        let gauge = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+        metrics.runs_ready.set(gauge(self.core.ready_len()));
+        metrics.runs_resident.set(gauge(resident));
+        metrics.runs_parked.set(gauge(parked));
+        metrics.timers_pending.set(gauge(self.core.armed()));
     }
 
     /// How many timers are armed in memory (a timer armed twice counts
@@ -620,6 +659,7 @@ impl Engine {
                 match result {
                     Ok(()) => {
                         let _ = recorded.send(Ok(()));
+                        core.telemetry.started(&task.drive.run, core.clock.now());
                         observer.run_created(&task.drive.run);
                         task.observer = observer;
                         if parked {
@@ -680,6 +720,11 @@ impl Engine {
             }
         };
         observer.run_resumed(&drive.run);
+        if !drive.run.suspended {
+            self.core
+                .telemetry
+                .resumed(&drive.run, self.core.clock.now());
+        }
         let (done, outcome) = sync_channel(1);
         let alive = Arc::new(());
         let handle = RunHandle {

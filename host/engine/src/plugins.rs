@@ -93,6 +93,8 @@ pub struct PluginDir {
     /// Components loaded, by digest.
     loaded: Mutex<HashMap<String, Plugin>>,
     registry: OnceLock<Registry>,
+    /// Counts each load, from the compiled-code cache or compiled.
+    metrics: OnceLock<Arc<weft_core::metrics::Metrics>>,
 }
 
 #[derive(Debug)]
@@ -122,7 +124,30 @@ impl PluginDir {
             loading: Mutex::new(HashMap::new()),
             loaded: Mutex::new(HashMap::new()),
             registry: OnceLock::new(),
+            metrics: OnceLock::new(),
         }
+    }
+
+    /// Counts each component this directory loads in `metrics`, by where
+    /// its compiled code came from; the first call holds.
+    pub fn meter(&self, metrics: Arc<weft_core::metrics::Metrics>) {
+        let _ = self.metrics.set(metrics);
+    }
+
+    /// Loads a component, counting where its code came from.
+    fn load(&self, bytes: &[u8]) -> Result<Plugin, LoadError> {
+        let plugin = self.runtime.load(bytes)?;
+        if let Some(metrics) = self.metrics.get() {
+            let source = match plugin.code_source() {
+                weft_runtime::CodeSource::Cache => "cache",
+                weft_runtime::CodeSource::Compiled => "compiled",
+            };
+            metrics
+                .component_loads
+                .get_or_create(&weft_core::metrics::LoadLabels { source })
+                .inc();
+        }
+        Ok(plugin)
     }
 
     /// Keeps the registry in `store`: reads its plugins now, and adds
@@ -215,7 +240,7 @@ impl PluginDir {
         bytes: &[u8],
         origin: &str,
     ) -> Result<(Plugin, PluginRecord), LoadError> {
-        let plugin = self.runtime.load(bytes)?;
+        let plugin = self.load(bytes)?;
         let name = weft_core::tenant::qualify(tenant, &plugin.meta().name);
         let record = self.register(&plugin, &name, origin);
         Ok((plugin, record))
@@ -334,13 +359,10 @@ impl PluginDir {
             .component(digest)
             .map_err(|e| ResolveError::Store(e.to_string()))?
             .ok_or_else(|| ResolveError::Store(format!("{shown} is not in the store")))?;
-        let plugin = self
-            .runtime
-            .load(&bytes)
-            .map_err(|source| ResolveError::Load {
-                path: shown.clone(),
-                source,
-            })?;
+        let plugin = self.load(&bytes).map_err(|source| ResolveError::Load {
+            path: shown.clone(),
+            source,
+        })?;
         if plugin.digest().to_string() != digest {
             return Err(ResolveError::Store(format!(
                 "the stored {shown} has digest {}",
@@ -512,13 +534,10 @@ impl PluginDir {
         let known = lock(&self.loaded).get(&digest).cloned();
         let plugin = match known {
             Some(plugin) => plugin,
-            None => self
-                .runtime
-                .load(&bytes)
-                .map_err(|source| ResolveError::Load {
-                    path: path.display().to_string(),
-                    source,
-                })?,
+            None => self.load(&bytes).map_err(|source| ResolveError::Load {
+                path: path.display().to_string(),
+                source,
+            })?,
         };
         tracing::debug!(
             path = %path.display(),

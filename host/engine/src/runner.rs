@@ -119,6 +119,7 @@ pub struct WasmPlugins {
     clock: Arc<dyn Clock>,
     egress: Arc<EgressPolicies>,
     vault: Vault,
+    metrics: Option<Arc<weft_core::metrics::Metrics>>,
 }
 
 impl WasmPlugins {
@@ -132,7 +133,14 @@ impl WasmPlugins {
             clock: Arc::new(weft_core::SystemClock),
             egress: Arc::default(),
             vault,
+            metrics: None,
         }
+    }
+
+    /// The same source, timing each guest's instantiation and call in
+    /// `metrics`.
+    pub fn metered(self, metrics: Option<Arc<weft_core::metrics::Metrics>>) -> Self {
+        Self { metrics, ..self }
     }
 
     /// The same source, measuring expiry (of key-value data and snapshot
@@ -176,6 +184,7 @@ impl WasmPlugins {
             snapshots,
             egress: Arc::clone(&self.egress),
             vault: self.vault.clone(),
+            metrics: self.metrics.clone(),
         })
     }
 }
@@ -274,6 +283,7 @@ struct WasmRunner {
     snapshots: Option<SharedSnapshots>,
     egress: Arc<EgressPolicies>,
     vault: Vault,
+    metrics: Option<Arc<weft_core::metrics::Metrics>>,
 }
 
 impl StepOutcome {
@@ -337,6 +347,21 @@ impl StepRunner for WasmRunner {
             snapshots: self.snapshots.clone(),
         };
         let outcome = plugin.call(&call.context, &call.input, &options);
+        if let Some(metrics) = &self.metrics {
+            let labels = weft_core::metrics::PluginLabels {
+                tenant: tenant.to_owned(),
+                plugin: plugin.meta().name.clone(),
+            };
+            let timing = outcome.timing;
+            metrics
+                .guest_instantiate_seconds
+                .get_or_create(&labels)
+                .observe(timing.instantiate.as_secs_f64());
+            metrics
+                .guest_call_seconds
+                .get_or_create(&labels)
+                .observe(timing.call.as_secs_f64());
+        }
         StepOutcome {
             result: outcome.result.map_err(|e| error_record(&e)),
             logs: outcome.logs,

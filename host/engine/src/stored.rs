@@ -62,9 +62,18 @@ pub(crate) fn decide_fire(
     timer: &TimerRecord,
     now: Timestamp,
 ) -> Result<Option<Write>, StoreError> {
+    Ok(decide_fire_on(store, timer, now)?.map(|(write, _)| write))
+}
+
+/// [`decide_fire`], with the run the fire was decided on, as stored.
+pub(crate) fn decide_fire_on(
+    store: &dyn Store,
+    timer: &TimerRecord,
+    now: Timestamp,
+) -> Result<Option<(Write, RunRecord)>, StoreError> {
     let run = store.run(&timer.run)?;
     let run = run.filter(|run| !run.state.is_terminal());
-    Ok(run.map(|run| fire(timer, &run, now)))
+    Ok(run.map(|run| (fire(timer, &run, now), run)))
 }
 
 /// Timer `timer`'s fire in `run` as stored: the record it leaves, and the

@@ -41,7 +41,7 @@ pub use error::{CallError, LoadError, RuntimeError};
 pub use http::HttpLimits;
 pub use kv::{KvAccess, KvSource, MAX_KEY, MAX_VALUE, MAX_WRITES};
 pub use outbox::{MAX_MESSAGES, MAX_PAYLOAD};
-pub use plugin::{CallOptions, CallOutcome, Plugin, PluginMeta, StepContext};
+pub use plugin::{CallOptions, CallOutcome, CallTiming, Plugin, PluginMeta, StepContext};
 pub use secrets::Secrets;
 pub use snapshot::{MAX_KEYS as MAX_SNAPSHOT_KEYS, SharedSnapshots, SnapshotSource};
 pub use weft_core::{Digest, HttpCall, KvEffects, LogLevel, LogLine, LogSource, Versioned};

@@ -112,6 +112,8 @@ struct Queue {
     filled: Condvar,
     /// Submitters wait on it for room in their tenant's lane.
     room: Condvar,
+    /// Where each batch's size and time are counted.
+    metrics: std::sync::OnceLock<Arc<weft_core::metrics::Metrics>>,
 }
 
 #[derive(Default)]
@@ -167,7 +169,7 @@ impl Held {
         let batch = self.take(n);
         let count = batch.len();
         let _answering = Answering::mark(address(&self.jobs));
-        apply_batch(self.store.as_ref(), batch);
+        apply_batch(self.store.as_ref(), batch, None);
         count
     }
 
@@ -233,6 +235,15 @@ impl GroupCommit {
             thread: Mutex::new(Some(thread)),
             held: None,
         })
+    }
+
+    /// The same group commit, counting each batch's writes and time in
+    /// `metrics`.
+    pub fn metered(self, metrics: Option<Arc<weft_core::metrics::Metrics>>) -> Self {
+        if let Some(metrics) = metrics {
+            let _ = self.queue.metrics.set(metrics);
+        }
+        self
     }
 
     /// A group commit with no thread: submitted writes wait until the
@@ -431,17 +442,26 @@ fn commit_loop(store: &dyn Store, queue: &Queue) {
         let batch: Vec<Job> = std::iter::from_fn(|| lanes.pop(|_| 1)).take(most).collect();
         drop(waiting);
         queue.room.notify_all();
-        apply_batch(store, batch);
+        apply_batch(store, batch, queue.metrics.get().map(Arc::as_ref));
     }
 }
 
-/// Commits `batch` in one transaction and answers each of its writes.
-fn apply_batch(store: &dyn Store, batch: Vec<Job>) {
+/// Commits `batch` in one transaction, counting it in `metrics`, and
+/// answers each of its writes.
+fn apply_batch(store: &dyn Store, batch: Vec<Job>, metrics: Option<&weft_core::metrics::Metrics>) {
     if batch.is_empty() {
         return;
     }
     let writes: Vec<&Write> = batch.iter().map(|job| &job.write).collect();
-    match store.apply(&writes) {
+    let started = Instant::now();
+    let applied = store.apply(&writes);
+    if let Some(metrics) = metrics {
+        metrics.commit_batch_writes.observe(writes.len() as f64);
+        metrics
+            .commit_seconds
+            .observe(started.elapsed().as_secs_f64());
+    }
+    match applied {
         Ok(results) => {
             let mut results = results.into_iter();
             for job in batch {

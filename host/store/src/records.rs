@@ -10,7 +10,7 @@ use weft_core::clock::Timestamp;
 use weft_core::{ErrorRecord, LogLine, ScheduleSpec};
 
 /// A run's lifecycle.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RunState {
     /// Started and not finished; `next_step` says where it is.
@@ -307,8 +307,13 @@ pub struct StepRecord {
     pub started_at: Timestamp,
     /// How long the attempt took, in microseconds.
     pub duration_us: u64,
-    /// The output, when the step succeeded.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The output, when the step succeeded. A `null` output is an
+    /// output: it reads back as `Some(Null)`, not as no output.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
     pub output: Option<Value>,
     /// For a `subflow` step: the child run this attempt started. A record
     /// with a child and no outcome means the attempt waits for it.
@@ -408,5 +413,29 @@ impl DefinitionRecord {
             format: format.to_owned(),
             source: source.to_owned(),
         }
+    }
+}
+
+/// A field that is there, `null` included: `Some`. (A field that is not
+/// there is `None`, by `#[serde(default)]`.)
+fn present<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<Value>, D::Error> {
+    Value::deserialize(deserializer).map(Some)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn a_null_output_reads_back_as_an_output() {
+        let mut record = StepRecord::empty("r", 0, (0, "a", "a"), 1, Timestamp(0));
+        record.output = Some(Value::Null);
+        let back: StepRecord = serde_json::from_slice(&crate::encode(&record)).unwrap();
+        assert_eq!(back.output, Some(Value::Null));
+        record.output = None;
+        let back: StepRecord = serde_json::from_slice(&crate::encode(&record)).unwrap();
+        assert_eq!(back.output, None);
     }
 }

@@ -70,6 +70,17 @@ pub struct Cli {
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
 
+    /// How logs on stderr read: `text`, or `json` (one object a line, with
+    /// its fields and spans).
+    #[arg(
+        long,
+        global = true,
+        env = "WEFT_LOG_FORMAT",
+        value_name = "FORMAT",
+        default_value = "text"
+    )]
+    pub log_format: LogFormat,
+
     /// The API token a command sends to `weft serve`.
     #[arg(
         long,
@@ -852,8 +863,17 @@ pub fn is_broken_pipe(error: &anyhow::Error) -> bool {
     })
 }
 
+/// How logs read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Lines for people.
+    Text,
+    /// One JSON object a line.
+    Json,
+}
+
 /// Sends logs to stderr; `WEFT_LOG` overrides the level chosen by `-v`.
-pub fn init_tracing(verbose: u8) {
+pub fn init_tracing(verbose: u8, format: LogFormat) {
     let default = match verbose {
         // Guest lines are in the run's record (`weft runs show`); with -v they
         // also stream here.
@@ -864,9 +884,13 @@ pub fn init_tracing(verbose: u8) {
     };
     let filter = tracing_subscriber::EnvFilter::try_from_env("WEFT_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    tracing_subscriber::fmt()
+    let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => logs
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init(),
+        LogFormat::Json => logs.json().with_current_span(true).init(),
+    }
 }

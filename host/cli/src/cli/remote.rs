@@ -262,6 +262,176 @@ pub struct TailArgs {
     server: Option<String>,
 }
 
+/// What [`watch`] does after an event.
+pub enum Watching {
+    /// Waits for the next one.
+    More,
+    /// Ends the watch.
+    Done,
+}
+
+/// What [`watch`] heard.
+pub enum Heard<'a> {
+    /// The stream is open (again), and no event of it is read yet: what
+    /// happened before is read now, and what happens after comes as
+    /// events.
+    Opened,
+    /// An event: its name and data. A `reset` says events were lost.
+    Event(&'a str, &'a Value),
+}
+
+/// Follows `GET /v1/events?{query}` on `server`, telling `on` what it
+/// hears. A stream that breaks is opened again after the last event id
+/// seen, for up to 30 s; the answer of a server that refuses is an error.
+pub fn watch(
+    server: &Server,
+    query: &str,
+    mut on: impl FnMut(Heard<'_>) -> anyhow::Result<Watching>,
+) -> anyhow::Result<()> {
+    let agent = agent(None)?;
+    let url = format!("{}/v1/events?{query}", server.url());
+    let mut last: Option<String> = None;
+    let mut broken_since: Option<std::time::Instant> = None;
+    loop {
+        let mut request = authorized(agent.get(&url)).header("accept", "text/event-stream");
+        if let Some(id) = &last {
+            request = request.header("last-event-id", id);
+        }
+        let mut response = match request.call() {
+            Ok(response) => response,
+            Err(e) => {
+                let since = *broken_since.get_or_insert_with(std::time::Instant::now);
+                if since.elapsed() > Duration::from_secs(30) {
+                    return Err(e)
+                        .with_context(|| format!("cannot reach weft serve at {}", server.url()));
+                }
+                std::thread::sleep(Duration::from_millis(500));
+                continue;
+            }
+        };
+        if !response.status().is_success() {
+            let body: Value = response.body_mut().read_json().unwrap_or(Value::Null);
+            anyhow::bail!(
+                "{} refused the event stream: {}",
+                server.url(),
+                body["error"]["message"]
+                    .as_str()
+                    .unwrap_or("no reason given")
+            );
+        }
+        broken_since = None;
+        if let Watching::Done = on(Heard::Opened)? {
+            return Ok(());
+        }
+        let reader = std::io::BufReader::new(response.into_body().into_reader());
+        let (mut name, mut data, mut id) = (String::new(), String::new(), None);
+        for line in reader.lines() {
+            let Ok(line) = line else { break };
+            if line.is_empty() {
+                if !data.is_empty() {
+                    let value: Value = serde_json::from_str(&data)
+                        .with_context(|| format!("an event is not JSON: {data}"))?;
+                    if id.is_some() {
+                        last = id.take();
+                    }
+                    if let Watching::Done = on(Heard::Event(&name, &value))? {
+                        return Ok(());
+                    }
+                }
+                name.clear();
+                data.clear();
+                continue;
+            }
+            let (field, value) = line.split_once(':').unwrap_or((line.as_str(), ""));
+            let value = value.strip_prefix(' ').unwrap_or(value);
+            match field {
+                "event" => value.clone_into(&mut name),
+                "data" => {
+                    if !data.is_empty() {
+                        data.push('\n');
+                    }
+                    data.push_str(value);
+                }
+                "id" => id = Some(value.to_owned()),
+                _ => {}
+            }
+        }
+        // The stream broke (the server went away): open it again.
+        broken_since.get_or_insert_with(std::time::Instant::now);
+    }
+}
+
+/// `weft runs watch`: prints each event of `GET /v1/events?{query}`, a
+/// line of text or JSON, until `count` events, or until run `until` ends.
+pub fn watch_runs(
+    server: &Server,
+    query: &str,
+    until: Option<&str>,
+    count: Option<usize>,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let mut seen = 0;
+    watch(server, query, |heard| {
+        let (name, event) = match heard {
+            Heard::Event(name, event) => (name, event),
+            // A run that ended before the stream opened ends the watch.
+            Heard::Opened => {
+                let Some(id) = until else {
+                    return Ok(Watching::More);
+                };
+                let run = match server.call("GET", &format!("/v1/runs/{id}"), None)? {
+                    Ok(shown) => shown["run"].clone(),
+                    Err(message) => anyhow::bail!("{message}"),
+                };
+                let state = run["state"].as_str().unwrap_or("running");
+                if state == "running" {
+                    return Ok(Watching::More);
+                }
+                out!("run {id} has ended: {state}");
+                return Ok(Watching::Done);
+            }
+        };
+        if json {
+            out!(
+                "{}",
+                serde_json::to_string(&json!({ "event": name, "data": event }))?
+            );
+        } else if name == "reset" {
+            out!(
+                "(events were lost: {})",
+                event["message"].as_str().unwrap_or("")
+            );
+        } else {
+            let at = event["at"]
+                .as_u64()
+                .map(weft::Timestamp)
+                .map(|t| t.to_string());
+            let mut line = format!(
+                "{} {} {} {name}",
+                at.as_deref().unwrap_or("-"),
+                event["run"].as_str().unwrap_or("-"),
+                event["workflow"].as_str().unwrap_or("-"),
+            );
+            if let Some(step) = event["step"].as_object() {
+                let path = step.get("path").and_then(Value::as_str).unwrap_or("-");
+                let attempt = step.get("attempt").and_then(Value::as_u64).unwrap_or(1);
+                line.push_str(&format!(" {path} (attempt {attempt})"));
+                if let Some(error) = step.get("error").and_then(Value::as_str) {
+                    line.push_str(&format!(" error {error}"));
+                }
+            }
+            if name == "ended" {
+                line.push_str(&format!(" {}", event["state"].as_str().unwrap_or("-")));
+            }
+            out!("{line}");
+        }
+        seen += 1;
+        let done = count.is_some_and(|count| seen >= count) || (until.is_some() && name == "ended");
+        Ok(if done { Watching::Done } else { Watching::More })
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
 /// `weft tail`: prints a channel's deliveries as they come, one JSON line
 /// each, and acks each once printed.
 pub fn tail(data_dir: &Path, args: TailArgs) -> anyhow::Result<ExitCode> {

@@ -67,6 +67,35 @@ pub enum RunsCommand {
         #[arg(long, value_name = "URL")]
         server: Option<String>,
     },
+    /// Follow runs on a running `weft serve` as they go: starts, finished
+    /// steps, waits, resumes and ends, one line each. With RUN, until that
+    /// run ends.
+    Watch {
+        /// Only this run, until it ends.
+        run_id: Option<String>,
+        /// Only runs of this workflow.
+        #[arg(long, value_name = "ID")]
+        workflow: Option<String>,
+        /// Only these events, comma-separated: started, step_finished,
+        /// waiting, resumed, ended.
+        #[arg(long, value_name = "KINDS")]
+        kind: Option<String>,
+        /// Only events after which the run is in one of these states,
+        /// comma-separated: running, succeeded, failed, timed_out,
+        /// cancelled.
+        #[arg(long, value_name = "STATES")]
+        state: Option<String>,
+        /// Stop after this many events.
+        #[arg(long, value_name = "N")]
+        count: Option<usize>,
+        /// Print each event as a JSON line.
+        #[arg(long)]
+        json: bool,
+        /// The server. [default: the address in DATA_DIR/serve.addr, else
+        /// http://127.0.0.1:7420]
+        #[arg(long, value_name = "URL")]
+        server: Option<String>,
+    },
     /// Show one run: its state, each step's result and logs, its outputs.
     Show {
         /// The run's id, as printed by `weft run` and `weft runs list`.
@@ -104,6 +133,27 @@ pub fn main(data_dir: &Path, command: RunsCommand) -> anyhow::Result<ExitCode> {
                 None => list(data_dir, &filter, limit, json),
                 Some(url) => list_remote(data_dir, url, &filter, limit, json),
             }
+        }
+        RunsCommand::Watch {
+            run_id,
+            workflow,
+            kind,
+            state,
+            count,
+            json,
+            server,
+        } => {
+            let server = super::remote::Server::new(data_dir, server);
+            let query: Vec<String> = [
+                ("run", run_id.as_ref()),
+                ("workflow", workflow.as_ref()),
+                ("kind", kind.as_ref()),
+                ("state", state.as_ref()),
+            ]
+            .into_iter()
+            .filter_map(|(name, value)| Some(format!("{name}={}", value?)))
+            .collect();
+            super::remote::watch_runs(&server, &query.join("&"), run_id.as_deref(), count, json)
         }
         RunsCommand::Show {
             run_id,

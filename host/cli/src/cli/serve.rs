@@ -11,7 +11,7 @@ use weft::plugins::ResolveError;
 use weft::store::RunRecord;
 use weft::{Host, HostEvents, Plugin, WorkflowDir};
 
-use super::remote::Server;
+use super::remote::{Heard, Server, Watching};
 use super::{EXIT_INVALID, PluginArgs, host_config, read_input, report};
 
 /// The address `weft serve` listens on unless told otherwise.
@@ -125,6 +125,7 @@ pub fn serve(data_dir: &Path, args: ServeArgs) -> anyhow::Result<ExitCode> {
     let config = weft::engine::EngineConfig {
         max_resident: args.max_resident,
         lease_ttl: args.lease_ttl,
+        metrics: Some(Arc::default()),
         ..weft::engine::EngineConfig::default()
     };
     let config = host_config(data_dir, &args.plugins, config)?
@@ -279,7 +280,17 @@ pub fn start(data_dir: &Path, args: StartArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     eprintln!("run {id} of {} started on {}", args.workflow, server.url());
-    loop {
+    // The run is read once the stream is open, and again when it says the
+    // run ended (or that events were lost): an end before the stream
+    // opened is then seen too.
+    let mut ended = None;
+    super::remote::watch(&server, &format!("run={id}&kind=ended"), |heard| {
+        if let Heard::Event(name, _) = heard
+            && name != "ended"
+            && name != "reset"
+        {
+            return Ok(Watching::More);
+        }
         let shown = match server.call("GET", &format!("/v1/runs/{id}"), None)? {
             Ok(shown) => shown,
             Err(message) => bail!("{message}"),
@@ -287,9 +298,17 @@ pub fn start(data_dir: &Path, args: StartArgs) -> anyhow::Result<ExitCode> {
         let run: RunRecord = serde_json::from_value(shown["run"].clone()).with_context(|| {
             format!("{} answered with a run that does not decode", server.url())
         })?;
-        if run.state.is_terminal() {
-            return report(&run);
+        if !run.state.is_terminal() {
+            return Ok(Watching::More);
         }
-        std::thread::sleep(Duration::from_millis(100));
+        ended = Some(run);
+        Ok(Watching::Done)
+    })?;
+    match ended {
+        Some(run) => report(&run),
+        None => bail!(
+            "the event stream of {} ended before run {id} did",
+            server.url()
+        ),
     }
 }

@@ -483,6 +483,11 @@ impl Core {
     /// sees the place freed).
     pub(super) fn finish(&self, live: &mut Live, outcome: Result<RunRecord, StoreError>) {
         if let Ok(run) = &outcome
+            && run.state.is_terminal()
+        {
+            self.telemetry.ended(run, self.clock.now());
+        }
+        if let Ok(run) = &outcome
             && run.parent.is_some()
         {
             self.enqueue(Work::ChildEnded(Box::new(run.clone())));
@@ -523,6 +528,9 @@ impl Core {
                         let (done, _) = std::sync::mpsc::sync_channel(1);
                         (Box::new(crate::Quiet), done, Weak::new())
                     });
+                if !drive.run.suspended {
+                    self.telemetry.resumed(&drive.run, self.clock.now());
+                }
                 self.admit_awake(Task {
                     drive,
                     observer,

@@ -35,6 +35,7 @@ impl Core {
                     let id = &child.drive.run.id;
                     let ours = core.launcher.store.lease(id).ok().flatten();
                     if ours.as_ref() == child.drive.lease() && core.claim(id) {
+                        core.telemetry.started(&child.drive.run, core.clock.now());
                         let (done, _) = std::sync::mpsc::sync_channel(1);
                         core.admit(Task {
                             drive: child.drive,

@@ -250,6 +250,10 @@ impl Core {
             self.fired(fired.due);
         }
         live.task.observer.step_finished(&record);
+        if path != CANCEL_PATH {
+            let waiting = matches!(next, Next::Wait(_) | Next::Await(_));
+            self.telemetry.step(&live.task.drive.run, &record, waiting);
+        }
         if let (Some(child), Some(row)) = (spawn, row) {
             // On a worker: this is the committing thread, which must never
             // wait for its own queue.

@@ -88,7 +88,11 @@ impl Core {
             }
             let store = self.launcher.store.as_ref();
             let commit = |write| self.commits.commit(write);
-            crate::stored::cancel_once(store, id, self.clock.now(), &commit)
+            crate::stored::cancel_once(store, id, self.clock.now(), &commit)?;
+            if let Ok(Some(run)) = store.run(id) {
+                self.telemetry.ended(&run, self.clock.now());
+            }
+            Ok(())
         });
         Ok(match queued {
             Some(told) => Cancelling::Queued(told),
@@ -271,13 +275,17 @@ impl Core {
         }
         let now = self.clock.now();
         let record = answer.record(id, path, &leaf, now);
+        let told = record.clone();
         // The answer takes the run (it is suspended: nobody drives it).
         let lease = self.lease_for(id)?;
         match self
             .commits
             .commit(crate::stored::act(record, leaf.timer, &run, now).under(lease))
         {
-            Ok(()) => Ok(()),
+            Ok(()) => {
+                self.telemetry.step(&run, &told, false);
+                Ok(())
+            }
             Err(StoreError::TimerGone(_)) => Err(ActError::NotWaiting {
                 run: id.to_owned(),
                 step: path.to_owned(),

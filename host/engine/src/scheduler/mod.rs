@@ -249,6 +249,8 @@ pub(super) struct Core {
     /// could not settle every run it found without a driver.
     sweep: AtomicBool,
     started_at: weft_core::Timestamp,
+    /// Run events and metrics.
+    pub(crate) telemetry: crate::telemetry::Telemetry,
 }
 
 impl Core {
@@ -258,6 +260,7 @@ impl Core {
         max_resident: usize,
         measure_fires: bool,
         lease_ttl: Duration,
+        metrics: Option<Arc<weft_core::metrics::Metrics>>,
     ) -> Self {
         let clock = Arc::clone(&launcher.clock);
         #[cfg(feature = "sim")]
@@ -276,6 +279,11 @@ impl Core {
             seen_hosts: Mutex::new(HashSet::new()),
             sweep: AtomicBool::new(false),
             started_at: clock.now(),
+            // Ids rise across the host's restarts, by the clock.
+            telemetry: crate::telemetry::Telemetry::new(
+                clock.now().as_millis().saturating_mul(1000),
+                metrics,
+            ),
             fire_lags: measure_fires.then(|| Mutex::new(Vec::new())),
             launcher,
             admission: Mutex::new(Admission {
@@ -390,6 +398,12 @@ impl Core {
         }
         drop(ready);
         self.ready_wake.notify_one();
+    }
+
+    /// Items of work waiting for a worker.
+    pub(super) fn ready_len(&self) -> usize {
+        let ready = lock(&self.ready);
+        ready.fires.len() + ready.other.len()
     }
 
     fn next(&self) -> Option<Work> {

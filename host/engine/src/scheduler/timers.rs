@@ -84,11 +84,11 @@ impl Core {
         let store = self.launcher.store.as_ref();
         // The fire takes the run, which only a run nobody drives allows.
         let decided = self.lease_for(&timer.run).and_then(|lease| {
-            crate::stored::decide_fire(store, &timer, self.clock.now())
-                .map(|write| write.map(|write| write.under(lease)))
+            crate::stored::decide_fire_on(store, &timer, self.clock.now())
+                .map(|decided| decided.map(|(write, run)| (write.under(lease), run)))
         });
-        let write = match decided {
-            Ok(Some(write)) => write,
+        let (write, run) = match decided {
+            Ok(Some(decided)) => decided,
             // Gone or ended: the timer wakes nothing.
             Ok(None) => return self.unclaim(&timer.run),
             Err(e) => {
@@ -103,7 +103,15 @@ impl Core {
                 tracing::debug!(run = %timer.run, timer = timer.timer.id, ?outcome, "a fire through the store was answered");
                 core.unclaim_waking(&timer.run, outcome.is_ok());
                 match outcome {
-                    Ok(()) => core.fired(timer.timer.due),
+                    Ok(()) => {
+                        core.fired(timer.timer.due);
+                        // A fire that leaves a record (a sleep's end, a
+                        // wait's timeout) finished its step.
+                        if let Some(record) = crate::stored::fired_record(&timer, run.step_records)
+                        {
+                            core.telemetry.step(&run, &record, false);
+                        }
+                    }
                     // Fired elsewhere; or another host drives the run,
                     // and fires its timers itself.
                     Err(StoreError::TimerGone(_) | StoreError::Fenced { .. }) => {}
@@ -219,9 +227,11 @@ impl Core {
         }
     }
 
-    /// Notes a durable fire's lag, when measuring: against the system
+    /// Notes a durable fire's lag in the metrics and, when measuring, against the system
     /// clock, on purpose, since the benchmark reports real time.
     pub(super) fn fired(&self, due: weft_core::clock::Timestamp) {
+        let lag = self.clock.now().millis_since(due);
+        self.telemetry.fired(std::time::Duration::from_millis(lag));
         if let Some(lags) = &self.fire_lags {
             let now = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)

@@ -82,6 +82,17 @@ pub struct CallOutcome {
     pub emitted: Vec<weft_core::Emission>,
     /// The HTTP requests the call made, refused ones included, in order.
     pub http: Vec<HttpCall>,
+    /// How long the instance took to make, and the call to run in it.
+    pub timing: CallTiming,
+}
+
+/// Where a call's time went.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CallTiming {
+    /// Making the instance (zero if it could not be made).
+    pub instantiate: Duration,
+    /// Running the call in it (zero if it was never made).
+    pub call: Duration,
 }
 
 impl Plugin {
@@ -122,11 +133,21 @@ impl Plugin {
             watch_cancel(&mut store, cancel, timeout);
         }
         let input = input.to_owned();
-        let result = match self.0.pre.instantiate(&mut store) {
+        let mut timing = CallTiming::default();
+        let started = Instant::now();
+        let instance = self.0.pre.instantiate(&mut store);
+        timing.instantiate = started.elapsed();
+        let ran = instance.map(|instance| {
+            let started = Instant::now();
+            let ran = instance.run(&mut store, context, &input);
+            timing.call = started.elapsed();
+            ran
+        });
+        let result = match ran {
             Err(e) => Err(CallError::Instantiate {
                 message: format!("{e:#}"),
             }),
-            Ok(instance) => match instance.run(&mut store, context, &input) {
+            Ok(ran) => match ran {
                 Ok(Ok(output)) => serde_json::from_str(&output)
                     .map_err(|e| CallError::InvalidOutput {
                         message: e.to_string(),
@@ -183,6 +204,7 @@ impl Plugin {
             kv: state.kv.into_effects(),
             emitted: state.outbox.emitted,
             http,
+            timing,
         }
     }
 

@@ -15,7 +15,7 @@ use crate::Runtime;
 use crate::cache::CodeSource;
 use weft_core::Digest;
 
-pub use call::{CallOptions, CallOutcome, StepContext};
+pub use call::{CallOptions, CallOutcome, CallTiming, StepContext};
 pub(crate) use load::load;
 
 /// A loaded plugin: compiled, linked and described. Cheap to clone.

@@ -27,7 +27,7 @@ pub const MAX_STREAMS: usize = 256;
 pub const MAX_TENANT_STREAMS: usize = 64;
 
 /// One tenant's place among the open streams, given back when dropped.
-struct TenantStream {
+pub(super) struct TenantStream {
     counts: Arc<std::sync::Mutex<std::collections::HashMap<String, usize>>>,
     tenant: String,
 }
@@ -36,7 +36,7 @@ impl TenantStream {
     /// Takes a place for `tenant`, unless it holds its most already (on
     /// a host with tenants besides `default`; `shared` says whether there
     /// are).
-    fn take(api: &Api, tenant: &str, shared: bool) -> Result<Self, ApiError> {
+    pub(super) fn take(api: &Api, tenant: &str, shared: bool) -> Result<Self, ApiError> {
         let mut counts = weft_core::lock(&api.tenant_streams);
         let count = counts.entry(tenant.to_owned()).or_default();
         if shared && *count >= MAX_TENANT_STREAMS {

@@ -12,6 +12,7 @@ pub mod auth;
 mod deliver;
 mod deploy;
 mod error;
+mod observe;
 mod openapi;
 mod secrets;
 mod snapshots;
@@ -108,6 +109,8 @@ fn routes() -> Vec<(&'static str, MethodRouter<Api>)> {
     vec![
         ("/v1/health", get(health)),
         ("/v1/openapi.json", get(openapi::document)),
+        ("/metrics", get(observe::metrics)),
+        ("/v1/events", get(observe::events)),
         (
             "/v1/workflows",
             get(deploy::list_workflows).post(deploy::deploy_workflow),

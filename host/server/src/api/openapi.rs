@@ -286,9 +286,10 @@ pub fn spec() -> Value {
             }
         }
     });
-    if let (Some(paths), Value::Object(more)) = (document["paths"].as_object_mut(), tenancy_paths())
-    {
-        paths.extend(more);
+    for more in [tenancy_paths(), observe_paths()] {
+        if let (Some(paths), Value::Object(more)) = (document["paths"].as_object_mut(), more) {
+            paths.extend(more);
+        }
     }
     add_body_errors(&mut document);
     add_auth_errors(&mut document);
@@ -416,4 +417,38 @@ fn add_body_errors(document: &mut Value) {
 
 pub(super) async fn document() -> Json<Value> {
     Json(spec())
+}
+
+/// The routes that watch a host: metrics and run events.
+fn observe_paths() -> Value {
+    json!({
+            "/metrics": {
+                "get": {
+                    "summary": "Every metric of the host in the Prometheus text format (OpenMetrics 1.0): runs started and ended, step and guest times, commit batches, ready, resident and parked runs, timers and their lag, deliveries, webhook times, component loads. For an admin: the labels name every tenant",
+                    "responses": {
+                        "200": { "description": "the exposition", "content": { "application/openmetrics-text": { "schema": { "type": "string" } } } },
+                        "403": { "description": "forbidden: not an admin" },
+                        "404": { "description": "metrics_off: the host counts nothing" }
+                    }
+                }
+            },
+            "/v1/events": {
+                "get": {
+                    "summary": "What happens to the caller's runs, as Server-Sent Events: `started`, `step_finished`, `waiting`, `resumed`, `ended`; `id:` rises with each event, `data:` the event as JSON (`id`, `event`, `run`, `workflow`, `state`, `at`, `step`). With `Last-Event-ID` (or `after`) the stream resumes after that event; if events since were lost (the host keeps its last 10,000, and starts over when restarted), it starts with `event: reset`. Events are this host's: on a shared store, those of the runs it drives",
+                    "parameters": [
+                        query_param("workflow", "only this workflow's runs", "string"),
+                        query_param("run", "only this run", "string"),
+                        query_param("kind", "only these events, comma-separated", "string"),
+                        query_param("state", "only events after which the run is in one of these states, comma-separated", "string"),
+                        query_param("after", "resume after this event id", "integer"),
+                        { "name": "Last-Event-ID", "in": "header", "required": false, "schema": { "type": "string" } }
+                    ],
+                    "responses": {
+                        "200": { "description": "an event stream", "content": { "text/event-stream": { "schema": { "type": "object" } } } },
+                        "400": { "description": "invalid_request: an unknown kind or state, or a bad Last-Event-ID" },
+                        "503": { "description": "too_many_streams: 256 open on the host, or 64 of the caller's tenant" }
+                    }
+                }
+            }
+    })
 }

@@ -144,6 +144,8 @@ struct Shared {
     stopping: AtomicBool,
     /// Where each tenant's webhooks may go.
     egress: Arc<weft_engine::EgressPolicies>,
+    /// Where webhook requests are timed.
+    metrics: Option<Arc<weft_core::metrics::Metrics>>,
 }
 
 /// Moves deliveries on. Cheap to clone.
@@ -165,6 +167,7 @@ impl Hub {
         let clock = Arc::clone(committer.clock());
         let store = Arc::clone(committer.store());
         let signal = committer.messages();
+        let metrics = committer.metrics().cloned();
         Self {
             shared: Arc::new(Shared {
                 committer,
@@ -177,6 +180,7 @@ impl Hub {
                 webhooks: Mutex::new(HashMap::new()),
                 stopping: AtomicBool::new(false),
                 egress,
+                metrics,
             }),
         }
     }
@@ -200,6 +204,39 @@ impl Hub {
                     hub.start_webhooks();
                 }
             })?;
+        Ok(())
+    }
+
+    /// Sets the metrics' delivery gauges from the store: deliveries not
+    /// sent yet, sent and waiting for an ack, and dead letters. Reads every
+    /// unsettled delivery of every subscription. Blocking.
+    pub fn count_deliveries(&self) -> Result<(), StoreError> {
+        let Some(metrics) = &self.shared.metrics else {
+            return Ok(());
+        };
+        let store = &self.shared.store;
+        let (mut pending, mut in_flight, mut dead) = (0i64, 0i64, 0i64);
+        for subscription in store.subscriptions(None)? {
+            for delivery in store.queued(&subscription.key, false, 0, usize::MAX)? {
+                match delivery.state {
+                    DeliveryState::Created => pending += 1,
+                    DeliveryState::Delivered => in_flight += 1,
+                    _ => {}
+                }
+            }
+            dead += i64::try_from(store.queued(&subscription.key, true, 0, usize::MAX)?.len())
+                .unwrap_or(i64::MAX);
+        }
+        for (state, count) in [
+            ("pending", pending),
+            ("in_flight", in_flight),
+            ("dead", dead),
+        ] {
+            metrics
+                .deliveries
+                .get_or_create(&weft_core::metrics::DeliveryLabels { state })
+                .set(count);
+        }
         Ok(())
     }
 

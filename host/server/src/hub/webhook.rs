@@ -231,7 +231,15 @@ fn turn(hub: &Hub, agent: &ureq::Agent, key: &str) -> Next {
             return Next::Wait(Duration::from_secs(1));
         }
     };
+    let started = std::time::Instant::now();
     let error = post(agent, url, secret, &view);
+    if let Some(metrics) = &shared.metrics {
+        let tenant = weft_core::tenant::of(key).to_owned();
+        metrics
+            .webhook_seconds
+            .get_or_create(&weft_core::metrics::TenantLabels { tenant })
+            .observe(started.elapsed().as_secs_f64());
+    }
     let now = shared.clock.now();
     let op = attempt_op(&subscription, attempt, error.as_deref(), now);
     if let DeliveryOp::Dead { error, .. } = &op {

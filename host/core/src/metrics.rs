@@ -1,0 +1,244 @@
+//! What a host counts and times, for `GET /metrics`: one [`Metrics`] per
+//! engine, shared by its scheduler, its group commit and its delivery
+//! side, and encoded in the Prometheus text format by `prometheus-client`.
+//!
+//! Labels are bounded: a tenant, a workflow, a plugin, a run's end state,
+//! never a run's or step's id. A host without metrics holds none
+//! (`Option<Arc<Metrics>>` is `None`), and counting costs nothing.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::{Registry, Unit};
+
+/// A workflow of a tenant.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WorkflowLabels {
+    /// The tenant.
+    pub tenant: String,
+    /// The workflow's id within it.
+    pub workflow: String,
+}
+
+/// A run's end, by workflow.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EndLabels {
+    /// The tenant.
+    pub tenant: String,
+    /// The workflow's id within it.
+    pub workflow: String,
+    /// How it ended: `succeeded`, `failed`, `cancelled`, `timed_out`.
+    pub state: String,
+}
+
+/// A plugin of a tenant.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PluginLabels {
+    /// The tenant.
+    pub tenant: String,
+    /// The plugin's name.
+    pub plugin: String,
+}
+
+/// A step attempt's outcome, by plugin.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AttemptLabels {
+    /// The tenant.
+    pub tenant: String,
+    /// The plugin's name.
+    pub plugin: String,
+    /// `ok`, or `error`.
+    pub outcome: &'static str,
+}
+
+/// A tenant alone.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TenantLabels {
+    /// The tenant.
+    pub tenant: String,
+}
+
+/// Where a plugin's compiled code came from.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LoadLabels {
+    /// `cache` (a hit), or `compiled`.
+    pub source: &'static str,
+}
+
+/// A count of deliveries in one state.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DeliveryLabels {
+    /// `pending`, `in_flight`, or `dead`.
+    pub state: &'static str,
+}
+
+type Timings<L> = Family<L, Histogram, fn() -> Histogram>;
+
+/// Guest and step times: 10 µs to about 80 s.
+fn call_buckets() -> Histogram {
+    Histogram::new(exponential_buckets(1e-5, 2.5, 18))
+}
+
+/// Lags and commits: 100 µs to about 50 s.
+fn lag_buckets() -> Histogram {
+    Histogram::new(exponential_buckets(1e-4, 2.0, 20))
+}
+
+/// Everything a host counts. Cheap to share behind an `Arc`; every field is
+/// a handle on atomics.
+#[derive(Debug)]
+pub struct Metrics {
+    /// Runs recorded, by workflow.
+    pub runs_started: Family<WorkflowLabels, Counter>,
+    /// Runs ended, by workflow and end state.
+    pub runs_ended: Family<EndLabels, Counter>,
+    /// Step attempts whose record was committed, by plugin and outcome.
+    pub step_attempts: Family<AttemptLabels, Counter>,
+    /// A plugin step's time, from its attempt's start to its record.
+    pub step_seconds: Timings<PluginLabels>,
+    /// A guest's instantiation.
+    pub guest_instantiate_seconds: Timings<PluginLabels>,
+    /// A guest's call, after it was instantiated.
+    pub guest_call_seconds: Timings<PluginLabels>,
+    /// Writes per committed batch.
+    pub commit_batch_writes: Histogram,
+    /// A batch's transaction, its sync included.
+    pub commit_seconds: Histogram,
+    /// Runs waiting for a worker now.
+    pub runs_ready: Gauge,
+    /// Runs in memory now.
+    pub runs_resident: Gauge,
+    /// Runs waiting for a place now.
+    pub runs_parked: Gauge,
+    /// Timers armed on this host now.
+    pub timers_pending: Gauge,
+    /// How late a timer fired, behind its due time.
+    pub timer_fire_lag_seconds: Histogram,
+    /// Deliveries by state, read from the store at each scrape.
+    pub deliveries: Family<DeliveryLabels, Gauge>,
+    /// A webhook delivery's request, by tenant.
+    pub webhook_seconds: Timings<TenantLabels>,
+    /// Plugins loaded, by where their compiled code came from.
+    pub component_loads: Family<LoadLabels, Counter>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self {
+            runs_started: Family::default(),
+            runs_ended: Family::default(),
+            step_attempts: Family::default(),
+            step_seconds: Family::new_with_constructor(call_buckets),
+            guest_instantiate_seconds: Family::new_with_constructor(call_buckets),
+            guest_call_seconds: Family::new_with_constructor(call_buckets),
+            commit_batch_writes: Histogram::new(exponential_buckets(1.0, 2.0, 12)),
+            commit_seconds: lag_buckets(),
+            runs_ready: Gauge::default(),
+            runs_resident: Gauge::default(),
+            runs_parked: Gauge::default(),
+            timers_pending: Gauge::default(),
+            timer_fire_lag_seconds: lag_buckets(),
+            deliveries: Family::default(),
+            webhook_seconds: Family::new_with_constructor(call_buckets),
+            component_loads: Family::default(),
+        }
+    }
+}
+
+impl Metrics {
+    /// A registry holding every metric, under the `weft_` prefix.
+    pub fn registry(&self) -> Registry {
+        let mut registry = Registry::with_prefix("weft");
+        registry.register("runs_started", "Runs recorded", self.runs_started.clone());
+        registry.register("runs_ended", "Runs ended", self.runs_ended.clone());
+        registry.register(
+            "step_attempts",
+            "Step attempts committed",
+            self.step_attempts.clone(),
+        );
+        registry.register_with_unit(
+            "step",
+            "A plugin step's time, from its attempt's start to its record",
+            Unit::Seconds,
+            self.step_seconds.clone(),
+        );
+        registry.register_with_unit(
+            "guest_instantiate",
+            "A guest's instantiation",
+            Unit::Seconds,
+            self.guest_instantiate_seconds.clone(),
+        );
+        registry.register_with_unit(
+            "guest_call",
+            "A guest's call, after its instantiation",
+            Unit::Seconds,
+            self.guest_call_seconds.clone(),
+        );
+        registry.register(
+            "commit_batch_writes",
+            "Writes per committed batch",
+            self.commit_batch_writes.clone(),
+        );
+        registry.register_with_unit(
+            "commit",
+            "A batch's transaction, its sync included",
+            Unit::Seconds,
+            self.commit_seconds.clone(),
+        );
+        registry.register(
+            "runs_ready",
+            "Runs waiting for a worker",
+            self.runs_ready.clone(),
+        );
+        registry.register(
+            "runs_resident",
+            "Runs in memory",
+            self.runs_resident.clone(),
+        );
+        registry.register(
+            "runs_parked",
+            "Runs waiting for a place",
+            self.runs_parked.clone(),
+        );
+        registry.register(
+            "timers_pending",
+            "Timers armed on this host",
+            self.timers_pending.clone(),
+        );
+        registry.register_with_unit(
+            "timer_fire_lag",
+            "How late a timer fired, behind its due time",
+            Unit::Seconds,
+            self.timer_fire_lag_seconds.clone(),
+        );
+        registry.register("deliveries", "Deliveries by state", self.deliveries.clone());
+        registry.register_with_unit(
+            "webhook",
+            "A webhook delivery's request",
+            Unit::Seconds,
+            self.webhook_seconds.clone(),
+        );
+        registry.register(
+            "component_loads",
+            "Plugins loaded, by where their compiled code came from",
+            self.component_loads.clone(),
+        );
+        registry
+    }
+
+    /// Every metric in the text format (OpenMetrics 1.0, which Prometheus
+    /// reads), ending in `# EOF`.
+    pub fn encode(&self) -> String {
+        let mut text = String::with_capacity(16 << 10);
+        // Writing to a `String` cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut text, &self.registry());
+        text
+    }
+}
+
+/// `seconds` as an observation.
+pub fn secs(duration: std::time::Duration) -> f64 {
+    duration.as_secs_f64()
+}
