@@ -10,6 +10,7 @@ mod common;
 mod admission;
 mod backup;
 mod behaviour;
+mod browser;
 mod cli;
 mod cluster;
 mod control;

@@ -530,6 +530,22 @@ fn a_tenant_sees_none_of_another_tenants_objects_on_any_route() {
             expect: Expect::Missing,
         },
         Probe {
+            method: "GET",
+            route: "/v1/runs/{id}/graph",
+            path: format!("/v1/runs/{a_run}/graph"),
+            twin: Some(format!("/v1/runs/{made_up}/graph")),
+            body: None,
+            expect: Expect::Missing,
+        },
+        Probe {
+            method: "GET",
+            route: "/v1/awaits",
+            path: "/v1/awaits".into(),
+            twin: None,
+            body: None,
+            expect: Expect::List,
+        },
+        Probe {
             method: "POST",
             route: "/v1/runs/{id}/steps/{step}/actions",
             path: format!("/v1/runs/{a_run}/steps/approve/actions"),

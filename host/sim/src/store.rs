@@ -170,6 +170,16 @@ impl Store for SimStore {
         self.inner.steps(id)
     }
 
+    fn steps_page(
+        &self,
+        id: &str,
+        after: Option<u32>,
+        limit: usize,
+    ) -> Result<Vec<StepRecord>, StoreError> {
+        self.read()?;
+        self.inner.steps_page(id, after, limit)
+    }
+
     fn running(&self) -> Result<Vec<RunRecord>, StoreError> {
         self.read()?;
         self.inner.running()

@@ -322,6 +322,9 @@ pub struct RunFilter {
     pub since: Option<weft_core::clock::Timestamp>,
     /// Only runs created before this time.
     pub until: Option<weft_core::clock::Timestamp>,
+    /// Only runs whose id sorts before this one (older ones: ids are
+    /// time-ordered): the next page after a page that ended with it.
+    pub before: Option<String>,
 }
 
 impl RunFilter {
@@ -334,6 +337,7 @@ impl RunFilter {
             && self.state.is_none_or(|s| s == run.state)
             && self.since.is_none_or(|t| run.created_at >= t)
             && self.until.is_none_or(|t| run.created_at < t)
+            && self.before.as_ref().is_none_or(|b| run.id < *b)
     }
 }
 
@@ -420,6 +424,20 @@ pub trait Store: Send + Sync + std::fmt::Debug {
 
     /// The step records of run `id`, in order.
     fn steps(&self, id: &str) -> Result<Vec<StepRecord>, StoreError>;
+
+    /// Up to `limit` step records of run `id` after record `after` (from
+    /// the first without it), in order.
+    fn steps_page(
+        &self,
+        id: &str,
+        after: Option<u32>,
+        limit: usize,
+    ) -> Result<Vec<StepRecord>, StoreError> {
+        let mut steps = self.steps(id)?;
+        steps.retain(|s| after.is_none_or(|a| s.seq > a));
+        steps.truncate(limit);
+        Ok(steps)
+    }
 
     /// The runs in state `running`, oldest first.
     fn running(&self) -> Result<Vec<RunRecord>, StoreError>;

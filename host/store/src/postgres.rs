@@ -463,6 +463,15 @@ impl Store for PostgresStore {
         self.plain(|store| store.read_steps(id))
     }
 
+    fn steps_page(
+        &self,
+        id: &str,
+        after: Option<u32>,
+        limit: usize,
+    ) -> Result<Vec<crate::StepRecord>, StoreError> {
+        self.plain(|store| store.read_steps_page(id, after, limit))
+    }
+
     fn running(&self) -> Result<Vec<crate::RunRecord>, StoreError> {
         self.plain(Self::read_running)
     }

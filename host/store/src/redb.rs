@@ -605,7 +605,11 @@ impl Store for RedbStore {
         let txn = self.begin_read()?;
         let runs = backend!(txn.open_table(RUNS))?;
         let mut found = Vec::new();
-        for entry in backend!(runs.iter())?.rev() {
+        let rows = match &filter.before {
+            Some(before) => backend!(runs.range(..before.as_str()))?,
+            None => backend!(runs.iter())?,
+        };
+        for entry in rows.rev() {
             if found.len() >= limit {
                 break;
             }
@@ -785,6 +789,26 @@ impl Store for RedbStore {
         let steps = backend!(txn.open_table(STEPS))?;
         let mut found = Vec::new();
         for entry in backend!(steps.range((id, 0u32)..=(id, u32::MAX)))? {
+            let (key, value) = backend!(entry)?;
+            let (run, seq) = key.value();
+            found.push(decode(format!("{run}/{seq}"), value.value())?);
+        }
+        Ok(found)
+    }
+
+    fn steps_page(
+        &self,
+        id: &str,
+        after: Option<u32>,
+        limit: usize,
+    ) -> Result<Vec<StepRecord>, StoreError> {
+        let Some(first) = after.map_or(Some(0), |a| a.checked_add(1)) else {
+            return Ok(Vec::new());
+        };
+        let txn = self.begin_read()?;
+        let steps = backend!(txn.open_table(STEPS))?;
+        let mut found = Vec::new();
+        for entry in backend!(steps.range((id, first)..=(id, u32::MAX)))?.take(limit) {
             let (key, value) = backend!(entry)?;
             let (run, seq) = key.value();
             found.push(decode(format!("{run}/{seq}"), value.value())?);

@@ -395,7 +395,8 @@ pub(super) async fn authenticate(
     next: Next,
 ) -> Response {
     let path = request.uri().path();
-    if path == "/v1/health" || path == "/v1/openapi.json" {
+    if path == "/v1/health" || path == "/v1/openapi.json" || path == "/" || path.starts_with("/ui/")
+    {
         return next.run(request).await;
     }
     let access = Arc::clone(&api.access);

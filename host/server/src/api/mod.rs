@@ -17,6 +17,7 @@ mod openapi;
 mod secrets;
 mod snapshots;
 mod tenancy;
+mod views;
 
 use std::sync::Arc;
 
@@ -79,7 +80,12 @@ impl Api {
 
     /// The routes, ready for `axum::serve`.
     pub fn router(self) -> Router {
-        let mut router = Router::new();
+        // The web UI's files: not part of the API, and open to all (the
+        // page asks for a token when the host needs one).
+        let mut router = Router::new()
+            .route("/", get(views::index))
+            .route("/ui/app.js", get(views::script))
+            .route("/ui/app.css", get(views::style));
         for (path, methods) in routes() {
             router = router.route(path, methods);
         }
@@ -125,6 +131,8 @@ fn routes() -> Vec<(&'static str, MethodRouter<Api>)> {
         ("/v1/runs", get(list_runs).post(start_run)),
         ("/v1/runs/{id}", get(get_run).delete(delete_run)),
         ("/v1/runs/{id}/steps", get(get_steps)),
+        ("/v1/runs/{id}/graph", get(views::graph)),
+        ("/v1/awaits", get(views::awaits)),
         ("/v1/runs/{id}/steps/{*rest}", post(deliver::act)),
         ("/v1/runs/{id}/messages", get(deliver::run_messages)),
         ("/v1/runs/{id}/cancel", post(cancel_run)),
@@ -379,6 +387,9 @@ struct ListQuery {
     since: Option<String>,
     #[serde(default)]
     until: Option<String>,
+    /// The next page: runs older than this one (the last of a page).
+    #[serde(default)]
+    before: Option<String>,
 }
 
 /// An RFC 3339 time or milliseconds since the epoch, from a query.
@@ -420,13 +431,18 @@ async fn list_runs(
             .as_deref()
             .map(|t| parse_time("until", t))
             .transpose()?,
+        before: query.before,
     };
     let store = Arc::clone(api.engine.store());
     let runs = blocking(move || store.runs(&filter, limit))
         .await?
         .map_err(ApiError::from)?;
+    // A full page may have more after it.
+    let next = (runs.len() == limit && limit > 0)
+        .then(|| runs.last().map(|r| r.id.clone()))
+        .flatten();
     let runs: Vec<Value> = runs.iter().map(|r| shown(r, RUN_NAMES)).collect();
-    Ok(Json(json!({ "runs": runs })))
+    Ok(Json(json!({ "runs": runs, "next": next })))
 }
 
 /// Run `id`, if it is the caller's.
@@ -439,12 +455,25 @@ async fn own_run(api: &Api, caller: &Caller, id: &str) -> Result<weft_store::Run
         .ok_or_else(|| ApiError::unknown_run(id))
 }
 
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RunQuery {
+    /// `false`: the run alone, without its step records.
+    #[serde(default)]
+    steps: Option<bool>,
+}
+
 async fn get_run(
     State(api): State<Api>,
     Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
+    query: Result<Query<RunQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
+    let Query(query) = query?;
     let run = own_run(&api, &caller, &id).await?;
+    if query.steps == Some(false) {
+        return Ok(Json(json!({ "run": shown(&run, RUN_NAMES) })));
+    }
     let store = Arc::clone(api.engine.store());
     let steps = blocking(move || store.steps(&id)).await??;
     Ok(Json(
@@ -452,17 +481,65 @@ async fn get_run(
     ))
 }
 
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StepsQuery {
+    /// Records after this one (its `seq`).
+    #[serde(default)]
+    after: Option<u32>,
+    /// At most this many (default: every one, with neither `after` nor
+    /// `failed`; else 200; at most 1,000).
+    #[serde(default)]
+    limit: Option<usize>,
+    /// Only records with an error.
+    #[serde(default)]
+    failed: Option<bool>,
+}
+
+/// Records read from the store at a time while looking for failed ones.
+const STEPS_PAGE: usize = 500;
+
 /// `GET /v1/runs/{id}/steps`: the run's step records in commit order, each
-/// with its input, output or error, timing and logs.
+/// with its input, output or error, timing and logs; paged with `after`
+/// and `limit` (then `next` is the `after` of the next page), and only the
+/// failed ones with `failed=true`.
 async fn get_steps(
     State(api): State<Api>,
     Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
+    query: Result<Query<StepsQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
+    let Query(query) = query?;
     own_run(&api, &caller, &id).await?;
     let store = Arc::clone(api.engine.store());
-    let steps = blocking(move || store.steps(&id)).await??;
-    Ok(Json(json!({ "steps": steps })))
+    let failed = query.failed == Some(true);
+    if query.after.is_none() && query.limit.is_none() && !failed {
+        let steps = blocking(move || store.steps(&id)).await??;
+        return Ok(Json(json!({ "steps": steps, "next": null })));
+    }
+    let limit = query.limit.unwrap_or(200).clamp(1, 1000);
+    let (steps, next) = blocking(move || {
+        let mut found = Vec::new();
+        let mut after = query.after;
+        loop {
+            let page = store.steps_page(&id, after, if failed { STEPS_PAGE } else { limit })?;
+            let ended = page.len() < if failed { STEPS_PAGE } else { limit };
+            for step in page {
+                after = Some(step.seq);
+                if !failed || step.error.is_some() {
+                    found.push(step);
+                    if found.len() == limit {
+                        return Ok::<_, weft_store::StoreError>((found, after));
+                    }
+                }
+            }
+            if ended {
+                return Ok((found, None));
+            }
+        }
+    })
+    .await??;
+    Ok(Json(json!({ "steps": steps, "next": next })))
 }
 
 async fn cancel_run(

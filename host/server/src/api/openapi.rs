@@ -141,9 +141,10 @@ pub fn spec() -> Value {
                         query_param("workflow", "only runs of this workflow", "string"),
                         query_param("state", "running, succeeded, failed, timed_out or cancelled", "string"),
                         query_param("since", "created at or after (RFC 3339, or ms since the epoch)", "string"),
-                        query_param("until", "created before (RFC 3339, or ms since the epoch)", "string")
+                        query_param("until", "created before (RFC 3339, or ms since the epoch)", "string"),
+                        query_param("before", "the next page: runs older than this run id (the `next` of the page before)", "string")
                     ],
-                    "responses": responses(("200", "`{\"runs\": [...]}`"), &[("400", "invalid_request")])
+                    "responses": responses(("200", "`{\"runs\": [...], \"next\"}`: `next` is the `before` of the next page, null at the end"), &[("400", "invalid_request")])
                 },
                 "post": {
                     "summary": "Start a run; answers once it is durably recorded",
@@ -161,10 +162,10 @@ pub fn spec() -> Value {
                 }
             },
             "/v1/runs/{id}": {
-                "get": { "summary": "One run and its step records", "parameters": [run_id], "responses": responses(("200", "`{\"run\", \"steps\"}`"), &[("404", "unknown_run")]) },
+                "get": { "summary": "One run and its step records (`steps=false`: the run alone)", "parameters": [run_id, query_param("steps", "false: the run without its step records", "boolean")], "responses": responses(("200", "`{\"run\", \"steps\"}`"), &[("404", "unknown_run")]) },
                 "delete": { "summary": "Delete an ended run, with its step records and logs (its messages stay, with their own retention)", "parameters": [run_id], "responses": responses(("200", "`{\"id\", \"deleted\": true}`"), &[("404", "unknown_run"), ("409", "run_not_ended: the run, or its parent, has not ended")]) }
             },
-            "/v1/runs/{id}/steps": { "get": { "summary": "A run's step history: each attempt's input, output or error, timing and logs, in commit order", "parameters": [run_id], "responses": responses(("200", "`{\"steps\": [...]}`"), &[("404", "unknown_run")]) } },
+            "/v1/runs/{id}/steps": { "get": { "summary": "A run's step history: each attempt's input, output or error, timing and logs, in commit order. Paged with `after` and `limit`: `next` is the `after` of the next page (null at the end)", "parameters": [run_id, query_param("after", "records after this one (its seq)", "integer"), query_param("limit", "at most this many (default: all without after or failed, else 200; at most 1000)", "integer"), query_param("failed", "only records with an error", "boolean")], "responses": responses(("200", "`{\"steps\": [...], \"next\"}`"), &[("400", "invalid_request"), ("404", "unknown_run")]) } },
             "/v1/runs/{id}/steps/{step}/actions": {
                 "post": {
                     "summary": "Answer a waiting `await` step: complete (its output), fail (its error), skip, or cancel the run",
@@ -419,9 +420,23 @@ pub(super) async fn document() -> Json<Value> {
     Json(spec())
 }
 
-/// The routes that watch a host: metrics and run events.
+/// The routes that watch a host: metrics, run events, and what the web
+/// UI reads.
 fn observe_paths() -> Value {
     json!({
+            "/v1/runs/{id}/graph": {
+                "get": {
+                    "summary": "The workflow the run is pinned to, as a graph: `{workflow, steps: [node], catch: [branch]}`, a node being `{id, kind, label, branches: [{label, steps: [node]}]}` (kind: call, sleep, await, emit, subflow, parallel, switch, foreach, while; a step's catch handlers are branches labelled `catch`)",
+                    "parameters": [path_param("id", "the run's id")],
+                    "responses": responses(("200", "`{workflow, steps, catch}`"), &[("404", "unknown_run")])
+                }
+            },
+            "/v1/awaits": {
+                "get": {
+                    "summary": "The `await` steps of the caller's running runs that wait for an answer (of its newest 1,000 running runs): `{awaits: [{run, workflow, path, step_id, since, input}]}`",
+                    "responses": responses(("200", "`{\"awaits\": [...]}`"), &[])
+                }
+            },
             "/metrics": {
                 "get": {
                     "summary": "Every metric of the host in the Prometheus text format (OpenMetrics 1.0): runs started and ended, step and guest times, commit batches, ready, resident and parked runs, timers and their lag, deliveries, webhook times, component loads. For an admin: the labels name every tenant",

@@ -117,7 +117,7 @@ impl PostgresStore {
         wanted: usize,
     ) -> Result<Vec<RunRecord>, StoreError> {
         let mut found = Vec::new();
-        let mut before: Option<String> = None;
+        let mut before: Option<String> = filter.before.clone();
         while found.len() < wanted {
             let rows = match &before {
                 None => self.query("SELECT k1, v FROM runs ORDER BY k1 DESC LIMIT $1", &[&PAGE])?,
@@ -145,6 +145,23 @@ impl PostgresStore {
         let rows = self.query(
             "SELECT k2, v FROM steps WHERE k1 = $1 ORDER BY k2",
             &[&as_key(id)],
+        )?;
+        rows.iter()
+            .map(|row| decode(format!("{id}/{}", int(row, 0)?), &bytes(row, 1)?))
+            .collect()
+    }
+
+    pub(super) fn read_steps_page(
+        &self,
+        id: &str,
+        after: Option<u32>,
+        limit: usize,
+    ) -> Result<Vec<StepRecord>, StoreError> {
+        let after = after.map_or(-1, i64::from);
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = self.query(
+            "SELECT k2, v FROM steps WHERE k1 = $1 AND k2 > $2 ORDER BY k2 LIMIT $3",
+            &[&as_key(id), &after, &limit],
         )?;
         rows.iter()
             .map(|row| decode(format!("{id}/{}", int(row, 0)?), &bytes(row, 1)?))
