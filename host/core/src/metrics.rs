@@ -96,7 +96,8 @@ pub struct Metrics {
     pub runs_ended: Family<EndLabels, Counter>,
     /// Step attempts whose record was committed, by plugin and outcome.
     pub step_attempts: Family<AttemptLabels, Counter>,
-    /// A plugin step's time, from its attempt's start to its record.
+    /// A plugin step attempt's time on the host: its secrets, its
+    /// instantiation and its call.
     pub step_seconds: Timings<PluginLabels>,
     /// A guest's instantiation.
     pub guest_instantiate_seconds: Timings<PluginLabels>,
@@ -160,7 +161,7 @@ impl Metrics {
         );
         registry.register_with_unit(
             "step",
-            "A plugin step's time, from its attempt's start to its record",
+            "A plugin step attempt's time on the host: its secrets, instantiation and call",
             Unit::Seconds,
             self.step_seconds.clone(),
         );
@@ -238,7 +239,47 @@ impl Metrics {
     }
 }
 
-/// `seconds` as an observation.
-pub fn secs(duration: std::time::Duration) -> f64 {
-    duration.as_secs_f64()
+/// The metrics of one plugin of one tenant, looked up once: observing
+/// them is a few atomic operations, with no label to hash.
+#[derive(Debug, Clone)]
+pub struct PluginMeters {
+    /// [`Metrics::guest_instantiate_seconds`].
+    pub instantiate: Histogram,
+    /// [`Metrics::guest_call_seconds`].
+    pub call: Histogram,
+    /// [`Metrics::step_seconds`].
+    pub step: Histogram,
+    /// [`Metrics::step_attempts`] that succeeded.
+    pub ok: Counter,
+    /// [`Metrics::step_attempts`] that failed.
+    pub error: Counter,
+}
+
+impl Metrics {
+    /// The metrics of `tenant`'s plugin `plugin`.
+    pub fn plugin(&self, tenant: &str, plugin: &str) -> PluginMeters {
+        let labels = PluginLabels {
+            tenant: tenant.to_owned(),
+            plugin: plugin.to_owned(),
+        };
+        let attempts = |outcome| {
+            self.step_attempts
+                .get_or_create(&AttemptLabels {
+                    tenant: tenant.to_owned(),
+                    plugin: plugin.to_owned(),
+                    outcome,
+                })
+                .clone()
+        };
+        PluginMeters {
+            instantiate: self
+                .guest_instantiate_seconds
+                .get_or_create(&labels)
+                .clone(),
+            call: self.guest_call_seconds.get_or_create(&labels).clone(),
+            step: self.step_seconds.get_or_create(&labels).clone(),
+            ok: attempts("ok"),
+            error: attempts("error"),
+        }
+    }
 }

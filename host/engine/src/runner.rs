@@ -175,7 +175,20 @@ impl WasmPlugins {
                 snapshots,
             )?))
         };
+        let mut meters = HashMap::new();
+        if let Some(metrics) = &self.metrics {
+            let tenant = weft_core::tenant::of(&workflow.id);
+            let mut by_name: HashMap<&str, weft_core::metrics::PluginMeters> = HashMap::new();
+            for (step, plugin) in &plugins {
+                let name = plugin.meta().name.as_str();
+                let found = by_name
+                    .entry(name)
+                    .or_insert_with(|| metrics.plugin(tenant, name));
+                meters.insert(step.clone(), found.clone());
+            }
+        }
         Ok(WasmRunner {
+            meters,
             plugins,
             kv: KvAccess {
                 space: format!("workflow/{}", workflow.id),
@@ -184,7 +197,6 @@ impl WasmPlugins {
             snapshots,
             egress: Arc::clone(&self.egress),
             vault: self.vault.clone(),
-            metrics: self.metrics.clone(),
         })
     }
 }
@@ -283,7 +295,8 @@ struct WasmRunner {
     snapshots: Option<SharedSnapshots>,
     egress: Arc<EgressPolicies>,
     vault: Vault,
-    metrics: Option<Arc<weft_core::metrics::Metrics>>,
+    /// Each plugin step's metrics, when the engine counts.
+    meters: HashMap<String, weft_core::metrics::PluginMeters>,
 }
 
 impl StepOutcome {
@@ -312,6 +325,21 @@ impl StepRunner for WasmRunner {
     }
 
     fn call(&self, call: &StepCall) -> StepOutcome {
+        let started = std::time::Instant::now();
+        let outcome = self.call_plugin(call);
+        if let Some(meters) = self.meters.get(&call.context.step_id) {
+            meters.step.observe(started.elapsed().as_secs_f64());
+            match outcome.result {
+                Ok(_) => meters.ok.inc(),
+                Err(_) => meters.error.inc(),
+            };
+        }
+        outcome
+    }
+}
+
+impl WasmRunner {
+    fn call_plugin(&self, call: &StepCall) -> StepOutcome {
         let Some(plugin) = self.plugins.get(&call.context.step_id) else {
             return StepOutcome::of(Err(ErrorRecord::internal(format!(
                 "no plugin is pinned for step `{}`",
@@ -347,20 +375,11 @@ impl StepRunner for WasmRunner {
             snapshots: self.snapshots.clone(),
         };
         let outcome = plugin.call(&call.context, &call.input, &options);
-        if let Some(metrics) = &self.metrics {
-            let labels = weft_core::metrics::PluginLabels {
-                tenant: tenant.to_owned(),
-                plugin: plugin.meta().name.clone(),
-            };
-            let timing = outcome.timing;
-            metrics
-                .guest_instantiate_seconds
-                .get_or_create(&labels)
-                .observe(timing.instantiate.as_secs_f64());
-            metrics
-                .guest_call_seconds
-                .get_or_create(&labels)
-                .observe(timing.call.as_secs_f64());
+        if let Some(meters) = self.meters.get(&call.context.step_id) {
+            meters
+                .instantiate
+                .observe(outcome.timing.instantiate.as_secs_f64());
+            meters.call.observe(outcome.timing.call.as_secs_f64());
         }
         StepOutcome {
             result: outcome.result.map_err(|e| error_record(&e)),

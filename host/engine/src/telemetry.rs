@@ -16,7 +16,7 @@ use std::time::Duration;
 use tokio::sync::broadcast;
 use weft_core::clock::Timestamp;
 use weft_core::lock;
-use weft_core::metrics::{AttemptLabels, EndLabels, Metrics, PluginLabels, WorkflowLabels};
+use weft_core::metrics::{EndLabels, Metrics, WorkflowLabels};
 use weft_store::{RunRecord, RunState, StepRecord};
 
 /// Events kept for clients that resume.
@@ -241,34 +241,8 @@ impl Telemetry {
     }
 
     /// A step's record is durable; the run waits after it if `waiting`.
+    /// (Its plugin's metrics are counted by the runner, which knows them.)
     pub(crate) fn step(&self, run: &RunRecord, record: &StepRecord, waiting: bool) {
-        if let Some(metrics) = &self.metrics
-            && let Some(plugin) = run.plugins.get(&record.step_id)
-        {
-            let tenant = weft_core::tenant::of(&run.workflow).to_owned();
-            let labels = PluginLabels {
-                tenant,
-                plugin: plugin.name.clone(),
-            };
-            metrics
-                .step_seconds
-                .get_or_create(&labels)
-                .observe(record.duration_us as f64 / 1e6);
-            let PluginLabels { tenant, plugin } = labels;
-            let outcome = if record.error.is_some() {
-                "error"
-            } else {
-                "ok"
-            };
-            metrics
-                .step_attempts
-                .get_or_create(&AttemptLabels {
-                    tenant,
-                    plugin,
-                    outcome,
-                })
-                .inc();
-        }
         let at = record.started_at + Duration::from_micros(record.duration_us);
         let step = StepEvent {
             path: record.path.clone(),

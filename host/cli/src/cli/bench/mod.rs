@@ -433,7 +433,7 @@ fn throughput(
         let store = weft::RedbStore::open(scratch.join("weft.redb"))?;
         let engine = weft::Engine::new(
             std::sync::Arc::new(store),
-            weft::PluginDir::new(runtime, plugins),
+            weft::PluginDir::new(runtime.clone(), plugins),
             std::sync::Arc::new(weft::SystemClock),
         )?;
         out!(
@@ -479,6 +479,7 @@ fn throughput(
             rate(&concurrent) / rate(&baseline)
         );
         out!("durable steps/s: {:.0}", rate(&concurrent));
+        metrics_cost(&engine, &runtime, plugins, &scratch, &workflow, runs)?;
         if let Some(url) = postgres {
             postgres::throughput(plugins, &scratch, &url, &workflow, runs, rate(&concurrent))?;
         }
@@ -486,6 +487,49 @@ fn throughput(
     })();
     let _ = std::fs::remove_dir_all(&scratch);
     result
+}
+
+/// The cost of metrics: `runs` runs at once on `engine` (which counts
+/// nothing) and on a second engine that counts everything (`GET /metrics`
+/// of `weft serve`), on its own redb file, taking turns three times each.
+fn metrics_cost(
+    engine: &weft::Engine,
+    runtime: &Runtime,
+    plugins: &Path,
+    scratch: &Path,
+    workflow: &std::sync::Arc<weft::Workflow>,
+    runs: usize,
+) -> anyhow::Result<()> {
+    let metrics = std::sync::Arc::new(weft::engine::Metrics::default());
+    let metered = weft::Engine::with_config(
+        std::sync::Arc::new(weft::RedbStore::open(scratch.join("metered.redb"))?),
+        weft::PluginDir::new(runtime.clone(), plugins),
+        std::sync::Arc::new(weft::SystemClock),
+        weft::engine::EngineConfig {
+            metrics: Some(std::sync::Arc::clone(&metrics)),
+            ..weft::engine::EngineConfig::default()
+        },
+    )?;
+    round(&metered, workflow, 1)?;
+    let (mut off, mut on) = ((Duration::ZERO, 0), (Duration::ZERO, 0));
+    for _ in 0..3 {
+        for (engine, total) in [(engine, &mut off), (&metered, &mut on)] {
+            let r = round(engine, workflow, runs)?;
+            total.0 += r.elapsed;
+            total.1 += r.steps;
+        }
+    }
+    let rate = |(elapsed, steps): (Duration, usize)| {
+        steps as f64 / elapsed.as_secs_f64().max(f64::MIN_POSITIVE)
+    };
+    out!(
+        "  metrics: off {:.0} steps/s, on {:.0} steps/s (3 rounds each, in turn): on/off {:.3}; a scrape is {} bytes",
+        rate(off),
+        rate(on),
+        rate(on) / rate(off),
+        metrics.encode().len()
+    );
+    Ok(())
 }
 
 /// Starts `runs` runs of `workflow` at once and waits for all of them.
