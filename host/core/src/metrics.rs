@@ -94,7 +94,8 @@ pub struct Metrics {
     pub runs_started: Family<WorkflowLabels, Counter>,
     /// Runs ended, by workflow and end state.
     pub runs_ended: Family<EndLabels, Counter>,
-    /// Step attempts whose record was committed, by plugin and outcome.
+    /// Plugin step attempts run, by plugin and outcome (an attempt run again
+    /// after a key-value conflict counts again).
     pub step_attempts: Family<AttemptLabels, Counter>,
     /// A plugin step attempt's time on the host: its secrets, its
     /// instantiation and its call.
@@ -156,7 +157,7 @@ impl Metrics {
         registry.register("runs_ended", "Runs ended", self.runs_ended.clone());
         registry.register(
             "step_attempts",
-            "Step attempts committed",
+            "Plugin step attempts run",
             self.step_attempts.clone(),
         );
         registry.register_with_unit(

@@ -188,7 +188,7 @@ impl RunEvents {
         let after = if every { kept.first - 1 } else { after };
         // The id must be one this host told, or the one before its first
         // kept: anything else lost events in between.
-        let gap = after + 1 < oldest || after >= kept.next;
+        let gap = after.saturating_add(1) < oldest || after >= kept.next;
         let backlog = if every {
             kept.events.iter().cloned().collect()
         } else if gap {
@@ -332,6 +332,7 @@ mod tests {
         assert_eq!(events.subscribe(Some(99)).backlog.len(), 5);
         assert!(events.subscribe(Some(98)).gap);
         assert!(events.subscribe(Some(105)).gap);
+        assert!(events.subscribe(Some(u64::MAX)).gap);
         assert!(!events.subscribe(Some(104)).gap);
         // `0`: everything kept.
         let all = events.subscribe(Some(0));

@@ -278,6 +278,9 @@ pub enum Heard<'a> {
     Opened,
     /// An event: its name and data. A `reset` says events were lost.
     Event(&'a str, &'a Value),
+    /// The server's keep-alive, every 15 s of quiet: a moment to look
+    /// again at what the stream may not tell (a run another host drives).
+    Quiet,
 }
 
 /// Follows `GET /v1/events?{query}` on `server`, telling `on` what it
@@ -342,6 +345,12 @@ pub fn watch(
                 data.clear();
                 continue;
             }
+            if line.starts_with(':') {
+                if let Watching::Done = on(Heard::Quiet)? {
+                    return Ok(());
+                }
+                continue;
+            }
             let (field, value) = line.split_once(':').unwrap_or((line.as_str(), ""));
             let value = value.strip_prefix(' ').unwrap_or(value);
             match field {
@@ -358,6 +367,7 @@ pub fn watch(
         }
         // The stream broke (the server went away): open it again.
         broken_since.get_or_insert_with(std::time::Instant::now);
+        std::thread::sleep(Duration::from_millis(200));
     }
 }
 
@@ -374,8 +384,9 @@ pub fn watch_runs(
     watch(server, query, |heard| {
         let (name, event) = match heard {
             Heard::Event(name, event) => (name, event),
-            // A run that ended before the stream opened ends the watch.
-            Heard::Opened => {
+            // A run that ended before the stream opened (or on another
+            // host, which tells its own events) ends the watch.
+            Heard::Opened | Heard::Quiet => {
                 let Some(id) = until else {
                     return Ok(Watching::More);
                 };

@@ -280,9 +280,10 @@ pub fn start(data_dir: &Path, args: StartArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     eprintln!("run {id} of {} started on {}", args.workflow, server.url());
-    // The run is read once the stream is open, and again when it says the
-    // run ended (or that events were lost): an end before the stream
-    // opened is then seen too.
+    // The run is read once the stream is open, again when it says the run
+    // ended (or that events were lost), and at each keep-alive: an end
+    // before the stream opened is seen too, and so is one on another host
+    // of a shared store, whose events this stream does not carry.
     let mut ended = None;
     super::remote::watch(&server, &format!("run={id}&kind=ended"), |heard| {
         if let Heard::Event(name, _) = heard

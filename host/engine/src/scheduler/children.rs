@@ -115,7 +115,12 @@ impl Core {
         let store = self.launcher.store.as_ref();
         let commit = |write| self.commits.commit(write);
         match crate::stored::cancel_in_store(store, id, self.clock.now(), commit) {
-            Ok(()) | Err(StoreError::RunEnded(_) | StoreError::NotFound(_)) => {}
+            Ok(()) => {
+                if let Ok(Some(run)) = store.run(id) {
+                    self.telemetry.ended(&run, self.clock.now());
+                }
+            }
+            Err(StoreError::RunEnded(_) | StoreError::NotFound(_)) => {}
             Err(e) => {
                 tracing::warn!(run = %id, "cannot cancel a child run, trying again: {e}");
                 self.retry_later(1, Later::Work(Work::Cancel(id.to_owned())));

@@ -101,17 +101,17 @@ impl Core {
             write,
             Box::new(move |outcome| {
                 tracing::debug!(run = %timer.run, timer = timer.timer.id, ?outcome, "a fire through the store was answered");
+                // A fire that leaves a record (a sleep's end, a wait's
+                // timeout) finished its step: told before the wake, which
+                // tells `resumed`.
+                if outcome.is_ok()
+                    && let Some(record) = crate::stored::fired_record(&timer, run.step_records)
+                {
+                    core.telemetry.step(&run, &record, false);
+                }
                 core.unclaim_waking(&timer.run, outcome.is_ok());
                 match outcome {
-                    Ok(()) => {
-                        core.fired(timer.timer.due);
-                        // A fire that leaves a record (a sleep's end, a
-                        // wait's timeout) finished its step.
-                        if let Some(record) = crate::stored::fired_record(&timer, run.step_records)
-                        {
-                            core.telemetry.step(&run, &record, false);
-                        }
-                    }
+                    Ok(()) => core.fired(timer.timer.due),
                     // Fired elsewhere; or another host drives the run,
                     // and fires its timers itself.
                     Err(StoreError::TimerGone(_) | StoreError::Fenced { .. }) => {}

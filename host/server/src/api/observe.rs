@@ -212,11 +212,9 @@ impl Feed {
     /// engine's events end, or the caller's token is no longer good).
     async fn next(&mut self) -> Option<Event> {
         loop {
-            if let Some(event) = self.ready.pop_front() {
-                return Some(event);
-            }
             // A revoked or expired token ends the stream: checked at once
-            // after any revocation, and every few seconds for expiry.
+            // after any revocation (before anything more is sent), and
+            // every few seconds for expiry.
             let revocations = self.api.access.revocations();
             if revocations != self.revocations || self.checked.elapsed() >= Duration::from_secs(5) {
                 self.revocations = revocations;
@@ -229,7 +227,10 @@ impl Feed {
                     return None;
                 }
             }
-            match tokio::time::timeout(Duration::from_secs(5), self.receiver.recv()).await {
+            if let Some(event) = self.ready.pop_front() {
+                return Some(event);
+            }
+            match tokio::time::timeout(Duration::from_secs(1), self.receiver.recv()).await {
                 Err(_) => {}
                 Ok(Ok(event)) => self.pass(&event),
                 // Fell behind: catch up from the events kept.
@@ -294,7 +295,9 @@ pub(super) async fn events(
     let subscription = api.engine.events().subscribe(after);
     let mut feed = Feed {
         receiver: subscription.receiver.resubscribe(),
-        last: after.unwrap_or(0),
+        // Without `after`, only what comes: a catch-up after a lag starts
+        // from here, not from the oldest kept.
+        last: after.unwrap_or_else(|| subscription.next.saturating_sub(1)),
         revocations: api.access.revocations(),
         checked: Instant::now(),
         api,

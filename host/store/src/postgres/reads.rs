@@ -157,11 +157,11 @@ impl PostgresStore {
         after: Option<u32>,
         limit: usize,
     ) -> Result<Vec<StepRecord>, StoreError> {
-        let after = after.map_or(-1, i64::from);
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        // Key numbers are stored with their top bit flipped (`to_sql`).
+        let from = to_sql(after.map_or(0, |a| u64::from(a) + 1));
         let rows = self.query(
-            "SELECT k2, v FROM steps WHERE k1 = $1 AND k2 > $2 ORDER BY k2 LIMIT $3",
-            &[&as_key(id), &after, &limit],
+            "SELECT k2, v FROM steps WHERE k1 = $1 AND k2 >= $2 ORDER BY k2 LIMIT $3",
+            &[&as_key(id), &from, &self::limit(limit)],
         )?;
         rows.iter()
             .map(|row| decode(format!("{id}/{}", int(row, 0)?), &bytes(row, 1)?))

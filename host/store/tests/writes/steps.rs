@@ -361,3 +361,34 @@ fn fire_timer() {
             .refused(timer_gone),
     ]);
 }
+
+/// Run `r` with five records, `one` to `five`.
+fn five_records(s: &dyn Store) {
+    started(s);
+    for path in ["one", "two", "three", "four", "five"] {
+        put(s, commit(s, R, path));
+    }
+}
+
+#[test]
+fn step_records_are_read_a_page_at_a_time() {
+    walk(&[given("five records", five_records)
+        .write(|s| commit(s, R, "six"))
+        .stored(|s| {
+            let seqs = |after, limit| -> Vec<u32> {
+                s.steps_page(R, after, limit)
+                    .unwrap()
+                    .iter()
+                    .map(|r| r.seq)
+                    .collect()
+            };
+            assert_eq!(seqs(None, 2), [0, 1]);
+            assert_eq!(seqs(Some(1), 2), [2, 3]);
+            assert_eq!(seqs(Some(3), 10), [4, 5]);
+            assert_eq!(seqs(Some(5), 10), [] as [u32; 0]);
+            assert_eq!(seqs(Some(u32::MAX), 10), [] as [u32; 0]);
+            assert_eq!(seqs(None, 100), (0..6).collect::<Vec<_>>());
+            assert!(s.steps_page("no-such-run", None, 10).unwrap().is_empty());
+            assert_eq!(s.steps_page(R, Some(2), 1).unwrap()[0], step(R, 3, "four"));
+        })]);
+}
