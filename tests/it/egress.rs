@@ -22,7 +22,8 @@ use crate::tenants::{call_as, send_as};
 /// - `GET /redirect?to=URL` answers `302` to URL;
 /// - `GET /big?bytes=N` answers N bytes with a `content-length`;
 /// - `GET /stream?bytes=N` answers N bytes, chunked, with no length;
-/// - `POST /echo` answers the body it got.
+/// - `POST /echo` answers the body it got;
+/// - `GET /traceparent` answers the request's `traceparent` header.
 ///
 /// It counts the requests it gets, by path.
 pub(crate) struct Site {
@@ -67,15 +68,19 @@ fn answer(stream: std::net::TcpStream, seen: &Mutex<Vec<String>>) {
         parts.next().unwrap_or("/").to_owned(),
     );
     let mut length = 0usize;
+    let mut traceparent = String::new();
     loop {
         let mut header = String::new();
         if reader.read_line(&mut header).unwrap_or(0) == 0 || header.trim().is_empty() {
             break;
         }
-        if let Some((name, value)) = header.trim().split_once(':')
-            && name.eq_ignore_ascii_case("content-length")
-        {
-            length = value.trim().parse().unwrap_or(0);
+        if let Some((name, value)) = header.trim().split_once(':') {
+            if name.eq_ignore_ascii_case("content-length") {
+                length = value.trim().parse().unwrap_or(0);
+            }
+            if name.eq_ignore_ascii_case("traceparent") {
+                value.trim().clone_into(&mut traceparent);
+            }
         }
     }
     let mut body = vec![0; length];
@@ -100,6 +105,7 @@ fn answer(stream: std::net::TcpStream, seen: &Mutex<Vec<String>>) {
     };
     match (method.as_str(), path) {
         ("GET", "/hello") => reply(&mut stream, "200 OK", "", b"hello from loopback"),
+        ("GET", "/traceparent") => reply(&mut stream, "200 OK", "", traceparent.as_bytes()),
         ("GET", "/redirect") => reply(
             &mut stream,
             "302 Found",
@@ -182,16 +188,32 @@ fn a_granted_request_reaches_the_loopback_server_and_is_recorded_without_query_v
         &json!({ "requests": [
             { "url": site.url("/hello?token=s3cret&page=2") },
             { "method": "POST", "url": site.url("/echo"), "body": "ping" },
+            { "url": site.url("/traceparent") },
         ] }),
     );
     assert_eq!(code, Some(0), "{shown:#}");
     assert_eq!(outputs["answers"][0]["status"], 200);
     assert_eq!(outputs["answers"][0]["body"], "hello from loopback");
     assert_eq!(outputs["answers"][1]["body"], "ping");
-    assert_eq!(site.hits(), 2);
+    assert_eq!(site.hits(), 3);
+    // The request carries the run's trace (its id's bits) and a span of
+    // its own.
+    let run = shown["run"]["id"].as_str().unwrap().replace('-', "");
+    let traceparent = outputs["answers"][2]["body"].as_str().unwrap();
+    let parts: Vec<&str> = traceparent.split('-').collect();
+    assert_eq!(parts.len(), 4, "{traceparent}");
+    assert_eq!(
+        (parts[0], parts[1], parts[3]),
+        ("00", run.as_str(), "01"),
+        "{traceparent}"
+    );
+    assert!(
+        parts[2].len() == 16 && parts[2] != "0000000000000000",
+        "{traceparent}"
+    );
 
     let http = &shown["steps"][0]["http"];
-    assert_eq!(http.as_array().unwrap().len(), 2, "{shown:#}");
+    assert_eq!(http.as_array().unwrap().len(), 3, "{shown:#}");
     assert_eq!(http[0]["method"], "GET");
     assert_eq!(
         http[0]["url"],

@@ -2,12 +2,14 @@
 //! with a Prometheus parser, and the run event stream `GET /v1/events`
 //! followed, filtered and resumed, through the API and the CLI.
 
+use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use crate::common::Scratch;
-use crate::common::server::{Host, agent, run_ended, serve, start_run};
+use crate::common::receiver::Receiver;
+use crate::common::server::{Host, agent, run_ended, serve, serve_with, start_run};
 use serde_json::{Value, json};
 
 const LOAD: &str = "id: load\nsteps:\n  - { id: one, uses: echo, with: \"${{ inputs }}\" }\n  - { id: nap, sleep: 20ms }\n  - { id: two, uses: echo, with: \"${{ steps.one.output }}\" }\noutputs:\n  got: \"${{ steps.two.output }}\"\n";
@@ -407,5 +409,100 @@ fn weft_start_wait_and_runs_watch_follow_the_stream() {
         json!({ "got": { "k": 7 } }),
         "{}",
         started.stdout
+    );
+}
+
+#[test]
+fn each_run_is_a_trace_sent_to_an_otlp_collector() {
+    let scratch = scratch();
+    // A collector on loopback: it takes OTLP/HTTP JSON and keeps it.
+    let collector = Receiver::start(|_| 200);
+    let base = collector.url.trim_end_matches("/hook").to_owned();
+    let host = serve_with(&scratch, 0, &["--otlp-endpoint", &base]);
+    let id = start_run(&host, "approval", &json!({}));
+    crate::common::wait(
+        Duration::from_secs(60),
+        Duration::from_millis(20),
+        || {
+            let (_, body) = host.call("GET", "/v1/awaits", None);
+            let waiting = body["awaits"].as_array().is_some_and(|a| !a.is_empty());
+            if waiting { Ok(()) } else { Err(body) }
+        },
+        |body| format!("the run never waited: {body}"),
+    );
+    let (status, body) = host.call(
+        "POST",
+        &format!("/v1/runs/{id}/steps/approve/actions"),
+        Some(r#"{"action": "complete", "output": 5}"#),
+    );
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(run_ended(&host, &id)["run"]["state"], "succeeded");
+
+    // Every span of the run's trace, as the collector got them.
+    let trace = id.replace('-', "");
+    let spans = || -> Vec<Value> {
+        let mut spans = Vec::new();
+        for request in collector.got() {
+            assert!(
+                request.header("content-type").contains("json"),
+                "{request:?}"
+            );
+            let body = request.json();
+            for resource in body["resourceSpans"].as_array().into_iter().flatten() {
+                let service = &resource["resource"]["attributes"];
+                assert!(service.to_string().contains("\"weft\""), "{service}");
+                for scope in resource["scopeSpans"].as_array().into_iter().flatten() {
+                    for span in scope["spans"].as_array().into_iter().flatten() {
+                        if span["traceId"].as_str() == Some(trace.as_str()) {
+                            spans.push(span.clone());
+                        }
+                    }
+                }
+            }
+        }
+        spans
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let spans = loop {
+        let spans = spans();
+        if spans.iter().any(|s| s["name"] == "run approval") {
+            break spans;
+        }
+        assert!(Instant::now() < deadline, "no root span; got {spans:#?}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let root = spans.iter().find(|s| s["name"] == "run approval").unwrap();
+    let names: BTreeSet<&str> = spans.iter().filter_map(|s| s["name"].as_str()).collect();
+    assert_eq!(
+        names,
+        BTreeSet::from(["run approval", "step first", "step approve", "step after"]),
+        "{spans:#?}"
+    );
+    // The attempts are the root's children, within its time.
+    let root_id = root["spanId"].as_str().unwrap();
+    let time = |s: &Value, field: &str| -> u128 {
+        match &s[field] {
+            Value::String(text) => text.parse().unwrap(),
+            other => other.as_u64().unwrap().into(),
+        }
+    };
+    for span in spans.iter().filter(|s| s["name"] != "run approval") {
+        assert_eq!(span["parentSpanId"], root_id, "{span:#}");
+        assert!(
+            time(span, "startTimeUnixNano") >= time(root, "startTimeUnixNano")
+                && time(span, "endTimeUnixNano") <= time(root, "endTimeUnixNano"),
+            "{span:#} is not within {root:#}"
+        );
+    }
+    // The wait and the resume are events of the root.
+    let events: Vec<&str> = root["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["name"].as_str())
+        .collect();
+    assert!(
+        events.contains(&"waiting") && events.contains(&"resumed"),
+        "{root:#}"
     );
 }

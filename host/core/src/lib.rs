@@ -11,6 +11,7 @@
 //!   written (weft-model compiles it).
 //! - [`ErrorRecord`]: how an error is recorded and shown.
 //! - [`metrics`]: what a host counts and times, for `GET /metrics`.
+//! - [`trace`]: the W3C trace context of runs and their attempts.
 //! - [`tenant`]: whose an object is, and its name as stored.
 //! - [`fair`]: items of several tenants, taken in turn.
 //! - [`ids`]: fresh ids and random numbers, repeatable under a seed.
@@ -30,6 +31,7 @@ mod schedule;
 mod schema;
 mod signal;
 pub mod tenant;
+pub mod trace;
 
 pub use clock::{Clock, SimClock, SystemClock, Timestamp};
 pub use digest::{Digest, Hashing};

@@ -70,6 +70,9 @@ pub struct StepEvent {
     pub error: Option<String>,
     /// It waits for an outside answer.
     pub awaiting: bool,
+    /// It is the attempt's result (an output, an error, a skip), not the
+    /// start of a wait.
+    pub result: bool,
 }
 
 /// One thing that happened to a run.
@@ -251,6 +254,7 @@ impl Telemetry {
             duration_us: record.duration_us,
             error: record.error.as_ref().map(|e| e.code.clone()),
             awaiting: record.awaiting,
+            result: record.output.is_some() || record.error.is_some() || record.skipped,
         };
         if waiting {
             self.events

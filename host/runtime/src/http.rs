@@ -109,6 +109,9 @@ pub(crate) struct HttpHooks {
     limits: HttpLimits,
     deadline: Instant,
     shared: Arc<Shared>,
+    /// Set on every request that has none: the W3C trace context of the
+    /// attempt.
+    traceparent: Option<http::HeaderValue>,
 }
 
 impl std::fmt::Debug for HttpHooks {
@@ -133,6 +136,16 @@ impl HttpHooks {
             limits,
             deadline,
             shared: Arc::default(),
+            traceparent: None,
+        }
+    }
+
+    /// The same hooks, setting `traceparent` on each request that has none.
+    pub(crate) fn tracing(self, traceparent: Option<String>) -> Self {
+        let traceparent = traceparent.and_then(|t| http::HeaderValue::from_str(&t).ok());
+        Self {
+            traceparent,
+            ..self
         }
     }
 
@@ -185,6 +198,12 @@ impl WasiHttpHooks for HttpHooks {
         options: Option<RequestOptions>,
         _: Box<dyn Future<Output = Result<(), Error>> + Send>,
     ) -> ResponseFuture {
+        if let Some(traceparent) = &self.traceparent {
+            request
+                .headers_mut()
+                .entry("traceparent")
+                .or_insert_with(|| traceparent.clone());
+        }
         let uri = request.uri().clone();
         let method = request.method().as_str().to_owned();
         let target = uri

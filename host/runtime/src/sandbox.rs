@@ -43,6 +43,8 @@ pub(super) struct Reach {
     pub(super) http_limits: HttpLimits,
     pub(super) secrets: Secrets,
     pub(super) snapshots: Option<super::snapshot::SharedSnapshots>,
+    /// The `traceparent` the call's outgoing requests carry.
+    pub(super) traceparent: Option<String>,
 }
 
 impl std::fmt::Debug for StepState {
@@ -74,7 +76,8 @@ impl StepState {
             secrets: reach.secrets,
             snapshots: reach.snapshots,
             http_ctx: WasiHttpCtx::new(),
-            http: HttpHooks::new(reach.egress, reach.http_limits, deadline),
+            http: HttpHooks::new(reach.egress, reach.http_limits, deadline)
+                .tracing(reach.traceparent),
         }
     }
 }

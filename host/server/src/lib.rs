@@ -3,7 +3,8 @@
 //!
 //! This crate is the host as a library: [`Host`] starts one in the order
 //! recovery needs; [`workflows`] deploys and serves workflows; [`hub`]
-//! delivers messages; [`api`] is the HTTP API of `weft serve`. The layers
+//! delivers messages; [`api`] is the HTTP API of `weft serve`; [`traces`]
+//! sends runs as OpenTelemetry traces. The layers
 //! below are crates of their own, re-exported here:
 //!
 //! - [`core`] (weft-core): time, digests, names, effects, error records;
@@ -34,6 +35,7 @@
 pub mod api;
 mod host;
 pub mod hub;
+pub mod traces;
 pub mod workflows;
 
 pub use weft_core as core;

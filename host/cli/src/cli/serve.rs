@@ -59,6 +59,12 @@ pub struct ServeArgs {
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = lease_ttl)]
     lease_ttl: std::time::Duration,
 
+    /// Send each run as an OpenTelemetry trace (its attempts as spans, its
+    /// waits and retries as events) to this OTLP/HTTP collector, such as
+    /// http://127.0.0.1:4318 (JSON over plain HTTP).
+    #[arg(long, value_name = "URL", env = "WEFT_OTLP_ENDPOINT")]
+    otlp_endpoint: Option<String>,
+
     #[command(flatten)]
     retain: super::RetainArgs,
 
@@ -135,6 +141,12 @@ pub fn serve(data_dir: &Path, args: ServeArgs) -> anyhow::Result<ExitCode> {
     let host = Host::start(config).context("cannot start the host")?;
     for warning in host.warnings() {
         eprintln!("warning: not serving {warning}");
+    }
+    if let Some(endpoint) = &args.otlp_endpoint
+        && let Err(message) = weft::traces::start(host.engine(), endpoint)
+    {
+        eprintln!("error: {message}");
+        return Ok(ExitCode::from(EXIT_INVALID));
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -286,6 +286,9 @@ impl Core {
         match self.claim_and_load(id, current) {
             Ok(drive) => {
                 tracing::debug!(run = %id, "taken over");
+                if !drive.run.suspended {
+                    self.telemetry.resumed(&drive.run, self.clock.now());
+                }
                 let (done, _) = std::sync::mpsc::sync_channel(1);
                 self.admit_awake(super::Task {
                     drive,

@@ -127,6 +127,15 @@ impl Plugin {
                 http_limits: config.http,
                 secrets: options.secrets.clone(),
                 snapshots: options.snapshots.clone(),
+                // Only a call that may make requests needs one.
+                traceparent: options.egress.as_ref().map(|_| {
+                    let prefix = format!("{}:", context.run_id);
+                    let path = context
+                        .idempotency_key
+                        .strip_prefix(&prefix)
+                        .unwrap_or(&context.step_id);
+                    weft_core::trace::traceparent(&context.run_id, path, context.attempt)
+                }),
             },
         );
         if let Some(cancel) = options.cancel.clone() {

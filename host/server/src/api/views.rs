@@ -145,7 +145,7 @@ const AWAITS_SCANNED: usize = 1000;
 
 /// `GET /v1/awaits`: the `await` steps of the caller's running runs that
 /// wait for an answer, newest run first (of its newest 1,000 running
-/// runs).
+/// runs; finding them reads the tenant's runs newest first).
 pub(super) async fn awaits(
     State(api): State<Api>,
     Extension(caller): Extension<Caller>,
@@ -153,13 +153,14 @@ pub(super) async fn awaits(
     let store = Arc::clone(api.engine.store());
     let tenant = caller.tenant.clone();
     let awaits = blocking(move || {
-        let mut runs: Vec<_> = store
-            .running()?
-            .into_iter()
-            .filter(|run| weft_core::tenant::of(&run.workflow) == tenant)
-            .collect();
-        runs.reverse();
-        runs.truncate(AWAITS_SCANNED);
+        // Runs that wait are suspended, and out of the index of runs to
+        // resume: they are found among the tenant's runs, newest first.
+        let filter = weft_store::RunFilter {
+            tenant: Some(tenant),
+            state: Some(RunState::Running),
+            ..weft_store::RunFilter::default()
+        };
+        let runs = store.runs(&filter, AWAITS_SCANNED)?;
         let mut found = Vec::new();
         for run in runs {
             if run.state != RunState::Running {
