@@ -419,7 +419,18 @@ fn each_run_is_a_trace_sent_to_an_otlp_collector() {
     let collector = Receiver::start(|_| 200);
     let base = collector.url.trim_end_matches("/hook").to_owned();
     let host = serve_with(&scratch, 0, &["--otlp-endpoint", &base]);
-    let id = start_run(&host, "approval", &json!({}));
+    // The caller's trace, which the request's span joins.
+    let caller_trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let caller_span = "00f067aa0ba902b7";
+    let mut response = agent()
+        .post(format!("{}/v1/runs", host.url))
+        .header("traceparent", format!("00-{caller_trace}-{caller_span}-01"))
+        .header("content-type", "application/json")
+        .send(json!({ "workflow": "approval", "input": {} }).to_string())
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 201);
+    let started: Value = serde_json::from_reader(response.body_mut().as_reader()).unwrap();
+    let id = started["id"].as_str().unwrap().to_owned();
     crate::common::wait(
         Duration::from_secs(60),
         Duration::from_millis(20),
@@ -438,9 +449,9 @@ fn each_run_is_a_trace_sent_to_an_otlp_collector() {
     assert_eq!(status, 200, "{body}");
     assert_eq!(run_ended(&host, &id)["run"]["state"], "succeeded");
 
-    // Every span of the run's trace, as the collector got them.
+    // Every span of a trace, as the collector got them.
     let trace = id.replace('-', "");
-    let spans = || -> Vec<Value> {
+    let spans_of = |trace: &str| -> Vec<Value> {
         let mut spans = Vec::new();
         for request in collector.got() {
             assert!(
@@ -453,7 +464,7 @@ fn each_run_is_a_trace_sent_to_an_otlp_collector() {
                 assert!(service.to_string().contains("\"weft\""), "{service}");
                 for scope in resource["scopeSpans"].as_array().into_iter().flatten() {
                     for span in scope["spans"].as_array().into_iter().flatten() {
-                        if span["traceId"].as_str() == Some(trace.as_str()) {
+                        if span["traceId"].as_str() == Some(trace) {
                             spans.push(span.clone());
                         }
                     }
@@ -464,7 +475,7 @@ fn each_run_is_a_trace_sent_to_an_otlp_collector() {
     };
     let deadline = Instant::now() + Duration::from_secs(30);
     let spans = loop {
-        let spans = spans();
+        let spans = spans_of(&trace);
         if spans.iter().any(|s| s["name"] == "run approval") {
             break spans;
         }
@@ -505,4 +516,186 @@ fn each_run_is_a_trace_sent_to_an_otlp_collector() {
         events.contains(&"waiting") && events.contains(&"resumed"),
         "{root:#}"
     );
+
+    // The host's own span of the request that started the run: a server
+    // span in the caller's trace, the child of the caller's span, naming
+    // the route and its answer, and linked to the run's root span.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let request = loop {
+        if let Some(span) = spans_of(caller_trace)
+            .into_iter()
+            .find(|s| s["name"] == "POST /v1/runs")
+        {
+            break span;
+        }
+        assert!(Instant::now() < deadline, "no span of the request");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(request["parentSpanId"], caller_span, "{request:#}");
+    assert_eq!(request["kind"], 2, "a server span: {request:#}");
+    let attribute = |name: &str| -> Value {
+        request["attributes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|a| a["key"] == name)
+            .map(|a| a["value"].clone())
+            .unwrap_or(Value::Null)
+    };
+    assert_eq!(
+        attribute("http.route"),
+        json!({ "stringValue": "/v1/runs" })
+    );
+    assert_eq!(
+        attribute("http.request.method"),
+        json!({ "stringValue": "POST" })
+    );
+    let status = attribute("http.response.status_code");
+    assert_eq!(status, json!({ "intValue": "201" }), "{request:#}");
+    assert_eq!(attribute("weft.run"), json!({ "stringValue": id }));
+    let links = request["links"].as_array().unwrap();
+    assert!(
+        links
+            .iter()
+            .any(|l| l["traceId"] == trace.as_str() && l["spanId"] == root_id),
+        "{request:#}"
+    );
+}
+
+#[test]
+fn each_run_that_ends_is_told_once_to_a_webhook_on_weft_runs_ended() {
+    let scratch = scratch();
+    // Fails on its outputs, after its steps: the end is the run's record
+    // alone.
+    scratch.file(
+        "workflows/broken.yaml",
+        "id: broken\nsteps:\n  - { id: one, uses: echo, with: 1 }\noutputs:\n  x: \"${{ steps.one.output.nope.deeper }}\"\n",
+    );
+    let host = serve(&scratch, 0);
+    // A run that ended before anyone subscribed left no notice.
+    let before = start_run(&host, "load", &json!({ "n": -1 }));
+    run_ended(&host, &before);
+
+    let receiver = Receiver::start(|n| if n % 7 == 3 { 503 } else { 200 });
+    let (status, made) = host.call(
+        "POST",
+        "/v1/subscriptions",
+        Some(
+            &json!({
+                "channel": "weft.runs.ended",
+                "name": "ends",
+                "webhook": { "url": receiver.url, "secret": "s3cret" },
+                "backoff": "20ms",
+            })
+            .to_string(),
+        ),
+    );
+    assert_eq!(status, 201, "{made}");
+    // Only the host emits there: a workflow that would is refused.
+    let (status, refused) = host.send(
+        "/v1/workflows",
+        "application/yaml",
+        b"id: forger\nsteps:\n  - { id: tell, emit: weft.runs.ended, with: {} }\n",
+    );
+    assert_eq!(status, 400, "{refused}");
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("weft.runs.ended"),
+        "{refused}"
+    );
+
+    let mut expected = std::collections::BTreeMap::new();
+    for n in 0..12 {
+        let id = start_run(&host, "load", &json!({ "n": n }));
+        expected.insert(id, "succeeded");
+    }
+    for _ in 0..4 {
+        let id = start_run(&host, "broken", &json!({}));
+        expected.insert(id, "failed");
+    }
+    let mut waiting = Vec::new();
+    for _ in 0..3 {
+        waiting.push(start_run(&host, "approval", &json!({})));
+    }
+    for id in &expected.keys().cloned().collect::<Vec<_>>() {
+        run_ended(&host, id);
+    }
+    for id in waiting {
+        crate::common::wait(
+            Duration::from_secs(30),
+            Duration::from_millis(20),
+            || {
+                let (_, run) = host.call("GET", &format!("/v1/runs/{id}?steps=false"), None);
+                if run["run"]["suspended"] == true {
+                    Ok(())
+                } else {
+                    Err(run)
+                }
+            },
+            |run| format!("run {id} never waited: {run}"),
+        );
+        let (status, body) = host.call("POST", &format!("/v1/runs/{id}/cancel"), Some("{}"));
+        assert_eq!(status, 200, "{body}");
+        expected.insert(id, "cancelled");
+    }
+
+    // Each run is told once, whatever the receiver's failures cost in
+    // retries (a retry keeps its delivery id).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut told = std::collections::BTreeMap::new();
+    while told.len() < expected.len() {
+        assert!(
+            Instant::now() < deadline,
+            "told {told:#?}, expected {expected:#?}"
+        );
+        told.clear();
+        for request in receiver.got() {
+            assert_eq!(
+                request.header("weft-signature"),
+                weft::hub::sign("s3cret", &request.body)
+            );
+            let body = request.json();
+            let payload = &body["payload"];
+            let run = payload["run"].as_str().unwrap().to_owned();
+            let delivery = request.header("weft-delivery").to_owned();
+            let seen = told
+                .entry(run.clone())
+                .or_insert((delivery.clone(), payload.clone()));
+            assert_eq!(seen.0, delivery, "run {run} was told in two deliveries");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        !told.contains_key(&before),
+        "a run ended before the subscription"
+    );
+    for (run, state) in &expected {
+        let (_, payload) = &told[run];
+        assert_eq!(payload["state"], *state, "{payload}");
+        assert!(
+            payload["ended_at"].is_u64() && payload["created_at"].is_u64(),
+            "{payload}"
+        );
+        match *state {
+            "succeeded" => {
+                assert_eq!(payload["workflow"], "load");
+                assert!(payload["outputs"]["got"]["n"].is_i64(), "{payload}");
+            }
+            "failed" => {
+                assert_eq!(payload["workflow"], "broken");
+                assert!(payload["error"]["error"]["code"].is_string(), "{payload}");
+            }
+            _ => assert_eq!(payload["workflow"], "approval"),
+        }
+    }
+    // The notices are messages of the runs that ended, listed with them.
+    let some = expected.keys().next().unwrap();
+    let (_, messages) = host.call("GET", &format!("/v1/runs/{some}/messages"), None);
+    assert_eq!(
+        messages["messages"][0]["channel"], "weft.runs.ended",
+        "{messages}"
+    );
+    assert_eq!(messages["messages"][0]["step"], "@end", "{messages}");
 }

@@ -8,13 +8,25 @@ use clap::Parser;
 
 fn main() -> ExitCode {
     let args = cli::Cli::parse();
-    cli::init_tracing(args.verbose, args.log_format);
-    match cli::main(args) {
+    let spans = match cli::init_tracing(args.verbose, args.log_format, args.otlp_endpoint()) {
+        Ok(spans) => spans,
+        Err(message) => {
+            eprintln!("error: {message}");
+            return ExitCode::from(cli::EXIT_INVALID);
+        }
+    };
+    let code = match cli::main(args) {
         Ok(code) => code,
         Err(error) if cli::is_broken_pipe(&error) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("error: {error:#}");
             ExitCode::from(cli::EXIT_HOST)
         }
+    };
+    if let Some(provider) = spans
+        && let Err(e) = provider.shutdown()
+    {
+        eprintln!("warning: the last spans were not sent: {e}");
     }
+    code
 }

@@ -25,6 +25,30 @@ pub fn check_id(id: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// The channel on which the host tells of each of a tenant's runs that
+/// ends (succeeded, failed, timed out or cancelled): one message per run,
+/// committed in the transaction that ends it, and only while the channel
+/// has a subscription. A tenant subscribes to it like to any channel.
+pub const RUNS_ENDED: &str = "weft.runs.ended";
+
+/// Channels whose names start with this are the host's: runs and clients
+/// may subscribe to them, but only the host emits to them.
+pub const HOST_CHANNELS: &str = "weft.";
+
+/// Checks the name of a channel a run or client emits to (`what` says
+/// where it was read): a channel name ([`check_name`]) outside the host's
+/// own channels.
+pub fn check_emit(what: &str, channel: &str) -> Result<(), String> {
+    check_name(what, channel)?;
+    if channel.starts_with(HOST_CHANNELS) {
+        return Err(format!(
+            "{what} `{channel}` is the host's (names starting with `{HOST_CHANNELS}` are reserved); \
+             subscribe to it, but emit elsewhere"
+        ));
+    }
+    Ok(())
+}
+
 /// The longest channel or subscription name.
 pub const MAX_NAME: usize = 128;
 

@@ -7,7 +7,7 @@ use wasmtime::component::{HasSelf, Linker};
 use super::bindings;
 use super::sandbox::StepState;
 use weft_core::Emission;
-use weft_core::names::check_name;
+use weft_core::names::check_emit;
 
 /// The largest payload.
 pub const MAX_PAYLOAD: usize = 1 << 20;
@@ -23,7 +23,7 @@ pub(super) struct OutboxState {
 impl OutboxState {
     /// Buffers one message; its id is returned to the guest.
     pub(super) fn emit(&mut self, channel: String, payload: &str) -> Result<String, String> {
-        check_name("channel", &channel)?;
+        check_emit("channel", &channel)?;
         if payload.len() > MAX_PAYLOAD {
             return Err(format!(
                 "the payload is {} bytes; the limit is {MAX_PAYLOAD}",

@@ -27,7 +27,10 @@ use opentelemetry::trace::{
 use opentelemetry::{InstrumentationScope, KeyValue};
 use opentelemetry_otlp::{Protocol, WithExportConfig};
 use opentelemetry_sdk::Resource;
-use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanExporter as _, SpanLinks};
+pub use opentelemetry_sdk::trace::SdkTracerProvider;
+use opentelemetry_sdk::trace::{
+    BatchConfigBuilder, BatchSpanProcessor, SpanData, SpanEvents, SpanExporter as _, SpanLinks,
+};
 use tokio::sync::broadcast::error::TryRecvError;
 
 use weft_core::trace::{span_id, trace_id};
@@ -275,10 +278,9 @@ fn block_on<F: std::future::Future>(future: F) -> F::Output {
     }
 }
 
-/// Starts sending the runs of `engine` as traces to `endpoint` (an
-/// `http://` OTLP collector). Returns once the threads run; they end with
-/// the engine's events.
-pub fn start(engine: &Arc<Engine>, endpoint: &str) -> Result<(), String> {
+/// The OTLP/HTTP (JSON) exporter to `endpoint`, an `http://` collector,
+/// with the URL it sends to.
+fn exporter(endpoint: &str) -> Result<(String, opentelemetry_otlp::SpanExporter), String> {
     let url = traces_url(endpoint);
     if !url.starts_with("http://") {
         return Err(format!(
@@ -286,19 +288,82 @@ pub fn start(engine: &Arc<Engine>, endpoint: &str) -> Result<(), String> {
              this host, or one at the network's edge)"
         ));
     }
-    let mut exporter = opentelemetry_otlp::SpanExporter::builder()
+    let exporter = opentelemetry_otlp::SpanExporter::builder()
         .with_http()
         .with_protocol(Protocol::HttpJson)
         .with_endpoint(url.clone())
         .with_timeout(Duration::from_secs(10))
         .build()
         .map_err(|e| format!("--otlp-endpoint {endpoint}: {e}"))?;
-    exporter.set_resource(
-        &Resource::builder()
-            .with_service_name("weft")
-            .with_attribute(KeyValue::new("service.version", env!("CARGO_PKG_VERSION")))
-            .build(),
-    );
+    Ok((url, exporter))
+}
+
+/// The service every span is from.
+fn resource() -> Resource {
+    Resource::builder()
+        .with_service_name("weft")
+        .with_attribute(KeyValue::new("service.version", env!("CARGO_PKG_VERSION")))
+        .build()
+}
+
+/// The host's own spans, sent to `endpoint` (an `http://` collector): a
+/// `tracing` layer (tracing-opentelemetry) that exports the spans of
+/// target [`HOST_SPANS`] at `info` and above (each API request, a server
+/// span named for its route, a child of the caller's `traceparent`), a
+/// batch at least each second from a thread of its own. Keep the provider
+/// while the host runs, and shut it down at the end to send what is left.
+pub fn host_spans<S>(
+    endpoint: &str,
+) -> Result<(impl tracing_subscriber::Layer<S>, SdkTracerProvider), String>
+where
+    S: tracing::Subscriber + for<'span> tracing_subscriber::registry::LookupSpan<'span>,
+{
+    use opentelemetry::trace::TracerProvider as _;
+    use tracing_subscriber::Layer as _;
+
+    let (_, exporter) = exporter(endpoint)?;
+    let batches = BatchConfigBuilder::default()
+        .with_scheduled_delay(Duration::from_secs(1))
+        .build();
+    let provider = SdkTracerProvider::builder()
+        .with_span_processor(
+            BatchSpanProcessor::builder(exporter)
+                .with_batch_config(batches)
+                .build(),
+        )
+        .with_resource(resource())
+        .build();
+    let layer = tracing_opentelemetry::layer()
+        .with_tracer(provider.tracer("weft"))
+        .with_filter(
+            tracing_subscriber::filter::Targets::new()
+                .with_target(HOST_SPANS, tracing::Level::INFO),
+        );
+    Ok((layer, provider))
+}
+
+/// The target of the host's spans that [`host_spans`] exports.
+pub const HOST_SPANS: &str = "weft::spans";
+
+/// The context a request's `traceparent` (W3C Trace Context) names, to
+/// make its span a child of the caller's.
+pub fn remote_parent(headers: &axum::http::HeaderMap) -> opentelemetry::Context {
+    use opentelemetry::propagation::TextMapPropagator as _;
+    opentelemetry_sdk::propagation::TraceContextPropagator::new()
+        .extract(&opentelemetry_http::HeaderExtractor(headers))
+}
+
+/// The root span of run `run`'s trace, for a span to link to.
+pub fn run_span(run: &str) -> SpanContext {
+    Tracer::context(run, "", 0)
+}
+
+/// Starts sending the runs of `engine` as traces to `endpoint` (an
+/// `http://` OTLP collector). Returns once the threads run; they end with
+/// the engine's events.
+pub fn start(engine: &Arc<Engine>, endpoint: &str) -> Result<(), String> {
+    let (url, mut exporter) = exporter(endpoint)?;
+    exporter.set_resource(&resource());
     let (batches, queued): (SyncSender<Vec<SpanData>>, Receiver<Vec<SpanData>>) = sync_channel(64);
     std::thread::Builder::new()
         .name("weft-traces-send".to_owned())

@@ -295,11 +295,41 @@ fn once_per_leaf(run: &RunRecord, steps: &[StepRecord]) -> Result<(), String> {
 }
 
 /// Each message the store holds for a run was committed with exactly one
-/// successful record, and each such record's messages are stored.
+/// successful record, and each such record's messages are stored. A run
+/// of tenant `default` (subscribed to its runs' ends) that ended left
+/// exactly one notice of its end, telling its state; a run that has not
+/// ended, or of the second tenant (not subscribed), left none.
 fn messages_once(store: &dyn Store, run: &RunRecord, steps: &[StepRecord]) -> Result<(), String> {
-    let stored = store
+    let (notices, stored): (Vec<_>, Vec<_>) = store
         .run_messages(&run.id)
-        .map_err(|e| format!("reading run {}'s messages: {e}", run.id))?;
+        .map_err(|e| format!("reading run {}'s messages: {e}", run.id))?
+        .into_iter()
+        .partition(|m| m.step == weft_store::END_PATH);
+    let subscribed = tenant::of(&run.workflow) == tenant::DEFAULT;
+    let expected = usize::from(subscribed && run.state.is_terminal());
+    if notices.len() != expected {
+        return Err(format!(
+            "run {} of `{}` is {:?} and left {} notices of its end, not {expected}",
+            run.id,
+            run.workflow,
+            run.state,
+            notices.len()
+        ));
+    }
+    for notice in &notices {
+        let told = (
+            notice.channel.as_str(),
+            notice.payload["run"].as_str(),
+            notice.payload["state"].as_str(),
+        );
+        let state = run.state.to_string();
+        if told != (weft_core::names::RUNS_ENDED, Some(&run.id), Some(&state)) {
+            return Err(format!(
+                "run {} ended {state}, but its notice tells {told:?}",
+                run.id
+            ));
+        }
+    }
     let mut claimed: BTreeMap<&str, u32> = BTreeMap::new();
     for record in steps.iter().filter(|r| succeeded(r)) {
         for id in &record.messages {

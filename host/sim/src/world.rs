@@ -259,11 +259,34 @@ impl World {
             let limit = 500 + 250 * world.rng.below(12) as u64;
             world.limit_stored_bytes(limit)?;
         }
+        world.subscribe_to_ends()?;
         for _ in 0..hosts {
             let host = world.host();
             world.hosts.push(host);
         }
         Ok(world)
+    }
+
+    /// Tenant `default` (and not the second tenant) subscribes to its
+    /// runs' ends, so that each of its runs that ends leaves one notice,
+    /// and no run of the second tenant leaves any.
+    fn subscribe_to_ends(&mut self) -> Result<(), String> {
+        let channel = weft_core::names::RUNS_ENDED;
+        let write = Write::Subscribe(Box::new(weft_store::SubscriptionRecord {
+            key: format!("{channel}/sim"),
+            channel: channel.to_owned(),
+            name: "sim".to_owned(),
+            target: weft_store::Target::Sse,
+            max_attempts: 3,
+            backoff_ms: 1000,
+            max_backoff_ms: 60_000,
+            ack_timeout_ms: 30_000,
+            created_at: START,
+        }));
+        match self.sim_store.inner().apply(&[&write]) {
+            Ok(answers) if answers.iter().all(Result::is_ok) => Ok(()),
+            other => Err(format!("the subscription to ends: {other:?}")),
+        }
     }
 
     /// The second tenant's quota: `limit` stored bytes.

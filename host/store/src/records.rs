@@ -132,6 +132,10 @@ pub struct TriggerLink {
 /// The path of the record a run's cancellation leaves.
 pub const CANCEL_PATH: &str = "@cancel";
 
+/// The step path of the notice a run's end leaves on its tenant's
+/// [`RUNS_ENDED`](weft_core::names::RUNS_ENDED) channel.
+pub const END_PATH: &str = "@end";
+
 /// A cron trigger and where it is.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ScheduleRecord {

@@ -78,6 +78,10 @@ pub enum Write {
         /// The messages the step emitted: each is committed, with a
         /// delivery for each subscription of its channel.
         emitted: Option<Box<Emitted>>,
+        /// The notice of the run's end on its tenant's
+        /// [`RUNS_ENDED`](weft_core::names::RUNS_ENDED) channel, when the
+        /// write ends it: committed only if the channel has a subscription.
+        notice: Option<Box<Emitted>>,
         /// Child runs to fence off with this write (the run is being
         /// cancelled): none of their commits lands after it.
         fence: Vec<String>,
@@ -150,6 +154,10 @@ pub enum Write {
         run: Vec<u8>,
         /// Whether the run is still `running` after this write.
         running: bool,
+        /// The notice of the run's end on its tenant's
+        /// [`RUNS_ENDED`](weft_core::names::RUNS_ENDED) channel, when the
+        /// write ends it: committed only if the channel has a subscription.
+        notice: Option<Box<Emitted>>,
         /// The writer's lease on the run (`None`: a write of no driver's).
         lease: Option<Lease>,
     },
@@ -191,6 +199,9 @@ pub enum Write {
         expect: u32,
         /// The encoded [`RunRecord`], cancelled.
         ended: Vec<u8>,
+        /// The notice of the run's end on its tenant's
+        /// [`RUNS_ENDED`](weft_core::names::RUNS_ENDED) channel: committed only if the channel has a subscription.
+        notice: Option<Box<Emitted>>,
         /// Its child runs still under way, fenced off with it: none of
         /// their commits lands after this write, and each is cancelled in
         /// turn.
@@ -600,6 +611,7 @@ impl Write {
                     messages: emitted,
                 })
             }),
+            notice: end_notice(run),
             fence: Vec::new(),
             lease: None,
             charge: None,
@@ -757,6 +769,7 @@ impl Write {
             id: run.id.clone(),
             run: encode(run),
             running: run.state == RunState::Running,
+            notice: end_notice(run),
             lease: None,
         }
     }
@@ -800,9 +813,46 @@ impl Write {
             id: ended.id.clone(),
             expect,
             ended: encode(ended),
+            notice: end_notice(ended),
             fence: Vec::new(),
         }
     }
+}
+
+/// The notice that `run` ended, for its tenant's
+/// [`RUNS_ENDED`](weft_core::names::RUNS_ENDED) channel; none while it is
+/// running. Its payload names the run, its workflow (as its tenant knows
+/// it) and how it ended, with its outputs or error.
+fn end_notice(run: &RunRecord) -> Option<Box<Emitted>> {
+    if !run.state.is_terminal() {
+        return None;
+    }
+    let mut payload = serde_json::json!({
+        "run": run.id,
+        "workflow": weft_core::tenant::bare(&run.workflow),
+        "version": run.workflow_version,
+        "state": run.state,
+        "created_at": run.created_at,
+        "ended_at": run.updated_at,
+    });
+    if let Some(outputs) = &run.outputs {
+        payload["outputs"] = outputs.clone();
+    }
+    if let Some(error) = &run.error {
+        payload["error"] = serde_json::to_value(error).unwrap_or_default();
+    }
+    if let Some(parent) = &run.parent {
+        payload["parent"] = serde_json::json!({ "run": parent.run, "step": parent.path });
+    }
+    Some(Box::new(Emitted {
+        path: super::END_PATH.to_owned(),
+        at: run.updated_at,
+        messages: vec![Emission {
+            id: weft_core::ids::uuid_v7(run.updated_at),
+            channel: weft_core::tenant::sibling(&run.workflow, weft_core::names::RUNS_ENDED),
+            payload,
+        }],
+    }))
 }
 
 /// The key of subscription `key`'s queue lease in the leases table,

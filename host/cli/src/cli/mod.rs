@@ -872,8 +872,31 @@ pub enum LogFormat {
     Json,
 }
 
-/// Sends logs to stderr; `WEFT_LOG` overrides the level chosen by `-v`.
-pub fn init_tracing(verbose: u8, format: LogFormat) {
+/// What the host's own spans are sent with, while it runs: shut down at
+/// the end, to send what is left.
+pub type SpanExport = Option<weft::traces::SdkTracerProvider>;
+
+impl Cli {
+    /// The collector `weft serve --otlp-endpoint` sends to.
+    pub fn otlp_endpoint(&self) -> Option<&str> {
+        match &self.command {
+            Command::Serve(args) => args.otlp_endpoint(),
+            _ => None,
+        }
+    }
+}
+
+/// Sends logs to stderr (`WEFT_LOG` overrides the level chosen by `-v`),
+/// and with `otlp` the host's own spans to that collector.
+pub fn init_tracing(
+    verbose: u8,
+    format: LogFormat,
+    otlp: Option<&str>,
+) -> Result<SpanExport, String> {
+    use tracing_subscriber::Layer as _;
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+
     let default = match verbose {
         // Guest lines are in the run's record (`weft runs show`); with -v they
         // also stream here.
@@ -884,13 +907,23 @@ pub fn init_tracing(verbose: u8, format: LogFormat) {
     };
     let filter = tracing_subscriber::EnvFilter::try_from_env("WEFT_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let logs = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match format {
+    let logs = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let logs = match format {
         LogFormat::Text => logs
             .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-            .init(),
-        LogFormat::Json => logs.json().with_current_span(true).init(),
-    }
+            .boxed(),
+        LogFormat::Json => logs.json().with_current_span(true).boxed(),
+    };
+    let (spans, provider) = match otlp {
+        Some(endpoint) => {
+            let (layer, provider) = weft::traces::host_spans(endpoint)?;
+            (Some(layer), Some(provider))
+        }
+        None => (None, None),
+    };
+    tracing_subscriber::registry()
+        .with(logs.with_filter(filter))
+        .with(spans)
+        .init();
+    Ok(provider)
 }

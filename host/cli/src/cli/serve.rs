@@ -102,6 +102,13 @@ pub struct StartArgs {
 
 /// Runs the host until interrupted: resumes interrupted runs, then serves
 /// the HTTP API.
+impl ServeArgs {
+    /// The collector spans are sent to.
+    pub(super) fn otlp_endpoint(&self) -> Option<&str> {
+        self.otlp_endpoint.as_deref()
+    }
+}
+
 pub fn serve(data_dir: &Path, args: ServeArgs) -> anyhow::Result<ExitCode> {
     if !args.listen.ip().is_loopback() && !args.auth {
         eprintln!(

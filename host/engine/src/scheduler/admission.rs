@@ -478,6 +478,13 @@ impl Core {
         }
     }
 
+    /// Run `run` has ended, durably: it is told, and the hub looks for
+    /// the notice its end may have left on its tenant's `weft.runs.ended`.
+    pub(super) fn ended(&self, run: &RunRecord) {
+        self.telemetry.ended(run, self.clock.now());
+        self.messages.bump();
+    }
+
     /// Ends a resident run: gives its place to the oldest parked run, if
     /// any, then answers its handle (so a caller who sees the answer also
     /// sees the place freed).
@@ -485,7 +492,7 @@ impl Core {
         if let Ok(run) = &outcome
             && run.state.is_terminal()
         {
-            self.telemetry.ended(run, self.clock.now());
+            self.ended(run);
         }
         if let Ok(run) = &outcome
             && run.parent.is_some()

@@ -117,7 +117,7 @@ impl Core {
         match crate::stored::cancel_in_store(store, id, self.clock.now(), commit) {
             Ok(()) => {
                 if let Ok(Some(run)) = store.run(id) {
-                    self.telemetry.ended(&run, self.clock.now());
+                    self.ended(&run);
                 }
             }
             Err(StoreError::RunEnded(_) | StoreError::NotFound(_)) => {}

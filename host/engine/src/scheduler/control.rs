@@ -90,7 +90,7 @@ impl Core {
             let commit = |write| self.commits.commit(write);
             crate::stored::cancel_once(store, id, self.clock.now(), &commit)?;
             if let Ok(Some(run)) = store.run(id) {
-                self.telemetry.ended(&run, self.clock.now());
+                self.ended(&run);
             }
             Ok(())
         });

@@ -137,7 +137,7 @@ impl Checker<'_> {
 
     /// `emit:` a message on `channel`, its payload in `with`.
     fn emit(&self, channel: String, with: &Value, vars: &[&str]) -> Result<StepKind, String> {
-        weft_core::names::check_name("emit: the channel", &channel)?;
+        weft_core::names::check_emit("emit: the channel", &channel)?;
         let with = self.template(with, "with", vars)?;
         Ok(StepKind::Emit(Emit { channel, with }))
     }

@@ -96,6 +96,7 @@ impl Api {
                 auth::authenticate,
             ))
             .layer(DefaultBodyLimit::max(MAX_BODY))
+            .layer(axum::middleware::from_fn(observe::traced))
             .with_state(self)
     }
 
@@ -352,10 +353,20 @@ async fn start_run(
     })
     .await?;
     match started? {
-        Ok(id) => Ok((
-            StatusCode::CREATED,
-            Json(json!({ "id": id, "workflow": request.workflow, "state": "running" })),
-        )),
+        Ok(id) => {
+            // The request's span (if exported) names the run, and links to
+            // the run's own trace.
+            let span = tracing::Span::current();
+            span.record("weft.run", id.as_str());
+            tracing_opentelemetry::OpenTelemetrySpanExt::add_link(
+                &span,
+                crate::traces::run_span(&id),
+            );
+            Ok((
+                StatusCode::CREATED,
+                Json(json!({ "id": id, "workflow": request.workflow, "state": "running" })),
+            ))
+        }
         // Started before with this key: the same answer, and nothing new.
         Err(id) => {
             let store = Arc::clone(api.engine.store());

@@ -21,6 +21,49 @@ use super::{Api, ApiError, Caller, blocking};
 use weft_engine::{RunEvent, RunEventKind, Subscription};
 use weft_store::{Right, RunState};
 
+/// Each request in a span of its own (target
+/// [`HOST_SPANS`](crate::traces::HOST_SPANS), which `--otlp-endpoint`
+/// exports): a server span named for its route, with its method, route and
+/// status, and the child of the caller's `traceparent` if it sent one. A
+/// host that exports nothing makes no span.
+pub(super) async fn traced(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    use tracing::Instrument as _;
+    use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+
+    let route = request
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map_or("unmatched", |path| path.as_str())
+        .to_owned();
+    let method = request.method().clone();
+    let span = tracing::info_span!(
+        target: crate::traces::HOST_SPANS,
+        "request",
+        otel.name = %format_args!("{method} {route}"),
+        otel.kind = "server",
+        otel.status_code = tracing::field::Empty,
+        http.request.method = %method,
+        http.route = %route,
+        http.response.status_code = tracing::field::Empty,
+        weft.run = tracing::field::Empty,
+    );
+    if span.is_disabled() {
+        return next.run(request).await;
+    }
+    // A `traceparent` that does not parse leaves the span a root.
+    let _ = span.set_parent(crate::traces::remote_parent(request.headers()));
+    let response = next.run(request).instrument(span.clone()).await;
+    let status = response.status();
+    span.record("http.response.status_code", i64::from(status.as_u16()));
+    if status.is_server_error() {
+        span.record("otel.status_code", "ERROR");
+    }
+    response
+}
+
 /// The media type of the exposition.
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 

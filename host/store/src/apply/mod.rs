@@ -358,26 +358,29 @@ impl Apply<'_> {
                 kv,
                 spawn,
                 emitted,
+                notice,
                 fence,
                 lease,
                 charge,
             } => match self.leased(id, lease.as_ref())? {
                 Err(refused) => Ok(Err(refused)),
-                Ok(()) => self.commit_step(
-                    id,
-                    *seq,
-                    step,
-                    run,
-                    *running,
-                    *suspended,
-                    timer.as_ref(),
-                    *fired,
-                    kv.as_ref(),
-                    spawn.as_deref(),
-                    emitted.as_deref(),
-                    fence,
-                    charge.as_ref(),
-                ),
+                Ok(()) => self
+                    .commit_step(
+                        id,
+                        *seq,
+                        step,
+                        run,
+                        *running,
+                        *suspended,
+                        timer.as_ref(),
+                        *fired,
+                        kv.as_ref(),
+                        spawn.as_deref(),
+                        emitted.as_deref(),
+                        fence,
+                        charge.as_ref(),
+                    )
+                    .and_then(|outcome| self.notify_if(outcome, id, notice.as_deref())),
             },
             Write::Subscribe(row) => self.subscribe(row),
             Write::Unsubscribe(key) => self.unsubscribe(key),
@@ -401,10 +404,13 @@ impl Apply<'_> {
                 id,
                 run,
                 running,
+                notice,
                 lease,
             } => match self.leased(id, lease.as_ref())? {
                 Err(refused) => Ok(Err(refused)),
-                Ok(()) => self.update_run(id, run, *running),
+                Ok(()) => self
+                    .update_run(id, run, *running)
+                    .and_then(|outcome| self.notify_if(outcome, id, notice.as_deref())),
             },
             Write::FireTimer {
                 fired,
@@ -435,8 +441,11 @@ impl Apply<'_> {
                 id,
                 expect,
                 ended,
+                notice,
                 fence,
-            } => self.cancel_run(id, *expect, ended, fence),
+            } => self
+                .cancel_run(id, *expect, ended, fence)
+                .and_then(|outcome| self.notify_if(outcome, id, notice.as_deref())),
             Write::Schedule {
                 key,
                 expect,

@@ -89,6 +89,39 @@ impl Apply<'_> {
         Ok(())
     }
 
+    /// Commits `notice` after a write of run `run` that was not refused
+    /// (`outcome`), which it answers.
+    pub(super) fn notify_if(
+        &mut self,
+        outcome: Result<(), StoreError>,
+        run: &str,
+        notice: Option<&Emitted>,
+    ) -> Result<Result<(), StoreError>, StoreError> {
+        if outcome.is_ok() {
+            self.notify(run, notice)?;
+        }
+        Ok(outcome)
+    }
+
+    /// Commits `notice`, the end of run `run`, if its channel has a
+    /// subscription: a notice nobody asked for is not kept.
+    fn notify(&mut self, run: &str, notice: Option<&Emitted>) -> Result<(), StoreError> {
+        let Some(notice) = notice else {
+            return Ok(());
+        };
+        for message in &notice.messages {
+            let (from, to) = channel_range(&message.channel);
+            if !self
+                .rows
+                .keys_between(Table::Subscriptions, &from, &to)?
+                .is_empty()
+            {
+                return self.emit(run, notice);
+            }
+        }
+        Ok(())
+    }
+
     fn put_delivery(&mut self, delivery: &DeliveryRecord) -> Result<(), StoreError> {
         self.rows
             .put(Table::Deliveries, Key::Str(&delivery.id), &encode(delivery))?;
