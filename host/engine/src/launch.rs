@@ -235,8 +235,9 @@ impl Launcher {
                     ))
                 })?;
                 let format = Format::from_name(&definition.format).unwrap_or(Format::Yaml);
-                let mut workflow = model::parse(&definition.source, format, &definition.origin)
-                    .map_err(|e| ResumeError::Definition(e.to_string()))?;
+                let mut workflow =
+                    model::parse_stored(&definition.source, format, &definition.origin)
+                        .map_err(|e| ResumeError::Definition(e.to_string()))?;
                 workflow.id.clone_from(&run.workflow);
                 // The text may have been stored first by another tenant,
                 // under its origin: the run keeps its own.

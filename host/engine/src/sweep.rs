@@ -286,7 +286,7 @@ impl Engine {
         let read = pinned.entry(run.definition.clone()).or_insert_with(|| {
             let definition = self.store().definition(&run.definition).ok().flatten()?;
             let format = Format::from_name(&definition.format).unwrap_or(Format::Yaml);
-            weft_model::parse(&definition.source, format, &definition.origin)
+            weft_model::parse_stored(&definition.source, format, &definition.origin)
                 .ok()
                 .map(|workflow| workflow.retain)
         });

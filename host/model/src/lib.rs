@@ -411,5 +411,26 @@ impl Format {
 
 /// Checks a workflow definition held in memory; `origin` names it in errors.
 pub fn parse(source: &str, format: Format, origin: &str) -> Result<Workflow, DefinitionError> {
-    parse::parse(source, format, origin)
+    parse::parse(source, format, origin, false)
+}
+
+/// [`parse`] for a definition that was deployed before (a run's, or a
+/// revision's, read back from the store): a name reserved since it was
+/// deployed passes, so that its runs keep going.
+pub fn parse_stored(
+    source: &str,
+    format: Format,
+    origin: &str,
+) -> Result<Workflow, DefinitionError> {
+    parse::parse(source, format, origin, true)
+}
+
+/// The JSON Schema (draft 2020-12) of a workflow file, generated from the
+/// types it is read into.
+///
+/// The parser checks more than the schema says: that a step is exactly one
+/// kind, that its expressions compile and name only earlier steps, that
+/// durations and sizes read, and so on.
+pub fn workflow_schema() -> serde_json::Value {
+    parse::schema()
 }

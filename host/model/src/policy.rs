@@ -41,7 +41,7 @@ impl Default for RetryPolicy {
 }
 
 /// How retry delays grow.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Backoff {
     /// Every delay is `initial`.
@@ -75,21 +75,42 @@ impl RetryPolicy {
     }
 }
 
-/// `retry:` as written.
-#[derive(Debug, Deserialize)]
+/// `retry:` as written: how a failed attempt is tried again. An attempt
+/// is retried when its error is retryable (a `retryable` step error, a
+/// trap, a timeout) and, with `retry_on`, its code is listed. A `fatal`
+/// step error, a memory-limit hit and output that is not JSON are never
+/// retried.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(
     deny_unknown_fields,
     expecting = "a retry policy such as { max_attempts: 3, initial: 1s }"
 )]
+#[schemars(rename = "Retry")]
 pub(super) struct RawRetry {
+    /// Attempts in all, the first included, from 1 to 100; 1 means no
+    /// retry. Required.
+    #[schemars(range(min = 1, max = MAX_ATTEMPTS))]
     max_attempts: u32,
+    /// How the delay between attempts grows: `exponential` (`initial`,
+    /// then doubling, up to `max`) or `fixed` (always `initial`).
+    /// `exponential` when not given.
     #[serde(default)]
     backoff: Option<Backoff>,
+    /// The delay before the second attempt, a duration such as `200ms` or
+    /// `1s`; 1s when not given.
     #[serde(default)]
+    #[schemars(schema_with = "crate::parse::shapes::duration_or_zero")]
     initial: Option<String>,
+    /// The longest delay, a duration such as `5s`, not shorter than
+    /// `initial`; 60s when not given.
     #[serde(default)]
+    #[schemars(schema_with = "crate::parse::shapes::duration_or_zero")]
     max: Option<String>,
+    /// Only errors with these codes are retried (and only when
+    /// retryable), such as `[timeout, rate_limited]`; not empty. Every
+    /// retryable error when not given.
     #[serde(default)]
+    #[schemars(schema_with = "crate::parse::shapes::codes")]
     retry_on: Option<Vec<String>>,
 }
 

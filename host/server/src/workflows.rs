@@ -462,7 +462,7 @@ impl Deployments {
             .ok_or_else(|| format!("definition {} is not in the store", head.digest))?;
         let format = model::Format::from_name(&definition.format)
             .ok_or_else(|| format!("unknown format `{}`", definition.format))?;
-        let mut workflow = model::parse(&definition.source, format, &definition.origin)
+        let mut workflow = model::parse_stored(&definition.source, format, &definition.origin)
             .map_err(|e| e.to_string())?;
         // The text names the workflow bare; the record, with its tenant.
         // The same text may have been stored first by another tenant,

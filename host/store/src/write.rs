@@ -819,6 +819,9 @@ impl Write {
     }
 }
 
+/// The largest outputs a run's end notice carries, encoded.
+const MAX_NOTICE_OUTPUTS: u64 = 64 << 10;
+
 /// The notice that `run` ended, for its tenant's
 /// [`RUNS_ENDED`](weft_core::names::RUNS_ENDED) channel; none while it is
 /// running. Its payload names the run, its workflow (as its tenant knows
@@ -835,8 +838,14 @@ fn end_notice(run: &RunRecord) -> Option<Box<Emitted>> {
         "created_at": run.created_at,
         "ended_at": run.updated_at,
     });
+    // Outputs up to 64 KiB; past that, their size, and the run has them.
     if let Some(outputs) = &run.outputs {
-        payload["outputs"] = outputs.clone();
+        let bytes = json_len(outputs);
+        if bytes <= MAX_NOTICE_OUTPUTS {
+            payload["outputs"] = outputs.clone();
+        } else {
+            payload["outputs_bytes"] = bytes.into();
+        }
     }
     if let Some(error) = &run.error {
         payload["error"] = serde_json::to_value(error).unwrap_or_default();

@@ -113,6 +113,13 @@ enum Command {
         /// The workflow file (YAML, or JSON if it ends in .json).
         workflow: PathBuf,
     },
+    /// Print the JSON Schema (2020-12) of a file format, for editors:
+    /// `workflow` (a workflow definition).
+    Schema {
+        /// The format.
+        #[arg(value_enum)]
+        format: SchemaFormat,
+    },
     /// Inspect recorded runs.
     #[command(subcommand)]
     Runs(runs::RunsCommand),
@@ -187,6 +194,13 @@ enum Command {
         #[arg(long, value_name = "URL")]
         server: Option<String>,
     },
+}
+
+/// A file format with a JSON Schema.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum SchemaFormat {
+    /// A workflow definition (YAML or JSON).
+    Workflow,
 }
 
 #[derive(Debug, clap::Args)]
@@ -304,6 +318,13 @@ pub fn main(cli: Cli) -> anyhow::Result<ExitCode> {
                 Ok(ExitCode::from(EXIT_INVALID))
             }
         },
+        Command::Schema { format } => {
+            let schema = match format {
+                SchemaFormat::Workflow => model::workflow_schema(),
+            };
+            out!("{}", serde_json::to_string_pretty(&schema)?);
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Runs(command) => runs::main(&data_dir, command),
         Command::Schedules(command) => schedules::main(&data_dir, command),
         Command::Snapshots(command) => snapshots::main(&data_dir, command),
@@ -905,8 +926,13 @@ pub fn init_tracing(
         2 => "debug",
         _ => "trace",
     };
-    let filter = tracing_subscriber::EnvFilter::try_from_env("WEFT_LOG")
+    // The request spans are for the collector, never the logs (nor made
+    // at all without one).
+    let mut filter = tracing_subscriber::EnvFilter::try_from_env("WEFT_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    if let Ok(off) = format!("{}=off", weft::traces::HOST_SPANS).parse() {
+        filter = filter.add_directive(off);
+    }
     let logs = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
     let logs = match format {
         LogFormat::Text => logs

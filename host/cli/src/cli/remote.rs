@@ -628,3 +628,17 @@ pub fn run(
         Err(message) => Err(message),
     })
 }
+
+/// `text` as a URL query value: every byte but letters, digits and `-._~`
+/// percent-encoded.
+pub(super) fn encoded(text: &str) -> String {
+    text.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+                char::from(b).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}

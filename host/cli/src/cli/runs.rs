@@ -151,7 +151,7 @@ pub fn main(data_dir: &Path, command: RunsCommand) -> anyhow::Result<ExitCode> {
                 ("state", state.as_ref()),
             ]
             .into_iter()
-            .filter_map(|(name, value)| Some(format!("{name}={}", value?)))
+            .filter_map(|(name, value)| Some(format!("{name}={}", super::remote::encoded(value?))))
             .collect();
             super::remote::watch_runs(&server, &query.join("&"), run_id.as_deref(), count, json)
         }
@@ -230,7 +230,7 @@ fn list_remote(
     let server = super::remote::Server::new(data_dir, Some(url));
     let mut query = format!("limit={limit}");
     if let Some(workflow) = &filter.workflow {
-        query.push_str(&format!("&workflow={workflow}"));
+        query.push_str(&format!("&workflow={}", super::remote::encoded(workflow)));
     }
     if let Some(state) = &filter.state {
         query.push_str(&format!("&state={state}"));

@@ -222,13 +222,13 @@ fn publish(
                 }
             );
             if let Some(ttl) = ttl {
-                path.push_str(&format!("&ttl={}", encoded(ttl)));
+                path.push_str(&format!("&ttl={}", super::remote::encoded(ttl)));
             }
             if let Some(keep) = keep {
                 path.push_str(&format!("&keep={keep}"));
             }
             if let Some(keep_for) = keep_for {
-                path.push_str(&format!("&keep_for={}", encoded(keep_for)));
+                path.push_str(&format!("&keep_for={}", super::remote::encoded(keep_for)));
             }
             match server.send_reader(&path, "application/octet-stream", opened)? {
                 Ok(answer) => answer["snapshot"].clone(),
@@ -243,20 +243,6 @@ fn publish(
         record["digest"].as_str().unwrap_or("")
     );
     Ok(ExitCode::SUCCESS)
-}
-
-/// `text` as a URL query value: every byte but letters, digits and `-._~`
-/// percent-encoded.
-fn encoded(text: &str) -> String {
-    text.bytes()
-        .map(|b| {
-            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
-                char::from(b).to_string()
-            } else {
-                format!("%{b:02X}")
-            }
-        })
-        .collect()
 }
 
 fn list(data_dir: &Path, as_json: bool, server: Option<String>) -> anyhow::Result<ExitCode> {

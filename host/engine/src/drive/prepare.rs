@@ -188,6 +188,12 @@ impl Drive {
     /// The message an `emit` step sends, committed with its record.
     fn prepare_emit(&self, emit: &Emit, ready: &Ready<'_>, attempt: &mut Attempt) {
         let record = &mut attempt.record;
+        // The host's channels are refused on deploy; a definition stored
+        // before they were may still name one.
+        if let Err(message) = weft_core::names::check_emit("emit: the channel", &emit.channel) {
+            record.error = Some(ErrorRecord::fatal("reserved_channel", message));
+            return;
+        }
         match emit.with.eval(&ready.scope) {
             Ok(payload) => {
                 let id = weft_core::ids::uuid_v7(record.started_at);

@@ -25,18 +25,21 @@ pub(super) struct Checker<'a> {
     seen: HashMap<String, usize>,
     /// The ids of steps an expression may name: those before it.
     known: Vec<String>,
+    /// Whether the definition was deployed before (see `parse`).
+    pub(super) stored: bool,
 }
 
 impl<'a> Checker<'a> {
     /// A checker for the steps of workflow `workflow_id`, written in
-    /// `source`, which came from `origin`.
-    pub(super) fn new(origin: &'a str, source: &str, workflow_id: String) -> Self {
+    /// `source`, which came from `origin` (`stored`: deployed before).
+    pub(super) fn new(origin: &'a str, source: &str, workflow_id: String, stored: bool) -> Self {
         Self {
             origin,
             workflow_id,
             id_lines: IdLines::index(source),
             seen: HashMap::new(),
             known: Vec::new(),
+            stored,
         }
     }
 

@@ -13,13 +13,13 @@ use crate::error::{DefinitionError, Location};
 use crate::{Await, Call, Emit, PluginRef, Sleep, StepKind, Subflow, VersionPin, check_id};
 
 /// The most iterations a `while` may declare.
-const MAX_ITERATIONS: u32 = 10_000;
+pub(super) const MAX_ITERATIONS: u32 = 10_000;
 
 /// The most iterations of one `foreach` that may be in progress at once.
-const MAX_CONCURRENCY: u32 = 1_000;
+pub(super) const MAX_CONCURRENCY: u32 = 1_000;
 
 /// The largest memory a wasm32 guest can address.
-const MAX_MEMORY_LIMIT: u64 = 4 << 30;
+pub(super) const MAX_MEMORY_LIMIT: u64 = 4 << 30;
 
 impl Checker<'_> {
     /// Checks what a step does, by the one kind its keys name (the keys are
@@ -137,7 +137,12 @@ impl Checker<'_> {
 
     /// `emit:` a message on `channel`, its payload in `with`.
     fn emit(&self, channel: String, with: &Value, vars: &[&str]) -> Result<StepKind, String> {
-        weft_core::names::check_emit("emit: the channel", &channel)?;
+        if self.stored {
+            // The engine refuses the emit when the step runs.
+            weft_core::names::check_name("emit: the channel", &channel)?;
+        } else {
+            weft_core::names::check_emit("emit: the channel", &channel)?;
+        }
         let with = self.template(with, "with", vars)?;
         Ok(StepKind::Emit(Emit { channel, with }))
     }

@@ -7,7 +7,7 @@ use super::parse;
 use crate::{DefinitionError, Format, VersionPin, Workflow};
 
 fn parse_yaml(source: &str) -> Result<Workflow, DefinitionError> {
-    parse(source, Format::Yaml, "wf.yaml")
+    parse(source, Format::Yaml, "wf.yaml", false)
 }
 
 fn error_of(source: &str) -> String {
@@ -167,12 +167,19 @@ fn json_definitions_are_accepted_and_located() {
         r#"{"id": "x", "steps": [{"id": "a", "uses": "echo@sha256:ABCDEF0123456789abcdef0123456789abcdef0123456789abcdef0123456789"}]}"#,
         Format::Json,
         "wf.json",
+        false,
     )
     .unwrap();
     assert!(
         matches!(&wf.steps[0].call().unwrap().uses.version, VersionPin::Digest(d) if d.starts_with("sha256:abcdef"))
     );
-    let e = parse("{\"id\": \"x\",\n \"steps\": [}", Format::Json, "wf.json").unwrap_err();
+    let e = parse(
+        "{\"id\": \"x\",\n \"steps\": [}",
+        Format::Json,
+        "wf.json",
+        false,
+    )
+    .unwrap_err();
     assert!(e.to_string().starts_with("wf.json:2:"), "{e}");
 }
 
@@ -218,7 +225,7 @@ fn brackets_nested_too_deep_are_refused_at_once_with_where() {
     );
     assert!(parse_yaml(&quoted).is_ok());
     let json = format!("{{\"id\": \"x\", \"steps\": {}]}}", "[".repeat(200));
-    let refused = parse(&json, Format::Json, "wf.json")
+    let refused = parse(&json, Format::Json, "wf.json", false)
         .unwrap_err()
         .to_string();
     assert!(refused.contains("wf.json:1:"), "{refused}");
@@ -281,4 +288,18 @@ fn retain_is_a_duration_or_forever_and_a_bad_one_is_named_with_its_line() {
             "{bad}: {error}"
         );
     }
+}
+
+#[test]
+fn the_hosts_channels_are_refused_to_new_definitions_only() {
+    let source = "id: wf\nsteps:\n  - { id: tell, emit: weft.runs.ended, with: {} }\n";
+    let error = error_of(source);
+    assert!(
+        error.contains("weft.runs.ended") && error.contains("reserved"),
+        "{error}"
+    );
+    // A definition deployed before the name was reserved still reads, so
+    // that its runs go on (the engine refuses the emit itself).
+    assert!(parse(source, Format::Yaml, "wf.yaml", true).is_ok());
+    assert!(parse_yaml("id: wf\nsteps:\n  - { id: tell, emit: weftish, with: {} }\n").is_ok());
 }

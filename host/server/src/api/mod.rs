@@ -763,6 +763,25 @@ mod tests {
     }
 
     #[test]
+    fn the_openapi_document_holds_the_workflow_schema_with_every_reference_resolved() {
+        let spec = openapi::spec();
+        let schemas = &spec["components"]["schemas"];
+        assert_eq!(schemas["Workflow"]["title"], "weft workflow");
+        assert_eq!(
+            spec["paths"]["/v1/workflows"]["post"]["requestBody"]["content"]["application/yaml"]["schema"]
+                ["$ref"],
+            "#/components/schemas/Workflow"
+        );
+        // Every reference names a component that exists.
+        let text = spec.to_string();
+        assert!(!text.contains("#/$defs/"));
+        for part in text.split("\"#/components/schemas/").skip(1) {
+            let name = &part[..part.find('"').unwrap()];
+            assert!(schemas.get(name).is_some(), "no component {name}");
+        }
+    }
+
+    #[test]
     fn every_route_is_in_the_openapi_document() {
         let spec = openapi::spec();
         let paths = spec["paths"].as_object().unwrap();

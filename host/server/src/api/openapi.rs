@@ -63,7 +63,7 @@ pub fn spec() -> Value {
                 "post": {
                     "summary": "Deploy a workflow definition as the newest version of its id",
                     "description": "The body is the definition's text: YAML, or JSON when the content type says `json`. Every `uses:` must resolve. New runs start on the new version; runs in flight keep the definition they started with. The version is recorded in the store and served again after a restart.",
-                    "requestBody": { "required": true, "content": { "application/yaml": { "schema": { "type": "string" } }, "application/json": { "schema": { "type": "object" } } } },
+                    "requestBody": { "required": true, "content": { "application/yaml": { "schema": { "$ref": "#/components/schemas/Workflow" } }, "application/json": { "schema": { "$ref": "#/components/schemas/Workflow" } } } },
                     "responses": {
                         "201": answer("`{\"workflow\": {id, version, revision, digest, steps}}`: a new version"),
                         "200": answer("`{\"workflow\": ..., \"unchanged\": true}`: this text is the version served already"),
@@ -294,7 +294,42 @@ pub fn spec() -> Value {
     }
     add_body_errors(&mut document);
     add_auth_errors(&mut document);
+    add_workflow_schema(&mut document);
     document
+}
+
+/// The workflow format's schema (`weft schema workflow`) as component
+/// `Workflow`, its definitions beside it as `Workflow<Name>`, the
+/// references rewritten to point there.
+fn add_workflow_schema(document: &mut Value) {
+    fn rewrite(value: &mut Value) {
+        match value {
+            Value::Object(fields) => {
+                if let Some(Value::String(target)) = fields.get_mut("$ref")
+                    && let Some(name) = target.strip_prefix("#/$defs/")
+                {
+                    *target = format!("#/components/schemas/Workflow{name}");
+                }
+                fields.values_mut().for_each(rewrite);
+            }
+            Value::Array(items) => items.iter_mut().for_each(rewrite),
+            _ => {}
+        }
+    }
+    let mut schema = weft_model::workflow_schema();
+    rewrite(&mut schema);
+    let Some(fields) = schema.as_object_mut() else {
+        return;
+    };
+    fields.remove("$schema");
+    let defs = fields.remove("$defs");
+    let schemas = &mut document["components"]["schemas"];
+    if let Some(Value::Object(defs)) = defs {
+        for (name, def) in defs {
+            schemas[format!("Workflow{name}")] = def;
+        }
+    }
+    schemas["Workflow"] = schema;
 }
 
 /// Every operation but the open ones may answer 401 (no token, or one

@@ -126,7 +126,7 @@ pub(super) async fn graph(
     } else {
         weft_model::Format::Yaml
     };
-    let workflow = weft_model::parse(&definition.source, format, &definition.origin)
+    let workflow = weft_model::parse_stored(&definition.source, format, &definition.origin)
         .map_err(|e| ApiError::internal(format!("run {id}'s definition does not parse: {e}")))?;
     let catch: Vec<Value> = workflow
         .catch

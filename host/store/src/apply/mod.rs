@@ -47,6 +47,7 @@ pub(crate) fn batch(
         rows,
         meter: usage::Meter::default(),
         freed: 0,
+        subscribers: std::collections::HashMap::new(),
     };
     let mut results = Vec::with_capacity(writes.len());
     for write in writes {
@@ -69,6 +70,7 @@ pub(crate) fn claim_parked(
         rows,
         meter: usage::Meter::default(),
         freed: 0,
+        subscribers: std::collections::HashMap::new(),
     };
     let mut taken = Vec::with_capacity(ids.len());
     for (id, tenant) in ids {
@@ -197,6 +199,8 @@ pub(crate) struct Apply<'r> {
     /// The bytes the write being applied gave back (key-value values it
     /// overwrote or deleted).
     freed: u64,
+    /// Each channel's subscription keys, as read in this transaction.
+    subscribers: std::collections::HashMap<String, Vec<String>>,
 }
 
 /// The refusal of a write by a host that does not hold run `id`'s lease.
@@ -742,7 +746,9 @@ impl Apply<'_> {
         run: &[u8],
         running: bool,
     ) -> Result<Result<(), StoreError>, StoreError> {
-        if self.ended(id)? {
+        // Cancelled, or ended already (a write of no driver's may come
+        // late): a run ends once.
+        if self.ended(id)? || self.run_ended(id)? {
             return Ok(Err(StoreError::RunEnded(id.to_owned())));
         }
         self.set_run(id, run, running, false)?;

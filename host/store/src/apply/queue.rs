@@ -44,8 +44,7 @@ impl Apply<'_> {
         let path = emitted.path.as_str();
         for emission in &emitted.messages {
             seq += 1;
-            let (from, to) = channel_range(&emission.channel);
-            let subscriptions = self.rows.keys_between(Table::Subscriptions, &from, &to)?;
+            let subscriptions = self.subscribers(&emission.channel)?;
             let mut deliveries = Vec::with_capacity(subscriptions.len());
             for subscription in subscriptions {
                 let delivery = DeliveryRecord {
@@ -110,16 +109,32 @@ impl Apply<'_> {
             return Ok(());
         };
         for message in &notice.messages {
-            let (from, to) = channel_range(&message.channel);
-            if !self
-                .rows
-                .keys_between(Table::Subscriptions, &from, &to)?
-                .is_empty()
-            {
-                return self.emit(run, notice);
+            if self.subscribers(&message.channel)?.is_empty() {
+                continue;
             }
+            // Stored by the host, whatever the quota, and counted as the
+            // sweeper gives it back.
+            self.add_use(
+                weft_core::tenant::of(&message.channel),
+                message.id.len() as u64
+                    + message.channel.len() as u64
+                    + crate::write::json_len(&message.payload),
+            )?;
+            return self.emit(run, notice);
         }
         Ok(())
+    }
+
+    /// The keys of `channel`'s subscriptions, read once a transaction
+    /// (forgotten when a subscription is made or removed in it).
+    fn subscribers(&mut self, channel: &str) -> Result<Vec<String>, StoreError> {
+        if let Some(keys) = self.subscribers.get(channel) {
+            return Ok(keys.clone());
+        }
+        let (from, to) = channel_range(channel);
+        let keys = self.rows.keys_between(Table::Subscriptions, &from, &to)?;
+        self.subscribers.insert(channel.to_owned(), keys.clone());
+        Ok(keys)
     }
 
     fn put_delivery(&mut self, delivery: &DeliveryRecord) -> Result<(), StoreError> {
@@ -152,6 +167,7 @@ impl Apply<'_> {
             None => {
                 self.rows
                     .put(Table::Subscriptions, Key::Str(&row.key), &encode(row))?;
+                self.subscribers.clear();
                 Ok(Ok(()))
             }
         }
@@ -165,6 +181,7 @@ impl Apply<'_> {
                 key.to_owned(),
             ))));
         }
+        self.subscribers.clear();
         self.rows
             .delete(Table::Leases, Key::Str(&crate::queue_lease(key)))?;
         let mut ids = Vec::new();

@@ -93,6 +93,15 @@ impl Apply<'_> {
         Ok(())
     }
 
+    /// Adds `bytes` the host stored for `tenant` (a run's end notice) to
+    /// its count, whatever its quota.
+    pub(super) fn add_use(&mut self, tenant: &str, bytes: u64) -> Result<(), StoreError> {
+        let account = self.account(tenant)?;
+        account.used = account.used.saturating_add(bytes);
+        account.changed = true;
+        Ok(())
+    }
+
     /// Takes `bytes` a deletion gave back off `tenant`'s count.
     pub(super) fn give_back(&mut self, tenant: &str, bytes: u64) -> Result<(), StoreError> {
         let account = self.account(tenant)?;
