@@ -415,3 +415,66 @@ fn a_plugin_replaced_on_disk_serves_new_runs_while_fifty_sleeping_runs_finish_on
     let (_, listed) = host.call("GET", "/v1/plugins", None);
     assert_eq!(listed["plugins"].as_array().unwrap().len(), 2, "{listed}");
 }
+
+#[test]
+fn a_workflows_revisions_show_their_unfinished_runs_until_drained() {
+    let scratch = Scratch::new(&["echo"]);
+    let host = serve(&scratch, 0);
+    let waits = |mark: u32| {
+        format!(
+            "id: gated\nversion: {mark}\nsteps:\n  - {{ id: gate, await: {{}} }}\n  - {{ id: echo, uses: echo, with: {mark} }}\n"
+        )
+    };
+    assert_eq!(deploy(&host, &waits(1)).0, 201);
+    let old: Vec<String> = (0..2).map(|_| start(&host, "gated")).collect();
+    assert_eq!(deploy(&host, &waits(2)).0, 201);
+    let new = start(&host, "gated");
+    let revisions = || {
+        let (status, shown) = host.call("GET", "/v1/workflows/gated", None);
+        assert_eq!(status, 200, "{shown}");
+        shown["versions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| {
+                (
+                    v["revision"].as_u64().unwrap(),
+                    v["unfinished"].as_u64().unwrap(),
+                    v["served"] == true,
+                    v["drained"] == true,
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(revisions(), [(1, 2, false, false), (2, 1, true, false)]);
+    // The CLI's table says the same.
+    let shown = scratch.run(&["workflows", "show", "gated", "--server", &host.url]);
+    assert_eq!(shown.code, Some(0), "{}", shown.stderr);
+    let lines: Vec<&str> = shown.stdout.lines().collect();
+    assert!(
+        lines[1].contains("draining") && lines[2].contains("served"),
+        "{}",
+        shown.stdout
+    );
+
+    // The old revision's runs end: it is drained.
+    for id in &old {
+        let (status, body) = host.call(
+            "POST",
+            &format!("/v1/runs/{id}/steps/gate/actions"),
+            Some(r#"{"action": "complete"}"#),
+        );
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(ended(&host, id)["state"], "succeeded");
+    }
+    assert_eq!(revisions(), [(1, 0, false, true), (2, 1, true, false)]);
+    let shown = scratch.run(&["workflows", "show", "gated", "--server", &host.url]);
+    assert!(
+        shown.stdout.lines().nth(1).unwrap().contains("drained"),
+        "{}",
+        shown.stdout
+    );
+    let (status, _) = host.call("POST", &format!("/v1/runs/{new}/cancel"), Some("{}"));
+    assert_eq!(status, 200);
+    assert_eq!(revisions(), [(1, 0, false, true), (2, 0, true, false)]);
+}

@@ -20,6 +20,7 @@ mod schedules;
 mod serve;
 mod sim;
 mod snapshots;
+mod workflows;
 
 use std::io::Read;
 use std::path::PathBuf;
@@ -120,6 +121,10 @@ enum Command {
         #[arg(value_enum)]
         format: SchemaFormat,
     },
+    /// The workflows a running `weft serve` serves, and each one's
+    /// revisions with the runs still on them.
+    #[command(subcommand)]
+    Workflows(workflows::WorkflowsCommand),
     /// Inspect recorded runs.
     #[command(subcommand)]
     Runs(runs::RunsCommand),
@@ -326,6 +331,7 @@ pub fn main(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Runs(command) => runs::main(&data_dir, command),
+        Command::Workflows(command) => workflows::main(&data_dir, command),
         Command::Schedules(command) => schedules::main(&data_dir, command),
         Command::Snapshots(command) => snapshots::main(&data_dir, command),
         Command::Serve(args) => serve::serve(&data_dir, args),

@@ -87,8 +87,10 @@ pub(super) async fn get_workflow(
     let deployments = Arc::clone(&api.workflows);
     let asked = caller.name(&id).ok_or_else(|| unknown_workflow(&id))?;
     let stored = asked.clone();
-    let (versions, shown) = blocking(move || {
+    let store = Arc::clone(api.engine.store());
+    let (versions, shown, unfinished) = blocking(move || {
         let versions = deployments.versions(&asked)?;
+        let unfinished = unfinished_by_digest(store.as_ref(), &asked)?;
         let revision = match query.revision {
             Some(revision) => Some(revision),
             None if deployments.current().get(&asked).is_some() => {
@@ -100,7 +102,7 @@ pub(super) async fn get_workflow(
             Some(revision) => deployments.definition(&asked, revision)?,
             None => None,
         };
-        Ok::<_, weft_store::StoreError>((versions, shown))
+        Ok::<_, weft_store::StoreError>((versions, shown, unfinished))
     })
     .await??;
     let served = api.workflows.current().get(&stored);
@@ -132,8 +134,41 @@ pub(super) async fn get_workflow(
             "source": definition.source,
             "served": served_revision == Some(record.revision),
         },
-        "versions": versions.iter().map(|v| named(v, DEPLOYMENT_NAMES)).collect::<Vec<_>>(),
+        "versions": versions
+            .iter()
+            .enumerate()
+            .map(|(n, v)| {
+                // Runs follow a definition, named by its digest: a text
+                // deployed twice counts toward its newest revision.
+                let newest = !versions[n + 1..].iter().any(|later| later.digest == v.digest);
+                let count = if newest { unfinished.get(&v.digest).copied().unwrap_or(0) } else { 0 };
+                let serving = served_revision == Some(v.revision);
+                let mut shown = named(v, DEPLOYMENT_NAMES);
+                shown["unfinished"] = count.into();
+                shown["served"] = serving.into();
+                shown["drained"] = (count == 0 && !serving).into();
+                shown
+            })
+            .collect::<Vec<_>>(),
     })))
+}
+
+/// How many runs of `workflow` (stored name) are unfinished, by the digest
+/// of the definition each follows.
+fn unfinished_by_digest(
+    store: &dyn weft_store::Store,
+    workflow: &str,
+) -> Result<std::collections::HashMap<String, u64>, weft_store::StoreError> {
+    let filter = weft_store::RunFilter {
+        workflow: Some(workflow.to_owned()),
+        state: Some(weft_store::RunState::Running),
+        ..weft_store::RunFilter::default()
+    };
+    let mut counts = std::collections::HashMap::new();
+    for run in store.runs(&filter, usize::MAX)? {
+        *counts.entry(run.definition).or_default() += 1;
+    }
+    Ok(counts)
 }
 
 /// `POST /v1/workflows`: deploys the definition in the body (YAML, or

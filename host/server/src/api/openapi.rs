@@ -76,7 +76,7 @@ pub fn spec() -> Value {
             },
             "/v1/workflows/{id}": {
                 "get": {
-                    "summary": "A workflow's served version with its text, and every version deployed",
+                    "summary": "A workflow's served version with its text, and every version deployed, each with `unfinished` (its runs not ended), `served`, and `drained` (not served, and no run left)",
                     "parameters": [path_param("id", "the workflow's id"), query_param("revision", "show this version's text instead", "integer")],
                     "responses": responses(("200", "`{\"workflow\": {id, revision, version, digest, source, served, ...}, \"versions\": [...]}`"), &[("400", "invalid_request"), ("404", "unknown_workflow, unknown_revision")])
                 }
