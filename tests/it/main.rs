@@ -23,6 +23,7 @@ mod hosts;
 mod languages;
 mod messages;
 mod observe;
+mod operate;
 mod retention;
 mod sandbox;
 mod snapshots;

@@ -563,6 +563,14 @@ fn a_tenant_sees_none_of_another_tenants_objects_on_any_route() {
         },
         Probe {
             method: "POST",
+            route: "/v1/runs/bulk",
+            path: "/v1/runs/bulk".into(),
+            twin: None,
+            body: Some(json!({ "action": "cancel", "filter": { "workflow": "a-flow" } })),
+            expect: Expect::List,
+        },
+        Probe {
+            method: "POST",
             route: "/v1/runs/{id}/cancel",
             path: format!("/v1/runs/{a_run}/cancel"),
             twin: Some(format!("/v1/runs/{made_up}/cancel")),

@@ -642,3 +642,73 @@ pub(super) fn encoded(text: &str) -> String {
         })
         .collect()
 }
+
+/// `weft runs bulk ACTION`: counts the runs `filter` matches (a dry run),
+/// then, unless `dry_run`, acts on them a page at a time with a progress
+/// bar, and prints how many matched and changed.
+pub fn bulk(
+    server: &Server,
+    action: &str,
+    mut filter: Value,
+    dry_run: bool,
+) -> anyhow::Result<ExitCode> {
+    if let Some(fields) = filter.as_object_mut() {
+        fields.retain(|_, value| !value.is_null());
+    }
+    let ask = |before: Option<&str>, dry_run: bool| {
+        let mut body =
+            json!({ "action": action, "filter": filter, "dry_run": dry_run, "limit": 1000 });
+        if let Some(before) = before {
+            body["before"] = json!(before);
+        }
+        server.call("POST", "/v1/runs/bulk", Some(body))
+    };
+    let counted = match ask(None, true)? {
+        Ok(counted) => counted,
+        Err(message) => return refused(&message),
+    };
+    let total = counted["matched"].as_u64().unwrap_or(0);
+    if dry_run {
+        out!(
+            "{total} runs match; {} would change (dry run: nothing changed)",
+            counted["would_change"]
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    let bar = if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+        indicatif::ProgressBar::new(total)
+    } else {
+        indicatif::ProgressBar::hidden()
+    };
+    let (mut matched, mut changed) = (0, 0);
+    let mut unchanged: Vec<Value> = Vec::new();
+    let mut before: Option<String> = None;
+    loop {
+        let page = match ask(before.as_deref(), false)? {
+            Ok(page) => page,
+            Err(message) => {
+                bar.abandon();
+                eprintln!("error: after {matched} runs ({changed} changed): {message}");
+                return Ok(ExitCode::from(EXIT_INVALID));
+            }
+        };
+        matched += page["matched"].as_u64().unwrap_or(0);
+        changed += page["changed"].as_u64().unwrap_or(0);
+        unchanged.extend(page["unchanged"].as_array().into_iter().flatten().cloned());
+        bar.set_position(matched);
+        match page["next"].as_str() {
+            Some(next) => before = Some(next.to_owned()),
+            None => break,
+        }
+    }
+    bar.finish_and_clear();
+    out!("{action}: {matched} runs matched, {changed} changed");
+    for run in unchanged.iter().take(20) {
+        out!(
+            "  {} unchanged: {}",
+            run["run"].as_str().unwrap_or("?"),
+            run["reason"].as_str().unwrap_or("?")
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -67,6 +67,37 @@ pub enum RunsCommand {
         #[arg(long, value_name = "URL")]
         server: Option<String>,
     },
+    /// Act on every run a filter matches, on a running `weft serve`: shows
+    /// how many matched and how many changed, with a progress bar.
+    Bulk {
+        /// The action: `cancel`.
+        #[arg(value_parser = ["cancel"])]
+        action: String,
+        /// Only runs of this workflow.
+        #[arg(long, value_name = "ID")]
+        workflow: Option<String>,
+        /// Only runs in this state.
+        #[arg(long)]
+        state: Option<RunState>,
+        /// Only runs created at or after this time (RFC 3339).
+        #[arg(long, value_name = "TIME")]
+        since: Option<String>,
+        /// Only runs created before this time (RFC 3339).
+        #[arg(long, value_name = "TIME")]
+        until: Option<String>,
+        /// Only runs following this revision of --workflow.
+        #[arg(long, value_name = "N")]
+        revision: Option<u32>,
+        /// Only runs that ended with this error code.
+        #[arg(long, value_name = "CODE")]
+        error: Option<String>,
+        /// Count the runs that match and would change; change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// The server.
+        #[arg(long, value_name = "URL")]
+        server: Option<String>,
+    },
     /// Follow runs on a running `weft serve` as they go: starts, finished
     /// steps, waits, resumes and ends, one line each. With RUN, until that
     /// run ends.
@@ -133,6 +164,28 @@ pub fn main(data_dir: &Path, command: RunsCommand) -> anyhow::Result<ExitCode> {
                 None => list(data_dir, &filter, limit, json),
                 Some(url) => list_remote(data_dir, url, &filter, limit, json),
             }
+        }
+        RunsCommand::Bulk {
+            action,
+            workflow,
+            state,
+            since,
+            until,
+            revision,
+            error,
+            dry_run,
+            server,
+        } => {
+            let server = super::remote::Server::new(data_dir, server);
+            let filter = serde_json::json!({
+                "workflow": workflow,
+                "state": state.map(|s| s.to_string()),
+                "since": since,
+                "until": until,
+                "revision": revision,
+                "error": error,
+            });
+            super::remote::bulk(&server, &action, filter, dry_run)
         }
         RunsCommand::Watch {
             run_id,

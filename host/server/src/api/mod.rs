@@ -9,6 +9,7 @@
 //! [`auth`]) and sees only its tenant's objects.
 
 pub mod auth;
+mod bulk;
 mod deliver;
 mod deploy;
 mod error;
@@ -130,6 +131,7 @@ fn routes() -> Vec<(&'static str, MethodRouter<Api>)> {
                 .layer(DefaultBodyLimit::max(deploy::MAX_COMPONENT)),
         ),
         ("/v1/runs", get(list_runs).post(start_run)),
+        ("/v1/runs/bulk", post(bulk::bulk)),
         ("/v1/runs/{id}", get(get_run).delete(delete_run)),
         ("/v1/runs/{id}/steps", get(get_steps)),
         ("/v1/runs/{id}/graph", get(views::graph)),

@@ -459,6 +459,25 @@ pub(super) async fn document() -> Json<Value> {
 /// UI reads.
 fn observe_paths() -> Value {
     json!({
+            "/v1/runs/bulk": {
+                "post": {
+                    "summary": "One action on every run of the tenant a filter matches, up to `limit` (default and most 10,000) a request; `dry_run` counts and changes nothing",
+                    "requestBody": body(json!({ "type": "object", "required": ["action"], "additionalProperties": false, "properties": {
+                        "action": { "enum": ["cancel"] },
+                        "filter": { "type": "object", "additionalProperties": false, "properties": {
+                            "workflow": { "type": "string" }, "state": { "type": "string" },
+                            "since": { "type": "string", "description": "created at or after (RFC 3339, or ms since the epoch)" },
+                            "until": { "type": "string", "description": "created before" },
+                            "revision": { "type": "integer", "description": "runs following this revision of `workflow`" },
+                            "error": { "type": "string", "description": "runs that ended with this error code" }
+                        } },
+                        "dry_run": { "type": "boolean" },
+                        "limit": { "type": "integer" },
+                        "before": { "type": "string", "description": "continue after this run: the `next` of the answer before" }
+                    } })),
+                    "responses": responses(("200", "`{\"action\", \"dry_run\", \"matched\", \"changed\", \"unchanged\": [{run, reason}], \"next\"}`; a dry run: `{\"matched\", \"would_change\"}`"), &[("400", "invalid_request")])
+                }
+            },
             "/v1/runs/{id}/graph": {
                 "get": {
                     "summary": "The workflow the run is pinned to, as a graph: `{workflow, steps: [node], catch: [branch]}`, a node being `{id, kind, label, branches: [{label, steps: [node]}]}` (kind: call, sleep, await, emit, subflow, parallel, switch, foreach, while; a step's catch handlers are branches labelled `catch`)",

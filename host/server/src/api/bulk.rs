@@ -1,0 +1,231 @@
+//! `POST /v1/runs/bulk`: one action on every run of the caller's tenant
+//! that a filter matches, a page at a time.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use axum::Json;
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{Extension, State};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::{Api, ApiError, Caller, blocking, parse_time};
+use weft_store::{Right, RunFilter, RunRecord, RunState, StoreError};
+
+/// The most runs one request acts on (a dry run counts them all).
+pub(super) const MAX_PAGE: usize = 10_000;
+
+/// The runs cancelled at once: the group commit batches their writes.
+const WORKERS: usize = 8;
+
+/// Runs not changed, listed in an answer, at most.
+const MAX_LISTED: usize = 100;
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum Action {
+    Cancel,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct Filter {
+    /// Only this workflow's runs.
+    #[serde(default)]
+    workflow: Option<String>,
+    /// Only runs in this state.
+    #[serde(default)]
+    state: Option<String>,
+    /// Only runs created at or after this time (RFC 3339).
+    #[serde(default)]
+    since: Option<String>,
+    /// Only runs created before this time.
+    #[serde(default)]
+    until: Option<String>,
+    /// Only runs following this revision of `workflow`.
+    #[serde(default)]
+    revision: Option<u32>,
+    /// Only runs that ended with this error code.
+    #[serde(default)]
+    error: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct Request {
+    action: Action,
+    #[serde(default)]
+    filter: Filter,
+    /// Count what would change, and change nothing.
+    #[serde(default)]
+    dry_run: bool,
+    /// Act on at most this many runs (default and most: 10,000); the
+    /// answer's `next` continues.
+    #[serde(default)]
+    limit: Option<usize>,
+    /// Continue after this run (a previous answer's `next`).
+    #[serde(default)]
+    before: Option<String>,
+}
+
+/// Whether `run` passes what the store's filter cannot say.
+fn keeps(run: &RunRecord, digest: Option<&str>, error: Option<&str>) -> bool {
+    digest.is_none_or(|d| run.definition == d)
+        && error.is_none_or(|code| run.error.as_ref().is_some_and(|e| e.error.code == code))
+}
+
+/// `POST /v1/runs/bulk`: `{"action": "cancel", "filter": {workflow, state,
+/// since, until, revision, error}, "dry_run", "limit", "before"}`. Answers
+/// how many runs matched and how many changed, the first runs that did
+/// not change with why, and `next` when runs are left past this page.
+pub(super) async fn bulk(
+    State(api): State<Api>,
+    Extension(caller): Extension<Caller>,
+    body: Result<Json<Request>, JsonRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let Json(request) = body.map_err(ApiError::from)?;
+    caller.need(Right::Operate)?;
+    let f = &request.filter;
+    let state: Option<RunState> = f
+        .state
+        .as_deref()
+        .map(str::parse)
+        .transpose()
+        .map_err(|e: String| ApiError::bad_request(format!("filter.state: {e}")))?;
+    let workflow = f
+        .workflow
+        .as_ref()
+        .map(|name| caller.name(name).unwrap_or_else(|| name.clone()));
+    let digest = match (f.revision, &workflow) {
+        (None, _) => None,
+        (Some(_), None) => {
+            return Err(ApiError::bad_request(
+                "filter.revision: name the workflow too (filter.workflow)",
+            ));
+        }
+        (Some(revision), Some(stored)) => {
+            let deployments = Arc::clone(&api.workflows);
+            let stored = stored.clone();
+            let shown = blocking(move || deployments.definition(&stored, revision)).await??;
+            match shown {
+                Some((record, _)) => Some(record.digest),
+                None => {
+                    return Err(ApiError::bad_request(format!(
+                        "filter.revision: workflow `{}` has no revision {revision}",
+                        f.workflow.as_deref().unwrap_or_default()
+                    )));
+                }
+            }
+        }
+    };
+    let filter = RunFilter {
+        tenant: Some(caller.tenant.clone()),
+        workflow,
+        state,
+        since: f
+            .since
+            .as_deref()
+            .map(|t| parse_time("filter.since", t))
+            .transpose()?,
+        until: f
+            .until
+            .as_deref()
+            .map(|t| parse_time("filter.until", t))
+            .transpose()?,
+        before: request.before.clone(),
+    };
+    let limit = request.limit.unwrap_or(MAX_PAGE).clamp(1, MAX_PAGE);
+    let error = f.error.clone();
+    let store = Arc::clone(api.engine.store());
+    let dry_run = request.dry_run;
+    let matched: Vec<RunRecord> = blocking(move || {
+        let mut matched = Vec::new();
+        // The store filters all but the revision and the error: without
+        // those, one more than a page tells whether a next page exists.
+        let read = if dry_run || digest.is_some() || error.is_some() {
+            usize::MAX
+        } else {
+            limit + 1
+        };
+        for run in store.runs(&filter, read)? {
+            if keeps(&run, digest.as_deref(), error.as_deref()) {
+                matched.push(run);
+                if !dry_run && matched.len() > limit {
+                    break;
+                }
+            }
+        }
+        Ok::<_, StoreError>(matched)
+    })
+    .await??;
+    let mut matched = matched;
+    // One more than a page was read: there is a next page.
+    let next = (!dry_run && matched.len() > limit).then(|| {
+        matched.truncate(limit);
+        matched.last().map(|run| run.id.clone())
+    });
+    let next = next.flatten();
+    let count = matched.len();
+    if dry_run {
+        let would = matched
+            .iter()
+            .filter(|r| r.state == RunState::Running)
+            .count();
+        return Ok(Json(json!({
+            "action": "cancel", "dry_run": true, "matched": count, "would_change": would,
+        })));
+    }
+    let engine = Arc::clone(&api.engine);
+    let action = request.action;
+    let ids: Vec<String> = matched.into_iter().map(|run| run.id).collect();
+    let (changed, unchanged) = blocking(move || {
+        let next_run = AtomicUsize::new(0);
+        let changed = AtomicUsize::new(0);
+        let unchanged = std::sync::Mutex::new(Vec::new());
+        std::thread::scope(|scope| {
+            for _ in 0..WORKERS.min(ids.len()) {
+                scope.spawn(|| {
+                    loop {
+                        let n = next_run.fetch_add(1, Ordering::Relaxed);
+                        let Some(id) = ids.get(n) else { break };
+                        let why = match action {
+                            Action::Cancel => match engine.cancel(id) {
+                                Ok(()) => {
+                                    changed.fetch_add(1, Ordering::Relaxed);
+                                    continue;
+                                }
+                                Err(StoreError::RunEnded(_)) => "ended".to_owned(),
+                                Err(e) => e.to_string(),
+                            },
+                        };
+                        let mut unchanged = weft_core::lock(&unchanged);
+                        if unchanged.len() < MAX_LISTED {
+                            unchanged.push(json!({ "run": id, "reason": why }));
+                        }
+                    }
+                });
+            }
+        });
+        (
+            changed.into_inner(),
+            unchanged.into_inner().unwrap_or_else(|e| e.into_inner()),
+        )
+    })
+    .await?;
+    api.audit(
+        &caller,
+        "runs.bulk",
+        "cancel",
+        json!({ "matched": count, "changed": changed }),
+    )
+    .await;
+    Ok(Json(json!({
+        "action": "cancel",
+        "dry_run": false,
+        "matched": count,
+        "changed": changed,
+        "unchanged": unchanged,
+        "next": next,
+    })))
+}
