@@ -9,7 +9,6 @@ use anyhow::Context;
 use clap::Subcommand;
 use serde_json::{Value, json};
 
-use super::EXIT_INVALID;
 use super::remote::Server;
 use weft::Clock;
 use weft::store::{AccessWrite, Role, TokenRecord, Write};
@@ -210,10 +209,7 @@ pub struct ServerArg {
 }
 
 /// Prints an error answer and gives the exit status for it.
-fn refused(message: &str) -> anyhow::Result<ExitCode> {
-    eprintln!("error: {message}");
-    Ok(ExitCode::from(EXIT_INVALID))
-}
+use super::remote::refused;
 
 /// Sends a request and prints the answer's `field`: as JSON with `json`,
 /// else through `show`.

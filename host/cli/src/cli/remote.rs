@@ -178,7 +178,7 @@ impl Server {
 }
 
 /// Prints an error answer and gives the exit status for it.
-fn refused(message: &str) -> anyhow::Result<ExitCode> {
+pub(super) fn refused(message: &str) -> anyhow::Result<ExitCode> {
     eprintln!("error: {message}");
     Ok(ExitCode::from(EXIT_INVALID))
 }

@@ -7,8 +7,7 @@ use std::process::ExitCode;
 use clap::Subcommand;
 use serde_json::Value;
 
-use super::EXIT_INVALID;
-use super::remote::{Server, encoded};
+use super::remote::{Server, encoded, refused};
 
 #[derive(Debug, Subcommand)]
 pub enum WorkflowsCommand {
@@ -111,9 +110,4 @@ pub fn main(data_dir: &Path, command: WorkflowsCommand) -> anyhow::Result<ExitCo
 
 fn text(value: &Value) -> &str {
     value.as_str().unwrap_or("?")
-}
-
-fn refused(message: &str) -> anyhow::Result<ExitCode> {
-    eprintln!("error: {message}");
-    Ok(ExitCode::from(EXIT_INVALID))
 }

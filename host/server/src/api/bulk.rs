@@ -10,7 +10,7 @@ use axum::extract::{Extension, State};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{Api, ApiError, Caller, blocking, parse_time};
+use super::{Api, ApiError, Caller, blocking};
 use weft_store::{Right, RunFilter, RunRecord, RunState, StoreError};
 
 /// The most runs one request acts on (a dry run counts them all).
@@ -87,17 +87,17 @@ pub(super) async fn bulk(
     let Json(request) = body.map_err(ApiError::from)?;
     caller.need(Right::Operate)?;
     let f = &request.filter;
-    let state: Option<RunState> = f
-        .state
-        .as_deref()
-        .map(str::parse)
-        .transpose()
-        .map_err(|e: String| ApiError::bad_request(format!("filter.state: {e}")))?;
-    let workflow = f
-        .workflow
-        .as_ref()
-        .map(|name| caller.name(name).unwrap_or_else(|| name.clone()));
-    let digest = match (f.revision, &workflow) {
+    let filter = super::run_filter(
+        &caller,
+        super::RunsAsked {
+            workflow: f.workflow.as_deref(),
+            state: f.state.as_deref(),
+            since: f.since.as_deref(),
+            until: f.until.as_deref(),
+        },
+        "filter.",
+    )?;
+    let digest = match (f.revision, &filter.workflow) {
         (None, _) => None,
         (Some(_), None) => {
             return Err(ApiError::bad_request(
@@ -120,20 +120,8 @@ pub(super) async fn bulk(
         }
     };
     let filter = RunFilter {
-        tenant: Some(caller.tenant.clone()),
-        workflow,
-        state,
-        since: f
-            .since
-            .as_deref()
-            .map(|t| parse_time("filter.since", t))
-            .transpose()?,
-        until: f
-            .until
-            .as_deref()
-            .map(|t| parse_time("filter.until", t))
-            .transpose()?,
         before: request.before.clone(),
+        ..filter
     };
     let limit = request.limit.unwrap_or(MAX_PAGE).clamp(1, MAX_PAGE);
     let error = f.error.clone();

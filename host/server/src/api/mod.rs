@@ -411,6 +411,39 @@ fn parse_time(field: &str, text: &str) -> Result<weft_core::clock::Timestamp, Ap
         .map_err(|message| ApiError::bad_request(format!("{field}: {message}")))
 }
 
+/// A filter of runs as a request writes it.
+struct RunsAsked<'q> {
+    workflow: Option<&'q str>,
+    state: Option<&'q str>,
+    since: Option<&'q str>,
+    until: Option<&'q str>,
+}
+
+/// The caller's runs that `query` names; `prefix` leads each field's name
+/// in errors (`filter.`).
+fn run_filter(caller: &Caller, query: RunsAsked<'_>, prefix: &str) -> Result<RunFilter, ApiError> {
+    let time = |field: &str, text: Option<&str>| {
+        text.map(|t| parse_time(&format!("{prefix}{field}"), t))
+            .transpose()
+    };
+    Ok(RunFilter {
+        tenant: Some(caller.tenant.clone()),
+        // A name no workflow can have (it holds `:`) is kept as it is: it
+        // matches no run of the caller's tenant.
+        workflow: query
+            .workflow
+            .map(|name| caller.name(name).unwrap_or_else(|| name.to_owned())),
+        state: query
+            .state
+            .map(str::parse)
+            .transpose()
+            .map_err(|e: String| ApiError::bad_request(format!("{prefix}state: {e}")))?,
+        since: time("since", query.since)?,
+        until: time("until", query.until)?,
+        before: None,
+    })
+}
+
 async fn list_runs(
     State(api): State<Api>,
     Extension(caller): Extension<Caller>,
@@ -418,33 +451,19 @@ async fn list_runs(
 ) -> Result<Json<Value>, ApiError> {
     let Query(query) = query?;
     let limit = query.limit.unwrap_or(20).min(1000);
-    let state = query
-        .state
-        .as_deref()
-        .map(str::parse)
-        .transpose()
-        .map_err(|e: String| ApiError::bad_request(format!("state: {e}")))?;
-    // A name no workflow can have (it holds `:`) is kept as it is: it
-    // matches no run of the caller's tenant.
-    let workflow = query
-        .workflow
-        .as_ref()
-        .map(|name| caller.name(name).unwrap_or_else(|| name.clone()));
+    let filter = run_filter(
+        &caller,
+        RunsAsked {
+            workflow: query.workflow.as_deref(),
+            state: query.state.as_deref(),
+            since: query.since.as_deref(),
+            until: query.until.as_deref(),
+        },
+        "",
+    )?;
     let filter = RunFilter {
-        tenant: Some(caller.tenant.clone()),
-        workflow,
-        state,
-        since: query
-            .since
-            .as_deref()
-            .map(|t| parse_time("since", t))
-            .transpose()?,
-        until: query
-            .until
-            .as_deref()
-            .map(|t| parse_time("until", t))
-            .transpose()?,
         before: query.before,
+        ..filter
     };
     let store = Arc::clone(api.engine.store());
     let runs = blocking(move || store.runs(&filter, limit))
