@@ -97,6 +97,34 @@ fn a_bulk_cancel_of_ten_thousand_waiting_runs_cancels_each_once() {
         Some(&json!({ "action": "explode", "filter": {} }).to_string()),
     );
     assert_eq!(status, 400, "{refused}");
+    let (status, refused) = host.call(
+        "POST",
+        "/v1/runs/bulk",
+        Some(&json!({ "action": "cancel", "filter": { "error": "boom" } }).to_string()),
+    );
+    assert_eq!(status, 400, "{refused}");
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("filter.error")
+    );
+    // Another tenant's name (it holds `:`) matches nothing, whatever it
+    // names, and its revisions are not looked up.
+    for name in ["other:gated", "nobody:x"] {
+        let answer = bulk(
+            &host,
+            json!({ "action": "cancel", "filter": { "workflow": name, "revision": 1 } }),
+        );
+        assert_eq!(
+            (answer["matched"].as_u64(), answer["changed"].as_u64()),
+            (Some(0), Some(0))
+        );
+    }
+    // No filter at all needs --all.
+    let out = scratch.run(&["runs", "bulk", "cancel", "--server", &host.url]);
+    assert_eq!(out.code, Some(2), "{}", out.stderr);
+    assert!(out.stderr.contains("--all"), "{}", out.stderr);
 
     let started = std::time::Instant::now();
     let out = scratch.run(&[
@@ -111,7 +139,8 @@ fn a_bulk_cancel_of_ten_thousand_waiting_runs_cancels_each_once() {
     let took = started.elapsed();
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     assert!(
-        out.stdout.contains("10000 runs matched, 10000 changed"),
+        out.stdout
+            .contains("10000 runs matched, 10000 changed, 0 failed"),
         "{}",
         out.stdout
     );

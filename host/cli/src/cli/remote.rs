@@ -680,7 +680,7 @@ pub fn bulk(
     } else {
         indicatif::ProgressBar::hidden()
     };
-    let (mut matched, mut changed) = (0, 0);
+    let (mut matched, mut changed, mut failed) = (0, 0, 0);
     let mut unchanged: Vec<Value> = Vec::new();
     let mut before: Option<String> = None;
     loop {
@@ -694,15 +694,18 @@ pub fn bulk(
         };
         matched += page["matched"].as_u64().unwrap_or(0);
         changed += page["changed"].as_u64().unwrap_or(0);
+        failed += page["failed"].as_u64().unwrap_or(0);
         unchanged.extend(page["unchanged"].as_array().into_iter().flatten().cloned());
         bar.set_position(matched);
         match page["next"].as_str() {
-            Some(next) => before = Some(next.to_owned()),
-            None => break,
+            // Pages go to older runs each time; one that does not is the end.
+            Some(next) if before.as_deref() != Some(next) => before = Some(next.to_owned()),
+            _ => break,
         }
     }
     bar.finish_and_clear();
-    out!("{action}: {matched} runs matched, {changed} changed");
+    out!("{action}: {matched} runs matched, {changed} changed, {failed} failed");
+    unchanged.sort_by_key(|u| u["reason"] == "ended");
     for run in unchanged.iter().take(20) {
         out!(
             "  {} unchanged: {}",
@@ -710,5 +713,9 @@ pub fn bulk(
             run["reason"].as_str().unwrap_or("?")
         );
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(super::EXIT_HOST)
+    })
 }

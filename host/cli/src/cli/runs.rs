@@ -94,6 +94,9 @@ pub enum RunsCommand {
         /// Count the runs that match and would change; change nothing.
         #[arg(long)]
         dry_run: bool,
+        /// Act on every run of the tenant (needed when no filter is given).
+        #[arg(long)]
+        all: bool,
         /// The server.
         #[arg(long, value_name = "URL")]
         server: Option<String>,
@@ -174,8 +177,22 @@ pub fn main(data_dir: &Path, command: RunsCommand) -> anyhow::Result<ExitCode> {
             revision,
             error,
             dry_run,
+            all,
             server,
         } => {
+            let unfiltered = workflow.is_none()
+                && state.is_none()
+                && since.is_none()
+                && until.is_none()
+                && revision.is_none()
+                && error.is_none();
+            if unfiltered && !all && !dry_run {
+                eprintln!(
+                    "error: no filter: this would {action} every run of the tenant; \
+                     give a filter, or --all"
+                );
+                return Ok(ExitCode::from(EXIT_INVALID));
+            }
             let server = super::remote::Server::new(data_dir, server);
             let filter = serde_json::json!({
                 "workflow": workflow,

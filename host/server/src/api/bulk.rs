@@ -28,7 +28,7 @@ enum Action {
     Cancel,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct Filter {
     /// Only this workflow's runs.
@@ -87,6 +87,22 @@ pub(super) async fn bulk(
     let Json(request) = body.map_err(ApiError::from)?;
     caller.need(Right::Operate)?;
     let f = &request.filter;
+    if f.error.is_some() && matches!(request.action, Action::Cancel) {
+        return Err(ApiError::bad_request(
+            "filter.error: only ended runs have an error, and cancel acts on running ones",
+        ));
+    }
+    // A name no workflow of the caller's can have matches nothing: it is
+    // answered as a made-up name is, and nothing is looked up.
+    if f.workflow
+        .as_deref()
+        .is_some_and(|w| caller.name(w).is_none())
+    {
+        return Ok(Json(json!({
+            "action": "cancel", "dry_run": request.dry_run, "matched": 0, "changed": 0,
+            "would_change": 0, "failed": 0, "unchanged": [], "next": null,
+        })));
+    }
     let filter = super::run_filter(
         &caller,
         super::RunsAsked {
@@ -110,6 +126,7 @@ pub(super) async fn bulk(
             let shown = blocking(move || deployments.definition(&stored, revision)).await??;
             match shown {
                 Some((record, _)) => Some(record.digest),
+                // The same answer whether the workflow exists or not.
                 None => {
                     return Err(ApiError::bad_request(format!(
                         "filter.revision: workflow `{}` has no revision {revision}",
@@ -166,53 +183,74 @@ pub(super) async fn bulk(
     }
     let engine = Arc::clone(&api.engine);
     let action = request.action;
-    let ids: Vec<String> = matched.into_iter().map(|run| run.id).collect();
-    let (changed, unchanged) = blocking(move || {
+    let access = Arc::clone(&api.access);
+    let audit_caller = caller.clone();
+    let detail = json!({
+        "filter": serde_json::to_value(&request.filter).unwrap_or_default(),
+        "before": request.before, "limit": limit, "next": next,
+    });
+    // A child whose parent is cancelled here goes with it: cancelled on
+    // its own first, it would fail its parent's step instead.
+    let page: std::collections::HashSet<String> = matched.iter().map(|r| r.id.clone()).collect();
+    let (changed, failed, unchanged) = blocking(move || {
         let next_run = AtomicUsize::new(0);
         let changed = AtomicUsize::new(0);
+        let failed = AtomicUsize::new(0);
         let unchanged = std::sync::Mutex::new(Vec::new());
         std::thread::scope(|scope| {
-            for _ in 0..WORKERS.min(ids.len()) {
+            for _ in 0..WORKERS.min(matched.len()) {
                 scope.spawn(|| {
                     loop {
                         let n = next_run.fetch_add(1, Ordering::Relaxed);
-                        let Some(id) = ids.get(n) else { break };
-                        let why = match action {
-                            Action::Cancel => match engine.cancel(id) {
-                                Ok(()) => {
-                                    changed.fetch_add(1, Ordering::Relaxed);
-                                    continue;
-                                }
-                                Err(StoreError::RunEnded(_)) => "ended".to_owned(),
-                                Err(e) => e.to_string(),
-                            },
+                        let Some(run) = matched.get(n) else { break };
+                        let why = if run.state.is_terminal() {
+                            "ended".to_owned()
+                        } else if run.parent.as_ref().is_some_and(|p| page.contains(&p.run)) {
+                            changed.fetch_add(1, Ordering::Relaxed);
+                            continue;
+                        } else {
+                            match action {
+                                Action::Cancel => match engine.cancel(&run.id) {
+                                    Ok(()) => {
+                                        changed.fetch_add(1, Ordering::Relaxed);
+                                        continue;
+                                    }
+                                    Err(StoreError::RunEnded(_)) => "ended".to_owned(),
+                                    Err(e) => {
+                                        failed.fetch_add(1, Ordering::Relaxed);
+                                        e.to_string()
+                                    }
+                                },
+                            }
                         };
                         let mut unchanged = weft_core::lock(&unchanged);
-                        if unchanged.len() < MAX_LISTED {
-                            unchanged.push(json!({ "run": id, "reason": why }));
+                        // Failures first: they are what a caller must see.
+                        if unchanged.len() < MAX_LISTED || why != "ended" {
+                            unchanged.push(json!({ "run": run.id, "reason": why }));
                         }
                     }
                 });
             }
         });
-        (
-            changed.into_inner(),
-            unchanged.into_inner().unwrap_or_else(|e| e.into_inner()),
-        )
+        let (changed, failed) = (changed.into_inner(), failed.into_inner());
+        let mut unchanged = unchanged.into_inner().unwrap_or_else(|e| e.into_inner());
+        unchanged.sort_by_key(|u| u["reason"] == "ended");
+        unchanged.truncate(MAX_LISTED);
+        // Recorded here, so that a caller who hangs up leaves it all the same.
+        let mut detail = detail;
+        detail["matched"] = count.into();
+        detail["changed"] = changed.into();
+        detail["failed"] = failed.into();
+        access.audit(&audit_caller, "runs.bulk", "cancel", detail);
+        (changed, failed, unchanged)
     })
     .await?;
-    api.audit(
-        &caller,
-        "runs.bulk",
-        "cancel",
-        json!({ "matched": count, "changed": changed }),
-    )
-    .await;
     Ok(Json(json!({
         "action": "cancel",
         "dry_run": false,
         "matched": count,
         "changed": changed,
+        "failed": failed,
         "unchanged": unchanged,
         "next": next,
     })))

@@ -90,7 +90,12 @@ pub(super) async fn get_workflow(
     let store = Arc::clone(api.engine.store());
     let (versions, shown, unfinished) = blocking(move || {
         let versions = deployments.versions(&asked)?;
-        let unfinished = unfinished_by_digest(store.as_ref(), &asked)?;
+        // Only a workflow with revisions has runs to count.
+        let unfinished = if versions.is_empty() {
+            std::collections::HashMap::new()
+        } else {
+            unfinished_by_digest(store.as_ref(), &asked)?
+        };
         let revision = match query.revision {
             Some(revision) => Some(revision),
             None if deployments.current().get(&asked).is_some() => {
@@ -141,8 +146,11 @@ pub(super) async fn get_workflow(
                 // Runs follow a definition, named by its digest: a text
                 // deployed twice counts toward its newest revision.
                 let newest = !versions[n + 1..].iter().any(|later| later.digest == v.digest);
-                let count = if newest { unfinished.get(&v.digest).copied().unwrap_or(0) } else { 0 };
                 let serving = served_revision == Some(v.revision);
+                // Runs recorded before definitions were kept name none:
+                // counted with the served revision.
+                let count = if newest { unfinished.get(&v.digest).copied().unwrap_or(0) } else { 0 }
+                    + if serving { unfinished.get("").copied().unwrap_or(0) } else { 0 };
                 let mut shown = named(v, DEPLOYMENT_NAMES);
                 shown["unfinished"] = count.into();
                 shown["served"] = serving.into();
