@@ -190,8 +190,13 @@ pub(super) async fn bulk(
         "before": request.before, "limit": limit, "next": next,
     });
     // A child whose parent is cancelled here goes with it: cancelled on
-    // its own first, it would fail its parent's step instead.
-    let page: std::collections::HashSet<String> = matched.iter().map(|r| r.id.clone()).collect();
+    // its own first, it would fail its parent's step instead. Only a
+    // running parent is cancelled, and takes its children along.
+    let page: std::collections::HashSet<String> = matched
+        .iter()
+        .filter(|r| !r.state.is_terminal())
+        .map(|r| r.id.clone())
+        .collect();
     let (changed, failed, unchanged) = blocking(move || {
         let next_run = AtomicUsize::new(0);
         let changed = AtomicUsize::new(0);
