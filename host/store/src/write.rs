@@ -473,6 +473,12 @@ fn len(bytes: impl AsRef<[u8]>) -> u64 {
     u64::try_from(bytes.as_ref().len()).unwrap_or(u64::MAX)
 }
 
+/// What a message counts toward its tenant's stored bytes: charged when
+/// it is committed, given back when the sweeper deletes it.
+pub(crate) fn message_bytes(id: &str, channel: &str, payload: &serde_json::Value) -> u64 {
+    len(id) + len(channel) + json_len(payload)
+}
+
 /// The length of `value` encoded as JSON, without encoding it into memory.
 pub(crate) fn json_len(value: &serde_json::Value) -> u64 {
     struct Count(u64);
@@ -683,7 +689,7 @@ impl Write {
                     emitted
                         .messages
                         .iter()
-                        .map(|m| len(&m.id) + len(&m.channel) + json_len(&m.payload))
+                        .map(|m| message_bytes(&m.id, &m.channel, &m.payload))
                         .sum()
                 });
                 len(step) + kv + spawn + emitted

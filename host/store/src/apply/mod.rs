@@ -413,7 +413,7 @@ impl Apply<'_> {
             } => match self.leased(id, lease.as_ref())? {
                 Err(refused) => Ok(Err(refused)),
                 Ok(()) => self
-                    .update_run(id, run, *running)
+                    .update_run(id, run, *running, lease.is_some())
                     .and_then(|outcome| self.notify_if(outcome, id, notice.as_deref())),
             },
             Write::FireTimer {
@@ -738,17 +738,19 @@ impl Apply<'_> {
         Ok(Ok(()))
     }
 
-    /// Run `id`'s new state alone. Refused if the run was cancelled in the
-    /// store.
+    /// Run `id`'s new state alone (`leased`: written under the driver's
+    /// lease). Refused if the run was cancelled in the store, or has ended.
     fn update_run(
         &mut self,
         id: &str,
         run: &[u8],
         running: bool,
+        leased: bool,
     ) -> Result<Result<(), StoreError>, StoreError> {
-        // Cancelled, or ended already (a write of no driver's may come
-        // late): a run ends once.
-        if self.ended(id)? || self.run_ended(id)? {
+        // Cancelled, or ended already: a run ends once. A leased write was
+        // checked already (a run's lease goes when it ends), so only a
+        // write of no driver's, which may come late, reads the record.
+        if self.ended(id)? || (!leased && self.run_ended(id)?) {
             return Ok(Err(StoreError::RunEnded(id.to_owned())));
         }
         self.set_run(id, run, running, false)?;

@@ -116,9 +116,7 @@ impl Apply<'_> {
             // sweeper gives it back.
             self.add_use(
                 weft_core::tenant::of(&message.channel),
-                message.id.len() as u64
-                    + message.channel.len() as u64
-                    + crate::write::json_len(&message.payload),
+                crate::write::message_bytes(&message.id, &message.channel, &message.payload),
             )?;
             return self.emit(run, notice);
         }
@@ -232,9 +230,7 @@ impl Apply<'_> {
         self.rows.delete(Table::Messages, Key::U64(seq))?;
         self.rows
             .delete(Table::RunMessages, Key::StrU64(&message.run, seq))?;
-        let charged = message.id.len() as u64
-            + message.channel.len() as u64
-            + crate::write::json_len(&message.payload);
+        let charged = crate::write::message_bytes(&message.id, &message.channel, &message.payload);
         self.give_back(weft_core::tenant::of(&message.channel), charged)?;
         Ok(Ok(()))
     }
