@@ -33,6 +33,8 @@ pub struct StepCall {
     /// Who is calling: the run, the step, the attempt, and the key that
     /// stays the same across the step's attempts.
     pub context: StepContext,
+    /// The leaf's path in the run (`charge`, `each[2]/fetch`).
+    pub path: String,
     /// The input, as JSON text.
     pub input: String,
     /// The call's deadline; the runner's default when `None`.
@@ -120,6 +122,9 @@ pub struct WasmPlugins {
     egress: Arc<EgressPolicies>,
     vault: Vault,
     metrics: Option<Arc<weft_core::metrics::Metrics>>,
+    /// Steps whose plugin is neither pinned nor loaded: another runner
+    /// answers their calls (`weft test`'s mocks).
+    mocked: std::collections::BTreeSet<String>,
 }
 
 impl WasmPlugins {
@@ -134,7 +139,15 @@ impl WasmPlugins {
             egress: Arc::default(),
             vault,
             metrics: None,
+            mocked: std::collections::BTreeSet::new(),
         }
+    }
+
+    /// The same source, leaving the plugins of steps `mocked` (by id)
+    /// unpinned and unloaded: their calls are another runner's to answer,
+    /// and the runner this source makes has no plugin for them.
+    pub fn except(self, mocked: std::collections::BTreeSet<String>) -> Self {
+        Self { mocked, ..self }
     }
 
     /// The same source, timing each guest's instantiation and call in
@@ -206,6 +219,9 @@ impl RunnerSource for WasmPlugins {
         let mut plugins = HashMap::new();
         for step in workflow.all_steps() {
             let Some(call) = step.call() else { continue };
+            if self.mocked.contains(&step.id) {
+                continue;
+            }
             let plugin = self
                 .plugins
                 .resolve_in(weft_core::tenant::of(&workflow.id), &call.uses)
@@ -262,7 +278,7 @@ impl RunnerSource for WasmPlugins {
         let mut loaded: BTreeMap<&str, Plugin> = BTreeMap::new();
         let mut plugins = HashMap::new();
         for step in workflow.all_steps() {
-            if step.call().is_none() {
+            if step.call().is_none() || self.mocked.contains(&step.id) {
                 continue;
             }
             let component_error = |reason: String| ResumeError::Component {

@@ -26,7 +26,8 @@ pub struct WorkflowDir {
 }
 
 impl WorkflowDir {
-    /// Loads every `.yaml`, `.yml` and `.json` file in `dir`. A file that
+    /// Loads every `.yaml`, `.yml` and `.json` file in `dir` but test files
+    /// (`order.test.yaml`, [`crate::cases::is_test_file`]). A file that
     /// does not load, or repeats an id, is left out and its error returned
     /// beside the rest, so one bad file does not stop the others. Blocking.
     pub fn load(dir: &Path) -> Result<(Self, Vec<DefinitionError>), std::io::Error> {
@@ -35,6 +36,7 @@ impl WorkflowDir {
             .map(|entry| entry.path())
             .filter(|path| {
                 path.is_file()
+                    && !crate::cases::is_test_file(path)
                     && path
                         .extension()
                         .and_then(|ext| ext.to_str())

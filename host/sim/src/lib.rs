@@ -21,6 +21,7 @@
 //! seed too ([`weft_core::ids::repeatable`]). [`shrink`] finds the shortest
 //! run of chosen events, for that seed, that still fails.
 
+pub mod cases;
 mod check;
 mod fake;
 mod store;

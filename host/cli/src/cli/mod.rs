@@ -20,6 +20,7 @@ mod schedules;
 mod serve;
 mod sim;
 mod snapshots;
+mod test;
 mod workflows;
 
 use std::io::Read;
@@ -115,7 +116,7 @@ enum Command {
         workflow: PathBuf,
     },
     /// Print the JSON Schema (2020-12) of a file format, for editors:
-    /// `workflow` (a workflow definition).
+    /// `workflow` (a workflow definition) or `test` (a test file).
     Schema {
         /// The format.
         #[arg(value_enum)]
@@ -156,6 +157,9 @@ enum Command {
         /// A file written by `weft backup`.
         file: PathBuf,
     },
+    /// Run workflows' test files (NAME.test.yaml) on the real engine with a
+    /// simulated clock: `N passed, N failed`.
+    Test(test::TestArgs),
     /// Run the deterministic simulator: the real engine through seeded
     /// interleavings, checking every invariant after every event.
     Sim(sim::SimArgs),
@@ -206,6 +210,8 @@ enum Command {
 enum SchemaFormat {
     /// A workflow definition (YAML or JSON).
     Workflow,
+    /// A workflow's test file (`NAME.test.yaml`).
+    Test,
 }
 
 #[derive(Debug, clap::Args)]
@@ -326,11 +332,13 @@ pub fn main(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Schema { format } => {
             let schema = match format {
                 SchemaFormat::Workflow => model::workflow_schema(),
+                SchemaFormat::Test => model::cases::test_schema(),
             };
             out!("{}", serde_json::to_string_pretty(&schema)?);
             Ok(ExitCode::SUCCESS)
         }
         Command::Runs(command) => runs::main(&data_dir, command),
+        Command::Test(args) => test::main(&data_dir, args),
         Command::Workflows(command) => workflows::main(&data_dir, command),
         Command::Schedules(command) => schedules::main(&data_dir, command),
         Command::Snapshots(command) => snapshots::main(&data_dir, command),

@@ -170,6 +170,7 @@ impl Drive {
             runner: Arc::clone(&self.runner),
             call: StepCall {
                 context,
+                path: ready.path.to_string(),
                 input: input.to_string(),
                 timeout: call.timeout,
                 memory_limit: call.memory_limit,
