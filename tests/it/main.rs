@@ -30,3 +30,4 @@ mod snapshots;
 mod subflow;
 mod tenants;
 mod timers;
+mod wtest;

@@ -32,7 +32,9 @@ fn workflows(dir: &Path, into: &mut Vec<PathBuf>) {
         let path = entry.unwrap().path();
         if path.is_dir() {
             workflows(&path, into);
-        } else if path.extension().is_some_and(|e| e == "yaml" || e == "yml") {
+        } else if path.extension().is_some_and(|e| e == "yaml" || e == "yml")
+            && !weft_model::cases::is_test_file(&path)
+        {
             into.push(path);
         }
     }
@@ -147,4 +149,54 @@ fn the_schema_refuses_what_is_not_a_workflow() {
     ] {
         assert!(!validator.is_valid(&bad), "{bad} passed");
     }
+}
+
+#[test]
+fn every_example_test_file_validates_against_the_test_schema() {
+    let schema = weft_model::cases::test_schema();
+    let validator = jsonschema::validator_for(&schema).expect("the test schema is valid");
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(root().join("examples")).unwrap() {
+        let path = entry.unwrap().path();
+        if weft_model::cases::is_test_file(&path) {
+            files.push(path);
+        }
+    }
+    assert!(files.len() >= 4, "{files:?}");
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        assert!(
+            text.starts_with("# yaml-language-server: $schema=../docs/test.schema.json\n"),
+            "{}",
+            file.display()
+        );
+        weft_model::cases::parse_tests(&text, &file.display().to_string())
+            .unwrap_or_else(|e| panic!("{e}"));
+        let errors: Vec<String> = validator
+            .iter_errors(&as_json(&text))
+            .map(|e| format!("{} at {}", e, e.instance_path()))
+            .collect();
+        assert!(errors.is_empty(), "{}: {errors:#?}", file.display());
+    }
+    // What the parser refuses for its shape, the schema refuses too.
+    for bad in [
+        json!({ "cases": [{ "name": "a", "oops": 1 }] }),
+        json!({ "cases": [{ "input": {} }] }),
+        json!({ "cases": [{ "name": "a", "do": [{ "wait": "1h" }] }] }),
+    ] {
+        assert!(!validator.is_valid(&bad), "{bad} passed");
+    }
+}
+
+#[test]
+fn the_test_schema_in_docs_is_the_one_the_code_makes() {
+    let path = root().join("docs/test.schema.json");
+    let made =
+        serde_json::to_string_pretty(&weft_model::cases::test_schema()).unwrap() + "\n";
+    let kept = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        kept == made,
+        "docs/test.schema.json is stale: write it again with \
+         `weft schema test > docs/test.schema.json`"
+    );
 }

@@ -167,7 +167,7 @@ fn took(duration: Duration) -> String {
 fn simulated(duration: Duration) -> String {
     let mut left = duration.as_secs();
     if left == 0 {
-        return "0s".to_owned();
+        return format!("{}ms", duration.as_millis());
     }
     let mut parts = Vec::new();
     for (unit, seconds) in [("d", 86_400), ("h", 3_600), ("m", 60), ("s", 1)] {
@@ -196,8 +196,17 @@ fn record(data_dir: &Path, id: &str) -> anyhow::Result<ExitCode> {
     let steps = store.steps(id)?;
     let workflow = stored_workflow(store.as_ref(), &run)?;
     let case = record_case(&workflow, &run, &steps);
-    let text = serde_yaml_ng::to_string(&serde_json::json!({ "cases": [case] }))
-        .context("writing the case as YAML")?;
+    // A case's keys in the order people write them.
+    let mut ordered = serde_yaml_ng::Mapping::new();
+    for key in ["name", "input", "mock", "do", "expect"] {
+        if let Some(value) = case.get(key) {
+            let value = serde_yaml_ng::to_value(value).context("writing the case as YAML")?;
+            ordered.insert(key.into(), value);
+        }
+    }
+    let mut file = serde_yaml_ng::Mapping::new();
+    file.insert("cases".into(), vec![ordered].into());
+    let text = serde_yaml_ng::to_string(&file).context("writing the case as YAML")?;
     print!(
         "# Recorded from run {id} of workflow {}.\n# Add the case under `cases:` in {}.test.yaml.\n{text}",
         run.workflow,
