@@ -176,3 +176,153 @@ fn a_bulk_cancel_of_ten_thousand_waiting_runs_cancels_each_once() {
     assert_eq!(again["unchanged"][0]["reason"], "ended", "{again}");
     assert!(again["next"].is_string(), "{again}");
 }
+
+/// Counts a visit, then fails for good on its first attempt (and succeeds
+/// on any later one), then reads the count.
+const AGAIN: &str = "\
+id: again
+steps:
+  - { id: count, uses: counter, with: { key: visits } }
+  - { id: shaky, uses: flaky, with: { succeed_on: 2, fail_with: fatal } }
+  - { id: read, uses: counter, with: { key: visits, by: 0 } }
+outputs:
+  counted: \"${{ steps.count.output.value }}\"
+  attempt: \"${{ steps.shaky.output.attempt }}\"
+  read: \"${{ steps.read.output.value }}\"
+";
+
+#[test]
+fn a_retry_goes_on_from_the_failed_step_and_counts_once() {
+    let scratch = Scratch::new(&["counter", "flaky"]);
+    let workflow = scratch.file("again.yaml", AGAIN);
+    let ran = scratch.run(&["run", workflow.to_str().unwrap()]);
+    assert_eq!(ran.code, Some(1), "{}", ran.stderr);
+    assert!(
+        ran.stderr.contains("failed at step `shaky`: broken"),
+        "{}",
+        ran.stderr
+    );
+    let id = ran.run_id();
+
+    // A step that succeeded is never run again.
+    let refused = scratch.run(&["runs", "retry", &id, "--from", "count"]);
+    assert_eq!(refused.code, Some(2), "{}", refused.stderr);
+    assert!(
+        refused.stderr.contains("step `count`") && refused.stderr.contains("never runs again"),
+        "{}",
+        refused.stderr
+    );
+    let refused = scratch.run(&["runs", "retry", &id, "--from", "nowhere"]);
+    assert!(
+        refused.stderr.contains("no step `nowhere` (failed: shaky)"),
+        "{}",
+        refused.stderr
+    );
+
+    let retried = scratch.run(&["runs", "retry", &id]);
+    assert_eq!(retried.code, Some(0), "{}", retried.stderr);
+    // The counter was added once: the retry went on from `shaky`, as its
+    // second attempt, and `count`'s result and write stood.
+    assert_eq!(
+        retried.json(),
+        json!({ "counted": 1, "attempt": 2, "read": 1 }),
+        "{}",
+        retried.stderr
+    );
+
+    let shown = scratch.run(&["runs", "show", &id]);
+    assert!(
+        shown.stdout.contains("retry   by cli")
+            && shown.stdout.contains("(the run had failed); again: shaky"),
+        "{}",
+        shown.stdout
+    );
+    let shown = scratch.run(&["runs", "show", &id, "--json"]).json();
+    let records = shown["steps"].as_array().unwrap();
+    let at = |path: &str| -> Vec<&Value> { records.iter().filter(|r| r["path"] == path).collect() };
+    assert_eq!(at("count").len(), 1, "{shown:#}");
+    let shaky = at("shaky");
+    assert_eq!(shaky.len(), 2, "{shown:#}");
+    assert_eq!(shaky[0]["error"]["code"], "broken");
+    assert_eq!(shaky[1]["attempt"], 2);
+    assert_eq!(shaky[1]["output"]["attempt"], 2);
+    assert_eq!(at("@retry")[0]["retry"]["actor"], "cli");
+    assert_eq!(shown["run"]["state"], "succeeded");
+    // Records stay dense, the retry's among them.
+    for (n, record) in records.iter().enumerate() {
+        assert_eq!(record["seq"], n, "{shown:#}");
+    }
+
+    // A run that succeeded is not retried.
+    let again = scratch.run(&["runs", "retry", &id]);
+    assert_eq!(again.code, Some(2), "{}", again.stderr);
+    assert!(again.stderr.contains("is succeeded"), "{}", again.stderr);
+}
+
+#[test]
+fn a_cancelled_run_is_retried_over_the_api_and_goes_on_waiting() {
+    let scratch = Scratch::new(&["counter"]);
+    std::fs::create_dir_all(scratch.path().join("workflows")).unwrap();
+    scratch.file(
+        "workflows/gated.yaml",
+        "id: gated\nsteps:\n  - { id: count, uses: counter, with: { key: k } }\n  - { id: gate, await: {} }\n  - { id: read, uses: counter, with: { key: k, by: 0 } }\noutputs:\n  read: \"${{ steps.read.output.value }}\"\n",
+    );
+    let host = serve(&scratch, 0);
+    let (status, started) = host.call(
+        "POST",
+        "/v1/runs",
+        Some(&json!({ "workflow": "gated" }).to_string()),
+    );
+    assert_eq!(status, 201, "{started}");
+    let id = started["id"].as_str().unwrap().to_owned();
+    crate::common::wait(
+        Duration::from_secs(60),
+        Duration::from_millis(20),
+        || {
+            let (_, steps) = host.call("GET", &format!("/v1/runs/{id}/steps"), None);
+            if steps.to_string().contains("\"awaiting\":true") {
+                Ok(())
+            } else {
+                Err(steps)
+            }
+        },
+        |seen| format!("the gate never waited: {seen}"),
+    );
+    let (status, body) = host.call("POST", &format!("/v1/runs/{id}/cancel"), None);
+    assert_eq!(status, 200, "{body}");
+    let ended = crate::common::server::run_ended(&host, &id);
+    assert_eq!(ended["run"]["state"], "cancelled", "{ended}");
+
+    // A running run is not retried; a cancelled one is.
+    let (status, body) = host.call(
+        "POST",
+        &format!("/v1/runs/{id}/retry"),
+        Some("{\"form\": 1}"),
+    );
+    assert_eq!(status, 400, "{body}");
+    let (status, body) = host.call("POST", &format!("/v1/runs/{id}/retry"), None);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["state"], "running", "{body}");
+    let (status, body) = host.call("POST", &format!("/v1/runs/{id}/retry"), None);
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(body["error"]["code"], "run_not_ended", "{body}");
+
+    // The gate waits again, and its answer finishes the run; the counter
+    // was added once.
+    crate::common::wait(
+        Duration::from_secs(60),
+        Duration::from_millis(20),
+        || {
+            let (status, body) = host.call(
+                "POST",
+                &format!("/v1/runs/{id}/steps/gate/actions"),
+                Some(&json!({ "action": "complete", "output": {} }).to_string()),
+            );
+            if status == 200 { Ok(()) } else { Err(body) }
+        },
+        |seen| format!("the gate never took its answer: {seen}"),
+    );
+    let ended = crate::common::server::run_ended(&host, &id);
+    assert_eq!(ended["run"]["state"], "succeeded", "{ended}");
+    assert_eq!(ended["run"]["outputs"], json!({ "read": 1 }), "{ended}");
+}

@@ -578,6 +578,14 @@ fn a_tenant_sees_none_of_another_tenants_objects_on_any_route() {
             expect: Expect::Missing,
         },
         Probe {
+            method: "POST",
+            route: "/v1/runs/{id}/retry",
+            path: format!("/v1/runs/{a_run}/retry"),
+            twin: Some(format!("/v1/runs/{made_up}/retry")),
+            body: None,
+            expect: Expect::Missing,
+        },
+        Probe {
             method: "DELETE",
             route: "/v1/runs/{id}",
             path: format!("/v1/runs/{a_run}"),

@@ -70,7 +70,10 @@ cases:
     }
 
     // A file that does not read is named, with its line, and nothing runs.
-    scratch.file("order.test.yaml", "cases:\n  - name: a\n    expect: { sate: failed }\n");
+    scratch.file(
+        "order.test.yaml",
+        "cases:\n  - name: a\n    expect: { sate: failed }\n",
+    );
     let run = scratch.run(&["test", scratch.path().to_str().unwrap()]);
     assert_eq!(run.code, Some(2), "{}\n{}", run.stdout, run.stderr);
     assert!(
@@ -101,14 +104,25 @@ fn a_recorded_run_becomes_a_case_and_replays_under_a_new_revision() {
     scratch.file("order.test.yaml", &recorded.stdout);
     // The plugins are mocked by the recording: none is needed to pass.
     std::fs::remove_dir_all(scratch.plugins_dir()).unwrap();
-    let run = scratch.run(&["test", scratch.path().join("order.test.yaml").to_str().unwrap()]);
+    let run = scratch.run(&[
+        "test",
+        scratch.path().join("order.test.yaml").to_str().unwrap(),
+    ]);
     assert_eq!(run.code, Some(0), "{}\n{}", run.stdout, run.stderr);
-    assert!(run.stdout.ends_with("1 passed, 0 failed\n"), "{}", run.stdout);
+    assert!(
+        run.stdout.ends_with("1 passed, 0 failed\n"),
+        "{}",
+        run.stdout
+    );
 
     // The same revision replays the recorded run on the same path.
     let replay = scratch.run(&["test", "--replay", workflow.to_str().unwrap()]);
     assert_eq!(replay.code, Some(0), "{}\n{}", replay.stdout, replay.stderr);
-    assert!(replay.stdout.contains("1 passed, 0 failed"), "{}", replay.stdout);
+    assert!(
+        replay.stdout.contains("1 passed, 0 failed"),
+        "{}",
+        replay.stdout
+    );
 
     // A revision that skips the confirmation takes another path: named.
     let text = std::fs::read_to_string(&workflow).unwrap().replace(
@@ -119,9 +133,15 @@ fn a_recorded_run_becomes_a_case_and_replays_under_a_new_revision() {
     let replay = scratch.run(&["test", "--replay", changed.to_str().unwrap()]);
     assert_eq!(replay.code, Some(1), "{}\n{}", replay.stdout, replay.stderr);
     assert!(
-        replay.stdout.contains("steps.confirm: expected succeeded, got skipped"),
+        replay
+            .stdout
+            .contains("steps.confirm: expected succeeded, got skipped"),
         "{}",
         replay.stdout
     );
-    assert!(replay.stdout.contains("0 passed, 1 failed"), "{}", replay.stdout);
+    assert!(
+        replay.stdout.contains("0 passed, 1 failed"),
+        "{}",
+        replay.stdout
+    );
 }

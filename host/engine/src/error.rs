@@ -140,3 +140,72 @@ pub enum ActError {
     #[error(transparent)]
     Store(#[from] StoreError),
 }
+
+/// Why a run was not retried. Nothing was stored, except after
+/// [`RetryError::Resume`]: the retry is durable and the run runs again
+/// wherever it is claimed first.
+#[derive(Debug, thiserror::Error)]
+pub enum RetryError {
+    /// No run has that id.
+    #[error("no run `{0}`")]
+    NotFound(String),
+    /// The run is still going, or it succeeded.
+    #[error("run `{run}` is {state}: only a failed, timed-out or cancelled run can be retried")]
+    NotEnded {
+        /// The run.
+        run: String,
+        /// Where it is.
+        state: weft_store::RunState,
+    },
+    /// A child run is retried through its parent.
+    #[error(
+        "run `{run}` is a child of run `{parent}`: retry the parent, whose step starts a new child"
+    )]
+    Child {
+        /// The run.
+        run: String,
+        /// Its parent.
+        parent: String,
+    },
+    /// `--from` names no leaf the run reached.
+    #[error("run `{run}` has no step `{step}`{}", if failed.is_empty() { String::new() } else { format!(" (failed: {})", failed.join(", ")) })]
+    UnknownStep {
+        /// The run.
+        run: String,
+        /// The path asked for.
+        step: String,
+        /// The leaves that failed, to choose from.
+        failed: Vec<String>,
+    },
+    /// `--from` names a leaf that succeeded or was skipped: results that
+    /// stand are never run again.
+    #[error("step `{step}` of run `{run}` {state}: a retry never runs again a step that succeeded")]
+    NotFailed {
+        /// The run.
+        run: String,
+        /// The path asked for.
+        step: String,
+        /// Where it is.
+        state: String,
+    },
+    /// Nothing a retry could run again would change the end.
+    #[error("run `{run}` cannot be retried: {why}")]
+    NotRetryable {
+        /// The run.
+        run: String,
+        /// Why.
+        why: String,
+    },
+    /// The retry is durable, but this host could not take the run in; it
+    /// runs wherever it is claimed first.
+    #[error("run `{run}` was retried, but not taken in here: {source}")]
+    Resume {
+        /// The run.
+        run: String,
+        /// Why.
+        source: Box<ResumeError>,
+    },
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}

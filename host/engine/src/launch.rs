@@ -220,6 +220,25 @@ impl Launcher {
                 state: run.state,
             });
         }
+        let workflow = self.parsed(&run)?;
+        let runner = self.source.load(&run, &workflow)?;
+        let results = crate::drive::fold(&self.store.steps(&run.id)?);
+        // Leaves waiting for a timer that is still pending stay busy until
+        // it fires; a retry whose timer is gone may run.
+        let pending: HashSet<u64> = self
+            .store
+            .run_timers(&run.id)?
+            .iter()
+            .map(|t| t.timer.id)
+            .collect();
+        let mut drive = self.drive(run, workflow, runner, results);
+        drive.restore_waits(&pending);
+        Ok(drive)
+    }
+
+    /// The workflow run `run` follows: its definition from the store,
+    /// parsed once and kept.
+    fn parsed(&self, run: &RunRecord) -> Result<Arc<Workflow>, ResumeError> {
         // A definition's text names its workflow bare; the run's record
         // names it as stored, with its tenant. Two tenants may deploy the
         // same text, so the parsed workflow is kept under both.
@@ -251,27 +270,15 @@ impl Launcher {
                 workflow
             }
         };
-        let runner = self.source.load(&run, &workflow)?;
-        let mut results: HashMap<String, Leaf> = HashMap::new();
-        for record in self.store.steps(&run.id)? {
-            let path = if record.path.is_empty() {
-                record.step_id.clone()
-            } else {
-                record.path.clone()
-            };
-            results.entry(path).or_default().apply(&record);
-        }
-        // Leaves waiting for a timer that is still pending stay busy until
-        // it fires; a retry whose timer is gone may run.
-        let pending: HashSet<u64> = self
-            .store
-            .run_timers(&run.id)?
-            .iter()
-            .map(|t| t.timer.id)
-            .collect();
-        let mut drive = self.drive(run, workflow, runner, results);
-        drive.restore_waits(&pending);
-        Ok(drive)
+        Ok(workflow)
+    }
+
+    /// The `timeout:` of the workflow run `run` follows.
+    pub(super) fn timeout_of(
+        &self,
+        run: &RunRecord,
+    ) -> Result<Option<std::time::Duration>, ResumeError> {
+        Ok(self.parsed(run)?.timeout)
     }
 
     fn drive(

@@ -40,6 +40,7 @@ mod egress;
 mod error;
 mod launch;
 pub mod plugins;
+mod retry;
 mod runner;
 mod scheduler;
 pub mod secrets;
@@ -58,7 +59,9 @@ use crate::plugins::PluginDir;
 use std::collections::HashMap;
 use weft_core::clock::Clock;
 use weft_model::{Step, Workflow};
-use weft_store::{GroupCommit, RunRecord, ScheduleRecord, StepRecord, Store, StoreError, Write};
+use weft_store::{
+    GroupCommit, RunRecord, RunState, ScheduleRecord, StepRecord, Store, StoreError, Write,
+};
 
 use launch::Launcher;
 use scheduler::{Core, Task};
@@ -67,7 +70,7 @@ pub use committer::{Committer, DeliveryWrite};
 pub use cron::{ScheduleError, add_schedule, set_paused as set_schedule_paused};
 pub use drive::Answer;
 pub use egress::EgressPolicies;
-pub use error::{ActError, ResumeError, StartError};
+pub use error::{ActError, ResumeError, RetryError, StartError};
 pub use launch::MAX_DEPTH;
 pub use runner::{
     Pinned, RunnerSource, StepCall, StepOutcome, StepRunner, WasmPlugins, check_reach,
@@ -695,6 +698,68 @@ impl Engine {
     /// and delivery moves, in this engine's group commit.
     pub fn committer(&self) -> Committer {
         Committer::new(Arc::clone(&self.core))
+    }
+
+    /// Retries run `run_id`, which failed, timed out or was cancelled:
+    /// `from` names the leaf to go on from (its path, as `weft runs show`
+    /// prints it); without it, a failed run goes on from the leaf whose
+    /// failure ended it. That leaf runs again as its next attempt, with its
+    /// `retry:` policy anew; every leaf that succeeded keeps its result,
+    /// key-value writes and messages. The retry is a `@retry` record naming
+    /// `actor`, committed before the run is taken in here. Blocking.
+    pub fn retry(
+        &self,
+        run_id: &str,
+        from: Option<&str>,
+        actor: &str,
+        observer: Box<dyn Observer + Send>,
+    ) -> Result<RunHandle, RetryError> {
+        let store = &self.core.launcher.store;
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let run = store
+                .run(run_id)?
+                .ok_or_else(|| RetryError::NotFound(run_id.to_owned()))?;
+            let steps = store.steps(run_id)?;
+            let timeout =
+                self.core
+                    .launcher
+                    .timeout_of(&run)
+                    .map_err(|e| RetryError::NotRetryable {
+                        run: run_id.to_owned(),
+                        why: e.to_string(),
+                    })?;
+            let (record, wake) = retry::decide(
+                store.as_ref(),
+                &run,
+                &steps,
+                from,
+                actor,
+                timeout,
+                self.core.clock.now(),
+            )?;
+            match self.core.commits.commit(Write::retry_run(&record, &wake)) {
+                Ok(()) => break,
+                // It moved on (another retry, a late record): decide again.
+                Err(StoreError::Changed(_)) if tries < 5 => {}
+                Err(StoreError::Busy { .. }) => {
+                    return Err(RetryError::NotEnded {
+                        run: run_id.to_owned(),
+                        state: RunState::Running,
+                    });
+                }
+                Err(StoreError::NotFound(_)) => {
+                    return Err(RetryError::NotFound(run_id.to_owned()));
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        self.resume(run_id, observer)
+            .map_err(|e| RetryError::Resume {
+                run: run_id.to_owned(),
+                source: Box::new(e),
+            })
     }
 
     /// Picks up run `run_id`, which must be `running` (its process died),

@@ -5,11 +5,8 @@
 //! if the run moved on meanwhile, and the change is decided again on a
 //! fresh read.
 
-use std::collections::BTreeMap;
-
 use weft_core::ErrorRecord;
 
-use crate::drive::Leaf;
 use weft_core::clock::Timestamp;
 use weft_store::{
     RunError, RunRecord, RunState, StepRecord, Store, StoreError, TimerKind, TimerRecord, Write,
@@ -178,11 +175,7 @@ pub(crate) fn cancel_once(
 
 /// The child runs that a run's records show its leaves waiting for.
 fn open_children(records: &[StepRecord]) -> Vec<String> {
-    let mut leaves: BTreeMap<&str, Leaf> = BTreeMap::new();
-    for record in records {
-        leaves.entry(&record.path).or_default().apply(record);
-    }
-    leaves
+    crate::drive::fold(records)
         .values()
         .filter_map(|leaf| leaf.open_child().map(str::to_owned))
         .collect()

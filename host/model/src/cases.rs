@@ -344,7 +344,10 @@ pub fn load_tests(path: &Path) -> Result<TestFile, DefinitionError> {
         .and_then(|file| file.take(MAX_TEST_FILE + 1).read_to_string(&mut text))
         .map_err(|e| read_error(e.to_string()))?;
     if text.len() as u64 > MAX_TEST_FILE {
-        return Err(read_error(format!("larger than {} MiB", MAX_TEST_FILE >> 20)));
+        return Err(read_error(format!(
+            "larger than {} MiB",
+            MAX_TEST_FILE >> 20
+        )));
     }
     parse_tests(&text, &origin)
 }
@@ -380,10 +383,7 @@ pub fn parse_tests(text: &str, origin: &str) -> Result<TestFile, DefinitionError
     let mut names = std::collections::BTreeSet::new();
     for case in &file.cases {
         let invalid = |message: String| {
-            DefinitionError::invalid(
-                at(None, None),
-                format!("case `{}`: {message}", case.name),
-            )
+            DefinitionError::invalid(at(None, None), format!("case `{}`: {message}", case.name))
         };
         if !names.insert(case.name.as_str()) {
             return Err(invalid("two cases have this name".to_owned()));
@@ -479,8 +479,14 @@ cases:
         assert_eq!(case.actions.len(), 3);
         let charge = &case.mock["charge"];
         assert!(charge.attempt(1).error.is_some());
-        assert_eq!(charge.attempt(2).output, Some(serde_json::json!({"ok": true})));
-        assert_eq!(charge.attempt(9).output, Some(serde_json::json!({"ok": true})));
+        assert_eq!(
+            charge.attempt(2).output,
+            Some(serde_json::json!({"ok": true}))
+        );
+        assert_eq!(
+            charge.attempt(9).output,
+            Some(serde_json::json!({"ok": true}))
+        );
         assert!(charge.attempt(1).error.as_ref().unwrap().retryable);
         assert_eq!(case.expect.state, Some(ExpectedRun::Cancelled));
     }
@@ -491,7 +497,10 @@ cases:
             ("cases: []", "at least one case"),
             ("cases: [{name: a, oops: 1}]", "unknown field `oops`"),
             ("cases: [{name: a, do: [{advance: soon}]}]", "advance"),
-            ("cases: [{name: a, mock: {x: {}}}]", "either `output` or `error`"),
+            (
+                "cases: [{name: a, mock: {x: {}}}]",
+                "either `output` or `error`",
+            ),
             (
                 "cases: [{name: a, do: [{answer: {step: s}}]}]",
                 "one of `output`, `error`",

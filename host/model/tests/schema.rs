@@ -191,8 +191,7 @@ fn every_example_test_file_validates_against_the_test_schema() {
 #[test]
 fn the_test_schema_in_docs_is_the_one_the_code_makes() {
     let path = root().join("docs/test.schema.json");
-    let made =
-        serde_json::to_string_pretty(&weft_model::cases::test_schema()).unwrap() + "\n";
+    let made = serde_json::to_string_pretty(&weft_model::cases::test_schema()).unwrap() + "\n";
     let kept = std::fs::read_to_string(&path).unwrap_or_default();
     assert!(
         kept == made,

@@ -14,8 +14,8 @@ use serde_json::Value;
 use weft_core::{Clock, ErrorRecord, SimClock, Timestamp};
 use weft_engine::plugins::PluginDir;
 use weft_engine::{
-    Answer, Answering, Engine, EngineConfig, Pinned, Quiet, ResumeError, RunnerSource,
-    StartError, StepCall, StepOutcome, StepRunner, Stepper, WasmPlugins,
+    Answer, Answering, Engine, EngineConfig, Pinned, Quiet, ResumeError, RunnerSource, StartError,
+    StepCall, StepOutcome, StepRunner, Stepper, WasmPlugins,
 };
 use weft_model::cases::{
     Action, AnswerAction, ExpectedRun, ExpectedStep, Mock, MockError, StepFacts, StepState,
@@ -134,9 +134,8 @@ fn play(
         .chain(calls.iter().copied().filter(|_| strict))
         .map(str::to_owned)
         .collect();
-    let store: Arc<dyn Store> = Arc::new(
-        RedbStore::in_memory().map_err(|e| format!("a store in memory: {e}"))?,
-    );
+    let store: Arc<dyn Store> =
+        Arc::new(RedbStore::in_memory().map_err(|e| format!("a store in memory: {e}"))?);
     let clock = Arc::new(SimClock::new(CASE_START));
     let source = Arc::new(Mocked {
         real: WasmPlugins::new(Arc::clone(plugins), Arc::clone(&store))
@@ -179,8 +178,8 @@ fn play(
         let step = n + 1;
         match action {
             Action::Advance(by) => {
-                let by = weft_core::clock::parse_duration(by)
-                    .map_err(|e| format!("do[{step}]: {e}"))?;
+                let by =
+                    weft_core::clock::parse_duration(by).map_err(|e| format!("do[{step}]: {e}"))?;
                 table.advance(by);
             }
             Action::Answer(answer) => {
@@ -200,7 +199,7 @@ fn play(
         }
         table.quiet();
     }
-    table.to_the_end()?;
+    table.until_the_end()?;
     let run = table.record()?;
     let steps = table
         .store
@@ -252,7 +251,11 @@ impl Table {
 
     /// Moves the clock by `by`, one due timer at a time.
     fn advance(&mut self, by: Duration) {
-        let to = self.clock.now().as_millis().saturating_add(weft_core::clock::millis(by));
+        let to = self
+            .clock
+            .now()
+            .as_millis()
+            .saturating_add(weft_core::clock::millis(by));
         while let Some(due) = self.stepper.next_due()
             && due <= to
             && self.fires < MAX_FIRES
@@ -284,7 +287,10 @@ impl Table {
             }
             let run = self.record()?;
             if run.state.is_terminal() {
-                return Err(format!("the step never waited: the run ended {}", run.state));
+                return Err(format!(
+                    "the step never waited: the run ended {}",
+                    run.state
+                ));
             }
             match self.stepper.next_due() {
                 Some(due) if self.fires < MAX_FIRES => self.move_to(due),
@@ -337,7 +343,7 @@ impl Table {
 
     /// Skips from timer to timer until the run ends, or waits for nothing
     /// that time brings.
-    fn to_the_end(&mut self) -> Result<(), String> {
+    fn until_the_end(&mut self) -> Result<(), String> {
         loop {
             self.quiet();
             if self.record()?.state.is_terminal() {
@@ -481,7 +487,10 @@ fn compare(case: &TestCase, run: &RunRecord, steps: &[StepRecord], into: &mut Ve
             }
             None => String::new(),
         };
-        into.push(format!("state: expected {}, got {actual}{why}", state.as_str()));
+        into.push(format!(
+            "state: expected {}, got {actual}{why}",
+            state.as_str()
+        ));
     }
     if let Some(outputs) = &expect.outputs {
         diff(
@@ -496,7 +505,11 @@ fn compare(case: &TestCase, run: &RunRecord, steps: &[StepRecord], into: &mut Ve
         let fields = [
             ("step", &error.step, got.and_then(|e| e.step.clone())),
             ("code", &error.code, got.map(|e| e.error.code.clone())),
-            ("message", &error.message, got.map(|e| e.error.message.clone())),
+            (
+                "message",
+                &error.message,
+                got.map(|e| e.error.message.clone()),
+            ),
         ];
         for (field, wanted, got) in fields {
             if let Some(wanted) = wanted
@@ -631,7 +644,8 @@ pub fn record_case(workflow: &Workflow, run: &RunRecord, steps: &[StepRecord]) -
                     json!({"step": path, "skip": true})
                 } else if let Some(output) = &record.output {
                     json!({"step": path, "output": output})
-                } else if let Some(e) = record.error.as_ref().filter(|e| e.code != "await_timeout") {
+                } else if let Some(e) = record.error.as_ref().filter(|e| e.code != "await_timeout")
+                {
                     json!({"step": path, "error": error(e)})
                 } else {
                     continue;
@@ -670,13 +684,19 @@ pub fn record_case(workflow: &Workflow, run: &RunRecord, steps: &[StepRecord]) -
     }
     let mut case = json!({"name": format!("run {}", run.id), "input": run.input});
     if !mocks.is_empty() {
-        case["mock"] = json!(mocks
-            .into_iter()
-            .map(|(key, mut list)| {
-                let value = if list.len() == 1 { list.remove(0) } else { Value::Array(list) };
-                (key, value)
-            })
-            .collect::<serde_json::Map<String, Value>>());
+        case["mock"] = json!(
+            mocks
+                .into_iter()
+                .map(|(key, mut list)| {
+                    let value = if list.len() == 1 {
+                        list.remove(0)
+                    } else {
+                        Value::Array(list)
+                    };
+                    (key, value)
+                })
+                .collect::<serde_json::Map<String, Value>>()
+        );
     }
     if !actions.is_empty() {
         case["do"] = Value::Array(actions);
@@ -779,12 +799,13 @@ pub fn diff(at: &str, expected: &Value, actual: &Value, into: &mut Vec<String>) 
                 diff(&format!("{at}[{n}]"), value, other, into);
             }
         }
-        (Value::Number(wanted), Value::Number(got)) => {
-            // 2500 and 2500.0 are the same number.
-            if wanted != got && wanted.as_f64() != got.as_f64() {
-                into.push(format!("{at}: expected {wanted}, got {got}"));
-            }
+        // 2500 and 2500.0 are the same number.
+        (Value::Number(wanted), Value::Number(got))
+            if wanted != got && wanted.as_f64() != got.as_f64() =>
+        {
+            into.push(format!("{at}: expected {wanted}, got {got}"));
         }
+        (Value::Number(_), Value::Number(_)) => {}
         _ if expected != actual => {
             into.push(format!(
                 "{at}: expected {}, got {}",

@@ -356,6 +356,32 @@ pub struct StepRecord {
     /// The host that made the attempt's call, for a record of a call.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host: Option<String>,
+    /// For a record at [`RETRY_PATH`]: the retry of an ended run, and the
+    /// leaves it runs again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry: Option<RetryMark>,
+}
+
+/// The path of the record a run's retry leaves.
+pub const RETRY_PATH: &str = "@retry";
+
+/// What a retry of an ended run did: who asked, how the run had ended,
+/// and the leaves whose results it set aside (their next attempt runs,
+/// numbered after their last). Every other leaf's result stands.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RetryMark {
+    /// Who asked for it: a token's actor, or `cli`.
+    pub actor: String,
+    /// The leaf asked for (`--from`), if one was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
+    /// How the run had ended.
+    pub was: RunState,
+    /// Why it had, if it failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<RunError>,
+    /// The paths of the leaves set aside.
+    pub reset: Vec<String>,
 }
 
 impl StepRecord {
@@ -390,6 +416,7 @@ impl StepRecord {
             awaiting: false,
             messages: Vec::new(),
             host: None,
+            retry: None,
         }
     }
 }

@@ -207,6 +207,28 @@ pub enum Write {
         /// turn.
         fence: Vec<String>,
     },
+    /// Retries a run that ended (failed, timed out or was cancelled),
+    /// decided on it as it was at `expect` step records: stores `record`
+    /// (the `@retry` record) at `(run, expect)` and `wake` (the run,
+    /// running again) as the run, lifts its cancelled mark, lists it among
+    /// the runs to resume, with no lease (whoever claims it first drives
+    /// it), and writes its new deadline's timer. Refused with
+    /// [`StoreError::NotFound`](super::StoreError::NotFound) if there is no
+    /// such run, [`StoreError::Busy`](super::StoreError::Busy) if it has
+    /// not ended, and [`StoreError::Changed`](super::StoreError::Changed)
+    /// if it has another number of records.
+    RetryRun {
+        /// The run.
+        run: String,
+        /// Its step records when the retry was decided; the record's `seq`.
+        expect: u32,
+        /// The encoded `@retry` [`StepRecord`].
+        record: Vec<u8>,
+        /// The encoded [`RunRecord`], running.
+        wake: Vec<u8>,
+        /// Its deadline's timer row, when its workflow has a `timeout`.
+        timer: Option<TimerRow>,
+    },
     /// Writes a cron trigger's row; with `expect`, only if the stored row
     /// is at that version, 0 meaning that there is none (else refused with
     /// [`StoreError::Exists`](super::StoreError::Exists) when 0 was
@@ -809,6 +831,27 @@ impl Write {
             timer,
             lease: None,
             charge: None,
+        }
+    }
+
+    /// The retry of an ended run: `record` (at `@retry`, numbered by the
+    /// run's records before it) and `wake`, the run after it.
+    pub fn retry_run(record: &StepRecord, wake: &RunRecord) -> Self {
+        Self::RetryRun {
+            run: wake.id.clone(),
+            expect: record.seq,
+            record: encode(record),
+            wake: encode(wake),
+            timer: wake.deadline.map(|timer| {
+                TimerRow::new(&TimerRecord {
+                    timer,
+                    run: wake.id.clone(),
+                    path: super::DEADLINE_PATH.to_owned(),
+                    step_id: super::DEADLINE_PATH.to_owned(),
+                    index: 0,
+                    attempt: record.attempt,
+                })
+            }),
         }
     }
 

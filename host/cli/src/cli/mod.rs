@@ -555,6 +555,34 @@ fn resume(
     Ok(worst)
 }
 
+/// `weft runs retry` without a server: the run goes on here, to its end.
+fn retry(
+    data_dir: &std::path::Path,
+    id: &str,
+    from: Option<&str>,
+    plugins: &PluginArgs,
+) -> anyhow::Result<ExitCode> {
+    let host = local_host(data_dir, plugins)?;
+    let engine = host.engine();
+    // A step run again may start a subflow: from beside the definition.
+    if let Some(run) = engine.store().run(id)? {
+        engine.set_workflows(sibling_workflows(std::path::Path::new(&run.origin)));
+    }
+    engine.replay_outbox()?;
+    let progress = progress::Progress::new();
+    let outcome = engine.retry(id, from, "cli", Box::new(progress.clone()));
+    let run = match outcome {
+        Ok(handle) => handle.wait(),
+        Err(e) => {
+            progress.clear();
+            eprintln!("error: {e}");
+            return Ok(ExitCode::from(EXIT_INVALID));
+        }
+    };
+    progress.clear();
+    report(&run.context("the run could not be recorded")?)
+}
+
 /// A host over the data directory's store that drives only its own runs.
 fn local_host(data_dir: &std::path::Path, plugins: &PluginArgs) -> anyhow::Result<Host> {
     Host::start(host_config(data_dir, plugins, EngineConfig::default())?)

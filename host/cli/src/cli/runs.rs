@@ -46,6 +46,23 @@ pub enum RunsCommand {
         #[command(flatten)]
         plugins: super::PluginArgs,
     },
+    /// Retry a failed, timed-out or cancelled run from its failed step:
+    /// that step runs again as its next attempt, and every step that
+    /// succeeded keeps its result, key-value writes and messages. Without
+    /// --server, the run is driven here to its end.
+    Retry {
+        /// The run's id.
+        run_id: String,
+        /// Go on from this step (its path, as `weft runs show` prints it)
+        /// instead of the one whose failure ended the run.
+        #[arg(long, value_name = "STEP")]
+        from: Option<String>,
+        /// Ask a running `weft serve` at this URL, which drives the run.
+        #[arg(long, value_name = "URL")]
+        server: Option<String>,
+        #[command(flatten)]
+        plugins: super::PluginArgs,
+    },
     /// Cancel a run: it ends `cancelled`, whatever its steps return later
     /// is dropped, and its timers go with it. Works beside a running
     /// `weft serve`.
@@ -235,6 +252,34 @@ pub fn main(data_dir: &Path, command: RunsCommand) -> anyhow::Result<ExitCode> {
             json,
             server: Some(url),
         } => show_remote(data_dir, url, &run_id, json),
+        RunsCommand::Retry {
+            run_id,
+            from,
+            server: None,
+            plugins,
+        } => super::retry(data_dir, &run_id, from.as_deref(), &plugins),
+        RunsCommand::Retry {
+            run_id,
+            from,
+            server: Some(url),
+            ..
+        } => {
+            let server = super::remote::Server::new(data_dir, Some(url));
+            let body = serde_json::json!({ "from": from });
+            match server.call("POST", &format!("/v1/runs/{run_id}/retry"), Some(body))? {
+                Ok(answer) => {
+                    out!(
+                        "run {run_id} retried: {}",
+                        answer["state"].as_str().unwrap_or("running")
+                    );
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(message) => {
+                    eprintln!("error: {message}");
+                    Ok(ExitCode::from(EXIT_INVALID))
+                }
+            }
+        }
         RunsCommand::Cancel {
             run_id,
             server: None,
@@ -490,6 +535,24 @@ fn print_run(
     out!("input     {}", run.input);
     out!("steps     {} of {} done", run.next_step, run.step_count);
     for step in steps {
+        if let Some(mark) = &step.retry {
+            out!(
+                "  retry   by {} at {} (the run had {}{}); again: {}",
+                mark.actor,
+                step.started_at,
+                mark.was,
+                mark.from
+                    .as_deref()
+                    .map(|from| format!(", from {from}"))
+                    .unwrap_or_default(),
+                if mark.reset.is_empty() {
+                    "where it stood".to_owned()
+                } else {
+                    mark.reset.join(", ")
+                }
+            );
+            continue;
+        }
         let pinned = run
             .plugins
             .get(&step.step_id)

@@ -10,7 +10,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 
 use weft::model::cases::{self, TestFile};
-use weft::model::{Workflows, WorkflowDir};
+use weft::model::{WorkflowDir, Workflows};
 use weft::sim::cases::{CaseReport, record_case, replay, run_case};
 use weft::store::{RunFilter, RunState};
 use weft::{PluginDir, model};
@@ -190,7 +190,10 @@ fn record(data_dir: &Path, id: &str) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::from(EXIT_INVALID));
     };
     if !run.state.is_terminal() {
-        eprintln!("error: run {id} is {}; record it once it has ended", run.state);
+        eprintln!(
+            "error: run {id} is {}; record it once it has ended",
+            run.state
+        );
         return Ok(ExitCode::from(EXIT_INVALID));
     }
     let steps = store.steps(id)?;
@@ -216,7 +219,10 @@ fn record(data_dir: &Path, id: &str) -> anyhow::Result<ExitCode> {
 }
 
 /// The definition run `run` follows, from the store.
-fn stored_workflow(store: &dyn weft::Store, run: &weft::store::RunRecord) -> anyhow::Result<weft::Workflow> {
+fn stored_workflow(
+    store: &dyn weft::Store,
+    run: &weft::store::RunRecord,
+) -> anyhow::Result<weft::Workflow> {
     let record = store
         .definition(&run.definition)?
         .with_context(|| format!("run {} has no stored definition", run.id))?;

@@ -40,7 +40,7 @@ use crate::runner::StepRunner;
 
 pub(crate) use attempt::{Attempt, Completed, Finished, Reply};
 pub use events::Answer;
-pub(crate) use leaf::{Leaf, leaf_state};
+pub(crate) use leaf::{Leaf, fold, leaf_state};
 use walk::Status;
 
 /// A run being driven. Its record is the caller's to read and commit;
@@ -227,11 +227,15 @@ impl Drive {
         let mut next = Next::Step;
         // A step held back by its tenant's guest time has its retry timer
         // from `prepare_call` already, whatever its retry policy.
+        // A retry of the run gives each leaf it set aside its policy anew.
+        let counted = record
+            .attempt
+            .saturating_sub(undo.leaf.as_ref().map_or(0, |leaf| leaf.base));
         if record.retry_in_ms.is_none()
             && let Some(error) = &record.error
-            && retry.retries(record.attempt, &error.code, error.retryable)
+            && retry.retries(counted, &error.code, error.retryable)
         {
-            let delay = retry.delay(record.attempt);
+            let delay = retry.delay(counted);
             record.retry_in_ms = Some(weft_core::clock::millis(delay));
             record.timer = Some(TimerRef {
                 id: timer_id(),

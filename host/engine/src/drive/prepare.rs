@@ -52,6 +52,7 @@ impl Drive {
                 awaiting: false,
                 messages: Vec::new(),
                 host: Some(self.launcher.host.clone()),
+                retry: None,
             },
             retry: step.retry.clone(),
             call: None,

@@ -253,14 +253,9 @@ impl Core {
         if run.state.is_terminal() {
             return Err(ActError::Ended(id.to_owned()));
         }
-        let mut leaf = crate::drive::Leaf::default();
-        let mut seen = false;
-        for record in store.steps(id)? {
-            if record.path == path {
-                leaf.apply(&record);
-                seen = true;
-            }
-        }
+        let found = crate::drive::fold(&store.steps(id)?).remove(path);
+        let seen = found.is_some();
+        let leaf = found.unwrap_or_default();
         if !seen || !leaf.awaiting {
             let state = if !seen {
                 "not reached (or not an `await` step)".to_owned()

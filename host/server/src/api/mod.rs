@@ -139,6 +139,7 @@ fn routes() -> Vec<(&'static str, MethodRouter<Api>)> {
         ("/v1/runs/{id}/steps/{*rest}", post(deliver::act)),
         ("/v1/runs/{id}/messages", get(deliver::run_messages)),
         ("/v1/runs/{id}/cancel", post(cancel_run)),
+        ("/v1/runs/{id}/retry", post(retry_run)),
         ("/v1/schedules", get(list_schedules).post(add_schedule)),
         (
             "/v1/schedules/{workflow}/{trigger}/{action}",
@@ -602,6 +603,70 @@ async fn cancel_run(
         }
         // `NotFound` is `404 unknown_run`.
         Err(e) => Err(e.into()),
+    }
+}
+
+/// The body of `POST /v1/runs/{id}/retry`; none is `{}`.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RetryRequest {
+    /// The leaf to go on from (its path).
+    #[serde(default)]
+    from: Option<String>,
+}
+
+/// `POST /v1/runs/{id}/retry`: a failed, timed-out or cancelled run goes
+/// on from its failed step (or `from`), keeping every result that stands.
+async fn retry_run(
+    State(api): State<Api>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+    body: axum::body::Bytes,
+) -> Result<Json<Value>, ApiError> {
+    own_run(&api, &caller, &id).await?;
+    caller.need(Right::Operate)?;
+    let request: RetryRequest = if body.iter().all(u8::is_ascii_whitespace) {
+        RetryRequest::default()
+    } else {
+        serde_json::from_slice(&body)
+            .map_err(|e| ApiError::bad_request(format!("the body is not a retry: {e}")))?
+    };
+    let engine = Arc::clone(&api.engine);
+    let (asked, from, actor) = (id.clone(), request.from.clone(), caller.actor.clone());
+    let outcome = blocking(move || {
+        engine
+            .retry(&asked, from.as_deref(), &actor, Box::new(Quiet))
+            .map(|_handle| ())
+    })
+    .await?;
+    use weft_engine::RetryError;
+    let refused = |status, code: &'static str, e: &RetryError| {
+        Err(ApiError::new(status, code, e.to_string()))
+    };
+    match outcome {
+        // Taken in here, or durable and left to whichever host claims it.
+        Ok(()) | Err(RetryError::Resume { .. }) => {
+            api.audit(&caller, "run.retry", &id, json!({ "from": request.from }))
+                .await;
+            let run = own_run(&api, &caller, &id).await?;
+            Ok(Json(
+                json!({ "id": id, "retried": true, "state": run.state }),
+            ))
+        }
+        Err(RetryError::NotFound(_)) => Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "unknown_run",
+            format!("no run `{id}`"),
+        )),
+        Err(e @ RetryError::UnknownStep { .. }) => {
+            refused(StatusCode::NOT_FOUND, "unknown_step", &e)
+        }
+        Err(e @ RetryError::NotEnded { .. }) => refused(StatusCode::CONFLICT, "run_not_ended", &e),
+        Err(e @ RetryError::NotFailed { .. }) => refused(StatusCode::CONFLICT, "not_failed", &e),
+        Err(e @ (RetryError::NotRetryable { .. } | RetryError::Child { .. })) => {
+            refused(StatusCode::CONFLICT, "not_retryable", &e)
+        }
+        Err(RetryError::Store(e)) => Err(e.into()),
     }
 }
 

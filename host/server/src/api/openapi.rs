@@ -176,6 +176,14 @@ pub fn spec() -> Value {
             },
             "/v1/runs/{id}/messages": { "get": { "summary": "The messages a run emitted, with their deliveries", "parameters": [run_id], "responses": responses(("200", "`{\"messages\": [...]}`"), &[("404", "unknown_run")]) } },
             "/v1/runs/{id}/cancel": { "post": { "summary": "Cancel a run", "parameters": [run_id], "responses": responses(("200", "`{\"id\", \"cancelled\": true}`"), &[("404", "unknown_run"), ("409", "run_ended")]) } },
+            "/v1/runs/{id}/retry": {
+                "post": {
+                    "summary": "Retry a failed, timed-out or cancelled run from its failed step (or `from`, a leaf's path): that leaf runs again as its next attempt; every result that stands (outputs, key-value writes, messages) is kept. The run's history gets a `@retry` record naming who asked",
+                    "parameters": [run_id],
+                    "requestBody": { "required": false, "content": { "application/json": { "schema": { "type": "object", "additionalProperties": false, "properties": { "from": { "type": "string", "description": "the leaf to go on from, as `weft runs show` prints its path" } } } } } },
+                    "responses": responses(("200", "`{\"id\", \"retried\": true, \"state\"}`"), &[("400", "bad_request"), ("404", "unknown_run or unknown_step"), ("409", "run_not_ended, not_failed or not_retryable")])
+                }
+            },
             "/v1/schedules": {
                 "get": { "summary": "Every cron trigger, with its next fire", "responses": responses(("200", "`{\"schedules\": [...]}`"), &[]) },
                 "post": {

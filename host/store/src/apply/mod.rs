@@ -176,7 +176,10 @@ pub(crate) fn reads<'w>(write: &'w Write, into: &mut Vec<(Table, Key<'w>)>) {
                 into.push((Table::Timers, timer_key(*timer)));
             }
         }
-        Write::CancelRun { id, expect, .. } => {
+        Write::CancelRun { id, expect, .. }
+        | Write::RetryRun {
+            run: id, expect, ..
+        } => {
             run(into, id);
             into.push((Table::Steps, Key::StrU32(id, *expect)));
         }
@@ -450,6 +453,13 @@ impl Apply<'_> {
             } => self
                 .cancel_run(id, *expect, ended, fence)
                 .and_then(|outcome| self.notify_if(outcome, id, notice.as_deref())),
+            Write::RetryRun {
+                run,
+                expect,
+                record,
+                wake,
+                timer,
+            } => self.retry_run(run, *expect, record, wake, timer.as_ref()),
             Write::Schedule {
                 key,
                 expect,
@@ -820,6 +830,47 @@ impl Apply<'_> {
         // A parked run ends here too, never taken.
         self.rows.delete(Table::Parked, Key::Str(id))?;
         self.fence(fence)?;
+        Ok(Ok(()))
+    }
+
+    /// The retry of ended run `id` (see [`Write::RetryRun`]).
+    fn retry_run(
+        &mut self,
+        id: &str,
+        expect: u32,
+        record: &[u8],
+        wake: &[u8],
+        timer: Option<&TimerRow>,
+    ) -> Result<Result<(), StoreError>, StoreError> {
+        let Some(run) = self.stored_run(id)? else {
+            return Ok(Err(StoreError::NotFound(What::Run(id.to_owned()))));
+        };
+        if !run.state.is_terminal() {
+            return Ok(Err(StoreError::Busy { run: id.to_owned() }));
+        }
+        if run.step_records != expect {
+            return Ok(Err(StoreError::Changed(What::Run(id.to_owned()))));
+        }
+        if let Err(refused) = self.slot_free(id, expect)? {
+            return Ok(Err(refused));
+        }
+        self.rows
+            .put(Table::Steps, Key::StrU32(id, expect), record)?;
+        // A cancelled run is cancelled no more. Its lease names no host, so
+        // whoever claims it first drives it, at an epoch above any the run
+        // had before (epochs move on by one per hold; a retry's start above
+        // 2^32 times its record count): a host that still holds it in memory
+        // from before its end is refused.
+        self.rows.delete(Table::Cancelled, Key::Str(id))?;
+        self.set_run(id, wake, true, false)?;
+        let free = Lease {
+            host: String::new(),
+            epoch: (u64::from(expect) + 1) << 32,
+        };
+        self.rows.put(Table::Leases, Key::Str(id), &encode(&free))?;
+        if let Some(timer) = timer {
+            self.insert_timer(timer)?;
+        }
         Ok(Ok(()))
     }
 
