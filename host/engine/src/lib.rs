@@ -755,11 +755,27 @@ impl Engine {
                 Err(e) => return Err(e.into()),
             }
         }
-        self.resume(run_id, observer)
-            .map_err(|e| RetryError::Resume {
+        let resumed = if self.core.retried(run_id) {
+            Err(ResumeError::Resident(run_id.to_owned()))
+        } else {
+            self.resume(run_id, observer)
+        };
+        resumed.map_err(|e| {
+            // Durable, and driven by nobody yet: woken after a pause,
+            // unless another host took it first or it ended again.
+            if !matches!(
+                e,
+                ResumeError::Driven { .. }
+                    | ResumeError::NotRunning { .. }
+                    | ResumeError::Resident(_)
+            ) {
+                self.core.wake_later(run_id);
+            }
+            RetryError::Resume {
                 run: run_id.to_owned(),
                 source: Box::new(e),
-            })
+            }
+        })
     }
 
     /// Picks up run `run_id`, which must be `running` (its process died),

@@ -72,7 +72,7 @@ impl Facts {
             once_per_leaf(run, &steps)?;
             refused_results_store_nothing(run, &steps, limited)?;
             self.nothing_after_the_end(run, &steps)?;
-            self.cancels_durable(run)?;
+            self.cancels_durable(run, &steps)?;
             messages_once(store, run, &steps)?;
             pins_kept(store, run)?;
             let count = steps
@@ -176,12 +176,21 @@ impl Facts {
         Ok(())
     }
 
-    /// A run that ended gets no more records, and keeps its end.
+    /// A run that ended gets no more records, and keeps its end, unless a
+    /// retry of that very end comes next: its `@retry` record, telling how
+    /// the run had ended, is the first after the end.
     fn nothing_after_the_end(
         &mut self,
         run: &RunRecord,
         steps: &[StepRecord],
     ) -> Result<(), String> {
+        if let Some((state, count)) = self.ended.get(&run.id)
+            && let Some(next) = steps.get(*count)
+            && next.retry.as_ref().is_some_and(|mark| mark.was == *state)
+            && next.path == weft_store::RETRY_PATH
+        {
+            self.ended.remove(&run.id);
+        }
         if let Some((state, count)) = self.ended.get(&run.id) {
             if steps.len() != *count || run.state != *state {
                 return Err(format!(
@@ -202,7 +211,10 @@ impl Facts {
     /// their parent's cancellation (their end is the cancellation).
     fn children_end_with_their_parent(&mut self, runs: &[RunRecord]) -> Result<(), String> {
         for parent in runs {
-            if parent.state != RunState::Cancelled || !self.cancelled.insert(parent.id.clone()) {
+            // Each cancellation once (a retried run may be cancelled again,
+            // with more records).
+            let cancellation = format!("{}#{}", parent.id, parent.step_records);
+            if parent.state != RunState::Cancelled || !self.cancelled.insert(cancellation) {
                 continue;
             }
             for child in runs {
@@ -229,9 +241,15 @@ impl Facts {
         Ok(())
     }
 
-    /// A cancellation acknowledged is durable: the run is `cancelled`.
-    fn cancels_durable(&self, run: &RunRecord) -> Result<(), String> {
-        if self.cancels.contains(&run.id) && run.state != RunState::Cancelled {
+    /// A cancellation acknowledged is durable: the run is `cancelled`,
+    /// unless a retry of its cancellation came since.
+    fn cancels_durable(&self, run: &RunRecord, steps: &[StepRecord]) -> Result<(), String> {
+        let retried = steps.iter().any(|r| {
+            r.retry
+                .as_ref()
+                .is_some_and(|m| m.was == RunState::Cancelled)
+        });
+        if self.cancels.contains(&run.id) && run.state != RunState::Cancelled && !retried {
             return Err(format!(
                 "run {}: its cancellation was acknowledged, yet it is {:?}",
                 run.id, run.state
@@ -249,13 +267,51 @@ impl Facts {
         for run in &runs {
             if !run.state.is_terminal() {
                 let timers = store.run_timers(&run.id).map(|t| t.len()).unwrap_or(0);
+                let records: Vec<String> = store
+                    .steps(&run.id)
+                    .unwrap_or_default()
+                    .iter()
+                    .map(|r| {
+                        let outcome = if let Some(mark) = &r.retry {
+                            format!("retry of {}: {:?}", mark.was, mark.reset)
+                        } else if r.awaiting {
+                            "awaiting".to_owned()
+                        } else if let Some(e) = &r.error {
+                            format!(
+                                "error {}{}",
+                                e.code,
+                                if r.retry_in_ms.is_some() {
+                                    " (again)"
+                                } else {
+                                    ""
+                                }
+                            )
+                        } else if r.skipped {
+                            "skipped".to_owned()
+                        } else if r.output.is_some() {
+                            "output".to_owned()
+                        } else if let Some(child) = &r.child {
+                            let state = match store.run(child) {
+                                Ok(Some(child)) => format!("{:?}", child.state),
+                                Ok(None) => "not recorded".to_owned(),
+                                Err(e) => e.to_string(),
+                            };
+                            let outbox = store.outbox().map(|o| o.len()).unwrap_or(0);
+                            format!("child {child} ({state}; {outbox} outbox rows)")
+                        } else {
+                            "waits".to_owned()
+                        };
+                        format!("\n  #{} {} attempt {}: {outcome}", r.seq, r.path, r.attempt)
+                    })
+                    .collect();
                 return Err(format!(
-                    "run {} ({}) stalled: {:?}{}, {} records, {timers} timers pending, and nothing left to do",
+                    "run {} ({}) stalled: {:?}{}, {} records, {timers} timers pending, and nothing left to do:{}",
                     run.id,
                     run.workflow,
                     run.state,
                     if run.suspended { " (suspended)" } else { "" },
-                    run.step_records
+                    run.step_records,
+                    records.concat()
                 ));
             }
         }
@@ -306,29 +362,37 @@ fn messages_once(store: &dyn Store, run: &RunRecord, steps: &[StepRecord]) -> Re
         .into_iter()
         .partition(|m| m.step == weft_store::END_PATH);
     let subscribed = tenant::of(&run.workflow) == tenant::DEFAULT;
-    let expected = usize::from(subscribed && run.state.is_terminal());
-    if notices.len() != expected {
-        return Err(format!(
-            "run {} of `{}` is {:?} and left {} notices of its end, not {expected}",
-            run.id,
-            run.workflow,
-            run.state,
-            notices.len()
-        ));
+    // One notice per end: each end a retry took back (its `@retry` record
+    // tells how it had ended), and the run's own if it has ended.
+    let mut ends: Vec<String> = steps
+        .iter()
+        .filter_map(|r| r.retry.as_ref().map(|mark| mark.was.to_string()))
+        .collect();
+    if run.state.is_terminal() {
+        ends.push(run.state.to_string());
     }
+    if !subscribed {
+        ends.clear();
+    }
+    let mut told: Vec<String> = Vec::new();
     for notice in &notices {
-        let told = (
-            notice.channel.as_str(),
-            notice.payload["run"].as_str(),
-            notice.payload["state"].as_str(),
-        );
-        let state = run.state.to_string();
-        if told != (weft_core::names::RUNS_ENDED, Some(&run.id), Some(&state)) {
+        if (notice.channel.as_str(), notice.payload["run"].as_str())
+            != (weft_core::names::RUNS_ENDED, Some(run.id.as_str()))
+        {
             return Err(format!(
-                "run {} ended {state}, but its notice tells {told:?}",
-                run.id
+                "run {}: a notice of its end names {} on {}",
+                run.id, notice.payload["run"], notice.channel
             ));
         }
+        told.push(notice.payload["state"].as_str().unwrap_or("?").to_owned());
+    }
+    ends.sort();
+    told.sort();
+    if told != ends {
+        return Err(format!(
+            "run {} of `{}` is {:?} and its notices tell {told:?}, not {ends:?}",
+            run.id, run.workflow, run.state
+        ));
     }
     let mut claimed: BTreeMap<&str, u32> = BTreeMap::new();
     for record in steps.iter().filter(|r| succeeded(r)) {

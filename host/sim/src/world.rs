@@ -78,6 +78,9 @@ pub enum Event {
     Cancel { host: usize, run: String },
     /// Host `host` is asked to answer run `run`'s `await` step.
     Answer { host: usize, run: String },
+    /// Host `host` is asked to retry run `run`, which failed, timed out or
+    /// was cancelled.
+    Retry { host: usize, run: String },
     /// Host `host` arms a pending timer again.
     Rearm { host: usize, key: (u64, u64) },
     /// Host `host` dies and starts again from the store alone.
@@ -117,6 +120,7 @@ impl fmt::Display for Event {
             ),
             Event::Cancel { host, run } => write!(f, "host {host}: cancel {run}"),
             Event::Answer { host, run } => write!(f, "host {host}: answer {run}/ask"),
+            Event::Retry { host, run } => write!(f, "host {host}: retry {run}"),
             Event::Rearm { host, key } => write!(f, "host {host}: arm timer {} again", key.1),
             Event::Crash { host } => write!(f, "host {host}: crash, recover"),
             Event::Poll { host } => write!(f, "host {host}: poll child runs"),
@@ -179,6 +183,8 @@ pub(crate) struct World {
     /// The second tenant's quota of stored bytes, if it has one.
     stored_quota: Option<u64>,
     started: usize,
+    /// Runs retried so far.
+    retried: usize,
     shape: Shape,
 }
 
@@ -249,6 +255,7 @@ impl World {
             facts: Facts::default(),
             trace: Vec::new(),
             started: 0,
+            retried: 0,
             shape,
             stored_quota: None,
         };
@@ -345,8 +352,20 @@ impl World {
                 ..weft_engine::TenantLimits::default()
             },
         );
-        let _ = engine.replay_outbox();
-        let _ = engine.arm_timers();
+        // `Host::start` stops when these fail, and the process starts
+        // again: here the host tries again (the store fails a few reads at
+        // most). A host that went on without its outbox carried out would
+        // leave a child recorded nowhere.
+        for _ in 0..10 {
+            if engine.replay_outbox().is_ok() {
+                break;
+            }
+        }
+        for _ in 0..10 {
+            if engine.arm_timers().is_ok() {
+                break;
+            }
+        }
         // Runs parked in the store are free work, claimed as places free.
         // A store that fails here leaves the rest to the lease rounds, as
         // `Host::start` would stop.
@@ -412,9 +431,24 @@ impl World {
     fn one_driver(&self) -> Result<(), String> {
         let mut seen = std::collections::BTreeMap::new();
         for (n, host) in self.hosts.iter().enumerate() {
-            for id in host.stepper.resident() {
-                if let Some(other) = seen.insert(id.clone(), n) {
+            for (id, epoch) in host.stepper.resident_epochs() {
+                if let Some((other, theirs)) = seen.insert(id.clone(), (n, epoch)) {
                     let inner = self.sim_store.inner();
+                    // A host may still hold a run that ended elsewhere, until
+                    // its next commit is refused; if the run was retried
+                    // since, another host may hold it too. The stale one
+                    // holds a lease from before the retry, whose epochs
+                    // start above 2^32 times its record's number plus one.
+                    let retried = inner
+                        .steps(&id)
+                        .unwrap_or_default()
+                        .iter()
+                        .filter(|r| r.path == weft_store::RETRY_PATH)
+                        .map(|r| (u64::from(r.seq) + 1) << 32)
+                        .max();
+                    if retried.is_some_and(|floor| epoch.min(theirs) < floor) {
+                        continue;
+                    }
                     let lease = inner.lease(&id).ok().flatten();
                     let run = inner.run(&id).ok().flatten();
                     return Err(format!(
@@ -518,9 +552,14 @@ impl World {
                     let workflow = self.rng.below(self.workflows.len());
                     return Event::Start { host, workflow };
                 }
-                80..=82 => {
+                80..=81 => {
                     if let Some(run) = self.some_run(None) {
                         return Event::Cancel { host, run };
+                    }
+                }
+                82 => {
+                    if let Some(run) = self.some_ended_run() {
+                        return Event::Retry { host, run };
                     }
                 }
                 83..=88 => {
@@ -588,6 +627,36 @@ impl World {
         (!runs.is_empty()).then(|| runs[self.rng.below(runs.len())].clone())
     }
 
+    /// A top-level run that ended other than succeeded and was retried
+    /// fewer than twice, while the world has retried fewer runs than it
+    /// may start.
+    fn some_ended_run(&mut self) -> Option<String> {
+        if self.retried >= self.shape.runs {
+            return None;
+        }
+        let runs: Vec<String> = self
+            .store
+            .runs(&RunFilter::default(), usize::MAX)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|run| {
+                run.state.is_terminal()
+                    && run.state != weft_store::RunState::Succeeded
+                    && run.parent.is_none()
+            })
+            .filter(|run| {
+                let steps = self.store.steps(&run.id).unwrap_or_default();
+                steps
+                    .iter()
+                    .filter(|r| r.path == weft_store::RETRY_PATH)
+                    .count()
+                    < 2
+            })
+            .map(|run| run.id)
+            .collect();
+        (!runs.is_empty()).then(|| runs[self.rng.below(runs.len())].clone())
+    }
+
     fn apply(&mut self, event: Event) {
         match event {
             Event::Work { host, index } => {
@@ -634,6 +703,13 @@ impl World {
                 if let Answering::Queued(told) = host.stepper.act(&run, "ask", &answer) {
                     host.answers.push((run, told));
                 }
+            }
+            Event::Retry { host, run } => {
+                self.retried += 1;
+                // Refused (it moved on, a read failed) or taken in here.
+                let _ = self.hosts[host]
+                    .engine
+                    .retry(&run, None, "sim", Box::new(Quiet));
             }
             Event::Rearm { host, key } => self.hosts[host].stepper.arm(key),
             Event::Crash { host } => {
@@ -749,6 +825,7 @@ pub(crate) fn tally(trace: &[Event]) -> BTreeMap<&'static str, usize> {
             Event::Start { .. } => "start",
             Event::Cancel { .. } => "cancel",
             Event::Answer { .. } => "answer",
+            Event::Retry { .. } => "retry",
             Event::Rearm { .. } => "re-arm",
             Event::Crash { .. } => "crash",
             Event::Poll { .. } => "poll",

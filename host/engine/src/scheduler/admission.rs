@@ -441,6 +441,36 @@ impl Core {
         self.retry_later(failures, Later::Work(Work::Wake(id, 0)));
     }
 
+    /// Run `id` was retried in the store. If this engine still holds it
+    /// from before its end (a cancellation or a timeout decided elsewhere
+    /// reaches a resident run at its next commit), that cell is behind the
+    /// store: it leaves, and the run is read back (a commit in flight is
+    /// refused, its lease having moved on, which closes the cell; the run
+    /// is woken then). True if so; false if the run is not held here.
+    pub(crate) fn retried(&self, id: &str) -> bool {
+        let Some(cell) = lock(&self.cells).get(id).cloned() else {
+            return false;
+        };
+        let mut live = lock(&cell.live);
+        if live.closed {
+            return false;
+        }
+        if live.committing {
+            if let Some(noted) = lock(&self.admission).known.get_mut(id) {
+                *noted = true;
+            }
+        } else {
+            self.reread(&mut live);
+        }
+        true
+    }
+
+    /// A retried run that could not be taken in (the store failed) is
+    /// woken after a pause, as a failed commit's run is.
+    pub(crate) fn wake_later(&self, id: &str) {
+        self.retry_later(0, Later::Work(Work::Wake(id.to_owned(), 0)));
+    }
+
     /// The resident run is behind the store: it leaves memory, keeping its
     /// handle's observer and answer, and is read back at once.
     pub(super) fn reread(&self, live: &mut Live) {

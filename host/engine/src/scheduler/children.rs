@@ -90,7 +90,13 @@ impl Core {
             }
             // Its outbox row is not carried out yet.
             Ok(None) => {}
-            Err(e) => tracing::error!(run = %child, "cannot read a child run: {e}"),
+            // Looked at again after the backoff, as a wake: it takes the
+            // child in if it runs and nobody drives it (left alone, a child
+            // recorded but not resident would wait forever).
+            Err(e) => {
+                tracing::warn!(run = %child, "cannot read a child run, trying again: {e}");
+                self.retry_later(0, Later::Work(Work::Wake(child, 0)));
+            }
         }
     }
 

@@ -83,6 +83,24 @@ impl Stepper {
         ids
     }
 
+    /// The ids of the runs resident here, in order, each with the epoch of
+    /// the lease its drive holds (0 for none).
+    pub fn resident_epochs(&self) -> Vec<(String, u64)> {
+        let cells: Vec<(String, super::Cell)> = lock(&self.core.cells)
+            .iter()
+            .map(|(id, cell)| (id.clone(), Arc::clone(cell)))
+            .collect();
+        let mut runs: Vec<(String, u64)> = cells
+            .into_iter()
+            .map(|(id, cell)| {
+                let epoch = lock(&cell.live).task.drive.lease().map_or(0, |l| l.epoch);
+                (id, epoch)
+            })
+            .collect();
+        runs.sort();
+        runs
+    }
+
     /// The writes waiting to commit.
     pub fn commits(&self) -> &Held {
         &self.held
