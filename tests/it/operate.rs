@@ -326,3 +326,86 @@ fn a_cancelled_run_is_retried_over_the_api_and_goes_on_waiting() {
     assert_eq!(ended["run"]["state"], "succeeded", "{ended}");
     assert_eq!(ended["run"]["outputs"], json!({ "read": 1 }), "{ended}");
 }
+
+#[test]
+fn a_bulk_retry_retries_each_failed_run_once() {
+    let scratch = Scratch::new(&["counter", "flaky"]);
+    std::fs::create_dir_all(scratch.path().join("workflows")).unwrap();
+    scratch.file("workflows/again.yaml", AGAIN);
+    let host = serve(&scratch, 0);
+    let mut ids = Vec::new();
+    for _ in 0..5 {
+        let (status, started) = host.call(
+            "POST",
+            "/v1/runs",
+            Some(&json!({ "workflow": "again" }).to_string()),
+        );
+        assert_eq!(status, 201, "{started}");
+        ids.push(started["id"].as_str().unwrap().to_owned());
+    }
+    for id in &ids {
+        let ended = crate::common::server::run_ended(&host, id);
+        assert_eq!(ended["run"]["state"], "failed", "{ended}");
+    }
+    let filter = json!({ "workflow": "again", "state": "failed", "error": "broken" });
+    let counted = bulk(
+        &host,
+        json!({ "action": "retry", "filter": filter, "dry_run": true }),
+    );
+    assert_eq!(
+        (
+            counted["matched"].as_u64(),
+            counted["would_change"].as_u64()
+        ),
+        (Some(5), Some(5))
+    );
+
+    let done = scratch.run(&[
+        "runs",
+        "bulk",
+        "retry",
+        "--workflow",
+        "again",
+        "--state",
+        "failed",
+        "--server",
+        &host.url,
+    ]);
+    assert_eq!(done.code, Some(0), "{}\n{}", done.stdout, done.stderr);
+    assert!(
+        done.stdout
+            .contains("retry: 5 runs matched, 5 changed, 0 failed"),
+        "{}",
+        done.stdout
+    );
+    // Each run counted once: five visits in all, each run's own number
+    // kept from its first attempt.
+    let mut counted: Vec<u64> = Vec::new();
+    let mut read = 0;
+    for id in &ids {
+        let ended = crate::common::server::run_ended(&host, id);
+        assert_eq!(ended["run"]["state"], "succeeded", "{ended}");
+        counted.push(ended["run"]["outputs"]["counted"].as_u64().unwrap());
+        read = read.max(ended["run"]["outputs"]["read"].as_u64().unwrap());
+    }
+    counted.sort_unstable();
+    assert_eq!(counted, [1, 2, 3, 4, 5]);
+    assert_eq!(read, 5);
+    // Nothing is left to retry: they succeeded.
+    let again = bulk(
+        &host,
+        json!({ "action": "retry", "filter": { "workflow": "again" } }),
+    );
+    assert_eq!(
+        (again["matched"].as_u64(), again["changed"].as_u64()),
+        (Some(5), Some(0)),
+        "{again}"
+    );
+    assert!(
+        again["unchanged"][0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("is succeeded"),
+        "{again}"
+    );
+}

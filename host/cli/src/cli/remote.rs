@@ -705,7 +705,7 @@ pub fn bulk(
     }
     bar.finish_and_clear();
     out!("{action}: {matched} runs matched, {changed} changed, {failed} failed");
-    unchanged.sort_by_key(|u| u["reason"] == "ended");
+    unchanged.sort_by_key(|u| u["failed"] != true);
     for run in unchanged.iter().take(20) {
         out!(
             "  {} unchanged: {}",

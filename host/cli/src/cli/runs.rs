@@ -87,8 +87,9 @@ pub enum RunsCommand {
     /// Act on every run a filter matches, on a running `weft serve`: shows
     /// how many matched and how many changed, with a progress bar.
     Bulk {
-        /// The action: `cancel`.
-        #[arg(value_parser = ["cancel"])]
+        /// The action: `cancel` (running runs), or `retry` (failed,
+        /// timed-out or cancelled runs, from their failed step).
+        #[arg(value_parser = ["cancel", "retry"])]
         action: String,
         /// Only runs of this workflow.
         #[arg(long, value_name = "ID")]

@@ -26,6 +26,38 @@ const MAX_LISTED: usize = 100;
 #[serde(rename_all = "snake_case")]
 enum Action {
     Cancel,
+    Retry,
+}
+
+impl Action {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Cancel => "cancel",
+            Self::Retry => "retry",
+        }
+    }
+
+    /// Whether the action would change `run`, as far as its record says.
+    fn would_change(self, run: &RunRecord) -> bool {
+        match self {
+            Self::Cancel => run.state == RunState::Running,
+            Self::Retry => {
+                matches!(
+                    run.state,
+                    RunState::Failed | RunState::TimedOut | RunState::Cancelled
+                ) && run.parent.is_none()
+            }
+        }
+    }
+}
+
+/// What the action did to one run.
+enum Outcome {
+    Changed,
+    /// Left as it was, and why (nothing went wrong).
+    Unchanged(String),
+    /// It should have changed, and the host failed.
+    Failed(String),
 }
 
 #[derive(Debug, Default, Deserialize, serde::Serialize)]
@@ -75,7 +107,7 @@ fn keeps(run: &RunRecord, digest: Option<&str>, error: Option<&str>) -> bool {
         && error.is_none_or(|code| run.error.as_ref().is_some_and(|e| e.error.code == code))
 }
 
-/// `POST /v1/runs/bulk`: `{"action": "cancel", "filter": {workflow, state,
+/// `POST /v1/runs/bulk`: `{"action": "cancel" | "retry", "filter": {workflow, state,
 /// since, until, revision, error}, "dry_run", "limit", "before"}`. Answers
 /// how many runs matched and how many changed, the first runs that did
 /// not change with why, and `next` when runs are left past this page.
@@ -86,6 +118,7 @@ pub(super) async fn bulk(
 ) -> Result<Json<Value>, ApiError> {
     let Json(request) = body.map_err(ApiError::from)?;
     caller.need(Right::Operate)?;
+    let name = request.action.name();
     let f = &request.filter;
     if f.error.is_some() && matches!(request.action, Action::Cancel) {
         return Err(ApiError::bad_request(
@@ -99,7 +132,7 @@ pub(super) async fn bulk(
         .is_some_and(|w| caller.name(w).is_none())
     {
         return Ok(Json(json!({
-            "action": "cancel", "dry_run": request.dry_run, "matched": 0, "changed": 0,
+            "action": name, "dry_run": request.dry_run, "matched": 0, "changed": 0,
             "would_change": 0, "failed": 0, "unchanged": [], "next": null,
         })));
     }
@@ -173,12 +206,10 @@ pub(super) async fn bulk(
     let next = next.flatten();
     let count = matched.len();
     if dry_run {
-        let would = matched
-            .iter()
-            .filter(|r| r.state == RunState::Running)
-            .count();
+        let action = request.action;
+        let would = matched.iter().filter(|r| action.would_change(r)).count();
         return Ok(Json(json!({
-            "action": "cancel", "dry_run": true, "matched": count, "would_change": would,
+            "action": name, "dry_run": true, "matched": count, "would_change": would,
         })));
     }
     let engine = Arc::clone(&api.engine);
@@ -197,6 +228,7 @@ pub(super) async fn bulk(
         .filter(|r| !r.state.is_terminal())
         .map(|r| r.id.clone())
         .collect();
+    let actor = caller.actor.clone();
     let (changed, failed, unchanged) = blocking(move || {
         let next_run = AtomicUsize::new(0);
         let changed = AtomicUsize::new(0);
@@ -208,30 +240,26 @@ pub(super) async fn bulk(
                     loop {
                         let n = next_run.fetch_add(1, Ordering::Relaxed);
                         let Some(run) = matched.get(n) else { break };
-                        let why = if run.state.is_terminal() {
-                            "ended".to_owned()
-                        } else if run.parent.as_ref().is_some_and(|p| page.contains(&p.run)) {
-                            changed.fetch_add(1, Ordering::Relaxed);
-                            continue;
-                        } else {
-                            match action {
-                                Action::Cancel => match engine.cancel(&run.id) {
-                                    Ok(()) => {
-                                        changed.fetch_add(1, Ordering::Relaxed);
-                                        continue;
-                                    }
-                                    Err(StoreError::RunEnded(_)) => "ended".to_owned(),
-                                    Err(e) => {
-                                        failed.fetch_add(1, Ordering::Relaxed);
-                                        e.to_string()
-                                    }
-                                },
+                        let outcome = match action {
+                            Action::Cancel => cancel(&engine, run, &page),
+                            Action::Retry => retry(&engine, run, &actor),
+                        };
+                        let (why, failure) = match outcome {
+                            Outcome::Changed => {
+                                changed.fetch_add(1, Ordering::Relaxed);
+                                continue;
+                            }
+                            Outcome::Unchanged(why) => (why, false),
+                            Outcome::Failed(why) => {
+                                failed.fetch_add(1, Ordering::Relaxed);
+                                (why, true)
                             }
                         };
                         let mut unchanged = weft_core::lock(&unchanged);
                         // Failures first: they are what a caller must see.
-                        if unchanged.len() < MAX_LISTED || why != "ended" {
-                            unchanged.push(json!({ "run": run.id, "reason": why }));
+                        if unchanged.len() < MAX_LISTED || failure {
+                            unchanged
+                                .push(json!({ "run": run.id, "reason": why, "failed": failure }));
                         }
                     }
                 });
@@ -239,19 +267,19 @@ pub(super) async fn bulk(
         });
         let (changed, failed) = (changed.into_inner(), failed.into_inner());
         let mut unchanged = unchanged.into_inner().unwrap_or_else(|e| e.into_inner());
-        unchanged.sort_by_key(|u| u["reason"] == "ended");
+        unchanged.sort_by_key(|u| u["failed"] != true);
         unchanged.truncate(MAX_LISTED);
         // Recorded here, so that a caller who hangs up leaves it all the same.
         let mut detail = detail;
         detail["matched"] = count.into();
         detail["changed"] = changed.into();
         detail["failed"] = failed.into();
-        access.audit(&audit_caller, "runs.bulk", "cancel", detail);
+        access.audit(&audit_caller, "runs.bulk", name, detail);
         (changed, failed, unchanged)
     })
     .await?;
     Ok(Json(json!({
-        "action": "cancel",
+        "action": name,
         "dry_run": false,
         "matched": count,
         "changed": changed,
@@ -259,4 +287,35 @@ pub(super) async fn bulk(
         "unchanged": unchanged,
         "next": next,
     })))
+}
+
+/// Cancels `run`, unless it ended, or its parent is cancelled in this page
+/// (which takes it along: counted as changed).
+fn cancel(
+    engine: &weft_engine::Engine,
+    run: &RunRecord,
+    page: &std::collections::HashSet<String>,
+) -> Outcome {
+    if run.state.is_terminal() {
+        return Outcome::Unchanged("ended".to_owned());
+    }
+    if run.parent.as_ref().is_some_and(|p| page.contains(&p.run)) {
+        return Outcome::Changed;
+    }
+    match engine.cancel(&run.id) {
+        Ok(()) => Outcome::Changed,
+        Err(StoreError::RunEnded(_)) => Outcome::Unchanged("ended".to_owned()),
+        Err(e) => Outcome::Failed(e.to_string()),
+    }
+}
+
+/// Retries `run` from its failed step, as `actor`.
+fn retry(engine: &weft_engine::Engine, run: &RunRecord, actor: &str) -> Outcome {
+    use weft_engine::RetryError;
+    match engine.retry(&run.id, None, actor, Box::new(weft_engine::Quiet)) {
+        // Taken in here, or durable and driven wherever it is claimed.
+        Ok(_) | Err(RetryError::Resume { .. }) => Outcome::Changed,
+        Err(RetryError::Store(e)) => Outcome::Failed(e.to_string()),
+        Err(e) => Outcome::Unchanged(e.to_string()),
+    }
 }

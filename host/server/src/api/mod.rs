@@ -621,12 +621,23 @@ async fn retry_run(
     State(api): State<Api>,
     Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
+    headers: axum::http::HeaderMap,
     body: axum::body::Bytes,
 ) -> Result<Json<Value>, ApiError> {
     own_run(&api, &caller, &id).await?;
     caller.need(Right::Operate)?;
     let request: RetryRequest = if body.iter().all(u8::is_ascii_whitespace) {
         RetryRequest::default()
+    } else if !headers
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"))
+    {
+        return Err(ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            "the body was not sent as `application/json`",
+        ));
     } else {
         serde_json::from_slice(&body)
             .map_err(|e| ApiError::bad_request(format!("the body is not a retry: {e}")))?
