@@ -478,3 +478,127 @@ fn a_workflows_revisions_show_their_unfinished_runs_until_drained() {
     assert_eq!(status, 200);
     assert_eq!(revisions(), [(1, 0, false, true), (2, 0, true, false)]);
 }
+
+/// Answers the `await` step `step` of run `id`, once it waits.
+fn answer(host: &Host, id: &str, step: &str) {
+    crate::common::wait(
+        std::time::Duration::from_secs(60),
+        std::time::Duration::from_millis(20),
+        || {
+            let (status, body) = host.call(
+                "POST",
+                &format!("/v1/runs/{id}/steps/{step}/actions"),
+                Some(r#"{"action": "complete", "output": {}}"#),
+            );
+            if status == 200 { Ok(()) } else { Err(body) }
+        },
+        |seen| format!("{step} of run {id} never took its answer: {seen}"),
+    );
+}
+
+#[test]
+fn a_migration_moves_the_runs_that_can_move_and_names_the_others() {
+    let scratch = Scratch::new(&["echo"]);
+    let host = serve(&scratch, 0);
+    let first = "id: moving\nsteps:\n  - { id: gate1, await: {} }\n  - { id: a, uses: echo, with: 1 }\n  - { id: gate2, await: {} }\noutputs:\n  rev: 1\n";
+    assert_eq!(deploy(&host, first).0, 201);
+    let start = || {
+        let (status, body) = host.call("POST", "/v1/runs", Some(r#"{"workflow": "moving"}"#));
+        assert_eq!(status, 201, "{body}");
+        body["id"].as_str().unwrap().to_owned()
+    };
+    // `ahead` has run step `a` and waits at gate2; `behind` waits at gate1.
+    let (ahead, behind) = (start(), start());
+    answer(&host, &ahead, "gate1");
+    crate::common::wait(
+        std::time::Duration::from_secs(60),
+        std::time::Duration::from_millis(20),
+        || {
+            let (_, steps) = host.call("GET", &format!("/v1/runs/{ahead}/steps"), None);
+            let waits = steps["steps"].as_array().is_some_and(|s| {
+                s.iter()
+                    .any(|r| r["path"] == "gate2" && r["awaiting"] == true)
+            });
+            if waits { Ok(()) } else { Err(steps) }
+        },
+        |seen| format!("gate2 never waited: {seen}"),
+    );
+    // Revision 2: `a` is a sleep now, and a step `c` comes last.
+    let second = "id: moving\nsteps:\n  - { id: gate1, await: {} }\n  - { id: a, sleep: 1s }\n  - { id: gate2, await: {} }\n  - { id: c, uses: echo, with: 2 }\noutputs:\n  rev: 2\n  c: \"${{ steps.c.output }}\"\n";
+    assert_eq!(deploy(&host, second).0, 201);
+
+    let migrate = |dry: bool| {
+        let mut args = vec![
+            "runs",
+            "migrate",
+            "--workflow",
+            "moving",
+            "--from-revision",
+            "1",
+            "--to-revision",
+            "2",
+            "--server",
+            &host.url,
+        ];
+        if dry {
+            args.push("--dry-run");
+        }
+        scratch.run(&args)
+    };
+    let dry = migrate(true);
+    assert_eq!(dry.code, Some(0), "{}\n{}", dry.stdout, dry.stderr);
+    assert!(
+        dry.stdout.contains("2 runs on revision 1; 1 can move"),
+        "{}",
+        dry.stdout
+    );
+    let said = format!(
+        "{ahead} stays: step `a` has run as a `uses` step, and is a `sleep` step in the new revision"
+    );
+    assert!(dry.stdout.contains(&said), "{}", dry.stdout);
+    let (_, run) = host.call("GET", &format!("/v1/runs/{behind}"), None);
+    assert!(run["run"]["migrated"].is_null(), "{run}");
+
+    let moved = migrate(false);
+    assert_eq!(moved.code, Some(0), "{}\n{}", moved.stdout, moved.stderr);
+    assert!(
+        moved.stdout.contains("1 moved to revision 2, 1 cannot"),
+        "{}",
+        moved.stdout
+    );
+    assert!(moved.stdout.contains(&said), "{}", moved.stdout);
+    let (_, run) = host.call("GET", &format!("/v1/runs/{behind}"), None);
+    let migrated = &run["run"]["migrated"];
+    assert_eq!(
+        (
+            &migrated["from_revision"],
+            &migrated["to_revision"],
+            &migrated["actor"]
+        ),
+        (&json!(1), &json!(2), &json!("local")),
+        "{run}"
+    );
+
+    // The moved run goes on under revision 2, the other under revision 1.
+    answer(&host, &behind, "gate1");
+    answer(&host, &behind, "gate2");
+    let ended = crate::common::server::run_ended(&host, &behind);
+    assert_eq!(ended["run"]["state"], "succeeded", "{ended}");
+    assert_eq!(
+        ended["run"]["outputs"],
+        json!({ "rev": 2, "c": 2 }),
+        "{ended}"
+    );
+    answer(&host, &ahead, "gate2");
+    let ended = crate::common::server::run_ended(&host, &ahead);
+    assert_eq!(ended["run"]["outputs"], json!({ "rev": 1 }), "{ended}");
+
+    // Revision 1 has nothing left: drained.
+    let (_, shown) = host.call("GET", "/v1/workflows/moving", None);
+    let first = &shown["versions"][0];
+    assert_eq!(
+        (&first["unfinished"], &first["drained"]),
+        (&json!(0), &json!(true)),
+        "{shown}"
+    );
+}

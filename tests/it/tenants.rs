@@ -507,6 +507,14 @@ fn a_tenant_sees_none_of_another_tenants_objects_on_any_route() {
         },
         Probe {
             method: "POST",
+            route: "/v1/workflows/{id}/migrate",
+            path: "/v1/workflows/a-flow/migrate".into(),
+            twin: Some("/v1/workflows/no-such-flow/migrate".into()),
+            body: Some(json!({ "from_revision": 1, "to_revision": 2 })),
+            expect: Expect::Missing,
+        },
+        Probe {
+            method: "POST",
             route: "/v1/runs",
             path: "/v1/runs".into(),
             twin: None,

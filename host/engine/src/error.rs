@@ -209,3 +209,17 @@ pub enum RetryError {
     #[error(transparent)]
     Store(#[from] StoreError),
 }
+
+/// Why a run was not moved to another revision. Nothing was stored.
+#[derive(Debug, thiserror::Error)]
+pub enum MigrateError {
+    /// No run has that id.
+    #[error("no run `{0}`")]
+    NotFound(String),
+    /// The run cannot follow the new revision from where it is.
+    #[error("{0}")]
+    Unmovable(String),
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}

@@ -44,6 +44,10 @@ pub(super) struct Launcher {
     pub(super) host: String,
 }
 
+/// A run moved to another revision: its record, the definition, and the
+/// components to store with it.
+pub(super) type Moved = (RunRecord, DefinitionRecord, Vec<(String, Arc<[u8]>)>);
+
 /// The most definitions the launcher keeps parsed before it starts over.
 const CACHED: usize = 1024;
 
@@ -195,6 +199,7 @@ impl Launcher {
             parent,
             trigger: None,
             snapshots,
+            migrated: None,
             suspended: false,
             deadline: workflow.timeout.map(|timeout| TimerRef {
                 id: timer_id(),
@@ -271,6 +276,59 @@ impl Launcher {
             }
         };
         Ok(workflow)
+    }
+
+    /// Run `run` (with its records `steps`) moved to `to`, revision
+    /// `revisions.1` of its workflow (it follows `revisions.0`): its record
+    /// after the move, the definition, and the components to store with
+    /// it. Refused, saying why, when a leaf it has a record of is not a
+    /// step of `to` of the same kind, or `to`'s plugins do not resolve.
+    pub(super) fn migration(
+        &self,
+        run: &RunRecord,
+        steps: &[weft_store::StepRecord],
+        to: &Workflow,
+        revisions: (u32, u32),
+        actor: &str,
+    ) -> Result<Moved, crate::MigrateError> {
+        use crate::MigrateError;
+        if run.state != RunState::Running {
+            return Err(MigrateError::Unmovable(format!(
+                "it has ended: {}",
+                run.state
+            )));
+        }
+        let from = self
+            .parsed(run)
+            .map_err(|e| MigrateError::Unmovable(e.to_string()))?;
+        if let Some(why) = crate::migrate::unmovable(steps, &from, to) {
+            return Err(MigrateError::Unmovable(why));
+        }
+        let pinned = self
+            .source
+            .pin(to)
+            .map_err(|e| MigrateError::Unmovable(e.to_string()))?;
+        let definition = DefinitionRecord::new(&to.origin, to.format.name(), &to.source);
+        let mut moved = run.clone();
+        moved.definition.clone_from(&definition.digest);
+        moved.workflow_version = to.version;
+        moved.step_count = u32::try_from(to.steps.len()).unwrap_or(u32::MAX);
+        moved.plugins = pinned.pins;
+        // Snapshot stores keep the revision the run read; new ones are
+        // pinned now.
+        for (store, revision) in pinned.snapshots {
+            moved.snapshots.entry(store).or_insert(revision);
+        }
+        let now = self.clock.now();
+        moved.updated_at = now;
+        moved.migrated = Some(weft_store::Migration {
+            from_revision: revisions.0,
+            to_revision: revisions.1,
+            at: now,
+            actor: actor.to_owned(),
+            at_record: run.step_records,
+        });
+        Ok((moved, definition, pinned.components))
     }
 
     /// The `timeout:` of the workflow run `run` follows.

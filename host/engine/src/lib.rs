@@ -39,6 +39,7 @@ mod drive;
 mod egress;
 mod error;
 mod launch;
+mod migrate;
 pub mod plugins;
 mod retry;
 mod runner;
@@ -70,7 +71,7 @@ pub use committer::{Committer, DeliveryWrite};
 pub use cron::{ScheduleError, add_schedule, set_paused as set_schedule_paused};
 pub use drive::Answer;
 pub use egress::EgressPolicies;
-pub use error::{ActError, ResumeError, RetryError, StartError};
+pub use error::{ActError, MigrateError, ResumeError, RetryError, StartError};
 pub use launch::MAX_DEPTH;
 pub use runner::{
     Pinned, RunnerSource, StepCall, StepOutcome, StepRunner, WasmPlugins, check_reach,
@@ -776,6 +777,62 @@ impl Engine {
                 source: Box::new(e),
             }
         })
+    }
+
+    /// Moves run `run_id`, which has not ended and follows revision
+    /// `revisions.0` of its workflow, to `to` (revision `revisions.1`), at
+    /// a step boundary: what it committed stays, and it goes on under
+    /// `to`. Every leaf it has a record of must be a step of `to` with the
+    /// same id and kind; otherwise it stays, and the error says why. A
+    /// host that drives it loses it at its next commit (an attempt it has
+    /// under way runs again under `to`); it is taken in here, unless it is
+    /// parked. With `dry_run`, only checks. `actor` is recorded. Blocking.
+    pub fn migrate(
+        &self,
+        run_id: &str,
+        to: &Workflow,
+        revisions: (u32, u32),
+        actor: &str,
+        dry_run: bool,
+    ) -> Result<(), MigrateError> {
+        let store = &self.core.launcher.store;
+        for tries in 1.. {
+            let run = store
+                .run(run_id)?
+                .ok_or_else(|| MigrateError::NotFound(run_id.to_owned()))?;
+            let steps = store.steps(run_id)?;
+            let (moved, definition, components) = self
+                .core
+                .launcher
+                .migration(&run, &steps, to, revisions, actor)?;
+            if dry_run {
+                return Ok(());
+            }
+            let driven = store.lease(run_id)?.is_some();
+            let write = Write::migrate_run(&moved, &definition, components);
+            match self.core.commits.commit(write) {
+                Ok(()) if !driven => return Ok(()),
+                Ok(()) => break,
+                // It moved on meanwhile: decided again on what it is now.
+                Err(StoreError::Changed(_)) if tries < 5 => {}
+                Err(StoreError::RunEnded(_)) => {
+                    return Err(MigrateError::Unmovable("it has ended".to_owned()));
+                }
+                Err(StoreError::NotFound(_)) => {
+                    return Err(MigrateError::NotFound(run_id.to_owned()));
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        // A host drove it: taken in here, under the new revision (a cell
+        // of it here from before is read back).
+        if !self.core.retried(run_id) {
+            match self.resume(run_id, Box::new(Quiet)) {
+                Ok(_) | Err(ResumeError::Driven { .. } | ResumeError::NotRunning { .. }) => {}
+                Err(_) => self.core.wake_later(run_id),
+            }
+        }
+        Ok(())
     }
 
     /// Picks up run `run_id`, which must be `running` (its process died),

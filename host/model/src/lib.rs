@@ -273,6 +273,23 @@ impl Step {
         }
     }
 
+    /// What kind of step it is, as the format names it: `uses`, `sleep`,
+    /// `subflow`, `emit`, `await`, `parallel`, `switch`, `foreach`,
+    /// `while`.
+    pub fn kind_name(&self) -> &'static str {
+        match &self.kind {
+            StepKind::Call(_) => "uses",
+            StepKind::Sleep(_) => "sleep",
+            StepKind::Subflow(_) => "subflow",
+            StepKind::Emit(_) => "emit",
+            StepKind::Await(_) => "await",
+            StepKind::Parallel(_) => "parallel",
+            StepKind::Switch(_) => "switch",
+            StepKind::Foreach { .. } => "foreach",
+            StepKind::While { .. } => "while",
+        }
+    }
+
     /// True for a leaf: a step that is one call (`uses`) or one child run
     /// (`subflow`), with one record per attempt.
     pub fn is_leaf(&self) -> bool {

@@ -390,6 +390,24 @@ impl Deployments {
         self.store.deployments(Some(id))
     }
 
+    /// Revision `revision` of workflow `id` (as stored), parsed.
+    pub fn revision(
+        &self,
+        id: &str,
+        revision: u32,
+    ) -> Result<Option<(DeploymentRecord, Workflow)>, String> {
+        let Some(record) = self
+            .versions(id)
+            .map_err(|e| e.to_string())?
+            .into_iter()
+            .find(|r| r.revision == revision)
+        else {
+            return Ok(None);
+        };
+        let workflow = self.parse(&record)?;
+        Ok(Some((record, workflow)))
+    }
+
     /// The definition of version `revision` of workflow `id`.
     pub fn definition(
         &self,

@@ -25,9 +25,9 @@ pub use self::messages::{
 };
 pub use self::postgres::PostgresStore;
 pub use self::records::{
-    CANCEL_PATH, DEADLINE_PATH, DefinitionRecord, END_PATH, Effect, OutboxRecord, ParentLink,
-    PinnedPlugin, RETRY_PATH, RetryMark, RunError, RunRecord, RunState, ScheduleRecord, StepRecord,
-    TimerKind, TimerRecord, TimerRef, TriggerLink,
+    CANCEL_PATH, DEADLINE_PATH, DefinitionRecord, END_PATH, Effect, Migration, OutboxRecord,
+    ParentLink, PinnedPlugin, RETRY_PATH, RetryMark, RunError, RunRecord, RunState, ScheduleRecord,
+    StepRecord, TimerKind, TimerRecord, TimerRef, TriggerLink,
 };
 pub use self::redb::RedbStore;
 pub use self::registry::{DeploymentRecord, PluginRecord};

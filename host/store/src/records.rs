@@ -113,11 +113,31 @@ pub struct RunRecord {
     /// For a run a cron trigger started: the trigger and the fire.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trigger: Option<TriggerLink>,
+    /// Set when the run was moved to another revision of its workflow
+    /// (`weft runs migrate`): from which, to which, when and by whom.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub migrated: Option<Migration>,
     /// The revision of each snapshot store its workflow names that the run
     /// reads, pinned at its start (a store read at its newest revision,
     /// `revision: latest`, is not listed).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub snapshots: BTreeMap<String, u32>,
+}
+
+/// A run's move to another revision of its workflow.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Migration {
+    /// The revision it followed.
+    pub from_revision: u32,
+    /// The revision it follows now.
+    pub to_revision: u32,
+    /// When it moved.
+    pub at: Timestamp,
+    /// Who moved it: a token's actor, or `cli`.
+    pub actor: String,
+    /// Its step records when it moved: those before were made under the
+    /// revision it followed.
+    pub at_record: u32,
 }
 
 /// The fire of a cron trigger that started a run.

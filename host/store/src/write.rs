@@ -229,6 +229,28 @@ pub enum Write {
         /// Its deadline's timer row, when its workflow has a `timeout`.
         timer: Option<TimerRow>,
     },
+    /// Moves a run that has not ended to another revision of its workflow,
+    /// decided on it at `expect` step records: stores `run` (its new
+    /// definition, pins and [`Migration`](super::Migration)), the
+    /// definition and the components it is pinned to now, and, if a host
+    /// drives it, takes its lease away (a lease of no host at a higher
+    /// epoch: the driver's next commit is refused, and whoever claims the
+    /// run next reads the new revision). Refused with
+    /// [`StoreError::NotFound`](super::StoreError::NotFound),
+    /// [`StoreError::RunEnded`](super::StoreError::RunEnded) or
+    /// [`StoreError::Changed`](super::StoreError::Changed).
+    MigrateRun {
+        /// The run.
+        id: String,
+        /// Its step records when the move was decided.
+        expect: u32,
+        /// The encoded [`RunRecord`], moved.
+        run: Vec<u8>,
+        /// The new revision's definition: digest and encoded record.
+        definition: (String, Vec<u8>),
+        /// The components it is pinned to now: digest and bytes.
+        components: Vec<(String, Arc<[u8]>)>,
+    },
     /// Writes a cron trigger's row; with `expect`, only if the stored row
     /// is at that version, 0 meaning that there is none (else refused with
     /// [`StoreError::Exists`](super::StoreError::Exists) when 0 was
@@ -852,6 +874,22 @@ impl Write {
                     attempt: record.attempt,
                 })
             }),
+        }
+    }
+
+    /// The move of `run` (as it is after it) to the revision whose
+    /// definition is `definition`, pinned to `components`.
+    pub fn migrate_run(
+        run: &RunRecord,
+        definition: &super::DefinitionRecord,
+        components: Vec<(String, Arc<[u8]>)>,
+    ) -> Self {
+        Self::MigrateRun {
+            id: run.id.clone(),
+            expect: run.step_records,
+            run: encode(run),
+            definition: (definition.digest.clone(), encode(definition)),
+            components,
         }
     }
 

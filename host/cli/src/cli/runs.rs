@@ -63,6 +63,27 @@ pub enum RunsCommand {
         #[command(flatten)]
         plugins: super::PluginArgs,
     },
+    /// Move a workflow's unfinished runs from one revision to a newer one,
+    /// on a running `weft serve`: each run moves at its next step boundary
+    /// if every step it has a record of is a step of the new revision with
+    /// the same id and kind; each that cannot is listed with why.
+    Migrate {
+        /// The workflow.
+        #[arg(long, value_name = "ID")]
+        workflow: String,
+        /// The revision the runs follow now.
+        #[arg(long, value_name = "N")]
+        from_revision: u32,
+        /// The newer revision they move to.
+        #[arg(long, value_name = "M")]
+        to_revision: u32,
+        /// Check every run, move none.
+        #[arg(long)]
+        dry_run: bool,
+        /// The server.
+        #[arg(long, value_name = "URL")]
+        server: Option<String>,
+    },
     /// Cancel a run: it ends `cancelled`, whatever its steps return later
     /// is dropped, and its timers go with it. Works beside a running
     /// `weft serve`.
@@ -253,6 +274,57 @@ pub fn main(data_dir: &Path, command: RunsCommand) -> anyhow::Result<ExitCode> {
             json,
             server: Some(url),
         } => show_remote(data_dir, url, &run_id, json),
+        RunsCommand::Migrate {
+            workflow,
+            from_revision,
+            to_revision,
+            dry_run,
+            server,
+        } => {
+            let server = super::remote::Server::new(data_dir, server);
+            let body = serde_json::json!({
+                "from_revision": from_revision,
+                "to_revision": to_revision,
+                "dry_run": dry_run,
+            });
+            let path = format!(
+                "/v1/workflows/{}/migrate",
+                super::remote::encoded(&workflow)
+            );
+            let answer = match server.call("POST", &path, Some(body))? {
+                Ok(answer) => answer,
+                Err(message) => {
+                    eprintln!("error: {message}");
+                    return Ok(ExitCode::from(EXIT_INVALID));
+                }
+            };
+            let moved = answer["moved"].as_array().map_or(0, Vec::len);
+            let unmoved = answer["unmoved"].as_array().cloned().unwrap_or_default();
+            out!(
+                "{workflow}: {} runs on revision {from_revision}; {moved} {} to revision {to_revision}, {} cannot{}",
+                answer["matched"],
+                if dry_run { "can move" } else { "moved" },
+                unmoved.len(),
+                if dry_run {
+                    " (dry run: nothing moved)"
+                } else {
+                    ""
+                }
+            );
+            for run in &unmoved {
+                out!(
+                    "  {} stays: {}",
+                    run["run"].as_str().unwrap_or("?"),
+                    run["reason"].as_str().unwrap_or("?")
+                );
+            }
+            let failed = unmoved.iter().any(|u| u["failed"] == true);
+            Ok(if failed {
+                ExitCode::from(super::EXIT_HOST)
+            } else {
+                ExitCode::SUCCESS
+            })
+        }
         RunsCommand::Retry {
             run_id,
             from,

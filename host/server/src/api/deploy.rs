@@ -412,3 +412,127 @@ pub(super) async fn add_plugin(
         Ok((StatusCode::CREATED, Json(json!({ "plugin": shown }))))
     }
 }
+
+/// The body of `POST /v1/workflows/{id}/migrate`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct MigrateRequest {
+    /// The revision the runs to move follow.
+    from_revision: u32,
+    /// The newer revision they move to.
+    to_revision: u32,
+    /// Check each run, move none.
+    #[serde(default)]
+    dry_run: bool,
+}
+
+/// `POST /v1/workflows/{id}/migrate`: every unfinished run of revision
+/// `from_revision` moves to `to_revision` at its next step boundary, if
+/// every step it has a record of is a step of the new revision with the
+/// same id and kind. Answers the runs moved and, for each that could not
+/// move, why.
+pub(super) async fn migrate_runs(
+    State(api): State<Api>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+    body: Result<Json<MigrateRequest>, axum::extract::rejection::JsonRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let Json(request) = body.map_err(ApiError::from)?;
+    let stored = caller.name(&id).ok_or_else(|| unknown_workflow(&id))?;
+    caller.need(Right::Operate)?;
+    if request.to_revision <= request.from_revision {
+        return Err(ApiError::bad_request(format!(
+            "to_revision ({}) must be newer than from_revision ({})",
+            request.to_revision, request.from_revision
+        )));
+    }
+    let deployments = Arc::clone(&api.workflows);
+    let engine = Arc::clone(&api.engine);
+    let actor = caller.actor.clone();
+    let asked = stored.clone();
+    let revisions = (request.from_revision, request.to_revision);
+    let dry_run = request.dry_run;
+    let outcome = blocking(move || {
+        let versions = deployments.versions(&asked)?;
+        if versions.is_empty() {
+            return Ok(Err(unknown_workflow(&id)));
+        }
+        let find = |revision: u32| versions.iter().find(|v| v.revision == revision).cloned();
+        let (Some(from), Some(_)) = (find(revisions.0), find(revisions.1)) else {
+            let missing = if find(revisions.0).is_none() {
+                revisions.0
+            } else {
+                revisions.1
+            };
+            return Ok(Err(ApiError::new(
+                StatusCode::NOT_FOUND,
+                "unknown_revision",
+                format!(
+                    "workflow `{id}` has no revision {missing} (it has 1 to {})",
+                    versions.last().map_or(0, |v| v.revision)
+                ),
+            )));
+        };
+        let to = match deployments.revision(&asked, revisions.1) {
+            Ok(Some((_, workflow))) => workflow,
+            Ok(None) => return Ok(Err(unknown_workflow(&id))),
+            Err(e) => {
+                return Ok(Err(ApiError::new(
+                    StatusCode::CONFLICT,
+                    "unreadable_revision",
+                    format!("revision {} of `{id}` does not read: {e}", revisions.1),
+                )));
+            }
+        };
+        let filter = weft_store::RunFilter {
+            workflow: Some(asked.clone()),
+            state: Some(weft_store::RunState::Running),
+            ..weft_store::RunFilter::default()
+        };
+        let runs: Vec<String> = engine
+            .store()
+            .runs(&filter, usize::MAX)?
+            .into_iter()
+            .filter(|run| run.definition == from.digest)
+            .map(|run| run.id)
+            .collect();
+        let (mut moved, mut unmoved) = (Vec::new(), Vec::new());
+        for run in &runs {
+            match engine.migrate(run, &to, revisions, &actor, dry_run) {
+                Ok(()) => moved.push(json!(run)),
+                // Ended since it was listed: nothing to move.
+                Err(weft_engine::MigrateError::NotFound(_)) => {}
+                Err(e @ weft_engine::MigrateError::Unmovable(_)) => {
+                    unmoved.push(json!({ "run": run, "reason": e.to_string() }));
+                }
+                Err(weft_engine::MigrateError::Store(e)) => {
+                    unmoved.push(json!({ "run": run, "reason": e.to_string(), "failed": true }));
+                }
+            }
+        }
+        Ok::<_, weft_store::StoreError>(Ok((runs.len(), moved, unmoved)))
+    })
+    .await??;
+    let (matched, moved, unmoved) = outcome?;
+    if !dry_run {
+        api.audit(
+            &caller,
+            "runs.migrate",
+            &tenant::bare(&stored).to_owned(),
+            json!({
+                "from_revision": revisions.0, "to_revision": revisions.1,
+                "matched": matched, "moved": moved.len(), "unmoved": unmoved.len(),
+            }),
+        )
+        .await;
+    }
+    Ok(Json(json!({
+        "workflow": tenant::bare(&stored),
+        "from_revision": revisions.0,
+        "to_revision": revisions.1,
+        "dry_run": dry_run,
+        "matched": matched,
+        "moved": moved,
+        "unmoved": unmoved,
+    })))
+}

@@ -124,6 +124,7 @@ fn routes() -> Vec<(&'static str, MethodRouter<Api>)> {
             get(deploy::list_workflows).post(deploy::deploy_workflow),
         ),
         ("/v1/workflows/{id}", get(deploy::get_workflow)),
+        ("/v1/workflows/{id}/migrate", post(deploy::migrate_runs)),
         (
             "/v1/plugins",
             get(deploy::list_plugins)

@@ -295,7 +295,7 @@ pub fn spec() -> Value {
             }
         }
     });
-    for more in [tenancy_paths(), observe_paths()] {
+    for more in [tenancy_paths(), observe_paths(), operate_paths()] {
         if let (Some(paths), Value::Object(more)) = (document["paths"].as_object_mut(), more) {
             paths.extend(more);
         }
@@ -461,6 +461,25 @@ fn add_body_errors(document: &mut Value) {
 
 pub(super) async fn document() -> Json<Value> {
     Json(spec())
+}
+
+/// The routes that operate on runs already started: moving them to another
+/// revision.
+fn operate_paths() -> Value {
+    json!({
+            "/v1/workflows/{id}/migrate": {
+                "post": {
+                    "summary": "Move every unfinished run of one revision to a newer one, at each run's next step boundary: a run moves when every step it has a record of is a step of the new revision with the same id and kind; each run that cannot move is listed with why. A moved run's record says so (`migrated`)",
+                    "parameters": [path_param("id", "the workflow's id")],
+                    "requestBody": body(json!({ "type": "object", "required": ["from_revision", "to_revision"], "additionalProperties": false, "properties": {
+                        "from_revision": { "type": "integer", "minimum": 1 },
+                        "to_revision": { "type": "integer", "minimum": 1, "description": "newer than from_revision" },
+                        "dry_run": { "type": "boolean", "description": "check every run, move none" }
+                    } })),
+                    "responses": responses(("200", "`{\"matched\", \"moved\": [run ids], \"unmoved\": [{run, reason}], \"dry_run\"}`"), &[("400", "bad_request"), ("404", "unknown_workflow, unknown_revision")])
+                }
+            }
+    })
 }
 
 /// The routes that watch a host: metrics, run events, and what the web

@@ -176,6 +176,20 @@ pub(crate) fn reads<'w>(write: &'w Write, into: &mut Vec<(Table, Key<'w>)>) {
                 into.push((Table::Timers, timer_key(*timer)));
             }
         }
+        Write::MigrateRun {
+            id,
+            expect,
+            definition,
+            components,
+            ..
+        } => {
+            run(into, id);
+            into.push((Table::Steps, Key::StrU32(id, *expect)));
+            into.push((Table::Definitions, Key::Str(&definition.0)));
+            for (digest, _) in components {
+                into.push((Table::Components, Key::Str(digest)));
+            }
+        }
         Write::CancelRun { id, expect, .. }
         | Write::RetryRun {
             run: id, expect, ..
@@ -460,6 +474,13 @@ impl Apply<'_> {
                 wake,
                 timer,
             } => self.retry_run(run, *expect, record, wake, timer.as_ref()),
+            Write::MigrateRun {
+                id,
+                expect,
+                run,
+                definition,
+                components,
+            } => self.migrate_run(id, *expect, run, definition, components),
             Write::Schedule {
                 key,
                 expect,
@@ -870,6 +891,35 @@ impl Apply<'_> {
         self.rows.put(Table::Leases, Key::Str(id), &encode(&free))?;
         if let Some(timer) = timer {
             self.insert_timer(timer)?;
+        }
+        Ok(Ok(()))
+    }
+
+    /// The move of run `id` to another revision (see [`Write::MigrateRun`]).
+    fn migrate_run(
+        &mut self,
+        id: &str,
+        expect: u32,
+        run: &[u8],
+        definition: &(String, Vec<u8>),
+        components: &[(String, Arc<[u8]>)],
+    ) -> Result<Result<(), StoreError>, StoreError> {
+        let stored = match self.run_at(id, expect)? {
+            Ok(stored) => stored,
+            Err(refused) => return Ok(Err(refused)),
+        };
+        self.definition(definition)?;
+        self.components(components)?;
+        self.set_run(id, run, true, stored.suspended)?;
+        // Whoever drives it now is behind the store: its next commit is
+        // refused (its lease is gone), and the next claim reads the new
+        // revision. A run with no lease (parked) keeps none.
+        if let Some(current) = self.lease_of(id)? {
+            let free = Lease {
+                host: String::new(),
+                epoch: (current.epoch + 1).max((u64::from(expect) + 1) << 32),
+            };
+            self.rows.put(Table::Leases, Key::Str(id), &encode(&free))?;
         }
         Ok(Ok(()))
     }
