@@ -518,7 +518,7 @@ pub(super) async fn migrate_runs(
         api.audit(
             &caller,
             "runs.migrate",
-            &tenant::bare(&stored).to_owned(),
+            tenant::bare(&stored),
             json!({
                 "from_revision": revisions.0, "to_revision": revisions.1,
                 "matched": matched, "moved": moved.len(), "unmoved": unmoved.len(),
