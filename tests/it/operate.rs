@@ -409,3 +409,116 @@ fn a_bulk_retry_retries_each_failed_run_once() {
         "{again}"
     );
 }
+
+#[test]
+fn a_paused_run_stays_paused_across_a_restart_and_its_fire_waits_for_the_resume() {
+    let scratch = Scratch::new(&["counter"]);
+    std::fs::create_dir_all(scratch.path().join("workflows")).unwrap();
+    scratch.file(
+        "workflows/napping.yaml",
+        "id: napping\nsteps:\n  - { id: count, uses: counter, with: { key: n } }\n  - { id: nap, sleep: 2s }\n  - { id: after, uses: counter, with: { key: n } }\noutputs:\n  after: \"${{ steps.after.output.value }}\"\n",
+    );
+    let mut host = serve(&scratch, 0);
+    let (status, started) = host.call("POST", "/v1/runs", Some(r#"{"workflow": "napping"}"#));
+    assert_eq!(status, 201, "{started}");
+    let id = started["id"].as_str().unwrap().to_owned();
+    let steps = |host: &Host| -> Vec<Value> {
+        let (_, body) = host.call("GET", &format!("/v1/runs/{id}/steps"), None);
+        body["steps"].as_array().cloned().unwrap_or_default()
+    };
+    crate::common::wait(
+        Duration::from_secs(60),
+        Duration::from_millis(10),
+        || {
+            let seen = steps(&host);
+            if seen.iter().any(|r| r["path"] == "nap") {
+                Ok(())
+            } else {
+                Err(seen)
+            }
+        },
+        |seen| format!("the nap never started: {seen:?}"),
+    );
+    let paused = scratch.run(&["runs", "pause", &id, "--server", &host.url]);
+    assert_eq!(paused.code, Some(0), "{}\n{}", paused.stdout, paused.stderr);
+    let (_, run) = host.call("GET", &format!("/v1/runs/{id}"), None);
+    assert_eq!(run["run"]["paused"]["actor"], "local", "{run}");
+    assert_eq!(run["run"]["state"], "running", "{run}");
+    let (status, body) = host.call("POST", &format!("/v1/runs/{id}/pause"), None);
+    assert_eq!(
+        (status, &body["error"]["code"]),
+        (409, &json!("run_paused")),
+        "{body}"
+    );
+
+    // The nap's timer fires while the run is paused: its end is recorded,
+    // and nothing starts.
+    crate::common::wait(
+        Duration::from_secs(60),
+        Duration::from_millis(50),
+        || {
+            let seen = steps(&host);
+            let slept = seen
+                .iter()
+                .any(|r| r["path"] == "nap" && !r["output"].is_null());
+            if slept { Ok(()) } else { Err(seen) }
+        },
+        |seen| format!("the nap never fired: {seen:?}"),
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        !steps(&host).iter().any(|r| r["path"] == "after"),
+        "{:?}",
+        steps(&host)
+    );
+
+    // Across a restart (a kill), the run stays paused.
+    host.kill();
+    let host = serve(&scratch, 1);
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(
+        !steps(&host).iter().any(|r| r["path"] == "after"),
+        "{:?}",
+        steps(&host)
+    );
+    let listed = scratch.run(&["runs", "list", "--server", &host.url]);
+    assert!(
+        listed
+            .stdout
+            .lines()
+            .any(|l| l.contains(&id[..8]) && l.contains("paused")),
+        "{}",
+        listed.stdout
+    );
+
+    let resumed = scratch.run(&["runs", "resume", &id, "--server", &host.url]);
+    assert_eq!(
+        resumed.code,
+        Some(0),
+        "{}\n{}",
+        resumed.stdout,
+        resumed.stderr
+    );
+    let ended = crate::common::server::run_ended(&host, &id);
+    assert_eq!(ended["run"]["state"], "succeeded", "{ended}");
+    assert!(ended["run"]["paused"].is_null(), "{ended}");
+    // Each counter step ran once: the second read 2.
+    assert_eq!(ended["run"]["outputs"], json!({ "after": 2 }), "{ended}");
+    let all = steps(&host);
+    assert_eq!(
+        all.iter().filter(|r| r["path"] == "count").count(),
+        1,
+        "{all:?}"
+    );
+    assert_eq!(
+        all.iter().filter(|r| r["path"] == "after").count(),
+        1,
+        "{all:?}"
+    );
+    let (status, body) = host.call("POST", &format!("/v1/runs/{id}/resume"), None);
+    assert_eq!(
+        (status, &body["error"]["code"]),
+        (409, &json!("run_ended")),
+        "{body}"
+    );
+}

@@ -594,6 +594,22 @@ fn a_tenant_sees_none_of_another_tenants_objects_on_any_route() {
             expect: Expect::Missing,
         },
         Probe {
+            method: "POST",
+            route: "/v1/runs/{id}/pause",
+            path: format!("/v1/runs/{a_run}/pause"),
+            twin: Some(format!("/v1/runs/{made_up}/pause")),
+            body: None,
+            expect: Expect::Missing,
+        },
+        Probe {
+            method: "POST",
+            route: "/v1/runs/{id}/resume",
+            path: format!("/v1/runs/{a_run}/resume"),
+            twin: Some(format!("/v1/runs/{made_up}/resume")),
+            body: None,
+            expect: Expect::Missing,
+        },
+        Probe {
             method: "DELETE",
             route: "/v1/runs/{id}",
             path: format!("/v1/runs/{a_run}"),

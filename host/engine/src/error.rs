@@ -223,3 +223,39 @@ pub enum MigrateError {
     #[error(transparent)]
     Store(#[from] StoreError),
 }
+
+/// Why a run was not paused or resumed. Nothing was stored.
+#[derive(Debug, thiserror::Error)]
+pub enum PauseError {
+    /// No run has that id.
+    #[error("no run `{0}`")]
+    NotFound(String),
+    /// The run has ended.
+    #[error("run `{run}` has ended: {state}")]
+    Ended {
+        /// The run.
+        run: String,
+        /// How it ended.
+        state: weft_store::RunState,
+    },
+    /// A pause of a run that is paused, or a resume of one that is not.
+    #[error("run `{run}` is {}", if *paused { "paused already" } else { "not paused" })]
+    Already {
+        /// The run.
+        run: String,
+        /// Whether it is paused.
+        paused: bool,
+    },
+    /// The run cannot be paused here now: it waits for a place (parked),
+    /// or another host drives it.
+    #[error("run `{run}` cannot be paused here: {why}")]
+    Busy {
+        /// The run.
+        run: String,
+        /// Why.
+        why: String,
+    },
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}

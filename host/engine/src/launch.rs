@@ -200,6 +200,7 @@ impl Launcher {
             trigger: None,
             snapshots,
             migrated: None,
+            paused: None,
             suspended: false,
             deadline: workflow.timeout.map(|timeout| TimerRef {
                 id: timer_id(),

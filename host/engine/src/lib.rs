@@ -71,14 +71,14 @@ pub use committer::{Committer, DeliveryWrite};
 pub use cron::{ScheduleError, add_schedule, set_paused as set_schedule_paused};
 pub use drive::Answer;
 pub use egress::EgressPolicies;
-pub use error::{ActError, MigrateError, ResumeError, RetryError, StartError};
+pub use error::{ActError, MigrateError, PauseError, ResumeError, RetryError, StartError};
 pub use launch::MAX_DEPTH;
 pub use runner::{
     Pinned, RunnerSource, StepCall, StepOutcome, StepRunner, WasmPlugins, check_reach,
 };
-pub use scheduler::TenantLimits;
 #[cfg(feature = "sim")]
 pub use scheduler::stepped::{Answering, Stepper};
+pub use scheduler::{Pausing, TenantLimits};
 pub use secrets::{SecretError, SecretKeys, Vault};
 pub use stored::cancel_in_store;
 pub use telemetry::{
@@ -777,6 +777,38 @@ impl Engine {
                 source: Box::new(e),
             }
         })
+    }
+
+    /// Pauses run `run_id`: it finishes the attempts under way, starts
+    /// nothing new, and waits out of memory, its timers firing into the
+    /// store (their records wait for its resume; a run's deadline still
+    /// ends it). Resident here, the pause is committed once the calls
+    /// under way are ([`Pausing::Pending`]); a run that waits suspended is
+    /// paused in the store at once. `actor` is recorded. Blocking.
+    pub fn pause(&self, run_id: &str, actor: &str) -> Result<Pausing, PauseError> {
+        self.core.pause_run(run_id, actor)
+    }
+
+    /// Resumes paused run `run_id`: it is taken in here and goes on, first
+    /// with what its timers and answers recorded while it was paused. A
+    /// pause still pending here is dropped. `None` when the run goes on
+    /// where it was (a pending pause) or is taken in elsewhere. Blocking.
+    pub fn unpause(
+        &self,
+        run_id: &str,
+        observer: Box<dyn Observer + Send>,
+    ) -> Result<Option<RunHandle>, PauseError> {
+        if self.core.unpause_run(run_id)? {
+            return Ok(None);
+        }
+        match self.resume(run_id, observer) {
+            Ok(handle) => Ok(Some(handle)),
+            Err(ResumeError::Driven { .. } | ResumeError::NotRunning { .. }) => Ok(None),
+            Err(_) => {
+                self.core.wake_later(run_id);
+                Ok(None)
+            }
+        }
     }
 
     /// Moves run `run_id`, which has not ended and follows revision

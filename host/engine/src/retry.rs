@@ -140,6 +140,7 @@ pub(crate) fn decide(
     wake.error = None;
     wake.outputs = None;
     wake.suspended = false;
+    wake.paused = None;
     wake.step_records += 1;
     wake.updated_at = now;
     // A new deadline, a whole timeout from now: a run that timed out had

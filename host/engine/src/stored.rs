@@ -101,7 +101,8 @@ pub(crate) fn act(
 fn woken(run: &RunRecord, added: u32, now: Timestamp) -> RunRecord {
     let mut wake = run.clone();
     wake.step_records += added;
-    wake.suspended = false;
+    // A paused run stays asleep: what woke it waits for its resume.
+    wake.suspended = run.paused.is_some();
     wake.updated_at = now;
     wake
 }

@@ -26,8 +26,8 @@ pub use self::messages::{
 pub use self::postgres::PostgresStore;
 pub use self::records::{
     CANCEL_PATH, DEADLINE_PATH, DefinitionRecord, END_PATH, Effect, Migration, OutboxRecord,
-    ParentLink, PinnedPlugin, RETRY_PATH, RetryMark, RunError, RunRecord, RunState, ScheduleRecord,
-    StepRecord, TimerKind, TimerRecord, TimerRef, TriggerLink,
+    ParentLink, PauseMark, PinnedPlugin, RETRY_PATH, RetryMark, RunError, RunRecord, RunState,
+    ScheduleRecord, StepRecord, TimerKind, TimerRecord, TimerRef, TriggerLink,
 };
 pub use self::redb::RedbStore;
 pub use self::registry::{DeploymentRecord, PluginRecord};

@@ -113,6 +113,11 @@ pub struct RunRecord {
     /// For a run a cron trigger started: the trigger and the fire.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trigger: Option<TriggerLink>,
+    /// Set while the run is paused (`weft runs pause`): it starts no step,
+    /// waits out of memory (`suspended`), and its timers' fires and the
+    /// answers it gets are recorded for it to take up on its resume.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused: Option<PauseMark>,
     /// Set when the run was moved to another revision of its workflow
     /// (`weft runs migrate`): from which, to which, when and by whom.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -122,6 +127,15 @@ pub struct RunRecord {
     /// `revision: latest`, is not listed).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub snapshots: BTreeMap<String, u32>,
+}
+
+/// Who paused a run, and when.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PauseMark {
+    /// When the pause took hold.
+    pub at: Timestamp,
+    /// Who asked: a token's actor, or `cli`.
+    pub actor: String,
 }
 
 /// A run's move to another revision of its workflow.

@@ -229,6 +229,27 @@ pub enum Write {
         /// Its deadline's timer row, when its workflow has a `timeout`.
         timer: Option<TimerRow>,
     },
+    /// Pauses or resumes a run, decided on it at `expect` step records:
+    /// stores `run`. A pause (`pause`) keeps the run out of the runs to
+    /// resume: by its driver (under `lease`, with no attempt under way),
+    /// or, with no lease, of a run that waits suspended (else refused with
+    /// [`StoreError::Busy`](super::StoreError::Busy)). A resume lists it
+    /// again and frees its lease, so that whoever claims it first drives
+    /// it. Refused with [`StoreError::Changed`](super::StoreError::Changed)
+    /// if the run has another number of records, or is not paused when
+    /// resumed.
+    PauseRun {
+        /// The run.
+        id: String,
+        /// Its step records when the change was decided.
+        expect: u32,
+        /// The encoded [`RunRecord`], paused or not.
+        run: Vec<u8>,
+        /// A pause, or a resume.
+        pause: bool,
+        /// The driver's lease, for a pause of a run it holds.
+        lease: Option<Lease>,
+    },
     /// Moves a run that has not ended to another revision of its workflow,
     /// decided on it at `expect` step records: stores `run` (its new
     /// definition, pins and [`Migration`](super::Migration)), the
@@ -679,7 +700,8 @@ impl Write {
             | Self::Act { lease, .. }
             | Self::StartRun { lease, .. }
             | Self::UpdateRun { lease, .. }
-            | Self::FireTimer { lease, .. } => *lease = Some(held),
+            | Self::FireTimer { lease, .. }
+            | Self::PauseRun { lease, .. } => *lease = Some(held),
             _ => {}
         }
         self
@@ -874,6 +896,17 @@ impl Write {
                     attempt: record.attempt,
                 })
             }),
+        }
+    }
+
+    /// `run` (at its `step_records`) paused, or resumed.
+    pub fn pause_run(run: &RunRecord) -> Self {
+        Self::PauseRun {
+            id: run.id.clone(),
+            expect: run.step_records,
+            run: encode(run),
+            pause: run.paused.is_some(),
+            lease: None,
         }
     }
 

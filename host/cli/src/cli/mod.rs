@@ -227,7 +227,7 @@ struct RunArgs {
     plugins: PluginArgs,
 }
 
-#[derive(Debug, clap::Args)]
+#[derive(Debug, Default, clap::Args)]
 pub struct PluginArgs {
     /// Where plugins are found: `uses: name` loads NAME.wasm from here.
     /// [default: DATA_DIR/plugins]
@@ -499,6 +499,27 @@ fn resume(
 ) -> anyhow::Result<ExitCode> {
     let host = local_host(data_dir, plugins)?;
     let engine = host.engine();
+    // A paused run is resumed: taken in here and driven to its end.
+    if let Some(id) = run_id.as_deref().filter(|_| !all)
+        && let Some(run) = engine.store().run(id)?
+        && run.paused.is_some()
+    {
+        engine.set_workflows(sibling_workflows(std::path::Path::new(&run.origin)));
+        let progress = progress::Progress::new();
+        let outcome = engine.unpause(id, Box::new(progress.clone()));
+        progress.clear();
+        return match outcome {
+            Ok(Some(handle)) => report(&handle.wait().context("the run could not be recorded")?),
+            Ok(None) => {
+                out!("run {id} resumed; another host drives it");
+                Ok(ExitCode::SUCCESS)
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                Ok(ExitCode::from(EXIT_INVALID))
+            }
+        };
+    }
     let ids: Vec<String> = match run_id {
         Some(id) if !all => vec![id],
         // Runs suspended on their timers too: they resume waiting.
@@ -553,6 +574,29 @@ fn resume(
         }
     }
     Ok(worst)
+}
+
+/// `weft runs pause` without a server: a run that waits (suspended) is
+/// paused in the store; one a server drives is paused through it.
+fn pause(data_dir: &std::path::Path, id: &str) -> anyhow::Result<ExitCode> {
+    let host = Host::start(host_config(
+        data_dir,
+        &PluginArgs::default(),
+        EngineConfig {
+            take_over: false,
+            ..EngineConfig::default()
+        },
+    )?)?;
+    match host.engine().pause(id, "cli") {
+        Ok(_) => {
+            out!("run {id} paused");
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            Ok(ExitCode::from(EXIT_INVALID))
+        }
+    }
 }
 
 /// `weft runs retry` without a server: the run goes on here, to its end.

@@ -43,8 +43,22 @@ pub enum RunsCommand {
         /// Resume every interrupted run, oldest first.
         #[arg(long)]
         all: bool,
+        /// Ask a running `weft serve` at this URL to resume a paused run.
+        #[arg(long, value_name = "URL", conflicts_with = "all")]
+        server: Option<String>,
         #[command(flatten)]
         plugins: super::PluginArgs,
+    },
+    /// Pause a run: it finishes the steps under way, starts nothing new,
+    /// and waits, its timers firing into the store, until `weft runs
+    /// resume`.
+    Pause {
+        /// The run's id.
+        run_id: String,
+        /// Ask a running `weft serve` at this URL (which must, if it
+        /// drives the run).
+        #[arg(long, value_name = "URL")]
+        server: Option<String>,
     },
     /// Retry a failed, timed-out or cancelled run from its failed step:
     /// that step runs again as its next attempt, and every step that
@@ -186,10 +200,52 @@ pub enum RunsCommand {
 pub fn main(data_dir: &Path, command: RunsCommand) -> anyhow::Result<ExitCode> {
     match command {
         RunsCommand::Resume {
+            run_id: Some(run_id),
+            server: Some(url),
+            ..
+        } => {
+            let server = super::remote::Server::new(data_dir, Some(url));
+            match server.call("POST", &format!("/v1/runs/{run_id}/resume"), None)? {
+                Ok(_) => {
+                    out!("run {run_id} resumed");
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(message) => {
+                    eprintln!("error: {message}");
+                    Ok(ExitCode::from(EXIT_INVALID))
+                }
+            }
+        }
+        RunsCommand::Resume {
             run_id,
             all,
             plugins,
+            ..
         } => super::resume(data_dir, run_id, all, &plugins),
+        RunsCommand::Pause {
+            run_id,
+            server: Some(url),
+        } => {
+            let server = super::remote::Server::new(data_dir, Some(url));
+            match server.call("POST", &format!("/v1/runs/{run_id}/pause"), None)? {
+                Ok(answer) if answer["pending"] == true => {
+                    out!("run {run_id} pausing: it pauses once the steps under way are done");
+                    Ok(ExitCode::SUCCESS)
+                }
+                Ok(_) => {
+                    out!("run {run_id} paused");
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(message) => {
+                    eprintln!("error: {message}");
+                    Ok(ExitCode::from(EXIT_INVALID))
+                }
+            }
+        }
+        RunsCommand::Pause {
+            run_id,
+            server: None,
+        } => super::pause(data_dir, &run_id),
         RunsCommand::List {
             limit,
             workflow,
@@ -519,7 +575,11 @@ fn print_runs(
             "{:<36}  {:<20}  {:<9}  {:<24}  {:>9}",
             run.id,
             run.workflow,
-            run.state.to_string(),
+            if run.paused.is_some() {
+                "paused".to_owned()
+            } else {
+                run.state.to_string()
+            },
             run.created_at.to_string(),
             took
         );
@@ -602,7 +662,20 @@ fn print_run(
         run.workflow_version,
         run.origin
     );
-    out!("state     {}", run.state);
+    match &run.paused {
+        Some(mark) => out!("state     paused (by {} at {})", mark.actor, mark.at),
+        None => out!("state     {}", run.state),
+    }
+    if let Some(moved) = &run.migrated {
+        out!(
+            "migrated  from revision {} to {} by {} at {} (after record {})",
+            moved.from_revision,
+            moved.to_revision,
+            moved.actor,
+            moved.at,
+            moved.at_record
+        );
+    }
     out!("started   {}", run.created_at);
     out!("updated   {}", run.updated_at);
     out!("input     {}", run.input);

@@ -23,6 +23,21 @@ impl Drive {
             })
     }
 
+    /// True while a leaf has an attempt under way that no timer, outside
+    /// actor or child run stands for: a call running, or its result not
+    /// committed yet.
+    pub(crate) fn calls_under_way(&self) -> bool {
+        self.busy.iter().any(|path| {
+            !self.timers.contains_key(path)
+                && !self.awaits.contains(path)
+                && self
+                    .results
+                    .get(path)
+                    .and_then(|leaf| leaf.open_child())
+                    .is_none()
+        })
+    }
+
     /// The attempt at `path` is durable, and the run goes on as `next`
     /// says: the leaf is done with (`Step`), or waits for a timer or an
     /// outside actor. Answers the timer to arm, if any.

@@ -374,6 +374,7 @@ impl Core {
                 committing: false,
                 closed: false,
                 failures,
+                pausing: None,
             }),
         });
         lock(&self.cells).insert(id, Arc::clone(&cell));

@@ -48,6 +48,14 @@ impl Core {
                 self.commit_finished(guard, cell, finished);
                 return;
             }
+            if let Some(actor) = live.pausing.clone() {
+                // Nothing new starts; once the calls under way are
+                // committed, the pause is, and the run leaves memory.
+                if !live.task.drive.calls_under_way() {
+                    self.commit_pause(guard, cell, actor);
+                }
+                return;
+            }
             let Task {
                 drive, observer, ..
             } = &mut live.task;
@@ -108,8 +116,10 @@ impl Core {
         // With nothing but timers to wait for, the run leaves memory
         // once this commits.
         let drive = &mut live.task.drive;
+        // A run being paused stays until its pause is committed.
         drive.run.suspended = matches!(next, Next::Wait(_) | Next::Await(_))
             && live.finished.is_empty()
+            && live.pausing.is_none()
             && drive.only_timers(Some(&path));
         let (row, spawn_write) = match &spawn {
             Some(child) => {
@@ -298,6 +308,29 @@ impl Core {
                 self.finish(live, Ok(run));
             }
         }
+    }
+
+    /// Commits the run's pause, asked for by `actor`: it is kept out of the
+    /// runs to resume, and leaves memory with its timers armed (their
+    /// fires are recorded in the store, and it is not woken).
+    fn commit_pause(self: &Arc<Self>, guard: MutexGuard<'_, Live>, cell: &Cell, actor: String) {
+        let now = self.clock.now();
+        let mut paused = guard.task.drive.run.clone();
+        paused.paused = Some(weft_store::PauseMark { at: now, actor });
+        paused.suspended = true;
+        paused.updated_at = now;
+        let write = guard.task.drive.leased(Write::pause_run(&paused));
+        self.commit(guard, cell, write, move |core, _, live, outcome| {
+            live.pausing = None;
+            match outcome {
+                Ok(()) => {
+                    tracing::debug!(run = %paused.id, "paused");
+                    live.task.drive.run = paused;
+                    core.suspend(live);
+                }
+                Err(e) => core.failed(live, e),
+            }
+        });
     }
 
     /// Submits `write` as the run's one commit in flight. `then` runs on

@@ -25,6 +25,8 @@ mod children;
 mod commit;
 mod control;
 mod leases;
+mod pause;
+pub use pause::Pausing;
 #[cfg(feature = "sim")]
 pub mod stepped;
 mod timers;
@@ -77,6 +79,9 @@ struct Live {
     /// Commits of this run that failed in a row: the next try waits the
     /// longer.
     failures: u32,
+    /// A pause asked for, by whom: the run starts nothing new, and once
+    /// no call is under way its pause is committed and it leaves memory.
+    pausing: Option<String>,
 }
 
 type Cell = Arc<CellOf>;

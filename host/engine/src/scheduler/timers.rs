@@ -109,7 +109,8 @@ impl Core {
                 {
                     core.telemetry.step(&run, &record, false);
                 }
-                core.unclaim_waking(&timer.run, outcome.is_ok());
+                // A paused run is not woken: the fire waits for its resume.
+                core.unclaim_waking(&timer.run, outcome.is_ok() && run.paused.is_none());
                 match outcome {
                     Ok(()) => core.fired(timer.timer.due),
                     // Fired elsewhere; or another host drives the run,

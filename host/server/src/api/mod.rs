@@ -141,6 +141,8 @@ fn routes() -> Vec<(&'static str, MethodRouter<Api>)> {
         ("/v1/runs/{id}/messages", get(deliver::run_messages)),
         ("/v1/runs/{id}/cancel", post(cancel_run)),
         ("/v1/runs/{id}/retry", post(retry_run)),
+        ("/v1/runs/{id}/pause", post(pause_run)),
+        ("/v1/runs/{id}/resume", post(resume_run)),
         ("/v1/schedules", get(list_schedules).post(add_schedule)),
         (
             "/v1/schedules/{workflow}/{trigger}/{action}",
@@ -605,6 +607,70 @@ async fn cancel_run(
         // `NotFound` is `404 unknown_run`.
         Err(e) => Err(e.into()),
     }
+}
+
+/// A refused pause or resume, as the API answers it.
+fn pause_refused(e: weft_engine::PauseError) -> ApiError {
+    use weft_engine::PauseError;
+    match e {
+        PauseError::NotFound(id) => ApiError::new(
+            StatusCode::NOT_FOUND,
+            "unknown_run",
+            format!("no run `{id}`"),
+        ),
+        e @ PauseError::Ended { .. } => {
+            ApiError::new(StatusCode::CONFLICT, "run_ended", e.to_string())
+        }
+        e @ PauseError::Already { paused: true, .. } => {
+            ApiError::new(StatusCode::CONFLICT, "run_paused", e.to_string())
+        }
+        e @ PauseError::Already { paused: false, .. } => {
+            ApiError::new(StatusCode::CONFLICT, "run_not_paused", e.to_string())
+        }
+        e @ PauseError::Busy { .. } => {
+            ApiError::new(StatusCode::CONFLICT, "run_busy", e.to_string())
+        }
+        PauseError::Store(e) => e.into(),
+    }
+}
+
+/// `POST /v1/runs/{id}/pause`: the run finishes the attempts under way,
+/// starts nothing new, and waits; its timers fire into the store.
+async fn pause_run(
+    State(api): State<Api>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    own_run(&api, &caller, &id).await?;
+    caller.need(Right::Operate)?;
+    let engine = Arc::clone(&api.engine);
+    let (asked, actor) = (id.clone(), caller.actor.clone());
+    let pausing = blocking(move || engine.pause(&asked, &actor))
+        .await?
+        .map_err(pause_refused)?;
+    api.audit(&caller, "run.pause", &id, Value::Null).await;
+    let pending = pausing == weft_engine::Pausing::Pending;
+    Ok(Json(
+        json!({ "id": id, "paused": !pending, "pending": pending }),
+    ))
+}
+
+/// `POST /v1/runs/{id}/resume`: a paused run goes on, first with what its
+/// timers and answers recorded while it was paused.
+async fn resume_run(
+    State(api): State<Api>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    own_run(&api, &caller, &id).await?;
+    caller.need(Right::Operate)?;
+    let engine = Arc::clone(&api.engine);
+    let asked = id.clone();
+    blocking(move || engine.unpause(&asked, Box::new(Quiet)).map(|_handle| ()))
+        .await?
+        .map_err(pause_refused)?;
+    api.audit(&caller, "run.resume", &id, Value::Null).await;
+    Ok(Json(json!({ "id": id, "paused": false })))
 }
 
 /// The body of `POST /v1/runs/{id}/retry`; none is `{}`.

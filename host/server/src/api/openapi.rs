@@ -467,6 +467,20 @@ pub(super) async fn document() -> Json<Value> {
 /// revision.
 fn operate_paths() -> Value {
     json!({
+            "/v1/runs/{id}/pause": {
+                "post": {
+                    "summary": "Pause a run: it finishes the attempts under way, starts nothing new, and waits out of memory; its timers fire into the store (their records wait for the resume; a workflow `timeout:` still ends it). `pending` when a call is under way here",
+                    "parameters": [path_param("id", "the run's id")],
+                    "responses": responses(("200", "`{\"id\", \"paused\", \"pending\"}`"), &[("404", "unknown_run"), ("409", "run_ended, run_paused, run_busy (parked, or driven by another host)")])
+                }
+            },
+            "/v1/runs/{id}/resume": {
+                "post": {
+                    "summary": "Resume a paused run: it goes on, first with what its timers and answers recorded while paused",
+                    "parameters": [path_param("id", "the run's id")],
+                    "responses": responses(("200", "`{\"id\", \"paused\": false}`"), &[("404", "unknown_run"), ("409", "run_ended, run_not_paused")])
+                }
+            },
             "/v1/workflows/{id}/migrate": {
                 "post": {
                     "summary": "Move every unfinished run of one revision to a newer one, at each run's next step boundary: a run moves when every step it has a record of is a step of the new revision with the same id and kind; each run that cannot move is listed with why. A moved run's record says so (`migrated`)",

@@ -191,6 +191,7 @@ pub(crate) fn reads<'w>(write: &'w Write, into: &mut Vec<(Table, Key<'w>)>) {
             }
         }
         Write::CancelRun { id, expect, .. }
+        | Write::PauseRun { id, expect, .. }
         | Write::RetryRun {
             run: id, expect, ..
         } => {
@@ -481,6 +482,13 @@ impl Apply<'_> {
                 definition,
                 components,
             } => self.migrate_run(id, *expect, run, definition, components),
+            Write::PauseRun {
+                id,
+                expect,
+                run,
+                pause,
+                lease,
+            } => self.pause_run(id, *expect, run, *pause, lease.as_ref()),
             Write::Schedule {
                 key,
                 expect,
@@ -804,11 +812,12 @@ impl Apply<'_> {
         if !self.rows.has(Table::Timers, timer_key(fired))? {
             return Ok(Err(StoreError::TimerGone(fired.id)));
         }
-        match self.run_at(id, expect)? {
+        let paused = match self.run_at(id, expect)? {
             Ok(run) => {
                 if let Err(refused) = self.take(id, lease, run.suspended)? {
                     return Ok(Err(refused));
                 }
+                run.paused.is_some()
             }
             // Fenced off by its parent's cancellation, not cancelled yet:
             // the timer stays for the cancellation to remove.
@@ -821,13 +830,14 @@ impl Apply<'_> {
                 return Ok(Err(StoreError::TimerGone(fired.id)));
             }
             Err(refused) => return Ok(Err(refused)),
-        }
+        };
         if let Some(record) = record {
             self.rows
                 .put(Table::Steps, Key::StrU32(id, expect), record)?;
         }
         self.remove_timer(id, fired.key())?;
-        self.set_run(id, wake, true, false)?;
+        // A paused run stays asleep: its fire waits for its resume.
+        self.set_run(id, wake, true, paused)?;
         Ok(Ok(()))
     }
 
@@ -895,6 +905,44 @@ impl Apply<'_> {
         Ok(Ok(()))
     }
 
+    /// A pause or a resume of run `id` (see [`Write::PauseRun`]).
+    fn pause_run(
+        &mut self,
+        id: &str,
+        expect: u32,
+        run: &[u8],
+        pause: bool,
+        lease: Option<&Lease>,
+    ) -> Result<Result<(), StoreError>, StoreError> {
+        if let Err(refused) = self.leased(id, lease)? {
+            return Ok(Err(refused));
+        }
+        let stored = match self.run_at(id, expect)? {
+            Ok(stored) => stored,
+            Err(refused) => return Ok(Err(refused)),
+        };
+        if pause {
+            // Without a lease, only a run nobody holds in memory.
+            if lease.is_none() && (!stored.suspended || stored.paused.is_some()) {
+                return Ok(Err(StoreError::Busy { run: id.to_owned() }));
+            }
+            self.set_run(id, run, true, true)?;
+            return Ok(Ok(()));
+        }
+        if stored.paused.is_none() {
+            return Ok(Err(StoreError::Changed(What::Run(id.to_owned()))));
+        }
+        self.set_run(id, run, true, false)?;
+        if let Some(current) = self.lease_of(id)? {
+            let free = Lease {
+                host: String::new(),
+                epoch: (current.epoch + 1).max((u64::from(expect) + 1) << 32),
+            };
+            self.rows.put(Table::Leases, Key::Str(id), &encode(&free))?;
+        }
+        Ok(Ok(()))
+    }
+
     /// The move of run `id` to another revision (see [`Write::MigrateRun`]).
     fn migrate_run(
         &mut self,
@@ -958,7 +1006,8 @@ impl Apply<'_> {
         }
         self.rows
             .put(Table::Steps, Key::StrU32(id, expect), record)?;
-        self.set_run(id, wake, true, false)?;
+        // A paused run stays asleep: the answer waits for its resume.
+        self.set_run(id, wake, true, run.paused.is_some())?;
         Ok(Ok(()))
     }
 

@@ -1,0 +1,154 @@
+//! Pausing a run and resuming it: through its cell when it is resident
+//! here, else in the store.
+
+use std::sync::Arc;
+
+use weft_core::lock;
+use weft_store::{PauseMark, StoreError, Write};
+
+use super::{Core, Work};
+use crate::error::PauseError;
+
+/// Where a pause got to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pausing {
+    /// Durable: the run is paused.
+    Paused,
+    /// The run is resident here with a call under way: it starts nothing
+    /// new, and is paused once what is under way is committed.
+    Pending,
+}
+
+/// How many times a change decided on a run that moved on is decided again.
+const TRIES: usize = 5;
+
+impl Core {
+    /// Pauses run `id`, as `actor` asks.
+    pub(crate) fn pause_run(
+        self: &Arc<Self>,
+        id: &str,
+        actor: &str,
+    ) -> Result<Pausing, PauseError> {
+        if let Some(cell) = lock(&self.cells).get(id).cloned() {
+            let mut live = lock(&cell.live);
+            if !live.closed {
+                if live.task.drive.run.paused.is_some() || live.pausing.is_some() {
+                    return Err(PauseError::Already {
+                        run: id.to_owned(),
+                        paused: true,
+                    });
+                }
+                live.pausing = Some(actor.to_owned());
+                drop(live);
+                self.enqueue(Work::Advance(cell));
+                return Ok(Pausing::Pending);
+            }
+        }
+        let store = &self.launcher.store;
+        for _ in 0..TRIES {
+            let run = store
+                .run(id)?
+                .ok_or_else(|| PauseError::NotFound(id.to_owned()))?;
+            if run.state.is_terminal() {
+                return Err(PauseError::Ended {
+                    run: id.to_owned(),
+                    state: run.state,
+                });
+            }
+            if run.paused.is_some() {
+                return Err(PauseError::Already {
+                    run: id.to_owned(),
+                    paused: true,
+                });
+            }
+            if !run.suspended {
+                let why = match store.lease(id)? {
+                    None => "it waits for a place (parked); pause it once it runs".to_owned(),
+                    Some(lease) => format!(
+                        "host {} drives it; pause it through that host",
+                        if lease.host.is_empty() {
+                            "(none yet)"
+                        } else {
+                            &lease.host
+                        }
+                    ),
+                };
+                return Err(PauseError::Busy {
+                    run: id.to_owned(),
+                    why,
+                });
+            }
+            let mut paused = run.clone();
+            let now = self.clock.now();
+            paused.paused = Some(PauseMark {
+                at: now,
+                actor: actor.to_owned(),
+            });
+            paused.updated_at = now;
+            match self.commits.commit(Write::pause_run(&paused)) {
+                Ok(()) => return Ok(Pausing::Paused),
+                // It moved on (a fire, an answer, a wake): decided again.
+                Err(StoreError::Changed(_) | StoreError::Busy { .. }) => {}
+                Err(StoreError::RunEnded(_)) => {}
+                Err(StoreError::NotFound(_)) => return Err(PauseError::NotFound(id.to_owned())),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(PauseError::Busy {
+            run: id.to_owned(),
+            why: "it kept moving; try again".to_owned(),
+        })
+    }
+
+    /// Takes back a pause of run `id`: one still pending here is dropped
+    /// (true); a durable one is lifted in the store (false), and the run
+    /// is then to be taken in by whoever claims it first.
+    pub(crate) fn unpause_run(self: &Arc<Self>, id: &str) -> Result<bool, PauseError> {
+        if let Some(cell) = lock(&self.cells).get(id).cloned() {
+            let mut live = lock(&cell.live);
+            if !live.closed {
+                if live.pausing.take().is_none() {
+                    return Err(PauseError::Already {
+                        run: id.to_owned(),
+                        paused: false,
+                    });
+                }
+                drop(live);
+                self.enqueue(Work::Advance(cell));
+                return Ok(true);
+            }
+        }
+        let store = &self.launcher.store;
+        for _ in 0..TRIES {
+            let run = store
+                .run(id)?
+                .ok_or_else(|| PauseError::NotFound(id.to_owned()))?;
+            if run.state.is_terminal() {
+                return Err(PauseError::Ended {
+                    run: id.to_owned(),
+                    state: run.state,
+                });
+            }
+            if run.paused.is_none() {
+                return Err(PauseError::Already {
+                    run: id.to_owned(),
+                    paused: false,
+                });
+            }
+            let mut resumed = run.clone();
+            resumed.paused = None;
+            resumed.suspended = false;
+            resumed.updated_at = self.clock.now();
+            match self.commits.commit(Write::pause_run(&resumed)) {
+                Ok(()) => return Ok(false),
+                Err(StoreError::Changed(_)) => {}
+                Err(StoreError::NotFound(_)) => return Err(PauseError::NotFound(id.to_owned())),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(PauseError::Busy {
+            run: id.to_owned(),
+            why: "it kept moving; try again".to_owned(),
+        })
+    }
+}
