@@ -31,6 +31,8 @@ pub(crate) struct Facts {
     deleted: BTreeSet<String>,
     /// The `count` steps of deleted runs, by workflow.
     counted_gone: BTreeMap<String, u64>,
+    /// Paused runs, with their count of records when first seen paused.
+    paused: BTreeMap<String, usize>,
 }
 
 /// A run as last seen.
@@ -72,6 +74,7 @@ impl Facts {
             once_per_leaf(run, &steps)?;
             refused_results_store_nothing(run, &steps, limited)?;
             self.nothing_after_the_end(run, &steps)?;
+            self.nothing_starts_while_paused(run, &steps)?;
             self.cancels_durable(run, &steps)?;
             messages_once(store, run, &steps)?;
             pins_kept(store, run)?;
@@ -237,6 +240,28 @@ impl Facts {
                     run.state
                 ));
             }
+        }
+        Ok(())
+    }
+
+    /// A paused run starts no step: every record it gets while paused was
+    /// decided in the store (a timer's fire, an answer), none is a call's
+    /// (which names its host).
+    fn nothing_starts_while_paused(
+        &mut self,
+        run: &RunRecord,
+        steps: &[StepRecord],
+    ) -> Result<(), String> {
+        if run.paused.is_none() || run.state.is_terminal() {
+            self.paused.remove(&run.id);
+            return Ok(());
+        }
+        let since = *self.paused.entry(run.id.clone()).or_insert(steps.len());
+        if let Some(record) = steps.iter().skip(since).find(|r| r.host.is_some()) {
+            return Err(format!(
+                "run {} is paused (since record {since}), yet leaf `{}` made attempt {} at seq {}",
+                run.id, record.path, record.attempt, record.seq
+            ));
         }
         Ok(())
     }

@@ -81,6 +81,10 @@ pub enum Event {
     /// Host `host` is asked to retry run `run`, which failed, timed out or
     /// was cancelled.
     Retry { host: usize, run: String },
+    /// Host `host` is asked to pause run `run`.
+    Pause { host: usize, run: String },
+    /// Host `host` is asked to resume paused run `run`.
+    Unpause { host: usize, run: String },
     /// Host `host` arms a pending timer again.
     Rearm { host: usize, key: (u64, u64) },
     /// Host `host` dies and starts again from the store alone.
@@ -121,6 +125,8 @@ impl fmt::Display for Event {
             Event::Cancel { host, run } => write!(f, "host {host}: cancel {run}"),
             Event::Answer { host, run } => write!(f, "host {host}: answer {run}/ask"),
             Event::Retry { host, run } => write!(f, "host {host}: retry {run}"),
+            Event::Pause { host, run } => write!(f, "host {host}: pause {run}"),
+            Event::Unpause { host, run } => write!(f, "host {host}: resume paused {run}"),
             Event::Rearm { host, key } => write!(f, "host {host}: arm timer {} again", key.1),
             Event::Crash { host } => write!(f, "host {host}: crash, recover"),
             Event::Poll { host } => write!(f, "host {host}: poll child runs"),
@@ -437,14 +443,14 @@ impl World {
                     // A host may still hold a run that ended elsewhere, until
                     // its next commit is refused; if the run was retried
                     // since, another host may hold it too. The stale one
-                    // holds a lease from before the retry, whose epochs
-                    // start above 2^32 times its record's number plus one.
+                    // holds a lease from before the retry, below the epoch
+                    // the retry left.
                     let retried = inner
                         .steps(&id)
                         .unwrap_or_default()
                         .iter()
                         .filter(|r| r.path == weft_store::RETRY_PATH)
-                        .map(|r| (u64::from(r.seq) + 1) << 32)
+                        .map(|r| weft_store::retry_epoch(r.seq))
                         .max();
                     if retried.is_some_and(|floor| epoch.min(theirs) < floor) {
                         continue;
@@ -452,7 +458,7 @@ impl World {
                     let lease = inner.lease(&id).ok().flatten();
                     let run = inner.run(&id).ok().flatten();
                     return Err(format!(
-                        "run {id} is driven by hosts {other} and {n} at once (lease {lease:?}, {} suspended {:?}, parent {:?})",
+                        "run {id} is driven by hosts {other} and {n} at once (at epochs {theirs} and {epoch}; lease {lease:?}, {} suspended {:?}, parent {:?})",
                         run.as_ref().map_or("-", |r| r.workflow.as_str()),
                         run.as_ref().map(|r| r.suspended),
                         run.as_ref()
@@ -562,9 +568,19 @@ impl World {
                         return Event::Retry { host, run };
                     }
                 }
-                83..=88 => {
+                83..=86 => {
                     if let Some(run) = self.some_run(Some("gate")) {
                         return Event::Answer { host, run };
+                    }
+                }
+                87 => {
+                    if let Some(run) = self.some_run(None) {
+                        return Event::Pause { host, run };
+                    }
+                }
+                88 => {
+                    if let Some(run) = self.some_paused_run() {
+                        return Event::Unpause { host, run };
                     }
                 }
                 89..=91 if self.faults => {
@@ -622,6 +638,19 @@ impl World {
             .into_iter()
             .filter(|run| !run.state.is_terminal())
             .filter(|run| workflow.is_none_or(|w| run.workflow == w))
+            .map(|run| run.id)
+            .collect();
+        (!runs.is_empty()).then(|| runs[self.rng.below(runs.len())].clone())
+    }
+
+    /// A paused run.
+    fn some_paused_run(&mut self) -> Option<String> {
+        let runs: Vec<String> = self
+            .store
+            .runs(&RunFilter::default(), usize::MAX)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|run| run.paused.is_some() && !run.state.is_terminal())
             .map(|run| run.id)
             .collect();
         (!runs.is_empty()).then(|| runs[self.rng.below(runs.len())].clone())
@@ -711,6 +740,13 @@ impl World {
                     .engine
                     .retry(&run, None, "sim", Box::new(Quiet));
             }
+            Event::Pause { host, run } => {
+                // Refused (ended, parked, driven elsewhere) or pending.
+                let _ = self.hosts[host].engine.pause(&run, "sim");
+            }
+            Event::Unpause { host, run } => {
+                let _ = self.hosts[host].engine.unpause(&run, Box::new(Quiet));
+            }
             Event::Rearm { host, key } => self.hosts[host].stepper.arm(key),
             Event::Crash { host } => {
                 self.hosts[host].stepper.crash();
@@ -780,6 +816,14 @@ impl World {
                 self.trace.push(event.clone());
                 self.apply(event);
             }
+            // Paused runs are resumed, to end.
+            if let Some(run) = self.some_paused_run() {
+                let event = Event::Unpause { host: 0, run };
+                self.trace.push(event.clone());
+                self.apply(event);
+                stalled = 0;
+                continue;
+            }
             for host in &self.hosts {
                 host.stepper.poll_watches();
             }
@@ -826,6 +870,8 @@ pub(crate) fn tally(trace: &[Event]) -> BTreeMap<&'static str, usize> {
             Event::Cancel { .. } => "cancel",
             Event::Answer { .. } => "answer",
             Event::Retry { .. } => "retry",
+            Event::Pause { .. } => "pause",
+            Event::Unpause { .. } => "resume paused",
             Event::Rearm { .. } => "re-arm",
             Event::Crash { .. } => "crash",
             Event::Poll { .. } => "poll",

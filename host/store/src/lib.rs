@@ -4,6 +4,7 @@
 
 pub mod access;
 mod apply;
+pub use self::apply::retry_epoch;
 mod group;
 mod lease;
 pub mod messages;

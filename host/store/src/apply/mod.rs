@@ -889,14 +889,16 @@ impl Apply<'_> {
             .put(Table::Steps, Key::StrU32(id, expect), record)?;
         // A cancelled run is cancelled no more. Its lease names no host, so
         // whoever claims it first drives it, at an epoch above any the run
-        // had before (epochs move on by one per hold; a retry's start above
-        // 2^32 times its record count): a host that still holds it in memory
-        // from before its end is refused.
+        // had before its end (which took its lease row): epochs move on by
+        // one per hold, and a lease freed by a resume or a move starts at
+        // 2^32 times the run's record count plus one; a retry's, 2^31
+        // above that. A host that still holds the run in memory from before
+        // its end is refused.
         self.rows.delete(Table::Cancelled, Key::Str(id))?;
         self.set_run(id, wake, true, false)?;
         let free = Lease {
             host: String::new(),
-            epoch: (u64::from(expect) + 1) << 32,
+            epoch: retry_epoch(expect),
         };
         self.rows.put(Table::Leases, Key::Str(id), &encode(&free))?;
         if let Some(timer) = timer {
@@ -1381,4 +1383,11 @@ impl Apply<'_> {
         };
         Ok(Ok(()))
     }
+}
+
+/// The epoch of the lease a retry of a run with `records` step records
+/// leaves (naming no host): above every epoch the run can have had with
+/// that many records.
+pub fn retry_epoch(records: u32) -> u64 {
+    ((u64::from(records) + 1) << 32) + (1 << 31)
 }
