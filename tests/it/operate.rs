@@ -522,3 +522,62 @@ fn a_paused_run_stays_paused_across_a_restart_and_its_fire_waits_for_the_resume(
         "{body}"
     );
 }
+
+#[test]
+fn a_bulk_pause_and_resume_hold_and_free_waiting_runs() {
+    let scratch = Scratch::new(&["echo"]);
+    std::fs::create_dir_all(scratch.path().join("workflows")).unwrap();
+    scratch.file("workflows/gated.yaml", GATED);
+    let host = serve(&scratch, 0);
+    start_many(&host, "gated", 3);
+    let filter = json!({ "workflow": "gated" });
+    // Each run waits at its gate (or is about to): paused at once, or once
+    // its step under way is done.
+    let paused = bulk(&host, json!({ "action": "pause", "filter": filter }));
+    assert_eq!(
+        (paused["matched"].as_u64(), paused["changed"].as_u64()),
+        (Some(3), Some(3)),
+        "{paused}"
+    );
+    let runs = || -> Vec<Value> {
+        let (_, listed) = host.call("GET", "/v1/runs?workflow=gated", None);
+        listed["runs"].as_array().cloned().unwrap_or_default()
+    };
+    crate::common::wait(
+        Duration::from_secs(60),
+        Duration::from_millis(20),
+        || {
+            let seen = runs();
+            if seen.iter().all(|r| !r["paused"].is_null()) {
+                Ok(())
+            } else {
+                Err(seen)
+            }
+        },
+        |seen| format!("not every run paused: {seen:?}"),
+    );
+    // A paused run's gate takes an answer, which waits for the resume.
+    let id = runs()[0]["id"].as_str().unwrap().to_owned();
+    let (status, body) = host.call(
+        "POST",
+        &format!("/v1/runs/{id}/steps/gate/actions"),
+        Some(r#"{"action": "complete"}"#),
+    );
+    assert_eq!(status, 200, "{body}");
+    std::thread::sleep(Duration::from_millis(300));
+    let (_, run) = host.call("GET", &format!("/v1/runs/{id}"), None);
+    assert_eq!(run["run"]["state"], "running", "{run}");
+
+    let counted = bulk(
+        &host,
+        json!({ "action": "resume", "filter": filter, "dry_run": true }),
+    );
+    assert_eq!(counted["would_change"].as_u64(), Some(3), "{counted}");
+    let resumed = bulk(&host, json!({ "action": "resume", "filter": filter }));
+    assert_eq!(resumed["changed"].as_u64(), Some(3), "{resumed}");
+    let ended = crate::common::server::run_ended(&host, &id);
+    assert_eq!(ended["run"]["state"], "succeeded", "{ended}");
+    for run in runs() {
+        assert!(run["paused"].is_null(), "{run}");
+    }
+}

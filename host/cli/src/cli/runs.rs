@@ -122,9 +122,10 @@ pub enum RunsCommand {
     /// Act on every run a filter matches, on a running `weft serve`: shows
     /// how many matched and how many changed, with a progress bar.
     Bulk {
-        /// The action: `cancel` (running runs), or `retry` (failed,
-        /// timed-out or cancelled runs, from their failed step).
-        #[arg(value_parser = ["cancel", "retry"])]
+        /// The action: `cancel` (running runs), `retry` (failed,
+        /// timed-out or cancelled runs, from their failed step), `pause`
+        /// (running runs) or `resume` (paused runs).
+        #[arg(value_parser = ["cancel", "retry", "pause", "resume"])]
         action: String,
         /// Only runs of this workflow.
         #[arg(long, value_name = "ID")]

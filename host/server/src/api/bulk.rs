@@ -27,6 +27,8 @@ const MAX_LISTED: usize = 100;
 enum Action {
     Cancel,
     Retry,
+    Pause,
+    Resume,
 }
 
 impl Action {
@@ -34,6 +36,8 @@ impl Action {
         match self {
             Self::Cancel => "cancel",
             Self::Retry => "retry",
+            Self::Pause => "pause",
+            Self::Resume => "resume",
         }
     }
 
@@ -41,6 +45,8 @@ impl Action {
     fn would_change(self, run: &RunRecord) -> bool {
         match self {
             Self::Cancel => run.state == RunState::Running,
+            Self::Pause => run.state == RunState::Running && run.paused.is_none(),
+            Self::Resume => run.state == RunState::Running && run.paused.is_some(),
             Self::Retry => {
                 matches!(
                     run.state,
@@ -243,6 +249,8 @@ pub(super) async fn bulk(
                         let outcome = match action {
                             Action::Cancel => cancel(&engine, run, &page),
                             Action::Retry => retry(&engine, run, &actor),
+                            Action::Pause => pause(&engine, run, &actor),
+                            Action::Resume => resume(&engine, run),
                         };
                         let (why, failure) = match outcome {
                             Outcome::Changed => {
@@ -316,6 +324,26 @@ fn retry(engine: &weft_engine::Engine, run: &RunRecord, actor: &str) -> Outcome 
         // Taken in here, or durable and driven wherever it is claimed.
         Ok(_) | Err(RetryError::Resume { .. }) => Outcome::Changed,
         Err(RetryError::Store(e)) => Outcome::Failed(e.to_string()),
+        Err(e) => Outcome::Unchanged(e.to_string()),
+    }
+}
+
+/// Pauses `run`, as `actor`: now, or once its calls under way are done.
+fn pause(engine: &weft_engine::Engine, run: &RunRecord, actor: &str) -> Outcome {
+    use weft_engine::PauseError;
+    match engine.pause(&run.id, actor) {
+        Ok(_) => Outcome::Changed,
+        Err(PauseError::Store(e)) => Outcome::Failed(e.to_string()),
+        Err(e) => Outcome::Unchanged(e.to_string()),
+    }
+}
+
+/// Resumes paused `run`.
+fn resume(engine: &weft_engine::Engine, run: &RunRecord) -> Outcome {
+    use weft_engine::PauseError;
+    match engine.unpause(&run.id, Box::new(weft_engine::Quiet)) {
+        Ok(_) => Outcome::Changed,
+        Err(PauseError::Store(e)) => Outcome::Failed(e.to_string()),
         Err(e) => Outcome::Unchanged(e.to_string()),
     }
 }

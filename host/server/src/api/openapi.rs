@@ -504,7 +504,7 @@ fn observe_paths() -> Value {
                 "post": {
                     "summary": "One action on every run of the tenant a filter matches, up to `limit` (default and most 10,000) a request; `dry_run` counts and changes nothing",
                     "requestBody": body(json!({ "type": "object", "required": ["action"], "additionalProperties": false, "properties": {
-                        "action": { "enum": ["cancel", "retry"], "description": "`cancel` running runs; `retry` failed, timed-out or cancelled runs from their failed step (a child run is retried through its parent)" },
+                        "action": { "enum": ["cancel", "retry", "pause", "resume"], "description": "`cancel` running runs; `retry` failed, timed-out or cancelled runs from their failed step (a child run is retried through its parent); `pause` running runs; `resume` paused ones" },
                         "filter": { "type": "object", "additionalProperties": false, "properties": {
                             "workflow": { "type": "string" }, "state": { "type": "string" },
                             "since": { "type": "string", "description": "created at or after (RFC 3339, or ms since the epoch)" },
