@@ -723,14 +723,13 @@ impl Engine {
                 .run(run_id)?
                 .ok_or_else(|| RetryError::NotFound(run_id.to_owned()))?;
             let steps = store.steps(run_id)?;
-            let timeout =
-                self.core
-                    .launcher
-                    .timeout_of(&run)
-                    .map_err(|e| RetryError::NotRetryable {
-                        run: run_id.to_owned(),
-                        why: e.to_string(),
-                    })?;
+            let timeout = self.core.launcher.timeout_of(&run).map_err(|e| match e {
+                ResumeError::Store(e) => RetryError::Store(e),
+                e => RetryError::NotRetryable {
+                    run: run_id.to_owned(),
+                    why: e.to_string(),
+                },
+            })?;
             let (record, wake) = retry::decide(
                 store.as_ref(),
                 &run,

@@ -187,6 +187,7 @@ fn cancel(run: &RunRecord, now: Timestamp) -> Write {
     let mut ended = run.clone();
     ended.state = RunState::Cancelled;
     ended.suspended = false;
+    ended.paused = None;
     ended.updated_at = now;
     ended.error = Some(RunError {
         step: None,

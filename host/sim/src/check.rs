@@ -33,6 +33,9 @@ pub(crate) struct Facts {
     counted_gone: BTreeMap<String, u64>,
     /// Paused runs, with their count of records when first seen paused.
     paused: BTreeMap<String, usize>,
+    /// Runs whose pause a host acknowledged as durable, and no resume
+    /// since: each stays paused until it ends.
+    pauses: BTreeSet<String>,
 }
 
 /// A run as last seen.
@@ -52,6 +55,16 @@ fn succeeded(record: &StepRecord) -> bool {
 impl Facts {
     pub(crate) fn cancel_acknowledged(&mut self, run: &str) {
         self.cancels.insert(run.to_owned());
+    }
+
+    /// A host answered that run `run` is paused.
+    pub(crate) fn pause_acknowledged(&mut self, run: &str) {
+        self.pauses.insert(run.to_owned());
+    }
+
+    /// A host resumed run `run`.
+    pub(crate) fn resumed(&mut self, run: &str) {
+        self.pauses.remove(run);
     }
 
     /// The invariants that hold after every event.
@@ -252,6 +265,16 @@ impl Facts {
         run: &RunRecord,
         steps: &[StepRecord],
     ) -> Result<(), String> {
+        // An end takes the pause back (a retry then runs it unpaused).
+        if run.state.is_terminal() {
+            self.pauses.remove(&run.id);
+        }
+        if self.pauses.contains(&run.id) && run.paused.is_none() {
+            return Err(format!(
+                "run {}: its pause was acknowledged, and it is running unpaused with no resume",
+                run.id
+            ));
+        }
         if run.paused.is_none() || run.state.is_terminal() {
             self.paused.remove(&run.id);
             return Ok(());

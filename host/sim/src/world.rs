@@ -741,10 +741,18 @@ impl World {
                     .retry(&run, None, "sim", Box::new(Quiet));
             }
             Event::Pause { host, run } => {
-                // Refused (ended, parked, driven elsewhere) or pending.
-                let _ = self.hosts[host].engine.pause(&run, "sim");
+                // Refused (ended, parked, driven elsewhere), pending, or
+                // durable: then it must hold until a resume.
+                if let Ok(weft_engine::Pausing::Paused) = self.hosts[host].engine.pause(&run, "sim")
+                {
+                    self.facts.pause_acknowledged(&run);
+                    self.checked = None;
+                }
             }
             Event::Unpause { host, run } => {
+                // Taken back before the call: a pause that lands after it
+                // is a pause of its own.
+                self.facts.resumed(&run);
                 let _ = self.hosts[host].engine.unpause(&run, Box::new(Quiet));
             }
             Event::Rearm { host, key } => self.hosts[host].stepper.arm(key),

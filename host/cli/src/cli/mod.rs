@@ -534,6 +534,8 @@ fn resume(
             )?
             .into_iter()
             .rev()
+            // A paused run waits for `weft runs resume RUN`.
+            .filter(|run| run.paused.is_none())
             .map(|run| run.id)
             .collect(),
     };

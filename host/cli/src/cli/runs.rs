@@ -576,7 +576,7 @@ fn print_runs(
             "{:<36}  {:<20}  {:<9}  {:<24}  {:>9}",
             run.id,
             run.workflow,
-            if run.paused.is_some() {
+            if run.paused.is_some() && run.state == RunState::Running {
                 "paused".to_owned()
             } else {
                 run.state.to_string()
@@ -663,7 +663,11 @@ fn print_run(
         run.workflow_version,
         run.origin
     );
-    match &run.paused {
+    match run
+        .paused
+        .as_ref()
+        .filter(|_| run.state == RunState::Running)
+    {
         Some(mark) => out!("state     paused (by {} at {})", mark.actor, mark.at),
         None => out!("state     {}", run.state),
     }

@@ -390,6 +390,13 @@ impl Core {
         live.finished.clear();
         live.task.drive.stop_calls();
         let id = &live.task.drive.run.id;
+        // A pause asked for and not committed yet goes through the store
+        // (the run suspended), or through its cell once it is read back.
+        if let Some(actor) = live.pausing.take()
+            && !live.task.drive.run.state.is_terminal()
+        {
+            self.enqueue(Work::Pause(id.clone(), actor, 0));
+        }
         lock(&self.cells).remove(id);
         self.vacate(id);
     }
@@ -545,8 +552,13 @@ impl Core {
             .run(&id)
             .and_then(|run| run.ok_or(StoreError::NotFound(weft_store::What::Run(id.clone()))));
         match stored {
+            // Fenced off by its parent's cancellation. (A top-level run
+            // running again was retried since it ended: whoever claimed it
+            // drives it.)
             Ok(run) if !run.state.is_terminal() => {
-                self.enqueue(Work::Cancel(id.clone()));
+                if run.parent.is_some() {
+                    self.enqueue(Work::Cancel(id.clone()));
+                }
                 self.finish(live, Err(StoreError::RunEnded(id)));
             }
             stored => self.finish(live, stored),

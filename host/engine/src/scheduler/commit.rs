@@ -326,7 +326,21 @@ impl Core {
                 Ok(()) => {
                     tracing::debug!(run = %paused.id, "paused");
                     live.task.drive.run = paused;
+                    // What came up meanwhile goes through the store: a
+                    // fire fires again there, an answer is told to try
+                    // again.
+                    for finished in std::mem::take(&mut live.finished) {
+                        if let Some(timer) = finished.abandon() {
+                            core.arm(timer.key());
+                        }
+                    }
                     core.suspend(live);
+                }
+                // It moved on under the pause (a retry's fire, say): read
+                // back, and paused again from there.
+                Err(StoreError::Changed(_) | StoreError::Exists(_)) => {
+                    live.pausing = Some(paused.paused.map(|m| m.actor).unwrap_or_default());
+                    core.reread(live);
                 }
                 Err(e) => core.failed(live, e),
             }

@@ -354,9 +354,11 @@ impl Core {
                     // Ended, or fenced off by its parent's cancellation:
                     // then it is cancelled now.
                     Err(StoreError::RunEnded(_)) => {
-                        let state = store.run(id)?.map(|run| run.state);
-                        let state = match state {
-                            Some(state) if state.is_terminal() => state,
+                        let stored = store.run(id)?;
+                        let state = match &stored {
+                            Some(run) if run.state.is_terminal() => run.state,
+                            // A top-level run running again was retried.
+                            Some(run) if run.parent.is_none() => run.state,
                             _ => {
                                 self.enqueue(super::Work::Cancel(id.to_owned()));
                                 weft_store::RunState::Cancelled

@@ -160,6 +160,9 @@ enum Work {
     /// Read in a parked run that was given a place; how many tries of it
     /// failed.
     Admit(Box<admission::Parked>, u32),
+    /// Pause this run, as this actor asked, after it left memory with its
+    /// pause still pending; how many tries of it failed.
+    Pause(String, String, u32),
 }
 
 /// What waits for a time before it is done: the next try of something
@@ -199,9 +202,11 @@ impl Work {
             }
             Work::Admit(parked, _) => Arc::clone(&parked.tenant),
             // Named by a run's id only: the lane of no tenant.
-            Work::Fire(..) | Work::Decide(..) | Work::Wake(..) | Work::Cancel(_) => {
-                weft_core::fair::untenanted()
-            }
+            Work::Fire(..)
+            | Work::Decide(..)
+            | Work::Wake(..)
+            | Work::Cancel(_)
+            | Work::Pause(..) => weft_core::fair::untenanted(),
         }
     }
 }
@@ -483,6 +488,7 @@ impl Core {
             Work::StartChild(child, row, tries) => self.start_child(*child, *row, tries),
             Work::Cancel(id) => self.cancel_child(&id),
             Work::Admit(parked, tries) => self.admit_parked(*parked, tries),
+            Work::Pause(id, actor, tries) => self.pause_left(&id, &actor, tries),
             Work::ChildEnded(child) => self.child_ended(&child),
             Work::Call(cell, attempt) => {
                 let finished = attempt.run(self.clock.as_ref());

@@ -100,6 +100,23 @@ impl Core {
         })
     }
 
+    /// A pause of run `id` that was pending when the run left memory: done
+    /// now, in the store or through the cell that holds it again; tried
+    /// again after a pause while the run cannot be paused yet (it is being
+    /// read back), at most ten times.
+    pub(super) fn pause_left(self: &Arc<Self>, id: &str, actor: &str, tries: u32) {
+        match self.pause_run(id, actor) {
+            Ok(_) | Err(PauseError::Ended { .. } | PauseError::Already { .. }) => {}
+            Err(PauseError::NotFound(_)) => {}
+            Err(e) if tries < 10 => {
+                tracing::debug!(run = %id, "a pending pause waits: {e}");
+                let again = Work::Pause(id.to_owned(), actor.to_owned(), tries + 1);
+                self.retry_later(tries, super::Later::Work(again));
+            }
+            Err(e) => tracing::warn!(run = %id, "a pending pause was given up: {e}"),
+        }
+    }
+
     /// Takes back a pause of run `id`: one still pending here is dropped
     /// (true); a durable one is lifted in the store (false), and the run
     /// is then to be taken in by whoever claims it first.

@@ -817,7 +817,7 @@ impl Apply<'_> {
                 if let Err(refused) = self.take(id, lease, run.suspended)? {
                     return Ok(Err(refused));
                 }
-                run.paused.is_some()
+                run.paused
             }
             // Fenced off by its parent's cancellation, not cancelled yet:
             // the timer stays for the cancellation to remove.
@@ -836,8 +836,10 @@ impl Apply<'_> {
                 .put(Table::Steps, Key::StrU32(id, expect), record)?;
         }
         self.remove_timer(id, fired.key())?;
-        // A paused run stays asleep: its fire waits for its resume.
-        self.set_run(id, wake, true, paused)?;
+        // A paused run stays asleep: its fire waits for its resume (the
+        // fire may have been decided before the pause landed).
+        let wake = still_paused(id, wake, paused.as_ref())?;
+        self.set_run(id, &wake, true, paused.is_some())?;
         Ok(Ok(()))
     }
 
@@ -960,7 +962,12 @@ impl Apply<'_> {
         };
         self.definition(definition)?;
         self.components(components)?;
-        self.set_run(id, run, true, stored.suspended)?;
+        // Asleep or paused as it is now: a fire without a record (a retry
+        // delay's) may have woken it since the move was decided.
+        let mut moved: RunRecord = decode(id, run)?;
+        moved.suspended = stored.suspended;
+        moved.paused = stored.paused.clone();
+        self.set_run(id, &encode(&moved), true, stored.suspended)?;
         // Whoever drives it now is behind the store: its next commit is
         // refused (its lease is gone), and the next claim reads the new
         // revision. A run with no lease (parked) keeps none.
@@ -1009,7 +1016,8 @@ impl Apply<'_> {
         self.rows
             .put(Table::Steps, Key::StrU32(id, expect), record)?;
         // A paused run stays asleep: the answer waits for its resume.
-        self.set_run(id, wake, true, run.paused.is_some())?;
+        let wake = still_paused(id, wake, run.paused.as_ref())?;
+        self.set_run(id, &wake, true, run.paused.is_some())?;
         Ok(Ok(()))
     }
 
@@ -1390,4 +1398,24 @@ impl Apply<'_> {
 /// that many records.
 pub fn retry_epoch(records: u32) -> u64 {
     ((u64::from(records) + 1) << 32) + (1 << 31)
+}
+
+/// `wake` (an encoded run record) as a run paused by `paused` keeps it:
+/// paused and asleep. A fire or an answer decided before a pause landed
+/// names the run awake; the pause stands.
+fn still_paused(
+    id: &str,
+    wake: &[u8],
+    paused: Option<&crate::PauseMark>,
+) -> Result<Vec<u8>, StoreError> {
+    let Some(mark) = paused else {
+        return Ok(wake.to_vec());
+    };
+    let mut run: RunRecord = decode(id, wake)?;
+    if run.paused.is_none() || !run.suspended {
+        run.paused = Some(mark.clone());
+        run.suspended = true;
+        return Ok(encode(&run));
+    }
+    Ok(wake.to_vec())
 }
