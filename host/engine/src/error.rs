@@ -246,9 +246,9 @@ pub enum PauseError {
         /// Whether it is paused.
         paused: bool,
     },
-    /// The run cannot be paused here now: it waits for a place (parked),
-    /// or another host drives it.
-    #[error("run `{run}` cannot be paused here: {why}")]
+    /// The run cannot be paused or resumed here now: it waits for a place
+    /// (parked), another host drives it, or its pause is being committed.
+    #[error("run `{run}` cannot be changed now: {why}")]
     Busy {
         /// The run.
         run: String,

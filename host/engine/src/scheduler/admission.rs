@@ -375,6 +375,7 @@ impl Core {
                 closed: false,
                 failures,
                 pausing: None,
+                pause_committing: false,
             }),
         });
         lock(&self.cells).insert(id, Arc::clone(&cell));

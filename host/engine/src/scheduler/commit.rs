@@ -320,8 +320,11 @@ impl Core {
         paused.suspended = true;
         paused.updated_at = now;
         let write = guard.task.drive.leased(Write::pause_run(&paused));
+        let mut guard = guard;
+        guard.pause_committing = true;
         self.commit(guard, cell, write, move |core, _, live, outcome| {
             live.pausing = None;
+            live.pause_committing = false;
             match outcome {
                 Ok(()) => {
                     tracing::debug!(run = %paused.id, "paused");

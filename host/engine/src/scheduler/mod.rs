@@ -82,6 +82,8 @@ struct Live {
     /// A pause asked for, by whom: the run starts nothing new, and once
     /// no call is under way its pause is committed and it leaves memory.
     pausing: Option<String>,
+    /// The run's pause is the commit in flight.
+    pause_committing: bool,
 }
 
 type Cell = Arc<CellOf>;

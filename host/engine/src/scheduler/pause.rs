@@ -124,6 +124,14 @@ impl Core {
         if let Some(cell) = lock(&self.cells).get(id).cloned() {
             let mut live = lock(&cell.live);
             if !live.closed {
+                // Its pause is being committed: what it comes to is not
+                // known yet.
+                if live.pause_committing {
+                    return Err(PauseError::Busy {
+                        run: id.to_owned(),
+                        why: "its pause is being committed; resume it again in a moment".to_owned(),
+                    });
+                }
                 if live.pausing.take().is_none() {
                     return Err(PauseError::Already {
                         run: id.to_owned(),
