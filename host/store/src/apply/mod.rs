@@ -937,13 +937,7 @@ impl Apply<'_> {
             return Ok(Err(StoreError::Changed(What::Run(id.to_owned()))));
         }
         self.set_run(id, run, true, false)?;
-        if let Some(current) = self.lease_of(id)? {
-            let free = Lease {
-                host: String::new(),
-                epoch: (current.epoch + 1).max((u64::from(expect) + 1) << 32),
-            };
-            self.rows.put(Table::Leases, Key::Str(id), &encode(&free))?;
-        }
+        self.free_lease(id, expect)?;
         Ok(Ok(()))
     }
 
@@ -969,8 +963,17 @@ impl Apply<'_> {
         moved.paused = stored.paused.clone();
         self.set_run(id, &encode(&moved), true, stored.suspended)?;
         // Whoever drives it now is behind the store: its next commit is
-        // refused (its lease is gone), and the next claim reads the new
-        // revision. A run with no lease (parked) keeps none.
+        // refused, and the next claim reads the new revision.
+        self.free_lease(id, expect)?;
+        Ok(Ok(()))
+    }
+
+    /// Takes run `id`'s lease from whoever holds it (a run with `expect`
+    /// records): it names no host now, at an epoch above the one held and
+    /// at least `(expect + 1) << 32`, so the holder's next commit is
+    /// refused and whoever claims the run first drives it. A run with no
+    /// lease (parked) keeps none.
+    fn free_lease(&mut self, id: &str, expect: u32) -> Result<(), StoreError> {
         if let Some(current) = self.lease_of(id)? {
             let free = Lease {
                 host: String::new(),
@@ -978,7 +981,7 @@ impl Apply<'_> {
             };
             self.rows.put(Table::Leases, Key::Str(id), &encode(&free))?;
         }
-        Ok(Ok(()))
+        Ok(())
     }
 
     /// An answer to an `await` step of suspended run `id`, decided on the
