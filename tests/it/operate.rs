@@ -531,18 +531,30 @@ fn a_bulk_pause_and_resume_hold_and_free_waiting_runs() {
     let host = serve(&scratch, 0);
     start_many(&host, "gated", 3);
     let filter = json!({ "workflow": "gated" });
-    // Each run waits at its gate (or is about to): paused at once, or once
-    // its step under way is done.
+    let runs = || -> Vec<Value> {
+        let (_, listed) = host.call("GET", "/v1/runs?workflow=gated", None);
+        listed["runs"].as_array().cloned().unwrap_or_default()
+    };
+    // Each run waits at its gate first (its first record).
+    crate::common::wait(
+        Duration::from_secs(60),
+        Duration::from_millis(20),
+        || {
+            let seen = runs();
+            if seen.len() == 3 && seen.iter().all(|r| r["step_records"].as_u64() >= Some(1)) {
+                Ok(())
+            } else {
+                Err(seen)
+            }
+        },
+        |seen| format!("not every gate waits: {seen:?}"),
+    );
     let paused = bulk(&host, json!({ "action": "pause", "filter": filter }));
     assert_eq!(
         (paused["matched"].as_u64(), paused["changed"].as_u64()),
         (Some(3), Some(3)),
         "{paused}"
     );
-    let runs = || -> Vec<Value> {
-        let (_, listed) = host.call("GET", "/v1/runs?workflow=gated", None);
-        listed["runs"].as_array().cloned().unwrap_or_default()
-    };
     crate::common::wait(
         Duration::from_secs(60),
         Duration::from_millis(20),

@@ -457,7 +457,8 @@ impl Core {
     /// refused, its lease having moved on, which closes the cell; the run
     /// is woken then). True if so; false if the run is not held here.
     pub(crate) fn retried(&self, id: &str) -> bool {
-        let Some(cell) = lock(&self.cells).get(id).cloned() else {
+        let cell = lock(&self.cells).get(id).cloned();
+        let Some(cell) = cell else {
             return false;
         };
         let mut live = lock(&cell.live);

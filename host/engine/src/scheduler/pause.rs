@@ -29,40 +29,36 @@ impl Core {
         id: &str,
         actor: &str,
     ) -> Result<Pausing, PauseError> {
-        if let Some(cell) = lock(&self.cells).get(id).cloned() {
-            let mut live = lock(&cell.live);
-            if !live.closed {
-                if live.task.drive.run.paused.is_some() || live.pausing.is_some() {
-                    return Err(PauseError::Already {
-                        run: id.to_owned(),
-                        paused: true,
-                    });
-                }
-                live.pausing = Some(actor.to_owned());
-                drop(live);
-                self.enqueue(Work::Advance(cell));
-                return Ok(Pausing::Pending);
-            }
-        }
         let store = &self.launcher.store;
         for _ in 0..TRIES {
-            let run = store
-                .run(id)?
-                .ok_or_else(|| PauseError::NotFound(id.to_owned()))?;
-            if run.state.is_terminal() {
-                return Err(PauseError::Ended {
-                    run: id.to_owned(),
-                    state: run.state,
-                });
+            // The map's lock is let go before the cell's is taken: a commit's
+            // callback holds a cell's and then takes the map's.
+            let cell = lock(&self.cells).get(id).cloned();
+            if let Some(cell) = cell {
+                let mut live = lock(&cell.live);
+                if !live.closed {
+                    if live.task.drive.run.paused.is_some() || live.pausing.is_some() {
+                        return Err(PauseError::Already {
+                            run: id.to_owned(),
+                            paused: true,
+                        });
+                    }
+                    live.pausing = Some(actor.to_owned());
+                    drop(live);
+                    self.enqueue(Work::Advance(cell));
+                    return Ok(Pausing::Pending);
+                }
             }
-            if run.paused.is_some() {
-                return Err(PauseError::Already {
-                    run: id.to_owned(),
-                    paused: true,
-                });
-            }
+            let run = not_ended(store.as_ref(), id, false)?;
             if !run.suspended {
-                let why = match store.lease(id)? {
+                let lease = store.lease(id)?;
+                // Being taken in here (just started, or read back): held
+                // in a moment.
+                if lease.as_ref().is_some_and(|l| l.host == self.host()) {
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                    continue;
+                }
+                let why = match lease {
                     None => "it waits for a place (parked); pause it once it runs".to_owned(),
                     Some(lease) => format!(
                         "host {} drives it; pause it through that host",
@@ -121,7 +117,10 @@ impl Core {
     /// (true); a durable one is lifted in the store (false), and the run
     /// is then to be taken in by whoever claims it first.
     pub(crate) fn unpause_run(self: &Arc<Self>, id: &str) -> Result<bool, PauseError> {
-        if let Some(cell) = lock(&self.cells).get(id).cloned() {
+        // The map's lock is let go before the cell's is taken: a commit's
+        // callback holds a cell's and then takes the map's.
+        let cell = lock(&self.cells).get(id).cloned();
+        if let Some(cell) = cell {
             let mut live = lock(&cell.live);
             if !live.closed {
                 // Its pause is being committed: what it comes to is not
@@ -145,21 +144,7 @@ impl Core {
         }
         let store = &self.launcher.store;
         for _ in 0..TRIES {
-            let run = store
-                .run(id)?
-                .ok_or_else(|| PauseError::NotFound(id.to_owned()))?;
-            if run.state.is_terminal() {
-                return Err(PauseError::Ended {
-                    run: id.to_owned(),
-                    state: run.state,
-                });
-            }
-            if run.paused.is_none() {
-                return Err(PauseError::Already {
-                    run: id.to_owned(),
-                    paused: false,
-                });
-            }
+            let run = not_ended(store.as_ref(), id, true)?;
             let mut resumed = run.clone();
             resumed.paused = None;
             resumed.suspended = false;
@@ -176,4 +161,28 @@ impl Core {
             why: "it kept moving; try again".to_owned(),
         })
     }
+}
+
+/// Run `id` as stored, if it has not ended and is `paused` (or not).
+fn not_ended(
+    store: &dyn weft_store::Store,
+    id: &str,
+    paused: bool,
+) -> Result<weft_store::RunRecord, PauseError> {
+    let run = store
+        .run(id)?
+        .ok_or_else(|| PauseError::NotFound(id.to_owned()))?;
+    if run.state.is_terminal() {
+        return Err(PauseError::Ended {
+            run: id.to_owned(),
+            state: run.state,
+        });
+    }
+    if run.paused.is_some() != paused {
+        return Err(PauseError::Already {
+            run: id.to_owned(),
+            paused: run.paused.is_some(),
+        });
+    }
+    Ok(run)
 }
