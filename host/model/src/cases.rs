@@ -333,23 +333,8 @@ const MAX_TEST_FILE: u64 = 16 << 20;
 /// Reads and checks the test file at `path`. Errors name the file and,
 /// where known, the line.
 pub fn load_tests(path: &Path) -> Result<TestFile, DefinitionError> {
-    use std::io::Read as _;
-    let origin = path.display().to_string();
-    let read_error = |message: String| DefinitionError::Read {
-        path: path.to_owned(),
-        message,
-    };
-    let mut text = String::new();
-    std::fs::File::open(path)
-        .and_then(|file| file.take(MAX_TEST_FILE + 1).read_to_string(&mut text))
-        .map_err(|e| read_error(e.to_string()))?;
-    if text.len() as u64 > MAX_TEST_FILE {
-        return Err(read_error(format!(
-            "larger than {} MiB",
-            MAX_TEST_FILE >> 20
-        )));
-    }
-    parse_tests(&text, &origin)
+    let text = crate::read_capped(path, MAX_TEST_FILE)?;
+    parse_tests(&text, &path.display().to_string())
 }
 
 /// Reads and checks a test file's text (YAML, or JSON, which is YAML too);

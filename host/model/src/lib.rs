@@ -370,28 +370,32 @@ impl std::fmt::Display for PluginRef {
     }
 }
 
+/// The text of the file at `path`, refused when it is larger than `max`
+/// bytes; errors name the file.
+pub(crate) fn read_capped(path: &Path, max: u64) -> Result<String, DefinitionError> {
+    use std::io::Read as _;
+    let read_error = |message: String| DefinitionError::Read {
+        path: path.to_owned(),
+        message,
+    };
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .and_then(|file| file.take(max + 1).read_to_string(&mut text))
+        .map_err(|e| read_error(e.to_string()))?;
+    if text.len() as u64 > max {
+        return Err(read_error(format!("larger than {} MiB", max >> 20)));
+    }
+    Ok(text)
+}
+
 /// The largest workflow file [`load`] reads.
 pub const MAX_DEFINITION: u64 = 16 << 20;
 
 /// Reads and checks the workflow file at `path`. YAML unless the file name
 /// ends in `.json`.
 pub fn load(path: impl AsRef<Path>) -> Result<Workflow, DefinitionError> {
-    use std::io::Read as _;
     let path = path.as_ref();
-    let read_error = |message: String| DefinitionError::Read {
-        path: path.to_owned(),
-        message,
-    };
-    let mut source = String::new();
-    std::fs::File::open(path)
-        .and_then(|file| file.take(MAX_DEFINITION + 1).read_to_string(&mut source))
-        .map_err(|e| read_error(e.to_string()))?;
-    if source.len() as u64 > MAX_DEFINITION {
-        return Err(read_error(format!(
-            "larger than {} MiB",
-            MAX_DEFINITION >> 20
-        )));
-    }
+    let source = read_capped(path, MAX_DEFINITION)?;
     let is_json = path
         .extension()
         .is_some_and(|ext| ext.eq_ignore_ascii_case("json"));
