@@ -40,6 +40,15 @@ fn examples() -> Vec<(&'static str, &'static str, Value)> {
     ]
 }
 
+/// The input [`examples`] gives the example plugin `name` (`{}` for
+/// another).
+pub fn example(name: &str) -> Value {
+    examples()
+        .into_iter()
+        .find(|(_, n, _)| *n == name)
+        .map_or_else(|| json!({}), |(_, _, input)| input)
+}
+
 /// How much each language is measured, the same for all.
 struct Rounds {
     /// Instantiate+call iterations per allocator.

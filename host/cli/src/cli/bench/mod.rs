@@ -14,12 +14,15 @@
 //!   allocator and, as the baseline measured in the same run, with on-demand
 //!   allocation; p50, p99 and the ratio between them.
 
+mod goals;
 mod http;
 mod languages;
 mod messages;
 mod postgres;
 mod retention;
+mod scale;
 mod snapshots;
+mod startup;
 mod tenants;
 mod timers;
 
@@ -122,6 +125,53 @@ pub struct BenchArgs {
     #[arg(long, value_name = "N", default_value_t = 10_000)]
     pub flood: usize,
 
+    /// Print every figure of the performance goals, each with its goal:
+    /// the scale curve, a guest call in each language, memory per run in
+    /// each waiting state and start-up at scale (several minutes).
+    #[arg(long)]
+    pub goals: bool,
+
+    /// Measure durable steps/s and memory for P in {1, 10, 100, 1000,
+    /// 10000} runs at once and S in {1, 10, 100} steps per run.
+    #[arg(long)]
+    pub curve: bool,
+
+    /// With --curve or --goals: draw the curve to this PNG file.
+    #[arg(long, value_name = "FILE")]
+    pub plot: Option<std::path::PathBuf>,
+
+    /// Measure memory per run with this many runs parked, resident waiting
+    /// on a step, and suspended.
+    #[arg(long, value_name = "N", num_args = 0..=1, default_missing_value = "100000")]
+    pub memory: Option<usize>,
+
+    /// Measure start-up at scale: a store of --ended ended runs and
+    /// --running runs of a host killed mid-run, then, in a fresh process,
+    /// the time `weft serve`'s start takes to its first step and to every
+    /// running run going again.
+    #[arg(long)]
+    pub startup: bool,
+
+    /// With --startup or --goals: ended runs in the store.
+    #[arg(long, value_name = "N", default_value_t = 1_000_000)]
+    pub ended: usize,
+
+    /// With --startup or --goals: running runs in the store, to take over.
+    #[arg(long, value_name = "N", default_value_t = 100_000)]
+    pub running: usize,
+
+    /// One point of --curve, in its own process.
+    #[arg(long, hide = true)]
+    pub point: bool,
+
+    /// One state of --memory, in its own process.
+    #[arg(long, hide = true, value_name = "STATE")]
+    pub memory_of: Option<String>,
+
+    /// The second half of --startup, in its own process: the store.
+    #[arg(long, hide = true, value_name = "DIR")]
+    pub startup_measure: Option<std::path::PathBuf>,
+
     /// The second half of --timers, in its own process: the store to
     /// re-arm.
     #[arg(long, hide = true, value_name = "DIR")]
@@ -139,6 +189,39 @@ pub fn main(
 ) -> anyhow::Result<ExitCode> {
     if let Some(dir) = &args.rearm {
         return timers::rearm(dir, args.fire);
+    }
+    if let Some(dir) = &args.startup_measure {
+        return startup::measure(dir, plugins, args.running.max(1));
+    }
+    if let Some(state) = &args.memory_of {
+        return scale::memory_of(plugins, state, args.memory.unwrap_or(100_000).max(1));
+    }
+    if args.point {
+        return scale::point(plugins, args.runs.unwrap_or(1).max(1), args.steps.max(1));
+    }
+    if args.goals {
+        let sizes = goals::Sizes {
+            calls: args.iterations.clamp(100, 2_000),
+            memory: args.memory.unwrap_or(100_000).max(1),
+            ended: args.ended.max(1),
+            running: args.running.max(1),
+        };
+        return goals::goals(plugins, &sizes, args.plot.as_deref());
+    }
+    if args.curve {
+        let points = scale::curve(plugins)?;
+        if let Some(path) = &args.plot {
+            goals::draw(&points, path)?;
+            out!("drawn: {}", path.display());
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    if let Some(runs) = args.memory {
+        scale::memory(plugins, runs.max(1))?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    if args.startup {
+        return startup::startup(plugins, args.ended.max(1), args.running.max(1));
     }
     if let Some(timers) = args.timers {
         return timers::timers(timers.max(1), args.fire, args.spread);
