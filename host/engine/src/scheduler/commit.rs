@@ -251,8 +251,10 @@ impl Core {
             row,
             fired,
             fenced,
+            undo,
             ..
         } = committing;
+        self.discard(super::Garbage::Undo(undo));
         for child in fenced {
             self.enqueue(Work::Cancel(child));
         }
@@ -372,9 +374,16 @@ impl Core {
                 let mut live = lock(&cell);
                 live.committing = false;
                 if let Err(StoreError::RunEnded(_)) = outcome {
-                    return core.ended_elsewhere(&mut live);
+                    core.ended_elsewhere(&mut live);
+                } else {
+                    then(&core, &cell, &mut live, outcome);
                 }
-                then(&core, &cell, &mut live, outcome);
+                drop(live);
+                // The last holder of a run that left memory: its drive is
+                // freed off this thread.
+                if Arc::strong_count(&cell) == 1 {
+                    core.discard(super::Garbage::Cell(cell));
+                }
             }),
         );
     }

@@ -263,6 +263,27 @@ pub(super) struct Core {
     started_at: weft_core::Timestamp,
     /// Run events and metrics.
     pub(crate) telemetry: crate::telemetry::Telemetry,
+    /// Where the committing thread sends what it lets go of (see
+    /// [`Garbage`]); unset in a stepped engine, which drops it in place.
+    reaper: std::sync::OnceLock<std::sync::mpsc::Sender<Garbage>>,
+}
+
+/// What a commit's answer lets go of that is costly to free: a step's
+/// undo (a copy of the run record), and the cell of a run that ended (its
+/// whole drive). The committing thread is the engine's limit under load,
+/// so these are freed on the `weft-reaper` thread instead.
+enum Garbage {
+    Undo(crate::drive::Undo),
+    Cell(Cell),
+}
+
+impl Garbage {
+    fn free(self) {
+        match self {
+            Self::Undo(undo) => drop(undo),
+            Self::Cell(cell) => drop(cell),
+        }
+    }
 }
 
 impl Core {
@@ -321,6 +342,21 @@ impl Core {
             pauses: Mutex::new(()),
             pauses_wake: Condvar::new(),
             messages: Arc::default(),
+            reaper: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// Frees `garbage` on the reaper thread, or here without one.
+    fn discard(&self, garbage: Garbage) {
+        match self.reaper.get() {
+            Some(reaper) => {
+                // The reaper ends only with the core, so a send that
+                // fails has nothing left to free it but this thread.
+                if let Err(std::sync::mpsc::SendError(garbage)) = reaper.send(garbage) {
+                    garbage.free();
+                }
+            }
+            None => garbage.free(),
         }
     }
 
@@ -354,6 +390,13 @@ impl Core {
                 .name("weft-claims".to_owned())
                 .spawn(move || core.claim_free_work_while_running())?,
         );
+        // Not joined: it ends when the core, which holds its sender, is
+        // dropped, after the threads that are joined.
+        let (reaper, garbage) = std::sync::mpsc::channel::<Garbage>();
+        std::thread::Builder::new()
+            .name("weft-reaper".to_owned())
+            .spawn(move || garbage.into_iter().for_each(Garbage::free))?;
+        let _ = self.reaper.set(reaper);
         Ok(threads)
     }
 
