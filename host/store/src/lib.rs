@@ -443,6 +443,13 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// The runs in state `running`, oldest first.
     fn running(&self) -> Result<Vec<RunRecord>, StoreError>;
 
+    /// The ids of the runs in state `running`, oldest first: what a host
+    /// resumes at its start, read from the index alone (reading a hundred
+    /// thousand whole runs first held up the first step by seconds).
+    fn running_ids(&self) -> Result<Vec<String>, StoreError> {
+        Ok(self.running()?.into_iter().map(|run| run.id).collect())
+    }
+
     /// The definition with `digest`.
     fn definition(&self, digest: &str) -> Result<Option<DefinitionRecord>, StoreError>;
 

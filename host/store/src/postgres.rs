@@ -476,6 +476,10 @@ impl Store for PostgresStore {
         self.plain(Self::read_running)
     }
 
+    fn running_ids(&self) -> Result<Vec<String>, StoreError> {
+        self.plain(Self::read_running_ids)
+    }
+
     fn marks(&self) -> Result<Vec<(String, weft_core::Timestamp)>, StoreError> {
         self.plain(Self::read_marks)
     }

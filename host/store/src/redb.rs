@@ -622,6 +622,17 @@ impl Store for RedbStore {
         Ok(found)
     }
 
+    fn running_ids(&self) -> Result<Vec<String>, StoreError> {
+        let txn = self.begin_read()?;
+        let running = backend!(txn.open_table(RUNNING))?;
+        let mut found = Vec::new();
+        for entry in backend!(running.iter())? {
+            let (id, _) = backend!(entry)?;
+            found.push(id.value().to_owned());
+        }
+        Ok(found)
+    }
+
     fn running(&self) -> Result<Vec<RunRecord>, StoreError> {
         let txn = self.begin_read()?;
         let running = backend!(txn.open_table(RUNNING))?;

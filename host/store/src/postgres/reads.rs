@@ -180,6 +180,13 @@ impl PostgresStore {
         Ok(found)
     }
 
+    pub(super) fn read_running_ids(&self) -> Result<Vec<String>, StoreError> {
+        self.query("SELECT k1 FROM running ORDER BY k1", &[])?
+            .iter()
+            .map(|row| text(row, 0))
+            .collect()
+    }
+
     pub(super) fn read_marks(&self) -> Result<Vec<(String, weft_core::Timestamp)>, StoreError> {
         self.query("SELECT k1, v FROM doomed ORDER BY k1", &[])?
             .iter()
