@@ -299,3 +299,62 @@ fn concurrent_calls_get_separate_instances() {
         }
     });
 }
+
+/// The `fresh` guest fails any call that finds state a call before it
+/// left (a static counter, a heap value behind a static, a grown page):
+/// every call, one after another, from several threads at once, and
+/// with the pooling allocator reusing the same slots, must see its
+/// instance as it was instantiated.
+#[test]
+fn every_call_sees_its_instance_fresh() {
+    let runtime = Runtime::new(RuntimeConfig::default()).unwrap();
+    let fresh = runtime.load(&guest_bytes("fresh")).unwrap();
+    let pages = std::sync::Mutex::new(std::collections::BTreeSet::new());
+    std::thread::scope(|s| {
+        for t in 0..4 {
+            let fresh = fresh.clone();
+            let pages = &pages;
+            s.spawn(move || {
+                for i in 0..150 {
+                    let out = fresh.call(
+                        &context(&format!("s{t}-{i}")),
+                        "{}",
+                        &CallOptions::default(),
+                    );
+                    let output = out
+                        .result
+                        .unwrap_or_else(|e| panic!("call {i} on thread {t}: {e}"));
+                    assert_eq!(output["fresh"], true);
+                    pages
+                        .lock()
+                        .unwrap()
+                        .insert(output["pages"].as_u64().unwrap());
+                }
+            });
+        }
+    });
+    // A call that found a page grown by another would see more pages.
+    let pages = pages.into_inner().unwrap();
+    assert_eq!(pages.len(), 1, "memory sizes seen: {pages:?}");
+}
+
+/// The same through the engine: a run of many `fresh` steps, each
+/// a fresh instance.
+#[test]
+fn a_run_of_many_steps_sees_each_instance_fresh() {
+    let scratch = crate::common::Scratch::new(&["fresh"]);
+    let steps: String = (0..12)
+        .map(|i| format!("  - {{ id: s{i}, uses: fresh }}\n"))
+        .collect();
+    let wf = scratch.file("fresh.yaml", &format!("id: fresh\nsteps:\n{steps}"));
+    let run = scratch.run(&["run", wf.to_str().unwrap()]);
+    assert_eq!(run.code, Some(0), "{run:?}");
+    let shown = scratch
+        .run(&["runs", "show", &run.run_id(), "--json"])
+        .json();
+    let outputs = shown["steps"].as_array().unwrap();
+    assert_eq!(outputs.len(), 12);
+    for step in outputs {
+        assert_eq!(step["output"]["fresh"], true, "{step}");
+    }
+}
