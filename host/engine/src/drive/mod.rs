@@ -103,9 +103,57 @@ pub(super) enum Next {
 /// The state of a [`Drive`] before an attempt, to go back to when the
 /// attempt's commit is refused.
 pub(super) struct Undo {
-    run: RunRecord,
+    run: Saved,
     path: String,
     leaf: Option<Leaf>,
+}
+
+/// The run record as it was before an attempt's result. A result that
+/// does not end the run changes only its progress (and its commit only
+/// `suspended`), so only that is kept: copying the whole record for every
+/// step cost the workers an allocation per field and the committing
+/// thread the time to free them.
+enum Saved {
+    Progress(Progress),
+    /// A result that ends the run: the whole record.
+    Whole(Box<RunRecord>),
+}
+
+/// The fields of a run record that a step's result changes.
+#[derive(Clone, Copy)]
+struct Progress {
+    step_records: u32,
+    updated_at: weft_core::Timestamp,
+    next_step: u32,
+    suspended: bool,
+}
+
+impl Progress {
+    fn of(run: &RunRecord) -> Self {
+        Self {
+            step_records: run.step_records,
+            updated_at: run.updated_at,
+            next_step: run.next_step,
+            suspended: run.suspended,
+        }
+    }
+
+    fn restore(self, run: &mut RunRecord) {
+        run.step_records = self.step_records;
+        run.updated_at = self.updated_at;
+        run.next_step = self.next_step;
+        run.suspended = self.suspended;
+    }
+}
+
+impl Saved {
+    /// Puts `run` back as it was.
+    fn restore(self, run: &mut RunRecord) {
+        match self {
+            Self::Progress(progress) => progress.restore(run),
+            Self::Whole(whole) => *run = *whole,
+        }
+    }
 }
 
 impl Drive {
@@ -215,8 +263,9 @@ impl Drive {
             emitted,
             reply,
         } = finished;
-        let undo = Undo {
-            run: self.run.clone(),
+        let before = Progress::of(&self.run);
+        let mut undo = Undo {
+            run: Saved::Progress(before),
             leaf: self.results.get(&path).cloned(),
             path: path.clone(),
         };
@@ -264,6 +313,10 @@ impl Drive {
                 }
             }
             status => {
+                // Only its progress changed so far.
+                let mut whole = Box::new(self.run.clone());
+                before.restore(&mut whole);
+                undo.run = Saved::Whole(whole);
                 self.conclude(status, handled, &scope, clock);
                 next = Next::Done;
             }
@@ -304,7 +357,7 @@ impl Drive {
     }
 
     pub(super) fn undo(&mut self, undo: Undo) {
-        self.run = undo.run;
+        undo.run.restore(&mut self.run);
         self.busy.remove(&undo.path);
         match undo.leaf {
             Some(leaf) => self.results.insert(undo.path, leaf),

@@ -251,10 +251,8 @@ impl Core {
             row,
             fired,
             fenced,
-            undo,
             ..
         } = committing;
-        self.discard(super::Garbage::Undo(undo));
         for child in fenced {
             self.enqueue(Work::Cancel(child));
         }
@@ -382,7 +380,7 @@ impl Core {
                 // The last holder of a run that left memory: its drive is
                 // freed off this thread.
                 if Arc::strong_count(&cell) == 1 {
-                    core.discard(super::Garbage::Cell(cell));
+                    core.discard(cell);
                 }
             }),
         );

@@ -263,27 +263,11 @@ pub(super) struct Core {
     started_at: weft_core::Timestamp,
     /// Run events and metrics.
     pub(crate) telemetry: crate::telemetry::Telemetry,
-    /// Where the committing thread sends what it lets go of (see
-    /// [`Garbage`]); unset in a stepped engine, which drops it in place.
-    reaper: std::sync::OnceLock<std::sync::mpsc::Sender<Garbage>>,
-}
-
-/// What a commit's answer lets go of that is costly to free: a step's
-/// undo (a copy of the run record), and the cell of a run that ended (its
-/// whole drive). The committing thread is the engine's limit under load,
-/// so these are freed on the `weft-reaper` thread instead.
-enum Garbage {
-    Undo(crate::drive::Undo),
-    Cell(Cell),
-}
-
-impl Garbage {
-    fn free(self) {
-        match self {
-            Self::Undo(undo) => drop(undo),
-            Self::Cell(cell) => drop(cell),
-        }
-    }
+    /// Where the committing thread sends the cells of runs that left
+    /// memory, to be freed on the `weft-reaper` thread (a cell holds the
+    /// run's whole drive, and the committing thread is the engine's limit
+    /// under load); unset in a stepped engine, which frees them in place.
+    reaper: std::sync::OnceLock<std::sync::mpsc::Sender<Cell>>,
 }
 
 impl Core {
@@ -346,17 +330,13 @@ impl Core {
         }
     }
 
-    /// Frees `garbage` on the reaper thread, or here without one.
-    fn discard(&self, garbage: Garbage) {
-        match self.reaper.get() {
-            Some(reaper) => {
-                // The reaper ends only with the core, so a send that
-                // fails has nothing left to free it but this thread.
-                if let Err(std::sync::mpsc::SendError(garbage)) = reaper.send(garbage) {
-                    garbage.free();
-                }
-            }
-            None => garbage.free(),
+    /// Frees `cell`, the last hold on a run that left memory, on the
+    /// reaper thread, or here without one.
+    fn discard(&self, cell: Cell) {
+        if let Some(reaper) = self.reaper.get() {
+            // A send fails only once the reaper is gone: the cell is then
+            // freed here.
+            let _ = reaper.send(cell);
         }
     }
 
@@ -392,10 +372,10 @@ impl Core {
         );
         // Not joined: it ends when the core, which holds its sender, is
         // dropped, after the threads that are joined.
-        let (reaper, garbage) = std::sync::mpsc::channel::<Garbage>();
+        let (reaper, cells) = std::sync::mpsc::channel::<Cell>();
         std::thread::Builder::new()
             .name("weft-reaper".to_owned())
-            .spawn(move || garbage.into_iter().for_each(Garbage::free))?;
+            .spawn(move || cells.into_iter().for_each(drop))?;
         let _ = self.reaper.set(reaper);
         Ok(threads)
     }

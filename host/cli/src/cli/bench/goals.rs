@@ -212,23 +212,34 @@ pub fn draw(points: &[Point], path: &Path) -> anyhow::Result<()> {
         RGBColor(255, 127, 14),
         RGBColor(44, 160, 44),
     ];
-    let panels: [(&DrawingArea<_, _>, &str, &str, f64, fn(&Point) -> f64); 2] = [
-        (
-            &left,
-            "durable steps/s (every commit synced)",
-            "steps/s",
-            most(&|p| p.rate),
-            |p| p.rate,
-        ),
-        (
-            &right,
-            "peak resident memory",
-            "MiB",
-            most(&|p| p.peak as f64 / 1_048_576.0),
-            |p| p.peak as f64 / 1_048_576.0,
-        ),
+    /// One half of the picture.
+    struct Panel {
+        caption: &'static str,
+        unit: &'static str,
+        top: f64,
+        value: fn(&Point) -> f64,
+    }
+    let panels = [
+        Panel {
+            caption: "durable steps/s (every commit synced)",
+            unit: "steps/s",
+            top: most(&|p| p.rate),
+            value: |p| p.rate,
+        },
+        Panel {
+            caption: "peak resident memory",
+            unit: "MiB",
+            top: most(&|p| p.peak as f64 / 1_048_576.0),
+            value: |p| p.peak as f64 / 1_048_576.0,
+        },
     ];
-    for (area, caption, unit, top, value) in panels {
+    for (area, panel) in [&left, &right].into_iter().zip(panels) {
+        let Panel {
+            caption,
+            unit,
+            top,
+            value,
+        } = panel;
         let mut chart = ChartBuilder::on(area)
             .caption(caption, ("sans-serif", 22))
             .margin(16)
