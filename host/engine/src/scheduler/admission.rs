@@ -285,7 +285,7 @@ impl Core {
             Ok(drive) if drive.run.suspended => {
                 let keys = drive.armed_keys();
                 if parked.alive.upgrade().is_some() {
-                    lock(&self.sleepers).insert(
+                    lock(&self.sleepers).keep(
                         parked.id.clone(),
                         (parked.observer, parked.done, parked.alive),
                     );
@@ -494,7 +494,7 @@ impl Core {
     /// memory: a wake that takes it in again gives them back.
     fn keep_handle(&self, live: &mut Live) {
         let observer = std::mem::replace(&mut live.task.observer, Box::new(crate::Quiet));
-        lock(&self.sleepers).insert(
+        lock(&self.sleepers).keep(
             live.task.drive.run.id.clone(),
             (observer, live.task.done.clone(), live.task.alive.clone()),
         );
@@ -509,7 +509,7 @@ impl Core {
         }
         let id = task.drive.run.id.clone();
         if task.alive.upgrade().is_some() {
-            lock(&self.sleepers).insert(id.clone(), (task.observer, task.done, task.alive));
+            lock(&self.sleepers).keep(id.clone(), (task.observer, task.done, task.alive));
         }
         let keys = task.drive.armed_keys();
         self.unclaim(&id);
@@ -575,11 +575,10 @@ impl Core {
         }
         match self.take_in(id) {
             Ok(drive) => {
-                let (observer, done, alive) =
-                    lock(&self.sleepers).remove(id).unwrap_or_else(|| {
-                        let (done, _) = std::sync::mpsc::sync_channel(1);
-                        (Box::new(crate::Quiet), done, Weak::new())
-                    });
+                let (observer, done, alive) = lock(&self.sleepers).take(id).unwrap_or_else(|| {
+                    let (done, _) = std::sync::mpsc::sync_channel(1);
+                    (Box::new(crate::Quiet), done, Weak::new())
+                });
                 if !drive.run.suspended {
                     self.telemetry.resumed(&drive.run, self.clock.now());
                 }

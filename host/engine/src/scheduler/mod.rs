@@ -66,6 +66,34 @@ type Sleeper = (
     Weak<()>,
 );
 
+/// The [`Sleeper`]s of suspended runs, by run id. A handle dropped after
+/// its run suspended leaves its entry behind until the run wakes, which
+/// for a run waiting on an answer may be never: so each time the map has
+/// doubled, the entries whose handle is gone are dropped, and a suspended
+/// run nobody holds a handle to keeps nothing in memory for long.
+#[derive(Default)]
+struct Sleepers {
+    by_run: HashMap<String, Sleeper>,
+    /// The size at which the next insert drops the entries of dropped
+    /// handles.
+    prune_at: usize,
+}
+
+impl Sleepers {
+    fn keep(&mut self, id: String, sleeper: Sleeper) {
+        self.by_run.insert(id, sleeper);
+        if self.by_run.len() >= self.prune_at {
+            self.by_run
+                .retain(|_, (_, _, alive)| alive.strong_count() > 0);
+            self.prune_at = (2 * self.by_run.len()).max(1_024);
+        }
+    }
+
+    fn take(&mut self, id: &str) -> Option<Sleeper> {
+        self.by_run.remove(id)
+    }
+}
+
 /// A resident run.
 struct Live {
     task: Task,
@@ -230,7 +258,7 @@ pub(super) struct Core {
     timers: Mutex<BinaryHeap<Reverse<(u64, u64)>>>,
     timers_wake: Condvar,
     /// Suspended runs whose handle someone holds.
-    sleepers: Mutex<HashMap<String, Sleeper>>,
+    sleepers: Mutex<Sleepers>,
     /// What waits for its next try, with when (milliseconds by the clock).
     later: Mutex<Vec<(u64, Later)>>,
     /// Runs let go of after a failed commit, by id: how many failed in a
@@ -319,7 +347,7 @@ impl Core {
             cells: Mutex::new(HashMap::new()),
             timers: Mutex::new(BinaryHeap::new()),
             timers_wake: Condvar::new(),
-            sleepers: Mutex::new(HashMap::new()),
+            sleepers: Mutex::new(Sleepers::default()),
             later: Mutex::new(Vec::new()),
             retries: Mutex::new(HashMap::new()),
             stopping: AtomicBool::new(false),
