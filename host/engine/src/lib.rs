@@ -69,7 +69,7 @@ use scheduler::{Core, Task};
 
 pub use committer::{Committer, DeliveryWrite};
 pub use cron::{ScheduleError, add_schedule, set_paused as set_schedule_paused};
-pub use drive::Answer;
+pub use drive::{Answer, verify_walks, walk_mismatches};
 pub use egress::EgressPolicies;
 pub use error::{ActError, MigrateError, PauseError, ResumeError, RetryError, StartError};
 pub use launch::MAX_DEPTH;

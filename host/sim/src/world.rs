@@ -239,6 +239,7 @@ fn workflows() -> Result<(Vec<Arc<Workflow>>, Arc<WorkflowDir>), String> {
 
 impl World {
     pub(crate) fn new(seed: u64, shape: Shape, backend: &Backend) -> Result<Self, String> {
+        weft_engine::verify_walks();
         weft_core::ids::repeatable(Some(seed ^ 0x5EED));
         let mut rng = SplitMix::new(seed);
         let sim_store = Arc::new(
@@ -428,6 +429,7 @@ impl World {
         self.one_driver()?;
         self.free_work()?;
         self.no_self_waits()?;
+        self.walks_agree()?;
         let limited = self.stored_quota.map(|_| SECOND_TENANT);
         self.facts
             .check(self.sim_store.inner(), &self.workflows, limited)
@@ -515,6 +517,19 @@ impl World {
             }
         }
         Ok(())
+    }
+
+    /// Every walk that started from a run's cursor (the top-level steps
+    /// found done before) found what a walk from the start finds. Counted
+    /// for the whole process, so a failure shows in the first seed that
+    /// had one.
+    fn walks_agree(&self) -> Result<(), String> {
+        match weft_engine::walk_mismatches() {
+            0 => Ok(()),
+            n => Err(format!(
+                "{n} walks from a run's cursor differed from a walk from the start"
+            )),
+        }
     }
 
     /// No answer to a commit submits or commits a write itself: on a

@@ -42,6 +42,7 @@ pub(crate) use attempt::{Attempt, Completed, Finished, Reply};
 pub use events::Answer;
 pub(crate) use leaf::{Leaf, fold, leaf_state};
 use walk::Status;
+pub use walk::{verify_walks, walk_mismatches};
 
 /// A run being driven. Its record is the caller's to read and commit;
 /// the rest is its own: the leaf results, and which leaves are busy and
@@ -73,6 +74,9 @@ pub(super) struct Drive {
     cancel: Arc<std::sync::atomic::AtomicBool>,
     /// The lease this host holds on the run: every commit of it names it.
     lease: Option<Lease>,
+    /// Where the last walk found the first top-level step not done, so
+    /// the next starts there (see [`walk::Cursor`]).
+    cursor: Option<walk::Cursor>,
 }
 
 /// What a run can do now.
@@ -179,6 +183,7 @@ impl Drive {
             awaits: HashSet::new(),
             cancel: Arc::default(),
             lease: None,
+            cursor: None,
         }
     }
 
@@ -300,6 +305,7 @@ impl Drive {
         {
             next = Next::Wait(timer);
         }
+        self.passed(&path);
         self.results.entry(path).or_default().apply(&record);
 
         // Walk again with the result, to know the run's next state.
@@ -357,6 +363,7 @@ impl Drive {
     }
 
     pub(super) fn undo(&mut self, undo: Undo) {
+        self.cursor = None;
         undo.run.restore(&mut self.run);
         self.busy.remove(&undo.path);
         match undo.leaf {

@@ -93,6 +93,7 @@ impl Drive {
         self.busy.remove(path);
         if let Some(leaf) = self.results.get_mut(path) {
             leaf.timer = None;
+            self.cursor = None;
         }
         true
     }
@@ -108,6 +109,7 @@ impl Drive {
     /// timer is pending waits for it, a retry whose timer is gone may run,
     /// and an `await` leaf waits for an outside actor.
     pub(crate) fn restore_waits(&mut self, pending: &HashSet<u64>) {
+        self.cursor = None;
         for (path, leaf) in &mut self.results {
             if let Some(timer) = leaf.timer {
                 if pending.contains(&timer.id) {

@@ -46,6 +46,52 @@ pub(super) struct Ready<'w> {
     pub(super) top: usize,
 }
 
+/// The top-level steps a walk found done, with the scope and the output
+/// they leave: the next walk starts after them instead of walking them
+/// again. Without it a run of S steps walked S steps for each of its S
+/// results, and the walk dominated runs of a hundred steps (`weft bench
+/// --curve`). A walk is a function of the leaf results, so a step found
+/// done stays done while no result under it changes: the cursor is
+/// forgotten whenever one might ([`Drive::passed`], an undo, a restore).
+pub(super) struct Cursor {
+    /// Steps `0..done` are done.
+    done: usize,
+    /// The scope after them.
+    scope: Scope,
+    /// The last one's output.
+    last: Value,
+}
+
+/// When set (by the simulator), every walk that starts from a cursor is
+/// checked against a walk from the start, and a difference is counted.
+static VERIFY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+static MISMATCHES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Checks every walk from a cursor against one from the start, from now
+/// on; [`walk_mismatches`] counts the walks that differed, from 0 again.
+pub fn verify_walks() {
+    VERIFY.store(true, std::sync::atomic::Ordering::Relaxed);
+    MISMATCHES.store(0, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// How many walks from a cursor differed from a walk from the start,
+/// while [`verify_walks`] was on.
+pub fn walk_mismatches() -> usize {
+    MISMATCHES.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// What a walk found, for comparing two walks.
+fn summary(status: &Status<'_>) -> String {
+    match status {
+        Status::Done(output) => format!("done {output}"),
+        Status::Failed(error, step) => format!("failed at {step}: {}", error.code),
+        Status::Pending(ready) => {
+            let paths: Vec<&str> = ready.iter().map(|r| r.path.as_str()).collect();
+            format!("pending {paths:?}")
+        }
+    }
+}
+
 /// The most items a `foreach` takes. Each attempt walks the run from the
 /// start, so a loop's cost grows with the square of its length.
 const MAX_ITEMS: usize = 10_000;
@@ -61,7 +107,11 @@ fn join(prefix: &str, id: &str) -> String {
 impl Drive {
     /// Walks the whole workflow: its steps, then, if they failed, its
     /// handlers. The flag says a handler took over.
-    pub(super) fn walk<'w>(&self, workflow: &'w Workflow, scope: &mut Scope) -> (Status<'w>, bool) {
+    pub(super) fn walk<'w>(
+        &mut self,
+        workflow: &'w Workflow,
+        scope: &mut Scope,
+    ) -> (Status<'w>, bool) {
         // A cancelled run ends there: no handler runs.
         if let Some(Outcome::Failed(error)) = self
             .results
@@ -81,7 +131,26 @@ impl Drive {
             // Past its deadline, the run's steps count as failed, whatever
             // they had reached; a handler may still take over.
             Some(error) => Status::Failed(error, DEADLINE_PATH.to_owned()),
-            None => self.walk_steps(&workflow.steps, "", scope, None),
+            None => {
+                let (status, reached) = self.walk_top(&workflow.steps, scope);
+                if VERIFY.load(std::sync::atomic::Ordering::Relaxed) && self.cursor.is_some() {
+                    let mut fresh = self.scope();
+                    let full = self.walk_steps(&workflow.steps, "", &mut fresh, None);
+                    if summary(&full) != summary(&status) {
+                        MISMATCHES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        tracing::error!(
+                            run = %self.run.id,
+                            from_cursor = %summary(&status),
+                            from_start = %summary(&full),
+                            "a walk from the cursor differed from one from the start"
+                        );
+                    }
+                }
+                if let Some(reached) = reached {
+                    self.cursor = Some(reached);
+                }
+                status
+            }
         };
         // Outputs that break the workflow's `outputs_schema` fail the run
         // with `invalid_outputs`, which its handlers see like a step's
@@ -101,6 +170,54 @@ impl Drive {
                 }
             }
             status => (status, false),
+        }
+    }
+
+    /// The workflow's own steps, as [`Drive::walk_steps`], starting after
+    /// the steps the cursor passed; with the cursor past the steps this
+    /// walk found done, if it found any.
+    fn walk_top<'w>(&self, steps: &'w [Step], scope: &mut Scope) -> (Status<'w>, Option<Cursor>) {
+        let (start, mut last) = match &self.cursor {
+            Some(cursor) => {
+                scope.clone_from(&cursor.scope);
+                (cursor.done, cursor.last.clone())
+            }
+            None => (0, Value::Null),
+        };
+        let mut reached = None;
+        for (i, step) in steps.iter().enumerate().skip(start) {
+            if i > start {
+                reached = Some(Cursor {
+                    done: i,
+                    scope: scope.clone(),
+                    last: last.clone(),
+                });
+            }
+            match self.walk_step(step, "", scope, i) {
+                Status::Done(output) => last = output,
+                other => return (other, reached),
+            }
+        }
+        let reached = (start < steps.len()).then(|| Cursor {
+            done: steps.len(),
+            scope: scope.clone(),
+            last: last.clone(),
+        });
+        (Status::Done(last), reached)
+    }
+
+    /// The result of the leaf at `path` is about to change: the cursor is
+    /// forgotten if the leaf lies in a step it passed (or in none of the
+    /// top-level steps, to be safe).
+    pub(super) fn passed(&mut self, path: &str) {
+        let Some(cursor) = &self.cursor else {
+            return;
+        };
+        let head = path.split('/').next().unwrap_or(path);
+        let id = head.split('[').next().unwrap_or(head);
+        match self.workflow.steps.iter().position(|step| step.id == id) {
+            Some(top) if top >= cursor.done => {}
+            _ => self.cursor = None,
         }
     }
 
