@@ -251,6 +251,8 @@ pub fn draw(points: &[Point], path: &Path) -> anyhow::Result<()> {
             .configure_mesh()
             .x_desc("P, runs at once")
             .y_desc(unit)
+            .x_label_formatter(&|x| format!("{x:.0}"))
+            .y_label_formatter(&|y| format!("{y:.0}"))
             .label_style(("sans-serif", 15))
             .draw()
             .map_err(|e| fail(&e))?;

@@ -540,7 +540,18 @@ fn throughput(
             baseline.runs += one.runs;
             baseline.gaps.extend(one.gaps);
         }
-        let mut concurrent = round(&engine, &workflow, runs)?;
+        // A first round at P grows the allocator's and the store's memory
+        // (fresh pages cost this machine's kernel much); the figure is
+        // the median of the three rounds after it.
+        round(&engine, &workflow, runs)?;
+        let mut rounds = (0..3)
+            .map(|_| round(&engine, &workflow, runs))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        rounds.sort_by(|a, b| {
+            let rate = |r: &Round| r.steps as f64 / r.elapsed.as_secs_f64().max(f64::MIN_POSITIVE);
+            rate(a).total_cmp(&rate(b))
+        });
+        let mut concurrent = rounds.swap_remove(1);
 
         out!();
         for (label, r) in [
