@@ -217,6 +217,10 @@ fn backoff(failed: u32) -> Duration {
 struct Queues {
     fires: VecDeque<Work>,
     other: weft_core::fair::Lanes<Work>,
+    /// Workers waiting for work: a wake costs a system call, and the
+    /// committing thread queues a run's next piece of work for each step
+    /// it commits, mostly while every worker is busy.
+    idle: usize,
 }
 
 impl Work {
@@ -459,8 +463,11 @@ impl Core {
                 ready.other.push(&tenant, work);
             }
         }
+        let wake = ready.idle > 0;
         drop(ready);
-        self.ready_wake.notify_one();
+        if wake {
+            self.ready_wake.notify_one();
+        }
     }
 
     /// Items of work waiting for a worker.
@@ -485,10 +492,12 @@ impl Core {
                     return Some(work);
                 }
             }
+            ready.idle += 1;
             ready = self
                 .ready_wake
                 .wait(ready)
                 .unwrap_or_else(PoisonError::into_inner);
+            ready.idle -= 1;
         }
     }
 
