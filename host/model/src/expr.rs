@@ -72,7 +72,11 @@ pub struct EvalError {
 pub struct Scope {
     env: Arc<Env>,
     inputs: cel::Value,
-    steps: HashMap<String, cel::Value>,
+    /// Shared until changed: a scope is cloned for every ready leaf and
+    /// kept by the walk's cursor, and an expression takes it whole as its
+    /// `steps`, so copying it per clone or per evaluation cost runs of
+    /// many steps time in the square of their length.
+    steps: cel::objects::Map,
     run: cel::Value,
     /// `item`, `index`, `iteration`, `error`, where they apply.
     locals: HashMap<String, cel::Value>,
@@ -81,7 +85,7 @@ pub struct Scope {
 impl std::fmt::Debug for Scope {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Scope")
-            .field("steps", &self.steps.keys().collect::<Vec<_>>())
+            .field("steps", &self.steps.map.keys().collect::<Vec<_>>())
             .finish_non_exhaustive()
     }
 }
@@ -98,7 +102,9 @@ impl Scope {
         Self {
             env: Arc::clone(&STDLIB),
             inputs: to_cel(inputs),
-            steps: HashMap::new(),
+            steps: cel::objects::Map {
+                map: Arc::new(HashMap::new()),
+            },
             run: to_cel(&serde_json::json!({ "id": run_id, "workflow": workflow })),
             locals: HashMap::new(),
         }
@@ -124,13 +130,13 @@ impl Scope {
     /// Makes a step's entry, converted once with [`StepEntry::new`],
     /// visible as `steps.<id>`.
     pub fn add_entry(&mut self, id: &str, entry: &StepEntry) {
-        self.steps.insert(id.to_owned(), entry.0.clone());
+        Arc::make_mut(&mut self.steps.map).insert(id.into(), entry.0.clone());
     }
 
     /// Makes `entry`, an object such as `{"output": null, "skipped": true}`,
     /// visible as `steps.<id>`.
     pub fn add_step(&mut self, id: &str, entry: &Value) {
-        self.steps.insert(id.to_owned(), to_cel(entry));
+        Arc::make_mut(&mut self.steps.map).insert(id.into(), to_cel(entry));
     }
 }
 
@@ -186,7 +192,7 @@ impl Template {
         let mut context = cel::Context::with_env(scope.env.clone());
         context.add_variable_from_value("inputs", scope.inputs.clone());
         context.add_variable_from_value("run", scope.run.clone());
-        context.add_variable_from_value("steps", scope.steps.clone());
+        context.add_variable_from_value("steps", cel::Value::Map(scope.steps.clone()));
         for (name, value) in &scope.locals {
             context.add_variable_from_value(name.as_str(), value.clone());
         }
