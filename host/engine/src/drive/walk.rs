@@ -92,8 +92,9 @@ fn summary(status: &Status<'_>) -> String {
     }
 }
 
-/// The most items a `foreach` takes. Each attempt walks the run from the
-/// start, so a loop's cost grows with the square of its length.
+/// The most items a `foreach` takes. Each attempt walks a loop from its
+/// start (the cursor passes only whole top-level steps), so a loop's cost
+/// grows with the square of its length.
 const MAX_ITEMS: usize = 10_000;
 
 fn join(prefix: &str, id: &str) -> String {

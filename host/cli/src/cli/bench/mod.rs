@@ -140,6 +140,11 @@ pub struct BenchArgs {
     #[arg(long, value_name = "FILE")]
     pub plot: Option<std::path::PathBuf>,
 
+    /// Time a guest call in each language (a fresh instance per call),
+    /// with its goal.
+    #[arg(long)]
+    pub latency: bool,
+
     /// Measure memory per run with this many runs parked, resident waiting
     /// on a step, and suspended.
     #[arg(long, value_name = "N", num_args = 0..=1, default_missing_value = "100000")]
@@ -215,6 +220,9 @@ pub fn main(
             out!("drawn: {}", path.display());
         }
         return Ok(ExitCode::SUCCESS);
+    }
+    if args.latency {
+        return goals::latency_only(plugins, args.iterations.clamp(100, 2_000));
     }
     if let Some(runs) = args.memory {
         scale::memory(plugins, runs.max(1))?;

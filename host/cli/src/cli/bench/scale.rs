@@ -265,7 +265,7 @@ pub fn memory_of(plugins: &Path, state: &str, runs: usize) -> anyhow::Result<Exi
                 stepper.ready() > 0 || state == "parked",
                 "the runs were not waiting on their steps"
             );
-            (after.saturating_sub(before), load)
+            (after as i64 - before as i64, load)
         }
         "suspended" => {
             let workflow = Arc::new(weft::model::parse(
@@ -305,7 +305,7 @@ pub fn memory_of(plugins: &Path, state: &str, runs: usize) -> anyhow::Result<Exi
             let before = status_bytes("VmRSS:").unwrap_or(0);
             start(runs)?;
             let after = status_bytes("VmRSS:").unwrap_or(0);
-            (after.saturating_sub(before), engine.load())
+            (after as i64 - before as i64, engine.load())
         }
         other => anyhow::bail!("no such state: {other} (one of {})", STATES.join(", ")),
     };
