@@ -199,6 +199,9 @@ impl Drop for Engine {
         if threaded {
             self.core.retire();
         }
+        // The runs that ended are freed before the engine is gone: a
+        // drive holds the store and the run's observer.
+        self.core.stop_reaper();
     }
 }
 

@@ -396,7 +396,14 @@ fn resume_all(engine: &Engine, ids: &[&str]) -> usize {
     };
     std::thread::scope(|threads| {
         for _ in 0..RESUMERS.min(ids.len()) {
-            threads.spawn(resume);
+            let spawned = std::thread::Builder::new()
+                .name("weft-resume".to_owned())
+                .spawn_scoped(threads, resume);
+            if spawned.is_err() {
+                // No more threads: this one resumes what is left.
+                resume();
+                break;
+            }
         }
     });
     resumed.into_inner()

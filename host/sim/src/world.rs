@@ -521,8 +521,7 @@ impl World {
 
     /// Every walk that started from a run's cursor (the top-level steps
     /// found done before) found what a walk from the start finds. Counted
-    /// for the whole process, so a failure shows in the first seed that
-    /// had one.
+    /// per thread, which steps every host of this world.
     fn walks_agree(&self) -> Result<(), String> {
         match weft_engine::walk_mismatches() {
             0 => Ok(()),

@@ -62,22 +62,26 @@ pub(super) struct Cursor {
     last: Value,
 }
 
-/// When set (by the simulator), every walk that starts from a cursor is
-/// checked against a walk from the start, and a difference is counted.
-static VERIFY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-static MISMATCHES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-
-/// Checks every walk from a cursor against one from the start, from now
-/// on; [`walk_mismatches`] counts the walks that differed, from 0 again.
-pub fn verify_walks() {
-    VERIFY.store(true, std::sync::atomic::Ordering::Relaxed);
-    MISMATCHES.store(0, std::sync::atomic::Ordering::Relaxed);
+thread_local! {
+    /// When set (by the simulator, on the thread that steps its engines),
+    /// every walk on this thread that starts from a cursor is checked
+    /// against a walk from the start, and a difference is counted.
+    static VERIFY: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    static MISMATCHES: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
-/// How many walks from a cursor differed from a walk from the start,
-/// while [`verify_walks`] was on.
+/// Checks every walk on this thread from a cursor against one from the
+/// start, from now on; [`walk_mismatches`] counts the walks that differed,
+/// from 0 again.
+pub fn verify_walks() {
+    VERIFY.set(true);
+    MISMATCHES.set(0);
+}
+
+/// How many walks on this thread from a cursor differed from a walk from
+/// the start, since [`verify_walks`].
 pub fn walk_mismatches() -> usize {
-    MISMATCHES.load(std::sync::atomic::Ordering::Relaxed)
+    MISMATCHES.get()
 }
 
 /// What a walk found, for comparing two walks.
@@ -134,11 +138,11 @@ impl Drive {
             Some(error) => Status::Failed(error, DEADLINE_PATH.to_owned()),
             None => {
                 let (status, reached) = self.walk_top(&workflow.steps, scope);
-                if VERIFY.load(std::sync::atomic::Ordering::Relaxed) && self.cursor.is_some() {
+                if VERIFY.get() && self.cursor.is_some() {
                     let mut fresh = self.scope();
                     let full = self.walk_steps(&workflow.steps, "", &mut fresh, None);
                     if summary(&full) != summary(&status) {
-                        MISMATCHES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        MISMATCHES.set(MISMATCHES.get() + 1);
                         tracing::error!(
                             run = %self.run.id,
                             from_cursor = %summary(&status),

@@ -299,7 +299,10 @@ pub(super) struct Core {
     /// memory, to be freed on the `weft-reaper` thread (a cell holds the
     /// run's whole drive, and the committing thread is the engine's limit
     /// under load); unset in a stepped engine, which frees them in place.
-    reaper: std::sync::OnceLock<std::sync::mpsc::Sender<Cell>>,
+    reaper: Mutex<Option<std::sync::mpsc::Sender<Cell>>>,
+    /// The reaper thread, joined when the engine is dropped (after which
+    /// a cell is freed where it is let go of).
+    reaper_thread: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl Core {
@@ -358,17 +361,29 @@ impl Core {
             pauses: Mutex::new(()),
             pauses_wake: Condvar::new(),
             messages: Arc::default(),
-            reaper: std::sync::OnceLock::new(),
+            reaper: Mutex::new(None),
+            reaper_thread: Mutex::new(None),
         }
     }
 
     /// Frees `cell`, the last hold on a run that left memory, on the
     /// reaper thread, or here without one.
     fn discard(&self, cell: Cell) {
-        if let Some(reaper) = self.reaper.get() {
+        let reaper = lock(&self.reaper).clone();
+        if let Some(reaper) = reaper {
             // A send fails only once the reaper is gone: the cell is then
             // freed here.
             let _ = reaper.send(cell);
+        }
+    }
+
+    /// Stops the reaper once it has freed every cell sent to it; cells
+    /// let go of from now on are freed in place.
+    pub(super) fn stop_reaper(&self) {
+        drop(lock(&self.reaper).take());
+        let thread = lock(&self.reaper_thread).take();
+        if let Some(thread) = thread {
+            let _ = thread.join();
         }
     }
 
@@ -402,13 +417,13 @@ impl Core {
                 .name("weft-claims".to_owned())
                 .spawn(move || core.claim_free_work_while_running())?,
         );
-        // Not joined: it ends when the core, which holds its sender, is
-        // dropped, after the threads that are joined.
+        // Joined by `stop_reaper`, once the workers are.
         let (reaper, cells) = std::sync::mpsc::channel::<Cell>();
-        std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name("weft-reaper".to_owned())
             .spawn(move || cells.into_iter().for_each(drop))?;
-        let _ = self.reaper.set(reaper);
+        *lock(&self.reaper) = Some(reaper);
+        *lock(&self.reaper_thread) = Some(thread);
         Ok(threads)
     }
 
