@@ -145,13 +145,13 @@ fn latency(plugins: &Path, calls: usize, lines: &mut Vec<Line>) -> anyhow::Resul
             80.0,
         ),
     ] {
-        let bytes = std::fs::read(plugins.join(format!("{name}.wasm")))?;
+        let bytes = super::languages::read_example(plugins, name)?;
         let runtime = Runtime::new(RuntimeConfig::default())?;
         let mut times = timed_calls(&runtime, &bytes, &input.to_string(), calls)?;
         let p50 = percentile(&mut times, 50.0);
-        let (mut made, mut ran) = split_calls(&runtime, &bytes, &input.to_string(), calls)?;
+        let (mut made, mut ran, faults) = split_calls(&runtime, &bytes, &input.to_string(), calls)?;
         out!(
-            "  {language:<11} p50 {:>10}  p99 {:>10}   of which instantiate p50 {:>10}, run p50 {:>10}",
+            "  {language:<11} p50 {:>10}  p99 {:>10}   of which instantiate p50 {:>10}, run p50 {:>10}; {faults:.0} page faults a call",
             show(p50),
             show(percentile(&mut times, 99.0)),
             show(percentile(&mut made, 50.0)),
@@ -194,23 +194,18 @@ fn print_goals(lines: &[Line]) -> anyhow::Result<()> {
 }
 
 /// `n` calls' instantiate and run times, as the runtime reports them
-/// (the rest of a call is making the store and the teardown).
+/// (the rest of a call is making the store and the teardown), and the
+/// minor page faults the calling thread took per call, on average.
 fn split_calls(
     runtime: &Runtime,
     bytes: &[u8],
     input: &str,
     n: usize,
-) -> anyhow::Result<(Vec<Duration>, Vec<Duration>)> {
+) -> anyhow::Result<(Vec<Duration>, Vec<Duration>, f64)> {
     let plugin = runtime.load(bytes)?;
-    let context = weft::runtime::StepContext {
-        tenant: "bench".to_owned(),
-        workflow: "bench".to_owned(),
-        run_id: "bench".to_owned(),
-        step_id: "bench".to_owned(),
-        attempt: 1,
-        idempotency_key: "bench:step".to_owned(),
-    };
+    let context = super::bench_context();
     let (mut made, mut ran) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    let faults_before = thread_minor_faults();
     for _ in 0..n {
         let outcome = plugin.call(&context, input, &weft::runtime::CallOptions::default());
         if let Err(e) = outcome.result {
@@ -219,7 +214,20 @@ fn split_calls(
         made.push(outcome.timing.instantiate);
         ran.push(outcome.timing.call);
     }
-    Ok((made, ran))
+    let faults = match (faults_before, thread_minor_faults()) {
+        (Some(before), Some(after)) => after.saturating_sub(before) as f64 / n.max(1) as f64,
+        _ => f64::NAN,
+    };
+    Ok((made, ran, faults))
+}
+
+/// The calling thread's minor page faults so far (`minflt`, the tenth
+/// field of `/proc/thread-self/stat`); `None` where there is no such file.
+fn thread_minor_faults() -> Option<u64> {
+    let stat = std::fs::read_to_string("/proc/thread-self/stat").ok()?;
+    // The second field, the command, is in parentheses and may hold spaces.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(7)?.parse().ok()
 }
 
 /// The largest fall in steps/s from one P to the next at the same S.

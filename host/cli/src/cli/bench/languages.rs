@@ -118,7 +118,7 @@ pub fn languages(
 }
 
 /// The example plugin `name` from the plugins directory.
-fn read_example(plugins: &Path, name: &str) -> anyhow::Result<Vec<u8>> {
+pub fn read_example(plugins: &Path, name: &str) -> anyhow::Result<Vec<u8>> {
     let path = plugins.join(format!("{name}.wasm"));
     std::fs::read(&path).with_context(|| {
         format!(

@@ -425,6 +425,26 @@ fn call_latencies(
 
 /// `iterations` instantiate+call times of the component on `input`, a
 /// fresh instance each, after a tenth as many calls to warm up.
+/// A field of `/proc/self/status` in bytes (`VmRSS`, `VmHWM`; Linux).
+pub fn status_bytes(field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with(field))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// The step context every bench call runs under.
+pub fn bench_context() -> StepContext {
+    StepContext {
+        tenant: "bench".to_owned(),
+        workflow: "bench".to_owned(),
+        run_id: "bench".to_owned(),
+        step_id: "bench".to_owned(),
+        attempt: 1,
+        idempotency_key: "bench:step".to_owned(),
+    }
+}
+
 pub fn timed_calls(
     runtime: &Runtime,
     bytes: &[u8],
@@ -432,14 +452,7 @@ pub fn timed_calls(
     iterations: usize,
 ) -> anyhow::Result<Vec<Duration>> {
     let plugin = runtime.load(bytes)?;
-    let context = StepContext {
-        tenant: "bench".to_owned(),
-        workflow: "bench".to_owned(),
-        run_id: "bench".to_owned(),
-        step_id: "bench".to_owned(),
-        attempt: 1,
-        idempotency_key: "bench:step".to_owned(),
-    };
+    let context = bench_context();
     let warmup = iterations / 10;
     let mut times = Vec::with_capacity(iterations);
     for i in 0..warmup + iterations {

@@ -50,14 +50,6 @@ pub struct Point {
     pub peak: u64,
 }
 
-/// A field of `/proc/self/status` in bytes (`VmRSS`, `VmHWM`; Linux).
-pub fn status_bytes(field: &str) -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with(field))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024)
-}
-
 /// The text of a workflow of `steps` `echo` steps.
 pub fn echo_workflow(steps: usize) -> String {
     std::iter::once("id: bench\nsteps:\n".to_owned())
@@ -159,7 +151,7 @@ pub fn point(plugins: &Path, runs: usize, steps: usize) -> anyhow::Result<ExitCo
         Arc::new(SystemClock),
     )?;
     super::round(&engine, &workflow, 1)?;
-    let base = status_bytes("VmRSS:").unwrap_or(0);
+    let base = super::status_bytes("VmRSS:").unwrap_or(0);
     // As in `--runs`: a first round at P, untimed, where it is short.
     if runs * steps <= 100_000 {
         super::round(&engine, &workflow, runs)?;
@@ -170,7 +162,7 @@ pub fn point(plugins: &Path, runs: usize, steps: usize) -> anyhow::Result<ExitCo
         elapsed += round.elapsed;
         done += round.steps;
     }
-    let peak = status_bytes("VmHWM:").unwrap_or(0);
+    let peak = super::status_bytes("VmHWM:").unwrap_or(0);
     drop(engine);
     out!(
         "point {:.1} {base} {peak}",
@@ -257,9 +249,9 @@ pub fn memory_of(plugins: &Path, state: &str, runs: usize) -> anyhow::Result<Exi
                 Ok(())
             };
             start(warm)?;
-            let before = status_bytes("VmRSS:").unwrap_or(0);
+            let before = super::status_bytes("VmRSS:").unwrap_or(0);
             start(runs)?;
-            let after = status_bytes("VmRSS:").unwrap_or(0);
+            let after = super::status_bytes("VmRSS:").unwrap_or(0);
             let load = engine.load();
             anyhow::ensure!(
                 stepper.ready() > 0 || state == "parked",
@@ -302,9 +294,9 @@ pub fn memory_of(plugins: &Path, state: &str, runs: usize) -> anyhow::Result<Exi
                 Ok(())
             };
             start(warm)?;
-            let before = status_bytes("VmRSS:").unwrap_or(0);
+            let before = super::status_bytes("VmRSS:").unwrap_or(0);
             start(runs)?;
-            let after = status_bytes("VmRSS:").unwrap_or(0);
+            let after = super::status_bytes("VmRSS:").unwrap_or(0);
             (after as i64 - before as i64, engine.load())
         }
         other => anyhow::bail!("no such state: {other} (one of {})", STATES.join(", ")),

@@ -33,15 +33,7 @@ const CACHE: usize = 16 << 20;
 
 /// The process's resident memory, in bytes.
 fn rss() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|status| {
-            status.lines().find_map(|line| {
-                let kb = line.strip_prefix("VmRSS:")?.trim().strip_suffix("kB")?;
-                kb.trim().parse::<u64>().ok()
-            })
-        })
-        .map_or(0, |kb| kb * 1024)
+    super::status_bytes("VmRSS:").unwrap_or(0)
 }
 
 /// Writes `n` entries as JSON Lines to `path`.

@@ -382,15 +382,7 @@ fn watch(metrics: &Metrics, goal: u64, began: Instant) -> (Startup, u64) {
 /// `VmRSS` (resident now) or `VmHWM` (its peak) of this process, in MiB
 /// (Linux).
 fn memory(field: &str) -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find_map(|l| l.strip_prefix(field))?;
-    let kib: u64 = line
-        .trim_start_matches(':')
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()?;
-    Some(kib >> 10)
+    super::status_bytes(&format!("{field}:")).map(|bytes| bytes >> 20)
 }
 
 /// The measuring process (`--startup-measure DIR`): starts a host on the

@@ -35,10 +35,7 @@ fn engine(dir: &Path, measure_fires: bool) -> anyhow::Result<Engine> {
 
 /// Resident memory of this process, in bytes (Linux).
 fn rss() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024)
+    super::status_bytes("VmRSS:")
 }
 
 pub fn timers(n: usize, m: usize, spread: Duration) -> anyhow::Result<ExitCode> {
