@@ -307,13 +307,89 @@ fn concurrent_calls_get_separate_instances() {
 /// instance as it was instantiated.
 #[test]
 fn every_call_sees_its_instance_fresh() {
-    let runtime = Runtime::new(RuntimeConfig::default()).unwrap();
+    let runtime = Runtime::new(RuntimeConfig {
+        spare_instances: 0,
+        ..RuntimeConfig::default()
+    })
+    .unwrap();
+    let spares = all_fresh(&runtime);
+    assert_eq!(spares, 0, "spare instances when none may be made");
+}
+
+/// The same with spare instances for every plugin (made ahead of the
+/// call, on the runtime's own thread): some calls get one, and every
+/// call still sees its instance fresh.
+#[test]
+fn every_call_on_a_spare_instance_sees_it_fresh() {
+    let runtime = Runtime::new(RuntimeConfig {
+        spare_above: Duration::ZERO,
+        ..RuntimeConfig::default()
+    })
+    .unwrap();
+    let spares = all_fresh(&runtime);
+    assert!(spares > 0, "no call found a spare instance");
+}
+
+/// A spare instance is made under the runtime's default memory cap; a
+/// call with a lower cap than its making took does not use it, and fails
+/// as a fresh instance would.
+#[test]
+fn a_spare_is_not_used_past_a_calls_memory_cap() {
+    let runtime = Runtime::new(RuntimeConfig {
+        spare_above: Duration::ZERO,
+        ..RuntimeConfig::default()
+    })
+    .unwrap();
     let fresh = runtime.load(&guest_bytes("fresh")).unwrap();
+    let first = fresh.call(&context("first"), "{}", &CallOptions::default());
+    assert_eq!(first.result.unwrap()["fresh"], true);
+    // The spare thread makes one in microseconds; wait for it.
+    let mut spared = false;
+    for i in 0..200 {
+        std::thread::sleep(Duration::from_millis(10));
+        let tight = fresh.call(
+            &context(&format!("tight-{i}")),
+            "{}",
+            &CallOptions {
+                memory_limit: Some(64 << 10),
+                ..CallOptions::default()
+            },
+        );
+        assert!(
+            tight.timing.spare.is_none(),
+            "a spare past the call's cap was used"
+        );
+        // What a fresh instance says when its making passes the cap.
+        assert!(
+            matches!(&tight.result, Err(CallError::Instantiate { message }) if message.contains("memory limit")),
+            "{:?}",
+            tight.result
+        );
+        std::thread::sleep(Duration::from_millis(10));
+        let roomy = fresh.call(
+            &context(&format!("roomy-{i}")),
+            "{}",
+            &CallOptions::default(),
+        );
+        assert_eq!(roomy.result.unwrap()["fresh"], true);
+        if roomy.timing.spare.is_some() {
+            spared = true;
+            break;
+        }
+    }
+    assert!(spared, "no call found a spare instance");
+}
+
+/// 600 calls of the `fresh` guest, 150 on each of four threads, each
+/// checked fresh; the calls that found a spare instance.
+fn all_fresh(runtime: &Runtime) -> usize {
+    let fresh = runtime.load(&guest_bytes("fresh")).unwrap();
+    let spares = std::sync::atomic::AtomicUsize::new(0);
     let pages = std::sync::Mutex::new(std::collections::BTreeSet::new());
     std::thread::scope(|s| {
         for t in 0..4 {
             let fresh = fresh.clone();
-            let pages = &pages;
+            let (pages, spares) = (&pages, &spares);
             s.spawn(move || {
                 for i in 0..150 {
                     let out = fresh.call(
@@ -321,6 +397,9 @@ fn every_call_sees_its_instance_fresh() {
                         "{}",
                         &CallOptions::default(),
                     );
+                    if out.timing.spare.is_some() {
+                        spares.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
                     let output = out
                         .result
                         .unwrap_or_else(|e| panic!("call {i} on thread {t}: {e}"));
@@ -336,6 +415,7 @@ fn every_call_sees_its_instance_fresh() {
     // A call that found a page grown by another would see more pages.
     let pages = pages.into_inner().unwrap();
     assert_eq!(pages.len(), 1, "memory sizes seen: {pages:?}");
+    spares.into_inner()
 }
 
 /// The same through the engine: a run of many `fresh` steps, each

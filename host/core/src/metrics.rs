@@ -168,7 +168,7 @@ impl Metrics {
         );
         registry.register_with_unit(
             "guest_instantiate",
-            "A guest's instantiation",
+            "A guest's instantiation (for a call that found a spare instance, the spare's, made ahead of the call)",
             Unit::Seconds,
             self.guest_instantiate_seconds.clone(),
         );

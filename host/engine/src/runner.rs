@@ -392,9 +392,9 @@ impl WasmRunner {
         };
         let outcome = plugin.call(&call.context, &call.input, &options);
         if let Some(meters) = self.meters.get(&call.context.step_id) {
-            meters
-                .instantiate
-                .observe(outcome.timing.instantiate.as_secs_f64());
+            // A call that found a spare instance: the spare's making.
+            let instantiate = outcome.timing.spare.unwrap_or(outcome.timing.instantiate);
+            meters.instantiate.observe(instantiate.as_secs_f64());
             meters.call.observe(outcome.timing.call.as_secs_f64());
         }
         StepOutcome {

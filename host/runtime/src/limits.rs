@@ -32,6 +32,19 @@ impl CallLimiter {
     }
 }
 
+impl CallLimiter {
+    /// The bytes of memory granted so far.
+    pub(super) fn used(&self) -> usize {
+        self.used
+    }
+
+    /// Carries over what an instance made under another limiter was
+    /// granted: the instance keeps that memory.
+    pub(super) fn carry(&mut self, used: usize) {
+        self.used = used;
+    }
+}
+
 impl ResourceLimiter for CallLimiter {
     fn memory_growing(
         &mut self,

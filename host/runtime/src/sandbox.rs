@@ -33,6 +33,9 @@ pub(super) struct StepState {
     pub(super) snapshots: Option<super::snapshot::SharedSnapshots>,
     http_ctx: WasiHttpCtx,
     pub(super) http: HttpHooks,
+    /// Entries from the guest into the host, counted only in the store of
+    /// a spare instance (`plugin/spare.rs`), whose making must have none.
+    pub(super) host_calls: u64,
 }
 
 /// What one call may reach beyond its own memory.
@@ -78,6 +81,7 @@ impl StepState {
             http_ctx: WasiHttpCtx::new(),
             http: HttpHooks::new(reach.egress, reach.http_limits, deadline)
                 .tracing(reach.traceparent),
+            host_calls: 0,
         }
     }
 }

@@ -38,11 +38,39 @@ impl Slots {
     }
 }
 
+impl Slots {
+    /// A slot, if one is free now.
+    pub(super) fn try_acquire(&self) -> Option<Slot<'_>> {
+        let mut used = weft_core::lock(&self.used);
+        if *used >= self.max {
+            return None;
+        }
+        *used += 1;
+        Some(Slot(self))
+    }
+
+    /// Takes a slot for a spare instance if fewer than half are in use,
+    /// so that spares never hold the slots calls wait for.
+    pub(super) fn try_acquire_below_half(&self) -> bool {
+        let mut used = weft_core::lock(&self.used);
+        if *used >= self.max / 2 {
+            return false;
+        }
+        *used += 1;
+        true
+    }
+
+    /// Gives back a slot taken with [`Slots::try_acquire_below_half`].
+    pub(super) fn release(&self) {
+        let mut used = weft_core::lock(&self.used);
+        *used = used.saturating_sub(1);
+        self.freed.notify_one();
+    }
+}
+
 impl Drop for Slot<'_> {
     fn drop(&mut self) {
-        let mut used = weft_core::lock(&self.0.used);
-        *used -= 1;
-        self.0.freed.notify_one();
+        self.0.release();
     }
 }
 

@@ -202,6 +202,8 @@ fn plugins() -> Result<Arc<PluginDir>, String> {
         .get_or_init(|| {
             let config = weft_runtime::RuntimeConfig {
                 pooling: false,
+                // No thread making instances beside the simulated ones.
+                spare_instances: 0,
                 ..weft_runtime::RuntimeConfig::default()
             };
             let runtime = weft_runtime::Runtime::new(config)

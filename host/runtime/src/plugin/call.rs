@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use wasmtime::Trap;
 
-use super::Plugin;
 use super::contract::Failure;
+use super::{Plugin, spare};
 use crate::error::CallError;
 use crate::http::Violation;
 use crate::kv::KvAccess;
@@ -41,7 +41,9 @@ pub struct StepContext {
 /// How one call is bounded, and what it may reach.
 #[derive(Debug, Clone, Default)]
 pub struct CallOptions {
-    /// The call's deadline; the runtime's default when `None`.
+    /// The call's deadline; the runtime's default when `None`. It covers
+    /// the instance's making too, unless the call finds a spare instance
+    /// (made ahead of it; `RuntimeConfig::spare_instances`).
     pub timeout: Option<Duration>,
     /// The cap on the call's memory, in bytes; the runtime's default when
     /// `None`.
@@ -89,8 +91,13 @@ pub struct CallOutcome {
 /// Where a call's time went.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CallTiming {
-    /// Making the instance (zero if it could not be made).
+    /// Making the instance on the call's path (zero if it could not be
+    /// made, or was made ahead of the call).
     pub instantiate: Duration,
+    /// How long the instance took to make, when it was a spare made ahead
+    /// of the call by the runtime's spare thread
+    /// (`RuntimeConfig::spare_instances`); `None` when the call made its own.
+    pub spare: Option<Duration>,
     /// Running the call in it (zero if it was never made).
     pub call: Duration,
 }
@@ -115,37 +122,76 @@ impl Plugin {
         let redactor = options.secrets.redactor();
         let log = LogSink::new(config.log_limit, &self.0.meta.name, &context.step_id)
             .redacting(redactor.clone());
-        let _slot = self.0.runtime.shared.slots.acquire();
-        let mut store = new_store(
-            &self.0.runtime,
-            timeout,
-            memory_limit,
-            log.clone(),
-            Reach {
-                kv: options.kv.clone(),
-                egress: options.egress.clone(),
-                http_limits: config.http,
-                secrets: options.secrets.clone(),
-                snapshots: options.snapshots.clone(),
-                // Only a call that may make requests needs one.
-                traceparent: options.egress.as_ref().map(|_| {
-                    let prefix = format!("{}:", context.run_id);
-                    let path = context
-                        .idempotency_key
-                        .strip_prefix(&prefix)
-                        .unwrap_or(&context.step_id);
-                    weft_core::trace::traceparent(&context.run_id, path, context.attempt)
-                }),
-            },
-        );
-        if let Some(cancel) = options.cancel.clone() {
-            watch_cancel(&mut store, cancel, timeout);
+        let reach = Reach {
+            kv: options.kv.clone(),
+            egress: options.egress.clone(),
+            http_limits: config.http,
+            secrets: options.secrets.clone(),
+            snapshots: options.snapshots.clone(),
+            // Only a call that may make requests needs one.
+            traceparent: options.egress.as_ref().map(|_| {
+                let prefix = format!("{}:", context.run_id);
+                let path = context
+                    .idempotency_key
+                    .strip_prefix(&prefix)
+                    .unwrap_or(&context.step_id);
+                weft_core::trace::traceparent(&context.run_id, path, context.attempt)
+            }),
+        };
+        let spare = self.0.spare.take(memory_limit);
+        if spare.is_some() {
+            // The next call's instance is made while this one runs.
+            self.0.runtime.shared.spares.request(&self.0);
         }
+        let mut timing = CallTiming {
+            spare: spare.as_ref().map(|spare| spare.made_in),
+            ..CallTiming::default()
+        };
+        // Declared before the store, so dropped after it: the instance goes
+        // back to the pool before its slot is given back.
+        let _slot: Held<'_>;
+        let (mut store, instance) = match spare {
+            Some(spare::Spare {
+                mut store,
+                instance,
+                slot,
+                ..
+            }) => {
+                _slot = Held::Spare { _slot: slot };
+                // The instance keeps the memory its making took; the rest of
+                // the state is this call's.
+                let used = store.data().limiter.used();
+                *store.data_mut() =
+                    StepState::new(memory_limit, log.clone(), reach, Instant::now() + timeout);
+                store.data_mut().limiter.carry(used);
+                arm(&mut store, timeout);
+                if let Some(cancel) = options.cancel.clone() {
+                    watch_cancel(&mut store, cancel, timeout);
+                }
+                (store, Ok(instance))
+            }
+            None => {
+                let shared = &self.0.runtime.shared;
+                let slot = shared.slots.try_acquire().unwrap_or_else(|| {
+                    // Spares never keep a call waiting: drop one for its slot.
+                    shared.spares.evict_one();
+                    shared.slots.acquire()
+                });
+                _slot = Held::Slot { _slot: slot };
+                let mut store =
+                    new_store(&self.0.runtime, timeout, memory_limit, log.clone(), reach);
+                if let Some(cancel) = options.cancel.clone() {
+                    watch_cancel(&mut store, cancel, timeout);
+                }
+                let started = Instant::now();
+                let instance = self.0.pre.instantiate(&mut store);
+                timing.instantiate = started.elapsed();
+                self.0.spare.note(timing.instantiate);
+                self.0.runtime.shared.spares.request(&self.0);
+                (store, instance)
+            }
+        };
         let input = input.to_owned();
-        let mut timing = CallTiming::default();
-        let started = Instant::now();
-        let instance = self.0.pre.instantiate(&mut store);
-        timing.instantiate = started.elapsed();
         let ran = instance.map(|instance| {
             let started = Instant::now();
             let ran = instance.run(&mut store, context, &input);
@@ -282,9 +328,21 @@ pub(super) fn new_store(
         StepState::new(memory_limit, log, reach, deadline),
     );
     store.limiter(|state| &mut state.limiter);
+    arm(&mut store, timeout);
+    store
+}
+
+/// Sets `store`'s deadline to one tick more than `timeout` from now (the
+/// first tick may come at once), at which the call traps.
+fn arm(store: &mut wasmtime::Store<StepState>, timeout: Duration) {
     store.set_epoch_deadline(deadline_ticks(timeout).saturating_add(1));
     store.epoch_deadline_trap();
-    store
+}
+
+/// The instance slot a call holds: its own, or the one its spare came with.
+enum Held<'a> {
+    Slot { _slot: crate::slots::Slot<'a> },
+    Spare { _slot: spare::SpareSlot },
 }
 
 /// Makes the call in `store` stop with [`Cancelled`] at the next epoch tick

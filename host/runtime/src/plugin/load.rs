@@ -56,6 +56,7 @@ pub(crate) fn load(runtime: &Runtime, bytes: &[u8]) -> Result<Plugin, LoadError>
         },
         code_source,
         load_time: Duration::ZERO,
+        spare: Default::default(),
         imports: {
             let ty = component.component_type();
             ty.imports(&shared.engine)

@@ -5,6 +5,7 @@
 mod call;
 mod contract;
 mod load;
+mod spare;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,6 +18,7 @@ use weft_core::Digest;
 
 pub use call::{CallOptions, CallOutcome, CallTiming, StepContext};
 pub(crate) use load::load;
+pub(crate) use spare::Spares;
 
 /// A loaded plugin: compiled, linked and described. Cheap to clone.
 #[derive(Clone)]
@@ -35,6 +37,8 @@ struct Loaded {
     /// The component's imports and exports, by name.
     imports: Vec<String>,
     exports: Vec<String>,
+    /// An instance made ahead of the next call.
+    spare: spare::PluginSpare,
 }
 
 impl std::fmt::Debug for Plugin {

@@ -122,7 +122,7 @@ pub fn goals(plugins: &Path, sizes: &Sizes, plot: Option<&Path>) -> anyhow::Resu
 /// goal: a line each in `lines`.
 fn latency(plugins: &Path, calls: usize, lines: &mut Vec<Line>) -> anyhow::Result<()> {
     out!(
-        "guest calls: a fresh instance per call, pooling allocator, {} calls each",
+        "guest calls: a fresh instance per call, pooling allocator, {} calls each back to back",
         calls
     );
     for (language, name, input, goal) in [
@@ -149,13 +149,19 @@ fn latency(plugins: &Path, calls: usize, lines: &mut Vec<Line>) -> anyhow::Resul
         let runtime = Runtime::new(RuntimeConfig::default())?;
         let mut times = timed_calls(&runtime, &bytes, &input.to_string(), calls)?;
         let p50 = percentile(&mut times, 50.0);
-        let (mut made, mut ran, faults) = split_calls(&runtime, &bytes, &input.to_string(), calls)?;
+        let mut split = split_calls(&runtime, &bytes, &input.to_string(), calls)?;
         out!(
-            "  {language:<11} p50 {:>10}  p99 {:>10}   of which instantiate p50 {:>10}, run p50 {:>10}; {faults:.0} page faults a call",
+            "  {language:<11} p50 {:>10}  p99 {:>10}   of which instantiate p50 {:>10}, run p50 {:>10}; {:.0} page faults a call, {:.0}% on a spare",
             show(p50),
             show(percentile(&mut times, 99.0)),
-            show(percentile(&mut made, 50.0)),
-            show(percentile(&mut ran, 50.0))
+            if split.made.is_empty() {
+                "-".to_owned()
+            } else {
+                show(percentile(&mut split.made, 50.0))
+            },
+            show(percentile(&mut split.ran, 50.0)),
+            split.faults,
+            split.spares * 100.0
         );
         let micros = p50.as_secs_f64() * 1e6;
         lines.push(Line {
@@ -193,32 +199,51 @@ fn print_goals(lines: &[Line]) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// What [`split_calls`] found.
+struct Split {
+    /// The instantiation of each call that made its own instance.
+    made: Vec<Duration>,
+    /// Each call's run.
+    ran: Vec<Duration>,
+    /// Minor page faults of the calling thread, per call.
+    faults: f64,
+    /// The share of calls that found a spare instance ready.
+    spares: f64,
+}
+
 /// `n` calls' instantiate and run times, as the runtime reports them
-/// (the rest of a call is making the store and the teardown), and the
-/// minor page faults the calling thread took per call, on average.
-fn split_calls(
-    runtime: &Runtime,
-    bytes: &[u8],
-    input: &str,
-    n: usize,
-) -> anyhow::Result<(Vec<Duration>, Vec<Duration>, f64)> {
+/// (the rest of a call is making the store and the teardown), the minor
+/// page faults the calling thread took per call, on average (not those of
+/// the spare thread), and how many calls found a spare instance (their
+/// instantiation is not on their path, and not in the instantiate times).
+fn split_calls(runtime: &Runtime, bytes: &[u8], input: &str, n: usize) -> anyhow::Result<Split> {
     let plugin = runtime.load(bytes)?;
     let context = super::bench_context();
     let (mut made, mut ran) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    let mut spares = 0usize;
     let faults_before = thread_minor_faults();
     for _ in 0..n {
         let outcome = plugin.call(&context, input, &weft::runtime::CallOptions::default());
         if let Err(e) = outcome.result {
             anyhow::bail!("{} failed: {e}", plugin.meta().name);
         }
-        made.push(outcome.timing.instantiate);
+        if outcome.timing.spare.is_some() {
+            spares += 1;
+        } else {
+            made.push(outcome.timing.instantiate);
+        }
         ran.push(outcome.timing.call);
     }
     let faults = match (faults_before, thread_minor_faults()) {
         (Some(before), Some(after)) => after.saturating_sub(before) as f64 / n.max(1) as f64,
         _ => f64::NAN,
     };
-    Ok((made, ran, faults))
+    Ok(Split {
+        made,
+        ran,
+        faults,
+        spares: spares as f64 / n.max(1) as f64,
+    })
 }
 
 /// The calling thread's minor page faults so far (`minflt`, the tenth

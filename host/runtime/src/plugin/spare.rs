@@ -1,0 +1,298 @@
+//! Spare instances: for a plugin slow to instantiate, one instance made
+//! ahead of its next call by one thread per runtime, off the call's path.
+//!
+//! A spare is used by exactly one call and dropped with that call's store,
+//! like any other instance, so every call still starts from an instance no
+//! call has run in. What a spare changes is only *when* the instance is
+//! made: while the plugin's last call runs, or after it, instead of at the
+//! start of its next. (So a call's deadline covers its instantiation only
+//! when it makes its own instance.)
+//!
+//! Only a plugin whose instantiation takes `RuntimeConfig::spare_above` or
+//! more, at the least over at least [`SAMPLES`] instantiations, gets spares
+//! (an interpreter's: Python's takes about half a millisecond): for one
+//! that instantiates in microseconds, waking the spare thread costs about
+//! what it saves.
+//!
+//! A spare is kept only if making it entered the host not once (a call
+//! hook counts every entry: imports, and also libcalls such as a memory
+//! grow, so some components that could have spares get none; none that
+//! should not gets one). A component whose instantiation logs, reads a key
+//! or a secret would otherwise see the spare's empty reach, not its call's.
+//! A call uses a spare only if its memory cap allows what the making took.
+//! Spares hold at most `RuntimeConfig::spare_instances` instance slots and
+//! at most half of them; a call that finds no free slot drops a spare to
+//! free one ([`Spares::evict_one`]). A plugin dropped (reloaded, removed)
+//! drops its spare.
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::mpsc::{self, Sender};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use weft_core::lock;
+
+use super::Loaded;
+use super::call::new_store;
+use super::contract::Instance;
+use crate::Runtime;
+use crate::log::LogSink;
+use crate::sandbox::{Reach, StepState};
+
+/// An instance made ahead of its call, in its own store.
+pub(super) struct Spare {
+    // Dropped in this order: the instance, then its slot.
+    pub(super) store: wasmtime::Store<StepState>,
+    pub(super) instance: Instance,
+    pub(super) slot: SpareSlot,
+    /// How long making it took.
+    pub(super) made_in: Duration,
+}
+
+/// Instantiations a plugin's estimate needs before it may get spares.
+const SAMPLES: u32 = 4;
+
+/// Failed spare instantiations in a row after which a plugin gets no more.
+const FAILURES: u32 = 3;
+
+/// What a plugin keeps of spares: the one ready, how its spare
+/// instantiations went, and how long it takes to instantiate.
+#[derive(Default)]
+pub(super) struct PluginSpare {
+    ready: Mutex<Option<Spare>>,
+    /// Spare instantiations failed in a row; [`FAILURES`] and more (or
+    /// `u32::MAX`, set when the making entered the host) refuses spares.
+    failures: AtomicU32,
+    /// What its instantiation costs, in nanoseconds (see
+    /// [`PluginSpare::note`]), and how many it has seen.
+    instantiate_ns: AtomicU64,
+    samples: AtomicU32,
+}
+
+impl PluginSpare {
+    /// Notes how long an instantiation took. The estimate is a minimum
+    /// that rises by a sixteenth at each sample above it: a thread
+    /// preempted in the middle of an instantiation (a loaded host) makes it
+    /// look slow, never fast, so the least recent time is the plugin's cost.
+    pub(super) fn note(&self, took: Duration) {
+        let ns = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX).max(1);
+        // Only the plugin's callers and the spare thread write it; a lost
+        // update among racing writers is one sample less.
+        let old = self.instantiate_ns.load(Ordering::Relaxed);
+        let new = if old == 0 {
+            ns
+        } else {
+            ns.min(old.saturating_add(old / 16).max(old + 1))
+        };
+        self.instantiate_ns.store(new, Ordering::Relaxed);
+        let _ = self
+            .samples
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_add(1));
+    }
+
+    /// Whether the plugin may get a spare: its spare instantiations have
+    /// not been refused, and it takes `above` or more to instantiate, at
+    /// the least over [`SAMPLES`] or more.
+    fn worth_it(&self, above: Duration) -> bool {
+        let ns = u64::try_from(above.as_nanos()).unwrap_or(u64::MAX);
+        self.failures.load(Ordering::Relaxed) < FAILURES
+            && self.samples.load(Ordering::Relaxed) >= SAMPLES
+            && self.instantiate_ns.load(Ordering::Relaxed) >= ns
+    }
+
+    /// The spare, if one is ready and a call capped at `memory_limit`
+    /// bytes may use it; one that does not fit stays for the next call.
+    pub(super) fn take(&self, memory_limit: u64) -> Option<Spare> {
+        let mut ready = lock(&self.ready);
+        let used = ready.as_ref()?.store.data().limiter.used();
+        if u64::try_from(used).unwrap_or(u64::MAX) > memory_limit {
+            return None;
+        }
+        ready.take()
+    }
+
+    /// Drops the spare, if any; whether there was one.
+    fn drop_spare(&self) -> bool {
+        // Taken out under the lock, dropped after it.
+        let spare = lock(&self.ready).take();
+        spare.is_some()
+    }
+}
+
+/// The runtime's maker of spares: a thread, started at the first request,
+/// that ends when the runtime is dropped.
+pub(crate) struct Spares {
+    max: u32,
+    made: AtomicU32,
+    requests: Mutex<Option<Sender<Weak<Loaded>>>>,
+    /// The plugins a spare was made for, to drop one when calls need its
+    /// slot; entries whose spare is gone are skipped and pruned.
+    holders: Mutex<Vec<Weak<Loaded>>>,
+}
+
+impl Spares {
+    pub(crate) fn new(max: u32) -> Self {
+        Self {
+            max,
+            made: AtomicU32::new(0),
+            requests: Mutex::new(None),
+            holders: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Drops one spare, if any is held, to give its slot to a call;
+    /// whether one was dropped.
+    pub(super) fn evict_one(&self) -> bool {
+        let holders = std::mem::take(&mut *lock(&self.holders));
+        let mut kept = Vec::with_capacity(holders.len());
+        let mut dropped = false;
+        for holder in holders {
+            let Some(plugin) = holder.upgrade() else {
+                continue;
+            };
+            if !dropped && plugin.spare.drop_spare() {
+                dropped = true;
+                continue;
+            }
+            if lock(&plugin.spare.ready).is_some() {
+                kept.push(holder);
+            }
+        }
+        lock(&self.holders).extend(kept);
+        dropped
+    }
+
+    /// Asks for a spare of `plugin`, unless it has one or may not.
+    pub(super) fn request(&self, plugin: &Arc<Loaded>) {
+        if self.max == 0
+            || !plugin.spare.worth_it(plugin.runtime.config().spare_above)
+            || lock(&plugin.spare.ready).is_some()
+        {
+            return;
+        }
+        let mut requests = lock(&self.requests);
+        if requests.is_none() {
+            let (tx, rx) = mpsc::channel::<Weak<Loaded>>();
+            let spawned = std::thread::Builder::new()
+                .name("weft-spares".to_owned())
+                .spawn(move || {
+                    // Ends when the runtime drops its sender.
+                    for plugin in rx {
+                        if let Some(plugin) = plugin.upgrade() {
+                            prepare(&plugin);
+                        }
+                    }
+                });
+            if let Err(e) = spawned {
+                // Tried again at the next request.
+                tracing::warn!(error = %e, "no thread for spare instances; calls make their own");
+                return;
+            }
+            *requests = Some(tx);
+        }
+        if let Some(tx) = requests.as_ref() {
+            // A send fails only if the thread is gone: no spare, no harm.
+            let _ = tx.send(Arc::downgrade(plugin));
+        }
+    }
+}
+
+/// Makes a spare for `plugin` if it has none and a slot is free.
+fn prepare(plugin: &Arc<Loaded>) {
+    if lock(&plugin.spare.ready).is_some() {
+        return;
+    }
+    let runtime = &plugin.runtime;
+    let Some(slot) = SpareSlot::take(runtime) else {
+        return;
+    };
+    let config = runtime.config();
+    let log = LogSink::new(config.log_limit, &plugin.meta.name, "spare");
+    // Under the largest cap a call may have: a call takes the spare only
+    // if its own cap allows what the making took.
+    let mut store = new_store(
+        runtime,
+        config.default_timeout,
+        config.max_memory_limit,
+        log,
+        Reach::default(),
+    );
+    store.call_hook(|mut store, hook| {
+        if matches!(hook, wasmtime::CallHook::CallingHost) {
+            store.data_mut().host_calls += 1;
+        }
+        Ok(())
+    });
+    let started = std::time::Instant::now();
+    let made = plugin.pre.instantiate(&mut store);
+    let made_in = started.elapsed();
+    plugin.spare.note(made_in);
+    let instance = match made {
+        Ok(instance) => instance,
+        Err(e) => {
+            // Its calls make their own, and say why if it fails there too.
+            tracing::debug!(plugin = %plugin.meta.name, error = %format!("{e:#}"), "no spare instance");
+            let _ = plugin
+                .spare
+                .failures
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                    Some(n.saturating_add(1))
+                });
+            return;
+        }
+    };
+    if store.data().host_calls > 0 {
+        tracing::debug!(plugin = %plugin.meta.name, "its instantiation enters the host: no spare instances");
+        plugin.spare.failures.store(u32::MAX, Ordering::Relaxed);
+        return;
+    }
+    plugin.spare.failures.store(0, Ordering::Relaxed);
+    *lock(&plugin.spare.ready) = Some(Spare {
+        store,
+        instance,
+        slot,
+        made_in,
+    });
+    let mut holders = lock(&runtime.shared.spares.holders);
+    let me = Arc::downgrade(plugin);
+    if !holders.iter().any(|h| h.ptr_eq(&me)) {
+        holders.push(me);
+    }
+}
+
+/// One of the runtime's instance slots, and one of its spares, held by a
+/// spare until its call ends.
+pub(super) struct SpareSlot {
+    runtime: Runtime,
+}
+
+impl SpareSlot {
+    /// A slot for a spare, if spares hold fewer than their maximum and
+    /// fewer than half the runtime's slots.
+    fn take(runtime: &Runtime) -> Option<Self> {
+        let spares = &runtime.shared.spares;
+        let made = spares.made.fetch_add(1, Ordering::Relaxed);
+        if made >= spares.max {
+            spares.made.fetch_sub(1, Ordering::Relaxed);
+            return None;
+        }
+        if !runtime.shared.slots.try_acquire_below_half() {
+            spares.made.fetch_sub(1, Ordering::Relaxed);
+            return None;
+        }
+        Some(Self {
+            runtime: runtime.clone(),
+        })
+    }
+}
+
+impl Drop for SpareSlot {
+    fn drop(&mut self) {
+        self.runtime.shared.slots.release();
+        self.runtime
+            .shared
+            .spares
+            .made
+            .fetch_sub(1, Ordering::Relaxed);
+    }
+}
