@@ -254,6 +254,8 @@ fn prepare(plugin: &Arc<Loaded>) {
         made_in,
     });
     let mut holders = lock(&runtime.shared.spares.holders);
+    // Plugins dropped since (reloaded, removed) leave no entry behind.
+    holders.retain(|h| h.strong_count() > 0);
     let me = Arc::downgrade(plugin);
     if !holders.iter().any(|h| h.ptr_eq(&me)) {
         holders.push(me);
