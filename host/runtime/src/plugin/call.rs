@@ -173,7 +173,7 @@ impl Plugin {
             None => {
                 let shared = &self.0.runtime.shared;
                 let slot = shared.slots.try_acquire().unwrap_or_else(|| {
-                    // Spares never keep a call waiting: drop one for its slot.
+                    // A ready spare gives its slot to a call that needs one.
                     shared.spares.evict_one();
                     shared.slots.acquire()
                 });

@@ -25,7 +25,7 @@
 //! free one ([`Spares::evict_one`]). A plugin dropped (reloaded, removed)
 //! drops its spare.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
@@ -67,6 +67,9 @@ pub(super) struct PluginSpare {
     /// [`PluginSpare::note`]), and how many it has seen.
     instantiate_ns: AtomicU64,
     samples: AtomicU32,
+    /// A request for a spare is queued and not yet taken up: the queue
+    /// holds at most one per plugin, however many calls ask.
+    requested: AtomicBool,
 }
 
 impl PluginSpare {
@@ -167,6 +170,7 @@ impl Spares {
         if self.max == 0
             || !plugin.spare.worth_it(plugin.runtime.config().spare_above)
             || lock(&plugin.spare.ready).is_some()
+            || plugin.spare.requested.swap(true, Ordering::AcqRel)
         {
             return;
         }
@@ -186,19 +190,25 @@ impl Spares {
             if let Err(e) = spawned {
                 // Tried again at the next request.
                 tracing::warn!(error = %e, "no thread for spare instances; calls make their own");
+                plugin.spare.requested.store(false, Ordering::Release);
                 return;
             }
             *requests = Some(tx);
         }
-        if let Some(tx) = requests.as_ref() {
-            // A send fails only if the thread is gone: no spare, no harm.
-            let _ = tx.send(Arc::downgrade(plugin));
+        let sent = requests
+            .as_ref()
+            .is_some_and(|tx| tx.send(Arc::downgrade(plugin)).is_ok());
+        if !sent {
+            // The thread is gone: no spare, no harm; the flag is not left set.
+            plugin.spare.requested.store(false, Ordering::Release);
         }
     }
 }
 
 /// Makes a spare for `plugin` if it has none and a slot is free.
 fn prepare(plugin: &Arc<Loaded>) {
+    // Taken up: a call from now on may ask again.
+    plugin.spare.requested.store(false, Ordering::Release);
     if lock(&plugin.spare.ready).is_some() {
         return;
     }
