@@ -25,6 +25,12 @@ pub struct CompiledModule {
     index: Arc<CompiledFunctionsTable>,
     /// Sorted list, by function index, of names we have for this module.
     func_names: Vec<FunctionName>,
+    /// weft: for each defined function, the text offsets of its
+    /// array-to-wasm trampoline (`u32::MAX` if it has none) and of its body,
+    /// looked up once here so that filling a funcref (thousands of them
+    /// when a module's tables are initialised from an imported base) does
+    /// not search `index` twice per entry.
+    funcref_starts: Vec<(u32, u32)>,
 }
 
 impl CompiledModule {
@@ -58,10 +64,42 @@ impl CompiledModule {
             meta: info.meta,
             index,
             func_names: info.func_names,
+            funcref_starts: Vec::new(),
         };
+        ret.funcref_starts = ret.compute_funcref_starts()?;
         ret.register_profiling(profiler)?;
 
         Ok(ret)
+    }
+
+    /// The table behind [`CompiledModule::funcref_starts`].
+    fn compute_funcref_starts(&self) -> Result<Vec<(u32, u32)>> {
+        let module_index = self.module_index();
+        let mut starts = Vec::new();
+        starts.try_reserve_exact(self.module.num_defined_funcs())?;
+        for def_index in self.module.defined_func_indices() {
+            let array = self
+                .index
+                .func_loc(FuncKey::ArrayToWasmTrampoline(module_index, def_index))
+                .map_or(u32::MAX, |loc| loc.start);
+            let body = self
+                .index
+                .func_loc(FuncKey::DefinedWasmFunction(module_index, def_index))
+                .map_or(u32::MAX, |loc| loc.start);
+            starts.push((array, body));
+        }
+        Ok(starts)
+    }
+
+    /// weft: the text offsets of the array-to-wasm trampoline and of the body
+    /// of defined function `def_index`, if it has both.
+    #[inline]
+    pub fn funcref_starts(&self, def_index: DefinedFuncIndex) -> Option<(usize, usize)> {
+        let &(array, body) = self.funcref_starts.get(def_index.as_u32() as usize)?;
+        if array == u32::MAX || body == u32::MAX {
+            return None;
+        }
+        Some((usize::try_from(array).ok()?, usize::try_from(body).ok()?))
     }
 
     fn register_profiling(&mut self, profiler: &dyn ProfilingAgent) -> Result<()> {

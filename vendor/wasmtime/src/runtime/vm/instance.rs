@@ -9,7 +9,7 @@ use crate::runtime::vm::export::{Export, ExportMemory};
 use crate::runtime::vm::memory::{Memory, RuntimeMemoryCreator};
 use crate::runtime::vm::table::{Table, TableElementType};
 use crate::runtime::vm::vmcontext::{
-    VMBuiltinFunctionsArray, VMContext, VMFuncRef, VMFunctionImport, VMGlobalDefinition,
+    VMArrayCallFunction, VMBuiltinFunctionsArray, VMContext, VMFuncRef, VMFunctionImport, VMGlobalDefinition,
     VMGlobalImport, VMMemoryDefinition, VMMemoryImport, VMOpaqueContext, VMStoreContext,
     VMTableDefinition, VMTableImport, VMTagDefinition, VMTagImport,
 };
@@ -880,6 +880,20 @@ impl Instance {
         let func = &module.functions[index];
         let type_index = func.signature.unwrap_engine_type_index();
         let vmctx_offset = self.offsets().vmctx_func_ref(func.func_ref);
+        // weft: the common case takes both code pointers from the module's
+        // table of offsets; the general path below searches for each.
+        let code = self
+            .runtime_module()
+            .and_then(|m| ModuleWithCode::in_store(registry, m))
+            .and_then(|m| m.funcref_code(def_index))
+            .map(|(array, body)| (NonNull::from(array), NonNull::from(body)));
+        if let Some((array, body)) = code {
+            // SAFETY: the type and offset are those of the defined function
+            // at `def_index`, and the code is that function's.
+            return unsafe {
+                self.write_funcref(type_index, vmctx_offset, array.cast(), body.cast())
+            };
+        }
         let array_to_wasm_key = FuncKey::ArrayToWasmTrampoline(module.module_index, def_index);
         let wasm_key = FuncKey::DefinedWasmFunction(module.module_index, def_index);
         // SAFETY: the type/offset/keys here are all valid for the defined
@@ -967,19 +981,27 @@ impl Instance {
         )
         .expect("module not in store");
 
-        let array_call =
-            VmPtr::from(NonNull::from(module_with_code.function(array_to_wasm_key)).cast());
+        let array_call = NonNull::from(module_with_code.function(array_to_wasm_key)).cast();
+        let wasm_call = NonNull::from(module_with_code.function(wasm_key)).cast();
+        // SAFETY: forwarded to the caller.
+        unsafe { self.write_funcref(type_index, vmctx_offset, array_call, wasm_call) }
+    }
 
-        let wasm_call = Some(VmPtr::from(
-            NonNull::new(
-                module_with_code
-                    .function(wasm_key)
-                    .as_ptr()
-                    .cast::<VMWasmCallFunction>()
-                    .cast_mut(),
-            )
-            .unwrap(),
-        ));
+    /// weft: writes the `VMFuncRef` at `vmctx_offset` and returns it.
+    ///
+    /// # Safety
+    ///
+    /// As for `initialize_and_return_funcref`: the type, offset and code
+    /// must be those of one function of this instance.
+    unsafe fn write_funcref(
+        self: Pin<&mut Self>,
+        type_index: VMSharedTypeIndex,
+        vmctx_offset: u32,
+        array_call: NonNull<VMArrayCallFunction>,
+        wasm_call: NonNull<VMWasmCallFunction>,
+    ) -> Option<NonNull<VMFuncRef>> {
+        let array_call = VmPtr::from(array_call);
+        let wasm_call = Some(VmPtr::from(wasm_call));
 
         let vmctx = VMOpaqueContext::from_vmcontext(self.vmctx()).into();
 
