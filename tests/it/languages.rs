@@ -284,3 +284,58 @@ fn python_and_javascript_steps_read_snapshots_and_keep_keys_that_expire() {
     assert_eq!(later["py"], read(None), "expired: {later}");
     assert_eq!(later["js"], read(None), "expired: {later}");
 }
+
+/// A Python and a JavaScript step that keep state in their modules, in
+/// the standard library and on the standard classes, called 120 times each
+/// on two threads, with spare instances for both: every call starts from
+/// the build's snapshot (which holds what `weft plugin build` warmed up)
+/// and finds nothing another call left.
+#[test]
+fn python_and_javascript_steps_see_their_instance_fresh_every_call() {
+    use weft::runtime::{CallOptions, StepContext};
+
+    let runtime = weft::Runtime::new(weft::RuntimeConfig {
+        cache_dir: Some(shared_cache()),
+        spare_above: std::time::Duration::ZERO,
+        ..weft::RuntimeConfig::default()
+    })
+    .unwrap();
+    let mut spares = 0;
+    for project in ["tests/lang/fresh-py", "tests/lang/fresh-js"] {
+        let plugin = runtime
+            .load(&std::fs::read(built(project)).unwrap())
+            .unwrap();
+        let found = std::sync::atomic::AtomicUsize::new(0);
+        std::thread::scope(|s| {
+            for t in 0..2 {
+                let (plugin, found) = (plugin.clone(), &found);
+                s.spawn(move || {
+                    for i in 0..60 {
+                        let context = StepContext {
+                            tenant: "default".to_owned(),
+                            workflow: "fresh".to_owned(),
+                            run_id: format!("run-{t}"),
+                            step_id: format!("s{i}"),
+                            attempt: 1,
+                            idempotency_key: format!("run-{t}:s{i}"),
+                        };
+                        let out = plugin.call(
+                            &context,
+                            &json!({ "n": t * 100 + i }).to_string(),
+                            &CallOptions::default(),
+                        );
+                        let output = out
+                            .result
+                            .unwrap_or_else(|e| panic!("{project}: call {i} on thread {t}: {e}"));
+                        assert_eq!(output, json!({ "n": t * 100 + i, "fresh": true }));
+                        if out.timing.spare.is_some() {
+                            found.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        }
+                    }
+                });
+            }
+        });
+        spares += found.into_inner();
+    }
+    assert!(spares > 0, "no call found a spare instance");
+}
