@@ -14,8 +14,8 @@
   String.fromCharCode(...warmBytes.subarray(0, 2));
   'warm'.charCodeAt(0);
   [warmBytes.length].map((n) => n + 1);
-  // An await, as each call's export makes: its job runs before the
-  // snapshot is taken, as every job queued at build time does.
+  // An await, as each call's export makes. Jobs queued at build time run
+  // then: one that busy-loops for seconds here adds nothing to a call.
   (async () => await new Promise((resolve) => resolve(warmBytes.length)))();
   try {
     throw new TypeError('warm');

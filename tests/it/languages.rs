@@ -287,9 +287,9 @@ fn python_and_javascript_steps_read_snapshots_and_keep_keys_that_expire() {
 
 /// A Python and a JavaScript step that keep state in their modules, in
 /// the standard library and on the standard classes, called 120 times each
-/// on two threads, with spare instances for both: every call starts from
-/// the build's snapshot (which holds what `weft plugin build` warmed up)
-/// and finds nothing another call left.
+/// on two threads, with spare instances for both (some calls find one):
+/// every call starts from the build's snapshot (which holds what `weft
+/// plugin build` warmed up) and finds nothing another call left.
 #[test]
 fn python_and_javascript_steps_see_their_instance_fresh_every_call() {
     use weft::runtime::{CallOptions, StepContext};
@@ -300,7 +300,6 @@ fn python_and_javascript_steps_see_their_instance_fresh_every_call() {
         ..weft::RuntimeConfig::default()
     })
     .unwrap();
-    let mut spares = 0;
     for project in ["tests/lang/fresh-py", "tests/lang/fresh-js"] {
         let plugin = runtime
             .load(&std::fs::read(built(project)).unwrap())
@@ -335,7 +334,6 @@ fn python_and_javascript_steps_see_their_instance_fresh_every_call() {
                 });
             }
         });
-        spares += found.into_inner();
+        assert!(found.into_inner() > 0, "{project}: no call found a spare");
     }
-    assert!(spares > 0, "no call found a spare instance");
 }

@@ -149,7 +149,7 @@ impl Plugin {
         };
         // Declared before the store, so dropped after it: the instance goes
         // back to the pool before its slot is given back.
-        let _slot: Held<'_>;
+        let held: Held<'_>;
         let (mut store, instance) = match spare {
             Some(spare::Spare {
                 mut store,
@@ -157,7 +157,7 @@ impl Plugin {
                 slot,
                 ..
             }) => {
-                _slot = Held::Spare { _slot: slot };
+                held = Held::Spare { _slot: slot };
                 // The instance keeps the memory its making took; the rest of
                 // the state is this call's.
                 let used = store.data().limiter.used();
@@ -177,7 +177,7 @@ impl Plugin {
                     shared.spares.evict_one();
                     shared.slots.acquire()
                 });
-                _slot = Held::Slot { _slot: slot };
+                held = Held::Slot { _slot: slot };
                 let mut store =
                     new_store(&self.0.runtime, timeout, memory_limit, log.clone(), reach);
                 if let Some(cancel) = options.cancel.clone() {
@@ -233,7 +233,26 @@ impl Plugin {
                 ),
             },
         };
-        let state = store.into_data();
+        let state = match held {
+            // A spare's store goes to the spare thread to be dropped; what
+            // the call reports is taken out of it first, and the store keeps
+            // an empty state with a log of its own.
+            Held::Spare { _slot: slot } => {
+                let log = LogSink::new(0, &self.0.meta.name, "retired");
+                let spent = StepState::new(0, log, Reach::default(), Instant::now());
+                let state = std::mem::replace(store.data_mut(), spent);
+                self.0
+                    .runtime
+                    .shared
+                    .spares
+                    .retire(spare::Retired {
+                        _store: store,
+                        _slot: slot,
+                    });
+                state
+            }
+            Held::Slot { .. } => store.into_data(),
+        };
         let (mut http, mut violation) = state.http.finish();
         if !redactor.is_empty() {
             for call in &mut http {

@@ -6,13 +6,17 @@
 //! call has run in. What a spare changes is only *when* the instance is
 //! made: while the plugin's last call runs, or after it, instead of at the
 //! start of its next. (So a call's deadline covers its instantiation only
-//! when it makes its own instance.)
+//! when it makes its own instance.) And *where* it is dropped: after its
+//! call has taken out what it reports, a spare's store goes to the spare
+//! thread if that has nothing queued or under way ([`Retired`]), so the
+//! instance's teardown is off the path as well; if the thread is busy
+//! (making the next spare, most often), the call drops it itself.
 //!
 //! Only a plugin whose instantiation takes `RuntimeConfig::spare_above` or
 //! more, at the least over at least [`SAMPLES`] instantiations, gets spares
-//! (an interpreter's: Python's takes about half a millisecond): for one
-//! that instantiates in microseconds, waking the spare thread costs about
-//! what it saves.
+//! (an interpreter's: Python's takes about 200 µs): for one that
+//! instantiates in microseconds, waking the spare thread costs about what
+//! it saves.
 //!
 //! A spare is kept only if making it entered the host not once (a call
 //! hook counts every entry: imports, and also libcalls such as a memory
@@ -47,6 +51,24 @@ pub(super) struct Spare {
     pub(super) slot: SpareSlot,
     /// How long making it took.
     pub(super) made_in: Duration,
+}
+
+/// A spare's store after its call: dropped by the spare thread, so the
+/// instance's teardown (resetting its memory to the image: about 130 µs
+/// for a Python step) is off the next call's path too. The call has taken
+/// everything it reports out of the store first.
+pub(super) struct Retired {
+    // Dropped in this order: the store (its instance), then its slot.
+    pub(super) _store: wasmtime::Store<StepState>,
+    pub(super) _slot: SpareSlot,
+}
+
+/// What the spare thread is asked to do.
+enum Job {
+    /// Make a spare for the plugin, if it still wants one.
+    Make(Weak<Loaded>),
+    /// Drop a used spare's store.
+    Retire(Retired),
 }
 
 /// Instantiations a plugin's estimate needs before it may get spares.
@@ -123,11 +145,14 @@ impl PluginSpare {
 }
 
 /// The runtime's maker of spares: a thread, started at the first request,
-/// that ends when the runtime is dropped.
+/// that ends when the runtime is dropped, after the jobs queued then (a
+/// queued retirement holds the runtime until it is done).
 pub(crate) struct Spares {
     max: u32,
     made: AtomicU32,
-    requests: Mutex<Option<Sender<Weak<Loaded>>>>,
+    jobs: Mutex<Option<Sender<Job>>>,
+    /// Jobs queued or under way on the spare thread.
+    pending: Arc<AtomicU32>,
     /// The plugins a spare was made for, to drop one when calls need its
     /// slot; entries whose spare is gone are skipped and pruned.
     holders: Mutex<Vec<Weak<Loaded>>>,
@@ -138,7 +163,8 @@ impl Spares {
         Self {
             max,
             made: AtomicU32::new(0),
-            requests: Mutex::new(None),
+            jobs: Mutex::new(None),
+            pending: Arc::new(AtomicU32::new(0)),
             holders: Mutex::new(Vec::new()),
         }
     }
@@ -174,34 +200,77 @@ impl Spares {
         {
             return;
         }
-        let mut requests = lock(&self.requests);
-        if requests.is_none() {
-            let (tx, rx) = mpsc::channel::<Weak<Loaded>>();
+        self.pending.fetch_add(1, Ordering::AcqRel);
+        if self.send(Job::Make(Arc::downgrade(plugin))).is_err() {
+            // No thread: no spare, no harm; the flag is not left set.
+            self.pending.fetch_sub(1, Ordering::AcqRel);
+            plugin.spare.requested.store(false, Ordering::Release);
+        }
+    }
+
+    /// Has the spare thread drop `retired` if it has no job queued or under
+    /// way; else drops it here, so that a spare being made for the next call
+    /// is not queued behind it. (A spare asked for after this one was
+    /// queued still waits for it: about 130 µs for a Python step.)
+    pub(super) fn retire(&self, retired: Retired) {
+        // One retirement at a time, and only onto an idle thread: it takes
+        // `pending` from 0 to 1.
+        if self
+            .pending
+            .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            return drop(retired);
+        }
+        if let Err(unsent) = self.send(Job::Retire(retired)) {
+            self.pending.fetch_sub(1, Ordering::AcqRel);
+            // Dropped here, out of the lock.
+            drop(unsent);
+        }
+    }
+
+    /// Queues `job` (counted in `pending` by the caller) for the spare
+    /// thread, started first if need be; gives it back if it could not be
+    /// queued.
+    fn send(&self, job: Job) -> Result<(), Job> {
+        let mut jobs = lock(&self.jobs);
+        if jobs.is_none() {
+            let (tx, rx) = mpsc::channel::<Job>();
+            let pending = self.pending.clone();
             let spawned = std::thread::Builder::new()
                 .name("weft-spares".to_owned())
                 .spawn(move || {
                     // Ends when the runtime drops its sender.
-                    for plugin in rx {
-                        if let Some(plugin) = plugin.upgrade() {
-                            prepare(&plugin);
+                    for job in rx {
+                        // A job that panics is logged and counted done; the
+                        // thread goes on with the next.
+                        let done = std::panic::catch_unwind(std::panic::AssertUnwindSafe(
+                            || match job {
+                                Job::Make(plugin) => {
+                                    if let Some(plugin) = plugin.upgrade() {
+                                        prepare(&plugin);
+                                    }
+                                }
+                                Job::Retire(retired) => drop(retired),
+                            },
+                        ));
+                        if done.is_err() {
+                            tracing::error!("a spare instance job panicked");
                         }
+                        pending.fetch_sub(1, Ordering::AcqRel);
                     }
                 });
             if let Err(e) = spawned {
-                // Tried again at the next request.
+                // Tried again at the next job.
                 tracing::warn!(error = %e, "no thread for spare instances; calls make their own");
-                plugin.spare.requested.store(false, Ordering::Release);
-                return;
+                return Err(job);
             }
-            *requests = Some(tx);
+            *jobs = Some(tx);
         }
-        let sent = requests
-            .as_ref()
-            .is_some_and(|tx| tx.send(Arc::downgrade(plugin)).is_ok());
-        if !sent {
-            // The thread is gone: no spare, no harm; the flag is not left set.
-            plugin.spare.requested.store(false, Ordering::Release);
-        }
+        let Some(tx) = jobs.as_ref() else {
+            return Err(job);
+        };
+        tx.send(job).map_err(|unsent| unsent.0)
     }
 }
 

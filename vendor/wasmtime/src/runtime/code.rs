@@ -11,7 +11,7 @@ use core::ops::{Add, Range, Sub};
 use wasmtime_core::error::OutOfMemory;
 #[cfg(feature = "component-model")]
 use wasmtime_environ::component::ComponentTypes;
-use wasmtime_environ::{DefinedFuncIndex, FuncKey, ModuleTypes, StaticModuleIndex};
+use wasmtime_environ::{FuncKey, ModuleTypes, StaticModuleIndex};
 
 macro_rules! define_pc_kind {
     ($ty:ident) => {
@@ -428,14 +428,11 @@ impl<'a> ModuleWithCode<'a> {
         self.module
     }
 
-    /// weft: the code of defined function `def_index`'s array-to-wasm
-    /// trampoline and of its body, from the module's table of their offsets
-    /// (`None` if it has no trampoline).
+    /// weft: the store's text for the module, where its functions' code
+    /// offsets point.
     #[inline]
-    pub fn funcref_code(&self, def_index: DefinedFuncIndex) -> Option<(&'a [u8], &'a [u8])> {
-        let (array, body) = self.module.compiled_module().funcref_starts(def_index)?;
-        let text = self.store_code.text();
-        Some((text.get(array..)?, text.get(body..)?))
+    pub fn text(&self) -> &'a [u8] {
+        self.store_code.text()
     }
 
     /// Returns the slice in the text section of the function that

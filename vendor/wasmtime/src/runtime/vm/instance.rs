@@ -9,9 +9,9 @@ use crate::runtime::vm::export::{Export, ExportMemory};
 use crate::runtime::vm::memory::{Memory, RuntimeMemoryCreator};
 use crate::runtime::vm::table::{Table, TableElementType};
 use crate::runtime::vm::vmcontext::{
-    VMArrayCallFunction, VMBuiltinFunctionsArray, VMContext, VMFuncRef, VMFunctionImport, VMGlobalDefinition,
-    VMGlobalImport, VMMemoryDefinition, VMMemoryImport, VMOpaqueContext, VMStoreContext,
-    VMTableDefinition, VMTableImport, VMTagDefinition, VMTagImport,
+    VMArrayCallFunction, VMBuiltinFunctionsArray, VMContext, VMFuncRef, VMFunctionImport,
+    VMGlobalDefinition, VMGlobalImport, VMMemoryDefinition, VMMemoryImport, VMOpaqueContext,
+    VMStoreContext, VMTableDefinition, VMTableImport, VMTagDefinition, VMTagImport,
 };
 use crate::runtime::vm::{
     GcStore, HostResult, Imports, ModuleRuntimeInfo, SendSyncPtr, VMGcRef, VMGlobalKind, VMStore,
@@ -144,6 +144,10 @@ pub struct Instance {
     /// cross-thread stuff used in `InstancePre`)
     store: Option<VMStoreRawPtr>,
 
+    /// weft: this store's text for this instance's module, once a funcref
+    /// has needed it (see `Instance::funcref_code`).
+    funcref_text: Option<SendSyncPtr<[u8]>>,
+
     /// Additional context used by compiled wasm code. This field is last, and
     /// represents a dynamically-sized array that extends beyond the nominal
     /// end of the struct (similar to a flexible array member).
@@ -209,6 +213,7 @@ impl Instance {
             #[cfg(feature = "wmemcheck")]
             wmemcheck_state,
             store: None,
+            funcref_text: None,
             vmctx: OwnedVMContext::new(),
         })?;
 
@@ -871,31 +876,26 @@ impl Instance {
     /// Initializes a defined function's `VMFuncRef` in-place and then returns a
     /// pointer to that location.
     fn initialize_defined_funcref(
-        self: Pin<&mut Self>,
+        mut self: Pin<&mut Self>,
         registry: &ModuleRegistry,
         def_index: DefinedFuncIndex,
     ) -> Option<NonNull<VMFuncRef>> {
         let module = self.env_module();
+        let module_index = module.module_index;
         let index = module.func_index(def_index);
         let func = &module.functions[index];
         let type_index = func.signature.unwrap_engine_type_index();
         let vmctx_offset = self.offsets().vmctx_func_ref(func.func_ref);
         // weft: the common case takes both code pointers from the module's
-        // table of offsets; the general path below searches for each.
-        let code = self
-            .runtime_module()
-            .and_then(|m| ModuleWithCode::in_store(registry, m))
-            .and_then(|m| m.funcref_code(def_index))
-            .map(|(array, body)| (NonNull::from(array), NonNull::from(body)));
-        if let Some((array, body)) = code {
+        // table of offsets, in the store's text for this module, which the
+        // instance looks up once; the general path below searches for each.
+        if let Some((array, body)) = self.as_mut().funcref_code(registry, def_index) {
             // SAFETY: the type and offset are those of the defined function
             // at `def_index`, and the code is that function's.
-            return unsafe {
-                self.write_funcref(type_index, vmctx_offset, array.cast(), body.cast())
-            };
+            return unsafe { self.write_funcref(type_index, vmctx_offset, array, body) };
         }
-        let array_to_wasm_key = FuncKey::ArrayToWasmTrampoline(module.module_index, def_index);
-        let wasm_key = FuncKey::DefinedWasmFunction(module.module_index, def_index);
+        let array_to_wasm_key = FuncKey::ArrayToWasmTrampoline(module_index, def_index);
+        let wasm_key = FuncKey::DefinedWasmFunction(module_index, def_index);
         // SAFETY: the type/offset/keys here are all valid for the defined
         // function at `def_index`.
         unsafe {
@@ -907,6 +907,37 @@ impl Instance {
                 wasm_key,
             )
         }
+    }
+
+    /// weft: the array-to-wasm trampoline and the body of defined function
+    /// `def_index`, from the module's table of their offsets
+    /// (`CompiledModule::funcref_starts`) and this store's text for the
+    /// module, looked up in `registry` at the first funcref and kept (the
+    /// store's code outlives its instances, and its text does not move).
+    /// `None` for a function without both, or a module without code.
+    fn funcref_code(
+        mut self: Pin<&mut Self>,
+        registry: &ModuleRegistry,
+        def_index: DefinedFuncIndex,
+    ) -> Option<(NonNull<VMArrayCallFunction>, NonNull<VMWasmCallFunction>)> {
+        let module = self.runtime_module()?;
+        let (array, body) = module.compiled_module().funcref_starts(def_index)?;
+        let text = match self.funcref_text {
+            Some(text) => text,
+            None => {
+                let text = ModuleWithCode::in_store(registry, module)?.text();
+                let text = SendSyncPtr::new(NonNull::from(text));
+                // SAFETY: see `store_mut` below; this field is not pinned.
+                unsafe { self.as_mut().get_unchecked_mut().funcref_text = Some(text) };
+                text
+            }
+        };
+        if array >= text.len() || body >= text.len() {
+            return None;
+        }
+        let base = text.as_non_null().cast::<u8>();
+        // SAFETY: both offsets are within the text, checked above.
+        unsafe { Some((base.add(array).cast(), base.add(body).cast())) }
     }
 
     fn get_start_func_ref(
