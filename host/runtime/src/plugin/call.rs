@@ -241,14 +241,10 @@ impl Plugin {
                 let log = LogSink::new(0, &self.0.meta.name, "retired");
                 let spent = StepState::new(0, log, Reach::default(), Instant::now());
                 let state = std::mem::replace(store.data_mut(), spent);
-                self.0
-                    .runtime
-                    .shared
-                    .spares
-                    .retire(spare::Retired {
-                        _store: store,
-                        _slot: slot,
-                    });
+                self.0.runtime.shared.spares.retire(spare::Retired {
+                    _store: store,
+                    _slot: slot,
+                });
                 state
             }
             Held::Slot { .. } => store.into_data(),

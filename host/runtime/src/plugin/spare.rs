@@ -244,16 +244,15 @@ impl Spares {
                     for job in rx {
                         // A job that panics is logged and counted done; the
                         // thread goes on with the next.
-                        let done = std::panic::catch_unwind(std::panic::AssertUnwindSafe(
-                            || match job {
+                        let done =
+                            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match job {
                                 Job::Make(plugin) => {
                                     if let Some(plugin) = plugin.upgrade() {
                                         prepare(&plugin);
                                     }
                                 }
                                 Job::Retire(retired) => drop(retired),
-                            },
-                        ));
+                            }));
                         if done.is_err() {
                             tracing::error!("a spare instance job panicked");
                         }
@@ -375,5 +374,70 @@ impl Drop for SpareSlot {
             .spares
             .made
             .fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use super::*;
+    use crate::RuntimeConfig;
+
+    /// A store (with no instance in it) and a spare's slot, as a call on
+    /// a spare leaves them.
+    fn retired(runtime: &Runtime) -> Retired {
+        let slot = SpareSlot::take(runtime).expect("a free slot");
+        let log = LogSink::new(0, "test", "retired");
+        let store = new_store(
+            runtime,
+            Duration::from_secs(1),
+            1 << 20,
+            log,
+            Reach::default(),
+        );
+        Retired {
+            _store: store,
+            _slot: slot,
+        }
+    }
+
+    /// The spare slots held: a retired store's is given back when it is
+    /// dropped.
+    fn held(runtime: &Runtime) -> u32 {
+        runtime.shared.spares.made.load(Ordering::Relaxed)
+    }
+
+    #[test]
+    fn an_idle_spare_thread_drops_a_retired_store() {
+        let runtime = Runtime::new(RuntimeConfig::default()).unwrap();
+        let spares = &runtime.shared.spares;
+        let store = retired(&runtime);
+        assert_eq!(held(&runtime), 1);
+        spares.retire(store);
+        assert!(lock(&spares.jobs).is_some(), "no spare thread was started");
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while held(&runtime) > 0 || spares.pending.load(Ordering::Acquire) > 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the retired store was not dropped"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    #[test]
+    fn a_busy_spare_thread_leaves_the_drop_to_the_caller() {
+        let runtime = Runtime::new(RuntimeConfig::default()).unwrap();
+        let spares = &runtime.shared.spares;
+        // A job queued or under way, as a spare being made.
+        spares.pending.store(1, Ordering::Release);
+        spares.retire(retired(&runtime));
+        assert_eq!(held(&runtime), 0, "the store was not dropped at once");
+        assert!(
+            lock(&spares.jobs).is_none(),
+            "a thread was asked to drop it"
+        );
+        assert_eq!(spares.pending.load(Ordering::Acquire), 1);
     }
 }
