@@ -98,8 +98,8 @@ pub struct RuntimeConfig {
     /// Only a plugin that takes this long or longer to instantiate (the
     /// least of its recent instantiations) gets spares: for a quicker one,
     /// waking the spare thread costs about what the spare saves. Default:
-    /// 50 µs (Python's interpreter takes about 550 µs; Rust and JavaScript
-    /// steps 4 to 12 µs).
+    /// 50 µs (Python's interpreter takes about 200 µs; Rust and JavaScript
+    /// steps 3 to 8 µs).
     pub spare_above: Duration,
 }
 

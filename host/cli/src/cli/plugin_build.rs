@@ -166,9 +166,10 @@ impl Toolchains {
         result
     }
 
-    /// Writes `text` to `path` unless it holds it already.
-    fn put(path: &Path, text: &str) -> anyhow::Result<()> {
-        if std::fs::read_to_string(path).is_ok_and(|old| old == text) {
+    /// Writes `contents` to `path` unless it holds them already.
+    fn put(path: &Path, contents: impl AsRef<[u8]>) -> anyhow::Result<()> {
+        let contents = contents.as_ref();
+        if std::fs::read(path).is_ok_and(|old| old == contents) {
             return Ok(());
         }
         if let Some(parent) = path.parent() {
@@ -176,9 +177,14 @@ impl Toolchains {
         }
         // Written aside and renamed over: a build running outside the lock
         // reads the old file or the new one, never half of one.
-        let aside = path.with_extension(format!("weft-{}.tmp", std::process::id()));
-        std::fs::write(&aside, text)
+        let mut aside = path.as_os_str().to_owned();
+        aside.push(format!(".weft-{}.tmp", std::process::id()));
+        let aside = PathBuf::from(aside);
+        std::fs::write(&aside, contents)
             .and_then(|()| std::fs::rename(&aside, path))
+            .inspect_err(|_| {
+                let _ = std::fs::remove_file(&aside);
+            })
             .with_context(|| format!("cannot write {}", path.display()))
     }
 
@@ -246,7 +252,7 @@ impl Toolchains {
             );
             Self::put(
                 &dir.join("package.json"),
-                &format!(
+                format!(
                     "{{\n  \"private\": true,\n  \"type\": \"module\",\n  \"dependencies\": {{ \"@bytecodealliance/componentize-js\": \"{COMPONENTIZE_JS}\" }}\n}}\n"
                 ),
             )?;
@@ -288,7 +294,7 @@ impl Toolchains {
             "await writeFile(initializerPath, jsBindings + WEFT_BINDINGS_WARMUP);",
             1,
         ) + &format!("\n// Added by weft.\nconst WEFT_BINDINGS_WARMUP = {warmup};\n");
-        Self::put(&src.join("componentize-weft.js"), &patched)
+        Self::put(&src.join("componentize-weft.js"), patched)
     }
 
     /// The C toolchain: wit-bindgen and wasm-tools (installed from crates.io
@@ -307,8 +313,7 @@ impl Toolchains {
             Self::put(&tools.sdk.join("weft.h"), C_HEADER)?;
             Self::put(&tools.sdk.join("weft.c"), C_HELPER)?;
             Self::put(&tools.sdk.join("weft_json.c"), C_JSON)?;
-            std::fs::create_dir_all(&dir)?;
-            std::fs::write(
+            Self::put(
                 &tools.adapter,
                 wasi_preview1_component_adapter_provider::WASI_SNAPSHOT_PREVIEW1_REACTOR_ADAPTER,
             )?;

@@ -220,7 +220,8 @@ impl Spares {
             .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire)
             .is_err()
         {
-            return drop(retired);
+            drop(retired);
+            return;
         }
         if let Err(unsent) = self.send(Job::Retire(retired)) {
             self.pending.fetch_sub(1, Ordering::AcqRel);
@@ -253,8 +254,13 @@ impl Spares {
                                 }
                                 Job::Retire(retired) => drop(retired),
                             }));
-                        if done.is_err() {
-                            tracing::error!("a spare instance job panicked");
+                        if let Err(panic) = done {
+                            let message = panic
+                                .downcast_ref::<&str>()
+                                .map(|m| (*m).to_owned())
+                                .or_else(|| panic.downcast_ref::<String>().cloned())
+                                .unwrap_or_default();
+                            tracing::error!(%message, "a spare instance job panicked");
                         }
                         pending.fetch_sub(1, Ordering::AcqRel);
                     }
