@@ -17,6 +17,16 @@ copy it.
 
     Step = weft.Step  # the export componentize-py looks for
 
+A step may name inputs to warm up on: `@weft.step(..., warmup=[{...}])`
+calls it once on each while the plugin is built, so that what its first
+call does in a fresh interpreter (compiling its regular expressions,
+filling the interpreter's caches, specialising its bytecode) is done
+once, in the snapshot every call starts from. A warm-up call sees
+`ctx.attempt == 0`, its log lines go nowhere, and `weft.kv`, `.outbox`,
+`.secrets`, `.snapshot` and `.http` fail it: the host is not there at build
+time. What it leaves in the module's state, every call finds, as with
+code at the module's top level. If it fails, so does the build.
+
 An uncaught exception fails the attempt as retryable (`exception`, with the
 traceback in the details), as a panic does in Rust; raise `weft.fatal(...)`
 for an error that trying again cannot fix.
@@ -118,6 +128,8 @@ class Context:
     def log(self, level, message):
         """Appends a line to the run's log; `level` is trace, debug, info,
         warn or error."""
+        if _warming:
+            return
         _log.log(_LEVELS.get(level, _log.Level.INFO), str(message))
 
 
@@ -127,6 +139,7 @@ class _Kv:
     @staticmethod
     def get(key):
         """The value of `key` (a string), or None."""
+        _not_warming("weft.kv")
         return _kv.get(key)
 
     @staticmethod
@@ -134,6 +147,7 @@ class _Kv:
         """Sets `key` to `value` (a string); committed with the step's result.
         With `ttl` (seconds, a number or a `timedelta`), the key expires that
         long after the call and then reads as absent; without, never."""
+        _not_warming("weft.kv")
         try:
             _kv.set(key, value, _ttl_ms(ttl))
         except Err as e:
@@ -142,6 +156,7 @@ class _Kv:
     @staticmethod
     def delete(key):
         """Removes `key`; committed with the step's result."""
+        _not_warming("weft.kv")
         try:
             _kv.delete(key)
         except Err as e:
@@ -150,10 +165,21 @@ class _Kv:
     @staticmethod
     def keys(prefix="", limit=1000):
         """Up to `limit` keys that start with `prefix`, in byte order."""
+        _not_warming("weft.kv")
         return _kv.keys(prefix, limit)
 
 
 _U64_MAX = 2**64 - 1
+
+# True only while a warm-up call runs, at build time (`step(warmup=...)`).
+_warming = False
+
+
+def _not_warming(what):
+    """Fails a warm-up call that reaches the host: at build time it is not
+    there."""
+    if _warming:
+        raise fatal("warmup", f"{what} is not available to a warm-up call, at build time")
 
 
 def _ttl_ms(ttl):
@@ -180,6 +206,7 @@ class _Outbox:
     def emit(channel, payload):
         """Emits `payload` (a JSON value) on `channel`; returns its id. Sent
         once, if the step succeeds."""
+        _not_warming("weft.outbox")
         try:
             return _outbox.emit(channel, json.dumps(payload))
         except Err as e:
@@ -193,6 +220,7 @@ class _Secrets:
     def get(name):
         """The value of secret `name`; a StepError `secret` if it is not
         granted or not set."""
+        _not_warming("weft.secrets")
         try:
             return _secrets.get(name)
         except Err as e:
@@ -210,6 +238,7 @@ class _Snapshot:
         """The value of `key` in `store` (a JSON value), or `default` if it
         has none; a StepError `snapshot` if the workflow does not name
         `store`."""
+        _not_warming("weft.snapshot")
         try:
             text = _snapshot.get(store, key)
         except Err as e:
@@ -222,6 +251,7 @@ class _Snapshot:
     def keys(store, prefix="", limit=1000):
         """Up to `limit` keys of `store` that start with `prefix`, in byte
         order; a StepError `snapshot` as for `get`."""
+        _not_warming("weft.snapshot")
         try:
             return _snapshot.keys(store, prefix, limit)
         except Err as e:
@@ -275,6 +305,7 @@ class _Http:
     def request(method, url, headers=None, body=None, timeout=None):
         """Sends a request and reads the whole answer. `body` is bytes or
         str; `timeout` (seconds) bounds the wait for the first byte."""
+        _not_warming("weft.http")
         if _outgoing is None:
             raise HttpError(
                 "this plugin was built without HTTP: mention `weft.http` in its sources"
@@ -381,9 +412,14 @@ http = _Http()
 _registered = None
 
 
-def step(name, version, description="", input_schema=None, output_schema=None):
+def step(name, version, description="", input_schema=None, output_schema=None, warmup=()):
     """Registers the decorated function `(ctx, input) -> output` as the
-    plugin's step. The schemas are JSON Schema, as Python values."""
+    plugin's step. The schemas are JSON Schema, as Python values. `warmup`
+    is a list of inputs the step is called on once each, at build time
+    (see the module's documentation)."""
+    if isinstance(warmup, (str, bytes, dict)):
+        raise TypeError("weft.step: `warmup` is a list of inputs, not one input")
+    warmup = list(warmup or ())
 
     def register(function):
         global _registered
@@ -397,9 +433,37 @@ def step(name, version, description="", input_schema=None, output_schema=None):
             ),
             function,
         )
+        for index, value in enumerate(warmup):
+            _warm_up(name, function, index, value)
         return function
 
     return register
+
+
+def _warm_up(name, function, index, value):
+    """Calls the step on `value` as `Step.run` would, at build time: the
+    snapshot the plugin's calls start from holds what the call leaves
+    (compiled patterns, filled caches, specialised bytecode)."""
+    global _warming
+    _warming = True
+    try:
+        context = types.StepContext(
+            tenant="",
+            workflow="",
+            run_id="",
+            step_id="warmup",
+            attempt=0,
+            idempotency_key="",
+        )
+        output = function(Context(context), json.loads(json.dumps(value)))
+        json.dumps(output)
+    except Exception as e:
+        raise RuntimeError(
+            f"the warm-up of step `{name}` failed on input {index} ({repr(value)[:200]}): "
+            f"{type(e).__name__}: {e}"
+        ) from e
+    finally:
+        _warming = False
 
 
 def _failure(error):

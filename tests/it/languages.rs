@@ -326,7 +326,13 @@ fn python_and_javascript_steps_see_their_instance_fresh_every_call() {
                         let output = out
                             .result
                             .unwrap_or_else(|e| panic!("{project}: call {i} on thread {t}: {e}"));
-                        assert_eq!(output, json!({ "n": t * 100 + i, "fresh": true }));
+                        let mut expected = json!({ "n": t * 100 + i, "fresh": true });
+                        if project.ends_with("-py") {
+                            // It warmed up at build time, and its calls
+                            // found that warm-up's state, and nothing more.
+                            expected["warmed"] = json!(true);
+                        }
+                        assert_eq!(output, expected, "{project}");
                         if out.timing.spare.is_some() {
                             found.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         }
@@ -336,4 +342,48 @@ fn python_and_javascript_steps_see_their_instance_fresh_every_call() {
         });
         assert!(found.into_inner() > 0, "{project}: no call found a spare");
     }
+}
+
+/// A Python step's build-time warm-up (`warmup=`) that reaches the host
+/// fails the build, and the error names the step, its input and what it
+/// reached; its log lines go nowhere (at build time there is no host).
+#[test]
+fn a_python_warm_up_that_reaches_the_host_fails_the_build() {
+    let scratch = Scratch::new(&[]);
+    let dir = scratch.path().join("warm-kv");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("app.py"),
+        r#"import weft
+
+
+@weft.step(name="warm-kv", version="1.0.0", warmup=[{"k": "a"}])
+def run(ctx, input):
+    ctx.log("info", "nowhere at build time")
+    return {"v": weft.kv.get(input["k"])}
+
+
+Step = weft.Step
+"#,
+    )
+    .unwrap();
+    let build: crate::common::Run = weft(&scratch)
+        .args(["plugin", "build"])
+        .arg(&dir)
+        .arg("--out")
+        .arg(scratch.path().join("out"))
+        .output()
+        .unwrap()
+        .into();
+    assert_ne!(build.code, Some(0), "{build:?}");
+    assert!(
+        build
+            .stderr
+            .contains("the warm-up of step `warm-kv` failed on input 0 ({'k': 'a'})")
+            && build
+                .stderr
+                .contains("weft.kv is not available to a warm-up call, at build time"),
+        "{build:?}"
+    );
+    assert!(!scratch.path().join("out").join("warm_kv.wasm").exists());
 }
