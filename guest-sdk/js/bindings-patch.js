@@ -18,6 +18,6 @@ function weftBindings(bindings) {
   return bindings.replace(
     WEFT_AWAITED_RUN,
     (_, answer, call) =>
-      `let ${answer} = ${call}\n    if (${answer} !== null && typeof ${answer} === 'object' && typeof ${answer}.then === 'function') ${answer} = await ${answer};`,
+      `let ${answer} = ${call}\n    if (${answer} !== null && (typeof ${answer} === 'object' || typeof ${answer} === 'function') && typeof ${answer}.then === 'function') ${answer} = await ${answer};`,
   );
 }

@@ -14,7 +14,7 @@
   String.fromCharCode(...warmBytes.subarray(0, 2));
   'warm'.charCodeAt(0);
   [warmBytes.length].map((n) => n + 1);
-  // An await, as each call's export makes. Jobs queued at build time run
+  // An await, as each call of an async step's export makes. Jobs queued at build time run
   // then: one that busy-loops for seconds here adds nothing to a call.
   (async () => await new Promise((resolve) => resolve(warmBytes.length)))();
   try {

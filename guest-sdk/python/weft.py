@@ -21,11 +21,15 @@ A step may name inputs to warm up on: `@weft.step(..., warmup=[{...}])`
 calls it once on each while the plugin is built, so that what its first
 call does in a fresh interpreter (compiling its regular expressions,
 filling the interpreter's caches, specialising its bytecode) is done
-once, in the snapshot every call starts from. A warm-up call sees
-`ctx.attempt == 0`, its log lines go nowhere, and `weft.kv`, `.outbox`,
-`.secrets`, `.snapshot` and `.http` fail it: the host is not there at build
-time. What it leaves in the module's state, every call finds, as with
-code at the module's top level. If it fails, so does the build.
+once, in the snapshot every call starts from. The calls are made when the
+module reads `weft.Step` (the line `Step = weft.Step` at its end), so
+everything the module defines is there. A warm-up call sees
+`ctx.attempt == 0` (and empty ids, its step id `warmup`), its log lines go
+nowhere, and `weft.kv`, `.outbox`, `.secrets`, `.snapshot` and `.http`
+fail it: the host is not there at build time (reaching one fails the
+warm-up even if the step catches the error). What it leaves in the
+module's state, every call finds, as with code at the module's top
+level. If it fails, so does the build.
 
 An uncaught exception fails the attempt as retryable (`exception`, with the
 traceback in the details), as a panic does in Rust; raise `weft.fatal(...)`
@@ -171,14 +175,19 @@ class _Kv:
 
 _U64_MAX = 2**64 - 1
 
-# True only while a warm-up call runs, at build time (`step(warmup=...)`).
+# True only while a warm-up call runs, at build time (`step(warmup=...)`),
+# and what such a call reached of the host, if it did.
 _warming = False
+_reached = None
 
 
 def _not_warming(what):
     """Fails a warm-up call that reaches the host: at build time it is not
-    there."""
+    there. Noted too, so that the warm-up fails even if the step catches
+    the error."""
+    global _reached
     if _warming:
+        _reached = _reached or what
         raise fatal("warmup", f"{what} is not available to a warm-up call, at build time")
 
 
@@ -417,7 +426,7 @@ def step(name, version, description="", input_schema=None, output_schema=None, w
     plugin's step. The schemas are JSON Schema, as Python values. `warmup`
     is a list of inputs the step is called on once each, at build time
     (see the module's documentation)."""
-    if isinstance(warmup, (str, bytes, dict)):
+    if isinstance(warmup, (str, bytes, bytearray, dict)) or not hasattr(warmup or (), "__iter__"):
         raise TypeError("weft.step: `warmup` is a list of inputs, not one input")
     warmup = list(warmup or ())
 
@@ -433,19 +442,34 @@ def step(name, version, description="", input_schema=None, output_schema=None, w
             ),
             function,
         )
-        for index, value in enumerate(warmup):
-            _warm_up(name, function, index, value)
+        # Made when the module reads `weft.Step`, at its end (`__getattr__`).
+        _warmups.extend((name, function, index, value) for index, value in enumerate(warmup))
         return function
 
     return register
+
+
+# The warm-up calls not yet made: (step name, function, index, input).
+_warmups = []
+
+
+def __getattr__(name):
+    """`weft.Step`, the export: read at the end of the step's module (`Step
+    = weft.Step`), so the warm-up calls are made there, with everything the
+    module defines in place."""
+    if name == "Step":
+        while _warmups:
+            _warm_up(*_warmups.pop(0))
+        return _Step
+    raise AttributeError(f"module 'weft' has no attribute {name!r}")
 
 
 def _warm_up(name, function, index, value):
     """Calls the step on `value` as `Step.run` would, at build time: the
     snapshot the plugin's calls start from holds what the call leaves
     (compiled patterns, filled caches, specialised bytecode)."""
-    global _warming
-    _warming = True
+    global _warming, _reached
+    _warming, _reached = True, None
     try:
         context = types.StepContext(
             tenant="",
@@ -456,6 +480,8 @@ def _warm_up(name, function, index, value):
             idempotency_key="",
         )
         output = function(Context(context), json.loads(json.dumps(value)))
+        if _reached is not None:
+            raise fatal("warmup", f"{_reached} is not available to a warm-up call, at build time")
         json.dumps(output)
     except Exception as e:
         raise RuntimeError(
@@ -474,7 +500,7 @@ def _failure(error):
     return types.StepError_Fatal(failure)
 
 
-class Step(exports.Step):
+class _Step(exports.Step):
     def describe(self):
         if _registered is None:
             raise RuntimeError("no function is registered with @weft.step")
