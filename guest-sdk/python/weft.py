@@ -23,7 +23,8 @@ call does in a fresh interpreter (compiling its regular expressions,
 filling the interpreter's caches, specialising its bytecode) is done
 once, in the snapshot every call starts from. The calls are made when the
 module reads `weft.Step` (the line `Step = weft.Step` at its end), so
-everything the module defines is there. A warm-up call sees
+everything the module defines is there; a warm-up named after that read
+would never be made, and fails the build. A warm-up call sees
 `ctx.attempt == 0` (and empty ids, its step id `warmup`), its log lines go
 nowhere, and `weft.kv`, `.outbox`, `.secrets`, `.snapshot` and `.http`
 fail it: the host is not there at build time (reaching one fails the
@@ -443,25 +444,40 @@ def step(name, version, description="", input_schema=None, output_schema=None, w
             function,
         )
         # Made when the module reads `weft.Step`, at its end (`__getattr__`).
+        if warmup and _step_read:
+            raise TypeError(
+                f"weft.step: the warm-up of step `{name}` would never run: the module read "
+                "`weft.Step` before it; read it at the module's end (`Step = weft.Step`)"
+            )
         _warmups.extend((name, function, index, value) for index, value in enumerate(warmup))
         return function
 
     return register
 
 
-# The warm-up calls not yet made: (step name, function, index, input).
+# The warm-up calls not yet made: (step name, function, index, input); and
+# whether the module has read `weft.Step`, after which a warm-up would never
+# be made.
 _warmups = []
+_step_read = False
 
 
 def __getattr__(name):
     """`weft.Step`, the export: read at the end of the step's module (`Step
     = weft.Step`), so the warm-up calls are made there, with everything the
-    module defines in place."""
+    module defines in place. A call that fails stays queued."""
+    global _step_read
     if name == "Step":
+        _step_read = True
         while _warmups:
-            _warm_up(*_warmups.pop(0))
+            _warm_up(*_warmups[0])
+            _warmups.pop(0)
         return _Step
     raise AttributeError(f"module 'weft' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | {"Step"})
 
 
 def _warm_up(name, function, index, value):

@@ -347,9 +347,10 @@ fn python_and_javascript_steps_see_their_instance_fresh_every_call() {
 /// A Python step's build-time warm-up (`warmup=`) that reaches the host
 /// fails the build, even when the step catches the error, and the error
 /// names the step, its input and what it reached; its log lines go nowhere
-/// (at build time there is no host).
+/// (at build time there is no host). A warm-up named after the module read
+/// `weft.Step` fails the build too.
 #[test]
-fn a_python_warm_up_that_reaches_the_host_fails_the_build() {
+fn a_python_warm_up_that_reaches_the_host_or_comes_too_late_fails_the_build() {
     let scratch = Scratch::new(&[]);
     let dir = scratch.path().join("warm-kv");
     std::fs::create_dir_all(&dir).unwrap();
@@ -394,4 +395,36 @@ Step = weft.Step
         .map(|dir| dir.map(|e| e.unwrap().file_name()).collect())
         .unwrap_or_default();
     assert!(written.is_empty(), "{written:?} in {}", out.display());
+
+    // A module that reads `weft.Step` before it names a warm-up would never
+    // make it: the build fails rather than skip it.
+    let early = scratch.path().join("warm-early");
+    std::fs::create_dir_all(&early).unwrap();
+    std::fs::write(
+        early.join("app.py"),
+        r#"import weft
+from weft import Step
+
+
+@weft.step(name="warm-early", version="1.0.0", warmup=[{}])
+def run(ctx, input):
+    return {}
+"#,
+    )
+    .unwrap();
+    let build: crate::common::Run = weft(&scratch)
+        .args(["plugin", "build"])
+        .arg(&early)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap()
+        .into();
+    assert_ne!(build.code, Some(0), "{build:?}");
+    assert!(
+        build
+            .stderr
+            .contains("the warm-up of step `warm-early` would never run"),
+        "{build:?}"
+    );
 }

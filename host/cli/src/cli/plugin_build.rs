@@ -281,7 +281,7 @@ impl Toolchains {
     ///   classes the bindings use already made in its instance's snapshot
     ///   (the `headline` example's call: 200 µs down to about 80 µs).
     /// - The `run` export awaits the step's answer only if it is a
-    ///   promise (`weft.js` answers a synchronous step's call with a
+    ///   thenable (`weft.js` answers a synchronous step's call with a
     ///   string). The generated export always awaited it, which made a
     ///   promise (with a captured stack), a reaction job and a turn of the
     ///   event loop in every call of a synchronous step: about a tenth of
