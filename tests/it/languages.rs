@@ -352,10 +352,24 @@ fn python_and_javascript_steps_see_their_instance_fresh_every_call() {
 #[test]
 fn a_python_warm_up_that_reaches_the_host_or_comes_too_late_fails_the_build() {
     let scratch = Scratch::new(&[]);
-    let dir = scratch.path().join("warm-kv");
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(
-        dir.join("app.py"),
+    let out = scratch.path().join("out");
+    // Builds a project of one `app.py` into `out`.
+    let build = |name: &str, app: &str| -> crate::common::Run {
+        let dir = scratch.path().join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("app.py"), app).unwrap();
+        weft(&scratch)
+            .args(["plugin", "build"])
+            .arg(&dir)
+            .arg("--out")
+            .arg(&out)
+            .output()
+            .unwrap()
+            .into()
+    };
+
+    let reached = build(
+        "warm-kv",
         r#"import weft
 
 
@@ -370,38 +384,22 @@ def run(ctx, input):
 
 Step = weft.Step
 "#,
-    )
-    .unwrap();
-    let build: crate::common::Run = weft(&scratch)
-        .args(["plugin", "build"])
-        .arg(&dir)
-        .arg("--out")
-        .arg(scratch.path().join("out"))
-        .output()
-        .unwrap()
-        .into();
-    assert_ne!(build.code, Some(0), "{build:?}");
+    );
+    assert_ne!(reached.code, Some(0), "{reached:?}");
     assert!(
-        build
+        reached
             .stderr
             .contains("the warm-up of step `warm-kv` failed on input 0 ({'k': 'a'})")
-            && build
+            && reached
                 .stderr
                 .contains("weft.kv is not available to a warm-up call, at build time"),
-        "{build:?}"
+        "{reached:?}"
     );
-    let out = scratch.path().join("out");
-    let written: Vec<_> = std::fs::read_dir(&out)
-        .map(|dir| dir.map(|e| e.unwrap().file_name()).collect())
-        .unwrap_or_default();
-    assert!(written.is_empty(), "{written:?} in {}", out.display());
 
     // A module that reads `weft.Step` before it names a warm-up would never
     // make it: the build fails rather than skip it.
-    let early = scratch.path().join("warm-early");
-    std::fs::create_dir_all(&early).unwrap();
-    std::fs::write(
-        early.join("app.py"),
+    let early = build(
+        "warm-early",
         r#"import weft
 from weft import Step
 
@@ -410,21 +408,18 @@ from weft import Step
 def run(ctx, input):
     return {}
 "#,
-    )
-    .unwrap();
-    let build: crate::common::Run = weft(&scratch)
-        .args(["plugin", "build"])
-        .arg(&early)
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .unwrap()
-        .into();
-    assert_ne!(build.code, Some(0), "{build:?}");
+    );
+    assert_ne!(early.code, Some(0), "{early:?}");
     assert!(
-        build
+        early
             .stderr
             .contains("the warm-up of step `warm-early` would never run"),
-        "{build:?}"
+        "{early:?}"
     );
+
+    // Neither build wrote a component.
+    let written: Vec<_> = std::fs::read_dir(&out)
+        .map(|dir| dir.map(|e| e.unwrap().file_name()).collect())
+        .unwrap_or_default();
+    assert!(written.is_empty(), "{written:?} in {}", out.display());
 }
