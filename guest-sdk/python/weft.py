@@ -177,7 +177,7 @@ class _Kv:
 _U64_MAX = 2**64 - 1
 
 # True only while a warm-up call runs, at build time (`step(warmup=...)`),
-# and what such a call reached of the host, if it did.
+# and the error of the first host call such a call made, if it made one.
 _warming = False
 _reached = None
 
@@ -188,8 +188,9 @@ def _not_warming(what):
     the error."""
     global _reached
     if _warming:
-        _reached = _reached or what
-        raise fatal("warmup", f"{what} is not available to a warm-up call, at build time")
+        error = fatal("warmup", f"{what} is not available to a warm-up call, at build time")
+        _reached = _reached or error
+        raise error
 
 
 def _ttl_ms(ttl):
@@ -497,7 +498,7 @@ def _warm_up(name, function, index, value):
         )
         output = function(Context(context), json.loads(json.dumps(value)))
         if _reached is not None:
-            raise fatal("warmup", f"{_reached} is not available to a warm-up call, at build time")
+            raise _reached
         json.dumps(output)
     except Exception as e:
         raise RuntimeError(
