@@ -462,7 +462,27 @@ fn a_killed_and_restarted_serve_loses_no_delivery_and_repeats_only_with_the_same
         "all delivered before the kill; nothing tested"
     );
     host = serve(&scratch, 1);
-    receiver.wait_for(300);
+    // 300 distinct deliveries (the one in flight at the kill may come
+    // twice, so counting requests would stop one short), then a while for
+    // any late repeat.
+    let distinct = || {
+        let got = receiver.got();
+        let ids: HashSet<_> = got
+            .iter()
+            .map(|r| r.header("weft-delivery").to_owned())
+            .collect();
+        if ids.len() >= 300 {
+            Ok(())
+        } else {
+            Err(ids.len())
+        }
+    };
+    wait(
+        Duration::from_secs(60),
+        Duration::from_millis(10),
+        distinct,
+        |n| format!("the receiver got {n} distinct deliveries, not 300"),
+    );
     std::thread::sleep(Duration::from_millis(500));
     let got_all = receiver.got();
     let mut first_seen = Vec::new();

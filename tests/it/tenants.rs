@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::common::server::{Host, agent, serve, serve_with};
+use crate::common::server::{Host, agent, run_ended, serve, serve_with, start_run};
 use crate::common::{Scratch, guest_bytes, wait};
 
 /// `method path [body]` with `token` (none: no header): the status, the
@@ -1434,6 +1434,126 @@ fn serve_refuses_a_public_address_without_auth_and_serves_tls() {
         answered.is_err() || answered.as_ref().is_ok_and(|s| *s != 200),
         "{answered:?}"
     );
+}
+
+/// A web page of another site gets nothing done on a token-less host
+/// (where a request needs no credential a browser would have to hold): a
+/// request its page made (`Origin`, `Sec-Fetch-Site`) is refused, and so is
+/// one addressed to a name other than localhost (a page may point a name of
+/// its own at the machine). Once a token exists, the token decides.
+#[test]
+fn a_page_of_another_site_gets_nothing_done_on_a_token_less_host() {
+    let scratch = Scratch::new(&["echo"]);
+    let host = serve(&scratch, 0);
+    let port = host.url.rsplit_once(':').unwrap().1.to_owned();
+    let yaml = |n: usize| format!("id: planted\nsteps:\n  - {{ id: a, uses: echo, with: {n} }}\n");
+    // `method path` with `headers`, and for a POST `body` as `text/plain`
+    // (what a form or a `no-cors` fetch sends without asking first), or
+    // none: the status and the error's code.
+    let send = |method: &str, path: &str, body: Option<&str>, headers: &[(&str, &str)]| {
+        let url = format!("{}{path}", host.url);
+        let mut response = if method == "GET" {
+            let mut request = agent().get(url);
+            for (name, value) in headers {
+                request = request.header(*name, *value);
+            }
+            request.call()
+        } else {
+            let mut request = agent().post(url);
+            for (name, value) in headers {
+                request = request.header(*name, *value);
+            }
+            match body {
+                Some(body) => request.header("content-type", "text/plain").send(body),
+                None => request.send_empty(),
+            }
+        }
+        .unwrap();
+        let text = response.body_mut().read_to_string().unwrap_or_default();
+        let body: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+        (response.status().as_u16(), body["error"]["code"].clone())
+    };
+    let evil = format!("evil.example:{port}");
+    let evil_origin = format!("http://{evil}");
+    for (headers, want) in [
+        (vec![("origin", "https://evil.example")], "cross_origin"),
+        (vec![("origin", "null")], "cross_origin"),
+        (vec![("sec-fetch-site", "cross-site")], "cross_origin"),
+        // Another port of the machine is another site.
+        (vec![("sec-fetch-site", "same-site")], "cross_origin"),
+        // A name rebound to the machine is of the page's own origin.
+        (
+            vec![
+                ("origin", evil_origin.as_str()),
+                ("sec-fetch-site", "same-origin"),
+                ("host", evil.as_str()),
+            ],
+            "not_local",
+        ),
+        (vec![("host", evil.as_str())], "not_local"),
+    ] {
+        let (status, code) = send("POST", "/v1/workflows", Some(&yaml(1)), &headers);
+        assert_eq!((status, code), (403, json!(want)), "{headers:?}");
+    }
+    // An `<img>`'s GET carries no `Origin`, but says whose page made it.
+    let (status, code) = send(
+        "GET",
+        "/v1/channels/news/events?consumer=stolen",
+        None,
+        &[("sec-fetch-site", "cross-site")],
+    );
+    assert_eq!((status, code), (403, json!("cross_origin")));
+    let (status, body) = host.call("GET", "/v1/workflows/planted", None);
+    assert_eq!(status, 404, "nothing was deployed: {body}");
+    let (_, body) = host.call("GET", "/v1/subscriptions", None);
+    assert!(!body.to_string().contains("stolen"), "{body}");
+
+    // The host's own page, and clients that name localhost or no origin.
+    let own = host.url.clone();
+    let localhost = format!("localhost:{port}");
+    for (n, headers) in [
+        vec![("origin", own.as_str()), ("sec-fetch-site", "same-origin")],
+        vec![("host", localhost.as_str())],
+        vec![],
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let (status, code) = send("POST", "/v1/workflows", Some(&yaml(n + 2)), &headers);
+        assert_eq!(status, 201, "{headers:?}: {code}");
+    }
+    let id = start_run(&host, "planted", &json!(null));
+    run_ended(&host, &id);
+    let (status, code) = send(
+        "POST",
+        &format!("/v1/runs/{id}/retry"),
+        None,
+        &[("origin", "http://evil.example")],
+    );
+    assert_eq!((status, code), (403, json!("cross_origin")));
+
+    // With a token, the token decides: it is sent only by whoever holds it.
+    let (status, made) = call_as(
+        &host,
+        None,
+        "POST",
+        "/v1/tokens",
+        Some(&json!({ "tenant": "default", "role": "admin" })),
+    );
+    assert_eq!(status, 201, "{made}");
+    let owner = made["token"]["token"].as_str().unwrap().to_owned();
+    let bearer = format!("Bearer {owner}");
+    let named = [
+        ("host", evil.as_str()),
+        ("origin", evil_origin.as_str()),
+        ("sec-fetch-site", "cross-site"),
+    ];
+    let (status, code) = send("GET", "/v1/workflows", None, &named);
+    assert_eq!((status, code), (401, json!("missing_token")));
+    let mut with_token = named.to_vec();
+    with_token.push(("authorization", bearer.as_str()));
+    let (status, code) = send("GET", "/v1/workflows", None, &with_token);
+    assert_eq!(status, 200, "{code}");
 }
 
 /// A tenant's step ceilings: a deployment whose step asks for more is

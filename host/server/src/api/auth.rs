@@ -12,6 +12,10 @@
 //!   it.
 //! - An `admin` acts in its token's tenant, or in the one named by the
 //!   `Weft-Tenant` header.
+//! - A token-less request made by a page of another site (`Origin`,
+//!   `Sec-Fetch-Site`) is refused, and one addressed to a name other than
+//!   `localhost` too: a page can neither send a request a token-less host
+//!   obeys nor rebind a name of its own to the machine.
 //!
 //! A caller sees only its tenant's objects: another tenant's answer
 //! `404`, as if they did not exist. A right the role lacks is `403`, and
@@ -405,6 +409,198 @@ pub(super) async fn authenticate(
         Ok(Ok(caller)) => caller,
         Ok(Err(e)) | Err(e) => return e.into_response(),
     };
+    // A token is sent by whoever holds it; no credential comes with a
+    // token-less request, so a browser could send one for any page.
+    if caller.token.is_none() {
+        let addressed = addressed_to(&request);
+        let checked = same_origin(request.headers(), addressed.as_deref())
+            .and_then(|()| addressed_locally(addressed.as_deref()));
+        if let Err(e) = checked {
+            return e.into_response();
+        }
+    }
     request.extensions_mut().insert(caller);
     next.run(request).await
+}
+
+/// The authority a request was sent to: its `Host` header, or the URI's
+/// (HTTP/2), if it names one.
+fn addressed_to(request: &Request) -> Option<String> {
+    request
+        .headers()
+        .get(header::HOST)
+        .and_then(|value| value.to_str().ok())
+        .map(str::to_owned)
+        .or_else(|| request.uri().authority().map(|a| a.as_str().to_owned()))
+}
+
+/// Refuses a request a web page of another site made. A browser names
+/// the page's origin in `Origin` on every cross-origin request and every
+/// `POST`, and says in `Sec-Fetch-Site` whose page made a request (on
+/// those to `localhost` and IP addresses, where a token-less host
+/// listens, GETs included). Without this a page could make a token-less
+/// host deploy a workflow or cancel a run (a form or a `no-cors` fetch
+/// sends a body-less or `text/plain` `POST` without asking first), or take
+/// a consumer's deliveries with an `<img>`'s GET. Clients that are not
+/// browsers send neither header.
+fn same_origin(headers: &HeaderMap, addressed: Option<&str>) -> Result<(), ApiError> {
+    let refused = |what: String| {
+        ApiError::new(
+            StatusCode::FORBIDDEN,
+            "cross_origin",
+            format!(
+                "{what}: the request was made by a page of another site, and this host ({}) has no tokens; the API answers only its own pages and clients that are not browsers",
+                addressed.unwrap_or("no Host header")
+            ),
+        )
+    };
+    if let Some(site) = headers.get("sec-fetch-site")
+        && !matches!(site.as_bytes(), b"same-origin" | b"none")
+    {
+        return Err(refused(format!(
+            "Sec-Fetch-Site: {}",
+            site.to_str().unwrap_or("(not text)")
+        )));
+    }
+    let Some(origin) = headers.get(header::ORIGIN) else {
+        return Ok(());
+    };
+    let origin = origin.to_str().unwrap_or("(not text)");
+    let authority = |scheme: &str, authority: &str| {
+        let default = if scheme == "https" { ":443" } else { ":80" };
+        let authority = authority.to_ascii_lowercase();
+        match authority.strip_suffix(default) {
+            Some(bare) => bare.to_owned(),
+            None => authority,
+        }
+    };
+    let matches = origin.split_once("://").is_some_and(|(scheme, rest)| {
+        addressed.is_some_and(|addressed| authority(scheme, rest) == authority(scheme, addressed))
+    });
+    if matches {
+        return Ok(());
+    }
+    Err(refused(format!("Origin: {origin}")))
+}
+
+/// Refuses a token-less request addressed to a name other than
+/// `localhost`: a web page can point a name of its own at this machine
+/// (DNS rebinding) and so be of the same origin as the API. A request to
+/// an IP address, or one without a `Host` (not a browser's), passes.
+fn addressed_locally(addressed: Option<&str>) -> Result<(), ApiError> {
+    let Some(addressed) = addressed else {
+        return Ok(());
+    };
+    let name = match addressed.rsplit_once(':') {
+        Some((name, port)) if !name.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) => name,
+        _ => addressed,
+    };
+    let name = name.to_ascii_lowercase();
+    let v6 = |name: &str| {
+        name.strip_prefix('[')
+            .and_then(|n| n.strip_suffix(']'))
+            .is_some_and(|n| n.parse::<std::net::Ipv6Addr>().is_ok())
+    };
+    let local = v6(&name)
+        || name.parse::<std::net::Ipv4Addr>().is_ok()
+        || name == "localhost"
+        || name.ends_with(".localhost");
+    if local {
+        return Ok(());
+    }
+    Err(ApiError::new(
+        StatusCode::FORBIDDEN,
+        "not_local",
+        format!(
+            "Host: {addressed}: a host without tokens answers only requests addressed to localhost or an IP address, since a web page can point a name at this machine; use the address, or make a token (`weft tokens create`)"
+        ),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use super::*;
+    use axum::http::HeaderValue;
+
+    fn origin(value: &str) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::ORIGIN, HeaderValue::from_str(value).unwrap());
+        headers
+    }
+
+    #[test]
+    fn only_the_hosts_own_origin_or_none_passes() {
+        assert!(same_origin(&HeaderMap::new(), Some("127.0.0.1:8080")).is_ok());
+        assert!(same_origin(&HeaderMap::new(), None).is_ok());
+        for (sent, to) in [
+            ("http://127.0.0.1:8080", "127.0.0.1:8080"),
+            ("https://Weft.Example", "weft.example:443"),
+            ("http://weft.example:80", "weft.example"),
+            ("http://[::1]:9000", "[::1]:9000"),
+        ] {
+            assert!(same_origin(&origin(sent), Some(to)).is_ok(), "{sent} {to}");
+        }
+        for (sent, to) in [
+            ("http://127.0.0.1:8081", Some("127.0.0.1:8080")),
+            ("https://evil.example", Some("127.0.0.1:8080")),
+            ("null", Some("127.0.0.1:8080")),
+            ("http://127.0.0.1:8080", None),
+            ("https://weft.example:80", Some("weft.example")),
+        ] {
+            let refused = same_origin(&origin(sent), to).unwrap_err();
+            assert_eq!(
+                (refused.status, refused.code),
+                (StatusCode::FORBIDDEN, "cross_origin")
+            );
+            assert!(refused.message.contains(sent), "{}", refused.message);
+        }
+    }
+
+    #[test]
+    fn a_request_another_sites_page_made_is_refused_even_without_origin() {
+        let fetched = |site: &str| {
+            let mut headers = HeaderMap::new();
+            headers.insert("sec-fetch-site", HeaderValue::from_str(site).unwrap());
+            same_origin(&headers, Some("127.0.0.1:8080"))
+        };
+        assert!(fetched("same-origin").is_ok());
+        assert!(fetched("none").is_ok(), "typed in the address bar");
+        for site in ["cross-site", "same-site", "something-new"] {
+            let refused = fetched(site).unwrap_err();
+            assert_eq!(refused.code, "cross_origin");
+            assert!(refused.message.contains(site), "{}", refused.message);
+        }
+        // The host's own page, fetching.
+        let mut headers = origin("http://127.0.0.1:8080");
+        headers.insert("sec-fetch-site", HeaderValue::from_static("same-origin"));
+        assert!(same_origin(&headers, Some("127.0.0.1:8080")).is_ok());
+    }
+
+    #[test]
+    fn a_token_less_request_must_name_localhost_or_an_address() {
+        for to in [
+            None,
+            Some("127.0.0.1:8080"),
+            Some("10.1.2.3"),
+            Some("[::1]:8080"),
+            Some("[::1]"),
+            Some("LocalHost:8080"),
+            Some("app.localhost"),
+        ] {
+            assert!(addressed_locally(to).is_ok(), "{to:?}");
+        }
+        for to in [
+            "evil.example:8080",
+            "evil.example",
+            "localhost.evil.example",
+            "127.0.0.1.nip.io:8080",
+            "[evil.example]:8080",
+        ] {
+            let refused = addressed_locally(Some(to)).unwrap_err();
+            assert_eq!(refused.code, "not_local");
+            assert!(refused.message.contains(to), "{}", refused.message);
+        }
+    }
 }
