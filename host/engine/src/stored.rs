@@ -134,18 +134,21 @@ pub fn cancel_in_store(
     now: Timestamp,
     commit: impl Fn(Write) -> Result<(), StoreError>,
 ) -> Result<(), StoreError> {
-    cancel_tree(store, id, now, &commit)
+    cancel_tree(store, id, now, &commit, &|_| {})
 }
 
-/// [`cancel_in_store`], with `commit` as an object: the cancellation of
-/// each child goes through it again.
-fn cancel_tree(
+/// [`cancel_in_store`], with `commit` as an object, telling `ended` each
+/// run it cancelled (the run, then its children, each once its
+/// cancellation committed) as written: the cancellation of each child goes
+/// through them again.
+pub(crate) fn cancel_tree(
     store: &dyn Store,
     id: &str,
     now: Timestamp,
     commit: &dyn Fn(Write) -> Result<(), StoreError>,
+    ended: &dyn Fn(&RunRecord),
 ) -> Result<(), StoreError> {
-    decide_again(id, || cancel_once(store, id, now, commit))
+    decide_again(id, || cancel_once(store, id, now, commit, ended))
 }
 
 /// One try of [`cancel_in_store`], decided on the run as read now:
@@ -155,6 +158,7 @@ pub(crate) fn cancel_once(
     id: &str,
     now: Timestamp,
     commit: &dyn Fn(Write) -> Result<(), StoreError>,
+    ended: &dyn Fn(&RunRecord),
 ) -> Result<(), StoreError> {
     let run = store
         .run(id)?
@@ -163,10 +167,12 @@ pub(crate) fn cancel_once(
         return Err(StoreError::RunEnded(id.to_owned()));
     }
     let children = open_children(&store.steps(id)?);
-    commit(cancel(&run, now).fencing(children.clone()))?;
+    let cancelled = cancelled(&run, now);
+    commit(Write::cancel_run(run.step_records, &cancelled).fencing(children.clone()))?;
+    ended(&cancelled);
     // Fenced off with the run: each is cancelled in turn (and its own).
     for child in children {
-        match cancel_tree(store, &child, now, commit) {
+        match cancel_tree(store, &child, now, commit, ended) {
             Ok(()) | Err(StoreError::RunEnded(_) | StoreError::NotFound(_)) => {}
             Err(e) => tracing::warn!(run = %child, "cannot cancel a child run: {e}"),
         }
@@ -182,8 +188,8 @@ fn open_children(records: &[StepRecord]) -> Vec<String> {
         .collect()
 }
 
-/// Run `run` cancelled.
-fn cancel(run: &RunRecord, now: Timestamp) -> Write {
+/// Run `run` cancelled at `now`, as its cancellation writes it.
+fn cancelled(run: &RunRecord, now: Timestamp) -> RunRecord {
     let mut ended = run.clone();
     ended.state = RunState::Cancelled;
     ended.suspended = false;
@@ -193,7 +199,7 @@ fn cancel(run: &RunRecord, now: Timestamp) -> Write {
         step: None,
         error: ErrorRecord::cancelled(),
     });
-    Write::cancel_run(run.step_records, &ended)
+    ended
 }
 
 #[cfg(test)]
@@ -297,12 +303,9 @@ mod tests {
 
     #[test]
     fn a_cancel_ends_the_run_and_says_why() {
-        let Write::CancelRun { expect, ended, .. } = cancel(&run(), NOW) else {
-            panic!("not a cancel");
-        };
-        let ended: RunRecord = serde_json::from_slice(&ended).unwrap();
+        let ended = cancelled(&run(), NOW);
         assert_eq!(
-            (expect, ended.state, ended.suspended),
+            (ended.step_records, ended.state, ended.suspended),
             (3, RunState::Cancelled, false)
         );
         let error = ended.error.unwrap();

@@ -222,6 +222,40 @@ impl RunEvents {
 pub(crate) struct Telemetry {
     pub(crate) events: RunEvents,
     pub(crate) metrics: Option<Arc<Metrics>>,
+    /// The endings told last, so that each is told once.
+    told: Mutex<Told>,
+}
+
+/// Endings told, as `(run id, its record count)`, the newest [`TOLD`].
+///
+/// Two paths of one host may find the same ending: a cancellation this
+/// host committed in the store tells it, and a cell that read the run
+/// before that commit finds it ended at its own next commit and tells what
+/// the store holds. They come within a commit of each other.
+#[derive(Debug, Default)]
+struct Told {
+    seen: std::collections::HashSet<(String, u32)>,
+    order: VecDeque<(String, u32)>,
+}
+
+/// Endings remembered for [`Told`].
+const TOLD: usize = 4096;
+
+impl Told {
+    /// Notes the ending of `run`: false if it was told already.
+    fn first(&mut self, run: &RunRecord) -> bool {
+        let ending = (run.id.clone(), run.step_records);
+        if !self.seen.insert(ending.clone()) {
+            return false;
+        }
+        self.order.push_back(ending);
+        if self.order.len() > TOLD
+            && let Some(oldest) = self.order.pop_front()
+        {
+            self.seen.remove(&oldest);
+        }
+        true
+    }
 }
 
 impl Telemetry {
@@ -229,6 +263,7 @@ impl Telemetry {
         Self {
             events: RunEvents::new(first),
             metrics,
+            told: Mutex::default(),
         }
     }
 
@@ -271,8 +306,11 @@ impl Telemetry {
         self.events.tell(RunEventKind::Resumed, run, at, None);
     }
 
-    /// A run ended.
+    /// A run ended: told once per ending, whichever path finds it first.
     pub(crate) fn ended(&self, run: &RunRecord, at: Timestamp) {
+        if !lock(&self.told).first(run) {
+            return;
+        }
         if let Some(metrics) = &self.metrics {
             let (tenant, workflow) = weft_core::tenant::split(&run.workflow);
             metrics

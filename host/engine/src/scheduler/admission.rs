@@ -525,6 +525,17 @@ impl Core {
         self.messages.bump();
     }
 
+    /// Run `run` was ended by a cancellation this host decided in the
+    /// store: it is told, and a handle kept while it slept is answered (a
+    /// wake that read it before finds no handle, and its cell's next
+    /// commit finds the run ended).
+    pub(super) fn ended_in_store(&self, run: &RunRecord) {
+        self.ended(run);
+        if let Some((_, done, _)) = lock(&self.sleepers).take(&run.id) {
+            let _ = done.send(Ok(run.clone()));
+        }
+    }
+
     /// Ends a resident run: gives its place to the oldest parked run, if
     /// any, then answers its handle (so a caller who sees the answer also
     /// sees the place freed).

@@ -120,13 +120,9 @@ impl Core {
     pub(super) fn cancel_child(&self, id: &str) {
         let store = self.launcher.store.as_ref();
         let commit = |write| self.commits.commit(write);
-        match crate::stored::cancel_in_store(store, id, self.clock.now(), commit) {
-            Ok(()) => {
-                if let Ok(Some(run)) = store.run(id) {
-                    self.ended(&run);
-                }
-            }
-            Err(StoreError::RunEnded(_) | StoreError::NotFound(_)) => {}
+        let ended = |run: &RunRecord| self.ended_in_store(run);
+        match crate::stored::cancel_tree(store, id, self.clock.now(), &commit, &ended) {
+            Ok(()) | Err(StoreError::RunEnded(_) | StoreError::NotFound(_)) => {}
             Err(e) => {
                 tracing::warn!(run = %id, "cannot cancel a child run, trying again: {e}");
                 self.retry_later(1, Later::Work(Work::Cancel(id.to_owned())));

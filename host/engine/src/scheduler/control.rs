@@ -88,11 +88,8 @@ impl Core {
             }
             let store = self.launcher.store.as_ref();
             let commit = |write| self.commits.commit(write);
-            crate::stored::cancel_once(store, id, self.clock.now(), &commit)?;
-            if let Ok(Some(run)) = store.run(id) {
-                self.ended(&run);
-            }
-            Ok(())
+            let ended = |run: &weft_store::RunRecord| self.ended_in_store(run);
+            crate::stored::cancel_once(store, id, self.clock.now(), &commit, &ended)
         });
         Ok(match queued {
             Some(told) => Cancelling::Queued(told),

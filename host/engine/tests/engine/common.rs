@@ -101,6 +101,19 @@ impl Host {
         handle
     }
 
+    /// The fake plugins' source.
+    pub(crate) fn source(&self) -> &FakeSource {
+        &self.source
+    }
+
+    /// How many `kind` events the engine told of run `id`, of those kept.
+    pub(crate) fn told(&self, id: &str, kind: weft_engine::RunEventKind) -> usize {
+        let kept = self.engine.events().subscribe(Some(0)).backlog;
+        kept.iter()
+            .filter(|e| e.run == id && e.kind == kind)
+            .count()
+    }
+
     pub(crate) fn calls(&self) -> Vec<Seen> {
         calls(&self.source)
     }

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::atomic::Ordering::SeqCst;
 use std::sync::atomic::{AtomicBool, AtomicUsize};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -40,6 +40,9 @@ pub(crate) struct Seen {
 struct Shared {
     plugins: HashMap<String, Behaviour>,
     calls: Mutex<Vec<Seen>>,
+    /// Whether loads of runs read back wait, and how many wait now.
+    loads: Mutex<(bool, usize)>,
+    loads_changed: Condvar,
 }
 
 impl std::fmt::Debug for Shared {
@@ -75,6 +78,23 @@ fn pin(name: &str) -> PinnedPlugin {
 }
 
 impl FakeSource {
+    /// From now on, a run read back from the store waits in its load (after
+    /// its record was read) until [`FakeSource::release_loads`].
+    pub(crate) fn hold_loads(&self) {
+        lock(&self.0.loads).0 = true;
+    }
+
+    /// Waits until `n` loads wait.
+    pub(crate) fn wait_loads_held(&self, n: usize) {
+        eventually("loads to wait", || lock(&self.0.loads).1 >= n);
+    }
+
+    /// Lets every waiting load go on, and loads no longer wait.
+    pub(crate) fn release_loads(&self) {
+        lock(&self.0.loads).0 = false;
+        self.0.loads_changed.notify_all();
+    }
+
     fn runner(&self, pins: &BTreeMap<String, PinnedPlugin>) -> Arc<FakeRunner> {
         let plugins = pins.iter().map(|(s, p)| (s.clone(), p.name.clone()));
         Arc::new(FakeRunner {
@@ -108,6 +128,15 @@ impl RunnerSource for FakeSource {
         run: &RunRecord,
         workflow: &Workflow,
     ) -> Result<Arc<dyn StepRunner>, ResumeError> {
+        let mut loads = lock(&self.0.loads);
+        if loads.0 {
+            loads.1 += 1;
+            while loads.0 {
+                loads = self.0.loads_changed.wait(loads).unwrap();
+            }
+            loads.1 -= 1;
+        }
+        drop(loads);
         for step in workflow.all_steps() {
             let Some(call) = step.call() else { continue };
             let pinned = run.plugins.get(&step.id);
@@ -157,6 +186,8 @@ pub(crate) fn source(extra: Vec<(&str, Behaviour)>) -> FakeSource {
     FakeSource(Arc::new(Shared {
         plugins: plugins.map(|(name, b)| (name.to_owned(), b)).collect(),
         calls: Mutex::new(Vec::new()),
+        loads: Mutex::new((false, 0)),
+        loads_changed: Condvar::new(),
     }))
 }
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use weft_core::{Emission, SimClock};
-use weft_engine::{Quiet, ResumeError, RunHandle, StartError, StepOutcome};
+use weft_engine::{Quiet, ResumeError, RunEventKind, RunHandle, StartError, StepOutcome};
 use weft_model::{Format, WorkflowDir};
 use weft_store::{RunState, StoreError};
 
@@ -207,6 +207,76 @@ fn a_run_cancelled_while_parked_never_runs_and_gives_its_place_on() {
         "the next parked run took its place"
     );
     assert_eq!(host.engine.load(), (0, 0));
+}
+
+/// A run cancelled in the store while it is being read back (woken by its
+/// timer, no cell yet) is told `ended` once: by the cancellation, and not
+/// again by the cell that read it before, which finds it ended at its next
+/// commit.
+#[test]
+fn a_run_cancelled_while_it_is_read_back_is_told_ended_once() {
+    let host = Host::new(vec![]);
+    let text = r#"
+id: nap
+steps:
+  - { id: before, uses: echo, with: 1 }
+  - { id: nap, sleep: 1h }
+  - { id: after, uses: echo, with: 2 }
+"#;
+    let handle = host.start(text, json!({}));
+    let id = handle.id().to_owned();
+    host.suspended(&id);
+    host.source().hold_loads();
+    host.advance(3600);
+    host.source().wait_loads_held(1);
+    host.engine.cancel(&id).unwrap();
+    assert_eq!(host.record(&id).state, RunState::Cancelled);
+    host.source().release_loads();
+
+    // The cancellation answered the handle the run kept while it slept.
+    assert_eq!(finish(handle).state, RunState::Cancelled);
+    // The cell read the run before the cancellation: it runs its next step,
+    // whose commit is refused, and leaves.
+    eventually("the cell's step", || host.calls().len() == 2);
+    assert_eq!(steps_called(&host.calls()), ["before", "after"]);
+    eventually("the run to leave", || host.engine.load() == (0, 0));
+    assert!(!paths(&host.steps(&id)).contains(&"after"));
+    assert_eq!(host.told(&id, RunEventKind::Ended), 1);
+}
+
+/// A run cancelled in the store (paused, so out of memory) takes its
+/// child, asleep and out of memory too, with it: each is told `ended` once.
+#[test]
+fn the_children_of_a_run_cancelled_in_the_store_are_told_ended_once() {
+    let host = Host::new(vec![]);
+    let child = "id: slow\nsteps: [ { id: nap, sleep: 1h } ]\n";
+    let child = weft_model::parse(child, Format::Yaml, "child.yaml").unwrap();
+    host.engine
+        .set_workflows(Arc::new(WorkflowDir::default().with(child)));
+    let parent = "id: wait\nsteps: [ { id: kid, subflow: slow } ]\n";
+    let handle = host.start(parent, json!({}));
+    let id = handle.id().to_owned();
+    let child_id = || host.steps(&id).first().and_then(|r| r.child.clone());
+    eventually("the child to start", || child_id().is_some());
+    let child_id = child_id().unwrap();
+    let store = host.engine.store();
+    eventually("the child to sleep", || {
+        store.run(&child_id).unwrap().is_some_and(|r| r.suspended)
+    });
+    host.engine.pause(&id, "test").unwrap();
+    eventually("the parent to leave memory", || {
+        let parent = host.record(&id);
+        parent.paused.is_some() && host.engine.load() == (0, 0)
+    });
+    host.engine.cancel(&id).unwrap();
+    // Answered though the run was paused out of memory.
+    assert_eq!(finish(handle).state, RunState::Cancelled);
+    eventually("the child to be cancelled", || {
+        host.record(&child_id).state == RunState::Cancelled
+    });
+    eventually("both to leave", || host.engine.load() == (0, 0));
+    assert_eq!(host.told(&id, RunEventKind::Ended), 1);
+    assert_eq!(host.told(&child_id, RunEventKind::Ended), 1);
 }
 
 #[test]
