@@ -230,8 +230,10 @@ pub(crate) struct Telemetry {
 ///
 /// Two paths of one host may find the same ending: a cancellation this
 /// host committed in the store tells it, and a cell that read the run
-/// before that commit finds it ended at its own next commit and tells what
-/// the store holds. They come within a commit of each other.
+/// before that commit finds it ended at its own next commit (after the
+/// step call under way, at most its timeout) and tells what the store
+/// holds. If more than [`TOLD`] runs end on the host in between, the
+/// second is told too.
 #[derive(Debug, Default)]
 struct Told {
     seen: std::collections::HashSet<(String, u32)>,

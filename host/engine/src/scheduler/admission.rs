@@ -526,13 +526,18 @@ impl Core {
     }
 
     /// Run `run` was ended by a cancellation this host decided in the
-    /// store: it is told, and a handle kept while it slept is answered (a
-    /// wake that read it before finds no handle, and its cell's next
-    /// commit finds the run ended).
+    /// store: it is told, and a handle still kept while it slept is
+    /// answered (a wake that read it before finds no handle, and its
+    /// cell's next commit finds the run ended). A handle kept only after
+    /// this look is answered by its cell, or not at all if nothing reads
+    /// the run here again.
     pub(super) fn ended_in_store(&self, run: &RunRecord) {
         self.ended(run);
         if let Some((_, done, _)) = lock(&self.sleepers).take(&run.id) {
-            let _ = done.send(Ok(run.clone()));
+            // Never blocks: a handle is answered once; a clone of its end
+            // kept by a closed cell whose commit was in flight may try
+            // again, and finds it answered.
+            let _ = done.try_send(Ok(run.clone()));
         }
     }
 
@@ -551,7 +556,8 @@ impl Core {
             self.enqueue(Work::ChildEnded(Box::new(run.clone())));
         }
         self.release(live);
-        let _ = live.task.done.send(outcome);
+        // Never blocks (see `ended_in_store`).
+        let _ = live.task.done.try_send(outcome);
     }
 
     /// The run ended without this engine (cancelled in the store): it

@@ -79,9 +79,12 @@ fn pin(name: &str) -> PinnedPlugin {
 
 impl FakeSource {
     /// From now on, a run read back from the store waits in its load (after
-    /// its record was read) until [`FakeSource::release_loads`].
-    pub(crate) fn hold_loads(&self) {
+    /// its record was read) until the guard is dropped (so a failed test
+    /// does not leave a worker waiting, which would hang the engine's
+    /// drop).
+    pub(crate) fn hold_loads(&self) -> LoadsHeld<'_> {
         lock(&self.0.loads).0 = true;
+        LoadsHeld(self)
     }
 
     /// Waits until `n` loads wait.
@@ -90,7 +93,7 @@ impl FakeSource {
     }
 
     /// Lets every waiting load go on, and loads no longer wait.
-    pub(crate) fn release_loads(&self) {
+    fn release_loads(&self) {
         lock(&self.0.loads).0 = false;
         self.0.loads_changed.notify_all();
     }
@@ -101,6 +104,15 @@ impl FakeSource {
             shared: Arc::clone(&self.0),
             plugins: plugins.collect(),
         })
+    }
+}
+
+/// Loads held by [`FakeSource::hold_loads`]: let go when dropped.
+pub(crate) struct LoadsHeld<'a>(&'a FakeSource);
+
+impl Drop for LoadsHeld<'_> {
+    fn drop(&mut self) {
+        self.0.release_loads();
     }
 }
 

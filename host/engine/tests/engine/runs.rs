@@ -226,12 +226,12 @@ steps:
     let handle = host.start(text, json!({}));
     let id = handle.id().to_owned();
     host.suspended(&id);
-    host.source().hold_loads();
+    let held = host.source().hold_loads();
     host.advance(3600);
     host.source().wait_loads_held(1);
     host.engine.cancel(&id).unwrap();
     assert_eq!(host.record(&id).state, RunState::Cancelled);
-    host.source().release_loads();
+    drop(held);
 
     // The cancellation answered the handle the run kept while it slept.
     assert_eq!(finish(handle).state, RunState::Cancelled);
