@@ -32,6 +32,15 @@ fn runtime() -> Runtime {
 
 pub(crate) const START: Timestamp = Timestamp(1_700_000_000_000);
 
+/// A step, an hour's sleep, and a step given what the sleep gave.
+pub(crate) const NAP: &str = r#"
+id: nap
+steps:
+  - { id: before, uses: echo, with: 1 }
+  - { id: nap, sleep: 1h }
+  - { id: after, uses: echo, with: "${{ steps.nap.output }}" }
+"#;
+
 pub(crate) fn engine(
     store: &Arc<dyn Store>,
     source: &FakeSource,

@@ -13,8 +13,8 @@ use weft_model::{Format, WorkflowDir};
 use weft_store::{RunState, StoreError};
 
 use crate::common::{
-    Host, START, assert_succeeded, engine, eventually, finish, inputs, paths, steps_called, store,
-    workflow,
+    Host, NAP, START, assert_succeeded, engine, eventually, finish, inputs, paths, steps_called,
+    store, workflow,
 };
 use crate::fake::{Behaviour, Gate, calls, echo, source, unavailable};
 
@@ -216,14 +216,7 @@ fn a_run_cancelled_while_parked_never_runs_and_gives_its_place_on() {
 #[test]
 fn a_run_cancelled_while_it_is_read_back_is_told_ended_once() {
     let host = Host::new(vec![]);
-    let text = r#"
-id: nap
-steps:
-  - { id: before, uses: echo, with: 1 }
-  - { id: nap, sleep: 1h }
-  - { id: after, uses: echo, with: 2 }
-"#;
-    let handle = host.start(text, json!({}));
+    let handle = host.start(NAP, json!({}));
     let id = handle.id().to_owned();
     host.suspended(&id);
     let held = host.source().hold_loads();

@@ -13,7 +13,7 @@ use weft_engine::StepOutcome;
 use weft_store::{RunState, TimerKind};
 
 use crate::common::{
-    Host, START, assert_still_running, assert_succeeded, eventually, finish, inputs, paths,
+    Host, NAP, START, assert_still_running, assert_succeeded, eventually, finish, inputs, paths,
     steps_called,
 };
 use crate::fake::{Behaviour, Gate, broken, unavailable};
@@ -103,14 +103,7 @@ steps:
 #[test]
 fn a_sleep_suspends_the_run_until_the_clock_passes_its_due_time() {
     let host = Host::new(vec![]);
-    let text = r#"
-id: nap
-steps:
-  - { id: before, uses: echo, with: 1 }
-  - { id: nap, sleep: 1h }
-  - { id: after, uses: echo, with: "${{ steps.nap.output }}" }
-"#;
-    let handle = host.start(text, json!({}));
+    let handle = host.start(NAP, json!({}));
     let id = handle.id().to_owned();
     assert_eq!(host.suspended(&id).state, RunState::Running);
     let due = Timestamp(START.0 + 3_600_000);
