@@ -19,6 +19,7 @@ mod cron;
 mod deploy;
 mod durability;
 mod egress;
+mod hostile;
 mod hosts;
 mod languages;
 mod messages;

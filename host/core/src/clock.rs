@@ -27,13 +27,25 @@ impl Timestamp {
     /// Reads an RFC 3339 time (`2026-12-01T09:00:00Z`) or a whole number
     /// of milliseconds since the epoch; `Err` says why `text` is neither.
     pub fn parse(text: &str) -> Result<Self, String> {
-        if let Ok(millis) = text.trim().parse::<u64>() {
-            return Ok(Self(millis));
+        let time = match text.trim().parse::<u64>() {
+            Ok(millis) => Self(millis),
+            Err(_) => humantime::parse_rfc3339_weak(text)
+                .map(|time| Self(time.duration_since(UNIX_EPOCH).map_or(0, millis)))
+                .map_err(|e| {
+                    format!("`{text}` is not a time such as `2026-12-01T09:00:00Z`: {e}")
+                })?,
+        };
+        if time > Self::LAST {
+            return Err(format!(
+                "`{text}` is after the last time weft takes, {}",
+                Self::LAST
+            ));
         }
-        humantime::parse_rfc3339_weak(text)
-            .map(|time| Self(time.duration_since(UNIX_EPOCH).map_or(0, millis)))
-            .map_err(|e| format!("`{text}` is not a time such as `2026-12-01T09:00:00Z`: {e}"))
+        Ok(time)
     }
+
+    /// The last time weft reads or writes: 9999-12-31T23:59:59.999Z.
+    pub const LAST: Timestamp = Timestamp(253_402_300_799_999);
 }
 
 impl std::ops::Add<Duration> for Timestamp {
@@ -50,17 +62,33 @@ pub fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// Reads a duration such as `500ms`, `30s`, `2m` or `1h 30m`; `Err` says
-/// why `text` is not one.
+/// The longest duration weft reads: 100 years (of 365.25 days). Every
+/// duration a user gives passes [`parse_duration`] or [`check_duration`],
+/// so a sum of one with a time of this century never overflows.
+pub const MAX_DURATION: Duration = Duration::from_secs(36_525 * 86_400);
+
+/// Reads a duration such as `500ms`, `30s`, `2m` or `1h 30m`, at most
+/// [`MAX_DURATION`]; `Err` says why `text` is not one.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    humantime::parse_duration(text)
-        .map_err(|e| format!("`{text}` is not a duration such as `500ms`, `30s` or `2m`: {e}"))
+    let duration = humantime::parse_duration(text)
+        .map_err(|e| format!("`{text}` is not a duration such as `500ms`, `30s` or `2m`: {e}"))?;
+    check_duration(duration).map_err(|m| format!("`{text}` {m}"))
+}
+
+/// `duration` when it is at most [`MAX_DURATION`]; `Err` names the bound.
+pub fn check_duration(duration: Duration) -> Result<Duration, String> {
+    if duration > MAX_DURATION {
+        return Err("is longer than the longest duration weft takes, 100 years".to_owned());
+    }
+    Ok(duration)
 }
 
 impl fmt::Display for Timestamp {
     /// RFC 3339 in UTC, to the millisecond.
+    /// A time after [`Timestamp::LAST`] (a saturated sum) is written as
+    /// that.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let time = UNIX_EPOCH + std::time::Duration::from_millis(self.0);
+        let time = UNIX_EPOCH + std::time::Duration::from_millis(self.0.min(Self::LAST.0));
         write!(f, "{}", humantime::format_rfc3339_millis(time))
     }
 }
@@ -155,8 +183,28 @@ mod tests {
     }
 
     #[test]
+    fn durations_and_times_past_the_bounds_are_refused_by_name() {
+        assert_eq!(
+            parse_duration("100y"),
+            Ok(Duration::from_secs(3_155_760_000))
+        );
+        let refused = parse_duration("300000000000y").unwrap_err();
+        assert!(refused.contains("100 years"), "{refused}");
+        let refused = parse_duration("101y").unwrap_err();
+        assert!(refused.contains("100 years"), "{refused}");
+        let refused = Timestamp::parse("18446744073709551615").unwrap_err();
+        assert!(refused.contains("9999-12-31T23:59:59.999Z"), "{refused}");
+        assert_eq!(
+            Timestamp::parse(&Timestamp::LAST.0.to_string()),
+            Ok(Timestamp::LAST)
+        );
+    }
+
+    #[test]
     fn timestamps_print_as_rfc3339_utc() {
         assert_eq!(Timestamp(0).to_string(), "1970-01-01T00:00:00.000Z");
+        // A saturated sum prints as the last time, not a formatter's error.
+        assert_eq!(Timestamp(u64::MAX).to_string(), "9999-12-31T23:59:59.999Z");
         assert_eq!(
             Timestamp(1_700_000_000_123).to_string(),
             "2023-11-14T22:13:20.123Z"

@@ -27,6 +27,7 @@ pub mod fair;
 pub mod ids;
 pub mod metrics;
 pub mod names;
+pub mod panics;
 mod schedule;
 mod schema;
 mod signal;

@@ -227,6 +227,11 @@ impl Metrics {
             "Plugins loaded, by where their compiled code came from",
             self.component_loads.clone(),
         );
+        registry.register(
+            "panics",
+            "Panics contained, by thread: each failed one unit of work (a host bug)",
+            crate::panics::PANICS.clone(),
+        );
         registry
     }
 

@@ -148,7 +148,11 @@ pub fn parse_ttl(value: &Value) -> Result<Duration, String> {
             if seconds.is_nan() || seconds < 0.0 {
                 return Err(format!("{n} is negative; give a duration such as `1h`"));
             }
-            Duration::try_from_secs_f64(seconds).map_err(|e| format!("{n}: {e}"))?
+            Duration::try_from_secs_f64(seconds)
+                .map_err(|e| format!("{n}: {e}"))
+                .and_then(|d| {
+                    weft_core::clock::check_duration(d).map_err(|m| format!("{n} s {m}"))
+                })?
         }
         other => {
             return Err(format!(

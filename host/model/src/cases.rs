@@ -346,6 +346,9 @@ pub fn parse_tests(text: &str, origin: &str) -> Result<TestFile, DefinitionError
         column,
         step: None,
     };
+    crate::budget::check(text).map_err(|refused| {
+        DefinitionError::invalid(at(refused.line, refused.column), refused.message)
+    })?;
     let file: TestFile = serde_yaml_ng::from_str(text).map_err(|e| {
         let message = e.to_string();
         match e.location() {

@@ -21,6 +21,7 @@
 //!
 //! Every error names the file, the line where it is known, and the step.
 
+mod budget;
 pub mod cases;
 mod dir;
 mod error;

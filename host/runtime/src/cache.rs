@@ -39,7 +39,9 @@ pub(super) struct CodeCache {
 impl CodeCache {
     /// Opens (creating if needed) the cache in `dir` for `engine`'s settings.
     pub(super) fn open(dir: &Path, engine: &wasmtime::Engine) -> std::io::Result<Self> {
-        std::fs::create_dir_all(dir)?;
+        // Entries are loaded as native code: the owner's alone.
+        std::os::unix::fs::DirBuilderExt::mode(std::fs::DirBuilder::new().recursive(true), 0o700)
+            .create(dir)?;
         let mut hasher = DefaultHasher::new();
         engine.precompile_compatibility_hash().hash(&mut hasher);
         Ok(Self {
@@ -111,7 +113,11 @@ impl CodeCache {
             NEXT.fetch_add(1, Ordering::Relaxed)
         ));
         let result = (|| {
-            let mut file = std::fs::File::create(&tmp)?;
+            let mut file = std::os::unix::fs::OpenOptionsExt::mode(
+                std::fs::OpenOptions::new().write(true).create_new(true),
+                0o600,
+            )
+            .open(&tmp)?;
             file.write_all(body)?;
             file.write_all(&Sha256::digest(body))?;
             file.sync_all()?;

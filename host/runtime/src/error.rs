@@ -147,12 +147,20 @@ pub enum CallError {
         /// Why.
         message: String,
     },
+    /// The call made the host hold more for it (key-value writes,
+    /// messages, output) than its budget, the step's memory limit.
+    #[error("{message}")]
+    ResourceLimit {
+        /// What was held, and the budget.
+        message: String,
+    },
 }
 
 impl CallError {
     /// A short stable code: the step's own code for [`CallError::Step`], else
     /// one of `timeout`, `memory_limit`, `trap`, `invalid_output`,
-    /// `instantiate`, `kv`, `cancelled`, `http_denied`, `http_limit`.
+    /// `instantiate`, `kv`, `cancelled`, `http_denied`, `http_limit`,
+    /// `resource_limit`.
     pub fn code(&self) -> &str {
         match self {
             Self::Step { code, .. } => code,
@@ -165,12 +173,13 @@ impl CallError {
             Self::Cancelled => "cancelled",
             Self::HttpDenied { .. } => "http_denied",
             Self::HttpLimit { .. } => "http_limit",
+            Self::ResourceLimit { .. } => "resource_limit",
         }
     }
 
     /// Whether trying again could help: a retryable step error, a timeout, a
-    /// trap, a failed instantiation or key-value read. Fatal step errors, memory-limit hits
-    /// and invalid output are deterministic enough not to retry.
+    /// trap, a failed instantiation or key-value read. Fatal step errors, memory-limit hits,
+    /// host-budget hits and invalid output are deterministic enough not to retry.
     pub fn is_retryable(&self) -> bool {
         match self {
             Self::Step { retryable, .. } => *retryable,
@@ -182,7 +191,8 @@ impl CallError {
             | Self::InvalidOutput { .. }
             | Self::Cancelled
             | Self::HttpDenied { .. }
-            | Self::HttpLimit { .. } => false,
+            | Self::HttpLimit { .. }
+            | Self::ResourceLimit { .. } => false,
         }
     }
 }

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use wasmtime::component::{HasSelf, Linker};
 
 use super::bindings;
+use super::budget::HostBytes;
 use super::sandbox::StepState;
 use weft_core::{KvEffects, Versioned};
 
@@ -105,6 +106,7 @@ impl KvState {
         key: String,
         value: Option<String>,
         ttl: Option<u64>,
+        held: &mut HostBytes,
     ) -> Result<(), String> {
         let Some(access) = &self.access else {
             return Err("this step has no key-value space".to_owned());
@@ -132,11 +134,16 @@ impl KvState {
         if self.effects.writes.len() >= MAX_WRITES && !self.effects.writes.contains_key(&key) {
             return Err(format!("a step may write at most {MAX_WRITES} keys"));
         }
+        let key_len = key.len();
+        held.charge("a key-value write", write_weight(key_len, value.as_deref()))?;
         match expires_at {
             Some(at) => self.effects.expires.insert(key.clone(), at),
             None => self.effects.expires.remove(&key),
         };
-        self.effects.writes.insert(key, value);
+        // A key written again holds only its last value.
+        if let Some(before) = self.effects.writes.insert(key, value) {
+            held.release(write_weight(key_len, before.as_deref()));
+        }
         Ok(())
     }
 
@@ -171,6 +178,12 @@ impl KvState {
     }
 }
 
+/// What a buffered write of a key to `value` costs the host: the key twice
+/// (in the writes and the expiries), the value, and the maps' entries.
+fn write_weight(key_len: usize, value: Option<&str>) -> usize {
+    2 * key_len + value.map_or(0, str::len) + 96
+}
+
 /// Links `weft:plugin/kv` of every contract version into `linker`.
 pub(super) fn add_to_linker(linker: &mut Linker<StepState>) -> wasmtime::Result<()> {
     bindings::v1::weft::plugin::kv::add_to_linker::<StepState, HasSelf<StepState>>(linker, |s| s)?;
@@ -184,11 +197,11 @@ bindings::for_each_contract!(@before_v3 kv => impl contract::Host for StepState 
     }
 
     fn set(&mut self, key: String, value: String) -> Result<(), String> {
-        self.kv.write(key, Some(value), None)
+        self.kv.write(key, Some(value), None, &mut self.held)
     }
 
     fn delete(&mut self, key: String) -> Result<(), String> {
-        self.kv.write(key, None, None)
+        self.kv.write(key, None, None, &mut self.held)
     }
 
     fn keys(&mut self, prefix: String, limit: u32) -> Vec<String> {
@@ -206,11 +219,11 @@ impl bindings::v3::weft::plugin::kv::Host for StepState {
     }
 
     fn set(&mut self, key: String, value: String, ttl_ms: Option<u64>) -> Result<(), String> {
-        self.kv.write(key, Some(value), ttl_ms)
+        self.kv.write(key, Some(value), ttl_ms, &mut self.held)
     }
 
     fn delete(&mut self, key: String) -> Result<(), String> {
-        self.kv.write(key, None, None)
+        self.kv.write(key, None, None, &mut self.held)
     }
 
     fn keys(&mut self, prefix: String, limit: u32) -> Vec<String> {
@@ -260,6 +273,10 @@ mod tests {
 
     const NOW: u64 = 1_000_000;
 
+    fn room() -> HostBytes {
+        HostBytes::new(1 << 30)
+    }
+
     fn state() -> KvState {
         let memory = Memory::default();
         for (key, value, expires_at) in [
@@ -287,15 +304,20 @@ mod tests {
     fn reads_see_the_calls_own_writes_and_record_versions() {
         let mut kv = state();
         assert_eq!(kv.get("a/1").as_deref(), Some("one"));
-        kv.write("a/1".to_owned(), Some("uno".to_owned()), None)
+        kv.write("a/1".to_owned(), Some("uno".to_owned()), None, &mut room())
             .unwrap();
         assert_eq!(kv.get("a/1").as_deref(), Some("uno"));
         assert_eq!(kv.get("a/2").as_deref(), Some("two"));
-        kv.write("a/2".to_owned(), None, None).unwrap();
+        kv.write("a/2".to_owned(), None, None, &mut room()).unwrap();
         assert_eq!(kv.get("a/2"), None);
         assert_eq!(kv.get("zz"), None);
-        kv.write("a/3".to_owned(), Some("three".to_owned()), Some(500))
-            .unwrap();
+        kv.write(
+            "a/3".to_owned(),
+            Some("three".to_owned()),
+            Some(500),
+            &mut room(),
+        )
+        .unwrap();
         assert_eq!(kv.list("a/", 10), ["a/1", "a/3"]);
         assert_eq!(kv.list("a/", 1), ["a/1"]);
         let effects = kv.into_effects();
@@ -320,7 +342,7 @@ mod tests {
         assert_eq!(kv.get("a/old"), None);
         assert_eq!(kv.list("a/", 10), ["a/1", "a/2"]);
         let e = kv
-            .write("k".to_owned(), Some("v".to_owned()), Some(0))
+            .write("k".to_owned(), Some("v".to_owned()), Some(0), &mut room())
             .unwrap_err();
         assert!(e.contains("time to live"), "{e}");
         assert_eq!(kv.into_effects().reads["a/old"], 3);
@@ -330,15 +352,45 @@ mod tests {
     fn limits_are_enforced_with_a_clear_error() {
         let mut kv = state();
         let e = kv
-            .write("k".repeat(MAX_KEY + 1), Some(String::new()), None)
+            .write(
+                "k".repeat(MAX_KEY + 1),
+                Some(String::new()),
+                None,
+                &mut room(),
+            )
             .unwrap_err();
         assert!(e.contains("the limit is 1024"), "{e}");
         let e = kv
-            .write("k".to_owned(), Some("v".repeat(MAX_VALUE + 1)), None)
+            .write(
+                "k".to_owned(),
+                Some("v".repeat(MAX_VALUE + 1)),
+                None,
+                &mut room(),
+            )
             .unwrap_err();
         assert!(e.contains("the limit is 1048576"), "{e}");
         let mut none = KvState::new(None);
-        assert!(none.write("k".to_owned(), None, None).is_err());
+        assert!(none.write("k".to_owned(), None, None, &mut room()).is_err());
         assert_eq!(none.get("k"), None);
+    }
+
+    #[test]
+    fn buffered_writes_are_charged_to_the_call_and_a_rewrite_only_once() {
+        let mut kv = state();
+        let mut held = HostBytes::new(3 * (MAX_VALUE as u64));
+        let value = "v".repeat(MAX_VALUE);
+        for _ in 0..10 {
+            kv.write("same".to_owned(), Some(value.clone()), None, &mut held)
+                .unwrap();
+        }
+        kv.write("other".to_owned(), Some(value.clone()), None, &mut held)
+            .unwrap();
+        let e = kv
+            .write("third".to_owned(), Some(value.clone()), None, &mut held)
+            .unwrap_err();
+        assert!(e.contains("over its budget of 3145728 bytes"), "{e}");
+        assert!(held.over.is_some());
+        // The refused write is not buffered.
+        assert_eq!(kv.into_effects().writes.len(), 2);
     }
 }

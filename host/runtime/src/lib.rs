@@ -16,6 +16,7 @@
 //! bytes and JSON into JSON, and reports what happened.
 
 mod bindings;
+mod budget;
 mod cache;
 mod error;
 mod http;
@@ -28,6 +29,7 @@ mod sandbox;
 mod secrets;
 mod slots;
 mod snapshot;
+mod wait;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -244,7 +246,12 @@ fn start_epoch_ticker(engine: &wasmtime::Engine) {
 /// The number of epoch ticks that covers `timeout`, rounded up.
 fn deadline_ticks(timeout: Duration) -> u64 {
     let tick = EPOCH_TICK.as_nanos();
-    let ticks = timeout.as_nanos().div_ceil(tick);
+    // Bounded, so wasmtime's sum of the current epoch and this never
+    // overflows.
+    let ticks = timeout
+        .min(weft_core::clock::MAX_DURATION)
+        .as_nanos()
+        .div_ceil(tick);
     u64::try_from(ticks).unwrap_or(u64::MAX).max(1)
 }
 

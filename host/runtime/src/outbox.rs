@@ -5,6 +5,7 @@
 use wasmtime::component::{HasSelf, Linker};
 
 use super::bindings;
+use super::budget::{HostBytes, json_weight};
 use super::sandbox::StepState;
 use weft_core::Emission;
 use weft_core::names::check_emit;
@@ -22,7 +23,12 @@ pub(super) struct OutboxState {
 
 impl OutboxState {
     /// Buffers one message; its id is returned to the guest.
-    pub(super) fn emit(&mut self, channel: String, payload: &str) -> Result<String, String> {
+    pub(super) fn emit(
+        &mut self,
+        channel: String,
+        payload: &str,
+        held: &mut HostBytes,
+    ) -> Result<String, String> {
         check_emit("channel", &channel)?;
         if payload.len() > MAX_PAYLOAD {
             return Err(format!(
@@ -33,6 +39,10 @@ impl OutboxState {
         if self.emitted.len() >= MAX_MESSAGES {
             return Err(format!("a step may emit at most {MAX_MESSAGES} messages"));
         }
+        held.charge(
+            "a message",
+            json_weight(payload).saturating_add(channel.len()),
+        )?;
         let payload =
             serde_json::from_str(payload).map_err(|e| format!("the payload is not JSON: {e}"))?;
         let id = uuid::Uuid::now_v7().to_string();
@@ -63,7 +73,7 @@ pub(super) fn add_to_linker(linker: &mut Linker<StepState>) -> wasmtime::Result<
 
 bindings::for_each_contract!(outbox => impl contract::Host for StepState {
     fn emit(&mut self, channel: String, payload: String) -> Result<String, String> {
-        self.outbox.emit(channel, &payload)
+        self.outbox.emit(channel, &payload, &mut self.held)
     }
 });
 
@@ -71,28 +81,47 @@ bindings::for_each_contract!(outbox => impl contract::Host for StepState {
 mod tests {
     use super::*;
 
+    fn room() -> HostBytes {
+        HostBytes::new(1 << 30)
+    }
+
+    #[test]
+    fn emits_are_charged_as_parsed_and_refused_past_the_budget() {
+        let mut outbox = OutboxState::default();
+        let mut held = HostBytes::new(4 << 20);
+        // 1 MiB of text, half a million values once parsed.
+        let numbers = format!("[{}0]", "0,".repeat((MAX_PAYLOAD - 3) / 2));
+        let e = outbox
+            .emit("orders".to_owned(), &numbers, &mut held)
+            .unwrap_err();
+        assert!(e.contains("over its budget"), "{e}");
+        assert!(outbox.emitted.is_empty());
+    }
+
     #[test]
     fn emits_are_checked_and_kept_in_order() {
         let mut outbox = OutboxState::default();
-        let a = outbox.emit("orders".to_owned(), r#"{"n":1}"#).unwrap();
-        let b = outbox.emit("orders".to_owned(), "2").unwrap();
+        let a = outbox
+            .emit("orders".to_owned(), r#"{"n":1}"#, &mut room())
+            .unwrap();
+        let b = outbox.emit("orders".to_owned(), "2", &mut room()).unwrap();
         assert_ne!(a, b);
         assert!(
             outbox
-                .emit("bad/name".to_owned(), "1")
+                .emit("bad/name".to_owned(), "1", &mut room())
                 .unwrap_err()
                 .contains("`/`")
         );
         assert!(
             outbox
-                .emit("orders".to_owned(), "{")
+                .emit("orders".to_owned(), "{", &mut room())
                 .unwrap_err()
                 .contains("not JSON")
         );
         let big = format!("\"{}\"", "x".repeat(MAX_PAYLOAD));
         assert!(
             outbox
-                .emit("orders".to_owned(), &big)
+                .emit("orders".to_owned(), &big, &mut room())
                 .unwrap_err()
                 .contains("limit")
         );

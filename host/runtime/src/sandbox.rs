@@ -7,6 +7,7 @@
 //! the step's grants ([`HttpHooks`]), are the only other imports.
 
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 
 use wasmtime::component::{Linker, ResourceTable};
@@ -14,11 +15,13 @@ use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 use weft_core::egress::Egress;
 
+use super::budget::HostBytes;
 use super::http::{HttpHooks, HttpLimits};
 use super::kv::{KvAccess, KvState};
 use super::limits::CallLimiter;
 use super::log::{GuestOutput, LogSink};
 use super::secrets::Secrets;
+use super::wait::WaitBound;
 use weft_core::LogSource;
 
 /// The data of one call's `wasmtime::Store`.
@@ -26,6 +29,9 @@ pub(super) struct StepState {
     wasi: WasiCtx,
     table: ResourceTable,
     pub(super) limiter: CallLimiter,
+    /// What the host holds for the call outside its memory, bounded by its
+    /// memory limit.
+    pub(super) held: HostBytes,
     pub(super) log: LogSink,
     pub(super) kv: KvState,
     pub(super) outbox: super::outbox::OutboxState,
@@ -33,6 +39,8 @@ pub(super) struct StepState {
     pub(super) snapshots: Option<super::snapshot::SharedSnapshots>,
     http_ctx: WasiHttpCtx,
     pub(super) http: HttpHooks,
+    /// When the call's waits in the host end ([`super::wait`]).
+    bound: WaitBound,
     /// Entries from the guest into the host, counted only in the store of
     /// a spare instance (`plugin/spare.rs`), whose making must have none.
     pub(super) host_calls: u64,
@@ -48,6 +56,8 @@ pub(super) struct Reach {
     pub(super) snapshots: Option<super::snapshot::SharedSnapshots>,
     /// The `traceparent` the call's outgoing requests carry.
     pub(super) traceparent: Option<String>,
+    /// Set when the call's run ended: its waits in the host end too.
+    pub(super) cancel: Option<Arc<AtomicBool>>,
 }
 
 impl std::fmt::Debug for StepState {
@@ -73,6 +83,7 @@ impl StepState {
             wasi,
             table: ResourceTable::new(),
             limiter: CallLimiter::new(memory_limit),
+            held: HostBytes::new(memory_limit),
             log,
             kv: KvState::new(reach.kv),
             outbox: super::outbox::OutboxState::default(),
@@ -81,8 +92,14 @@ impl StepState {
             http_ctx: WasiHttpCtx::new(),
             http: HttpHooks::new(reach.egress, reach.http_limits, deadline)
                 .tracing(reach.traceparent),
+            bound: WaitBound::new(deadline, reach.cancel),
             host_calls: 0,
         }
+    }
+
+    /// The resource table, and when waits on its resources must end.
+    pub(super) fn io(&mut self) -> (&mut ResourceTable, &WaitBound) {
+        (&mut self.table, &self.bound)
     }
 }
 
@@ -106,8 +123,10 @@ impl WasiHttpView for StepState {
 }
 
 /// Links WASI preview 2, whose grants come from [`StepState::new`], and
-/// `wasi:http`'s outgoing handler and types.
+/// `wasi:http`'s outgoing handler and types; `wasi:io`'s waits are then
+/// re-linked to end at the call's deadline or cancel ([`super::wait`]).
 pub(super) fn add_to_linker(linker: &mut Linker<StepState>) -> wasmtime::Result<()> {
     wasmtime_wasi::p2::add_to_linker_sync(linker)?;
-    wasmtime_wasi_http::p2::add_only_http_to_linker_sync(linker)
+    wasmtime_wasi_http::p2::add_only_http_to_linker_sync(linker)?;
+    super::wait::add_to_linker(linker)
 }

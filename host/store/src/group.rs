@@ -454,7 +454,11 @@ fn apply_batch(store: &dyn Store, batch: Vec<Job>, metrics: Option<&weft_core::m
     }
     let writes: Vec<&Write> = batch.iter().map(|job| &job.write).collect();
     let started = Instant::now();
-    let applied = store.apply(&writes);
+    // A panic in the store's code (a bug) fails this batch as a failed
+    // commit would: the transaction was dropped, so nothing of it is
+    // durable, and each writer reads its state back. The thread goes on.
+    let applied = weft_core::panics::contain("commit", || store.apply(&writes))
+        .unwrap_or_else(|panic| Err(StoreError::Commit(format!("the store panicked: {panic}"))));
     if let Some(metrics) = metrics {
         metrics.commit_batch_writes.observe(writes.len() as f64);
         metrics
@@ -466,14 +470,16 @@ fn apply_batch(store: &dyn Store, batch: Vec<Job>, metrics: Option<&weft_core::m
             let mut results = results.into_iter();
             for job in batch {
                 let result = results.next().unwrap_or(Err(StoreError::Closed));
-                (job.done)(result);
+                // One writer's panicking answer leaves the others answered.
+                let _ = weft_core::panics::contain("commit", || (job.done)(result));
             }
         }
         Err(e) => {
             tracing::error!("a commit of {} writes failed: {e}", batch.len());
             let message = e.to_string();
             for job in batch {
-                (job.done)(Err(StoreError::Commit(message.clone())));
+                let failed = Err(StoreError::Commit(message.clone()));
+                let _ = weft_core::panics::contain("commit", || (job.done)(failed));
             }
         }
     }

@@ -134,12 +134,30 @@ mod registry;
 mod snapshots;
 mod tables;
 
+/// Creates the store's file, if it is missing, readable and writable by
+/// its owner only (redb would create it with the process's umask).
+fn create_private(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(path)
+        .map(drop)
+}
+
 impl RedbStore {
     /// Opens the store at `path` for reading and writing, creating it if it
     /// does not exist. Blocking; may repair the file after a crash.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
         let path = path.as_ref();
         let shown = path.display().to_string();
+        create_private(path).map_err(|e| {
+            let message = format!("cannot create the store at {shown}: {e}");
+            StoreError::Backend(std::sync::Arc::new(std::io::Error::new(e.kind(), message)))
+        })?;
         let db = redb::Builder::new()
             .set_concurrency_mode(ConcurrencyMode::MultiWriter)
             .create(path)
@@ -153,6 +171,10 @@ impl RedbStore {
     pub fn open_with_cache(path: impl AsRef<Path>, bytes: usize) -> Result<Self, StoreError> {
         let path = path.as_ref();
         let shown = path.display().to_string();
+        create_private(path).map_err(|e| {
+            let message = format!("cannot create the store at {shown}: {e}");
+            StoreError::Backend(std::sync::Arc::new(std::io::Error::new(e.kind(), message)))
+        })?;
         let db = redb::Builder::new()
             .set_concurrency_mode(ConcurrencyMode::MultiWriter)
             .set_cache_size(bytes)

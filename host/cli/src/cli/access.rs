@@ -64,14 +64,14 @@ pub enum TenantsCommand {
         #[arg(long, value_name = "N")]
         weight: Option<u32>,
         /// The longest a step may run, such as `2m`, its default included.
-        #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+        #[arg(long, value_name = "DURATION", value_parser = weft::clock::parse_duration)]
         max_step_timeout: Option<std::time::Duration>,
         /// The most memory a step may have, in bytes, its default included.
         #[arg(long, value_name = "BYTES")]
         max_step_memory: Option<u64>,
         /// Guest time the tenant's calls may take per minute on each host,
         /// such as `10s`; once spent, steps wait for the next minute.
-        #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+        #[arg(long, value_name = "DURATION", value_parser = weft::clock::parse_duration)]
         guest_time_per_minute: Option<std::time::Duration>,
         /// The bytes the tenant's runs may keep in the store (inputs, step
         /// records, key-value values, messages); beyond it, starts and

@@ -11,6 +11,7 @@ macro_rules! out {
 
 mod access;
 mod bench;
+mod listen;
 mod plugin;
 mod plugin_build;
 mod progress;
@@ -694,7 +695,10 @@ fn data_dir(flag: Option<PathBuf>) -> anyhow::Result<PathBuf> {
             None => bail!("cannot tell where to keep data; pass --data-dir or set WEFT_DATA_DIR"),
         },
     };
-    std::fs::create_dir_all(&dir)
+    // The store, its backups and the compiled-code cache (which the host
+    // loads as native code) are the owner's alone.
+    std::os::unix::fs::DirBuilderExt::mode(std::fs::DirBuilder::new().recursive(true), 0o700)
+        .create(&dir)
         .with_context(|| format!("cannot create the data directory {}", dir.display()))?;
     Ok(dir)
 }

@@ -4,7 +4,6 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::{Context, bail};
 use weft::plugins::ResolveError;
@@ -46,6 +45,18 @@ pub struct ServeArgs {
     /// The PEM private key of --tls-cert.
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     tls_key: Option<PathBuf>,
+
+    /// Serve --auth's bearer tokens over plain HTTP on an address other
+    /// than loopback (behind a proxy that ends TLS, say). Without it, such
+    /// an address needs --tls-cert.
+    #[arg(long, conflicts_with = "tls_cert")]
+    insecure_http: bool,
+
+    /// Connections open at once; more wait until one closes. A client has
+    /// 10 s to send a request's header, from its connection's opening or
+    /// its previous response.
+    #[arg(long, value_name = "N", default_value_t = super::listen::DEFAULT_MAX_CONNECTIONS)]
+    max_connections: usize,
 
     /// Runs in progress at once; more are recorded, parked, and started in
     /// arrival order as places free.
@@ -113,6 +124,13 @@ pub fn serve(data_dir: &Path, args: ServeArgs) -> anyhow::Result<ExitCode> {
     if !args.listen.ip().is_loopback() && !args.auth {
         eprintln!(
             "error: --listen {}: an address other than loopback needs --auth, so that every request carries a token; make the first one with `weft tokens create --local --role admin`",
+            args.listen
+        );
+        return Ok(ExitCode::from(EXIT_INVALID));
+    }
+    if !args.listen.ip().is_loopback() && args.tls_cert.is_none() && !args.insecure_http {
+        eprintln!(
+            "error: --listen {}: tokens would cross the network in plain text; serve HTTPS with --tls-cert and --tls-key, or say --insecure-http (behind a proxy that ends TLS)",
             args.listen
         );
         return Ok(ExitCode::from(EXIT_INVALID));
@@ -191,25 +209,14 @@ pub fn serve(data_dir: &Path, args: ServeArgs) -> anyhow::Result<ExitCode> {
                 hub.stop();
             }
         };
-        match tls {
-            None => axum::serve(listener, api.router())
-                .with_graceful_shutdown(stopped)
-                .await
-                .context("the server failed")?,
-            Some(config) => {
-                let handle = axum_server::Handle::new();
-                let stopping = handle.clone();
-                tokio::spawn(async move {
-                    stopped.await;
-                    stopping.graceful_shutdown(Some(Duration::from_secs(5)));
-                });
-                axum_server::from_tcp_rustls(listener.into_std()?, config)?
-                    .handle(handle)
-                    .serve(api.router().into_make_service())
-                    .await
-                    .context("the server failed")?;
-            }
-        }
+        super::listen::serve(
+            listener,
+            api.router(),
+            tls.map(|config| config.get_inner()),
+            args.max_connections,
+            stopped,
+        )
+        .await;
         host.stop();
         let _ = std::fs::remove_file(&addr_file);
         Ok::<_, anyhow::Error>(())

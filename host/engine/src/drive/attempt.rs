@@ -15,7 +15,7 @@ use weft_store::{
 };
 
 use crate::launch::{Launcher, NewRun};
-use crate::runner::{StepCall, StepRunner};
+use crate::runner::{StepCall, StepOutcome, StepRunner};
 
 use super::{Next, Undo};
 
@@ -178,7 +178,11 @@ impl Attempt {
                 launcher,
             }) => {
                 let began = Instant::now();
-                let outcome = runner.call(&call);
+                // A panic in the host's part of the call fails this
+                // attempt alone (`internal`, retryable as a trap is), not
+                // the worker that serves every run.
+                let outcome = weft_core::panics::contain("worker", || runner.call(&call))
+                    .unwrap_or_else(|panic| StepOutcome::of(Err(panicked(&panic))));
                 launcher.guest_time_spent(&call.context.tenant, began.elapsed());
                 record.logs = outcome.logs;
                 record.http = outcome.http;
@@ -220,12 +224,15 @@ impl Attempt {
                         ),
                     ));
                 }
-                Some(child) => match launcher.make(child, input, Some(parent)) {
-                    Ok(child) => {
+                Some(child) => match weft_core::panics::contain("worker", || {
+                    launcher.make(child, input, Some(parent))
+                }) {
+                    Err(panic) => record.error = Some(panicked(&panic)),
+                    Ok(Ok(child)) => {
                         record.child = Some(child.drive.run.id.clone());
                         spawn = Some(Box::new(child));
                     }
-                    Err(e) => {
+                    Ok(Err(e)) => {
                         let code = match e {
                             crate::StartError::Input { .. } => "invalid_input",
                             _ => "subflow_start",
@@ -296,5 +303,16 @@ impl Attempt {
             emitted: Vec::new(),
             reply: None,
         }
+    }
+}
+
+/// The error of an attempt whose host side panicked: `internal`, and
+/// retryable as a trap is (the policy's attempts bound the retries).
+fn panicked(message: &str) -> ErrorRecord {
+    ErrorRecord {
+        code: "internal".to_owned(),
+        message: format!("the host failed while running the step (a bug): {message}"),
+        retryable: true,
+        details: None,
     }
 }

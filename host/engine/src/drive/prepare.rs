@@ -319,7 +319,10 @@ fn sleep_for(value: &Value) -> Result<Duration, String> {
         Value::Number(n) => n
             .as_u64()
             .map(Duration::from_millis)
-            .ok_or_else(|| format!("sleep: {n} is not a whole number of milliseconds")),
+            .ok_or_else(|| format!("sleep: {n} is not a whole number of milliseconds"))
+            .and_then(|d| {
+                weft_core::clock::check_duration(d).map_err(|m| format!("sleep: {n} ms {m}"))
+            }),
         other => Err(format!("sleep: expected a duration, got {other}")),
     }
 }
@@ -333,8 +336,14 @@ fn sleep_until(value: &Value) -> Result<Timestamp, String> {
         }
         Value::Number(n) => n
             .as_u64()
+            .filter(|&millis| millis <= Timestamp::LAST.0)
             .map(Timestamp)
-            .ok_or_else(|| format!("sleep_until: {n} is not milliseconds since the epoch")),
+            .ok_or_else(|| {
+                format!(
+                    "sleep_until: {n} is not milliseconds since the epoch up to {}",
+                    Timestamp::LAST
+                )
+            }),
         other => Err(format!("sleep_until: expected a time, got {other}")),
     }
 }

@@ -550,7 +550,27 @@ impl Core {
 
     fn work(self: Arc<Self>) {
         while let Some(work) = self.next() {
-            self.execute(work);
+            // A panic in one piece of work (a host bug; an attempt's own
+            // panics are caught closer, in `Attempt::run`) fails it alone:
+            // the worker goes on, and a run it held leaves memory to be
+            // read back from the store, as after a failed commit.
+            let cell = match &work {
+                Work::Advance(cell) | Work::Watch(cell, _) | Work::Call(cell, _) => {
+                    Some(Arc::clone(cell))
+                }
+                _ => None,
+            };
+            if let Err(panic) = weft_core::panics::contain("worker", || self.execute(work))
+                && let Some(cell) = cell
+            {
+                let mut live = lock(&cell);
+                if !live.closed {
+                    self.failed(
+                        &mut live,
+                        StoreError::Commit(format!("a worker panicked: {panic}")),
+                    );
+                }
+            }
         }
     }
 

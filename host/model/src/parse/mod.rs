@@ -585,6 +585,10 @@ fn read(source: &str, format: Format, origin: &str) -> Result<RawWorkflow, Defin
             format!("brackets nested deeper than {MAX_NESTING} levels"),
         ));
     }
+    if format == Format::Yaml {
+        crate::budget::check(source)
+            .map_err(|refused| located(refused.line, refused.column, refused.message))?;
+    }
     match format {
         Format::Json => serde_json::from_str(source).map_err(|e| {
             let message = e.to_string();

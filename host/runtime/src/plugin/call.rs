@@ -17,6 +17,7 @@ use crate::kv::KvAccess;
 use crate::log::LogSink;
 use crate::sandbox::{Reach, StepState};
 use crate::secrets::{Redactor, Secrets};
+use crate::wait::Cancelled;
 use crate::{Runtime, deadline_ticks};
 use weft_core::egress::Egress;
 use weft_core::{HttpCall, KvEffects, LogLine};
@@ -137,6 +138,7 @@ impl Plugin {
                     .unwrap_or(&context.step_id);
                 weft_core::trace::traceparent(&context.run_id, path, context.attempt)
             }),
+            cancel: options.cancel.clone(),
         };
         let spare = self.0.spare.take(memory_limit);
         if spare.is_some() {
@@ -162,7 +164,7 @@ impl Plugin {
                 // the state is this call's.
                 let used = store.data().limiter.used();
                 *store.data_mut() =
-                    StepState::new(memory_limit, log.clone(), reach, Instant::now() + timeout);
+                    StepState::new(memory_limit, log.clone(), reach, deadline(timeout));
                 store.data_mut().limiter.carry(used);
                 arm(&mut store, timeout);
                 if let Some(cancel) = options.cancel.clone() {
@@ -203,9 +205,15 @@ impl Plugin {
                 message: format!("{e:#}"),
             }),
             Ok(ran) => match ran {
-                Ok(Ok(output)) => serde_json::from_str(&output)
-                    .map_err(|e| CallError::InvalidOutput {
-                        message: e.to_string(),
+                Ok(Ok(output)) => store
+                    .data_mut()
+                    .held
+                    .charge("the output", crate::budget::json_weight(&output))
+                    .map_err(|message| CallError::ResourceLimit { message })
+                    .and_then(|()| {
+                        serde_json::from_str(&output).map_err(|e| CallError::InvalidOutput {
+                            message: e.to_string(),
+                        })
                     })
                     .map(|mut output| {
                         // Inside strings only: a secret that looks like a
@@ -261,6 +269,11 @@ impl Plugin {
             });
         }
         let result = match (result, state.kv.failed.clone(), violation) {
+            // Past the host's budget for the call, the call fails, whatever
+            // the guest made of the refusal.
+            _ if state.held.over.is_some() => Err(CallError::ResourceLimit {
+                message: state.held.over.clone().unwrap_or_default(),
+            }),
             // A request refused or over a limit fails the call, whatever the
             // guest made of it.
             (_, _, Some(Violation::Denied(message))) => Err(CallError::HttpDenied { message }),
@@ -337,14 +350,21 @@ pub(super) fn new_store(
     log: LogSink,
     reach: Reach,
 ) -> wasmtime::Store<StepState> {
-    let deadline = Instant::now() + timeout;
     let mut store = wasmtime::Store::new(
         &runtime.shared.engine,
-        StepState::new(memory_limit, log, reach, deadline),
+        StepState::new(memory_limit, log, reach, deadline(timeout)),
     );
     store.limiter(|state| &mut state.limiter);
     arm(&mut store, timeout);
     store
+}
+
+/// `timeout` from now; a century from now at most, so the sum never
+/// overflows (a user's durations are bounded to 100 years where read).
+fn deadline(timeout: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(timeout.min(weft_core::clock::MAX_DURATION))
+        .unwrap_or(now)
 }
 
 /// Sets `store`'s deadline to one tick more than `timeout` from now (the
@@ -362,20 +382,20 @@ enum Held<'a> {
 
 /// Makes the call in `store` stop with [`Cancelled`] at the next epoch tick
 /// once `cancel` is set. The store then looks at the flag every tick, and
-/// counts the deadline of `timeout` down itself.
+/// at the clock for the deadline of `timeout` (ticks are not counted: those
+/// that pass while the guest waits in the host come as one).
 fn watch_cancel(
     store: &mut wasmtime::Store<StepState>,
     cancel: Arc<AtomicBool>,
     timeout: Duration,
 ) {
-    let mut ticks_left = deadline_ticks(timeout).saturating_add(1);
+    let deadline = deadline(timeout);
     store.set_epoch_deadline(1);
     store.epoch_deadline_callback(move |_| {
         if cancel.load(Ordering::Relaxed) {
             return Err(wasmtime::Error::new(Cancelled));
         }
-        ticks_left = ticks_left.saturating_sub(1);
-        Ok(if ticks_left == 0 {
+        Ok(if Instant::now() >= deadline {
             wasmtime::UpdateDeadline::Interrupt
         } else {
             wasmtime::UpdateDeadline::Continue(1)
@@ -399,18 +419,6 @@ fn step_error(mut failure: Failure, redactor: &Redactor) -> CallError {
         details,
     }
 }
-
-/// Why a cancelled call stopped.
-#[derive(Debug)]
-struct Cancelled;
-
-impl std::fmt::Display for Cancelled {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("the call was cancelled")
-    }
-}
-
-impl std::error::Error for Cancelled {}
 
 /// Turns the error of a failed guest call into what happened, in the
 /// guest author's terms.

@@ -413,8 +413,14 @@ pub(super) async fn authenticate(
     // token-less request, so a browser could send one for any page.
     if caller.token.is_none() {
         let addressed = addressed_to(&request);
-        let checked = same_origin(request.headers(), addressed.as_deref())
-            .and_then(|()| addressed_locally(addressed.as_deref()));
+        let peer = request
+            .extensions()
+            .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+            .map(|info| info.0);
+        let checked = not_forwarded(request.headers())
+            .and_then(|()| from_loopback(peer))
+            .and_then(|()| addressed_locally(addressed.as_deref()))
+            .and_then(|()| same_origin(request.headers(), addressed.as_deref()));
         if let Err(e) = checked {
             return e.into_response();
         }
@@ -483,38 +489,67 @@ fn same_origin(headers: &HeaderMap, addressed: Option<&str>) -> Result<(), ApiEr
     Err(refused(format!("Origin: {origin}")))
 }
 
-/// Refuses a token-less request addressed to a name other than
-/// `localhost`: a web page can point a name of its own at this machine
-/// (DNS rebinding) and so be of the same origin as the API. A request to
-/// an IP address, or one without a `Host` (not a browser's), passes.
+/// Refuses a token-less request that a proxy passed on (`Forwarded`,
+/// `X-Forwarded-*`): behind a proxy on this machine, every visitor of the
+/// proxy would be an admin.
+fn not_forwarded(headers: &HeaderMap) -> Result<(), ApiError> {
+    let forwarded = headers.keys().find(|name| {
+        let name = name.as_str();
+        name == "forwarded" || name.starts_with("x-forwarded-")
+    });
+    match forwarded {
+        None => Ok(()),
+        Some(name) => Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "forwarded",
+            format!(
+                "{name}: the request came through a proxy, and a host without tokens answers only clients on this machine; make a token (`weft tokens create`) and serve with --auth"
+            ),
+        )),
+    }
+}
+
+/// Refuses a token-less request whose peer is not on this machine's
+/// loopback, or whose peer is unknown.
+fn from_loopback(peer: Option<std::net::SocketAddr>) -> Result<(), ApiError> {
+    match peer {
+        Some(peer) if peer.ip().to_canonical().is_loopback() => Ok(()),
+        _ => Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "not_local",
+            "a host without tokens answers only clients on this machine's loopback; make a token (`weft tokens create`) and serve with --auth",
+        )),
+    }
+}
+
+/// Refuses a token-less request not addressed to `localhost`, `127.0.0.1`
+/// or `[::1]` (any port): a web page can point a name of its own at this
+/// machine (DNS rebinding) and so be of the same origin as the API, and a
+/// proxy names what it was asked for.
 fn addressed_locally(addressed: Option<&str>) -> Result<(), ApiError> {
+    let refused = |what: &str| {
+        ApiError::new(
+            StatusCode::FORBIDDEN,
+            "not_local",
+            format!(
+                "Host: {what}: a host without tokens answers only requests addressed to localhost, 127.0.0.1 or [::1], since a web page can point a name at this machine; use one, or make a token (`weft tokens create`)"
+            ),
+        )
+    };
     let Some(addressed) = addressed else {
-        return Ok(());
+        return Err(refused("(none)"));
     };
     let name = match addressed.rsplit_once(':') {
         Some((name, port)) if !name.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) => name,
         _ => addressed,
     };
-    let name = name.to_ascii_lowercase();
-    let v6 = |name: &str| {
-        name.strip_prefix('[')
-            .and_then(|n| n.strip_suffix(']'))
-            .is_some_and(|n| n.parse::<std::net::Ipv6Addr>().is_ok())
-    };
-    let local = v6(&name)
-        || name.parse::<std::net::Ipv4Addr>().is_ok()
-        || name == "localhost"
-        || name.ends_with(".localhost");
-    if local {
+    if matches!(
+        name.to_ascii_lowercase().as_str(),
+        "localhost" | "127.0.0.1" | "[::1]"
+    ) {
         return Ok(());
     }
-    Err(ApiError::new(
-        StatusCode::FORBIDDEN,
-        "not_local",
-        format!(
-            "Host: {addressed}: a host without tokens answers only requests addressed to localhost or an IP address, since a web page can point a name at this machine; use the address, or make a token (`weft tokens create`)"
-        ),
-    ))
+    Err(refused(addressed))
 }
 
 #[cfg(test)]
@@ -579,19 +614,21 @@ mod tests {
     }
 
     #[test]
-    fn a_token_less_request_must_name_localhost_or_an_address() {
+    fn a_token_less_request_must_name_localhost_or_a_loopback_address() {
         for to in [
-            None,
-            Some("127.0.0.1:8080"),
-            Some("10.1.2.3"),
-            Some("[::1]:8080"),
-            Some("[::1]"),
-            Some("LocalHost:8080"),
-            Some("app.localhost"),
+            "127.0.0.1:8080",
+            "[::1]:8080",
+            "[::1]",
+            "LocalHost:8080",
+            "localhost",
         ] {
-            assert!(addressed_locally(to).is_ok(), "{to:?}");
+            assert!(addressed_locally(Some(to)).is_ok(), "{to:?}");
         }
+        assert_eq!(addressed_locally(None).unwrap_err().code, "not_local");
         for to in [
+            "10.1.2.3",
+            "app.localhost",
+            "127.0.0.2:8080",
             "evil.example:8080",
             "evil.example",
             "localhost.evil.example",
@@ -601,6 +638,30 @@ mod tests {
             let refused = addressed_locally(Some(to)).unwrap_err();
             assert_eq!(refused.code, "not_local");
             assert!(refused.message.contains(to), "{}", refused.message);
+        }
+    }
+
+    #[test]
+    fn a_token_less_request_must_come_from_loopback_and_not_through_a_proxy() {
+        assert!(from_loopback(Some("127.0.0.1:5000".parse().unwrap())).is_ok());
+        assert!(from_loopback(Some("[::1]:5000".parse().unwrap())).is_ok());
+        assert!(from_loopback(Some("[::ffff:127.0.0.1]:5000".parse().unwrap())).is_ok());
+        assert!(from_loopback(Some("10.0.0.7:5000".parse().unwrap())).is_err());
+        assert!(from_loopback(None).is_err());
+        assert!(not_forwarded(&HeaderMap::new()).is_ok());
+        for name in [
+            "forwarded",
+            "x-forwarded-for",
+            "x-forwarded-host",
+            "X-Forwarded-Proto",
+        ] {
+            let mut headers = HeaderMap::new();
+            headers.insert(
+                axum::http::HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                HeaderValue::from_static("1.2.3.4"),
+            );
+            let refused = not_forwarded(&headers).unwrap_err();
+            assert_eq!(refused.code, "forwarded");
         }
     }
 }

@@ -247,6 +247,15 @@ pub(super) async fn set_quota(
 ) -> Result<Json<Value>, ApiError> {
     caller.need(Right::Admin)?;
     let Json(quota) = body?;
+    for (field, millis) in [
+        ("max_step_timeout_ms", quota.max_step_timeout_ms),
+        ("guest_ms_per_minute", quota.guest_ms_per_minute),
+    ] {
+        if let Some(millis) = millis {
+            weft_core::clock::check_duration(std::time::Duration::from_millis(millis))
+                .map_err(|m| ApiError::bad_request(format!("{field}: {millis} ms {m}")))?;
+        }
+    }
     if let Some(retain) = &quota.retain
         && let Err(e) = weft_model::Retain::parse(retain)
     {

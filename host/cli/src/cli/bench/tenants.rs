@@ -97,7 +97,14 @@ fn api_host(
     let listener = tokio.block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))?;
     let url = format!("http://{}/v1/runs/{}", listener.local_addr()?, run.id);
     tokio.spawn(async move {
-        let _ = axum::serve(listener, api.router()).await;
+        super::super::listen::serve(
+            listener,
+            api.router(),
+            None,
+            super::super::listen::DEFAULT_MAX_CONNECTIONS,
+            std::future::pending(),
+        )
+        .await;
     });
     Ok((url, token, tokio))
 }
