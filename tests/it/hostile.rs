@@ -15,7 +15,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::common::guest_bytes;
+use crate::common::server::{agent, serve};
+use crate::common::{Scratch, guest_bytes};
 use serde_json::json;
 use weft::runtime::{CallError, CallOptions, KvAccess, KvSource, StepContext, Versioned};
 use weft::{Runtime, RuntimeConfig};
@@ -200,4 +201,130 @@ fn a_call_cannot_make_the_host_hold_more_than_its_memory_limit() {
         outcome.result.map(|v| v.as_array().map(Vec::len)),
         Ok(Some(1000))
     );
+}
+
+/// `a` holds 2,000 zeros, `b` 200 aliases of `a`, `c` 200 of `b`: 80
+/// million values written in under 8 KB.
+fn alias_bomb() -> String {
+    let a = vec!["0"; 2000].join(", ");
+    let b = vec!["*a"; 200].join(", ");
+    let c = vec!["*b"; 200].join(", ");
+    format!(
+        "id: bomb\ninputs:\n  a: &a [{a}]\n  b: &b [{b}]\n  c: [{c}]\nsteps:\n  - id: s\n    uses: echo\n"
+    )
+}
+
+#[test]
+fn an_alias_bomb_and_a_timeout_of_ages_are_refused_by_check_and_by_deploy() {
+    let scratch = Scratch::new(&["echo"]);
+    let bomb = alias_bomb();
+    assert!(bomb.len() < 8_000, "{} bytes", bomb.len());
+    let ages = "id: ages\nsteps:\n  - id: s\n    uses: echo\n    timeout: 300000000000y\n";
+    let cases = [
+        ("bomb.yaml", bomb.as_str(), "more than 250000 values"),
+        (
+            "ages.yaml",
+            ages,
+            "longer than the longest duration weft takes, 100 years",
+        ),
+    ];
+    for (name, text, expected) in cases {
+        let path = scratch.file(name, text);
+        let started = Instant::now();
+        let run = scratch.run(&["check", path.to_str().unwrap()]);
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{name}: {:?}",
+            started.elapsed()
+        );
+        assert_eq!(run.code, Some(2), "{name}: {run:?}");
+        assert!(run.stderr.contains(expected), "{name}: {}", run.stderr);
+        assert!(!run.stderr.contains("panicked"), "{}", run.stderr);
+    }
+    let host = serve(&scratch, 0);
+    for (name, text, expected) in cases {
+        let (status, body) = host.send("/v1/workflows", "application/yaml", text.as_bytes());
+        assert_eq!(status, 400, "{name}: {body}");
+        assert_eq!(body["error"]["code"], "invalid_workflow", "{name}: {body}");
+        let message = body["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains(expected), "{name}: {body}");
+    }
+    let (status, _) = host.call("GET", "/v1/health", None);
+    assert_eq!(status, 200);
+}
+
+/// Clients that open a connection and send half a request's header are
+/// cut off after the header timeout (10 s), and the host answers others
+/// all along. Before, 3,000 such connections were all open 45 s later.
+#[test]
+fn slow_clients_are_cut_off_and_others_are_served_meanwhile() {
+    use std::io::{Read, Write};
+    let scratch = Scratch::new(&["echo"]);
+    let host = serve(&scratch, 0);
+    let address = host.url.trim_start_matches("http://").to_owned();
+    let mut slow: Vec<std::net::TcpStream> = (0..200)
+        .map(|_| {
+            let mut stream = std::net::TcpStream::connect(&address).unwrap();
+            stream
+                .write_all(b"GET /v1/health HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+                .unwrap();
+            stream
+        })
+        .collect();
+    let (status, _) = host.call("GET", "/v1/health", None);
+    assert_eq!(status, 200, "a client with a whole request is served");
+    std::thread::sleep(Duration::from_secs(11));
+    for (i, stream) in slow.iter_mut().enumerate() {
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let mut answer = Vec::new();
+        // The server ends the connection: a read of 0 bytes (or a reset),
+        // after at most a 408 it may send first.
+        match stream.read_to_end(&mut answer) {
+            Ok(_) => {}
+            Err(e) => assert_ne!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock,
+                "connection {i} is still open"
+            ),
+        }
+    }
+    let (status, _) = host.call("GET", "/v1/health", None);
+    assert_eq!(status, 200);
+}
+
+#[test]
+fn a_token_less_host_refuses_what_a_proxy_forwards_and_names_it_does_not_answer() {
+    let scratch = Scratch::new(&["echo"]);
+    let host = serve(&scratch, 0);
+    let get = |headers: &[(&str, &str)]| {
+        let mut request = agent().get(format!("{}/v1/runs", host.url));
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        let mut response = request.call().unwrap();
+        let status = response.status().as_u16();
+        let body: serde_json::Value = response.body_mut().read_json().unwrap_or_default();
+        (
+            status,
+            body["error"]["code"].as_str().unwrap_or("").to_owned(),
+        )
+    };
+    assert_eq!(get(&[]), (200, String::new()));
+    assert_eq!(get(&[("host", "localhost")]), (200, String::new()));
+    for header in ["x-forwarded-for", "x-forwarded-host", "forwarded"] {
+        assert_eq!(
+            get(&[(header, "203.0.113.9")]),
+            (403, "forwarded".to_owned()),
+            "{header}"
+        );
+    }
+    for name in ["10.0.0.1", "weft.example", "app.localhost"] {
+        assert_eq!(
+            get(&[("host", name)]),
+            (403, "not_local".to_owned()),
+            "{name}"
+        );
+    }
 }

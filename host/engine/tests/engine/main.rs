@@ -37,5 +37,6 @@ mod actors;
 mod common;
 mod control_flow;
 mod fake;
+mod panics;
 mod runs;
 mod time;
