@@ -201,7 +201,7 @@ fn unknown_plugins_bad_input_and_bad_json_stop_before_a_run_is_stored() {
     assert_eq!(run.code, Some(2), "{run:?}");
     assert!(
         run.stderr
-            .contains("unknown.yaml:5: step `b`: plugin `nope` not found: no nope.wasm in")
+            .contains("unknown.yaml:5: step `b`: plugin `nope` not found: no nope.wasm in the plugins directory (available")
             && run.stderr.contains("(available: echo, template)"),
         "{}",
         run.stderr

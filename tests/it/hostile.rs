@@ -328,3 +328,25 @@ fn a_token_less_host_refuses_what_a_proxy_forwards_and_names_it_does_not_answer(
         );
     }
 }
+
+/// Tenant `default` has no egress policy unless the host sets one, so a
+/// webhook's URL was its own grant: any of its deployers could subscribe
+/// `http://169.254.169.254/` and have the host post to the cloud's
+/// metadata service. A loopback webhook (a local receiver) still works.
+#[test]
+fn the_default_tenant_cannot_subscribe_a_webhook_to_the_metadata_service() {
+    let scratch = Scratch::new(&["echo"]);
+    let host = serve(&scratch, 0);
+    for url in [
+        "http://169.254.169.254/latest/meta-data/",
+        "http://169.254.10.10:8080/",
+    ] {
+        let body = json!({ "channel": "news", "name": "meta", "webhook": { "url": url } });
+        let (status, answer) = host.call("POST", "/v1/subscriptions", Some(&body.to_string()));
+        assert_eq!(status, 403, "{url}: {answer}");
+        assert_eq!(answer["error"]["code"], "http_denied", "{url}: {answer}");
+    }
+    let body = json!({ "channel": "news", "name": "local", "webhook": { "url": "http://127.0.0.1:9/hook" } });
+    let (status, answer) = host.call("POST", "/v1/subscriptions", Some(&body.to_string()));
+    assert_eq!(status, 201, "{answer}");
+}

@@ -1161,8 +1161,8 @@ fn a_tenant_sees_none_of_another_tenants_objects_on_any_route() {
     );
     assert_eq!(status, 403, "an owner may not make an admin: {body}");
 
-    // A consumer name not used before is a new subscription: not a
-    // reader's to make. It follows one that exists.
+    // A GET makes no subscription: a consumer name not used before is
+    // unknown, to a reader as to anyone. A reader follows one that exists.
     let (status, body) = call_as(
         &host,
         Some(&a_reader),
@@ -1172,7 +1172,7 @@ fn a_tenant_sees_none_of_another_tenants_objects_on_any_route() {
     );
     assert_eq!(
         (status, body["error"]["code"].as_str()),
-        (403, Some("forbidden")),
+        (404, Some("unknown_subscription")),
         "{body}"
     );
 

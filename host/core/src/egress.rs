@@ -709,8 +709,8 @@ impl Egress {
 
     /// Checks an address `target` resolved to, on every connection. A
     /// non-public address passes only if a grant that matches `target`
-    /// names it literally (and, under a policy, a rule of the policy does
-    /// too).
+    /// names it literally, and, under a policy, a rule of the policy does
+    /// too; without one, never a metadata or link-local address.
     pub fn allow_ip(&self, target: &Target, ip: IpAddr) -> Result<(), Denied> {
         let Some(class) = non_public(ip) else {
             return Ok(());
@@ -718,7 +718,11 @@ impl Egress {
         let named = |rules: &[Rule]| rules.iter().any(|r| r.names(ip) && r.matches(target));
         let allowed = named(&self.grants)
             && match &self.policy {
-                Policy::Unbounded => true,
+                // Without a policy, a grant (or a webhook's own URL) may
+                // name a loopback or private address, but never a cloud
+                // metadata service or a link-local one: only a policy the
+                // operator wrote (`--egress-allow`) reaches those.
+                Policy::Unbounded => !matches!(class, "metadata" | "link-local"),
                 Policy::Rules(rules) => named(rules),
             };
         if allowed {
@@ -904,6 +908,22 @@ mod tests {
         assert!(any.allow_ip(&public, ip("93.184.216.34")).is_ok());
         for private in ["10.0.0.1", "169.254.169.254", "::1", "fe80::1"] {
             assert!(any.allow_ip(&public, ip(private)).is_err(), "{private}");
+        }
+        // Without a policy, not even a literal grant (a webhook's URL is
+        // one) reaches a metadata service or a link-local address.
+        for (url, address) in [
+            (
+                "http://169.254.169.254/latest/meta-data/",
+                "169.254.169.254",
+            ),
+            ("http://169.254.1.1/", "169.254.1.1"),
+            ("http://[fd00:ec2::254]/", "fd00:ec2::254"),
+        ] {
+            let granted = Egress::new(vec![rule(url)], Policy::Unbounded);
+            let error = granted
+                .allow_ip(&target("GET", url), ip(address))
+                .unwrap_err();
+            assert!(error.reason.contains(address), "{error}");
         }
         // Another port or `[::1]` on a literal grant of 127.0.0.1.
         assert!(

@@ -74,6 +74,14 @@ pub struct DeliveryLabels {
     pub state: &'static str,
 }
 
+/// I/O failures of a store in this process (`weft_store_failures_total`).
+static STORE_FAILURES: std::sync::LazyLock<Counter> = std::sync::LazyLock::new(Counter::default);
+
+/// Counts an I/O failure of the store (a full disk among them).
+pub fn count_store_failure() {
+    STORE_FAILURES.inc();
+}
+
 type Timings<L> = Family<L, Histogram, fn() -> Histogram>;
 
 /// Guest and step times: 10 µs to about 80 s.
@@ -226,6 +234,11 @@ impl Metrics {
             "component_loads",
             "Plugins loaded, by where their compiled code came from",
             self.component_loads.clone(),
+        );
+        registry.register(
+            "store_failures",
+            "I/O failures of the store (a full disk among them), after each of which it was opened again",
+            STORE_FAILURES.clone(),
         );
         registry.register(
             "panics",

@@ -26,8 +26,10 @@ use weft_store::{PluginRecord, Store, StoreError, Write};
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ResolveError {
-    /// No file for that name.
-    #[error("plugin `{name}` not found: no {name}.wasm in {dir}{available}")]
+    /// No file for that name. The message does not name the directory: it
+    /// reaches API callers, to whom the host's paths are none of their
+    /// business (`dir` is there for the host's own log).
+    #[error("plugin `{name}` not found: no {name}.wasm in the plugins directory{available}")]
     NotFound {
         /// The plugin's name.
         name: String,

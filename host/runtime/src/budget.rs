@@ -52,6 +52,12 @@ impl HostBytes {
         Ok(())
     }
 
+    /// The refusal that failed the call, if one did: checked before work
+    /// that would only be charged after it.
+    pub(crate) fn refused(&self) -> Result<(), String> {
+        self.over.clone().map_or(Ok(()), Err)
+    }
+
     /// Gives back `bytes` charged before (a key written again).
     pub(crate) fn release(&mut self, bytes: usize) {
         self.held = self

@@ -134,16 +134,21 @@ impl KvState {
         if self.effects.writes.len() >= MAX_WRITES && !self.effects.writes.contains_key(&key) {
             return Err(format!("a step may write at most {MAX_WRITES} keys"));
         }
-        let key_len = key.len();
-        held.charge("a key-value write", write_weight(key_len, value.as_deref()))?;
+        // A key written again holds only its last value: only what it adds
+        // is charged.
+        let weight = write_weight(key.len(), value.as_deref());
+        let before = self
+            .effects
+            .writes
+            .get(&key)
+            .map_or(0, |v| write_weight(key.len(), v.as_deref()));
+        held.charge("a key-value write", weight.saturating_sub(before))?;
+        held.release(before.saturating_sub(weight));
         match expires_at {
             Some(at) => self.effects.expires.insert(key.clone(), at),
             None => self.effects.expires.remove(&key),
         };
-        // A key written again holds only its last value.
-        if let Some(before) = self.effects.writes.insert(key, value) {
-            held.release(write_weight(key_len, before.as_deref()));
-        }
+        self.effects.writes.insert(key, value);
         Ok(())
     }
 

@@ -39,12 +39,13 @@ impl OutboxState {
         if self.emitted.len() >= MAX_MESSAGES {
             return Err(format!("a step may emit at most {MAX_MESSAGES} messages"));
         }
-        held.charge(
-            "a message",
-            json_weight(payload).saturating_add(channel.len()),
-        )?;
-        let payload =
-            serde_json::from_str(payload).map_err(|e| format!("the payload is not JSON: {e}"))?;
+        held.refused()?;
+        let weight = json_weight(payload).saturating_add(channel.len());
+        held.charge("a message", weight)?;
+        let payload = serde_json::from_str(payload).map_err(|e| {
+            held.release(weight);
+            format!("the payload is not JSON: {e}")
+        })?;
         let id = uuid::Uuid::now_v7().to_string();
         self.emitted.push(Emission {
             id: id.clone(),

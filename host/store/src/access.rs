@@ -87,6 +87,31 @@ pub struct Quota {
     pub retain: Option<String>,
 }
 
+impl Quota {
+    /// What a tenant added without a quota gets: bounds on everything it
+    /// can make a host hold, generous for one tenant's ordinary work, so
+    /// that a tenant nobody thought to limit cannot take the host from the
+    /// others. Tenant `default`, the host's own, has none unless set. An
+    /// admin changes them with `weft tenants quota` (a field left out is
+    /// lifted).
+    pub fn tenant_default() -> Self {
+        Self {
+            starts_per_second: Some(200),
+            max_plugins: Some(100),
+            max_plugin_bytes: Some(64 << 20),
+            max_subscriptions: Some(100),
+            max_resident: Some(2_000),
+            weight: None,
+            max_step_timeout_ms: Some(15 * 60 * 1000),
+            max_step_memory: Some(512 << 20),
+            guest_ms_per_minute: Some(60_000),
+            max_stored_bytes: Some(10 << 30),
+            egress: None,
+            retain: None,
+        }
+    }
+}
+
 /// What a token may do. Each role has the rights of those listed after
 /// it that it names: `owner` has `deployer`'s and `operator`'s, both of
 /// which have `reader`'s.

@@ -478,7 +478,12 @@ fn apply_batch(store: &dyn Store, batch: Vec<Job>, metrics: Option<&weft_core::m
             tracing::error!("a commit of {} writes failed: {e}", batch.len());
             let message = e.to_string();
             for job in batch {
-                let failed = Err(StoreError::Commit(message.clone()));
+                // Out of space is said as such (`507` to a client); any
+                // other failure is a failed commit, to be read back.
+                let failed = Err(match &e {
+                    StoreError::NoSpace { .. } => e.clone(),
+                    _ => StoreError::Commit(message.clone()),
+                });
                 let _ = weft_core::panics::contain("commit", || (job.done)(failed));
             }
         }

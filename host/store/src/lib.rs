@@ -53,6 +53,16 @@ use std::sync::Arc;
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum StoreError {
+    /// A write was refused for lack of space on the store's device (or a
+    /// quota of it). Nothing of it was stored; the store tries again, and
+    /// works once space is back.
+    #[error(
+        "store: no space left on the device of the data directory {dir}; free some, and the store goes on by itself"
+    )]
+    NoSpace {
+        /// The directory of the store's file.
+        dir: String,
+    },
     /// Another process holds the database in a way that excludes this one.
     #[error("the store at {path} is in use by another process")]
     Locked {
@@ -369,6 +379,12 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// without affecting the others. `Err` means the transaction failed and
     /// none of the writes was stored.
     fn apply(&self, writes: &[&Write]) -> Result<Vec<Result<(), StoreError>>, StoreError>;
+
+    /// Why the store fails now (a full disk, say), if it does: what
+    /// `/v1/health` reports. It goes on by itself once it can.
+    fn degraded(&self) -> Option<String> {
+        None
+    }
 
     /// The runs among the next `limit` run rows after id `after` (from the
     /// first if `None`), in id order: oldest first, as ids are

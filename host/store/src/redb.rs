@@ -17,10 +17,12 @@
 //! data directory at once; each write transaction is still exclusive.
 
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
 
 use redb::{
     ConcurrencyMode, Database, ReadOnlyDatabase, ReadTransaction, ReadableDatabase, ReadableTable,
-    ReadableTableMetadata, TableDefinition,
+    ReadableTableMetadata, TableDefinition, WriteTransaction,
 };
 use serde::de::DeserializeOwned;
 
@@ -103,15 +105,40 @@ const USAGE: TableDefinition<&str, u64> = TableDefinition::new("usage");
 const FORMAT: &str = "1";
 
 /// The store in one redb file.
+///
+/// A write that fails for lack of space (or any I/O error) leaves redb
+/// refusing every later transaction until the database is opened again.
+/// The store then answers [`StoreError::NoSpace`] (or the error) and, at
+/// most once a second, tries to open the file again: once space is back,
+/// the next call finds the store working, without a restart. Nothing
+/// acknowledged is lost: a failed write was never acknowledged, and the
+/// file is repaired, as after a crash, when it is opened again.
 pub struct RedbStore {
-    db: Handle,
+    db: RwLock<Arc<Handle>>,
     path: PathBuf,
+    /// redb's page cache, when set at open.
+    cache: Option<usize>,
+    /// Why the store fails now, until it is opened again.
+    degraded: Mutex<Option<Degraded>>,
 }
 
 enum Handle {
     ReadWrite(Database),
     ReadOnly(ReadOnlyDatabase),
+    /// Between a failed database's drop and a reopen that succeeds.
+    Closed,
 }
+
+/// A store that an I/O error left failing.
+struct Degraded {
+    /// The disk was full (or over a quota), not another I/O error.
+    space: bool,
+    /// The last attempt to open the store again.
+    tried: Option<Instant>,
+}
+
+/// How often a failing store tries to open its file again.
+const REOPEN_EVERY: Duration = Duration::from_secs(1);
 
 impl std::fmt::Debug for RedbStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -158,11 +185,10 @@ impl RedbStore {
             let message = format!("cannot create the store at {shown}: {e}");
             StoreError::Backend(std::sync::Arc::new(std::io::Error::new(e.kind(), message)))
         })?;
-        let db = redb::Builder::new()
-            .set_concurrency_mode(ConcurrencyMode::MultiWriter)
+        let db = builder(None)
             .create(path)
             .map_err(|e| open_error(e, &shown))?;
-        Self::prepare(db, path, shown)
+        Self::prepare(db, path, shown, None)
     }
 
     /// As [`RedbStore::open`], with redb's page cache held to `bytes`
@@ -175,12 +201,10 @@ impl RedbStore {
             let message = format!("cannot create the store at {shown}: {e}");
             StoreError::Backend(std::sync::Arc::new(std::io::Error::new(e.kind(), message)))
         })?;
-        let db = redb::Builder::new()
-            .set_concurrency_mode(ConcurrencyMode::MultiWriter)
-            .set_cache_size(bytes)
+        let db = builder(Some(bytes))
             .create(path)
             .map_err(|e| open_error(e, &shown))?;
-        Self::prepare(db, path, shown)
+        Self::prepare(db, path, shown, Some(bytes))
     }
 
     /// A store held in memory only, gone when it is dropped: the
@@ -192,11 +216,16 @@ impl RedbStore {
         let db = redb::Builder::new()
             .create_with_backend(redb::backends::InMemoryBackend::new())
             .map_err(|e| open_error(e, "memory"))?;
-        Self::prepare(db, Path::new(":memory:"), "memory".to_owned())
+        Self::prepare(db, Path::new(":memory:"), "memory".to_owned(), None)
     }
 
     /// Checks the format of the newly opened `db` and makes its tables.
-    fn prepare(db: Database, path: &Path, shown: String) -> Result<Self, StoreError> {
+    fn prepare(
+        db: Database,
+        path: &Path,
+        shown: String,
+        cache: Option<usize>,
+    ) -> Result<Self, StoreError> {
         let txn = backend!(db.begin_write())?;
         {
             let mut meta = backend!(txn.open_table(META))?;
@@ -250,8 +279,10 @@ impl RedbStore {
         }
         backend!(txn.commit())?;
         Ok(Self {
-            db: Handle::ReadWrite(db),
+            db: RwLock::new(Arc::new(Handle::ReadWrite(db))),
             path: path.to_owned(),
+            cache,
+            degraded: Mutex::new(None),
         })
     }
 
@@ -266,8 +297,10 @@ impl RedbStore {
             .open_read_only(path)
             .map_err(|e| open_error(e, &shown))?;
         let store = Self {
-            db: Handle::ReadOnly(db),
+            db: RwLock::new(Arc::new(Handle::ReadOnly(db))),
             path: path.to_owned(),
+            cache: None,
+            degraded: Mutex::new(None),
         };
         let txn = store.begin_read()?;
         let meta = backend!(txn.open_table(META))?;
@@ -288,18 +321,154 @@ impl RedbStore {
     }
 
     fn begin_read(&self) -> Result<ReadTransaction, StoreError> {
-        match &self.db {
+        let handle = self.handle()?;
+        let began = match &*handle {
             Handle::ReadWrite(db) => backend!(db.begin_read()),
             Handle::ReadOnly(db) => backend!(db.begin_read()),
+            Handle::Closed => Err(self.closed()),
+        };
+        self.noted(began)
+    }
+
+    fn begin_write(&self) -> Result<WriteTransaction, StoreError> {
+        let handle = self.handle()?;
+        let began = match &*handle {
+            Handle::ReadWrite(db) => backend!(db.begin_write()),
+            Handle::ReadOnly(_) => Err(StoreError::ReadOnly),
+            Handle::Closed => Err(self.closed()),
+        };
+        self.noted(began)
+    }
+
+    /// The database, after an attempt to open it again if it failed and
+    /// the last attempt is a second old.
+    fn handle(&self) -> Result<Arc<Handle>, StoreError> {
+        let retry = {
+            let mut degraded = weft_core::lock(&self.degraded);
+            match degraded.as_mut() {
+                Some(d) if d.tried.is_none_or(|at| at.elapsed() >= REOPEN_EVERY) => {
+                    d.tried = Some(Instant::now());
+                    true
+                }
+                _ => false,
+            }
+        };
+        if retry {
+            match self.reopen() {
+                Ok(()) => {
+                    tracing::warn!(store = %self.path.display(), "the store works again");
+                    *weft_core::lock(&self.degraded) = None;
+                }
+                Err(e) => tracing::debug!("the store is still failing: {e}"),
+            }
+        }
+        Ok(Arc::clone(&weft_core::read(&self.db)))
+    }
+
+    /// Drops the failed database once nobody uses it, and opens the file
+    /// again (repairing it, as after a crash).
+    fn reopen(&self) -> Result<(), StoreError> {
+        let mut slot = weft_core::write(&self.db);
+        if !matches!(**slot, Handle::ReadWrite(_) | Handle::Closed) {
+            return Ok(());
+        }
+        let waited = Instant::now();
+        while Arc::strong_count(&slot) > 1 {
+            if waited.elapsed() > Duration::from_secs(2) {
+                return Err(self.closed());
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        *slot = Arc::new(Handle::Closed);
+        let db = builder(self.cache)
+            .create(&self.path)
+            .map_err(|e| open_error(e, &self.path.display().to_string()))?;
+        *slot = Arc::new(Handle::ReadWrite(db));
+        Ok(())
+    }
+
+    /// The error of a call made while the store is closed for a reopen.
+    fn closed(&self) -> StoreError {
+        let space = weft_core::lock(&self.degraded)
+            .as_ref()
+            .is_some_and(|d| d.space);
+        if space {
+            self.no_space()
+        } else {
+            StoreError::Commit(format!(
+                "the store at {} failed and is being opened again",
+                self.path.display()
+            ))
         }
     }
 
-    fn writable(&self) -> Result<&Database, StoreError> {
-        match &self.db {
-            Handle::ReadWrite(db) => Ok(db),
-            Handle::ReadOnly(_) => Err(StoreError::ReadOnly),
+    fn no_space(&self) -> StoreError {
+        StoreError::NoSpace {
+            dir: self.path.parent().map_or_else(
+                || self.path.display().to_string(),
+                |p| p.display().to_string(),
+            ),
         }
     }
+
+    /// Notes an I/O failure of redb's in `result`: the store is degraded
+    /// until it is opened again, and a lack of space is told as such.
+    fn noted<T>(&self, result: Result<T, StoreError>) -> Result<T, StoreError> {
+        let Err(StoreError::Backend(error)) = &result else {
+            return result;
+        };
+        let Some(redb_error) = error.downcast_ref::<redb::Error>() else {
+            return result;
+        };
+        let space = match redb_error {
+            redb::Error::Io(io) => is_space(io),
+            redb::Error::PreviousIo => false,
+            _ => return result,
+        };
+        let mut degraded = weft_core::lock(&self.degraded);
+        let degraded = degraded.get_or_insert_with(|| {
+            weft_core::metrics::count_store_failure();
+            tracing::error!(store = %self.path.display(), "the store failed: {redb_error}; it is opened again once it can be");
+            Degraded { space, tried: None }
+        });
+        degraded.space |= space;
+        if degraded.space {
+            return Err(self.no_space());
+        }
+        result
+    }
+
+    /// Why the store fails now, if it does.
+    fn failing(&self) -> Option<String> {
+        let degraded = weft_core::lock(&self.degraded);
+        degraded.as_ref().map(|d| {
+            if d.space {
+                self.no_space().to_string()
+            } else {
+                format!(
+                    "the store at {} failed an I/O and is being opened again",
+                    self.path.display()
+                )
+            }
+        })
+    }
+}
+
+/// Whether `error` is the disk's being full (or a quota's being reached).
+fn is_space(error: &std::io::Error) -> bool {
+    error.kind() == std::io::ErrorKind::StorageFull
+        || matches!(error.raw_os_error(), Some(28 | 122))
+}
+
+/// redb's settings for a store: several writers, and `cache` bytes of page
+/// cache when given.
+fn builder(cache: Option<usize>) -> redb::Builder {
+    let mut builder = redb::Builder::new();
+    builder.set_concurrency_mode(ConcurrencyMode::MultiWriter);
+    if let Some(bytes) = cache {
+        builder.set_cache_size(bytes);
+    }
+    builder
 }
 
 fn open_error(error: redb::DatabaseError, path: &str) -> StoreError {
@@ -337,6 +506,10 @@ macro_rules! reads {
 }
 
 impl Store for RedbStore {
+    fn degraded(&self) -> Option<String> {
+        self.failing()
+    }
+
     fn subscriptions(
         &self,
         channel: Option<&str>,
@@ -519,9 +692,9 @@ impl Store for RedbStore {
     }
 
     fn apply(&self, writes: &[&Write]) -> Result<Vec<Result<(), StoreError>>, StoreError> {
-        let txn = backend!(self.writable()?.begin_write())?;
+        let txn = self.begin_write()?;
         let results = crate::apply::batch(&mut Tables::open(&txn)?, writes)?;
-        backend!(txn.commit())?;
+        self.noted(backend!(txn.commit()))?;
         Ok(results)
     }
 
@@ -602,7 +775,7 @@ impl Store for RedbStore {
         n: usize,
         rooms: &[(String, usize)],
     ) -> Result<Vec<(String, String)>, StoreError> {
-        let txn = backend!(self.writable()?.begin_write())?;
+        let txn = self.begin_write()?;
         let taken = {
             let mut tables = Tables::open(&txn)?;
             let ids = tables.parked_first(n, rooms)?;

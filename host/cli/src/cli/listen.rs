@@ -52,7 +52,9 @@ pub async fn serve(
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
         tokio_rustls::TlsAcceptor::from(Arc::new(config))
     });
-    let places = Arc::new(Semaphore::new(max_connections.max(1)));
+    let places = Arc::new(Semaphore::new(
+        max_connections.clamp(1, Semaphore::MAX_PERMITS),
+    ));
     let graceful = GracefulShutdown::new();
     let mut stop = std::pin::pin!(stop);
     loop {
@@ -67,9 +69,16 @@ pub async fn serve(
             () = &mut stop => break,
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
+                // A connection its client gave up on: the next one.
+                Err(e) if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::ConnectionAborted
+                        | std::io::ErrorKind::ConnectionReset
+                        | std::io::ErrorKind::ConnectionRefused
+                ) => continue,
                 Err(e) => {
-                    // Out of descriptors, most often: wait for some to close
-                    // rather than spin.
+                    // Out of descriptors or memory: wait for some to be
+                    // given back rather than spin.
                     tracing::warn!("cannot accept a connection: {e}");
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;

@@ -448,6 +448,17 @@ pub fn watch_runs(
 pub fn tail(data_dir: &Path, args: TailArgs) -> anyhow::Result<ExitCode> {
     let server = Server::new(data_dir, args.server);
     let agent = agent(None)?;
+    // The stream's GET makes nothing: the consumer's subscription is made
+    // first if it is new (a deployer's right; a reader follows one that
+    // exists, and is told so by the GET if it does not).
+    let made = authorized(agent.post(format!("{}/v1/subscriptions", server.url())))
+        .send_json(serde_json::json!({ "channel": args.channel, "name": args.consumer }))
+        .with_context(|| format!("cannot reach weft serve at {}", server.url()))?;
+    if !matches!(made.status().as_u16(), 201 | 403 | 409) {
+        let mut made = made;
+        let body: Value = made.body_mut().read_json().unwrap_or(Value::Null);
+        return refused(body["error"]["message"].as_str().unwrap_or("refused"));
+    }
     let url = format!(
         "{}/v1/channels/{}/events?consumer={}",
         server.url(),

@@ -128,6 +128,14 @@ pub fn serve(data_dir: &Path, args: ServeArgs) -> anyhow::Result<ExitCode> {
         );
         return Ok(ExitCode::from(EXIT_INVALID));
     }
+    let own_loopback = matches!(args.listen.ip().to_string().as_str(), "127.0.0.1" | "::1");
+    if args.listen.ip().is_loopback() && !own_loopback && !args.auth {
+        eprintln!(
+            "error: --listen {}: a host without tokens answers only requests addressed to localhost, 127.0.0.1 or [::1]; listen on 127.0.0.1 or ::1, or serve with --auth",
+            args.listen
+        );
+        return Ok(ExitCode::from(EXIT_INVALID));
+    }
     if !args.listen.ip().is_loopback() && args.tls_cert.is_none() && !args.insecure_http {
         eprintln!(
             "error: --listen {}: tokens would cross the network in plain text; serve HTTPS with --tls-cert and --tls-key, or say --insecure-http (behind a proxy that ends TLS)",

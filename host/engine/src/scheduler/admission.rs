@@ -435,7 +435,10 @@ impl Core {
     /// read back from the store after a backoff, to go on from what is
     /// durable. Any other refusal ends it with the error.
     pub(super) fn failed(&self, live: &mut Live, error: StoreError) {
-        if !matches!(error, StoreError::Commit(_) | StoreError::Backend(_)) {
+        if !matches!(
+            error,
+            StoreError::Commit(_) | StoreError::Backend(_) | StoreError::NoSpace { .. }
+        ) {
             return self.finish(live, Err(error));
         }
         let id = live.task.drive.run.id.clone();

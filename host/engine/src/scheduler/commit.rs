@@ -373,8 +373,16 @@ impl Core {
                 live.committing = false;
                 if let Err(StoreError::RunEnded(_)) = outcome {
                     core.ended_elsewhere(&mut live);
-                } else {
-                    then(&core, &cell, &mut live, outcome);
+                } else if let Err(panic) =
+                    weft_core::panics::contain("commit", || then(&core, &cell, &mut live, outcome))
+                {
+                    // A bug in what follows the commit: the run leaves memory
+                    // and is read back from what is durable, rather than
+                    // staying here with nothing queued for it.
+                    if !live.closed {
+                        let failed = StoreError::Commit(format!("after a commit: {panic}"));
+                        core.failed(&mut live, failed);
+                    }
                 }
                 drop(live);
                 // The last holder of a run that left memory: its drive is

@@ -221,6 +221,21 @@ struct Queues {
     /// committing thread queues a run's next piece of work for each step
     /// it commits, mostly while every worker is busy.
     idle: usize,
+    /// Workers busy with each tenant's work, and the most one tenant may
+    /// hold ([`worker_cap`]; 0 until the workers start): a tenant whose
+    /// steps wait or run long cannot take every worker from the others.
+    busy: HashMap<Arc<str>, usize>,
+    cap: usize,
+}
+
+/// The most workers one tenant's work may hold at once: three quarters of
+/// them (at least one, and all of one or two), so that at least a quarter
+/// is always free for other tenants' work.
+fn worker_cap(workers: usize) -> usize {
+    if workers <= 2 {
+        return workers.max(1);
+    }
+    workers - workers / 4
 }
 
 impl Work {
@@ -389,6 +404,7 @@ impl Core {
 
     /// Starts `workers` workers and the timer thread.
     pub(super) fn start(self: &Arc<Self>, workers: usize) -> std::io::Result<Vec<JoinHandle<()>>> {
+        lock(&self.ready).cap = worker_cap(workers.max(1));
         let mut threads = Vec::with_capacity(workers + 1);
         for n in 0..workers.max(1) {
             let core = Arc::clone(self);
@@ -503,7 +519,13 @@ impl Core {
             if !ready.other.is_empty() {
                 let tenants = weft_core::read(&self.launcher.tenants);
                 let weight = |t: &str| tenants.get(t).map_or(1, |l| l.weight);
-                if let Some(work) = ready.other.pop(weight) {
+                let queues = &mut *ready;
+                let (cap, busy) = (queues.cap, &queues.busy);
+                let room = |t: &str| cap == 0 || busy.get(t).copied().unwrap_or(0) < cap;
+                if let Some(work) = queues.other.pop_where(weight, room) {
+                    if cap > 0 {
+                        *queues.busy.entry(work.tenant()).or_insert(0) += 1;
+                    }
                     return Some(work);
                 }
             }
@@ -548,8 +570,11 @@ impl Core {
         lock(&self.later).iter().map(|(at, _)| *at).min()
     }
 
+    /// A worker's loop: the next piece of work in turn, until the engine
+    /// stops.
     fn work(self: Arc<Self>) {
         while let Some(work) = self.next() {
+            let _held = TenantHeld::new(&self, &work);
             // A panic in one piece of work (a host bug; an attempt's own
             // panics are caught closer, in `Attempt::run`) fails it alone:
             // the worker goes on, and a run it held leaves memory to be
@@ -564,13 +589,36 @@ impl Core {
                 && let Some(cell) = cell
             {
                 let mut live = lock(&cell);
-                if !live.closed {
+                // With a commit in flight, its answer decides (a failure
+                // reads the run back); releasing the run under it would
+                // let the answer act on a run already gone.
+                if !live.closed && !live.committing {
                     self.failed(
                         &mut live,
                         StoreError::Commit(format!("a worker panicked: {panic}")),
                     );
                 }
             }
+        }
+    }
+
+    /// A worker given back by `tenant`'s work: the tenant's work waiting
+    /// for it, held back at its cap, may go now.
+    fn given_back(&self, tenant: &Arc<str>) {
+        let mut ready = lock(&self.ready);
+        let cap = ready.cap;
+        let Some(count) = ready.busy.get_mut(tenant) else {
+            return;
+        };
+        let was_at_cap = *count >= cap;
+        *count -= 1;
+        if *count == 0 {
+            ready.busy.remove(tenant);
+        }
+        let wake = was_at_cap && ready.idle > 0 && ready.other.len_of(tenant) > 0;
+        drop(ready);
+        if wake {
+            self.ready_wake.notify_one();
         }
     }
 
@@ -598,6 +646,32 @@ impl Core {
                 }
                 self.advance(&cell);
             }
+        }
+    }
+}
+
+/// A worker held by a tenant's work, given back when dropped (a panic
+/// contained or not).
+struct TenantHeld<'a> {
+    core: &'a Core,
+    tenant: Option<Arc<str>>,
+}
+
+impl<'a> TenantHeld<'a> {
+    fn new(core: &'a Core, work: &Work) -> Self {
+        // Fires and decisions are not counted (`next` takes them first).
+        let counted = !matches!(work, Work::Fire(..) | Work::Decide(..));
+        Self {
+            core,
+            tenant: counted.then(|| work.tenant()),
+        }
+    }
+}
+
+impl Drop for TenantHeld<'_> {
+    fn drop(&mut self) {
+        if let Some(tenant) = &self.tenant {
+            self.core.given_back(tenant);
         }
     }
 }

@@ -277,50 +277,55 @@ fn a_resumed_run_does_not_call_its_committed_steps_again() {
     let dir = tempfile::tempdir().unwrap();
     let store = store(&dir);
     let clock = Arc::new(SimClock::new(START));
-    // The first engine dies in `b`: the call never gives a result, as if
-    // the process had been killed there (its worker panics).
-    let gate = Arc::new(Gate::default());
-    let passing = Arc::clone(&gate);
-    let dies: Behaviour = Arc::new(move |call, _| {
-        passing.pass(call);
-        panic!("simulated crash in `{}`", call.context.step_id)
-    });
+    // The first engine's runner panics in `b` (a host bug): the attempt
+    // fails `internal`, retryable, and the run waits a minute for its retry
+    // when the engine goes.
+    let dies: Behaviour =
+        Arc::new(move |call, _| panic!("simulated host bug in `{}`", call.context.step_id));
     let crashed = source(vec![("gate", dies)]);
     let first = engine(&store, &crashed, &clock, &dir, 10_000);
     let text = r#"
 id: resumable
 steps:
   - { id: a, uses: echo, with: { n: "${{ inputs.n }}" } }
-  - { id: b, uses: gate, with: { from_a: "${{ steps.a.output.n }}" } }
+  - { id: b, uses: gate, with: { from_a: "${{ steps.a.output.n }}" }, retry: { max_attempts: 2, initial: 1m } }
   - { id: c, uses: echo, with: { from_b: "${{ steps.b.output.from_a }}" } }
 outputs: "${{ steps.c.output }}"
 "#;
     let input = json!({ "n": 7 });
     let stuck = first.start(workflow(text), input, Box::new(Quiet)).unwrap();
     let id = stuck.id().to_owned();
-    gate.wait_entered(1);
-    gate.open();
+    eventually("b to fail", || store.steps(&id).unwrap().len() == 2);
     drop(first);
-    let stopped = stuck.wait_timeout(Duration::from_secs(1));
-    assert_matches!(stopped, Err(StoreError::Closed));
+    drop(stuck);
     assert_eq!(steps_called(&calls(&crashed)), ["a", "b"]);
     let stored = store.run(&id).unwrap().unwrap();
-    assert_eq!((stored.state, stored.next_step), (RunState::Running, 1));
-    assert_eq!(paths(&store.steps(&id).unwrap()), ["a"]);
+    assert_eq!(stored.state, RunState::Running);
+    let records = store.steps(&id).unwrap();
+    assert_eq!(paths(&records), ["a", "b"]);
+    assert_eq!(
+        records[1].error.as_ref().map(|e| e.code.as_str()),
+        Some("internal")
+    );
 
     // A new engine, with plugins of its own, picks the run up.
     let fresh = source(vec![("gate", echo())]);
     let second = engine(&store, &fresh, &clock, &dir, 10_000);
-    let run = finish(second.resume(&id, Box::new(Quiet)).unwrap());
+    let resumed = second.resume(&id, Box::new(Quiet)).unwrap();
+    clock.advance(Duration::from_secs(60));
+    let run = finish(resumed);
     assert_succeeded(&run, json!({ "from_b": 7 }));
     // `a` is not called again; `b` sees its output, read back.
     let resumed = calls(&fresh);
     let (b, c) = (json!({ "from_a": 7 }), json!({ "from_b": 7 }));
     assert_eq!(inputs(&resumed), [("b", &b), ("c", &c)]);
-    assert_eq!(resumed[0].attempt, 1);
+    assert_eq!(resumed[0].attempt, 2);
     let records = store.steps(&id).unwrap();
-    assert_eq!(paths(&records), ["a", "b", "c"]);
-    assert_eq!(records.iter().map(|r| r.seq).collect::<Vec<_>>(), [0, 1, 2]);
+    assert_eq!(paths(&records), ["a", "b", "b", "c"]);
+    assert_eq!(
+        records.iter().map(|r| r.seq).collect::<Vec<_>>(),
+        [0, 1, 2, 3]
+    );
     let again = second.resume(&id, Box::new(Quiet));
     assert_matches!(again, Err(ResumeError::NotRunning { .. }));
 }

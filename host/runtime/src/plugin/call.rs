@@ -208,7 +208,11 @@ impl Plugin {
                 Ok(Ok(output)) => store
                     .data_mut()
                     .held
-                    .charge("the output", crate::budget::json_weight(&output))
+                    .refused()
+                    .and_then(|()| {
+                        let weight = crate::budget::json_weight(&output);
+                        store.data_mut().held.charge("the output", weight)
+                    })
                     .map_err(|message| CallError::ResourceLimit { message })
                     .and_then(|()| {
                         serde_json::from_str(&output).map_err(|e| CallError::InvalidOutput {

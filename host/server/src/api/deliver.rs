@@ -268,18 +268,22 @@ pub(super) async fn events(
     let hub = api.hub.clone();
     let tenant = caller.tenant.clone();
     let store = Arc::clone(api.engine.store());
-    let asking = caller.clone();
     let mut consumer = blocking(move || {
-        // A consumer that does not exist yet is a new subscription: a
-        // deployer's, within the quota. Reading an existing one is a
+        // A GET makes nothing: the subscription is made first, with
+        // `POST /v1/subscriptions` (as `weft tail` does). Reading one is a
         // reader's.
         let key = format!(
             "{}/{consumer}",
             weft_core::tenant::qualify(&tenant, &channel)
         );
         if store.subscription(&key)?.is_none() {
-            asking.need(Right::Deploy)?;
-            room_for(store.as_ref(), &tenant, &key)?;
+            return Err(ApiError::new(
+                StatusCode::NOT_FOUND,
+                "unknown_subscription",
+                format!(
+                    "no subscription `{channel}/{consumer}`; make it first with POST /v1/subscriptions {{\"channel\": \"{channel}\", \"name\": \"{consumer}\"}}"
+                ),
+            ));
         }
         Ok::<_, ApiError>(hub.consumer(&tenant, &channel, &consumer, after)?)
     })

@@ -172,6 +172,11 @@ impl From<StoreError> for ApiError {
                 "unavailable",
                 "the host is shutting down; try again",
             ),
+            StoreError::NoSpace { .. } => Self::new(
+                StatusCode::INSUFFICIENT_STORAGE,
+                "insufficient_storage",
+                error.to_string(),
+            ),
             _ => Self::store(&error.to_string()),
         }
     }

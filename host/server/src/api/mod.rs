@@ -218,8 +218,17 @@ fn spawn_detached(work: impl FnOnce() + Send + 'static) {
     tokio::task::spawn_blocking(work);
 }
 
-async fn health() -> Json<Value> {
-    Json(json!({ "status": "ok" }))
+/// `GET /v1/health`: `200 {"status": "ok"}`, or `503 {"status":
+/// "degraded", "store": why}` while the store fails (a full disk), which it
+/// recovers from by itself.
+async fn health(State(api): State<Api>) -> (StatusCode, Json<Value>) {
+    match api.engine.store().degraded() {
+        None => (StatusCode::OK, Json(json!({ "status": "ok" }))),
+        Some(why) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({ "status": "degraded", "store": why })),
+        ),
+    }
 }
 
 async fn not_found() -> ApiError {

@@ -361,7 +361,7 @@ fn add_auth_errors(document: &mut Value) {
             });
             responses
                 .entry("403")
-                .or_insert_with(|| error("forbidden: the token's role lacks the right; cross_origin: a page of another site; not_local: a token-less request addressed to a name"));
+                .or_insert_with(|| error("forbidden: the token's role lacks the right; cross_origin: a page of another site; not_local: a token-less request from another machine or addressed to a name; forwarded: a token-less request through a proxy"));
         }
     }
 }

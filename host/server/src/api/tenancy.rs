@@ -100,7 +100,7 @@ pub(super) async fn add_tenant(
     let record = TenantRecord {
         name: request.name.clone(),
         created_at: api.engine.clock().now(),
-        quota: request.quota.unwrap_or_default(),
+        quota: request.quota.unwrap_or_else(Quota::tenant_default),
     };
     let store = Arc::clone(api.engine.store());
     let write = AccessWrite::put_tenant(&record, true);

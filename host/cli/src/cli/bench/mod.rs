@@ -18,6 +18,7 @@ mod goals;
 mod http;
 mod languages;
 mod messages;
+mod noisy;
 mod postgres;
 mod retention;
 mod scale;
@@ -140,6 +141,20 @@ pub struct BenchArgs {
     #[arg(long, value_name = "FILE")]
     pub plot: Option<std::path::PathBuf>,
 
+    /// Tenant A's ordinary load on a `weft serve`, alone and then beside a
+    /// hostile tenant B, with A's throughput, p99 and the server's peak
+    /// memory against their goals.
+    #[arg(long)]
+    pub noisy: bool,
+
+    /// With --noisy: the most the server's peak RSS may be.
+    #[arg(long, value_name = "BYTES", default_value_t = 1 << 30)]
+    pub memory_budget: u64,
+
+    /// With --noisy: tenant B's plugin, the `hostile` test guest.
+    #[arg(long, value_name = "FILE", default_value = noisy::HOSTILE)]
+    pub hostile: std::path::PathBuf,
+
     /// Time a guest call in each language (a fresh instance per call),
     /// with its goal.
     #[arg(long)]
@@ -220,6 +235,9 @@ pub fn main(
             out!("drawn: {}", path.display());
         }
         return Ok(ExitCode::SUCCESS);
+    }
+    if args.noisy {
+        return noisy::noisy(plugins, &args.hostile, args.memory_budget);
     }
     if args.latency {
         return goals::latency_only(plugins, args.iterations.clamp(100, 2_000));

@@ -1,0 +1,524 @@
+//! `weft bench --noisy`: one tenant's ordinary load, alone and then beside
+//! a hostile tenant, on a real `weft serve` (a child process of this one)
+//! over loopback.
+//!
+//! Tenant A starts 300 runs of three `echo` steps, 16 at a time, and the
+//! figures are its throughput (runs ended per second, from the first start
+//! to the last end) and its p99 run latency (each run's end less its start,
+//! from the run records). The baseline is A alone, measured first in the
+//! same invocation. Then A's load again while tenant B, from its own
+//! uploaded plugin (`hostile`, a test guest) and its own token, does all at
+//! once: steps that sleep in the host past a 10-minute timeout, steps that
+//! try to make the host buffer gigabytes of key-value writes, messages
+//! and output, a flood of starts, alias-bomb and 300000000000-year
+//! deployments, 1,000 connections that send half a header and hold it, and
+//! a flood of subscriptions. Printed: A's figures beside the baseline, the
+//! server's peak RSS (`VmHWM`), B's answers by status and code, panics
+//! (`weft_panics_total`) and A's runs that never ended, each beside its
+//! goal.
+
+use std::collections::BTreeMap;
+use std::io::Write as _;
+use std::path::Path;
+use std::process::{Child, ExitCode, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use serde_json::{Value, json};
+
+use super::{build_kind, percentile, show};
+
+/// A's runs in each phase.
+const RUNS: usize = 300;
+/// A's runs in flight at once.
+const IN_FLIGHT: usize = 16;
+/// How long A's runs get to end before the ones left count as stuck.
+const STUCK_AFTER: Duration = Duration::from_secs(120);
+/// Half-sent connections B holds.
+const SLOW_CLIENTS: usize = 1_000;
+
+/// The guest B uploads, as the tests' guest build leaves it.
+pub const HOSTILE: &str = "target/guests/wasm32-wasip2/guest/hostile.wasm";
+
+pub fn noisy(plugins: &Path, hostile: &Path, memory_budget: u64) -> anyhow::Result<ExitCode> {
+    let hostile = std::fs::read(hostile).with_context(|| {
+        format!(
+            "cannot read tenant B's plugin {}; build it with `CARGO_TARGET_DIR=target/guests \
+             cargo build --profile guest --target wasm32-wasip2 -p weft-guest-hostile`",
+            hostile.display()
+        )
+    })?;
+    let scratch = super::tempfile_dir()?.join("noisy");
+    std::fs::create_dir_all(scratch.join("plugins"))?;
+    std::fs::copy(plugins.join("echo.wasm"), scratch.join("plugins/echo.wasm"))
+        .with_context(|| format!("no echo.wasm in {}", plugins.display()))?;
+    let result = (|| {
+        let server = Server::start(&scratch)?;
+        let figures = measure(&server, &hostile);
+        let peak = server.peak_rss();
+        let panics = server.panics();
+        drop(server);
+        report(figures?, peak, panics, memory_budget)
+    })();
+    let _ = std::fs::remove_dir_all(&scratch);
+    result
+}
+
+/// A `weft serve` child, killed when dropped.
+struct Server {
+    child: Child,
+    url: String,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Server {
+    fn start(scratch: &Path) -> anyhow::Result<Self> {
+        let data = scratch.join("data");
+        std::fs::create_dir_all(scratch.join("workflows"))?;
+        let exe = std::env::current_exe().context("cannot find the weft binary")?;
+        let child = std::process::Command::new(exe)
+            .arg("--data-dir")
+            .arg(&data)
+            .args(["serve", "--listen", "127.0.0.1:0", "--plugins"])
+            .arg(scratch.join("plugins"))
+            .arg("--workflows")
+            .arg(scratch.join("workflows"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("cannot start weft serve")?;
+        let mut server = Self {
+            child,
+            url: String::new(),
+        };
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_secs(60) {
+            if let Ok(text) = std::fs::read_to_string(data.join("serve.addr")) {
+                server.url = text.trim().to_owned();
+                return Ok(server);
+            }
+            if let Some(status) = server.child.try_wait()? {
+                bail!("weft serve ended at its start: {status}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        bail!("weft serve did not listen within 60 s")
+    }
+
+    /// The server's peak resident memory, in bytes.
+    fn peak_rss(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()));
+        status
+            .ok()
+            .and_then(|text| {
+                let line = text.lines().find(|l| l.starts_with("VmHWM:"))?.to_owned();
+                line.split_whitespace().nth(1)?.parse::<u64>().ok()
+            })
+            .map_or(0, |kib| kib * 1024)
+    }
+
+    /// Panics the server contained, from its metrics.
+    fn panics(&self) -> u64 {
+        let Ok(mut answer) = agent().get(format!("{}/metrics", self.url)).call() else {
+            return u64::MAX;
+        };
+        let text = answer.body_mut().read_to_string().unwrap_or_default();
+        text.lines()
+            .filter(|l| l.starts_with("weft_panics_total"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>() as u64
+    }
+}
+
+fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(30)))
+        .build()
+        .into()
+}
+
+/// A call as `token`: the status and the JSON answer (`Null` if none).
+fn call(url: &str, token: &str, method: &str, path: &str, body: Option<Body<'_>>) -> (u16, Value) {
+    let agent = agent();
+    let url = format!("{url}{path}");
+    let bearer = format!("Bearer {token}");
+    let sent = match (method, body) {
+        ("POST", Some(Body::Json(body))) => agent
+            .post(&url)
+            .header("authorization", &bearer)
+            .send_json(body),
+        ("POST", Some(Body::Bytes(kind, bytes))) => agent
+            .post(&url)
+            .header("authorization", &bearer)
+            .header("content-type", kind)
+            .send(bytes),
+        ("POST", None) => agent
+            .post(&url)
+            .header("authorization", &bearer)
+            .send_empty(),
+        _ => agent.get(&url).header("authorization", &bearer).call(),
+    };
+    match sent {
+        Ok(mut answer) => {
+            let status = answer.status().as_u16();
+            (status, answer.body_mut().read_json().unwrap_or(Value::Null))
+        }
+        Err(_) => (0, Value::Null),
+    }
+}
+
+enum Body<'a> {
+    Json(Value),
+    Bytes(&'a str, &'a [u8]),
+}
+
+/// What the two phases measured.
+struct Figures {
+    alone: Phase,
+    noisy: Phase,
+    refusals: BTreeMap<String, u64>,
+}
+
+/// A's load in one phase.
+struct Phase {
+    per_second: f64,
+    p99: Duration,
+    stuck: usize,
+}
+
+fn measure(server: &Server, hostile: &[u8]) -> anyhow::Result<Figures> {
+    let url = server.url.as_str();
+    // Token-less, the caller is an admin: the tenants and their tokens
+    // first (after which every request needs a token).
+    for name in ["a", "b"] {
+        let (status, body) = call(
+            url,
+            "",
+            "POST",
+            "/v1/tenants",
+            Some(Body::Json(json!({ "name": name }))),
+        );
+        anyhow::ensure!(status == 201, "cannot add tenant {name}: {body}");
+    }
+    // The first token ends the token-less mode: the admin's, which makes
+    // the others.
+    let token = |tenant: &str, role: &str, by: &str| -> anyhow::Result<String> {
+        let body = json!({ "tenant": tenant, "role": role });
+        let (status, answer) = call(url, by, "POST", "/v1/tokens", Some(Body::Json(body)));
+        anyhow::ensure!(status == 201, "cannot make {tenant}'s token: {answer}");
+        Ok(answer["token"]["token"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned())
+    };
+    let admin = token("default", "admin", "")?;
+    let (a, b) = (token("a", "owner", &admin)?, token("b", "owner", &admin)?);
+    let deploy = |token: &str, text: &str| {
+        call(
+            url,
+            token,
+            "POST",
+            "/v1/workflows",
+            Some(Body::Bytes("application/yaml", text.as_bytes())),
+        )
+    };
+    let (status, body) = deploy(
+        &a,
+        "id: work\nsteps:\n  - { id: one, uses: echo, with: { n: 1 } }\n  - { id: two, uses: echo, with: { n: 2 } }\n  - { id: three, uses: echo, with: { n: 3 } }\n",
+    );
+    anyhow::ensure!(
+        status == 200 || status == 201,
+        "cannot deploy A's workflow: {body}"
+    );
+
+    let alone = load(url, &a, "alone")?;
+
+    // B's plugin and workflows.
+    let (status, body) = call(
+        url,
+        &b,
+        "POST",
+        "/v1/plugins",
+        Some(Body::Bytes("application/wasm", hostile)),
+    );
+    anyhow::ensure!(
+        status == 201 || status == 200,
+        "cannot upload B's plugin: {body}"
+    );
+    let attacks = [
+        ("sleep", r#"{op: sleep, seconds: 3600}"#),
+        ("kv", r#"{op: kv, count: 9216, kib: 1024}"#),
+        ("emit", r#"{op: emit, count: 10000, values: 100000}"#),
+        ("output", r#"{op: output, values: 1400000}"#),
+    ];
+    for (name, with) in attacks {
+        let text = format!(
+            "id: b-{name}\nsteps:\n  - {{ id: s, uses: hostile, timeout: 10m, with: {with} }}\n"
+        );
+        let (status, body) = deploy(&b, &text);
+        anyhow::ensure!(
+            status == 200 || status == 201,
+            "cannot deploy B's `{name}`: {body}"
+        );
+    }
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let refusals: Arc<Mutex<BTreeMap<String, u64>>> = Arc::default();
+    let mut threads = Vec::new();
+    let count = {
+        let refusals = Arc::clone(&refusals);
+        move |status: u16, body: &Value| {
+            if status >= 400 || status == 0 {
+                let code = body["error"]["code"].as_str().unwrap_or("(no code)");
+                *refusals
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .entry(format!("{status} {code}"))
+                    .or_insert(0) += 1;
+            }
+        }
+    };
+    // Starts of every attack, as fast as they are taken.
+    for (name, _) in attacks {
+        let (stop, count, b, url) = (Arc::clone(&stop), count.clone(), b.clone(), url.to_owned());
+        threads.push(std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                let body = json!({ "workflow": format!("b-{name}") });
+                let (status, answer) = call(&url, &b, "POST", "/v1/runs", Some(Body::Json(body)));
+                count(status, &answer);
+            }
+        }));
+    }
+    // Bombs and ages at deploy, and subscriptions.
+    {
+        let (stop, count, b, url) = (Arc::clone(&stop), count.clone(), b.clone(), url.to_owned());
+        threads.push(std::thread::spawn(move || {
+            let bomb = bomb();
+            let ages = "id: ages\nsteps:\n  - { id: s, uses: echo, timeout: 300000000000y }\n";
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                for text in [bomb.as_str(), ages] {
+                    let (status, answer) = call(
+                        &url,
+                        &b,
+                        "POST",
+                        "/v1/workflows",
+                        Some(Body::Bytes("application/yaml", text.as_bytes())),
+                    );
+                    count(status, &answer);
+                }
+                n += 1;
+                let body = json!({ "channel": "flood", "name": format!("s{n}") });
+                let (status, answer) = call(
+                    &url,
+                    &b,
+                    "POST",
+                    "/v1/subscriptions",
+                    Some(Body::Json(body)),
+                );
+                count(status, &answer);
+            }
+        }));
+    }
+    // Half-sent headers, held, and opened again when closed.
+    {
+        let (stop, address) = (
+            Arc::clone(&stop),
+            url.trim_start_matches("http://").to_owned(),
+        );
+        threads.push(std::thread::spawn(move || {
+            let mut held: Vec<std::net::TcpStream> = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                held.retain(|stream| {
+                    let mut byte = [0u8; 1];
+                    let _ = stream.set_nonblocking(true);
+                    !matches!(std::io::Read::read(&mut &*stream, &mut byte), Ok(0))
+                });
+                while held.len() < SLOW_CLIENTS {
+                    let Ok(mut stream) = std::net::TcpStream::connect(&address) else {
+                        break;
+                    };
+                    let _ = stream.write_all(b"GET /v1/runs HTTP/1.1\r\nHost: 127.0.0.1\r\n");
+                    held.push(stream);
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        }));
+    }
+    // Let B's attacks take hold, then A's load beside them.
+    std::thread::sleep(Duration::from_secs(2));
+    let noisy = load(url, &a, "beside B");
+    stop.store(true, Ordering::Relaxed);
+    for thread in threads {
+        let _ = thread.join();
+    }
+    let refusals = std::mem::take(
+        &mut *refusals
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner),
+    );
+    Ok(Figures {
+        alone,
+        noisy: noisy?,
+        refusals,
+    })
+}
+
+/// An alias bomb in 8 KB: 80 million values.
+fn bomb() -> String {
+    let a = vec!["0"; 2000].join(", ");
+    let b = vec!["*a"; 200].join(", ");
+    let c = vec!["*b"; 200].join(", ");
+    format!(
+        "id: bomb\ninputs:\n  a: &a [{a}]\n  b: &b [{b}]\n  c: [{c}]\nsteps:\n  - {{ id: s, uses: echo }}\n"
+    )
+}
+
+/// A's 300 runs, 16 at a time: its throughput, its p99 run latency from
+/// the records, and how many had not ended by [`STUCK_AFTER`].
+fn load(url: &str, token: &str, label: &str) -> anyhow::Result<Phase> {
+    let started = Instant::now();
+    let ids: Arc<Mutex<Vec<String>>> = Arc::default();
+    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let threads: Vec<_> = (0..IN_FLIGHT)
+        .map(|_| {
+            let (ids, next, url, token) = (
+                Arc::clone(&ids),
+                Arc::clone(&next),
+                url.to_owned(),
+                token.to_owned(),
+            );
+            std::thread::spawn(move || {
+                while next.fetch_add(1, Ordering::Relaxed) < RUNS {
+                    // Started, then waited for: 16 runs in flight.
+                    let (status, answer) = loop {
+                        let body = json!({ "workflow": "work", "input": {} });
+                        let (status, answer) =
+                            call(&url, &token, "POST", "/v1/runs", Some(Body::Json(body)));
+                        if status != 429 {
+                            break (status, answer);
+                        }
+                        std::thread::sleep(Duration::from_millis(10));
+                    };
+                    let Some(id) = answer["id"].as_str().filter(|_| status == 201) else {
+                        continue;
+                    };
+                    let id = id.to_owned();
+                    let begun = Instant::now();
+                    while begun.elapsed() < STUCK_AFTER {
+                        let (_, run) = call(&url, &token, "GET", &format!("/v1/runs/{id}"), None);
+                        if run["run"]["state"].as_str().is_some_and(|s| s != "running") {
+                            break;
+                        }
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                    ids.lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .push(id);
+                }
+            })
+        })
+        .collect();
+    for thread in threads {
+        let _ = thread.join();
+    }
+    let elapsed = started.elapsed();
+    let ids = std::mem::take(
+        &mut *ids
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner),
+    );
+    let mut latencies = Vec::with_capacity(ids.len());
+    let mut stuck = RUNS.saturating_sub(ids.len());
+    for id in &ids {
+        let (_, run) = call(url, token, "GET", &format!("/v1/runs/{id}"), None);
+        let run = &run["run"];
+        match (
+            run["state"].as_str(),
+            run["created_at"].as_u64(),
+            run["updated_at"].as_u64(),
+        ) {
+            (Some("succeeded"), Some(from), Some(to)) => {
+                latencies.push(Duration::from_millis(to.saturating_sub(from)));
+            }
+            _ => stuck += 1,
+        }
+    }
+    let per_second = latencies.len() as f64 / elapsed.as_secs_f64().max(f64::MIN_POSITIVE);
+    let p99 = percentile(&mut latencies, 99.0);
+    let mut out = std::io::stdout().lock();
+    writeln!(
+        out,
+        "A {label}: {} of {RUNS} runs succeeded in {}, {per_second:.0} runs/s, p99 {}",
+        latencies.len(),
+        show(elapsed),
+        show(p99)
+    )?;
+    Ok(Phase {
+        per_second,
+        p99,
+        stuck,
+    })
+}
+
+fn report(figures: Figures, peak: u64, panics: u64, budget: u64) -> anyhow::Result<ExitCode> {
+    let Figures {
+        alone,
+        noisy,
+        refusals,
+    } = figures;
+    let mut out = std::io::stdout().lock();
+    writeln!(
+        out,
+        "weft bench --noisy ({} build): tenant A alone, then beside hostile tenant B",
+        build_kind()
+    )?;
+    writeln!(out, "B's answers, by status and code:")?;
+    for (code, n) in &refusals {
+        writeln!(out, "  {code}: {n}")?;
+    }
+    let kept = noisy.per_second / alone.per_second.max(f64::MIN_POSITIVE);
+    let slower = noisy.p99.as_secs_f64() / alone.p99.as_secs_f64().max(1e-3);
+    let met = |ok: bool| if ok { "met" } else { "MISSED" };
+    writeln!(out, "| goal | measured | |")?;
+    writeln!(out, "|---|---|---|")?;
+    writeln!(
+        out,
+        "| A's throughput beside B >= 80% of alone | {:.0} of {:.0} runs/s, {:.0}% | {} |",
+        noisy.per_second,
+        alone.per_second,
+        kept * 100.0,
+        met(kept >= 0.8)
+    )?;
+    writeln!(
+        out,
+        "| A's p99 beside B <= 2x alone | {} against {}, {slower:.2}x | {} |",
+        show(noisy.p99),
+        show(alone.p99),
+        met(slower <= 2.0)
+    )?;
+    writeln!(
+        out,
+        "| the server's peak RSS <= {} MiB | {} MiB | {} |",
+        budget >> 20,
+        peak >> 20,
+        met(peak > 0 && peak <= budget)
+    )?;
+    writeln!(out, "| panics = 0 | {panics} | {} |", met(panics == 0))?;
+    let stuck = alone.stuck + noisy.stuck;
+    writeln!(
+        out,
+        "| A's runs stuck = 0 | {stuck} | {} |",
+        met(stuck == 0)
+    )?;
+    Ok(ExitCode::SUCCESS)
+}
