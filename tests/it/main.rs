@@ -17,6 +17,7 @@ mod control;
 mod crash;
 mod cron;
 mod deploy;
+mod disk;
 mod durability;
 mod egress;
 mod hostile;
