@@ -10,6 +10,12 @@
 /// itself and its place in a list or map.
 const PER_VALUE: usize = 48;
 
+/// The trap of a call stopped past its budget (the call's error is
+/// `resource_limit`, from [`HostBytes::over`]).
+#[derive(Debug, thiserror::Error)]
+#[error("the call went past the host's budget for it")]
+pub(crate) struct OverBudget;
+
 /// A call's budget of host-held bytes.
 #[derive(Debug)]
 pub(crate) struct HostBytes {

@@ -193,6 +193,17 @@ impl Plugin {
                 (store, instance)
             }
         };
+        // Past the host's budget, the call stops as the refused host call
+        // returns: the guest cannot go on making the host copy what it
+        // refuses (a refused 1 MiB write is still a 1 MiB copy).
+        store.call_hook(|store, hook| {
+            if matches!(hook, wasmtime::CallHook::ReturningFromHost)
+                && store.data().held.over.is_some()
+            {
+                return Err(wasmtime::Error::new(crate::budget::OverBudget));
+            }
+            Ok(())
+        });
         let input = input.to_owned();
         let ran = instance.map(|instance| {
             let started = Instant::now();

@@ -146,26 +146,21 @@ fn agent() -> ureq::Agent {
         .into()
 }
 
-/// A call as `token`: the status and the JSON answer (`Null` if none).
+/// A call as `token` (none when empty): the status and the JSON answer
+/// (`Null` if none).
 fn call(url: &str, token: &str, method: &str, path: &str, body: Option<Body<'_>>) -> (u16, Value) {
     let agent = agent();
     let url = format!("{url}{path}");
     let bearer = format!("Bearer {token}");
     let sent = match (method, body) {
-        ("POST", Some(Body::Json(body))) => agent
-            .post(&url)
-            .header("authorization", &bearer)
-            .send_json(body),
-        ("POST", Some(Body::Bytes(kind, bytes))) => agent
-            .post(&url)
-            .header("authorization", &bearer)
+        ("POST", Some(Body::Json(body))) => {
+            with_token(agent.post(&url), token, &bearer).send_json(body)
+        }
+        ("POST", Some(Body::Bytes(kind, bytes))) => with_token(agent.post(&url), token, &bearer)
             .header("content-type", kind)
             .send(bytes),
-        ("POST", None) => agent
-            .post(&url)
-            .header("authorization", &bearer)
-            .send_empty(),
-        _ => agent.get(&url).header("authorization", &bearer).call(),
+        ("POST", None) => with_token(agent.post(&url), token, &bearer).send_empty(),
+        _ => with_token(agent.get(&url), token, &bearer).call(),
     };
     match sent {
         Ok(mut answer) => {
@@ -173,6 +168,18 @@ fn call(url: &str, token: &str, method: &str, path: &str, body: Option<Body<'_>>
             (status, answer.body_mut().read_json().unwrap_or(Value::Null))
         }
         Err(_) => (0, Value::Null),
+    }
+}
+
+fn with_token<B>(
+    request: ureq::RequestBuilder<B>,
+    token: &str,
+    bearer: &str,
+) -> ureq::RequestBuilder<B> {
+    if token.is_empty() {
+        request
+    } else {
+        request.header("authorization", bearer)
     }
 }
 
