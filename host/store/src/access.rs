@@ -104,7 +104,7 @@ impl Quota {
             weight: None,
             max_step_timeout_ms: Some(15 * 60 * 1000),
             max_step_memory: Some(512 << 20),
-            guest_ms_per_minute: Some(60_000),
+            guest_ms_per_minute: None,
             max_stored_bytes: Some(10 << 30),
             egress: None,
             retain: None,

@@ -110,16 +110,26 @@ const FORMAT: &str = "1";
 /// refusing every later transaction until the database is opened again.
 /// The store then answers [`StoreError::NoSpace`] (or the error) and, at
 /// most once a second, tries to open the file again: once space is back,
-/// the next call finds the store working, without a restart. Nothing
-/// acknowledged is lost: a failed write was never acknowledged, and the
-/// file is repaired, as after a crash, when it is opened again.
+/// the next call finds the store working, without a restart, and the first
+/// write that commits ends the episode. Nothing acknowledged is lost: a
+/// failed write was never acknowledged, and the file is repaired, as after
+/// a crash, when it is opened again.
 pub struct RedbStore {
     db: RwLock<Arc<Handle>>,
     path: PathBuf,
     /// redb's page cache, when set at open.
     cache: Option<usize>,
-    /// Why the store fails now, until it is opened again.
+    /// Whether an I/O failure is met by opening the file again: not for a
+    /// store in memory, nor one open for reading only.
+    reopens: bool,
+    /// Counts the times the file was opened again: a transaction of an
+    /// earlier opening that fails says nothing of the one open now.
+    generation: std::sync::atomic::AtomicU64,
+    /// Why the store fails, from its first I/O failure until a write
+    /// commits again.
     degraded: Mutex<Option<Degraded>>,
+    /// The last attempt to open the file again.
+    reopened_at: Mutex<Option<Instant>>,
 }
 
 enum Handle {
@@ -133,8 +143,9 @@ enum Handle {
 struct Degraded {
     /// The disk was full (or over a quota), not another I/O error.
     space: bool,
-    /// The last attempt to open the store again.
-    tried: Option<Instant>,
+    /// The file was opened again since the last failure: no other reopen
+    /// until another failure.
+    reopened: bool,
 }
 
 /// How often a failing store tries to open its file again.
@@ -280,9 +291,12 @@ impl RedbStore {
         backend!(txn.commit())?;
         Ok(Self {
             db: RwLock::new(Arc::new(Handle::ReadWrite(db))),
+            reopens: path != Path::new(":memory:"),
             path: path.to_owned(),
             cache,
+            generation: std::sync::atomic::AtomicU64::new(0),
             degraded: Mutex::new(None),
+            reopened_at: Mutex::new(None),
         })
     }
 
@@ -300,7 +314,10 @@ impl RedbStore {
             db: RwLock::new(Arc::new(Handle::ReadOnly(db))),
             path: path.to_owned(),
             cache: None,
+            reopens: false,
+            generation: std::sync::atomic::AtomicU64::new(0),
             degraded: Mutex::new(None),
+            reopened_at: Mutex::new(None),
         };
         let txn = store.begin_read()?;
         let meta = backend!(txn.open_table(META))?;
@@ -321,52 +338,79 @@ impl RedbStore {
     }
 
     fn begin_read(&self) -> Result<ReadTransaction, StoreError> {
-        let handle = self.handle()?;
+        let (handle, generation) = self.handle();
         let began = match &*handle {
             Handle::ReadWrite(db) => backend!(db.begin_read()),
             Handle::ReadOnly(db) => backend!(db.begin_read()),
             Handle::Closed => Err(self.closed()),
         };
-        self.noted(began)
+        self.noted(generation, began)
     }
 
-    fn begin_write(&self) -> Result<WriteTransaction, StoreError> {
-        let handle = self.handle()?;
+    /// A write transaction, and the generation of the opening it belongs
+    /// to, for [`RedbStore::committed`].
+    fn begin_write(&self) -> Result<(WriteTransaction, u64), StoreError> {
+        let (handle, generation) = self.handle();
         let began = match &*handle {
             Handle::ReadWrite(db) => backend!(db.begin_write()),
             Handle::ReadOnly(_) => Err(StoreError::ReadOnly),
             Handle::Closed => Err(self.closed()),
         };
-        self.noted(began)
+        self.noted(generation, began).map(|txn| (txn, generation))
     }
 
-    /// The database, after an attempt to open it again if it failed and
-    /// the last attempt is a second old.
-    fn handle(&self) -> Result<Arc<Handle>, StoreError> {
-        let retry = {
-            let mut degraded = weft_core::lock(&self.degraded);
-            match degraded.as_mut() {
-                Some(d) if d.tried.is_none_or(|at| at.elapsed() >= REOPEN_EVERY) => {
-                    d.tried = Some(Instant::now());
-                    true
-                }
-                _ => false,
-            }
-        };
-        if retry {
-            match self.reopen() {
-                Ok(()) => {
-                    tracing::warn!(store = %self.path.display(), "the store works again");
-                    *weft_core::lock(&self.degraded) = None;
-                }
-                Err(e) => tracing::debug!("the store is still failing: {e}"),
+    /// Commits `txn`, of opening `generation`: a commit ends a failure
+    /// episode, and a failed one is noted.
+    fn committed(&self, txn: WriteTransaction, generation: u64) -> Result<(), StoreError> {
+        let committed = self.noted(generation, backend!(txn.commit()));
+        if committed.is_ok() && generation == self.generation() {
+            let ended = weft_core::lock(&self.degraded).take();
+            if ended.is_some() {
+                tracing::warn!(store = %self.path.display(), "the store works again");
             }
         }
-        Ok(Arc::clone(&weft_core::read(&self.db)))
+        committed
     }
 
-    /// Drops the failed database once nobody uses it, and opens the file
-    /// again (repairing it, as after a crash).
+    fn generation(&self) -> u64 {
+        self.generation.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// The database and its generation, after an attempt to open it again
+    /// if it failed since it was last opened and that was a second ago.
+    fn handle(&self) -> (Arc<Handle>, u64) {
+        let failed = weft_core::lock(&self.degraded)
+            .as_ref()
+            .is_some_and(|d| !d.reopened);
+        if failed {
+            let due = {
+                let mut at = weft_core::lock(&self.reopened_at);
+                let due = at.is_none_or(|at| at.elapsed() >= REOPEN_EVERY);
+                if due {
+                    *at = Some(Instant::now());
+                }
+                due
+            };
+            if due {
+                match self.reopen() {
+                    Ok(()) => {
+                        if let Some(d) = weft_core::lock(&self.degraded).as_mut() {
+                            d.reopened = true;
+                        }
+                    }
+                    Err(e) => tracing::debug!("the store is still failing: {e}"),
+                }
+            }
+        }
+        let handle = Arc::clone(&weft_core::read(&self.db));
+        (handle, self.generation())
+    }
+
+    /// Drops the failed database once no call is beginning a transaction
+    /// on it, and opens the file again (repairing it, as after a crash). A
+    /// transaction still open on the old one fails, or, if it writes,
+    /// keeps the file locked, and the next attempt, a second later, opens
+    /// it.
     fn reopen(&self) -> Result<(), StoreError> {
         let mut slot = weft_core::write(&self.db);
         if !matches!(**slot, Handle::ReadWrite(_) | Handle::Closed) {
@@ -380,6 +424,8 @@ impl RedbStore {
             std::thread::sleep(Duration::from_millis(5));
         }
         *slot = Arc::new(Handle::Closed);
+        self.generation
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let db = builder(self.cache)
             .create(&self.path)
             .map_err(|e| open_error(e, &self.path.display().to_string()))?;
@@ -411,9 +457,11 @@ impl RedbStore {
         }
     }
 
-    /// Notes an I/O failure of redb's in `result`: the store is degraded
-    /// until it is opened again, and a lack of space is told as such.
-    fn noted<T>(&self, result: Result<T, StoreError>) -> Result<T, StoreError> {
+    /// Notes an I/O failure of redb's in `result`, of a transaction of
+    /// opening `generation`: the store is degraded until a write commits
+    /// again, and a lack of space is told as such. A failure of an earlier
+    /// opening's transaction is passed on as it is.
+    fn noted<T>(&self, generation: u64, result: Result<T, StoreError>) -> Result<T, StoreError> {
         let Err(StoreError::Backend(error)) = &result else {
             return result;
         };
@@ -425,13 +473,17 @@ impl RedbStore {
             redb::Error::PreviousIo => false,
             _ => return result,
         };
+        if !self.reopens || generation != self.generation() {
+            return result;
+        }
         let mut degraded = weft_core::lock(&self.degraded);
         let degraded = degraded.get_or_insert_with(|| {
             weft_core::metrics::count_store_failure();
             tracing::error!(store = %self.path.display(), "the store failed: {redb_error}; it is opened again once it can be");
-            Degraded { space, tried: None }
+            Degraded { space, reopened: false }
         });
         degraded.space |= space;
+        degraded.reopened = false;
         if degraded.space {
             return Err(self.no_space());
         }
@@ -692,9 +744,9 @@ impl Store for RedbStore {
     }
 
     fn apply(&self, writes: &[&Write]) -> Result<Vec<Result<(), StoreError>>, StoreError> {
-        let txn = self.begin_write()?;
+        let (txn, generation) = self.begin_write()?;
         let results = crate::apply::batch(&mut Tables::open(&txn)?, writes)?;
-        self.noted(backend!(txn.commit()))?;
+        self.committed(txn, generation)?;
         Ok(results)
     }
 
@@ -775,7 +827,7 @@ impl Store for RedbStore {
         n: usize,
         rooms: &[(String, usize)],
     ) -> Result<Vec<(String, String)>, StoreError> {
-        let txn = self.begin_write()?;
+        let (txn, generation) = self.begin_write()?;
         let taken = {
             let mut tables = Tables::open(&txn)?;
             let ids = tables.parked_first(n, rooms)?;
@@ -784,7 +836,7 @@ impl Store for RedbStore {
             }
             crate::apply::claim_parked(&mut tables, host, &ids)?
         };
-        backend!(txn.commit())?;
+        self.committed(txn, generation)?;
         Ok(taken)
     }
 

@@ -228,14 +228,14 @@ struct Queues {
     cap: usize,
 }
 
-/// The most workers one tenant's work may hold at once: three quarters of
-/// them (at least one, and all of one or two), so that at least a quarter
-/// is always free for other tenants' work.
+/// The most workers one tenant's work may hold at once: all but a quarter
+/// of them (at least one kept free), so that other tenants' work always
+/// finds one; all of one or two.
 fn worker_cap(workers: usize) -> usize {
     if workers <= 2 {
         return workers.max(1);
     }
-    workers - workers / 4
+    workers - (workers / 4).max(1)
 }
 
 impl Work {
@@ -487,14 +487,22 @@ impl Core {
 
     fn enqueue(&self, work: Work) {
         let mut ready = lock(&self.ready);
-        match work {
-            Work::Fire(..) | Work::Decide(..) => ready.fires.push_back(work),
+        // A tenant at its cap wakes no worker: none could take its work
+        // (`given_back` wakes one when it may).
+        let may_go = match work {
+            Work::Fire(..) | Work::Decide(..) => {
+                ready.fires.push_back(work);
+                true
+            }
             work => {
                 let tenant = work.tenant();
+                let may_go =
+                    ready.cap == 0 || ready.busy.get(&tenant).copied().unwrap_or(0) < ready.cap;
                 ready.other.push(&tenant, work);
+                may_go
             }
-        }
-        let wake = ready.idle > 0;
+        };
+        let wake = ready.idle > 0 && may_go;
         drop(ready);
         if wake {
             self.ready_wake.notify_one();

@@ -56,7 +56,7 @@ pub fn spec() -> Value {
         },
         "security": [{ "bearer": [] }],
         "paths": {
-            "/v1/health": { "get": { "summary": "Health check", "security": [], "responses": responses(("200", "`{\"status\": \"ok\"}`"), &[]) } },
+            "/v1/health": { "get": { "summary": "Health check", "security": [], "responses": responses(("200", "`{\"status\": \"ok\"}`"), &[("503", "`{\"status\": \"degraded\", \"store\": why}`: the store fails (a full disk) and recovers by itself")]) } },
             "/v1/openapi.json": { "get": { "summary": "This document", "security": [], "responses": responses(("200", "the OpenAPI document"), &[]) } },
             "/v1/workflows": {
                 "get": { "summary": "The workflows served, each with its newest revision and digest", "responses": responses(("200", "`{\"workflows\": [...]}`"), &[]) },
@@ -204,12 +204,13 @@ pub fn spec() -> Value {
                     "summary": "A consumer's deliveries as Server-Sent Events (`event: message`, `id:` the message's seq, `data:` the delivery); ack each with POST /v1/deliveries/{id}/ack. Unacked deliveries are sent again after the subscription's ack_timeout, and on reconnection (with `Last-Event-ID`, those up to it only after their ack_timeout)",
                     "parameters": [
                         path_param("channel", "the channel"),
-                        query_param("consumer", "the consumer's name (default `default`); made an SSE subscription on first use; a newer connection replaces an older one", "string"),
+                        query_param("consumer", "the consumer's name (default `default`): a subscription made first with POST /v1/subscriptions; a newer connection replaces an older one", "string"),
                         { "name": "Last-Event-ID", "in": "header", "required": false, "schema": { "type": "string" } }
                     ],
                     "responses": {
                         "200": { "description": "an event stream", "content": { "text/event-stream": { "schema": { "$ref": "#/components/schemas/Delivery" } } } },
                         "400": { "description": "invalid_request" },
+                        "404": { "description": "unknown_subscription: make it first with POST /v1/subscriptions" },
                         "409": { "description": "conflict: the name is a webhook subscription" },
                         "503": { "description": "too_many_streams: 256 open on the host, or 64 of the caller's tenant" }
                     }

@@ -105,7 +105,7 @@ fn copy_into(from: &ReadTransaction, to: &Path, hosts: bool) -> Result<u64, Stor
     let _ = std::fs::remove_file(&making);
     let rows = {
         let target = RedbStore::open(&making)?;
-        let txn = target.begin_write()?;
+        let (txn, _) = target.begin_write()?;
         let rows = copy_all(from, &txn, hosts)?;
         backend!(txn.commit())?;
         rows
