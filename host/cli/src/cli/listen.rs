@@ -107,6 +107,19 @@ pub async fn serve(
     let _ = tokio::time::timeout(DRAIN, graceful.shutdown()).await;
 }
 
+/// [`serve`] over plain HTTP with the default bounds, until the process
+/// ends: an in-process host of `weft bench`.
+pub async fn serve_plain(listener: TcpListener, router: Router) {
+    serve(
+        listener,
+        router,
+        None,
+        DEFAULT_MAX_CONNECTIONS,
+        std::future::pending(),
+    )
+    .await;
+}
+
 /// Serves one connection's requests, each told its peer.
 async fn connection<S>(
     stream: S,

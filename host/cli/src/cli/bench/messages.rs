@@ -71,14 +71,7 @@ fn host(dir: &Path) -> anyhow::Result<Host> {
     let listener = tokio.block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))?;
     let url = format!("http://{}", listener.local_addr()?);
     tokio.spawn(async move {
-        super::super::listen::serve(
-            listener,
-            api.router(),
-            None,
-            super::super::listen::DEFAULT_MAX_CONNECTIONS,
-            std::future::pending(),
-        )
-        .await;
+        super::super::listen::serve_plain(listener, api.router()).await;
     });
     Ok(Host {
         engine,

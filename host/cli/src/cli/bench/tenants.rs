@@ -97,14 +97,7 @@ fn api_host(
     let listener = tokio.block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))?;
     let url = format!("http://{}/v1/runs/{}", listener.local_addr()?, run.id);
     tokio.spawn(async move {
-        super::super::listen::serve(
-            listener,
-            api.router(),
-            None,
-            super::super::listen::DEFAULT_MAX_CONNECTIONS,
-            std::future::pending(),
-        )
-        .await;
+        super::super::listen::serve_plain(listener, api.router()).await;
     });
     Ok((url, token, tokio))
 }
