@@ -789,6 +789,30 @@ fn a_tenant_sees_none_of_another_tenants_objects_on_any_route() {
         },
         Probe {
             method: "POST",
+            route: "/v1/secrets/{name}/grants",
+            path: "/v1/secrets/a-stripe/grants".into(),
+            twin: Some("/v1/secrets/no-such-secret/grants".into()),
+            body: Some(json!({ "plugin": "echo" })),
+            expect: Expect::Missing,
+        },
+        Probe {
+            method: "POST",
+            route: "/v1/secrets/{name}/grants",
+            path: "/v1/secrets/a-stripe/grants?tenant=tenant-a".into(),
+            twin: Some("/v1/secrets/a-stripe/grants?tenant=no-tenant".into()),
+            body: Some(json!({ "plugin": "echo" })),
+            expect: Expect::Missing,
+        },
+        Probe {
+            method: "DELETE",
+            route: "/v1/secrets/{name}/grants/{plugin}",
+            path: "/v1/secrets/a-stripe/grants/echo".into(),
+            twin: Some("/v1/secrets/no-such-secret/grants/echo".into()),
+            body: None,
+            expect: Expect::Missing,
+        },
+        Probe {
+            method: "POST",
             route: "/v1/secrets/reseal",
             path: "/v1/secrets/reseal?tenant=tenant-a".into(),
             twin: Some("/v1/secrets/reseal?tenant=no-tenant".into()),
@@ -989,7 +1013,7 @@ fn a_tenant_sees_none_of_another_tenants_objects_on_any_route() {
     let (_, listed) = call_as(&host, Some(&a), "GET", "/v1/secrets", None);
     assert_eq!(
         listed["secrets"],
-        json!([{ "name": "a-stripe", "updated_at": a_secret_set }]),
+        json!([{ "name": "a-stripe", "updated_at": a_secret_set, "grants": [] }]),
         "{listed}"
     );
     let (_, run) = call_as(&host, Some(&a), "GET", &format!("/v1/runs/{a_run}"), None);
@@ -1663,4 +1687,136 @@ fn a_tenants_step_ceilings_refuse_more_and_cut_the_defaults() {
     assert_eq!(stored(&host), used, "the refused start was counted");
     let (status, body) = start(&host, &owner, "spins", None);
     assert_eq!(status, 201, "a small start still fits: {body}");
+}
+
+/// The bytes of a component with a custom section appended: the same
+/// plugin, another digest (what a new build of it looks like).
+fn rebuilt(mut bytes: Vec<u8>) -> Vec<u8> {
+    let name = b"rebuilt";
+    let payload = b"by the deployer";
+    let size = 1 + name.len() + payload.len();
+    bytes.push(0);
+    bytes.push(u8::try_from(size).unwrap());
+    bytes.push(u8::try_from(name.len()).unwrap());
+    bytes.extend_from_slice(name);
+    bytes.extend_from_slice(payload);
+    bytes
+}
+
+#[test]
+fn a_deployer_reads_no_secret_an_owner_did_not_grant_to_its_plugin() {
+    let scratch = Scratch::new(&[]);
+    let made = scratch.run(&["tokens", "create", "--local", "--role", "admin"]);
+    assert_eq!(made.code, Some(0), "{}", made.stderr);
+    let admin = made.stdout.trim().to_owned();
+    let key = scratch.run(&["secrets", "new-key"]);
+    let key_file = scratch.file("secrets.key", key.stdout.trim());
+    let host = serve_with(
+        &scratch,
+        0,
+        &["--secrets-key-file", key_file.to_str().unwrap()],
+    );
+    let (status, body) = call_as(
+        &host,
+        Some(&admin),
+        "POST",
+        "/v1/tenants",
+        Some(&json!({ "name": "acme" })),
+    );
+    assert_eq!(status, 201, "{body}");
+    let (owner, _) = token(&host, &admin, "acme", "owner", None);
+    let (deployer, _) = token(&host, &admin, "acme", "deployer", None);
+    let (operator, _) = token(&host, &admin, "acme", "operator", None);
+    let value = "sk-acme-4f1d77";
+    let (status, body) = call_as(
+        &host,
+        Some(&owner),
+        "PUT",
+        "/v1/secrets/stripe",
+        Some(&json!({ "value": value })),
+    );
+    assert_eq!(status, 200, "{body}");
+
+    // The deployer's own plugin, which would hand the secret out.
+    let (status, body) = send_as(
+        &host,
+        &deployer,
+        "/v1/plugins",
+        "application/wasm",
+        &guest_bytes("fetch"),
+    );
+    assert_eq!(status, 201, "{body}");
+    let flow = b"id: steal\nsteps:\n  - id: take\n    uses: fetch\n    with: { secret: stripe }\n    allow: { http: [\"https://example.com\"] }\n    secrets: [stripe]\n";
+    let (status, body) = send_as(&host, &deployer, "/v1/workflows", "application/yaml", flow);
+    assert_eq!(status, 403, "{body}");
+    assert_eq!(body["error"]["code"], "secret_not_granted", "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("weft secrets grant stripe --plugin fetch"),
+        "{body}"
+    );
+    // Granting is an owner's.
+    let grant = json!({ "plugin": "fetch" });
+    let (status, body) = call_as(
+        &host,
+        Some(&deployer),
+        "POST",
+        "/v1/secrets/stripe/grants",
+        Some(&grant),
+    );
+    assert_eq!(status, 403, "{body}");
+    let (status, body) = call_as(
+        &host,
+        Some(&owner),
+        "POST",
+        "/v1/secrets/stripe/grants",
+        Some(&grant),
+    );
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["secret"]["grants"][0]["plugin"], "fetch", "{body}");
+
+    // Granted, the deployer's workflow deploys and its step reads it.
+    let (status, body) = send_as(&host, &deployer, "/v1/workflows", "application/yaml", flow);
+    assert_eq!(status, 201, "{body}");
+    let (status, body) = start(&host, &operator, "steal", None);
+    assert_eq!(status, 201, "{body}");
+    let id = body["id"].as_str().unwrap().to_owned();
+    let run = wait_run(&host, &deployer, &id, |r| r["run"]["state"] == "succeeded");
+    assert_eq!(output(&run, "take")["secret_length"], value.len(), "{run}");
+
+    // A new build of the plugin, by the deployer, is not granted: the
+    // runs that pick it up are refused the secret.
+    let (status, body) = send_as(
+        &host,
+        &deployer,
+        "/v1/plugins",
+        "application/wasm",
+        &rebuilt(guest_bytes("fetch")),
+    );
+    assert_eq!(status, 201, "{body}");
+    let (status, body) = start(&host, &operator, "steal", None);
+    assert_eq!(status, 201, "{body}");
+    let id = body["id"].as_str().unwrap().to_owned();
+    let run = wait_run(&host, &deployer, &id, |r| r["run"]["state"] == "failed");
+    assert!(run.to_string().contains("secret_not_granted"), "{run:#}");
+    assert!(!run.to_string().contains(value), "{run:#}");
+
+    // Revoked, the first build is refused too; the audit log names both.
+    let (status, body) = call_as(
+        &host,
+        Some(&owner),
+        "DELETE",
+        "/v1/secrets/stripe/grants/fetch",
+        None,
+    );
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["secret"]["grants"], json!([]), "{body}");
+    let (_, audit) = call_as(&host, Some(&owner), "GET", "/v1/audit", None);
+    let audit = audit.to_string();
+    assert!(
+        audit.contains("secret.grant") && audit.contains("secret.revoke"),
+        "{audit}"
+    );
 }

@@ -364,12 +364,17 @@ impl WasmRunner {
         };
         let tenant = call.context.tenant.as_str();
         let mut secrets = Secrets::default();
+        let digest = plugin.digest().to_string();
         for name in &call.secrets {
-            match self.vault.get(tenant, name) {
+            match self.vault.get(tenant, name, (&plugin.meta().name, &digest)) {
                 Ok(value) => secrets.grant(name.clone(), value),
                 Err(e) => {
+                    let code = match e {
+                        SecretError::NotGranted { .. } => "secret_not_granted",
+                        _ => "secrets",
+                    };
                     return StepOutcome::of(Err(ErrorRecord {
-                        code: "secrets".to_owned(),
+                        code: code.to_owned(),
                         message: e.to_string(),
                         retryable: matches!(e, SecretError::Store(_)),
                         details: None,

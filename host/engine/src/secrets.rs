@@ -48,6 +48,19 @@ pub enum SecretError {
     /// tenant or name.
     #[error("secret `{0}` does not open: its stored form is damaged or was moved")]
     Damaged(String),
+    /// The secret is not granted to the component that asks for it.
+    #[error(
+        "secret `{name}` is not granted to plugin `{plugin}` ({digest}); a tenant owner \
+         grants it with `weft secrets grant {name} --plugin {plugin}`, or deploys the workflow"
+    )]
+    NotGranted {
+        /// The secret.
+        name: String,
+        /// The plugin's name, as the tenant writes it.
+        plugin: String,
+        /// The component's digest.
+        digest: String,
+    },
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -231,16 +244,31 @@ impl Vault {
             name: name.to_owned(),
             sealed: self.keys()?.seal(tenant, name, value)?,
             updated_at: now,
+            grants: Vec::new(),
         })
     }
 
-    /// `tenant`'s secret `name`, opened; `None` if it has none by that
-    /// name.
-    pub fn get(&self, tenant: &str, name: &str) -> Result<Option<String>, SecretError> {
-        match self.store.secret(tenant, name)? {
-            None => Ok(None),
-            Some(record) => self.keys()?.open(tenant, name, &record.sealed).map(Some),
+    /// `tenant`'s secret `name`, opened for a step of `plugin` (its name
+    /// and component digest); `None` if it has none by that name, and
+    /// [`SecretError::NotGranted`] unless it is granted to that component.
+    pub fn get(
+        &self,
+        tenant: &str,
+        name: &str,
+        plugin: (&str, &str),
+    ) -> Result<Option<String>, SecretError> {
+        let Some(record) = self.store.secret(tenant, name)? else {
+            return Ok(None);
+        };
+        let (plugin, digest) = plugin;
+        if !record.granted_to(digest) {
+            return Err(SecretError::NotGranted {
+                name: name.to_owned(),
+                plugin: weft_core::tenant::bare(plugin).to_owned(),
+                digest: digest.to_owned(),
+            });
         }
+        self.keys()?.open(tenant, name, &record.sealed).map(Some)
     }
 
     /// `record` sealed again under the current key, if an earlier key
@@ -259,6 +287,7 @@ impl Vault {
             name: record.name.clone(),
             sealed: keys.seal(tenant, &record.name, &value)?,
             updated_at: record.updated_at,
+            grants: record.grants.clone(),
         }))
     }
 }

@@ -9,7 +9,7 @@ use weft_core::clock::Clock;
 use weft_engine::Engine;
 use weft_engine::plugins::ResolveError;
 use weft_model::{self as model, DefinitionError, Format, Workflow, WorkflowDir};
-use weft_store::{DefinitionRecord, DeploymentRecord, Store, StoreError, Write};
+use weft_store::{AccessWrite, DefinitionRecord, DeploymentRecord, Store, StoreError, Write};
 
 /// The workflows a server serves, deployable while it runs. Every
 /// deployment is a new version of its workflow, numbered and recorded in the
@@ -77,6 +77,24 @@ pub enum DeployError {
         /// The store.
         store: String,
     },
+    /// A step names a secret that is not granted to its plugin, and the
+    /// deployer may not grant it.
+    #[error(
+        "{at}step `{step}`: secret `{secret}` is not granted to plugin `{plugin}` ({digest}); \
+         a tenant owner grants it (`weft secrets grant {secret} --plugin {plugin}`) or deploys the workflow"
+    )]
+    SecretNotGranted {
+        /// Where the step is (`SOURCE:LINE: `), or empty.
+        at: String,
+        /// The step's id.
+        step: String,
+        /// The secret.
+        secret: String,
+        /// The plugin, as the tenant names it.
+        plugin: String,
+        /// The component's digest.
+        digest: String,
+    },
     /// The store failed.
     #[error(transparent)]
     Store(StoreError),
@@ -108,6 +126,9 @@ pub struct Deployed {
     /// False when the definition was the one served already (nothing was
     /// recorded).
     pub created: bool,
+    /// The secrets granted by this deployment (an owner's), each with the
+    /// plugin granted it.
+    pub granted: Vec<(String, weft_store::SecretGrant)>,
 }
 
 impl Deployments {
@@ -237,6 +258,7 @@ impl Deployments {
             return Ok(Deployed {
                 record: head.clone(),
                 created: false,
+                granted: Vec::new(),
             });
         }
         let record = self.record(&workflow, "api", self.clock.now(), head.as_ref())?;
@@ -246,15 +268,18 @@ impl Deployments {
         Ok(Deployed {
             record,
             created: true,
+            granted: Vec::new(),
         })
     }
 
     /// Deploys the definition `text` sent by a client of `tenant`, after
     /// checking it as a run would: it parses, every plugin it `uses:`
     /// resolves in `engine`'s registry for the tenant, and every `subflow`
-    /// names a workflow of the tenant served here (or itself). Then its
-    /// cron triggers are brought in line. Durable when it returns.
-    /// Blocking.
+    /// names a workflow of the tenant served here (or itself). Every secret
+    /// a step names must be granted to the component its plugin resolves
+    /// to now; with `owner` (the caller may own the tenant's secrets) the
+    /// deployment grants it, else it is refused. Then its cron triggers
+    /// are brought in line. Durable when it returns. Blocking.
     pub fn deploy_checked(
         &self,
         engine: &Engine,
@@ -262,6 +287,7 @@ impl Deployments {
         text: &str,
         format: Format,
         source: &str,
+        owner: bool,
     ) -> Result<Deployed, DeployError> {
         let workflow = model::parse(text, format, source).map_err(DeployError::Invalid)?;
         if let Some(store) =
@@ -273,6 +299,7 @@ impl Deployments {
             });
         }
         let served = self.current();
+        let mut grants: Vec<(String, weft_store::SecretGrant)> = Vec::new();
         for step in workflow.all_steps() {
             let at = match step.line {
                 Some(line) => format!("{source}:{line}: "),
@@ -297,6 +324,34 @@ impl Deployments {
                         message,
                     });
                 }
+                for secret in &call.secrets {
+                    let digest = plugin.digest().to_string();
+                    let record = self
+                        .store
+                        .secret(tenant, secret)
+                        .map_err(DeployError::Store)?;
+                    // A secret not set yet is read as absent by the step.
+                    if record.is_none_or(|r| r.granted_to(&digest)) {
+                        continue;
+                    }
+                    let name = &plugin.meta().name;
+                    if !owner {
+                        return Err(DeployError::SecretNotGranted {
+                            at,
+                            step: step.id.clone(),
+                            secret: secret.clone(),
+                            plugin: weft_core::tenant::bare(name).to_owned(),
+                            digest,
+                        });
+                    }
+                    grants.push((
+                        secret.clone(),
+                        weft_store::SecretGrant {
+                            plugin: name.clone(),
+                            digest,
+                        },
+                    ));
+                }
             }
             if let Some(subflow) = step.subflow()
                 && subflow.workflow != workflow.id
@@ -315,7 +370,30 @@ impl Deployments {
         let origin = format!("{} (deployed)", workflow.id);
         let mut workflow = model::parse(text, format, &origin).map_err(DeployError::Invalid)?;
         workflow.id = weft_core::tenant::qualify(tenant, &workflow.id);
-        let deployed = self.deploy(workflow).map_err(DeployError::Store)?;
+        grants.dedup();
+        let writes: Vec<Write> = grants
+            .iter()
+            .map(|(secret, grant)| {
+                Write::Access(AccessWrite::GrantSecret {
+                    tenant: tenant.to_owned(),
+                    name: secret.clone(),
+                    grant: grant.clone(),
+                    revoke: false,
+                })
+            })
+            .collect();
+        if !writes.is_empty() {
+            let refs: Vec<&Write> = writes.iter().collect();
+            for answer in self.store.apply(&refs).map_err(DeployError::Store)? {
+                // A secret deleted meanwhile is left for the step to miss.
+                match answer {
+                    Ok(()) | Err(StoreError::NotFound(_)) => {}
+                    Err(e) => return Err(DeployError::Store(e)),
+                }
+            }
+        }
+        let mut deployed = self.deploy(workflow).map_err(DeployError::Store)?;
+        deployed.granted = grants;
         engine
             .sync_schedules(&self.current())
             .map_err(DeployError::Store)?;

@@ -255,6 +255,29 @@ pub struct SecretRecord {
     pub sealed: Vec<u8>,
     /// When it was last set.
     pub updated_at: Timestamp,
+    /// The plugins (exact components) whose steps may read it. A step of
+    /// any other component is refused the secret, so a tenant's deployer
+    /// cannot read it through a plugin of its own. Setting a secret again
+    /// keeps its grants.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub grants: Vec<SecretGrant>,
+}
+
+/// A plugin granted a secret: its name and the digest of the component.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SecretGrant {
+    /// The plugin's name, qualified by its tenant (`acme/charge`), or bare
+    /// for a shared one.
+    pub plugin: String,
+    /// The component's digest (`sha256:...`).
+    pub digest: String,
+}
+
+impl SecretRecord {
+    /// Whether the component with `digest` may read this secret.
+    pub fn granted_to(&self, digest: &str) -> bool {
+        self.grants.iter().any(|g| g.digest == digest)
+    }
 }
 
 /// A change to the tenants, tokens, secrets or audit tables.
@@ -288,7 +311,8 @@ pub enum AccessWrite {
         new: bool,
     },
     /// Stores a tenant's secret, sealed (encrypted) by the engine: the
-    /// store never sees its value.
+    /// store never sees its value. The grants of a secret stored already
+    /// are kept, whatever `record` says.
     PutSecret {
         /// The tenant.
         tenant: String,
@@ -296,6 +320,21 @@ pub enum AccessWrite {
         name: String,
         /// The encoded [`SecretRecord`].
         record: Vec<u8>,
+    },
+    /// Grants a tenant's secret to a plugin's component, or with `revoke`
+    /// takes back every grant of that plugin's name (`grant.digest` is then
+    /// not read); refused with
+    /// [`StoreError::NotFound`](crate::StoreError::NotFound) if it has no
+    /// secret by that name.
+    GrantSecret {
+        /// The tenant.
+        tenant: String,
+        /// The secret's name.
+        name: String,
+        /// The plugin.
+        grant: SecretGrant,
+        /// Whether to take grants back instead.
+        revoke: bool,
     },
     /// Removes a tenant's secret; refused with
     /// [`StoreError::NotFound`](crate::StoreError::NotFound) if it has none

@@ -17,7 +17,8 @@ pub mod snapshots;
 mod write;
 
 pub use self::access::{
-    AccessWrite, AuditRecord, Quota, Right, Role, SecretRecord, TenantRecord, TokenRecord,
+    AccessWrite, AuditRecord, Quota, Right, Role, SecretGrant, SecretRecord, TenantRecord,
+    TokenRecord,
 };
 pub use self::group::{Done, GroupCommit, Held, SHARED_BATCH};
 pub use self::lease::{HostRecord, Lease};

@@ -174,6 +174,34 @@ pub enum SecretsCommand {
         #[command(flatten)]
         server: ServerArg,
     },
+    /// Let the steps of a plugin read a secret: the component the plugin
+    /// reference resolves to now (a later build needs a grant again, or a
+    /// deployment by an owner). A tenant owner's.
+    Grant {
+        /// The secret's name.
+        name: String,
+        /// The plugin: `name`, `name@version` or `name@sha256:<hex>`.
+        #[arg(long)]
+        plugin: String,
+        /// The tenant. [default: the caller's]
+        #[arg(long)]
+        tenant: Option<String>,
+        #[command(flatten)]
+        server: ServerArg,
+    },
+    /// Take back every grant of a secret to a plugin.
+    Revoke {
+        /// The secret's name.
+        name: String,
+        /// The plugin's name.
+        #[arg(long)]
+        plugin: String,
+        /// The tenant. [default: the caller's]
+        #[arg(long)]
+        tenant: Option<String>,
+        #[command(flatten)]
+        server: ServerArg,
+    },
     /// After a key rotation (the new key as --secrets-key-file, the old one
     /// as --secrets-previous-key-file on the server): seal every secret of
     /// the tenant again under the new key.
@@ -515,6 +543,23 @@ pub fn audit(data_dir: &Path, args: AuditArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// `weft secrets`.
+/// The plugins a secret (as answered) is granted to, one line each.
+fn print_grants(secret: &serde_json::Value) -> anyhow::Result<()> {
+    let empty = Vec::new();
+    let grants = secret["grants"].as_array().unwrap_or(&empty);
+    if grants.is_empty() {
+        out!("  (no plugin may read it)");
+    }
+    for grant in grants {
+        out!(
+            "  {} {}",
+            grant["plugin"].as_str().unwrap_or_default(),
+            grant["digest"].as_str().unwrap_or_default()
+        );
+    }
+    Ok(())
+}
+
 pub fn secrets(data_dir: &Path, command: SecretsCommand) -> anyhow::Result<ExitCode> {
     let scoped = |path: String, tenant: &Option<String>| match tenant {
         Some(tenant) => format!("{path}?tenant={tenant}"),
@@ -574,6 +619,7 @@ pub fn secrets(data_dir: &Path, command: SecretsCommand) -> anyhow::Result<ExitC
                         secret["name"].as_str().unwrap_or_default(),
                         secret["updated_at"].as_str().unwrap_or_default()
                     );
+                    print_grants(secret)?;
                 }
                 Ok(())
             },
@@ -591,6 +637,38 @@ pub fn secrets(data_dir: &Path, command: SecretsCommand) -> anyhow::Result<ExitC
             |_| {
                 out!("secret {name} deleted");
                 Ok(())
+            },
+        ),
+        SecretsCommand::Grant {
+            name,
+            plugin,
+            tenant,
+            server,
+        } => ask(
+            data_dir,
+            server,
+            "POST",
+            &scoped(format!("/v1/secrets/{name}/grants"), &tenant),
+            Some(serde_json::json!({ "plugin": plugin })),
+            |answer| {
+                out!("secret {name} granted to:");
+                print_grants(&answer["secret"])
+            },
+        ),
+        SecretsCommand::Revoke {
+            name,
+            plugin,
+            tenant,
+            server,
+        } => ask(
+            data_dir,
+            server,
+            "DELETE",
+            &scoped(format!("/v1/secrets/{name}/grants/{plugin}"), &tenant),
+            None,
+            |answer| {
+                out!("secret {name} granted to:");
+                print_grants(&answer["secret"])
             },
         ),
         SecretsCommand::Reseal { tenant, server } => ask(

@@ -246,6 +246,14 @@ impl Checker<'_> {
 }
 
 /// Parses `name`, `name@<semver requirement>` or `name@sha256:<64 hex>`.
+impl PluginRef {
+    /// A reference as `uses:` takes it: `name`, `name@1.2` or
+    /// `name@sha256:<hex>`.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        parse_plugin_ref(text)
+    }
+}
+
 pub(crate) fn parse_plugin_ref(text: &str) -> Result<PluginRef, String> {
     let (name, version) = match text.split_once('@') {
         Some((name, version)) => (name, Some(version)),

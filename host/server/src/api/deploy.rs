@@ -208,14 +208,24 @@ pub(super) async fn deploy_workflow(
     let deployments = Arc::clone(&api.workflows);
     let text = text.to_owned();
     let tenant = caller.tenant.clone();
+    let owner = caller.role.grants(Right::Own);
     let deployed = blocking(move || {
         let quota = super::quota_of(engine.store().as_ref(), &tenant)?;
         within_ceilings(&quota, &tenant, &text, format)?;
         deployments
-            .deploy_checked(&engine, &tenant, &text, format, "request body")
+            .deploy_checked(&engine, &tenant, &text, format, "request body", owner)
             .map_err(deploy_error)
     })
     .await??;
+    for (secret, grant) in &deployed.granted {
+        api.audit(
+            &caller,
+            "secret.grant",
+            secret,
+            json!({ "plugin": tenant::bare(&grant.plugin), "digest": grant.digest, "by": "deploy" }),
+        )
+        .await;
+    }
     if deployed.created {
         api.audit(
             &caller,
@@ -294,6 +304,7 @@ fn deploy_error(error: DeployError) -> ApiError {
         DeployError::UnknownSnapshot { .. } => {
             (StatusCode::UNPROCESSABLE_ENTITY, "unknown_snapshot")
         }
+        DeployError::SecretNotGranted { .. } => (StatusCode::FORBIDDEN, "secret_not_granted"),
         DeployError::Store(e) => return ApiError::from(e),
     };
     ApiError::new(status, code, error.to_string())

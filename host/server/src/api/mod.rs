@@ -185,6 +185,11 @@ fn routes() -> Vec<(&'static str, MethodRouter<Api>)> {
             "/v1/secrets/{name}",
             axum::routing::put(secrets::set_secret).delete(secrets::delete_secret),
         ),
+        ("/v1/secrets/{name}/grants", post(secrets::grant_secret)),
+        (
+            "/v1/secrets/{name}/grants/{plugin}",
+            axum::routing::delete(secrets::revoke_secret),
+        ),
         ("/v1/audit", get(tenancy::list_audit)),
         ("/v1/snapshots", get(snapshots::list)),
         (

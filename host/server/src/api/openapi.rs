@@ -408,7 +408,7 @@ fn tenancy_paths() -> Value {
                     "post": { "summary": "Revoke a token: it stops working at once, open streams included", "parameters": [path_param("id", "the token's id")], "responses": responses(("200", "`{\"token\"}`"), &[("404", "unknown_token")]) }
                 },
                 "/v1/secrets": {
-                    "get": { "summary": "The tenant's secrets: names and when each was set, never values (an owner's; an admin's for any tenant)", "parameters": [query_param("tenant", "another tenant (an admin's)", "string")], "responses": responses(("200", "`{\"secrets\": [{name, updated_at}]}`"), &[("404", "unknown_tenant")]) }
+                    "get": { "summary": "The tenant's secrets: names and when each was set, never values (an owner's; an admin's for any tenant)", "parameters": [query_param("tenant", "another tenant (an admin's)", "string")], "responses": responses(("200", "`{\"secrets\": [{name, updated_at, grants}]}`"), &[("404", "unknown_tenant")]) }
                 },
                 "/v1/secrets/reseal": {
                     "post": { "summary": "Seal every secret sealed under an earlier key again under the current one, after a key rotation", "parameters": [query_param("tenant", "another tenant (an admin's)", "string")], "responses": responses(("200", "`{\"resealed\", \"secrets\"}`"), &[("404", "unknown_tenant"), ("503", "no_secrets_key")]) }
@@ -421,6 +421,17 @@ fn tenancy_paths() -> Value {
                         "responses": responses(("200", "`{\"secret\": {name, updated_at}}`"), &[("400", "invalid_request"), ("404", "unknown_tenant"), ("503", "no_secrets_key")])
                     },
                     "delete": { "summary": "Delete a secret", "parameters": [path_param("name", "the secret's name"), query_param("tenant", "another tenant (an admin's)", "string")], "responses": responses(("200", "`{\"deleted\"}`"), &[("404", "unknown_secret")]) }
+                },
+                "/v1/secrets/{name}/grants": {
+                    "post": {
+                        "summary": "Grant a secret to the component a plugin reference resolves to now: only that component's steps read it (an owner's)",
+                        "parameters": [path_param("name", "the secret's name"), query_param("tenant", "another tenant (an admin's)", "string")],
+                        "requestBody": body(json!({ "type": "object", "required": ["plugin"], "additionalProperties": false, "properties": { "plugin": { "type": "string", "description": "name, name@version or name@sha256:<hex>" } } })),
+                        "responses": responses(("200", "`{\"secret\": {name, updated_at, grants}}`"), &[("400", "invalid_request"), ("404", "unknown_secret"), ("422", "unresolved_plugin")])
+                    }
+                },
+                "/v1/secrets/{name}/grants/{plugin}": {
+                    "delete": { "summary": "Take back every grant of a secret to a plugin (an owner's)", "parameters": [path_param("name", "the secret's name"), path_param("plugin", "the plugin's name"), query_param("tenant", "another tenant (an admin's)", "string")], "responses": responses(("200", "`{\"secret\": {name, updated_at, grants}}`"), &[("404", "unknown_secret")]) }
                 },
                 "/v1/audit": {
                     "get": { "summary": "The tenant's audit log, newest first (an owner's)", "parameters": [query_param("limit", "at most this many (default 100)", "integer")], "responses": responses(("200", "`{\"audit\": [{at, tenant, actor, action, object, detail}]}`"), &[("400", "invalid_request")]) }

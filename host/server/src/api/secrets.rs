@@ -14,8 +14,11 @@ use serde_json::{Value, json};
 
 use super::tenancy::apply;
 use super::{Api, ApiError, Caller, blocking};
+use weft_core::tenant;
 use weft_engine::SecretError;
-use weft_store::{AccessWrite, Right, Role, StoreError, What, Write};
+use weft_store::{
+    AccessWrite, Right, Role, SecretGrant, SecretRecord, Store, StoreError, What, Write,
+};
 
 /// The largest value a secret may have.
 const MAX_VALUE: usize = 64 << 10;
@@ -33,6 +36,12 @@ pub(super) struct SetSecret {
     value: String,
 }
 
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct GrantSecret {
+    plugin: String,
+}
+
 /// The tenant a request acts on: its own, or (an admin's) the one it
 /// names.
 fn tenant_of(caller: &Caller, scope: Scope) -> Result<String, ApiError> {
@@ -48,6 +57,16 @@ fn tenant_of(caller: &Caller, scope: Scope) -> Result<String, ApiError> {
         Some(tenant) => Ok(tenant),
         None => Ok(caller.tenant.clone()),
     }
+}
+
+/// A secret as answered: never its value.
+fn shown(secret: &SecretRecord) -> Value {
+    let grants: Vec<Value> = secret
+        .grants
+        .iter()
+        .map(|g| json!({ "plugin": tenant::bare(&g.plugin), "digest": g.digest }))
+        .collect();
+    json!({ "name": secret.name, "updated_at": secret.updated_at, "grants": grants })
 }
 
 fn secret_error(error: SecretError) -> ApiError {
@@ -76,10 +95,7 @@ pub(super) async fn list_secrets(
     let tenant = tenant_of(&caller, scope)?;
     let store = Arc::clone(api.engine.store());
     let secrets = blocking(move || store.secrets(&tenant)).await??;
-    let shown: Vec<Value> = secrets
-        .iter()
-        .map(|s| json!({ "name": s.name, "updated_at": s.updated_at }))
-        .collect();
+    let shown: Vec<Value> = secrets.iter().map(shown).collect();
     Ok(Json(json!({ "secrets": shown })))
 }
 
@@ -172,6 +188,138 @@ pub(super) async fn delete_secret(
     api.audit(&audited, "secret.delete", &name, Value::Null)
         .await;
     Ok((StatusCode::OK, Json(json!({ "deleted": name }))))
+}
+
+/// `POST /v1/secrets/{name}/grants` with `{"plugin": "name[@version]"}`:
+/// lets the steps of the component that reference resolves to now read
+/// the secret. Only an owner grants: a deployer's workflow that names a
+/// secret is refused unless its plugin was granted it.
+pub(super) async fn grant_secret(
+    State(api): State<Api>,
+    Extension(caller): Extension<Caller>,
+    Path(name): Path<String>,
+    scope: Result<Query<Scope>, QueryRejection>,
+    body: Result<Json<GrantSecret>, JsonRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let Query(scope) = scope?;
+    let tenant = tenant_of(&caller, scope)?;
+    let Json(GrantSecret { plugin }) = body?;
+    let reference = weft_model::PluginRef::parse(&plugin)
+        .map_err(|m| ApiError::bad_request(format!("plugin: {m}")))?;
+    let engine = Arc::clone(&api.engine);
+    let asked = tenant.clone();
+    let secret = name.clone();
+    let (grant, record) = blocking(move || {
+        let component = engine
+            .plugins()
+            .resolve_in(&asked, &reference)
+            .map_err(|e| {
+                ApiError::new(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "unresolved_plugin",
+                    e.to_string(),
+                )
+            })?;
+        let grant = SecretGrant {
+            plugin: component.meta().name.clone(),
+            digest: component.digest().to_string(),
+        };
+        let store = engine.store();
+        let write = AccessWrite::GrantSecret {
+            tenant: asked.clone(),
+            name: secret.clone(),
+            grant: grant.clone(),
+            revoke: false,
+        };
+        granted(store.as_ref(), write, &secret)?;
+        let record = store
+            .secret(&asked, &secret)?
+            .ok_or_else(|| unknown_secret(&secret))?;
+        Ok::<_, ApiError>((grant, record))
+    })
+    .await??;
+    let mut audited = caller.clone();
+    audited.tenant = tenant;
+    api.audit(
+        &audited,
+        "secret.grant",
+        &name,
+        json!({ "plugin": tenant::bare(&grant.plugin), "digest": grant.digest }),
+    )
+    .await;
+    Ok(Json(json!({ "secret": shown(&record) })))
+}
+
+/// `DELETE /v1/secrets/{name}/grants/{plugin}`: takes back every grant of
+/// the secret to plugin `plugin` (any of its components).
+pub(super) async fn revoke_secret(
+    State(api): State<Api>,
+    Extension(caller): Extension<Caller>,
+    Path((name, plugin)): Path<(String, String)>,
+    scope: Result<Query<Scope>, QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let Query(scope) = scope?;
+    let tenant = tenant_of(&caller, scope)?;
+    let store = Arc::clone(api.engine.store());
+    let asked = tenant.clone();
+    let secret = name.clone();
+    let named = plugin.clone();
+    let record = blocking(move || {
+        let record = store
+            .secret(&asked, &secret)?
+            .ok_or_else(|| unknown_secret(&secret))?;
+        // The grant names the plugin as it was resolved: the tenant's own
+        // qualified, a shared one bare.
+        let Some(plugin) = record
+            .grants
+            .iter()
+            .map(|g| g.plugin.clone())
+            .find(|p| tenant::bare(p) == named || *p == named)
+        else {
+            return Ok(record);
+        };
+        let write = AccessWrite::GrantSecret {
+            tenant: asked.clone(),
+            name: secret.clone(),
+            grant: SecretGrant {
+                plugin,
+                digest: String::new(),
+            },
+            revoke: true,
+        };
+        granted(store.as_ref(), write, &secret)?;
+        store
+            .secret(&asked, &secret)?
+            .ok_or_else(|| unknown_secret(&secret))
+    })
+    .await??;
+    let mut audited = caller.clone();
+    audited.tenant = tenant;
+    api.audit(
+        &audited,
+        "secret.revoke",
+        &name,
+        json!({ "plugin": plugin }),
+    )
+    .await;
+    Ok(Json(json!({ "secret": shown(&record) })))
+}
+
+fn unknown_secret(name: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "unknown_secret",
+        format!("no {}", What::Secret(name.to_owned())),
+    )
+}
+
+/// Applies a grant or a revocation of secret `name`.
+fn granted(store: &dyn Store, write: AccessWrite, name: &str) -> Result<(), ApiError> {
+    match apply(store, write) {
+        Ok(()) => Ok(()),
+        Err(StoreError::NotFound(_)) => Err(unknown_secret(name)),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// `POST /v1/secrets/reseal`: seals every secret of the tenant sealed

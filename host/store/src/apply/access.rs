@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use super::Apply;
-use crate::rows::{Key, Table};
-use crate::{AccessWrite, StoreError, What};
+use crate::rows::{Key, Table, decode};
+use crate::{AccessWrite, SecretRecord, StoreError, What};
 
 impl Apply<'_> {
     pub(super) fn access(
@@ -42,8 +42,37 @@ impl Apply<'_> {
                 name,
                 record,
             } => {
+                let key = Key::StrStr(tenant, name);
+                let kept = match self.rows.get(Table::Secrets, key)? {
+                    Some(old) => {
+                        let old: SecretRecord = decode(What::Secret(name.clone()), &old)?;
+                        let mut new: SecretRecord = decode(What::Secret(name.clone()), record)?;
+                        new.grants = old.grants;
+                        Some(crate::encode(&new))
+                    }
+                    None => None,
+                };
                 self.rows
-                    .put(Table::Secrets, Key::StrStr(tenant, name), record)?;
+                    .put(Table::Secrets, key, kept.as_deref().unwrap_or(record))?;
+            }
+            AccessWrite::GrantSecret {
+                tenant,
+                name,
+                grant,
+                revoke,
+            } => {
+                let key = Key::StrStr(tenant, name);
+                let Some(old) = self.rows.get(Table::Secrets, key)? else {
+                    return Ok(Err(StoreError::NotFound(What::Secret(name.clone()))));
+                };
+                let mut secret: SecretRecord = decode(What::Secret(name.clone()), &old)?;
+                if *revoke {
+                    secret.grants.retain(|g| g.plugin != grant.plugin);
+                } else if !secret.granted_to(&grant.digest) {
+                    secret.grants.push(grant.clone());
+                }
+                self.rows
+                    .put(Table::Secrets, key, &crate::encode(&secret))?;
             }
             AccessWrite::DeleteSecret { tenant, name } => {
                 if !self
