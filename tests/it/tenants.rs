@@ -1757,6 +1757,16 @@ fn a_deployer_reads_no_secret_an_owner_did_not_grant_to_its_plugin() {
             .contains("weft secrets grant stripe --plugin fetch"),
         "{body}"
     );
+    // An owner's deployment grants no build a deployer uploaded.
+    let (status, body) = send_as(&host, &owner, "/v1/workflows", "application/yaml", flow);
+    assert_eq!(status, 403, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("a deployer uploaded this build"),
+        "{body}"
+    );
     // Granting is an owner's.
     let grant = json!({ "plugin": "fetch" });
     let (status, body) = call_as(

@@ -50,8 +50,8 @@ pub enum SecretError {
     Damaged(String),
     /// The secret is not granted to the component that asks for it.
     #[error(
-        "secret `{name}` is not granted to plugin `{plugin}` ({digest}); a tenant owner \
-         grants it with `weft secrets grant {name} --plugin {plugin}`, or deploys the workflow"
+        "secret `{name}` is not granted to plugin `{plugin}@{digest}`; a tenant owner \
+         grants that build with `weft secrets grant {name} --plugin {plugin}@{digest}`"
     )]
     NotGranted {
         /// The secret.
@@ -264,7 +264,7 @@ impl Vault {
         if !record.granted_to(digest) {
             return Err(SecretError::NotGranted {
                 name: name.to_owned(),
-                plugin: weft_core::tenant::bare(plugin).to_owned(),
+                plugin: plugin.to_owned(),
                 digest: digest.to_owned(),
             });
         }

@@ -269,6 +269,23 @@ fn compile_node(value: &Value, path: &str) -> Result<Node, String> {
 /// Splits `text` into literal text and `${{ }}` expressions. The end of an
 /// expression is the first `}}` outside string literals and outside braces
 /// the expression opened, so map literals may nest.
+/// The parser's errors as one line. Written here rather than by their
+/// `Display`, which panics on an error without a column (one past the
+/// parser's recursion limit has none).
+fn parse_errors(errors: &cel::ParseErrors) -> String {
+    let shown: Vec<String> = errors
+        .errors
+        .iter()
+        .map(|e| match e.pos {
+            (line, column) if line > 0 && column >= 0 => {
+                format!("{line}:{}: {}", column + 1, e.msg)
+            }
+            _ => e.msg.clone(),
+        })
+        .collect();
+    shown.join("; ")
+}
+
 fn compile_string(text: &str, path: &str) -> Result<Node, String> {
     let mut pieces = Vec::new();
     let mut rest = text;
@@ -284,8 +301,10 @@ fn compile_string(text: &str, path: &str) -> Result<Node, String> {
             return Err(format!("{path}: empty expression `${{{{ }}}}`"));
         }
         let program = Program::compile(source).map_err(|e| {
-            let detail = e.to_string().replace('\n', "; ");
-            format!("{path}: `{source}` is not a valid CEL expression: {detail}")
+            format!(
+                "{path}: `{source}` is not a valid CEL expression: {}",
+                parse_errors(&e)
+            )
         })?;
         pieces.push(Piece::Expr(Expression {
             source: source.to_owned(),

@@ -78,22 +78,15 @@ pub enum DeployError {
         store: String,
     },
     /// A step names a secret that is not granted to its plugin, and the
-    /// deployer may not grant it.
-    #[error(
-        "{at}step `{step}`: secret `{secret}` is not granted to plugin `{plugin}` ({digest}); \
-         a tenant owner grants it (`weft secrets grant {secret} --plugin {plugin}`) or deploys the workflow"
-    )]
+    /// deployment may not grant it.
+    #[error("{at}step `{step}`: {message}")]
     SecretNotGranted {
         /// Where the step is (`SOURCE:LINE: `), or empty.
         at: String,
         /// The step's id.
         step: String,
-        /// The secret.
-        secret: String,
-        /// The plugin, as the tenant names it.
-        plugin: String,
-        /// The component's digest.
-        digest: String,
+        /// Which secret, which build, why, and how an owner grants it.
+        message: String,
     },
     /// The store failed.
     #[error(transparent)]
@@ -335,13 +328,27 @@ impl Deployments {
                         continue;
                     }
                     let name = &plugin.meta().name;
-                    if !owner {
+                    let qualified = weft_core::tenant::qualify(tenant, name);
+                    let vouched = engine.plugins().list().iter().any(|r| {
+                        r.digest == digest
+                            && (r.name == qualified || r.name == *name)
+                            && r.vouched()
+                    });
+                    if !owner || !vouched {
+                        let why = if owner {
+                            " (a deployer uploaded this build: a deployment grants only \
+                             builds an owner uploaded)"
+                        } else {
+                            ""
+                        };
                         return Err(DeployError::SecretNotGranted {
                             at,
                             step: step.id.clone(),
-                            secret: secret.clone(),
-                            plugin: weft_core::tenant::bare(name).to_owned(),
-                            digest,
+                            message: format!(
+                                "secret `{secret}` is not granted to plugin `{name}@{digest}`{why}; \
+                                 a tenant owner grants that build with \
+                                 `weft secrets grant {secret} --plugin {name}@{digest}`"
+                            ),
                         });
                     }
                     grants.push((

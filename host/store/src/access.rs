@@ -266,8 +266,9 @@ pub struct SecretRecord {
 /// A plugin granted a secret: its name and the digest of the component.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SecretGrant {
-    /// The plugin's name, qualified by its tenant (`acme/charge`), or bare
-    /// for a shared one.
+    /// The plugin's name, as the component describes itself (the same for
+    /// a tenant's own plugin and a shared one: the digest tells them
+    /// apart).
     pub plugin: String,
     /// The component's digest (`sha256:...`).
     pub digest: String,

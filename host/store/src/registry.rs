@@ -58,6 +58,21 @@ pub struct PluginRecord {
     pub output_schema: Option<Value>,
     /// When it was last added (adding the same bytes again refreshes it).
     pub added_at: Timestamp,
-    /// How it came: `file:<path>` or `api`.
+    /// How it came: `file:<path>`, `api` (a deployer's upload) or
+    /// [`BY_OWNER`](Self::BY_OWNER).
     pub origin: String,
+}
+
+impl PluginRecord {
+    /// The origin of a build uploaded by a tenant owner or an admin.
+    pub const BY_OWNER: &str = "api:owner";
+
+    /// Whether an owner, an admin or the host's operator brought this
+    /// build: a shared plugin (only an admin publishes one), a file of the
+    /// plugins directory, or an owner's upload.
+    pub fn vouched(&self) -> bool {
+        weft_core::tenant::of(&self.name) == weft_core::tenant::DEFAULT
+            || self.origin.starts_with("file:")
+            || self.origin == Self::BY_OWNER
+    }
 }

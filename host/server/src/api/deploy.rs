@@ -222,7 +222,7 @@ pub(super) async fn deploy_workflow(
             &caller,
             "secret.grant",
             secret,
-            json!({ "plugin": tenant::bare(&grant.plugin), "digest": grant.digest, "by": "deploy" }),
+            json!({ "plugin": grant.plugin, "digest": grant.digest, "by": "deploy" }),
         )
         .await;
     }
@@ -360,6 +360,13 @@ pub(super) async fn add_plugin(
     }
     let engine = Arc::clone(&api.engine);
     let tenant = caller.tenant.clone();
+    // Who vouches for the build: an owner's deployment grants secrets only
+    // to builds an owner (or an admin, or the host's files) brought.
+    let origin = if caller.role.grants(Right::Own) {
+        weft_store::PluginRecord::BY_OWNER
+    } else {
+        "api"
+    };
     let (record, existed) = blocking(move || {
         let digest = weft_runtime::Digest::of(&body).to_string();
         let own: Vec<_> = engine
@@ -394,7 +401,7 @@ pub(super) async fn add_plugin(
         }
         engine
             .plugins()
-            .add_for(&tenant, &body, "api")
+            .add_for(&tenant, &body, origin)
             .map(|(_, record)| (record, existed))
             .map_err(|e| {
                 ApiError::new(

@@ -431,7 +431,7 @@ fn tenancy_paths() -> Value {
                     }
                 },
                 "/v1/secrets/{name}/grants/{plugin}": {
-                    "delete": { "summary": "Take back every grant of a secret to a plugin (an owner's)", "parameters": [path_param("name", "the secret's name"), path_param("plugin", "the plugin's name"), query_param("tenant", "another tenant (an admin's)", "string")], "responses": responses(("200", "`{\"secret\": {name, updated_at, grants}}`"), &[("404", "unknown_secret")]) }
+                    "delete": { "summary": "Take back every grant of a secret to a plugin (an owner's)", "parameters": [path_param("name", "the secret's name"), path_param("plugin", "the plugin's name"), query_param("tenant", "another tenant (an admin's)", "string")], "responses": responses(("200", "`{\"secret\": {name, updated_at, grants}}`"), &[("404", "unknown_secret, unknown_grant")]) }
                 },
                 "/v1/audit": {
                     "get": { "summary": "The tenant's audit log, newest first (an owner's)", "parameters": [query_param("limit", "at most this many (default 100)", "integer")], "responses": responses(("200", "`{\"audit\": [{at, tenant, actor, action, object, detail}]}`"), &[("400", "invalid_request")]) }

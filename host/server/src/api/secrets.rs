@@ -14,7 +14,6 @@ use serde_json::{Value, json};
 
 use super::tenancy::apply;
 use super::{Api, ApiError, Caller, blocking};
-use weft_core::tenant;
 use weft_engine::SecretError;
 use weft_store::{
     AccessWrite, Right, Role, SecretGrant, SecretRecord, Store, StoreError, What, Write,
@@ -64,7 +63,7 @@ fn shown(secret: &SecretRecord) -> Value {
     let grants: Vec<Value> = secret
         .grants
         .iter()
-        .map(|g| json!({ "plugin": tenant::bare(&g.plugin), "digest": g.digest }))
+        .map(|g| json!({ "plugin": g.plugin, "digest": g.digest }))
         .collect();
     json!({ "name": secret.name, "updated_at": secret.updated_at, "grants": grants })
 }
@@ -244,7 +243,7 @@ pub(super) async fn grant_secret(
         &audited,
         "secret.grant",
         &name,
-        json!({ "plugin": tenant::bare(&grant.plugin), "digest": grant.digest }),
+        json!({ "plugin": grant.plugin, "digest": grant.digest }),
     )
     .await;
     Ok(Json(json!({ "secret": shown(&record) })))
@@ -268,15 +267,17 @@ pub(super) async fn revoke_secret(
         let record = store
             .secret(&asked, &secret)?
             .ok_or_else(|| unknown_secret(&secret))?;
-        // The grant names the plugin as it was resolved: the tenant's own
-        // qualified, a shared one bare.
         let Some(plugin) = record
             .grants
             .iter()
             .map(|g| g.plugin.clone())
-            .find(|p| tenant::bare(p) == named || *p == named)
+            .find(|p| *p == named)
         else {
-            return Ok(record);
+            return Err(ApiError::new(
+                StatusCode::NOT_FOUND,
+                "unknown_grant",
+                format!("secret `{secret}` is not granted to plugin `{named}`"),
+            ));
         };
         let write = AccessWrite::GrantSecret {
             tenant: asked.clone(),
