@@ -20,6 +20,7 @@ mod deploy;
 mod disk;
 mod durability;
 mod egress;
+mod fuzz;
 mod hostile;
 mod hosts;
 mod languages;
