@@ -340,6 +340,21 @@ impl OwnCluster {
     fn up(&self) {
         Self::script(&["up"], &self.dir);
     }
+
+    /// Runs `statement` on the cluster as its superuser.
+    fn sql(&self, statement: &str) {
+        let out = std::process::Command::new(crate::common::root().join("scripts/postgres-dev"))
+            .arg("sql")
+            .arg(&self.dir)
+            .arg(statement)
+            .stderr(Stdio::inherit())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "scripts/postgres-dev sql {statement:?} failed"
+        );
+    }
 }
 
 impl Drop for OwnCluster {
@@ -405,6 +420,85 @@ fn runs_wait_while_the_database_is_away_and_go_on_when_it_returns() {
     assert_eq!(status, 201, "{body}");
     let shown = ended(&node.url, body["id"].as_str().unwrap(), deadline);
     assert_eq!(shown["run"]["state"], "succeeded", "{shown}");
+}
+
+/// Posts a start of `load` until the answer passes `wanted`, for up to
+/// 30 s (a configuration reload reaches the server's sessions in its own
+/// time): the last answer.
+fn start_until(url: &str, wanted: impl Fn(u16) -> bool) -> (u16, Value) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let answer = call(
+            url,
+            "/v1/runs",
+            Some(json!({ "workflow": "load", "input": { "n": 1 } })),
+        );
+        if wanted(answer.0) || Instant::now() > deadline {
+            return answer;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn a_database_that_refuses_writes_is_an_episode_the_host_comes_out_of() {
+    let scratch = Scratch::new(&["counter", "spin"]);
+    std::fs::create_dir_all(scratch.path().join("workflows")).unwrap();
+    std::fs::write(scratch.path().join("workflows/load.yaml"), WORKFLOW).unwrap();
+    let cluster = OwnCluster::start(scratch.path().join("postgres"));
+    let node = start(&scratch, &cluster.url, 0, 0);
+    let (status, body) = start_until(&node.url, |s| s == 201);
+    assert_eq!(status, 201, "{body}");
+    let before = body["id"].as_str().unwrap().to_owned();
+
+    // The database turns read-only (as a standby, or a server an operator
+    // locked, does): writes are refused by name and the host says so.
+    cluster.sql("ALTER SYSTEM SET default_transaction_read_only = on");
+    cluster.sql("SELECT pg_reload_conf()");
+    let (status, body) = start_until(&node.url, |s| s != 201);
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["error"]["code"], "store_unavailable", "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("read-only"),
+        "{body}"
+    );
+    let (status, health) = call(&node.url, "/v1/health", None);
+    assert_eq!(
+        (status, &health["status"]),
+        (503, &json!("degraded")),
+        "{health}"
+    );
+
+    // Writable again, the host goes on by itself: new runs start, and the
+    // run in flight before ends.
+    cluster.sql("ALTER SYSTEM RESET default_transaction_read_only");
+    cluster.sql("SELECT pg_reload_conf()");
+    let (status, body) = start_until(&node.url, |s| s == 201);
+    assert_eq!(status, 201, "{body}");
+    let after = body["id"].as_str().unwrap().to_owned();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for id in [before, after] {
+        let shown = ended(&node.url, &id, deadline);
+        assert_eq!(shown["run"]["state"], "succeeded", "run {id}: {shown}");
+    }
+    let (status, health) = call(&node.url, "/v1/health", None);
+    assert_eq!(status, 200, "{health}");
+    let metrics = agent()
+        .get(format!("{}/metrics", node.url))
+        .call()
+        .unwrap()
+        .body_mut()
+        .read_to_string()
+        .unwrap();
+    let failures: f64 = metrics
+        .lines()
+        .filter(|l| l.starts_with("weft_store_failures_total"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    assert!(failures > 0.0, "{metrics}");
 }
 
 #[test]

@@ -478,10 +478,11 @@ fn apply_batch(store: &dyn Store, batch: Vec<Job>, metrics: Option<&weft_core::m
             tracing::error!("a commit of {} writes failed: {e}", batch.len());
             let message = e.to_string();
             for job in batch {
-                // Out of space is said as such (`507` to a client); any
-                // other failure is a failed commit, to be read back.
+                // Out of space and a database that takes no writes are said
+                // as such (`507`, `503` to a client); any other failure is
+                // a failed commit, to be read back.
                 let failed = Err(match &e {
-                    StoreError::NoSpace { .. } => e.clone(),
+                    StoreError::NoSpace { .. } | StoreError::Unavailable { .. } => e.clone(),
                     _ => StoreError::Commit(message.clone()),
                 });
                 let _ = weft_core::panics::contain("commit", || (job.done)(failed));

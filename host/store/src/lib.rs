@@ -64,6 +64,15 @@ pub enum StoreError {
         /// The directory of the store's file.
         dir: String,
     },
+    /// The database does not take writes now: a PostgreSQL server that is
+    /// read-only, out of resources, shutting down or out of reach. Nothing
+    /// of the write was stored; the store goes on once it takes them
+    /// again.
+    #[error("store: {why}")]
+    Unavailable {
+        /// What the database said, or why it cannot be reached.
+        why: String,
+    },
     /// Another process holds the database in a way that excludes this one.
     #[error("the store at {path} is in use by another process")]
     Locked {

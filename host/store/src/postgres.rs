@@ -71,6 +71,10 @@ pub struct PostgresStore {
     shown: String,
     /// The schema of [`PostgresStore::open_in`], if one was named.
     schema: Option<String>,
+    /// Why the last batch failed, while the database refuses writes
+    /// ([`StoreError::NoSpace`], [`StoreError::Unavailable`]): what
+    /// [`Store::degraded`] says until a batch commits again.
+    failing: std::sync::Mutex<Option<String>>,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -81,14 +85,69 @@ impl std::fmt::Debug for PostgresStore {
     }
 }
 
-/// A failure of the server or of the connection to it.
+/// A failure of the server or of the connection to it. A server out of
+/// space is [`StoreError::NoSpace`]; one that takes no writes now (read
+/// only, out of other resources, shutting down) or cannot be reached is
+/// [`StoreError::Unavailable`]; both are counted in
+/// `weft_store_failures_total`.
 pub(crate) fn sql(error: tokio_postgres::Error) -> StoreError {
-    StoreError::Backend(Arc::new(error))
+    use tokio_postgres::error::SqlState;
+    let said = || {
+        error
+            .as_db_error()
+            .map_or_else(|| error.to_string(), |db| db.message().to_owned())
+    };
+    let refused = match error.code() {
+        Some(code) if *code == SqlState::DISK_FULL => Some(StoreError::NoSpace {
+            dir: "the PostgreSQL server's data directory".to_owned(),
+        }),
+        Some(code) if *code == SqlState::READ_ONLY_SQL_TRANSACTION => {
+            Some(StoreError::Unavailable {
+                why: format!(
+                    "the PostgreSQL database is read-only ({}); the host goes on once it takes writes",
+                    said()
+                ),
+            })
+        }
+        Some(code) if code.code().starts_with("53") => Some(StoreError::Unavailable {
+            why: format!(
+                "the PostgreSQL server is out of resources ({}); the host goes on once it has them",
+                said()
+            ),
+        }),
+        Some(code) if code.code().starts_with("08") || code.code().starts_with("57P") => {
+            Some(StoreError::Unavailable {
+                why: format!("the PostgreSQL server cannot serve now ({})", said()),
+            })
+        }
+        None if error.is_closed() => Some(StoreError::Unavailable {
+            why: format!("the connection to PostgreSQL closed ({error})"),
+        }),
+        None if std::error::Error::source(&error).is_some_and(|s| s.is::<std::io::Error>()) => {
+            Some(StoreError::Unavailable {
+                why: format!("cannot reach the PostgreSQL server ({error})"),
+            })
+        }
+        _ => None,
+    };
+    match refused {
+        Some(refused) => {
+            weft_core::metrics::count_store_failure();
+            refused
+        }
+        None => StoreError::Backend(Arc::new(error)),
+    }
 }
 
 fn pool_error(error: deadpool_postgres::PoolError) -> StoreError {
     match error {
         deadpool_postgres::PoolError::Backend(error) => sql(error),
+        deadpool_postgres::PoolError::Timeout(_) => {
+            weft_core::metrics::count_store_failure();
+            StoreError::Unavailable {
+                why: "no connection to PostgreSQL came free in time".to_owned(),
+            }
+        }
         other => StoreError::Backend(Arc::new(other)),
     }
 }
@@ -181,6 +240,7 @@ impl PostgresStore {
             rt: Some(rt),
             shown,
             schema: schema.map(str::to_owned),
+            failing: std::sync::Mutex::new(None),
         };
         store.plain(|store| store.migrate(schema))?;
         Ok(store)
@@ -407,7 +467,21 @@ impl Drop for PostgresStore {
 
 impl Store for PostgresStore {
     fn apply(&self, writes: &[&Write]) -> Result<Vec<Result<(), StoreError>>, StoreError> {
-        self.plain(|store| store.apply_batch(writes))
+        let applied = self.plain(|store| store.apply_batch(writes));
+        let failing = match &applied {
+            Ok(_) => None,
+            Err(e @ (StoreError::NoSpace { .. } | StoreError::Unavailable { .. })) => {
+                Some(e.to_string())
+            }
+            // Any other failure says nothing of the database's state.
+            Err(_) => return applied,
+        };
+        *weft_core::lock(&self.failing) = failing;
+        applied
+    }
+
+    fn degraded(&self) -> Option<String> {
+        weft_core::lock(&self.failing).clone()
     }
 
     fn runs_from(&self, after: Option<&str>, limit: usize) -> Result<crate::RunsFrom, StoreError> {

@@ -437,7 +437,10 @@ impl Core {
     pub(super) fn failed(&self, live: &mut Live, error: StoreError) {
         if !matches!(
             error,
-            StoreError::Commit(_) | StoreError::Backend(_) | StoreError::NoSpace { .. }
+            StoreError::Commit(_)
+                | StoreError::Backend(_)
+                | StoreError::NoSpace { .. }
+                | StoreError::Unavailable { .. }
         ) {
             return self.finish(live, Err(error));
         }

@@ -177,6 +177,11 @@ impl From<StoreError> for ApiError {
                 "insufficient_storage",
                 error.to_string(),
             ),
+            StoreError::Unavailable { .. } => Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "store_unavailable",
+                error.to_string(),
+            ),
             _ => Self::store(&error.to_string()),
         }
     }
