@@ -1830,3 +1830,145 @@ fn a_deployer_reads_no_secret_an_owner_did_not_grant_to_its_plugin() {
         "{audit}"
     );
 }
+
+#[test]
+fn a_tenant_keeps_no_more_revisions_or_snapshot_bytes_than_its_quota() {
+    let scratch = Scratch::new(&["echo"]);
+    let made = scratch.run(&["tokens", "create", "--local", "--role", "admin"]);
+    assert_eq!(made.code, Some(0), "{}", made.stderr);
+    let admin = made.stdout.trim().to_owned();
+    let host = serve(&scratch, 0);
+    let (status, body) = call_as(
+        &host,
+        Some(&admin),
+        "POST",
+        "/v1/tenants",
+        Some(&json!({ "name": "small" })),
+    );
+    assert_eq!(status, 201, "{body}");
+    // Added without a quota, it has the default one: ten deployments a
+    // second, among them.
+    assert_eq!(body["tenant"]["quota"]["max_revisions"], 1000, "{body}");
+    assert_eq!(body["tenant"]["quota"]["deploys_per_second"], 10, "{body}");
+    let (busy, _) = token(&host, &admin, "small", "owner", None);
+    let refused: Vec<Value> = (0..15)
+        .map(|n| {
+            let text = format!("id: burst\nsteps:\n  - {{ id: a, uses: echo, with: {n} }}\n");
+            send_as(
+                &host,
+                &busy,
+                "/v1/workflows",
+                "application/yaml",
+                text.as_bytes(),
+            )
+        })
+        .filter(|(status, _)| *status == 429)
+        .map(|(_, body)| body)
+        .collect();
+    assert!(!refused.is_empty(), "15 deployments at once were all taken");
+    assert!(
+        refused[0]["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("deploys_per_second"),
+        "{refused:?}"
+    );
+    let (owner, _) = token(&host, &admin, "small", "owner", None);
+
+    // The burst's revisions count: 2 is below them already. Those of a
+    // new tenant start from none.
+    let (status, body) = call_as(
+        &host,
+        Some(&admin),
+        "POST",
+        "/v1/tenants/small/quota",
+        Some(&json!({ "max_revisions": 12, "max_snapshot_bytes": 100 })),
+    );
+    assert_eq!(status, 200, "{body}");
+    let kept = call_as(&host, Some(&owner), "GET", "/v1/tenants/small/usage", None).1["usage"]["revisions"]
+        .as_u64()
+        .unwrap();
+    assert!(
+        (10..=12).contains(&kept),
+        "{kept} revisions after the burst"
+    );
+    let (status, body) = call_as(
+        &host,
+        Some(&admin),
+        "POST",
+        "/v1/tenants/small/quota",
+        Some(&json!({ "max_revisions": kept + 2, "max_snapshot_bytes": 100 })),
+    );
+    assert_eq!(status, 200, "{body}");
+
+    let flow = |n: u32| format!("id: w\nsteps:\n  - {{ id: a, uses: echo, with: {n} }}\n");
+    for n in 0..2 {
+        let (status, body) = send_as(
+            &host,
+            &owner,
+            "/v1/workflows",
+            "application/yaml",
+            flow(n).as_bytes(),
+        );
+        assert_eq!(status, 201, "{body}");
+    }
+    // The served definition again makes no revision, so it is taken.
+    let (status, body) = send_as(
+        &host,
+        &owner,
+        "/v1/workflows",
+        "application/yaml",
+        flow(1).as_bytes(),
+    );
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = send_as(
+        &host,
+        &owner,
+        "/v1/workflows",
+        "application/yaml",
+        flow(2).as_bytes(),
+    );
+    assert_eq!(status, 429, "{body}");
+    assert_eq!(body["error"]["code"], "quota_exceeded", "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("max_revisions"),
+        "{body}"
+    );
+
+    let small = format!("{{\"k\": \"{}\"}}", "v".repeat(60));
+    let (status, body) = send_as(
+        &host,
+        &owner,
+        "/v1/snapshots/rates",
+        "application/json",
+        small.as_bytes(),
+    );
+    assert_eq!(status, 201, "{body}");
+    let (status, body) = send_as(
+        &host,
+        &owner,
+        "/v1/snapshots/rates",
+        "application/json",
+        small.as_bytes(),
+    );
+    assert_eq!(status, 507, "{body}");
+    assert_eq!(body["error"]["code"], "storage_quota", "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("max_snapshot_bytes"),
+        "{body}"
+    );
+
+    let (status, usage) = call_as(&host, Some(&owner), "GET", "/v1/tenants/small/usage", None);
+    assert_eq!(status, 200, "{usage}");
+    assert_eq!(usage["usage"]["revisions"], kept + 2, "{usage}");
+    assert!(
+        usage["usage"]["snapshot_bytes"].as_u64().unwrap() > 40,
+        "{usage}"
+    );
+}

@@ -27,6 +27,7 @@ mod outbox;
 mod plugin;
 mod sandbox;
 mod secrets;
+mod share;
 mod slots;
 mod snapshot;
 mod wait;

@@ -88,6 +88,9 @@ pub enum DeployError {
         /// Which secret, which build, why, and how an owner grants it.
         message: String,
     },
+    /// The tenant is at a quota (`max_revisions`).
+    #[error("{0}")]
+    Quota(String),
     /// The store failed.
     #[error(transparent)]
     Store(StoreError),
@@ -109,6 +112,16 @@ pub fn unknown_snapshot(
         }
     }
     Ok(None)
+}
+
+/// Who deploys, as a deployment's checks need to know.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DeployedBy {
+    /// The caller may own the tenant's secrets, so the deployment grants
+    /// them to builds an owner brought.
+    pub owner: bool,
+    /// The tenant's quota of workflow revisions.
+    pub max_revisions: Option<u32>,
 }
 
 /// What a deployment did.
@@ -242,8 +255,26 @@ impl Deployments {
     /// newest version of its id, unless it is the version served already.
     /// Durable when it returns. Blocking.
     pub fn deploy(&self, workflow: Workflow) -> Result<Deployed, StoreError> {
+        self.deploy_within(workflow, None).map_err(|e| match e {
+            DeployError::Store(e) => e,
+            other => StoreError::Commit(other.to_string()),
+        })
+    }
+
+    /// [`deploy`](Self::deploy), refused with [`DeployError::Quota`] when
+    /// it would make a revision and the workflow's tenant keeps
+    /// `max_revisions` already.
+    pub fn deploy_within(
+        &self,
+        workflow: Workflow,
+        max_revisions: Option<u32>,
+    ) -> Result<Deployed, DeployError> {
         let _one_at_a_time = weft_core::lock(&self.deploying);
-        let head = self.store.deployments(Some(&workflow.id))?.pop();
+        let head = self
+            .store
+            .deployments(Some(&workflow.id))
+            .map_err(DeployError::Store)?
+            .pop();
         let digest = definition_of(&workflow).digest;
         if let Some(head) = head.as_ref().filter(|head| head.digest == digest)
             && self.current().get(&workflow.id).is_some()
@@ -254,7 +285,24 @@ impl Deployments {
                 granted: Vec::new(),
             });
         }
-        let record = self.record(&workflow, "api", self.clock.now(), head.as_ref())?;
+        if let Some(max) = max_revisions {
+            let tenant = weft_core::tenant::of(&workflow.id);
+            let kept = self
+                .store
+                .deployments(None)
+                .map_err(DeployError::Store)?
+                .iter()
+                .filter(|d| weft_core::tenant::of(&d.workflow) == tenant)
+                .count();
+            if kept >= max as usize {
+                return Err(DeployError::Quota(format!(
+                    "tenant `{tenant}` keeps {kept} workflow revisions, its quota `max_revisions` ({max})"
+                )));
+            }
+        }
+        let record = self
+            .record(&workflow, "api", self.clock.now(), head.as_ref())
+            .map_err(DeployError::Store)?;
         weft_core::lock(&self.seen).insert(workflow.id.clone(), record.revision);
         let next = self.current().with(workflow);
         *weft_core::write(&self.current) = Arc::new(next);
@@ -280,8 +328,12 @@ impl Deployments {
         text: &str,
         format: Format,
         source: &str,
-        owner: bool,
+        by: DeployedBy,
     ) -> Result<Deployed, DeployError> {
+        let DeployedBy {
+            owner,
+            max_revisions,
+        } = by;
         let workflow = model::parse(text, format, source).map_err(DeployError::Invalid)?;
         if let Some(store) =
             unknown_snapshot(self.store.as_ref(), tenant, &workflow).map_err(DeployError::Store)?
@@ -399,7 +451,7 @@ impl Deployments {
                 }
             }
         }
-        let mut deployed = self.deploy(workflow).map_err(DeployError::Store)?;
+        let mut deployed = self.deploy_within(workflow, max_revisions)?;
         deployed.granted = grants;
         engine
             .sync_schedules(&self.current())

@@ -33,6 +33,13 @@ pub struct Quota {
     /// quota_exceeded` and `Retry-After`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub starts_per_second: Option<u32>,
+    /// Deployments per second over the API (workflow deployments, plugin
+    /// uploads and snapshot publishes together, each of which parses or
+    /// compiles what it is sent), as a token bucket that holds one
+    /// second's worth: beyond it, `429 quota_exceeded` with `Retry-After`,
+    /// before what was sent is parsed or compiled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deploys_per_second: Option<u32>,
     /// Plugins (versions) the tenant may keep in the registry.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_plugins: Option<u32>,
@@ -75,6 +82,17 @@ pub struct Quota {
     /// `storage_quota`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_stored_bytes: Option<u64>,
+    /// Workflow revisions the tenant may keep (each deployment that
+    /// changes a definition is one, kept until the workflow's tenant is
+    /// removed): a deployment past it is refused with `429
+    /// quota_exceeded`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_revisions: Option<u32>,
+    /// Bytes of snapshot revisions the tenant may keep (each kept
+    /// revision's file): a publish that would go past it is refused with
+    /// `507 storage_quota` as its body comes in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_snapshot_bytes: Option<u64>,
     /// Where the tenant's steps and webhooks may send HTTP requests: every
     /// grant of its workflows, and every request, must match one of these
     /// rules (see `weft_core::egress`). Unset: the host's policy.
@@ -97,6 +115,7 @@ impl Quota {
     pub fn tenant_default() -> Self {
         Self {
             starts_per_second: Some(200),
+            deploys_per_second: Some(10),
             max_plugins: Some(100),
             max_plugin_bytes: Some(64 << 20),
             max_subscriptions: Some(100),
@@ -106,6 +125,8 @@ impl Quota {
             max_step_memory: Some(512 << 20),
             guest_ms_per_minute: None,
             max_stored_bytes: Some(10 << 30),
+            max_revisions: Some(1_000),
+            max_snapshot_bytes: Some(4 << 30),
             egress: None,
             retain: None,
         }

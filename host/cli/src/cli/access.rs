@@ -48,6 +48,10 @@ pub enum TenantsCommand {
         /// Runs started per second over the API; beyond it, `429`.
         #[arg(long, value_name = "N")]
         starts_per_second: Option<u32>,
+        /// Deployments, plugin uploads and snapshot publishes per second;
+        /// beyond it, `429`.
+        #[arg(long, value_name = "N")]
+        deploys_per_second: Option<u32>,
         /// Plugin versions the tenant may keep.
         #[arg(long, value_name = "N")]
         max_plugins: Option<u32>,
@@ -78,6 +82,14 @@ pub enum TenantsCommand {
         /// step results are refused with `storage_quota`.
         #[arg(long, value_name = "BYTES")]
         max_stored_bytes: Option<u64>,
+        /// Workflow revisions the tenant may keep; beyond it, deployments
+        /// are refused.
+        #[arg(long, value_name = "N")]
+        max_revisions: Option<u32>,
+        /// Bytes of snapshot revisions the tenant may keep; beyond it,
+        /// publishes are refused.
+        #[arg(long, value_name = "BYTES")]
+        max_snapshot_bytes: Option<u64>,
         /// Where the tenant's steps and webhooks may send HTTP requests, as
         /// a URL prefix such as `https://*.example.org`; repeat for more.
         /// Without it, the host's policy.
@@ -314,6 +326,7 @@ pub fn tenants(data_dir: &Path, command: TenantsCommand) -> anyhow::Result<ExitC
         TenantsCommand::Quota {
             name,
             starts_per_second,
+            deploys_per_second,
             max_plugins,
             max_plugin_bytes,
             max_subscriptions,
@@ -323,6 +336,8 @@ pub fn tenants(data_dir: &Path, command: TenantsCommand) -> anyhow::Result<ExitC
             max_step_memory,
             guest_time_per_minute,
             max_stored_bytes,
+            max_revisions,
+            max_snapshot_bytes,
             egress_allow,
             retain,
             server,
@@ -334,6 +349,7 @@ pub fn tenants(data_dir: &Path, command: TenantsCommand) -> anyhow::Result<ExitC
                 }
             };
             set("starts_per_second", starts_per_second.map(Value::from));
+            set("deploys_per_second", deploys_per_second.map(Value::from));
             set("max_plugins", max_plugins.map(Value::from));
             set("max_plugin_bytes", max_plugin_bytes.map(Value::from));
             set("max_subscriptions", max_subscriptions.map(Value::from));
@@ -351,6 +367,8 @@ pub fn tenants(data_dir: &Path, command: TenantsCommand) -> anyhow::Result<ExitC
                     .map(|d| Value::from(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))),
             );
             set("max_stored_bytes", max_stored_bytes.map(Value::from));
+            set("max_revisions", max_revisions.map(Value::from));
+            set("max_snapshot_bytes", max_snapshot_bytes.map(Value::from));
             set(
                 "egress",
                 (!egress_allow.is_empty()).then(|| Value::from(egress_allow)),

@@ -140,6 +140,8 @@ impl Plugin {
             }),
             cancel: options.cancel.clone(),
         };
+        let turn = crate::share::Turn::begin(&context.tenant);
+        let _ending = crate::share::Ending(Arc::clone(&turn));
         let spare = self.0.spare.take(memory_limit);
         if spare.is_some() {
             // The next call's instance is made while this one runs.
@@ -168,7 +170,7 @@ impl Plugin {
                 store.data_mut().limiter.carry(used);
                 arm(&mut store, timeout);
                 if let Some(cancel) = options.cancel.clone() {
-                    watch_cancel(&mut store, cancel, timeout);
+                    watch_cancel(&mut store, cancel, timeout, Arc::clone(&turn));
                 }
                 (store, Ok(instance))
             }
@@ -183,7 +185,7 @@ impl Plugin {
                 let mut store =
                     new_store(&self.0.runtime, timeout, memory_limit, log.clone(), reach);
                 if let Some(cancel) = options.cancel.clone() {
-                    watch_cancel(&mut store, cancel, timeout);
+                    watch_cancel(&mut store, cancel, timeout, Arc::clone(&turn));
                 }
                 let started = Instant::now();
                 let instance = self.0.pre.instantiate(&mut store);
@@ -398,11 +400,13 @@ enum Held<'a> {
 /// Makes the call in `store` stop with [`Cancelled`] at the next epoch tick
 /// once `cancel` is set. The store then looks at the flag every tick, and
 /// at the clock for the deadline of `timeout` (ticks are not counted: those
-/// that pass while the guest waits in the host come as one).
+/// that pass while the guest waits in the host come as one). A long call
+/// takes its tenant's turn on the cores there ([`crate::share`]).
 fn watch_cancel(
     store: &mut wasmtime::Store<StepState>,
     cancel: Arc<AtomicBool>,
     timeout: Duration,
+    turn: Arc<crate::share::Turn>,
 ) {
     let deadline = deadline(timeout);
     store.set_epoch_deadline(1);
@@ -410,11 +414,14 @@ fn watch_cancel(
         if cancel.load(Ordering::Relaxed) {
             return Err(wasmtime::Error::new(Cancelled));
         }
-        Ok(if Instant::now() >= deadline {
-            wasmtime::UpdateDeadline::Interrupt
-        } else {
-            wasmtime::UpdateDeadline::Continue(1)
-        })
+        if Instant::now() >= deadline {
+            return Ok(wasmtime::UpdateDeadline::Interrupt);
+        }
+        match turn.tick(deadline, &cancel) {
+            Ok(()) => Ok(wasmtime::UpdateDeadline::Continue(1)),
+            Err(crate::share::Stop::Cancelled) => Err(wasmtime::Error::new(Cancelled)),
+            Err(crate::share::Stop::Deadline) => Ok(wasmtime::UpdateDeadline::Interrupt),
+        }
     });
 }
 

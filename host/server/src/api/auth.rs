@@ -89,7 +89,7 @@ impl Caller {
     }
 }
 
-/// A tenant's bucket of starts.
+/// A tenant's bucket of starts, or of deployments.
 #[derive(Debug)]
 struct Bucket {
     tokens: f64,
@@ -107,7 +107,7 @@ pub struct Access {
     required: AtomicBool,
     /// One more on every revocation or tenant removal.
     revocations: AtomicU64,
-    buckets: Mutex<HashMap<String, Bucket>>,
+    buckets: Mutex<HashMap<(String, &'static str), Bucket>>,
 }
 
 /// Why a token was refused: `401` with the code.
@@ -337,10 +337,16 @@ impl Access {
     /// per second and holds one second's worth; `429 quota_exceeded`,
     /// with the seconds to wait, when it is empty.
     pub fn take_start(&self, tenant: &str, rate: u32) -> Result<(), ApiError> {
+        self.take(tenant, "starts_per_second", rate)
+    }
+
+    /// [`take_start`](Self::take_start) for the bucket of `tenant`'s quota
+    /// `quota` (`starts_per_second`, `deploys_per_second`).
+    pub fn take(&self, tenant: &str, quota: &'static str, rate: u32) -> Result<(), ApiError> {
         let rate = f64::from(rate.max(1));
         let now = Instant::now();
         let mut buckets = weft_core::lock(&self.buckets);
-        let bucket = buckets.entry(tenant.to_owned()).or_insert(Bucket {
+        let bucket = buckets.entry((tenant.to_owned(), quota)).or_insert(Bucket {
             tokens: rate,
             at: now,
         });
@@ -355,9 +361,7 @@ impl Access {
         let mut error = ApiError::new(
             StatusCode::TOO_MANY_REQUESTS,
             "quota_exceeded",
-            format!(
-                "tenant `{tenant}` is over its quota `starts_per_second` ({rate}); retry after {wait} s"
-            ),
+            format!("tenant `{tenant}` is over its quota `{quota}` ({rate}); retry after {wait} s"),
         );
         error.retry_after = Some(wait as u64);
         Err(error)

@@ -209,11 +209,25 @@ pub(super) async fn deploy_workflow(
     let text = text.to_owned();
     let tenant = caller.tenant.clone();
     let owner = caller.role.grants(Right::Own);
+    let access = Arc::clone(&api.access);
     let deployed = blocking(move || {
         let quota = super::quota_of(engine.store().as_ref(), &tenant)?;
+        if let Some(rate) = quota.deploys_per_second {
+            access.take(&tenant, "deploys_per_second", rate)?;
+        }
         within_ceilings(&quota, &tenant, &text, format)?;
         deployments
-            .deploy_checked(&engine, &tenant, &text, format, "request body", owner)
+            .deploy_checked(
+                &engine,
+                &tenant,
+                &text,
+                format,
+                "request body",
+                crate::workflows::DeployedBy {
+                    owner,
+                    max_revisions: quota.max_revisions,
+                },
+            )
             .map_err(deploy_error)
     })
     .await??;
@@ -305,6 +319,7 @@ fn deploy_error(error: DeployError) -> ApiError {
             (StatusCode::UNPROCESSABLE_ENTITY, "unknown_snapshot")
         }
         DeployError::SecretNotGranted { .. } => (StatusCode::FORBIDDEN, "secret_not_granted"),
+        DeployError::Quota(_) => (StatusCode::TOO_MANY_REQUESTS, "quota_exceeded"),
         DeployError::Store(e) => return ApiError::from(e),
     };
     ApiError::new(status, code, error.to_string())
@@ -367,6 +382,7 @@ pub(super) async fn add_plugin(
     } else {
         "api"
     };
+    let access = Arc::clone(&api.access);
     let (record, existed) = blocking(move || {
         let digest = weft_runtime::Digest::of(&body).to_string();
         let own: Vec<_> = engine
@@ -377,6 +393,9 @@ pub(super) async fn add_plugin(
             .collect();
         let existed = own.iter().any(|r| r.digest == digest);
         let quota = super::quota_of(engine.store().as_ref(), &tenant)?;
+        if let Some(rate) = quota.deploys_per_second {
+            access.take(&tenant, "deploys_per_second", rate)?;
+        }
         if let Some(max) = quota.max_plugin_bytes
             && body.len() as u64 > max
         {

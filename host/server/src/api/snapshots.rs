@@ -114,6 +114,27 @@ pub(super) async fn publish(
         "api".to_owned(),
     )
     .map_err(ApiError::bad_request)?;
+    // The tenant's quota of snapshot bytes, checked as the body comes in,
+    // before the file holds more than it allows.
+    let (store, asked) = (Arc::clone(api.engine.store()), caller.tenant.clone());
+    let access = Arc::clone(&api.access);
+    let room = blocking(move || {
+        let quota = super::quota_of(store.as_ref(), &asked)?;
+        if let Some(rate) = quota.deploys_per_second {
+            access.take(&asked, "deploys_per_second", rate)?;
+        }
+        let Some(max) = quota.max_snapshot_bytes else {
+            return Ok::<_, ApiError>(None);
+        };
+        let used: u64 = store
+            .snapshots(None)?
+            .iter()
+            .filter(|s| tenant::of(&s.store) == asked)
+            .map(|s| s.bytes)
+            .sum();
+        Ok(Some((max, used)))
+    })
+    .await??;
     // The body goes to a file, a chunk at a time.
     let mut file = tempfile::tempfile()
         .map_err(|e| ApiError::internal(format!("cannot make a temporary file: {e}")))?;
@@ -122,6 +143,18 @@ pub(super) async fn publish(
     while let Some(chunk) = stream.next().await {
         let chunk = chunk.map_err(|e| ApiError::bad_request(format!("the body broke off: {e}")))?;
         size += chunk.len() as u64;
+        if let Some((max, used)) = room
+            && used.saturating_add(size) > max
+        {
+            return Err(ApiError::new(
+                StatusCode::INSUFFICIENT_STORAGE,
+                "storage_quota",
+                format!(
+                    "tenant `{}`'s snapshot revisions keep {used} bytes, and this file passes its quota `max_snapshot_bytes` of {max}; publish with a smaller `keep`, or ask for more",
+                    caller.tenant
+                ),
+            ));
+        }
         if size > MAX_SNAPSHOT {
             return Err(ApiError::new(
                 StatusCode::PAYLOAD_TOO_LARGE,

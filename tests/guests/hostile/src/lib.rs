@@ -7,6 +7,7 @@
 //! - `emit`: emits `count` messages, each a list of `values` numbers,
 //!   going on after refusals.
 //! - `output`: returns a list of `values` numbers.
+//! - `spin`: computes without end, until its deadline stops it.
 
 use serde_json::{Value, json};
 use weft_sdk::{Context, StepError};
@@ -48,6 +49,12 @@ fn hostile(_ctx: &Context, input: Value) -> Result<Value, StepError> {
             number(&input, "values", 1_000_000)
                 as usize
         ])),
+        "spin" => {
+            let mut x: u64 = 1;
+            loop {
+                x = std::hint::black_box(x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1));
+            }
+        }
         other => Err(StepError::fatal("unknown_op", format!("no op `{other}`"))),
     }
 }
