@@ -230,7 +230,12 @@ fn an_uploaded_plugin_serves_new_runs_while_runs_in_flight_keep_their_digest() {
         })
         .collect();
     assert_eq!(versions.len(), 2, "{listed}");
-    assert_eq!(versions[0], ("2.0.0", "api"), "newest first: {listed}");
+    // Uploaded by the token-less caller, an admin: an owner's build.
+    assert_eq!(
+        versions[0],
+        ("2.0.0", "api:owner"),
+        "newest first: {listed}"
+    );
     assert_eq!(versions[1].0, "1.0.0");
     let one = listed["plugins"][1]["digest"].as_str().unwrap().to_owned();
 

@@ -58,6 +58,9 @@ pub(super) struct Reach {
     pub(super) traceparent: Option<String>,
     /// Set when the call's run ended: its waits in the host end too.
     pub(super) cancel: Option<Arc<AtomicBool>>,
+    /// The call's place in the share of the cores, given back while it
+    /// waits in the host.
+    pub(super) turn: Option<Arc<super::share::Turn>>,
 }
 
 impl std::fmt::Debug for StepState {
@@ -92,7 +95,7 @@ impl StepState {
             http_ctx: WasiHttpCtx::new(),
             http: HttpHooks::new(reach.egress, reach.http_limits, deadline)
                 .tracing(reach.traceparent),
-            bound: WaitBound::new(deadline, reach.cancel),
+            bound: WaitBound::new(deadline, reach.cancel, reach.turn),
             host_calls: 0,
         }
     }

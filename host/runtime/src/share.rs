@@ -1,6 +1,6 @@
 //! Cores shared between tenants. A guest call that has run for
 //! [`LONG`] is a long call: while more than one tenant has made calls
-//! lately, the long calls of each tenant run at most its share of the
+//! lately (within 50 ms), the long calls of each tenant run at most its share of the
 //! cores at once (the cores over the tenants, at least one), in turns of
 //! [`QUANTUM`], and after each turn the tenant's long calls rest for
 //! [`REST`] (they are batch work: the short calls of every tenant, and the
@@ -28,8 +28,9 @@ pub(crate) const QUANTUM: Duration = Duration::from_millis(50);
 pub(crate) const REST: Duration = QUANTUM;
 
 /// How lately a tenant must have started or ended a call to count as
-/// running now.
-const RECENT: Duration = Duration::from_millis(250);
+/// running now: a tenant with steady work calls far more often, and one
+/// whose calls are rare (a cron trigger) holds no one back for long.
+const RECENT: Duration = Duration::from_millis(50);
 
 /// How often a waiting call looks at its deadline and its cancel flag.
 const WAKE: Duration = Duration::from_millis(5);
@@ -105,7 +106,9 @@ pub(crate) enum Stop {
 }
 
 /// One call's place in the share: made as the call starts, given back
-/// when dropped (the call's end).
+/// when its [`Ending`] is dropped (the call's end) and while it waits in
+/// the host.
+#[derive(Debug)]
 pub(crate) struct Turn {
     tenant: Arc<str>,
     started: Instant,
@@ -190,6 +193,19 @@ impl Turn {
 fn give_back(state: &mut State, tenant: &str) {
     if let Some(holding) = state.holding.get_mut(tenant) {
         *holding = holding.saturating_sub(1);
+    }
+}
+
+impl Turn {
+    /// Gives the call's turn back, if it holds one: it waits in the host,
+    /// off the CPU.
+    pub(crate) fn pause(&self) {
+        if weft_core::lock(&self.since).take().is_none() {
+            return;
+        }
+        let share = Share::global();
+        give_back(&mut weft_core::lock(&share.state), &self.tenant);
+        share.freed.notify_all();
     }
 }
 

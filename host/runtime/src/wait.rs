@@ -47,11 +47,20 @@ impl std::error::Error for Cancelled {}
 pub(crate) struct WaitBound {
     deadline: Instant,
     cancel: Option<Arc<AtomicBool>>,
+    turn: Option<Arc<crate::share::Turn>>,
 }
 
 impl WaitBound {
-    pub(crate) fn new(deadline: Instant, cancel: Option<Arc<AtomicBool>>) -> Self {
-        Self { deadline, cancel }
+    pub(crate) fn new(
+        deadline: Instant,
+        cancel: Option<Arc<AtomicBool>>,
+        turn: Option<Arc<crate::share::Turn>>,
+    ) -> Self {
+        Self {
+            deadline,
+            cancel,
+            turn,
+        }
     }
 
     /// An error if the call must stop now.
@@ -73,6 +82,11 @@ impl WaitBound {
     /// comes first; blocking, as wasmtime-wasi's own sync waits are.
     fn wait<F: Future>(&self, operation: F) -> wasmtime::Result<F::Output> {
         self.check()?;
+        // Off the CPU: the call's turn on the cores goes to another call
+        // (it takes one again at its next tick).
+        if let Some(turn) = &self.turn {
+            turn.pause();
+        }
         wasmtime_wasi::runtime::in_tokio(async {
             let mut operation = pin!(operation);
             let mut deadline = pin!(tokio::time::sleep_until(self.deadline.into()));

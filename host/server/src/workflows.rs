@@ -429,6 +429,9 @@ impl Deployments {
         let origin = format!("{} (deployed)", workflow.id);
         let mut workflow = model::parse(text, format, &origin).map_err(DeployError::Invalid)?;
         workflow.id = weft_core::tenant::qualify(tenant, &workflow.id);
+        let mut deployed = self.deploy_within(workflow, max_revisions)?;
+        // Granted once the deployment is taken (one refused grants
+        // nothing), before it is answered.
         grants.dedup();
         let writes: Vec<Write> = grants
             .iter()
@@ -451,7 +454,6 @@ impl Deployments {
                 }
             }
         }
-        let mut deployed = self.deploy_within(workflow, max_revisions)?;
         deployed.granted = grants;
         engine
             .sync_schedules(&self.current())

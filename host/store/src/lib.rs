@@ -65,9 +65,11 @@ pub enum StoreError {
         dir: String,
     },
     /// The database does not take writes now: a PostgreSQL server that is
-    /// read-only, out of resources, shutting down or out of reach. Nothing
-    /// of the write was stored; the store goes on once it takes them
-    /// again.
+    /// read-only, out of resources, shutting down or out of reach. The
+    /// write was not stored, except when the connection was lost during
+    /// its commit, whose outcome is then unknown (the engine reads the run
+    /// back, as after any failed commit); the store goes on once the
+    /// database takes writes again.
     #[error("store: {why}")]
     Unavailable {
         /// What the database said, or why it cannot be reached.

@@ -139,13 +139,17 @@ pub(crate) fn sql(error: tokio_postgres::Error) -> StoreError {
     }
 }
 
+/// What [`StoreError::Unavailable`] says when the pool had no connection
+/// free in time.
+const POOL_BUSY: &str = "no connection to PostgreSQL came free in time";
+
 fn pool_error(error: deadpool_postgres::PoolError) -> StoreError {
     match error {
         deadpool_postgres::PoolError::Backend(error) => sql(error),
         deadpool_postgres::PoolError::Timeout(_) => {
             weft_core::metrics::count_store_failure();
             StoreError::Unavailable {
-                why: "no connection to PostgreSQL came free in time".to_owned(),
+                why: POOL_BUSY.to_owned(),
             }
         }
         other => StoreError::Backend(Arc::new(other)),
@@ -470,6 +474,9 @@ impl Store for PostgresStore {
         let applied = self.plain(|store| store.apply_batch(writes));
         let failing = match &applied {
             Ok(_) => None,
+            // A pool that had no connection free in time is a busy host,
+            // not a failing database.
+            Err(StoreError::Unavailable { why }) if why.starts_with(POOL_BUSY) => return applied,
             Err(e @ (StoreError::NoSpace { .. } | StoreError::Unavailable { .. })) => {
                 Some(e.to_string())
             }

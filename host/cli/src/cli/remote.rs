@@ -113,14 +113,37 @@ impl Server {
         body: Option<Value>,
     ) -> anyhow::Result<Result<Value, String>> {
         let url = format!("{}{path}", self.url);
-        let sent = match (method, body) {
+        self.patiently(|| match (method, &body) {
             ("POST", Some(body)) => authorized(self.agent.post(&url)).send_json(body),
             ("POST", None) => authorized(self.agent.post(&url)).send_empty(),
             ("PUT", Some(body)) => authorized(self.agent.put(&url)).send_json(body),
             ("DELETE", _) => authorized(self.agent.delete(&url)).call(),
             _ => authorized(self.agent.get(&url)).call(),
-        };
-        self.answer(sent)
+        })
+    }
+
+    /// Sends with `send`, again after the wait a `429` with `Retry-After`
+    /// asks for (at most 10 s, at most four times): a burst of deployments
+    /// past a tenant's `deploys_per_second` goes through, slower.
+    fn patiently(
+        &self,
+        mut send: impl FnMut() -> Result<ureq::http::Response<ureq::Body>, ureq::Error>,
+    ) -> anyhow::Result<Result<Value, String>> {
+        for _ in 0..4 {
+            let sent = send();
+            let wait = sent.as_ref().ok().and_then(|response| {
+                (response.status() == 429)
+                    .then(|| response.headers().get("retry-after"))
+                    .flatten()
+                    .and_then(|v| v.to_str().ok()?.trim().parse::<u64>().ok())
+                    .filter(|wait| *wait <= 10)
+            });
+            match wait {
+                Some(wait) => std::thread::sleep(std::time::Duration::from_secs(wait.max(1))),
+                None => return self.answer(sent),
+            }
+        }
+        self.answer(send())
     }
 
     /// POSTs `bytes` with `content_type`; `Ok(Err(message))` for an error
@@ -131,10 +154,12 @@ impl Server {
         content_type: &str,
         bytes: &[u8],
     ) -> anyhow::Result<Result<Value, String>> {
-        let sent = authorized(self.agent.post(format!("{}{path}", self.url)))
-            .header("content-type", content_type)
-            .send(bytes);
-        self.answer(sent)
+        let url = format!("{}{path}", self.url);
+        self.patiently(|| {
+            authorized(self.agent.post(&url))
+                .header("content-type", content_type)
+                .send(bytes)
+        })
     }
 
     /// POSTs what `reader` reads, streamed, with `content_type`;

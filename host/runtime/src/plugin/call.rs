@@ -123,6 +123,8 @@ impl Plugin {
         let redactor = options.secrets.redactor();
         let log = LogSink::new(config.log_limit, &self.0.meta.name, &context.step_id)
             .redacting(redactor.clone());
+        let turn = crate::share::Turn::begin(&context.tenant);
+        let _ending = crate::share::Ending(Arc::clone(&turn));
         let reach = Reach {
             kv: options.kv.clone(),
             egress: options.egress.clone(),
@@ -139,9 +141,8 @@ impl Plugin {
                 weft_core::trace::traceparent(&context.run_id, path, context.attempt)
             }),
             cancel: options.cancel.clone(),
+            turn: Some(Arc::clone(&turn)),
         };
-        let turn = crate::share::Turn::begin(&context.tenant);
-        let _ending = crate::share::Ending(Arc::clone(&turn));
         let spare = self.0.spare.take(memory_limit);
         if spare.is_some() {
             // The next call's instance is made while this one runs.
