@@ -514,6 +514,55 @@ fn secrets_are_sealed_at_rest_read_only_where_granted_and_never_shown() {
     let (_, audit) = host.call("GET", "/v1/audit", None);
     assert!(audit.to_string().contains("secret.set"), "{audit}");
     assert!(!audit.to_string().contains(secret_value));
+
+    // The deployment (the token-less caller's, an admin's) granted it to
+    // `fetch`; revoked, the step is refused it; granted again, it reads it.
+    let listed = scratch.run(&["secrets", "list", "--server", &address]);
+    assert!(listed.stdout.contains("  fetch sha256:"), "{listed:?}");
+    let charge_of = |shown: &Value| {
+        shown["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["step_id"] == "charge")
+            .unwrap()
+            .clone()
+    };
+    let revoked = scratch.run(&[
+        "secrets",
+        "revoke",
+        "STRIPE_KEY",
+        "--plugin",
+        "fetch",
+        "--server",
+        &address,
+    ]);
+    assert_eq!(revoked.code, Some(0), "{revoked:?}");
+    assert!(
+        revoked.stdout.contains("no plugin may read it"),
+        "{revoked:?}"
+    );
+    let refused = charge_of(&run_ended(&host, &start_run(&host, "charge", &json!({}))));
+    assert_eq!(
+        refused["error"]["code"], "secret_not_granted",
+        "{refused:#}"
+    );
+    let granted = scratch.run(&[
+        "secrets",
+        "grant",
+        "STRIPE_KEY",
+        "--plugin",
+        "fetch",
+        "--server",
+        &address,
+    ]);
+    assert_eq!(granted.code, Some(0), "{granted:?}");
+    let again = charge_of(&run_ended(&host, &start_run(&host, "charge", &json!({}))));
+    assert_eq!(
+        again["output"]["secret_length"],
+        secret_value.len(),
+        "{again:#}"
+    );
     drop(host);
     let store = std::fs::read(scratch.data_dir().join("weft.redb")).unwrap();
     assert!(

@@ -561,6 +561,22 @@ pub fn audit(data_dir: &Path, args: AuditArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// `weft secrets`.
+/// Grants or revokes (`method` on `path`) secret `name`, and prints the
+/// plugins it is granted to after.
+fn granting(
+    data_dir: &Path,
+    server: ServerArg,
+    name: &str,
+    method: &str,
+    path: &str,
+    body: Option<Value>,
+) -> anyhow::Result<ExitCode> {
+    ask(data_dir, server, method, path, body, |answer| {
+        out!("secret {name} granted to:");
+        print_grants(&answer["secret"])
+    })
+}
+
 /// The plugins a secret (as answered) is granted to, one line each.
 fn print_grants(secret: &serde_json::Value) -> anyhow::Result<()> {
     let empty = Vec::new();
@@ -662,32 +678,26 @@ pub fn secrets(data_dir: &Path, command: SecretsCommand) -> anyhow::Result<ExitC
             plugin,
             tenant,
             server,
-        } => ask(
+        } => granting(
             data_dir,
             server,
+            &name,
             "POST",
             &scoped(format!("/v1/secrets/{name}/grants"), &tenant),
             Some(serde_json::json!({ "plugin": plugin })),
-            |answer| {
-                out!("secret {name} granted to:");
-                print_grants(&answer["secret"])
-            },
         ),
         SecretsCommand::Revoke {
             name,
             plugin,
             tenant,
             server,
-        } => ask(
+        } => granting(
             data_dir,
             server,
+            &name,
             "DELETE",
             &scoped(format!("/v1/secrets/{name}/grants/{plugin}"), &tenant),
             None,
-            |answer| {
-                out!("secret {name} granted to:");
-                print_grants(&answer["secret"])
-            },
         ),
         SecretsCommand::Reseal { tenant, server } => ask(
             data_dir,
