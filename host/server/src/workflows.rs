@@ -345,6 +345,8 @@ impl Deployments {
         }
         let served = self.current();
         let mut grants: Vec<(String, weft_store::SecretGrant)> = Vec::new();
+        // The registry's records, read once if a step's secret needs them.
+        let listed = std::cell::OnceCell::new();
         for step in workflow.all_steps() {
             let at = match step.line {
                 Some(line) => format!("{source}:{line}: "),
@@ -381,11 +383,14 @@ impl Deployments {
                     }
                     let name = &plugin.meta().name;
                     let qualified = weft_core::tenant::qualify(tenant, name);
-                    let vouched = engine.plugins().list().iter().any(|r| {
-                        r.digest == digest
-                            && (r.name == qualified || r.name == *name)
-                            && r.vouched()
-                    });
+                    let vouched = listed
+                        .get_or_init(|| engine.plugins().list())
+                        .iter()
+                        .any(|r| {
+                            r.digest == digest
+                                && (r.name == qualified || r.name == *name)
+                                && r.vouched()
+                        });
                     if !owner || !vouched {
                         let why = if owner {
                             " (a deployer uploaded this build: a deployment grants only \

@@ -54,6 +54,14 @@ pub struct Caller {
 }
 
 impl Caller {
+    /// The caller as acting in `tenant`: how the audit log records what
+    /// an admin did to another tenant's objects.
+    pub fn in_tenant(&self, tenant: &str) -> Caller {
+        let mut caller = self.clone();
+        caller.tenant = tenant.to_owned();
+        caller
+    }
+
     /// `403 forbidden` unless the caller's role has `right`.
     pub fn need(&self, right: Right) -> Result<(), ApiError> {
         if self.role.grants(right) {

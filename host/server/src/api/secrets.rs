@@ -149,8 +149,7 @@ pub(super) async fn set_secret(
         Ok::<_, ApiError>(())
     })
     .await??;
-    let mut audited = caller.clone();
-    audited.tenant = tenant;
+    let audited = caller.in_tenant(&tenant);
     api.audit(&audited, "secret.set", &name, Value::Null).await;
     Ok(Json(
         json!({ "secret": { "name": name, "updated_at": record.updated_at } }),
@@ -182,8 +181,7 @@ pub(super) async fn delete_secret(
         }
         Err(e) => return Err(e.into()),
     }
-    let mut audited = caller.clone();
-    audited.tenant = tenant;
+    let audited = caller.in_tenant(&tenant);
     api.audit(&audited, "secret.delete", &name, Value::Null)
         .await;
     Ok((StatusCode::OK, Json(json!({ "deleted": name }))))
@@ -237,8 +235,7 @@ pub(super) async fn grant_secret(
         Ok::<_, ApiError>((grant, record))
     })
     .await??;
-    let mut audited = caller.clone();
-    audited.tenant = tenant;
+    let audited = caller.in_tenant(&tenant);
     api.audit(
         &audited,
         "secret.grant",
@@ -294,8 +291,7 @@ pub(super) async fn revoke_secret(
             .ok_or_else(|| unknown_secret(&secret))
     })
     .await??;
-    let mut audited = caller.clone();
-    audited.tenant = tenant;
+    let audited = caller.in_tenant(&tenant);
     api.audit(
         &audited,
         "secret.revoke",
@@ -359,8 +355,7 @@ pub(super) async fn reseal_secrets(
         Ok::<_, ApiError>((resealed, total))
     })
     .await??;
-    let mut audited = caller.clone();
-    audited.tenant = tenant;
+    let audited = caller.in_tenant(&tenant);
     api.audit(
         &audited,
         "secret.reseal",

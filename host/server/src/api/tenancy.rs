@@ -115,8 +115,7 @@ pub(super) async fn add_tenant(
         }
         Err(e) => return Err(e.into()),
     }
-    let mut audited = caller.clone();
-    audited.tenant.clone_from(&record.name);
+    let audited = caller.in_tenant(&record.name);
     api.audit(&audited, "tenant.add", &record.name, Value::Null)
         .await;
     Ok((StatusCode::CREATED, Json(json!({ "tenant": record }))))
@@ -225,8 +224,7 @@ pub(super) async fn remove_tenant(
     api.engine
         .set_tenant_limits(&name, weft_engine::TenantLimits::default());
     api.engine.egress().set_tenant(&name, None);
-    let mut audited = caller.clone();
-    audited.tenant.clone_from(&name);
+    let audited = caller.in_tenant(&name);
     api.audit(
         &audited,
         "tenant.remove",
@@ -273,8 +271,7 @@ pub(super) async fn set_quota(
     })
     .await??;
     super::enforce_quota(&api.engine, &name, &record.quota);
-    let mut audited = caller.clone();
-    audited.tenant.clone_from(&name);
+    let audited = caller.in_tenant(&name);
     api.audit(&audited, "tenant.quota", &name, json!(record.quota))
         .await;
     Ok(Json(json!({ "tenant": record })))
