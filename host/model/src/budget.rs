@@ -13,6 +13,13 @@ use std::fmt;
 /// large input belongs in a run's input, not its definition.
 pub const MAX_VALUES: usize = 250_000;
 
+/// The values a document may hold beyond twice its size in bytes. Written
+/// out, a value takes at least a byte and its separator, so only aliases
+/// pass twice the size: they may add this many, enough for the anchors a
+/// person writes, and a bomb is refused after walking little more than
+/// its own size rather than all of [`MAX_VALUES`].
+pub const ALIAS_SLACK: usize = 16_384;
+
 /// The bytes of scalar text a document may expand to beyond its own size:
 /// with aliases counted each time they are used, the text is at most twice
 /// the file plus this.
@@ -30,13 +37,19 @@ pub(crate) struct Refused {
 }
 
 /// Walks the YAML (or JSON) `source` without building it, and refuses it
-/// when it holds more than [`MAX_VALUES`] values, expands to more scalar
-/// text than twice its size plus [`EXPANSION_SLACK`], or nests deeper than
+/// when it holds more than [`MAX_VALUES`] values or more than twice its
+/// size plus [`ALIAS_SLACK`], expands to more scalar text than twice its
+/// size plus [`EXPANSION_SLACK`], or nests deeper than
 /// [`MAX_DEPTH`]. Syntax errors are left to the typed parse, which reports
 /// them better. Takes time in the values walked, at most the bound.
 pub(crate) fn check(source: &str) -> Result<(), Refused> {
     let budget = Budget {
         values: Cell::new(0),
+        max_values: source
+            .len()
+            .saturating_mul(2)
+            .saturating_add(ALIAS_SLACK)
+            .min(MAX_VALUES),
         bytes: Cell::new(0),
         max_bytes: source
             .len()
@@ -66,6 +79,7 @@ pub(crate) fn check(source: &str) -> Result<(), Refused> {
 
 struct Budget {
     values: Cell<usize>,
+    max_values: usize,
     bytes: Cell<usize>,
     max_bytes: usize,
     /// Why the walk stopped, when it passed a bound (the parser's own
@@ -83,10 +97,18 @@ impl Budget {
     fn value<E: de::Error>(&self) -> Result<(), E> {
         let values = self.values.get() + 1;
         self.values.set(values);
-        if values > MAX_VALUES {
+        if values > self.max_values {
+            let bound = if self.max_values == MAX_VALUES {
+                format!("{MAX_VALUES} values")
+            } else {
+                format!(
+                    "{} values, twice its size plus {ALIAS_SLACK}",
+                    self.max_values
+                )
+            };
             return Err(self.refuse(format!(
-                "the document holds more than {MAX_VALUES} values (a YAML alias counts \
-                 what it repeats each time it is used)"
+                "the document holds more than {bound} (a YAML alias counts what it repeats \
+                 each time it is used)"
             )));
         }
         Ok(())
@@ -239,12 +261,26 @@ mod tests {
         let text = alias_bomb(200, 4);
         assert!(text.len() < 10_000, "{} bytes", text.len());
         let refused = check(&text).unwrap_err();
+        let bound = 2 * text.len() + ALIAS_SLACK;
         assert!(
-            refused.message.contains("more than 250000 values"),
+            refused.message.contains(&format!(
+                "more than {bound} values, twice its size plus {ALIAS_SLACK}"
+            )),
             "{}",
             refused.message
         );
         assert!(refused.line.is_some());
+        // Written out, as many values pass.
+        let written = format!("a: [{}]\n", vec!["0"; bound / 2].join(","));
+        check(&written).unwrap();
+        // A large file is held to the fixed bound.
+        let large = format!("a: [{}]\n", vec!["0"; MAX_VALUES].join(","));
+        let refused = check(&large).unwrap_err();
+        assert!(
+            refused.message.contains("more than 250000 values ("),
+            "{}",
+            refused.message
+        );
     }
 
     #[test]
