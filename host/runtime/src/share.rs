@@ -1,11 +1,15 @@
-//! Cores shared between tenants. A guest call that has run for
-//! [`LONG`] is a long call: while more than one tenant has made calls
-//! lately (within 50 ms), the long calls of each tenant run at most its share of the
-//! cores at once (the cores over the tenants, at least one), in turns of
-//! [`QUANTUM`], and after each turn the tenant's long calls rest for
-//! [`REST`] (they are batch work: the short calls of every tenant, and the
-//! host's own work, go first). The others wait at an epoch tick, off the CPU. A
-//! tenant alone, and every short call, is never held back.
+//! Cores shared between tenants. A guest call that has run for [`LONG`]
+//! is a long call, and for [`BATCH`] after that every call of its tenant
+//! counts as long from its first epoch tick. While more than one tenant
+//! has made calls lately (within 50 ms), the long calls of each tenant run
+//! at most its share of the cores at once (the cores over the tenants, at
+//! least one), in turns of [`QUANTUM`], and after each turn the tenant's
+//! long calls rest for [`REST`]. They are batch work: the short calls of
+//! every tenant, and the host's own work, go first, and a call holding a
+//! turn runs at the least OS priority ([`priority`]), so the kernel takes
+//! its core away whenever other work of the host can run. The others wait
+//! at an epoch tick, off the CPU. A tenant alone, and every short call of
+//! a tenant whose calls have not run long, is never held back.
 //!
 //! Without this a tenant whose steps spin to their deadline on most of the
 //! workers takes most of the CPU from another's short steps: the workers
@@ -19,13 +23,20 @@ use std::time::{Duration, Instant};
 /// How long a call runs before it counts as long.
 pub(crate) const LONG: Duration = Duration::from_millis(20);
 
+/// How long after one of its calls was long a tenant's every call counts
+/// as long from its first epoch tick: a tenant that starts many calls
+/// which compute does not get [`LONG`] of free time with each.
+const BATCH: Duration = Duration::from_secs(1);
+
 /// How long a long call keeps its turn while another long call of its
 /// tenant waits.
 pub(crate) const QUANTUM: Duration = Duration::from_millis(50);
 
 /// How long a tenant's long calls rest after a turn, while other tenants
-/// call: they run at most half the time then.
-pub(crate) const REST: Duration = QUANTUM;
+/// call: they run at most a quarter of the time then. Long calls are batch
+/// work: the short calls of every tenant and the host's own work (the
+/// requests, the commits), which the share does not see, go first.
+pub(crate) const REST: Duration = QUANTUM.saturating_mul(3);
 
 /// How lately a tenant must have started or ended a call to count as
 /// running now: a tenant with steady work calls far more often, and one
@@ -45,6 +56,8 @@ struct State {
     waiting: HashMap<Arc<str>, usize>,
     /// Until when each tenant's long calls rest after a turn.
     resting: HashMap<Arc<str>, Instant>,
+    /// When each tenant last had a call that ran past [`LONG`].
+    long: HashMap<Arc<str>, Instant>,
 }
 
 impl State {
@@ -53,6 +66,7 @@ impl State {
         if self.seen.len() > 64 {
             self.seen.retain(|_, at| now.duration_since(*at) < RECENT);
             self.resting.retain(|_, until| now < *until);
+            self.long.retain(|_, at| now.duration_since(*at) < BATCH);
         }
         let active = self
             .seen
@@ -64,6 +78,15 @@ impl State {
         } else {
             (cores / active).max(1)
         }
+    }
+
+    /// Whether a call of `tenant` that has run `ran` counts as long now.
+    fn is_long(&self, tenant: &str, ran: Duration, now: Instant) -> bool {
+        ran >= LONG
+            || self
+                .long
+                .get(tenant)
+                .is_some_and(|at| now.duration_since(*at) < BATCH)
     }
 
     /// Whether `tenant`'s long calls rest now.
@@ -132,12 +155,16 @@ impl Turn {
     /// call or one whose turn holds, after a wait otherwise).
     pub(crate) fn tick(&self, deadline: Instant, cancel: &AtomicBool) -> Result<(), Stop> {
         let now = Instant::now();
-        if now.duration_since(self.started) < LONG {
-            return Ok(());
-        }
+        let ran = now.duration_since(self.started);
         let share = Share::global();
         let mut since = weft_core::lock(&self.since);
         let mut state = weft_core::lock(&share.state);
+        if !state.is_long(&self.tenant, ran, now) {
+            return Ok(());
+        }
+        if ran >= LONG {
+            state.long.insert(Arc::clone(&self.tenant), now);
+        }
         let allowed = state.allowed(&self.tenant, share.cores, now);
         if let Some(taken) = *since {
             let holding = state.holding.get(&*self.tenant).copied().unwrap_or(0);
@@ -170,6 +197,9 @@ impl Turn {
             if *holding < allowed && !rests {
                 *holding += 1;
                 *since = Some(now);
+                if allowed != usize::MAX {
+                    priority::lower();
+                }
                 break None;
             }
             if cancel.load(Ordering::Relaxed) {
@@ -191,6 +221,7 @@ impl Turn {
 }
 
 fn give_back(state: &mut State, tenant: &str) {
+    priority::restore();
     if let Some(holding) = state.holding.get_mut(tenant) {
         *holding = holding.saturating_sub(1);
     }
@@ -206,6 +237,16 @@ impl Turn {
         let share = Share::global();
         give_back(&mut weft_core::lock(&share.state), &self.tenant);
         share.freed.notify_all();
+    }
+}
+
+/// Restores the priority of the thread a call ran on when dropped, at the
+/// call's end on its own thread ([`Ending`] may be dropped elsewhere).
+pub(crate) struct Restore;
+
+impl Drop for Restore {
+    fn drop(&mut self) {
+        priority::restore();
     }
 }
 
@@ -230,6 +271,103 @@ impl Drop for Ending {
     }
 }
 
+/// The OS priority of the thread a long call runs on, while it holds a
+/// turn beside other tenants: lowered to the least (nice 19), so the
+/// kernel gives a core to the host's threads and to short calls the
+/// moment they can run, and to the long call only what they leave.
+/// Restored when the turn goes back or the call ends. A thread may always
+/// lower its priority, but raising it back needs `CAP_SYS_NICE` or an
+/// `RLIMIT_NICE` that allows it; where the host may not, priorities are
+/// left alone and turns and rests are the whole share.
+pub(crate) mod priority {
+    use std::cell::Cell;
+    use std::sync::OnceLock;
+
+    thread_local! {
+        /// The priority this thread had before a long call lowered it.
+        static LOWERED_FROM: Cell<Option<i32>> = const { Cell::new(None) };
+    }
+
+    /// The least priority, as a nice value.
+    pub(super) const LEAST: i32 = 19;
+
+    /// Whether this process may lower a thread's priority and raise it
+    /// back: tried once, on a thread of its own.
+    pub(crate) fn may_change() -> bool {
+        static MAY: OnceLock<bool> = OnceLock::new();
+        *MAY.get_or_init(|| {
+            std::thread::Builder::new()
+                .name("weft-nice-probe".to_owned())
+                .spawn(|| {
+                    let Some(was) = get() else { return false };
+                    was < LEAST && set(LEAST) && set(was)
+                })
+                .ok()
+                .and_then(|probe| probe.join().ok())
+                .unwrap_or(false)
+        })
+    }
+
+    /// Lowers this thread's priority, if the process may raise it back.
+    pub(crate) fn lower() {
+        if LOWERED_FROM.get().is_some() || !may_change() {
+            return;
+        }
+        if let Some(was) = get()
+            && set(LEAST)
+        {
+            LOWERED_FROM.set(Some(was));
+        }
+    }
+
+    /// Gives this thread back the priority [`lower`] took, if it did.
+    pub(crate) fn restore() {
+        if let Some(was) = LOWERED_FROM.take()
+            && !set(was)
+        {
+            tracing::warn!(
+                nice = was,
+                "could not restore a worker thread's priority after a long call"
+            );
+        }
+    }
+
+    #[cfg(target_os = "linux")]
+    pub(super) fn get() -> Option<i32> {
+        // SAFETY: `getpriority` on this thread's id reads a number and
+        // touches no memory of ours. -1 is also a valid priority, so errno
+        // tells a failure apart.
+        unsafe {
+            *libc::__errno_location() = 0;
+            let nice = libc::getpriority(libc::PRIO_PROCESS, this_thread());
+            (nice != -1 || *libc::__errno_location() == 0).then_some(nice)
+        }
+    }
+
+    #[cfg(target_os = "linux")]
+    fn set(nice: i32) -> bool {
+        // SAFETY: as in `get`; on Linux a thread id names one thread.
+        unsafe { libc::setpriority(libc::PRIO_PROCESS, this_thread(), nice) == 0 }
+    }
+
+    #[cfg(target_os = "linux")]
+    fn this_thread() -> libc::id_t {
+        // SAFETY: `gettid` has no preconditions.
+        let id = unsafe { libc::gettid() };
+        libc::id_t::try_from(id).unwrap_or(0)
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    pub(super) fn get() -> Option<i32> {
+        None
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    fn set(_: i32) -> bool {
+        false
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -247,5 +385,33 @@ mod tests {
         let later = now + RECENT + Duration::from_millis(1);
         state.seen.insert(Arc::from("a"), later);
         assert_eq!(state.allowed("a", 2, later), usize::MAX);
+    }
+
+    #[test]
+    fn a_tenant_whose_call_ran_long_has_its_next_calls_counted_long() {
+        let mut state = State::default();
+        let now = Instant::now();
+        let short = Duration::from_millis(1);
+        assert!(!state.is_long("a", short, now));
+        assert!(state.is_long("a", LONG, now));
+        state.long.insert(Arc::from("a"), now);
+        assert!(state.is_long("a", short, now));
+        assert!(!state.is_long("b", short, now));
+        assert!(!state.is_long("a", short, now + BATCH));
+    }
+
+    #[test]
+    fn a_lowered_thread_gets_its_priority_back() {
+        std::thread::spawn(|| {
+            let was = priority::get();
+            priority::lower();
+            if priority::may_change() {
+                assert_eq!(priority::get(), Some(priority::LEAST));
+            }
+            priority::restore();
+            assert_eq!(priority::get(), was);
+        })
+        .join()
+        .unwrap();
     }
 }

@@ -2,19 +2,22 @@
 //! a hostile tenant, on a real `weft serve` (a child process of this one)
 //! over loopback.
 //!
-//! Tenant A (its starts not capped) starts 1,500 runs of three `echo`
-//! steps, 16 at a time, and the
-//! figures are its throughput (runs ended per second, from the first start
-//! to the last end) and its p99 run latency (each run's end less its start,
-//! from the run records). The baseline is A alone, measured first in the
-//! same invocation. Then A's load again while tenant B, from its own
-//! uploaded plugin (`hostile`, a test guest) and its own token, does all at
-//! once: steps that sleep in the host past a 10-minute timeout, steps that
-//! compute without end until that timeout, steps that try to make the host
-//! buffer gigabytes of key-value writes, messages and output, a flood of
-//! starts, alias-bomb and 300000000000-year
-//! deployments, 1,000 connections that send half a header and hold it, and
-//! a flood of subscriptions. Printed: A's figures beside the baseline, the
+//! Tenant A (its starts not capped) starts 10,000 runs of three `echo`
+//! steps, 32 at a time, over kept-alive connections, and learns of their
+//! ends from `GET /v1/events`. The figures are its throughput (runs ended
+//! per second, from the first start to the last end) and its p99 run
+//! latency (each run's end less its start, from the run records). The
+//! baseline is A alone, measured first in the same invocation. Then A's
+//! load again while tenant B, with a new tenant's default quota, from its
+//! own uploaded plugin (`hostile`, a test guest) and its own token, does
+//! all at once: steps that sleep in the host past a 10-minute timeout,
+//! steps that compute without end until that timeout, steps that try to
+//! make the host buffer gigabytes of key-value writes, messages and
+//! output, starts at five times its quota, and at five times its quota on
+//! deployments: alias-bomb and 300000000000-year deployments, 1 MiB
+//! snapshot publishes and subscriptions; and 1,000 connections that send
+//! half a header and hold it, opened again as the server closes them. B
+//! opens a new connection for each request. Printed: A's figures beside the baseline, the
 //! server's peak RSS (`VmHWM`), B's answers by status and code, panics
 //! (`weft_panics_total`) and A's runs that never ended, each beside its
 //! goal.
@@ -33,13 +36,17 @@ use serde_json::{Value, json};
 use super::{build_kind, percentile, show};
 
 /// A's runs in each phase.
-const RUNS: usize = 1_500;
+const RUNS: usize = 10_000;
 /// A's runs in flight at once.
-const IN_FLIGHT: usize = 16;
+const IN_FLIGHT: usize = 32;
 /// How long A's runs get to end before the ones left count as stuck.
 const STUCK_AFTER: Duration = Duration::from_secs(120);
 /// Half-sent connections B holds.
 const SLOW_CLIENTS: usize = 1_000;
+/// B's floods send this many times what its quotas take: a flood, and one
+/// whose cost to the machine the bench runs on (the attacker's own, which
+/// would be elsewhere) does not depend on how fast that machine is.
+const FLOOD: u32 = 5;
 
 /// The guest B uploads, as the tests' guest build leaves it.
 pub const HOSTILE: &str = "target/guests/wasm32-wasip2/guest/hostile.wasm";
@@ -307,26 +314,36 @@ fn measure(server: &Server, hostile: &[u8]) -> anyhow::Result<Figures> {
             }
         }
     };
-    // Starts of every attack, as fast as they are taken.
+    // Starts of every attack, five times as many as B's quota takes.
+    // B keeps a new tenant's default quota.
+    let quota = weft::store::Quota::tenant_default();
+    let per_attack = FLOOD * quota.starts_per_second.unwrap_or(200) / attacks.len() as u32;
+    let deploys = FLOOD * quota.deploys_per_second.unwrap_or(10);
     for (name, _) in attacks {
         let (stop, count, b, url) = (Arc::clone(&stop), count.clone(), b.clone(), url.to_owned());
         threads.push(std::thread::spawn(move || {
+            let mut pace = Pace::new(per_attack);
             while !stop.load(Ordering::Relaxed) {
+                pace.wait();
                 let body = json!({ "workflow": format!("b-{name}") });
                 let (status, answer) = call(&url, &b, "POST", "/v1/runs", Some(Body::Json(body)));
                 count(status, &answer);
             }
         }));
     }
-    // Bombs and ages at deploy, and subscriptions.
+    // Bombs and ages at deploy, snapshot publishes and subscriptions,
+    // five times as many as B's quota on deployments takes.
     {
         let (stop, count, b, url) = (Arc::clone(&stop), count.clone(), b.clone(), url.to_owned());
         threads.push(std::thread::spawn(move || {
             let bomb = bomb();
             let ages = "id: ages\nsteps:\n  - { id: s, uses: echo, timeout: 300000000000y }\n";
+            let snapshot = snapshot();
+            let mut pace = Pace::new(deploys);
             let mut n = 0u64;
             while !stop.load(Ordering::Relaxed) {
                 for text in [bomb.as_str(), ages] {
+                    pace.wait();
                     let (status, answer) = call(
                         &url,
                         &b,
@@ -337,6 +354,16 @@ fn measure(server: &Server, hostile: &[u8]) -> anyhow::Result<Figures> {
                     count(status, &answer);
                 }
                 n += 1;
+                pace.wait();
+                let (status, answer) = call(
+                    &url,
+                    &b,
+                    "POST",
+                    &format!("/v1/snapshots/flood{}?keep=1000", n % 100),
+                    Some(Body::Bytes("application/json", snapshot.as_bytes())),
+                );
+                count(status, &answer);
+                pace.wait();
                 let body = json!({ "channel": "flood", "name": format!("s{n}") });
                 let (status, answer) = call(
                     &url,
@@ -393,6 +420,135 @@ fn measure(server: &Server, hostile: &[u8]) -> anyhow::Result<Figures> {
     })
 }
 
+/// A snapshot of 1 MiB: 1,024 entries of 1 KiB.
+fn snapshot() -> String {
+    let entries: serde_json::Map<String, Value> = (0..1024)
+        .map(|i| (format!("k{i}"), Value::String("x".repeat(1024))))
+        .collect();
+    Value::Object(entries).to_string()
+}
+
+/// The runs whose end A's client has seen on its events stream.
+#[derive(Default)]
+struct Ends {
+    ended: Mutex<std::collections::HashSet<String>>,
+    changed: std::sync::Condvar,
+}
+
+impl Ends {
+    /// Follows `GET /v1/events` for A's runs' ends on a thread of its own,
+    /// which ends with the stream once `stop` is set and the next event
+    /// (or keep-alive) comes. Returns once the stream is open.
+    fn follow(
+        self: &Arc<Self>,
+        url: &str,
+        token: &str,
+        stop: &Arc<AtomicBool>,
+    ) -> anyhow::Result<std::thread::JoinHandle<()>> {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .build()
+            .into();
+        let answer = agent
+            .get(format!("{url}/v1/events?workflow=work&kind=ended"))
+            .header("authorization", format!("Bearer {token}"))
+            .call()
+            .context("cannot follow A's events")?;
+        anyhow::ensure!(
+            answer.status() == 200,
+            "cannot follow A's events: {}",
+            answer.status()
+        );
+        let (ends, stop) = (Arc::clone(self), Arc::clone(stop));
+        Ok(std::thread::spawn(move || {
+            use std::io::BufRead as _;
+            let lines = std::io::BufReader::new(answer.into_body().into_reader()).lines();
+            for line in lines {
+                let Ok(line) = line else { break };
+                if stop.load(Ordering::Relaxed) {
+                    break;
+                }
+                let Some(data) = line.strip_prefix("data:") else {
+                    continue;
+                };
+                let event: Value = serde_json::from_str(data.trim()).unwrap_or(Value::Null);
+                if let Some(run) = event["run"].as_str() {
+                    ends.ended
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .insert(run.to_owned());
+                    ends.changed.notify_all();
+                }
+            }
+        }))
+    }
+
+    /// Waits until run `id` has ended, or [`STUCK_AFTER`] has passed. A
+    /// run whose end the stream has not shown within a second is read
+    /// back, once a second (the stream drops events it falls behind on).
+    fn wait(&self, agent: &ureq::Agent, url: &str, bearer: &str, id: &str) {
+        let begun = Instant::now();
+        let mut ended = self
+            .ended
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        while begun.elapsed() < STUCK_AFTER {
+            if ended.remove(id) {
+                return;
+            }
+            let (guard, waited) = self
+                .changed
+                .wait_timeout(ended, Duration::from_secs(1))
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            ended = guard;
+            if waited.timed_out() {
+                drop(ended);
+                let read = agent
+                    .get(format!("{url}/v1/runs/{id}?steps=false"))
+                    .header("authorization", bearer)
+                    .call();
+                let state = read
+                    .ok()
+                    .and_then(|mut answer| answer.body_mut().read_json::<Value>().ok())
+                    .and_then(|run| run["run"]["state"].as_str().map(str::to_owned));
+                if state.is_some_and(|s| s != "running") {
+                    return;
+                }
+                ended = self
+                    .ended
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+            }
+        }
+    }
+}
+
+/// Paces a loop at a rate: [`wait`](Self::wait) sleeps until the next
+/// send is due, and a loop that falls behind goes on at once, without a
+/// burst to catch up.
+struct Pace {
+    every: Duration,
+    next: Instant,
+}
+
+impl Pace {
+    fn new(per_second: u32) -> Self {
+        Self {
+            every: Duration::from_secs(1) / per_second.max(1),
+            next: Instant::now(),
+        }
+    }
+
+    fn wait(&mut self) {
+        let now = Instant::now();
+        match self.next.checked_duration_since(now) {
+            Some(wait) => std::thread::sleep(wait),
+            None => self.next = now,
+        }
+        self.next += self.every;
+    }
+}
+
 /// An alias bomb in 8 KB: 80 million values.
 fn bomb() -> String {
     let a = vec!["0"; 2000].join(", ");
@@ -403,27 +559,46 @@ fn bomb() -> String {
     )
 }
 
-/// A's 300 runs, 16 at a time: its throughput, its p99 run latency from
-/// the records, and how many had not ended by [`STUCK_AFTER`].
+/// A's [`RUNS`] runs, [`IN_FLIGHT`] at a time: its throughput, its p99 run
+/// latency from the records, and how many had not ended by
+/// [`STUCK_AFTER`]. A's client is the kind the docs suggest: it starts
+/// runs over kept-alive connections and learns of their ends from
+/// `GET /v1/events`, reading a run back only when the stream may have
+/// missed its end.
 fn load(url: &str, token: &str, label: &str) -> anyhow::Result<Phase> {
+    let ends = Arc::new(Ends::default());
+    let stop = Arc::new(AtomicBool::new(false));
+    let reader = ends.follow(url, token, &stop)?;
     let started = Instant::now();
     let ids: Arc<Mutex<Vec<String>>> = Arc::default();
     let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let threads: Vec<_> = (0..IN_FLIGHT)
         .map(|_| {
-            let (ids, next, url, token) = (
+            let (ids, next, ends, url, token) = (
                 Arc::clone(&ids),
                 Arc::clone(&next),
+                Arc::clone(&ends),
                 url.to_owned(),
                 token.to_owned(),
             );
             std::thread::spawn(move || {
+                let agent = agent();
+                let bearer = format!("Bearer {token}");
                 while next.fetch_add(1, Ordering::Relaxed) < RUNS {
-                    // Started, then waited for: 16 runs in flight.
+                    // Started, then waited for: IN_FLIGHT runs in flight.
                     let (status, answer) = loop {
                         let body = json!({ "workflow": "work", "input": {} });
-                        let (status, answer) =
-                            call(&url, &token, "POST", "/v1/runs", Some(Body::Json(body)));
+                        let sent = agent
+                            .post(format!("{url}/v1/runs"))
+                            .header("authorization", &bearer)
+                            .send_json(body);
+                        let (status, answer) = match sent {
+                            Ok(mut answer) => (
+                                answer.status().as_u16(),
+                                answer.body_mut().read_json().unwrap_or(Value::Null),
+                            ),
+                            Err(_) => (0, Value::Null),
+                        };
                         if status != 429 {
                             break (status, answer);
                         }
@@ -432,18 +607,10 @@ fn load(url: &str, token: &str, label: &str) -> anyhow::Result<Phase> {
                     let Some(id) = answer["id"].as_str().filter(|_| status == 201) else {
                         continue;
                     };
-                    let id = id.to_owned();
-                    let begun = Instant::now();
-                    while begun.elapsed() < STUCK_AFTER {
-                        let (_, run) = call(&url, &token, "GET", &format!("/v1/runs/{id}"), None);
-                        if run["run"]["state"].as_str().is_some_and(|s| s != "running") {
-                            break;
-                        }
-                        std::thread::sleep(Duration::from_millis(5));
-                    }
+                    ends.wait(&agent, &url, &bearer, id);
                     ids.lock()
                         .unwrap_or_else(std::sync::PoisonError::into_inner)
-                        .push(id);
+                        .push(id.to_owned());
                 }
             })
         })
@@ -452,6 +619,8 @@ fn load(url: &str, token: &str, label: &str) -> anyhow::Result<Phase> {
         let _ = thread.join();
     }
     let elapsed = started.elapsed();
+    stop.store(true, Ordering::Relaxed);
+    drop(reader);
     let ids = std::mem::take(
         &mut *ids
             .lock()
