@@ -32,8 +32,10 @@ use crate::sweep::Commit;
 
 /// Entries staged in one write.
 const PAGE: usize = 2_000;
-/// Bytes staged in one write, at most (a page ends early past them).
-const PAGE_BYTES: usize = 4 << 20;
+/// Bytes staged in one write, at most (a page ends early past them). A
+/// page is one write in the shared commit: a larger one holds the other
+/// writes of the batch, every tenant's, behind its sync.
+const PAGE_BYTES: usize = 256 << 10;
 /// The longest key.
 pub const MAX_KEY: usize = 1024;
 /// The longest value, as compact JSON: reference data is small, and a

@@ -80,15 +80,6 @@ impl State {
         }
     }
 
-    /// Whether a call of `tenant` that has run `ran` counts as long now.
-    fn is_long(&self, tenant: &str, ran: Duration, now: Instant) -> bool {
-        ran >= LONG
-            || self
-                .long
-                .get(tenant)
-                .is_some_and(|at| now.duration_since(*at) < BATCH)
-    }
-
     /// Whether `tenant`'s long calls rest now.
     fn rests(&self, tenant: &str, now: Instant) -> bool {
         self.resting.get(tenant).is_some_and(|until| now < *until)
@@ -112,12 +103,6 @@ impl Share {
             cores: std::thread::available_parallelism().map_or(1, usize::from),
         })
     }
-
-    fn touch(&self, tenant: &Arc<str>) {
-        weft_core::lock(&self.state)
-            .seen
-            .insert(Arc::clone(tenant), Instant::now());
-    }
 }
 
 /// Why a long call stops waiting for its turn.
@@ -128,26 +113,70 @@ pub(crate) enum Stop {
     Cancelled,
 }
 
+/// The most guest time one epoch tick adds to a call's count: two ticks'
+/// worth. A call's time between ticks is counted up to this, so the time
+/// it waited for a slot, for its instance, in the host or for a turn is
+/// not counted as computing.
+const TICK_MOST: Duration = Duration::from_millis(10);
+
 /// One call's place in the share: made as the call starts, given back
 /// when its [`Ending`] is dropped (the call's end) and while it waits in
 /// the host.
 #[derive(Debug)]
 pub(crate) struct Turn {
     tenant: Arc<str>,
-    started: Instant,
+    /// Whether its tenant had a long call lately when it began, so that it
+    /// counts as long from its first tick.
+    batch: bool,
+    clock: Mutex<Clock>,
+}
+
+#[derive(Debug)]
+struct Clock {
     /// When it took its turn, while it holds one.
-    since: Mutex<Option<Instant>>,
+    since: Option<Instant>,
+    /// Its last tick (at first, its start).
+    last: Instant,
+    /// Its guest time as the ticks count it.
+    ran: Duration,
+    /// Whether it holds its turn while other tenants call: its thread
+    /// runs at the least priority while it runs guest code.
+    lowered: bool,
+}
+
+/// What a tick decided about the thread's priority, done once no lock is
+/// held: a thread lowered while holding the share's lock would keep every
+/// other call waiting for it.
+fn set_priority(lowered: bool) {
+    if lowered {
+        priority::lower();
+    } else {
+        priority::restore();
+    }
 }
 
 impl Turn {
     /// A call of `tenant` starting now.
     pub(crate) fn begin(tenant: &str) -> Arc<Turn> {
         let tenant: Arc<str> = Arc::from(tenant);
-        Share::global().touch(&tenant);
+        let now = Instant::now();
+        let batch = {
+            let mut state = weft_core::lock(&Share::global().state);
+            state.seen.insert(Arc::clone(&tenant), now);
+            state
+                .long
+                .get(&*tenant)
+                .is_some_and(|at| now.duration_since(*at) < BATCH)
+        };
         Arc::new(Turn {
             tenant,
-            started: Instant::now(),
-            since: Mutex::new(None),
+            batch,
+            clock: Mutex::new(Clock {
+                since: None,
+                last: now,
+                ran: Duration::ZERO,
+                lowered: false,
+            }),
         })
     }
 
@@ -155,29 +184,38 @@ impl Turn {
     /// call or one whose turn holds, after a wait otherwise).
     pub(crate) fn tick(&self, deadline: Instant, cancel: &AtomicBool) -> Result<(), Stop> {
         let now = Instant::now();
-        let ran = now.duration_since(self.started);
-        let share = Share::global();
-        let mut since = weft_core::lock(&self.since);
-        let mut state = weft_core::lock(&share.state);
-        if !state.is_long(&self.tenant, ran, now) {
+        let mut clock = weft_core::lock(&self.clock);
+        let step = now.duration_since(clock.last).min(TICK_MOST);
+        clock.ran += step;
+        clock.last = now;
+        let long = clock.ran >= LONG;
+        if !long && !self.batch {
             return Ok(());
         }
-        if ran >= LONG {
+        let share = Share::global();
+        let mut state = weft_core::lock(&share.state);
+        if long {
             state.long.insert(Arc::clone(&self.tenant), now);
         }
         let allowed = state.allowed(&self.tenant, share.cores, now);
-        if let Some(taken) = *since {
+        let shared = allowed != usize::MAX;
+        if let Some(taken) = clock.since {
             let holding = state.holding.get(&*self.tenant).copied().unwrap_or(0);
             let waiting = state.waiting.get(&*self.tenant).copied().unwrap_or(0);
-            let shared = allowed != usize::MAX;
             let turn_over = now.duration_since(taken) >= QUANTUM;
             if holding <= allowed && !(turn_over && (shared || waiting > 0)) {
+                // It goes on, at the least priority only while it shares.
+                drop(state);
+                clock.lowered = shared;
+                drop(clock);
+                set_priority(shared);
                 return Ok(());
             }
             // Its turn is over: give it back, rest while others call, and
             // wait behind the tenant's other long calls.
             give_back(&mut state, &self.tenant);
-            *since = None;
+            clock.since = None;
+            clock.lowered = false;
             if shared && turn_over {
                 let until = now + REST;
                 let resting = state
@@ -188,6 +226,9 @@ impl Turn {
             }
             share.freed.notify_all();
         }
+        // Raised (it may be waiting long) before it waits for the lock's
+        // condition, with the lock held for no more than that.
+        priority::restore();
         *state.waiting.entry(Arc::clone(&self.tenant)).or_default() += 1;
         let stopped = loop {
             let now = Instant::now();
@@ -196,10 +237,8 @@ impl Turn {
             let holding = state.holding.entry(Arc::clone(&self.tenant)).or_default();
             if *holding < allowed && !rests {
                 *holding += 1;
-                *since = Some(now);
-                if allowed != usize::MAX {
-                    priority::lower();
-                }
+                clock.since = Some(now);
+                clock.lowered = allowed != usize::MAX;
                 break None;
             }
             if cancel.load(Ordering::Relaxed) {
@@ -216,12 +255,28 @@ impl Turn {
         if let Some(waiting) = state.waiting.get_mut(&*self.tenant) {
             *waiting = waiting.saturating_sub(1);
         }
+        drop(state);
+        // The wait is not guest time.
+        clock.last = Instant::now();
+        let lowered = clock.lowered;
+        drop(clock);
+        set_priority(lowered);
         stopped.map_or(Ok(()), Err)
+    }
+
+    /// As the call's guest code calls into the host (`true`) or the host
+    /// returns to it: host work runs at the thread's own priority, and the
+    /// guest's again at the least while it holds a shared turn.
+    pub(crate) fn in_host(&self, entering: bool) {
+        if entering {
+            priority::restore();
+        } else if weft_core::lock(&self.clock).lowered {
+            priority::lower();
+        }
     }
 }
 
 fn give_back(state: &mut State, tenant: &str) {
-    priority::restore();
     if let Some(holding) = state.holding.get_mut(tenant) {
         *holding = holding.saturating_sub(1);
     }
@@ -231,8 +286,13 @@ impl Turn {
     /// Gives the call's turn back, if it holds one: it waits in the host,
     /// off the CPU.
     pub(crate) fn pause(&self) {
-        if weft_core::lock(&self.since).take().is_none() {
-            return;
+        priority::restore();
+        {
+            let mut clock = weft_core::lock(&self.clock);
+            clock.lowered = false;
+            if clock.since.take().is_none() {
+                return;
+            }
         }
         let share = Share::global();
         give_back(&mut weft_core::lock(&share.state), &self.tenant);
@@ -258,7 +318,7 @@ pub(crate) struct Ending(pub(crate) Arc<Turn>);
 impl Drop for Ending {
     fn drop(&mut self) {
         let share = Share::global();
-        let held = weft_core::lock(&self.0.since).take().is_some();
+        let held = weft_core::lock(&self.0.clock).since.take().is_some();
         let mut state = weft_core::lock(&share.state);
         state
             .seen
@@ -388,16 +448,23 @@ mod tests {
     }
 
     #[test]
-    fn a_tenant_whose_call_ran_long_has_its_next_calls_counted_long() {
-        let mut state = State::default();
-        let now = Instant::now();
-        let short = Duration::from_millis(1);
-        assert!(!state.is_long("a", short, now));
-        assert!(state.is_long("a", LONG, now));
-        state.long.insert(Arc::from("a"), now);
-        assert!(state.is_long("a", short, now));
-        assert!(!state.is_long("b", short, now));
-        assert!(!state.is_long("a", short, now + BATCH));
+    fn a_call_counts_its_guest_time_and_marks_its_tenant_long() {
+        let cancel = AtomicBool::new(false);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let turn = Turn::begin("share-test-long");
+        assert!(!turn.batch);
+        // A wait between ticks (in the host, for a slot) counts at most
+        // TICK_MOST.
+        std::thread::sleep(LONG);
+        turn.tick(deadline, &cancel).ok().unwrap();
+        assert!(weft_core::lock(&turn.clock).ran <= TICK_MOST);
+        // Ticks of computing add up to LONG, and mark the tenant.
+        while weft_core::lock(&turn.clock).ran < LONG {
+            std::thread::sleep(Duration::from_millis(5));
+            turn.tick(deadline, &cancel).ok().unwrap();
+        }
+        assert!(Turn::begin("share-test-long").batch);
+        assert!(!Turn::begin("share-test-other").batch);
     }
 
     #[test]

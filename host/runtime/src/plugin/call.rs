@@ -200,11 +200,19 @@ impl Plugin {
         // Past the host's budget, the call stops as the refused host call
         // returns: the guest cannot go on making the host copy what it
         // refuses (a refused 1 MiB write is still a 1 MiB copy).
-        store.call_hook(|store, hook| {
-            if matches!(hook, wasmtime::CallHook::ReturningFromHost)
-                && store.data().held.over.is_some()
-            {
-                return Err(wasmtime::Error::new(crate::budget::OverBudget));
+        // Host work runs at the thread's own priority, guest code of a
+        // long call holding a shared turn at the least ([`crate::share`]).
+        let in_host = Arc::clone(&turn);
+        store.call_hook(move |store, hook| {
+            match hook {
+                wasmtime::CallHook::CallingHost => in_host.in_host(true),
+                wasmtime::CallHook::ReturningFromHost => {
+                    if store.data().held.over.is_some() {
+                        return Err(wasmtime::Error::new(crate::budget::OverBudget));
+                    }
+                    in_host.in_host(false);
+                }
+                _ => {}
             }
             Ok(())
         });
@@ -212,6 +220,7 @@ impl Plugin {
         let ran = instance.map(|instance| {
             let started = Instant::now();
             let ran = instance.run(&mut store, context, &input);
+            crate::share::priority::restore();
             timing.call = started.elapsed();
             ran
         });

@@ -484,41 +484,46 @@ impl Ends {
     }
 
     /// Waits until run `id` has ended, or [`STUCK_AFTER`] has passed. A
-    /// run whose end the stream has not shown within a second is read
-    /// back, once a second (the stream drops events it falls behind on).
+    /// run whose end the stream has not shown is read back once a second
+    /// (the stream drops what it falls behind on).
     fn wait(&self, agent: &ureq::Agent, url: &str, bearer: &str, id: &str) {
         let begun = Instant::now();
-        let mut ended = self
-            .ended
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        while begun.elapsed() < STUCK_AFTER {
-            if ended.remove(id) {
-                return;
-            }
-            let (guard, waited) = self
-                .changed
-                .wait_timeout(ended, Duration::from_secs(1))
+        let mut check = begun + Duration::from_secs(1);
+        loop {
+            let mut ended = self
+                .ended
+                .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
-            ended = guard;
-            if waited.timed_out() {
-                drop(ended);
-                let read = agent
-                    .get(format!("{url}/v1/runs/{id}?steps=false"))
-                    .header("authorization", bearer)
-                    .call();
-                let state = read
-                    .ok()
-                    .and_then(|mut answer| answer.body_mut().read_json::<Value>().ok())
-                    .and_then(|run| run["run"]["state"].as_str().map(str::to_owned));
-                if state.is_some_and(|s| s != "running") {
+            loop {
+                if ended.remove(id) {
                     return;
                 }
+                let now = Instant::now();
+                if now >= check || begun.elapsed() >= STUCK_AFTER {
+                    break;
+                }
                 ended = self
-                    .ended
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    .changed
+                    .wait_timeout(ended, check - now)
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .0;
             }
+            drop(ended);
+            if begun.elapsed() >= STUCK_AFTER {
+                return;
+            }
+            let read = agent
+                .get(format!("{url}/v1/runs/{id}?steps=false"))
+                .header("authorization", bearer)
+                .call();
+            let state = read
+                .ok()
+                .and_then(|mut answer| answer.body_mut().read_json::<Value>().ok())
+                .and_then(|run| run["run"]["state"].as_str().map(str::to_owned));
+            if state.is_some_and(|s| s != "running") {
+                return;
+            }
+            check = Instant::now() + Duration::from_secs(1);
         }
     }
 }
@@ -586,6 +591,7 @@ fn load(url: &str, token: &str, label: &str) -> anyhow::Result<Phase> {
                 let bearer = format!("Bearer {token}");
                 while next.fetch_add(1, Ordering::Relaxed) < RUNS {
                     // Started, then waited for: IN_FLIGHT runs in flight.
+                    let trying = Instant::now();
                     let (status, answer) = loop {
                         let body = json!({ "workflow": "work", "input": {} });
                         let sent = agent
@@ -599,7 +605,9 @@ fn load(url: &str, token: &str, label: &str) -> anyhow::Result<Phase> {
                             ),
                             Err(_) => (0, Value::Null),
                         };
-                        if status != 429 {
+                        // Refused for its rate, or not taken at all: again,
+                        // for as long as a run may take.
+                        if (status != 429 && status != 0) || trying.elapsed() >= STUCK_AFTER {
                             break (status, answer);
                         }
                         std::thread::sleep(Duration::from_millis(10));
