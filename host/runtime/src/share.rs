@@ -192,6 +192,12 @@ impl Turn {
         if !long && !self.batch {
             return Ok(());
         }
+        // Raised before it takes the share's lock, which every call's
+        // start and end take too, and lowered again (below) once it is
+        // let go: a thread at the least priority must not hold it.
+        if clock.lowered {
+            priority::restore();
+        }
         let share = Share::global();
         let mut state = weft_core::lock(&share.state);
         if long {
@@ -226,9 +232,6 @@ impl Turn {
             }
             share.freed.notify_all();
         }
-        // Raised (it may be waiting long) before it waits for the lock's
-        // condition, with the lock held for no more than that.
-        priority::restore();
         *state.waiting.entry(Arc::clone(&self.tenant)).or_default() += 1;
         let stopped = loop {
             let now = Instant::now();
@@ -265,13 +268,22 @@ impl Turn {
     }
 
     /// As the call's guest code calls into the host (`true`) or the host
-    /// returns to it: host work runs at the thread's own priority, and the
-    /// guest's again at the least while it holds a shared turn.
+    /// returns to it. The guest's time up to the host call is counted, and
+    /// the host call's is not (a step that waits on HTTP does not become
+    /// long). Host work runs at the thread's own priority, and the guest's
+    /// again at the least while it holds a shared turn.
     pub(crate) fn in_host(&self, entering: bool) {
+        let now = Instant::now();
+        let mut clock = weft_core::lock(&self.clock);
         if entering {
-            priority::restore();
-        } else if weft_core::lock(&self.clock).lowered {
-            priority::lower();
+            let step = now.duration_since(clock.last).min(TICK_MOST);
+            clock.ran += step;
+        }
+        clock.last = now;
+        let lowered = clock.lowered;
+        drop(clock);
+        if lowered {
+            set_priority(!entering);
         }
     }
 }
@@ -310,9 +322,8 @@ impl Drop for Restore {
     }
 }
 
-/// Ends its call's [`Turn`] when dropped: the turn goes back at once,
-/// whenever the call's store (which the epoch callback holding the turn
-/// lives in) is dropped.
+/// Ends its call's [`Turn`] when dropped, at the end of the call on its
+/// thread: the turn goes back at once.
 pub(crate) struct Ending(pub(crate) Arc<Turn>);
 
 impl Drop for Ending {

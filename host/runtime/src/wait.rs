@@ -82,11 +82,7 @@ impl WaitBound {
     /// comes first; blocking, as wasmtime-wasi's own sync waits are.
     fn wait<F: Future>(&self, operation: F) -> wasmtime::Result<F::Output> {
         self.check()?;
-        // Off the CPU: the call's turn on the cores goes to another call
-        // (it takes one again at its next tick).
-        if let Some(turn) = &self.turn {
-            turn.pause();
-        }
+        let mut paused = false;
         wasmtime_wasi::runtime::in_tokio(async {
             let mut operation = pin!(operation);
             let mut deadline = pin!(tokio::time::sleep_until(self.deadline.into()));
@@ -94,6 +90,16 @@ impl WaitBound {
             std::future::poll_fn(|cx| {
                 if let Poll::Ready(done) = operation.as_mut().poll(cx) {
                     return Poll::Ready(Ok(done));
+                }
+                // Off the CPU once it really waits: the call's turn on the
+                // cores goes to another call (it takes one again at its
+                // next tick). An operation ready at once keeps it, so a
+                // guest that polls or prints in a loop still takes turns.
+                if !paused {
+                    paused = true;
+                    if let Some(turn) = &self.turn {
+                        turn.pause();
+                    }
                 }
                 if deadline.as_mut().poll(cx).is_ready() {
                     return Poll::Ready(Err(wasmtime::Error::new(Trap::Interrupt)));

@@ -171,6 +171,7 @@ impl Plugin {
                     StepState::new(memory_limit, log.clone(), reach, deadline(timeout));
                 store.data_mut().limiter.carry(used);
                 arm(&mut store, timeout);
+                watch_host_calls(&mut store, Arc::clone(&turn));
                 if let Some(cancel) = options.cancel.clone() {
                     watch_cancel(&mut store, cancel, timeout, Arc::clone(&turn));
                 }
@@ -186,6 +187,7 @@ impl Plugin {
                 held = Held::Slot { _slot: slot };
                 let mut store =
                     new_store(&self.0.runtime, timeout, memory_limit, log.clone(), reach);
+                watch_host_calls(&mut store, Arc::clone(&turn));
                 if let Some(cancel) = options.cancel.clone() {
                     watch_cancel(&mut store, cancel, timeout, Arc::clone(&turn));
                 }
@@ -197,25 +199,6 @@ impl Plugin {
                 (store, instance)
             }
         };
-        // Past the host's budget, the call stops as the refused host call
-        // returns: the guest cannot go on making the host copy what it
-        // refuses (a refused 1 MiB write is still a 1 MiB copy).
-        // Host work runs at the thread's own priority, guest code of a
-        // long call holding a shared turn at the least ([`crate::share`]).
-        let in_host = Arc::clone(&turn);
-        store.call_hook(move |store, hook| {
-            match hook {
-                wasmtime::CallHook::CallingHost => in_host.in_host(true),
-                wasmtime::CallHook::ReturningFromHost => {
-                    if store.data().held.over.is_some() {
-                        return Err(wasmtime::Error::new(crate::budget::OverBudget));
-                    }
-                    in_host.in_host(false);
-                }
-                _ => {}
-            }
-            Ok(())
-        });
         let input = input.to_owned();
         let ran = instance.map(|instance| {
             let started = Instant::now();
@@ -406,6 +389,28 @@ fn arm(store: &mut wasmtime::Store<StepState>, timeout: Duration) {
 enum Held<'a> {
     Slot { _slot: crate::slots::Slot<'a> },
     Spare { _slot: spare::SpareSlot },
+}
+
+/// Watches the calls of `store`'s guest into the host, from before it is
+/// instantiated. Past the host's budget, the call stops as the refused
+/// host call returns: the guest cannot go on making the host copy what it
+/// refuses (a refused 1 MiB write is still a 1 MiB copy). And the call's
+/// [`Turn`](crate::share::Turn) counts guest time without the host's, and
+/// runs host work at the thread's own priority.
+fn watch_host_calls(store: &mut wasmtime::Store<StepState>, turn: Arc<crate::share::Turn>) {
+    store.call_hook(move |store, hook| {
+        match hook {
+            wasmtime::CallHook::CallingHost => turn.in_host(true),
+            wasmtime::CallHook::ReturningFromHost => {
+                if store.data().held.over.is_some() {
+                    return Err(wasmtime::Error::new(crate::budget::OverBudget));
+                }
+                turn.in_host(false);
+            }
+            _ => {}
+        }
+        Ok(())
+    });
 }
 
 /// Makes the call in `store` stop with [`Cancelled`] at the next epoch tick

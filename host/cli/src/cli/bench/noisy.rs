@@ -579,21 +579,31 @@ fn load(url: &str, token: &str, label: &str) -> anyhow::Result<Phase> {
     let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let threads: Vec<_> = (0..IN_FLIGHT)
         .map(|_| {
-            let (ids, next, ends, url, token) = (
+            let (ids, next, ends, url, token, label) = (
                 Arc::clone(&ids),
                 Arc::clone(&next),
                 Arc::clone(&ends),
                 url.to_owned(),
                 token.to_owned(),
+                label.to_owned(),
             );
             std::thread::spawn(move || {
                 let agent = agent();
                 let bearer = format!("Bearer {token}");
-                while next.fetch_add(1, Ordering::Relaxed) < RUNS {
+                loop {
+                    let n = next.fetch_add(1, Ordering::Relaxed);
+                    if n >= RUNS {
+                        break;
+                    }
                     // Started, then waited for: IN_FLIGHT runs in flight.
                     let trying = Instant::now();
                     let (status, answer) = loop {
-                        let body = json!({ "workflow": "work", "input": {} });
+                        // A start tried again is the same run.
+                        let body = json!({
+                            "workflow": "work",
+                            "input": {},
+                            "idempotency_key": format!("{label}-{n}"),
+                        });
                         let sent = agent
                             .post(format!("{url}/v1/runs"))
                             .header("authorization", &bearer)
@@ -612,7 +622,8 @@ fn load(url: &str, token: &str, label: &str) -> anyhow::Result<Phase> {
                         }
                         std::thread::sleep(Duration::from_millis(10));
                     };
-                    let Some(id) = answer["id"].as_str().filter(|_| status == 201) else {
+                    let started = status == 201 || status == 200;
+                    let Some(id) = answer["id"].as_str().filter(|_| started) else {
                         continue;
                     };
                     ends.wait(&agent, &url, &bearer, id);
