@@ -312,22 +312,14 @@ impl Turn {
     }
 }
 
-/// Restores the priority of the thread a call ran on when dropped, at the
-/// call's end on its own thread ([`Ending`] may be dropped elsewhere).
-pub(crate) struct Restore;
-
-impl Drop for Restore {
-    fn drop(&mut self) {
-        priority::restore();
-    }
-}
-
 /// Ends its call's [`Turn`] when dropped, at the end of the call on its
-/// thread: the turn goes back at once.
+/// thread (also when it unwinds): the turn goes back at once, and the
+/// thread has its own priority back.
 pub(crate) struct Ending(pub(crate) Arc<Turn>);
 
 impl Drop for Ending {
     fn drop(&mut self) {
+        priority::restore();
         let share = Share::global();
         let held = weft_core::lock(&self.0.clock).since.take().is_some();
         let mut state = weft_core::lock(&share.state);

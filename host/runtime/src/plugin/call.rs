@@ -125,7 +125,6 @@ impl Plugin {
             .redacting(redactor.clone());
         let turn = crate::share::Turn::begin(&context.tenant);
         let _ending = crate::share::Ending(Arc::clone(&turn));
-        let _restore = crate::share::Restore;
         let reach = Reach {
             kv: options.kv.clone(),
             egress: options.egress.clone(),
