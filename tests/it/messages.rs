@@ -206,6 +206,50 @@ fn webhook(host: &Host, channel: &str, receiver: &Receiver, extra: Value) -> Val
     made
 }
 
+/// The server's threads now.
+fn threads(host: &Host) -> usize {
+    std::fs::read_dir(format!("/proc/{}/task", host.child.id()))
+        .map(|tasks| tasks.count())
+        .unwrap_or(0)
+}
+
+#[test]
+fn sixty_webhook_subscriptions_are_served_by_a_pool_not_a_thread_each() {
+    let scratch = scratch(&[(
+        "one.yaml",
+        "id: one\nsteps:\n  - { id: tell, emit: events, with: { hello: world } }\n",
+    )]);
+    let host = serve(&scratch, 0);
+    let receiver = Receiver::start(|_| 200);
+    let before = threads(&host);
+    for n in 0..60 {
+        let spec = json!({
+            "channel": "events",
+            "name": format!("hook{n}"),
+            "webhook": { "url": receiver.url, "secret": "s3cret" },
+        });
+        let (status, made) = call(&host, "POST", "/v1/subscriptions", Some(&spec.to_string()));
+        assert_eq!(status, 201, "{made}");
+    }
+    let id = start(&host, "one", json!({}));
+    assert_eq!(ended(&host, &id)["run"]["state"], "succeeded");
+    // Every subscription gets the message, once.
+    let got = receiver.wait_for(60);
+    let deliveries: std::collections::HashSet<_> = got
+        .iter()
+        .map(|r| r.header("weft-delivery").to_owned())
+        .collect();
+    assert_eq!(deliveries.len(), 60, "one delivery each");
+    // The pool's threads, and a few of the async runtime's for blocking
+    // work that the requests above may have started.
+    let grown = threads(&host).saturating_sub(before);
+    assert!(
+        grown <= weft::hub::WEBHOOK_THREADS + 8,
+        "{grown} more threads for 60 webhook subscriptions (the pool holds {})",
+        weft::hub::WEBHOOK_THREADS
+    );
+}
+
 #[test]
 fn a_webhook_that_fails_three_times_gets_the_message_four_times_with_one_id_and_a_valid_signature()
 {

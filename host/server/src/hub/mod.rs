@@ -43,7 +43,7 @@ use weft_store::{DeliveryRecord, DeliveryState, Store, StoreError, What};
 
 pub use consumer::Consumer;
 pub use subscription::{MAX_ATTEMPTS, SubscriptionSpec, WebhookSpec};
-pub use webhook::{SIGNATURE_HEADER, sign};
+pub use webhook::{SIGNATURE_HEADER, THREADS as WEBHOOK_THREADS, sign};
 
 /// Why the hub could not do what was asked.
 #[derive(Debug, thiserror::Error)]
@@ -139,8 +139,8 @@ struct Shared {
     /// The `seq`s of deliveries acked through this hub, by subscription,
     /// for its consumers.
     acked: Mutex<HashMap<String, Vec<u64>>>,
-    /// Webhook subscriptions with a thread.
-    webhooks: Mutex<HashMap<String, std::thread::JoinHandle<()>>>,
+    /// The webhook subscriptions delivered here, and their threads.
+    webhooks: Mutex<webhook::Webhooks>,
     stopping: AtomicBool,
     /// Where each tenant's webhooks may go.
     egress: Arc<weft_engine::EgressPolicies>,
@@ -177,7 +177,7 @@ impl Hub {
                 sessions: Mutex::new(HashMap::new()),
                 acked: Mutex::new(HashMap::new()),
                 next_session: std::sync::atomic::AtomicU64::new(0),
-                webhooks: Mutex::new(HashMap::new()),
+                webhooks: Mutex::new(webhook::Webhooks::default()),
                 stopping: AtomicBool::new(false),
                 egress,
                 metrics,
@@ -185,8 +185,8 @@ impl Hub {
         }
     }
 
-    /// Starts delivering to webhooks: a thread per webhook subscription,
-    /// and one that looks for new subscriptions (made by another process
+    /// Starts delivering to webhooks: a pool of threads for the webhook
+    /// subscriptions, and one that looks for new subscriptions (made by another process
     /// on the same store) every two seconds.
     pub fn start(&self) -> std::io::Result<()> {
         self.start_webhooks();

@@ -1,17 +1,20 @@
-//! Webhook delivery: one thread per subscription POSTs its oldest
-//! unsettled delivery until a 2xx answer acks it. With several hosts on
-//! one store, each has the thread, and the one that holds the queue's
-//! lease delivers (`Committer::hold`); the lease moves when its host is
-//! gone.
+//! Webhook delivery: a pool of at most [`THREADS`] threads takes the
+//! webhook subscriptions in turns; a turn POSTs a subscription's oldest
+//! unsettled delivery, and it is sent again at later turns until a 2xx
+//! answer acks it. A subscription is taken by one thread at a time, and
+//! one tenant's by at most half the threads. With several hosts on one
+//! store, each takes turns, and the one that holds the queue's lease
+//! delivers (`Committer::hold`); the lease moves when its host is gone.
 //!
 //! The body is the [`Delivery`](super::Delivery) as JSON. Headers:
 //! `weft-delivery` (the delivery id, the same on every attempt),
 //! `weft-message`, `weft-attempt`, and `weft-signature: sha256=<hex>`, the
 //! HMAC-SHA256 of the body with the subscription's secret.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
@@ -48,61 +51,164 @@ pub fn sign(secret: &str, body: &[u8]) -> String {
     format!("sha256={hex}")
 }
 
-impl Hub {
-    /// Starts a thread for each webhook subscription that has none (or
-    /// whose thread ended), unless the hub is stopping.
-    pub(super) fn start_webhooks(&self) {
-        let Ok(subscriptions) = self.shared.store.subscriptions(None) else {
-            return;
-        };
-        let mut running = lock(&self.shared.webhooks);
-        running.retain(|_, thread| !thread.is_finished());
-        for subscription in subscriptions {
-            if matches!(subscription.target, Target::Webhook { .. })
-                && !running.contains_key(&subscription.key)
-                && !self.shared.stopping.load(Ordering::SeqCst)
-            {
-                let hub = self.clone();
-                let key = subscription.key.clone();
-                match std::thread::Builder::new()
-                    .name(format!("weft-webhook-{key}"))
-                    .spawn(move || deliver(&hub, &key))
-                {
-                    Ok(thread) => {
-                        running.insert(subscription.key, thread);
-                    }
-                    Err(e) => {
-                        tracing::error!(subscription = %subscription.key, "cannot start a webhook thread: {e}")
-                    }
-                }
+/// Threads that POST webhooks, shared by every webhook subscription of
+/// the host: at most this many requests are in flight at once.
+pub const THREADS: usize = 16;
+
+/// The most of those threads one tenant's subscriptions may hold at once,
+/// so that slow endpoints of one tenant do not stop the others' webhooks.
+const PER_TENANT: usize = THREADS / 2;
+
+/// The webhook subscriptions this hub delivers, each with when its next
+/// turn is due. A subscription is taken by one thread at a time, so its
+/// queue goes out in order.
+#[derive(Default)]
+pub(super) struct Webhooks {
+    /// When each subscription's next turn is due; `None` while a thread
+    /// takes it.
+    due: HashMap<String, Option<Instant>>,
+    /// Threads each tenant's subscriptions hold now.
+    taken: HashMap<String, usize>,
+    /// The agent each tenant's webhooks are sent with.
+    agents: HashMap<String, ureq::Agent>,
+    /// Threads started.
+    threads: usize,
+}
+
+impl Webhooks {
+    /// The subscription to take next, if one is due by `now`: the one due
+    /// longest, of a tenant under [`PER_TENANT`]. Else when the next is
+    /// due.
+    fn next(&self, now: Instant) -> Result<String, Option<Instant>> {
+        let mut first: Option<(&String, Instant)> = None;
+        for (key, due) in &self.due {
+            let Some(due) = *due else { continue };
+            let tenant = weft_core::tenant::of(key);
+            if self.taken.get(tenant).copied().unwrap_or(0) >= PER_TENANT {
+                continue;
             }
+            if first.is_none_or(|(_, at)| due < at) {
+                first = Some((key, due));
+            }
+        }
+        match first {
+            Some((key, due)) if due <= now => Ok(key.clone()),
+            other => Err(other.map(|(_, due)| due)),
         }
     }
 }
 
-/// What a webhook thread does after one turn.
+impl Hub {
+    /// Adds every webhook subscription of the store this hub does not
+    /// deliver yet, due at once, and starts the delivering threads up to
+    /// [`THREADS`], unless the hub is stopping.
+    pub(super) fn start_webhooks(&self) {
+        let Ok(subscriptions) = self.shared.store.subscriptions(None) else {
+            return;
+        };
+        if self.shared.stopping.load(Ordering::SeqCst) {
+            return;
+        }
+        let mut webhooks = lock(&self.shared.webhooks);
+        let now = Instant::now();
+        let mut added = false;
+        for subscription in subscriptions {
+            if matches!(subscription.target, Target::Webhook { .. })
+                && !webhooks.due.contains_key(&subscription.key)
+            {
+                webhooks.due.insert(subscription.key, Some(now));
+                added = true;
+            }
+        }
+        let wanted = webhooks.due.len().min(THREADS);
+        while webhooks.threads < wanted {
+            let hub = self.clone();
+            match std::thread::Builder::new()
+                .name(format!("weft-webhooks-{}", webhooks.threads))
+                .spawn(move || deliver(&hub))
+            {
+                Ok(_) => webhooks.threads += 1,
+                Err(e) => {
+                    tracing::error!("cannot start a webhook thread: {e}");
+                    break;
+                }
+            }
+        }
+        drop(webhooks);
+        if added {
+            // A thread waiting for messages looks again.
+            self.shared.signal.bump();
+        }
+    }
+}
+
+/// What a turn asks for next.
 enum Next {
-    /// End the thread: the subscription went, or is no webhook.
+    /// Deliver no more: the subscription went, or is no webhook.
     Stop,
-    /// Wait this long, or until the hub's signal is bumped.
+    /// Its next turn in this long, or once new messages come.
     Wait(Duration),
-    /// Take the next turn at once.
+    /// Its next turn at once.
     Again,
 }
 
-/// Delivers subscription `key`'s queue, in order, until the hub stops or
-/// the subscription goes.
-fn deliver(hub: &Hub, key: &str) {
+/// Delivers the webhook subscriptions' queues, a turn of one at a time,
+/// until the hub stops. On new messages every subscription is due at once
+/// (a turn finds out whether its head is due).
+fn deliver(hub: &Hub) {
     let shared = &hub.shared;
-    let agent = agent(&shared.egress, weft_core::tenant::of(key));
     while !shared.stopping.load(Ordering::SeqCst) {
         let seen = shared.signal.current();
-        match turn(hub, &agent, key) {
-            Next::Stop => return,
-            Next::Wait(wait) => {
-                shared.signal.wait_past(seen, wait);
+        let taken = {
+            let mut webhooks = lock(&shared.webhooks);
+            match webhooks.next(Instant::now()) {
+                Ok(key) => {
+                    let tenant = weft_core::tenant::of(&key).to_owned();
+                    webhooks.due.insert(key.clone(), None);
+                    *webhooks.taken.entry(tenant.clone()).or_default() += 1;
+                    let agent = webhooks
+                        .agents
+                        .entry(tenant.clone())
+                        .or_insert_with(|| agent(&shared.egress, &tenant))
+                        .clone();
+                    Ok((key, tenant, agent))
+                }
+                Err(due) => Err(due),
             }
-            Next::Again => {}
+        };
+        match taken {
+            Ok((key, tenant, agent)) => {
+                let next = turn(hub, &agent, &key);
+                let mut webhooks = lock(&shared.webhooks);
+                if let Some(taken) = webhooks.taken.get_mut(&tenant) {
+                    *taken = taken.saturating_sub(1);
+                }
+                match next {
+                    Next::Stop => {
+                        webhooks.due.remove(&key);
+                    }
+                    Next::Wait(wait) => {
+                        webhooks.due.insert(key, Some(Instant::now() + wait));
+                    }
+                    Next::Again => {
+                        webhooks.due.insert(key, Some(Instant::now()));
+                    }
+                }
+            }
+            Err(due) => {
+                let wait = due.map_or(Duration::from_secs(1), |due| {
+                    due.saturating_duration_since(Instant::now())
+                        .min(Duration::from_secs(1))
+                });
+                if shared.signal.wait_past(seen, wait) != seen {
+                    // New messages (or a new subscription): every queue
+                    // looks again.
+                    let now = Instant::now();
+                    for due in lock(&shared.webhooks).due.values_mut().flatten() {
+                        *due = now;
+                    }
+                }
+            }
         }
     }
 }
