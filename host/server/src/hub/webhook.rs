@@ -55,8 +55,9 @@ pub fn sign(secret: &str, body: &[u8]) -> String {
 /// the host: at most this many requests are in flight at once.
 pub const THREADS: usize = 16;
 
-/// The most of those threads one tenant's subscriptions may hold at once,
-/// so that slow endpoints of one tenant do not stop the others' webhooks.
+/// The most of those threads one tenant's subscriptions may hold at once
+/// while another tenant's are due, so that slow endpoints of one tenant do
+/// not stop the others' webhooks.
 const PER_TENANT: usize = THREADS / 2;
 
 /// The webhook subscriptions this hub delivers, each with when its next
@@ -77,23 +78,25 @@ pub(super) struct Webhooks {
 
 impl Webhooks {
     /// The subscription to take next, if one is due by `now`: the one due
-    /// longest, of a tenant under [`PER_TENANT`]. Else when the next is
-    /// due.
+    /// longest, of a tenant under [`PER_TENANT`] if any such is due (a
+    /// tenant whose work alone is due may take every thread). Else when
+    /// the next is due.
     fn next(&self, now: Instant) -> Result<String, Option<Instant>> {
         let mut first: Option<(&String, Instant)> = None;
+        let mut capped: Option<(&String, Instant)> = None;
         for (key, due) in &self.due {
             let Some(due) = *due else { continue };
             let tenant = weft_core::tenant::of(key);
-            if self.taken.get(tenant).copied().unwrap_or(0) >= PER_TENANT {
-                continue;
-            }
-            if first.is_none_or(|(_, at)| due < at) {
-                first = Some((key, due));
+            let over = self.taken.get(tenant).copied().unwrap_or(0) >= PER_TENANT;
+            let best = if over { &mut capped } else { &mut first };
+            if best.is_none_or(|(_, at)| due < at) {
+                *best = Some((key, due));
             }
         }
-        match first {
-            Some((key, due)) if due <= now => Ok(key.clone()),
-            other => Err(other.map(|(_, due)| due)),
+        match (first, capped) {
+            (Some((key, due)), _) if due <= now => Ok(key.clone()),
+            (_, Some((key, due))) if due <= now => Ok(key.clone()),
+            (first, capped) => Err(first.or(capped).map(|(_, due)| due)),
         }
     }
 }
@@ -178,20 +181,31 @@ fn deliver(hub: &Hub) {
         };
         match taken {
             Ok((key, tenant, agent)) => {
-                let next = turn(hub, &agent, &key);
+                // A panic in a turn fails that turn, not the pool: the
+                // subscription is due again in a second.
+                let next = weft_core::panics::contain("hub", || turn(hub, &agent, &key))
+                    .unwrap_or(Next::Wait(Duration::from_secs(1)));
                 let mut webhooks = lock(&shared.webhooks);
                 if let Some(taken) = webhooks.taken.get_mut(&tenant) {
                     *taken = taken.saturating_sub(1);
+                    if *taken == 0 {
+                        webhooks.taken.remove(&tenant);
+                    }
                 }
+                let now = Instant::now();
                 match next {
                     Next::Stop => {
                         webhooks.due.remove(&key);
                     }
+                    // New messages came during the turn: at once.
+                    Next::Wait(_) | Next::Again if shared.signal.current() != seen => {
+                        webhooks.due.insert(key, Some(now));
+                    }
                     Next::Wait(wait) => {
-                        webhooks.due.insert(key, Some(Instant::now() + wait));
+                        webhooks.due.insert(key, Some(now + wait));
                     }
                     Next::Again => {
-                        webhooks.due.insert(key, Some(Instant::now()));
+                        webhooks.due.insert(key, Some(now));
                     }
                 }
             }
@@ -203,9 +217,10 @@ fn deliver(hub: &Hub) {
                 if shared.signal.wait_past(seen, wait) != seen {
                     // New messages (or a new subscription): every queue
                     // looks again.
+                    // Only sooner: those due longest stay first.
                     let now = Instant::now();
                     for due in lock(&shared.webhooks).due.values_mut().flatten() {
-                        *due = now;
+                        *due = (*due).min(now);
                     }
                 }
             }
@@ -432,6 +447,31 @@ fn record(shared: &Shared, id: &str, op: DeliveryOp) -> Next {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_subscription_due_longest_goes_first_and_a_tenant_alone_takes_every_thread() {
+        let now = Instant::now();
+        let mut pool = Webhooks::default();
+        let early = now.checked_sub(Duration::from_secs(2)).unwrap_or(now);
+        pool.due.insert("a:c/one".to_owned(), Some(now));
+        pool.due.insert("a:c/two".to_owned(), Some(early));
+        pool.due
+            .insert("b:c/one".to_owned(), Some(now + Duration::from_secs(5)));
+        assert_eq!(pool.next(now), Ok("a:c/two".to_owned()));
+        // Tenant `a` holds its share while `b`'s is not due: `a` goes on.
+        pool.taken.insert("a".to_owned(), PER_TENANT);
+        assert_eq!(pool.next(now), Ok("a:c/two".to_owned()));
+        // Once `b`'s is due, it goes before `a`'s older work.
+        pool.due.insert("b:c/one".to_owned(), Some(now));
+        assert_eq!(pool.next(now), Ok("b:c/one".to_owned()));
+        // A taken subscription is never offered; nothing due says when.
+        pool.due.insert("b:c/one".to_owned(), None);
+        pool.due
+            .insert("a:c/two".to_owned(), Some(now + Duration::from_secs(1)));
+        pool.due
+            .insert("a:c/one".to_owned(), Some(now + Duration::from_secs(3)));
+        assert_eq!(pool.next(now), Err(Some(now + Duration::from_secs(1))));
+    }
 
     #[test]
     fn signatures_match_a_known_hmac() {
