@@ -223,13 +223,12 @@ fn sixty_webhook_subscriptions_are_served_by_a_pool_not_a_thread_each() {
     let receiver = Receiver::start(|_| 200);
     let before = threads(&host);
     for n in 0..60 {
-        let spec = json!({
-            "channel": "events",
-            "name": format!("hook{n}"),
-            "webhook": { "url": receiver.url, "secret": "s3cret" },
-        });
-        let (status, made) = call(&host, "POST", "/v1/subscriptions", Some(&spec.to_string()));
-        assert_eq!(status, 201, "{made}");
+        webhook(
+            &host,
+            "events",
+            &receiver,
+            json!({ "name": format!("hook{n}") }),
+        );
     }
     let id = start(&host, "one", json!({}));
     assert_eq!(ended(&host, &id)["run"]["state"], "succeeded");
