@@ -186,6 +186,12 @@ fn create_private(path: &Path) -> std::io::Result<()> {
         .map(drop)
 }
 
+/// The most bytes of pages redb keeps in memory for a store opened with
+/// [`RedbStore::open`], read and written pages together. redb's own default
+/// is 1 GiB, the whole of a small host's memory budget; a host whose
+/// working set is larger pays with reads from the page cache of the OS.
+pub const DEFAULT_CACHE: usize = 256 << 20;
+
 impl RedbStore {
     /// Opens the store at `path` for reading and writing, creating it if it
     /// does not exist. Blocking; may repair the file after a crash.
@@ -196,15 +202,15 @@ impl RedbStore {
             let message = format!("cannot create the store at {shown}: {e}");
             StoreError::Backend(std::sync::Arc::new(std::io::Error::new(e.kind(), message)))
         })?;
-        let db = builder(None)
+        let db = builder(Some(DEFAULT_CACHE))
             .create(path)
             .map_err(|e| open_error(e, &shown))?;
-        Self::prepare(db, path, shown, None)
+        Self::prepare(db, path, shown, Some(DEFAULT_CACHE))
     }
 
     /// As [`RedbStore::open`], with redb's page cache held to `bytes`
-    /// (1 GiB by default): what `weft bench` uses to tell the memory a
-    /// writer holds from the pages the store caches.
+    /// instead of [`DEFAULT_CACHE`]: what `weft bench` uses to tell the
+    /// memory a writer holds from the pages the store caches.
     pub fn open_with_cache(path: impl AsRef<Path>, bytes: usize) -> Result<Self, StoreError> {
         let path = path.as_ref();
         let shown = path.display().to_string();
