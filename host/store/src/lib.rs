@@ -351,6 +351,15 @@ pub struct RunFilter {
 }
 
 impl RunFilter {
+    /// The one tenant whose runs can pass, if the filter names one (by
+    /// itself or by its workflow): a store reads that tenant's index of
+    /// runs instead of every run.
+    pub fn tenant_of(&self) -> Option<&str> {
+        self.tenant
+            .as_deref()
+            .or_else(|| self.workflow.as_deref().map(weft_core::tenant::of))
+    }
+
     /// Whether `run` passes.
     pub fn keeps(&self, run: &RunRecord) -> bool {
         self.tenant

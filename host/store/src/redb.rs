@@ -36,6 +36,11 @@ use weft_core::Versioned;
 
 const META: TableDefinition<&str, &str> = TableDefinition::new("meta");
 const RUNS: TableDefinition<&str, &[u8]> = TableDefinition::new("runs");
+/// `(tenant, run id)`, no value: each tenant's runs (see
+/// [`Table::TenantRuns`](crate::rows::Table::TenantRuns)). A file made
+/// before it had it gets it filled as it is opened (`tenant_runs` in
+/// `META` says it was).
+const TENANT_RUNS: TableDefinition<(&str, &str), ()> = TableDefinition::new("tenant_runs");
 const RUNNING: TableDefinition<&str, ()> = TableDefinition::new("running");
 const STEPS: TableDefinition<(&str, u32), &[u8]> = TableDefinition::new("steps");
 const DEFINITIONS: TableDefinition<&str, &[u8]> = TableDefinition::new("definitions");
@@ -261,6 +266,7 @@ impl RedbStore {
                 }
             }
             backend!(txn.open_table(RUNS))?;
+            index_tenant_runs(&txn, &mut meta)?;
             backend!(txn.open_table(RUNNING))?;
             backend!(txn.open_table(STEPS))?;
             backend!(txn.open_table(DEFINITIONS))?;
@@ -510,6 +516,33 @@ impl RedbStore {
             }
         })
     }
+}
+
+/// Fills [`TENANT_RUNS`] from the runs of a file made before it, once:
+/// `tenant_runs` in `META` says it was. A run row that does not decode is
+/// left out, as a listing leaves it out (`weft doctor` names it).
+fn index_tenant_runs(
+    txn: &WriteTransaction,
+    meta: &mut redb::Table<'_, &'static str, &'static str>,
+) -> Result<(), StoreError> {
+    let mut index = backend!(txn.open_table(TENANT_RUNS))?;
+    if backend!(meta.get("tenant_runs"))?.is_some() {
+        return Ok(());
+    }
+    #[derive(serde::Deserialize)]
+    struct Workflow {
+        workflow: String,
+    }
+    let runs = backend!(txn.open_table(RUNS))?;
+    for entry in backend!(runs.iter())? {
+        let (id, value) = backend!(entry)?;
+        if let Ok(run) = serde_json::from_slice::<Workflow>(value.value()) {
+            let tenant = weft_core::tenant::of(&run.workflow);
+            backend!(index.insert((tenant, id.value()), ()))?;
+        }
+    }
+    backend!(meta.insert("tenant_runs", "1"))?;
+    Ok(())
 }
 
 /// Whether `error` is the disk's being full (or a quota's being reached).
@@ -858,6 +891,40 @@ impl Store for RedbStore {
         let txn = self.begin_read()?;
         let runs = backend!(txn.open_table(RUNS))?;
         let mut found = Vec::new();
+        // A tenant's runs, through its index: no other tenant's row is
+        // read. A file opened only for reading may predate the index.
+        let index = match filter.tenant_of() {
+            Some(tenant) => match txn.open_table(TENANT_RUNS) {
+                Err(redb::TableError::TableDoesNotExist(_)) => None,
+                other => Some((tenant, backend!(other)?)),
+            },
+            None => None,
+        };
+        if let Some((tenant, index)) = index {
+            use std::ops::Bound;
+            // Past every `(tenant, _)` and before any other tenant's.
+            let next = format!("{tenant}\0");
+            let upper = match &filter.before {
+                Some(before) => Bound::Excluded((tenant, before.as_str())),
+                None => Bound::Excluded((next.as_str(), "")),
+            };
+            let keys = backend!(index.range::<(&str, &str)>((Bound::Included((tenant, "")), upper)))?;
+            for entry in keys.rev() {
+                if found.len() >= limit {
+                    break;
+                }
+                let (key, _) = backend!(entry)?;
+                let id = key.value().1;
+                let Some(value) = backend!(runs.get(id))? else {
+                    continue;
+                };
+                let run: RunRecord = decode(id, value.value())?;
+                if filter.keeps(&run) {
+                    found.push(run);
+                }
+            }
+            return Ok(found);
+        }
         let rows = match &filter.before {
             Some(before) => backend!(runs.range(..before.as_str()))?,
             None => backend!(runs.iter())?,

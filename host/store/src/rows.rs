@@ -15,6 +15,9 @@ use crate::StoreError;
 pub(crate) enum Table {
     /// Run id to its `RunRecord`.
     Runs,
+    /// `(tenant, run id)`, no value: each tenant's runs, so that a
+    /// tenant's listing reads its own rows and no other tenant's.
+    TenantRuns,
     /// The runs to resume: running and not suspended. Run id, no value.
     Running,
     /// `(run, seq)` to a `StepRecord`.

@@ -23,6 +23,8 @@ pub enum Write {
     CreateRun {
         /// The run's id.
         id: String,
+        /// The run's tenant, which its listing is indexed under.
+        tenant: String,
         /// The encoded [`RunRecord`].
         run: Vec<u8>,
         /// The definition's digest and encoded [`DefinitionRecord`].
@@ -141,6 +143,8 @@ pub enum Write {
         outbox: String,
         /// The run's id.
         id: String,
+        /// The run's tenant, which its listing is indexed under.
+        tenant: String,
         /// The encoded [`RunRecord`].
         run: Vec<u8>,
         /// The lease of the host that records the run.
@@ -625,6 +629,7 @@ impl Write {
             parked: None,
             charge: None,
             id: run.id.clone(),
+            tenant: weft_core::tenant::of(&run.workflow).to_owned(),
             run: encode(run),
             definition: (definition.digest.clone(), encode(definition)),
             components,
@@ -827,6 +832,7 @@ impl Write {
             Effect::StartRun { run } => Some(Self::StartRun {
                 outbox: row.id.clone(),
                 id: run.id.clone(),
+                tenant: weft_core::tenant::of(&run.workflow).to_owned(),
                 run: encode(run),
                 lease: None,
             }),

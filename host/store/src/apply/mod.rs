@@ -349,6 +349,7 @@ impl Apply<'_> {
             } => self.forget_kv(space, key, *version, *now),
             Write::CreateRun {
                 id,
+                tenant,
                 run,
                 definition,
                 components,
@@ -359,6 +360,7 @@ impl Apply<'_> {
                 charge,
             } => self.create_run(
                 id,
+                tenant,
                 run,
                 definition,
                 components,
@@ -419,9 +421,10 @@ impl Apply<'_> {
             Write::StartRun {
                 outbox,
                 id,
+                tenant,
                 run,
                 lease,
-            } => self.start_run(outbox, id, run, lease.as_ref()),
+            } => self.start_run(outbox, id, tenant, run, lease.as_ref()),
             Write::UpdateRun {
                 id,
                 run,
@@ -532,6 +535,7 @@ impl Apply<'_> {
     fn create_run(
         &mut self,
         id: &str,
+        tenant: &str,
         run: &[u8],
         definition: &(String, Vec<u8>),
         components: &[(String, Arc<[u8]>)],
@@ -566,6 +570,8 @@ impl Apply<'_> {
         self.definition(definition)?;
         self.components(components)?;
         self.rows.put(Table::Runs, Key::Str(id), run)?;
+        self.rows
+            .put(Table::TenantRuns, Key::StrStr(tenant, id), &[])?;
         self.rows.put(Table::Running, Key::Str(id), &[])?;
         if let Some(timer) = timer {
             self.insert_timer(timer)?;
@@ -761,6 +767,7 @@ impl Apply<'_> {
         &mut self,
         outbox: &str,
         id: &str,
+        tenant: &str,
         run: &[u8],
         lease: Option<&Lease>,
     ) -> Result<Result<(), StoreError>, StoreError> {
@@ -768,6 +775,8 @@ impl Apply<'_> {
         // recorded is never started.
         if !self.rows.has(Table::Runs, Key::Str(id))? && !self.ended(id)? {
             self.rows.put(Table::Runs, Key::Str(id), run)?;
+            self.rows
+                .put(Table::TenantRuns, Key::StrStr(tenant, id), &[])?;
             self.rows.put(Table::Running, Key::Str(id), &[])?;
             if let Some(lease) = lease {
                 self.rows.put(Table::Leases, Key::Str(id), &encode(lease))?;
@@ -1146,8 +1155,11 @@ impl Apply<'_> {
         for table in [Table::Runs, Table::Running, Table::Leases] {
             self.rows.delete(table, Key::Str(id))?;
         }
+        let tenant = weft_core::tenant::of(&run.workflow);
+        self.rows
+            .delete(Table::TenantRuns, Key::StrStr(tenant, id))?;
         self.give_back(
-            weft_core::tenant::of(&run.workflow),
+            tenant,
             u64::try_from(freed).unwrap_or(u64::MAX),
         )?;
         Ok(Ok(()))

@@ -15,6 +15,11 @@ pub(super) const MIGRATIONS: &[(i32, &str, &str)] = &[
         "snapshots",
         include_str!("migrations/0004_snapshots.sql"),
     ),
+    (
+        5,
+        "tenant_runs",
+        include_str!("migrations/0005_tenant_runs.sql"),
+    ),
 ];
 
 /// The newest migration this build knows.
@@ -27,6 +32,7 @@ pub(super) fn name(table: Table) -> &'static str {
     use Table as T;
     match table {
         T::Runs => "runs",
+        T::TenantRuns => "tenant_runs",
         T::Running => "running",
         T::Steps => "steps",
         T::Definitions => "definitions",
@@ -81,7 +87,9 @@ pub(super) fn kinds(table: Table) -> (Kind, Option<Kind>) {
         | T::Deployments
         | T::Snapshots
         | T::Audit => Some(Kind::Int),
-        T::Kv | T::Plugins | T::Secrets | T::SnapshotEntries => Some(Kind::Text),
+        T::Kv | T::Plugins | T::Secrets | T::SnapshotEntries | T::TenantRuns => {
+            Some(Kind::Text)
+        }
         _ => None,
     };
     (first, second)

@@ -12,7 +12,7 @@ use super::{
     AUDIT, CANCELLED, COMPONENTS, DEAD, DEFINITIONS, DELIVERIES, DEPLOYMENTS, DOOMED, HOSTS,
     IDEMPOTENCY, KV, LEASES, MESSAGES, META, OUTBOX, PARKED, PLUGINS, QUEUE, RUN_MESSAGES,
     RUN_TIMERS, RUNNING, RUNS, RedbStore, SCHEDULES, SECRETS, SNAPSHOT_DATA, SNAPSHOT_ENTRIES,
-    SNAPSHOTS, STEPS, SUBSCRIPTIONS, TENANTS, TIMER_KEYS, TIMERS, TOKENS, USAGE,
+    SNAPSHOTS, STEPS, SUBSCRIPTIONS, TENANT_RUNS, TENANTS, TIMER_KEYS, TIMERS, TOKENS, USAGE,
 };
 use crate::StoreError;
 
@@ -42,6 +42,7 @@ fn copy_all(from: &ReadTransaction, to: &WriteTransaction, hosts: bool) -> Resul
     let mut rows = 0;
     rows += copy(from, to, META)?;
     rows += copy(from, to, RUNS)?;
+    rows += copy(from, to, TENANT_RUNS)?;
     rows += copy(from, to, RUNNING)?;
     rows += copy(from, to, STEPS)?;
     rows += copy(from, to, DEFINITIONS)?;

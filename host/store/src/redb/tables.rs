@@ -9,6 +9,7 @@ use crate::rows::{Key, Part, Rows, Table, number, read_number};
 /// The tables of one write transaction.
 pub(super) struct Tables<'t> {
     runs: RedbTable<'t, &'static str, &'static [u8]>,
+    tenant_runs: RedbTable<'t, (&'static str, &'static str), ()>,
     running: RedbTable<'t, &'static str, ()>,
     steps: RedbTable<'t, (&'static str, u32), &'static [u8]>,
     definitions: RedbTable<'t, &'static str, &'static [u8]>,
@@ -48,6 +49,7 @@ impl<'t> Tables<'t> {
     pub(super) fn open(txn: &'t WriteTransaction) -> Result<Self, StoreError> {
         Ok(Self {
             runs: backend!(txn.open_table(super::RUNS))?,
+            tenant_runs: backend!(txn.open_table(super::TENANT_RUNS))?,
             running: backend!(txn.open_table(super::RUNNING))?,
             steps: backend!(txn.open_table(super::STEPS))?,
             definitions: backend!(txn.open_table(super::DEFINITIONS))?,
@@ -132,6 +134,11 @@ macro_rules! typed {
         match ($table, $key) {
             (T::Runs, K::Str($k)) => {
                 let $t = &mut $self.runs;
+                $body
+            }
+            (T::TenantRuns, K::StrStr(a, b)) => {
+                let $k = (a, b);
+                let $t = &mut $self.tenant_runs;
                 $body
             }
             (T::Running, K::Str($k)) => {

@@ -34,3 +34,74 @@ fn rows_that_do_not_decode_are_set_aside_and_listed() {
     assert!(damaged.iter().all(|d| d.key == "broken"), "{damaged:?}");
     assert!(damaged[0].error.contains("broken"), "{damaged:?}");
 }
+
+/// A run of tenant `acme`, stored through the store.
+fn acme_run(store: &RedbStore, id: &str) {
+    let mut run = crate::common::run(id);
+    run.workflow = "acme:wf".to_owned();
+    let write = weft_store::Write::create_run(&run, &crate::common::def("d0", "id: wf"), Vec::new());
+    store.apply(&[&write]).unwrap();
+}
+
+fn acme() -> weft_store::RunFilter {
+    weft_store::RunFilter {
+        tenant: Some("acme".to_owned()),
+        ..weft_store::RunFilter::default()
+    }
+}
+
+#[test]
+fn a_tenants_listing_reads_no_row_of_another_tenant() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("weft.redb");
+    acme_run(&RedbStore::open(&path).unwrap(), "r1");
+    {
+        let db = redb::Database::create(&path).unwrap();
+        let txn = db.begin_write().unwrap();
+        let runs = redb::TableDefinition::<&str, &[u8]>::new("runs");
+        let mut rows = txn.open_table(runs).unwrap();
+        rows.insert("r0", b"{not json".as_slice()).unwrap();
+        drop(rows);
+        txn.commit().unwrap();
+    }
+    let store = RedbStore::open(&path).unwrap();
+    // Every tenant's listing reads the broken row and fails; `acme`'s
+    // never reads it.
+    assert!(store.runs(&weft_store::RunFilter::default(), 10).is_err());
+    let listed: Vec<String> = store
+        .runs(&acme(), 10)
+        .unwrap()
+        .into_iter()
+        .map(|run| run.id)
+        .collect();
+    assert_eq!(listed, ["r1"]);
+}
+
+#[test]
+fn a_file_made_before_the_index_of_runs_gets_it_on_opening() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("weft.redb");
+    {
+        let store = RedbStore::open(&path).unwrap();
+        acme_run(&store, "r1");
+        acme_run(&store, "r2");
+    }
+    {
+        // As a file of the build before: no index, and no mark of it.
+        let db = redb::Database::create(&path).unwrap();
+        let txn = db.begin_write().unwrap();
+        let index = redb::TableDefinition::<(&str, &str), ()>::new("tenant_runs");
+        assert!(txn.delete_table(index).unwrap());
+        let meta = redb::TableDefinition::<&str, &str>::new("meta");
+        txn.open_table(meta).unwrap().remove("tenant_runs").unwrap();
+        txn.commit().unwrap();
+    }
+    let store = RedbStore::open(&path).unwrap();
+    let listed: Vec<String> = store
+        .runs(&acme(), 10)
+        .unwrap()
+        .into_iter()
+        .map(|run| run.id)
+        .collect();
+    assert_eq!(listed, ["r2", "r1"]);
+}

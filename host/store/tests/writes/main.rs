@@ -46,6 +46,7 @@ mod common;
 mod damaged;
 mod delete;
 mod group;
+mod listing;
 mod messages;
 mod parked;
 mod quota;

@@ -14,6 +14,8 @@ mod common;
 mod delete;
 #[path = "../writes/group.rs"]
 mod group;
+#[path = "../writes/listing.rs"]
+mod listing;
 #[path = "../writes/messages.rs"]
 mod messages;
 #[path = "../writes/parked.rs"]
