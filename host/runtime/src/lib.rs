@@ -95,8 +95,10 @@ pub struct RuntimeConfig {
     pub http: HttpLimits,
     /// Instances made ahead of their call, at most one per plugin, by one
     /// thread off the calls' path; each is used by one call only. They hold
-    /// at most half of `max_instances`. 0 makes every instance at its call.
-    /// Default: 16.
+    /// at most half of `max_instances`, and one tenant's at most a quarter
+    /// of this (at least one); each is made under the memory cap and
+    /// deadline of the call that asked for it. 0 makes every instance at
+    /// its call. Default: 16.
     pub spare_instances: u32,
     /// Only a plugin that takes this long or longer to instantiate (the
     /// least of its recent instantiations) gets spares: for a quicker one,

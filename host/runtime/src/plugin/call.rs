@@ -144,9 +144,14 @@ impl Plugin {
             turn: Some(Arc::clone(&turn)),
         };
         let spare = self.0.spare.take(memory_limit);
+        let ask = spare::Ask {
+            tenant: Arc::from(context.tenant.as_str()),
+            memory_limit,
+            timeout,
+        };
         if spare.is_some() {
             // The next call's instance is made while this one runs.
-            self.0.runtime.shared.spares.request(&self.0);
+            self.0.runtime.shared.spares.request(&self.0, ask.clone());
         }
         let mut timing = CallTiming {
             spare: spare.as_ref().map(|spare| spare.made_in),
@@ -194,7 +199,7 @@ impl Plugin {
                 let instance = self.0.pre.instantiate(&mut store);
                 timing.instantiate = started.elapsed();
                 self.0.spare.note(timing.instantiate);
-                self.0.runtime.shared.spares.request(&self.0);
+                self.0.runtime.shared.spares.request(&self.0, ask.clone());
                 (store, instance)
             }
         };

@@ -23,7 +23,11 @@
 //! grow, so some components that could have spares get none; none that
 //! should not gets one). A component whose instantiation logs, reads a key
 //! or a secret would otherwise see the spare's empty reach, not its call's.
-//! A call uses a spare only if its memory cap allows what the making took.
+//! A spare is made under the limits of the call that asked for it (its
+//! memory cap and deadline, which are its tenant's), not the runtime's,
+//! and counts toward that call's tenant: one tenant's spares hold at most
+//! a quarter of `RuntimeConfig::spare_instances` (at least one). A call
+//! uses a spare only if its memory cap allows what the making took.
 //! Spares hold at most `RuntimeConfig::spare_instances` instance slots and
 //! at most half of them; a call that finds no free slot drops a spare to
 //! free one ([`Spares::evict_one`]). A plugin dropped (reloaded, removed)
@@ -63,10 +67,22 @@ pub(super) struct Retired {
     pub(super) _slot: SpareSlot,
 }
 
+/// What a spare is made for: the tenant and the limits of the call that
+/// asked for it.
+#[derive(Debug, Clone)]
+pub(super) struct Ask {
+    /// The tenant it counts toward.
+    pub(super) tenant: Arc<str>,
+    /// The memory cap it is made under.
+    pub(super) memory_limit: u64,
+    /// The deadline of its making.
+    pub(super) timeout: Duration,
+}
+
 /// What the spare thread is asked to do.
 enum Job {
     /// Make a spare for the plugin, if it still wants one.
-    Make(Weak<Loaded>),
+    Make(Weak<Loaded>, Ask),
     /// Drop a used spare's store.
     Retire(Retired),
 }
@@ -150,6 +166,8 @@ impl PluginSpare {
 pub(crate) struct Spares {
     max: u32,
     made: AtomicU32,
+    /// Spares held per tenant: at most [`Spares::per_tenant`] each.
+    by_tenant: Mutex<std::collections::HashMap<Arc<str>, u32>>,
     jobs: Mutex<Option<Sender<Job>>>,
     /// Jobs queued or under way on the spare thread.
     pending: Arc<AtomicU32>,
@@ -163,10 +181,16 @@ impl Spares {
         Self {
             max,
             made: AtomicU32::new(0),
+            by_tenant: Mutex::new(std::collections::HashMap::new()),
             jobs: Mutex::new(None),
             pending: Arc::new(AtomicU32::new(0)),
             holders: Mutex::new(Vec::new()),
         }
+    }
+
+    /// The most spares one tenant holds: a quarter of them, at least one.
+    fn per_tenant(&self) -> u32 {
+        (self.max / 4).max(1)
     }
 
     /// Drops one spare, if any is held, to give its slot to a call;
@@ -191,8 +215,9 @@ impl Spares {
         dropped
     }
 
-    /// Asks for a spare of `plugin`, unless it has one or may not.
-    pub(super) fn request(&self, plugin: &Arc<Loaded>) {
+    /// Asks for a spare of `plugin`, made as `ask` says, unless it has one
+    /// or may not.
+    pub(super) fn request(&self, plugin: &Arc<Loaded>, ask: Ask) {
         if self.max == 0
             || !plugin.spare.worth_it(plugin.runtime.config().spare_above)
             || lock(&plugin.spare.ready).is_some()
@@ -201,7 +226,7 @@ impl Spares {
             return;
         }
         self.pending.fetch_add(1, Ordering::AcqRel);
-        if self.send(Job::Make(Arc::downgrade(plugin))).is_err() {
+        if self.send(Job::Make(Arc::downgrade(plugin), ask)).is_err() {
             // No thread: no spare, no harm; the flag is not left set.
             self.pending.fetch_sub(1, Ordering::AcqRel);
             plugin.spare.requested.store(false, Ordering::Release);
@@ -247,9 +272,9 @@ impl Spares {
                         // thread goes on with the next.
                         let done =
                             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match job {
-                                Job::Make(plugin) => {
+                                Job::Make(plugin, ask) => {
                                     if let Some(plugin) = plugin.upgrade() {
-                                        prepare(&plugin);
+                                        prepare(&plugin, &ask);
                                     }
                                 }
                                 Job::Retire(retired) => drop(retired),
@@ -279,25 +304,26 @@ impl Spares {
     }
 }
 
-/// Makes a spare for `plugin` if it has none and a slot is free.
-fn prepare(plugin: &Arc<Loaded>) {
+/// Makes a spare for `plugin`, as `ask` says, if it has none and a slot is
+/// free, under the spares' and its tenant's caps.
+fn prepare(plugin: &Arc<Loaded>, ask: &Ask) {
     // Taken up: a call from now on may ask again.
     plugin.spare.requested.store(false, Ordering::Release);
     if lock(&plugin.spare.ready).is_some() {
         return;
     }
     let runtime = &plugin.runtime;
-    let Some(slot) = SpareSlot::take(runtime) else {
+    let Some(slot) = SpareSlot::take(runtime, &ask.tenant) else {
         return;
     };
     let config = runtime.config();
     let log = LogSink::new(config.log_limit, &plugin.meta.name, "spare");
-    // Under the largest cap a call may have: a call takes the spare only
-    // if its own cap allows what the making took.
+    // Under the asking call's cap: a later call takes the spare only if
+    // its own cap allows what the making took.
     let mut store = new_store(
         runtime,
-        config.default_timeout,
-        config.max_memory_limit,
+        ask.timeout,
+        ask.memory_limit,
         log,
         Reach::default(),
     );
@@ -350,36 +376,61 @@ fn prepare(plugin: &Arc<Loaded>) {
 /// spare until its call ends.
 pub(super) struct SpareSlot {
     runtime: Runtime,
+    tenant: Arc<str>,
 }
 
 impl SpareSlot {
-    /// A slot for a spare, if spares hold fewer than their maximum and
-    /// fewer than half the runtime's slots.
-    fn take(runtime: &Runtime) -> Option<Self> {
+    /// A slot for a spare of `tenant`, if spares hold fewer than their
+    /// maximum and fewer than half the runtime's slots, and the tenant's
+    /// fewer than [`Spares::per_tenant`].
+    fn take(runtime: &Runtime, tenant: &Arc<str>) -> Option<Self> {
         let spares = &runtime.shared.spares;
+        {
+            let mut by_tenant = lock(&spares.by_tenant);
+            let held = by_tenant.entry(Arc::clone(tenant)).or_insert(0);
+            if *held >= spares.per_tenant() {
+                return None;
+            }
+            *held += 1;
+        }
+        // From here on, a refusal gives the tenant's count back as the
+        // slot's drop would.
+        let give_back = || Self::forget(spares, tenant);
         let made = spares.made.fetch_add(1, Ordering::Relaxed);
         if made >= spares.max {
             spares.made.fetch_sub(1, Ordering::Relaxed);
+            give_back();
             return None;
         }
         if !runtime.shared.slots.try_acquire_below_half() {
             spares.made.fetch_sub(1, Ordering::Relaxed);
+            give_back();
             return None;
         }
         Some(Self {
             runtime: runtime.clone(),
+            tenant: Arc::clone(tenant),
         })
+    }
+
+    /// Takes one spare off `tenant`'s count; the entry goes with its last.
+    fn forget(spares: &Spares, tenant: &Arc<str>) {
+        let mut by_tenant = lock(&spares.by_tenant);
+        if let Some(held) = by_tenant.get_mut(tenant) {
+            *held = held.saturating_sub(1);
+            if *held == 0 {
+                by_tenant.remove(tenant);
+            }
+        }
     }
 }
 
 impl Drop for SpareSlot {
     fn drop(&mut self) {
+        let spares = &self.runtime.shared.spares;
         self.runtime.shared.slots.release();
-        self.runtime
-            .shared
-            .spares
-            .made
-            .fetch_sub(1, Ordering::Relaxed);
+        spares.made.fetch_sub(1, Ordering::Relaxed);
+        Self::forget(spares, &self.tenant);
     }
 }
 
@@ -393,7 +444,7 @@ mod tests {
     /// A store (with no instance in it) and a spare's slot, as a call on
     /// a spare leaves them.
     fn retired(runtime: &Runtime) -> Retired {
-        let slot = SpareSlot::take(runtime).expect("a free slot");
+        let slot = SpareSlot::take(runtime, &Arc::from("test")).expect("a free slot");
         let log = LogSink::new(0, "test", "retired");
         let store = new_store(
             runtime,
@@ -412,6 +463,27 @@ mod tests {
     /// dropped.
     fn held(runtime: &Runtime) -> u32 {
         runtime.shared.spares.made.load(Ordering::Relaxed)
+    }
+
+    #[test]
+    fn one_tenants_spares_hold_at_most_a_quarter_of_them() {
+        let config = RuntimeConfig {
+            pooling: false,
+            ..RuntimeConfig::default()
+        };
+        let runtime = Runtime::new(config).unwrap();
+        let (a, b): (Arc<str>, Arc<str>) = (Arc::from("a"), Arc::from("b"));
+        let mut held: Vec<SpareSlot> = (0..4)
+            .map(|_| SpareSlot::take(&runtime, &a).expect("a slot for a"))
+            .collect();
+        assert!(SpareSlot::take(&runtime, &a).is_none(), "a fifth for a");
+        let for_b = SpareSlot::take(&runtime, &b).expect("a slot for b");
+        assert_eq!(self::held(&runtime), 5);
+        held.pop();
+        let again = SpareSlot::take(&runtime, &a).expect("a slot for a, once one went");
+        drop((held, again, for_b));
+        assert_eq!(self::held(&runtime), 0);
+        assert!(lock(&runtime.shared.spares.by_tenant).is_empty());
     }
 
     #[test]
