@@ -354,3 +354,39 @@ fn the_default_tenant_cannot_subscribe_a_webhook_to_the_metadata_service() {
     let (status, answer) = host.call("POST", "/v1/subscriptions", Some(&body.to_string()));
     assert_eq!(status, 201, "{answer}");
 }
+
+/// A step that makes 100,000 header maps of 8 KB each and keeps them
+/// would make the host hold 800 MB of `wasi:http` fields for a call capped
+/// at 64 MiB. Each map is charged for what it may hold as it is made, and
+/// the call fails `resource_limit` naming the header map; a step that
+/// makes a few succeeds.
+#[test]
+fn header_maps_a_step_makes_are_charged_to_its_call() {
+    let runtime = Runtime::new(RuntimeConfig::default()).unwrap();
+    let fetch = runtime.load(&guest_bytes("fetch")).unwrap();
+    let options = CallOptions {
+        memory_limit: Some(64 << 20),
+        ..CallOptions::default()
+    };
+    let outcome = fetch.call(
+        &context(),
+        r#"{"header_maps": 100000, "header_bytes": 8000}"#,
+        &options,
+    );
+    match &outcome.result {
+        Err(CallError::ResourceLimit { message }) => {
+            assert!(message.contains("a header map"), "{message}");
+            assert!(message.contains("budget of 67108864 bytes"), "{message}");
+        }
+        other => panic!("expected resource_limit, got {other:?}"),
+    }
+    let outcome = fetch.call(
+        &context(),
+        r#"{"header_maps": 100, "header_bytes": 8000}"#,
+        &options,
+    );
+    assert_eq!(
+        outcome.result.map(|v| v["header_maps"].clone()),
+        Ok(json!(100))
+    );
+}

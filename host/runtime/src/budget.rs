@@ -1,6 +1,8 @@
 //! What the host holds for one call on the guest's behalf, outside the
 //! guest's memory: buffered key-value writes, emitted messages and the
-//! output, as they will be committed. The guest's memory cap bounds only
+//! output, as they will be committed, and `wasi:http` header maps (each
+//! guest-made map for what it may grow to, each response's headers as they
+//! came). The guest's memory cap bounds only
 //! its own memory; without this bound a 64 MiB guest could make the host
 //! hold gigabytes. The bytes are charged when they are taken, so the host
 //! never holds more than the budget plus one item (itself bounded, 1 MiB
@@ -16,57 +18,68 @@ const PER_VALUE: usize = 48;
 #[error("the call went past the host's budget for it")]
 pub(crate) struct OverBudget;
 
-/// A call's budget of host-held bytes.
+/// A call's budget of host-held bytes. Clones share it: the HTTP hooks
+/// charge it from the tasks that receive responses.
+#[derive(Debug, Clone)]
+pub(crate) struct HostBytes(std::sync::Arc<std::sync::Mutex<Held>>);
+
 #[derive(Debug)]
-pub(crate) struct HostBytes {
+struct Held {
     limit: u64,
     held: u64,
     /// The first refusal: the call fails `resource_limit` with it, whatever
     /// the guest made of the error it was given.
-    pub(crate) over: Option<String>,
+    over: Option<String>,
 }
 
 impl HostBytes {
     /// A budget of `limit` bytes.
     pub(crate) fn new(limit: u64) -> Self {
-        Self {
+        Self(std::sync::Arc::new(std::sync::Mutex::new(Held {
             limit,
             held: 0,
             over: None,
-        }
+        })))
     }
 
     /// Takes `bytes` more for `what` (`a key-value write`, ...), or refuses
     /// them, and every later charge, naming the budget.
-    pub(crate) fn charge(&mut self, what: &str, bytes: usize) -> Result<(), String> {
-        if let Some(over) = &self.over {
+    pub(crate) fn charge(&self, what: &str, bytes: usize) -> Result<(), String> {
+        let mut budget = weft_core::lock(&self.0);
+        if let Some(over) = &budget.over {
             return Err(over.clone());
         }
-        let held = self
+        let held = budget
             .held
             .saturating_add(u64::try_from(bytes).unwrap_or(u64::MAX));
-        if held > self.limit {
+        if held > budget.limit {
             let message = format!(
                 "{what} of {bytes} bytes would make the host hold {held} bytes for this call, \
                  over its budget of {} bytes (the step's memory limit)",
-                self.limit
+                budget.limit
             );
-            self.over = Some(message.clone());
+            budget.over = Some(message.clone());
             return Err(message);
         }
-        self.held = held;
+        budget.held = held;
         Ok(())
+    }
+
+    /// The refusal that failed the call, if one did.
+    pub(crate) fn over(&self) -> Option<String> {
+        weft_core::lock(&self.0).over.clone()
     }
 
     /// The refusal that failed the call, if one did: checked before work
     /// that would only be charged after it.
     pub(crate) fn refused(&self) -> Result<(), String> {
-        self.over.clone().map_or(Ok(()), Err)
+        self.over().map_or(Ok(()), Err)
     }
 
     /// Gives back `bytes` charged before (a key written again).
-    pub(crate) fn release(&mut self, bytes: usize) {
-        self.held = self
+    pub(crate) fn release(&self, bytes: usize) {
+        let mut budget = weft_core::lock(&self.0);
+        budget.held = budget
             .held
             .saturating_sub(u64::try_from(bytes).unwrap_or(u64::MAX));
     }
@@ -103,14 +116,14 @@ mod tests {
 
     #[test]
     fn charges_past_the_budget_are_refused_and_stay_refused() {
-        let mut bytes = HostBytes::new(100);
+        let bytes = HostBytes::new(100);
         bytes.charge("a write", 60).unwrap();
         let refused = bytes.charge("a write", 60).unwrap_err();
         assert!(refused.contains("budget of 100 bytes"), "{refused}");
         bytes.release(60);
         // Refused once, the call has failed: later charges are refused too.
         assert_eq!(bytes.charge("a write", 1).unwrap_err(), refused);
-        assert_eq!(bytes.over.as_deref(), Some(refused.as_str()));
+        assert_eq!(bytes.over().as_deref(), Some(refused.as_str()));
     }
 
     #[test]

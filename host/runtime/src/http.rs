@@ -12,7 +12,13 @@
 //!    cannot be rebound to a private address between check and connect;
 //! 4. the connection is made to that address (TLS with the name as SNI,
 //!    against the webpki roots), with timeouts inside the call's deadline;
-//! 5. the response body is metered against the call's byte limit.
+//! 5. the response body is metered against the call's byte limit, and its
+//!    headers are charged to the call's budget of host-held bytes.
+//!
+//! Header maps a guest makes (`fields`) are charged to that budget too, for
+//! the most a map may hold ([`FIELDS_BYTES`]), as they are made
+//! ([`add_fields_to_linker`]): without it, a guest could make the host
+//! hold a million maps.
 //!
 //! wasi:http does not follow redirects: each hop is a new request through
 //! the same hooks, checked the same way. Every request, refused or not, is
@@ -31,10 +37,17 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
+use wasmtime::component::{Linker, Resource};
+use wasmtime_wasi_http::FieldMap;
+use wasmtime_wasi_http::WasiHttpView;
 use wasmtime_wasi_http::io::TokioIo;
+use wasmtime_wasi_http::p2::bindings::http::types::{self, HostFields};
 use wasmtime_wasi_http::{Error, RequestOptions, WasiBody, WasiHttpHooks};
 use weft_core::HttpCall;
 use weft_core::egress::{Denied, Egress, Target};
+
+use crate::budget::HostBytes;
+use crate::sandbox::StepState;
 
 /// What one call may do over HTTP, beyond where it may go.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -103,9 +116,23 @@ impl Shared {
     }
 }
 
+/// The most bytes of names and values a header map a guest makes may hold
+/// (wasmtime-wasi-http's `field_size_limit`; its default is 128 KiB). As
+/// large as Node's limit on a request's whole header section.
+pub(crate) const FIELDS_BYTES: usize = 16 << 10;
+
+/// What a header map costs the call's budget: what it may hold, and the
+/// map itself.
+const FIELDS_CHARGE: usize = FIELDS_BYTES + 256;
+
+/// What one header costs the host beyond its name and value.
+const PER_HEADER: usize = 48;
+
 /// The hooks of one call's store.
 pub(crate) struct HttpHooks {
     egress: Arc<Egress>,
+    /// The call's budget of host-held bytes, charged for response headers.
+    held: Option<HostBytes>,
     limits: HttpLimits,
     deadline: Instant,
     shared: Arc<Shared>,
@@ -133,10 +160,19 @@ impl HttpHooks {
                     weft_core::egress::Policy::Unbounded,
                 ))
             }),
+            held: None,
             limits,
             deadline,
             shared: Arc::default(),
             traceparent: None,
+        }
+    }
+
+    /// The same hooks, charging response headers to `held`.
+    pub(crate) fn charging(self, held: HostBytes) -> Self {
+        Self {
+            held: Some(held),
+            ..self
         }
     }
 
@@ -277,6 +313,7 @@ impl WasiHttpHooks for HttpHooks {
             }
         }
         let budget = self.limits.max_response_bytes;
+        let held = self.held.clone();
         let deadline = self.deadline;
         let options = options.unwrap_or_default();
         let connect_timeout = options
@@ -354,6 +391,25 @@ impl WasiHttpHooks for HttpHooks {
                 .map_err(|_| (Error::ConnectionReadTimeout, "no response in time".to_owned()))?
                 .map_err(|e| (Error::Hyper(e), "the request failed".to_owned()))?;
                 *weft_core::lock(&entry.status) = Some(response.status().as_u16());
+                // Kept until the call ends: the guest reads them when it
+                // likes. Past the budget, the call stops as its next host
+                // call returns.
+                if let Some(held) = &held {
+                    let weight = response
+                        .headers()
+                        .iter()
+                        .map(|(name, value)| name.as_str().len() + value.len() + PER_HEADER)
+                        .sum();
+                    if let Err(message) = held.charge(
+                        &format!("the response headers of {} {}", entry.method, entry.url),
+                        weight,
+                    ) {
+                        return Err((
+                            Error::HttpResponseHeaderSectionSize(None),
+                            format!("resource_limit: {message}"),
+                        ));
+                    }
+                }
                 let declared = response
                     .headers()
                     .get(http::header::CONTENT_LENGTH)
@@ -396,6 +452,66 @@ impl WasiHttpHooks for HttpHooks {
                 error
             })
         })
+    }
+}
+
+/// The `wasi:http/types` interface wasmtime-wasi-http links (every 0.2.x
+/// import a guest makes resolves to it).
+const TYPES: &str = "wasi:http/types@0.2.12";
+
+/// Links the `fields` functions that make a header map again, over what
+/// wasmtime-wasi-http linked, so that each map made is charged to the
+/// call's budget ([`FIELDS_CHARGE`]) before it is made; past it, the call
+/// stops as the function returns, and fails `resource_limit`. A map is not
+/// given back when the guest drops it: a call that makes and drops
+/// thousands of maps is refused as one that keeps them. Must come after
+/// the crate's own linking.
+pub(crate) fn add_fields_to_linker(linker: &mut Linker<StepState>) -> wasmtime::Result<()> {
+    fn charge(state: &StepState) {
+        // A refusal sets the budget's `over`: the call hook stops the call
+        // as this host call returns.
+        let _ = state.held.charge("a header map", FIELDS_CHARGE);
+    }
+    linker.allow_shadowing(true);
+    let linked = (|| {
+        let mut instance = linker.instance(TYPES)?;
+        instance.func_wrap(
+            "[constructor]fields",
+            |mut store: wasmtime::StoreContextMut<'_, StepState>, (): ()| {
+                charge(store.data());
+                Ok((HostFields::new(&mut store.data_mut().http())?,))
+            },
+        )?;
+        instance.func_wrap(
+            "[static]fields.from-list",
+            |mut store: wasmtime::StoreContextMut<'_, StepState>,
+             (entries,): (Vec<(String, Vec<u8>)>,)| {
+                charge(store.data());
+                let made = HostFields::from_list(&mut store.data_mut().http(), entries);
+                Ok((header_result(made)?,))
+            },
+        )?;
+        instance.func_wrap(
+            "[method]fields.clone",
+            |mut store: wasmtime::StoreContextMut<'_, StepState>,
+             (fields,): (Resource<FieldMap>,)| {
+                charge(store.data());
+                Ok((HostFields::clone(&mut store.data_mut().http(), fields)?,))
+            },
+        )?;
+        Ok(())
+    })();
+    linker.allow_shadowing(false);
+    linked
+}
+
+/// A header function's answer as the guest gets it: its error, or a trap.
+fn header_result<T>(
+    result: wasmtime_wasi_http::p2::HeaderResult<T>,
+) -> wasmtime::Result<Result<T, types::HeaderError>> {
+    match result {
+        Ok(value) => Ok(Ok(value)),
+        Err(error) => error.downcast().map(Err),
     }
 }
 

@@ -106,7 +106,7 @@ impl KvState {
         key: String,
         value: Option<String>,
         ttl: Option<u64>,
-        held: &mut HostBytes,
+        held: &HostBytes,
     ) -> Result<(), String> {
         let Some(access) = &self.access else {
             return Err("this step has no key-value space".to_owned());
@@ -202,11 +202,11 @@ bindings::for_each_contract!(@before_v3 kv => impl contract::Host for StepState 
     }
 
     fn set(&mut self, key: String, value: String) -> Result<(), String> {
-        self.kv.write(key, Some(value), None, &mut self.held)
+        self.kv.write(key, Some(value), None, &self.held)
     }
 
     fn delete(&mut self, key: String) -> Result<(), String> {
-        self.kv.write(key, None, None, &mut self.held)
+        self.kv.write(key, None, None, &self.held)
     }
 
     fn keys(&mut self, prefix: String, limit: u32) -> Vec<String> {
@@ -224,11 +224,11 @@ impl bindings::v3::weft::plugin::kv::Host for StepState {
     }
 
     fn set(&mut self, key: String, value: String, ttl_ms: Option<u64>) -> Result<(), String> {
-        self.kv.write(key, Some(value), ttl_ms, &mut self.held)
+        self.kv.write(key, Some(value), ttl_ms, &self.held)
     }
 
     fn delete(&mut self, key: String) -> Result<(), String> {
-        self.kv.write(key, None, None, &mut self.held)
+        self.kv.write(key, None, None, &self.held)
     }
 
     fn keys(&mut self, prefix: String, limit: u32) -> Vec<String> {
@@ -309,18 +309,18 @@ mod tests {
     fn reads_see_the_calls_own_writes_and_record_versions() {
         let mut kv = state();
         assert_eq!(kv.get("a/1").as_deref(), Some("one"));
-        kv.write("a/1".to_owned(), Some("uno".to_owned()), None, &mut room())
+        kv.write("a/1".to_owned(), Some("uno".to_owned()), None, &room())
             .unwrap();
         assert_eq!(kv.get("a/1").as_deref(), Some("uno"));
         assert_eq!(kv.get("a/2").as_deref(), Some("two"));
-        kv.write("a/2".to_owned(), None, None, &mut room()).unwrap();
+        kv.write("a/2".to_owned(), None, None, &room()).unwrap();
         assert_eq!(kv.get("a/2"), None);
         assert_eq!(kv.get("zz"), None);
         kv.write(
             "a/3".to_owned(),
             Some("three".to_owned()),
             Some(500),
-            &mut room(),
+            &room(),
         )
         .unwrap();
         assert_eq!(kv.list("a/", 10), ["a/1", "a/3"]);
@@ -347,7 +347,7 @@ mod tests {
         assert_eq!(kv.get("a/old"), None);
         assert_eq!(kv.list("a/", 10), ["a/1", "a/2"]);
         let e = kv
-            .write("k".to_owned(), Some("v".to_owned()), Some(0), &mut room())
+            .write("k".to_owned(), Some("v".to_owned()), Some(0), &room())
             .unwrap_err();
         assert!(e.contains("time to live"), "{e}");
         assert_eq!(kv.into_effects().reads["a/old"], 3);
@@ -361,7 +361,7 @@ mod tests {
                 "k".repeat(MAX_KEY + 1),
                 Some(String::new()),
                 None,
-                &mut room(),
+                &room(),
             )
             .unwrap_err();
         assert!(e.contains("the limit is 1024"), "{e}");
@@ -370,31 +370,31 @@ mod tests {
                 "k".to_owned(),
                 Some("v".repeat(MAX_VALUE + 1)),
                 None,
-                &mut room(),
+                &room(),
             )
             .unwrap_err();
         assert!(e.contains("the limit is 1048576"), "{e}");
         let mut none = KvState::new(None);
-        assert!(none.write("k".to_owned(), None, None, &mut room()).is_err());
+        assert!(none.write("k".to_owned(), None, None, &room()).is_err());
         assert_eq!(none.get("k"), None);
     }
 
     #[test]
     fn buffered_writes_are_charged_to_the_call_and_a_rewrite_only_once() {
         let mut kv = state();
-        let mut held = HostBytes::new(3 * (MAX_VALUE as u64));
+        let held = HostBytes::new(3 * (MAX_VALUE as u64));
         let value = "v".repeat(MAX_VALUE);
         for _ in 0..10 {
-            kv.write("same".to_owned(), Some(value.clone()), None, &mut held)
+            kv.write("same".to_owned(), Some(value.clone()), None, &held)
                 .unwrap();
         }
-        kv.write("other".to_owned(), Some(value.clone()), None, &mut held)
+        kv.write("other".to_owned(), Some(value.clone()), None, &held)
             .unwrap();
         let e = kv
-            .write("third".to_owned(), Some(value.clone()), None, &mut held)
+            .write("third".to_owned(), Some(value.clone()), None, &held)
             .unwrap_err();
         assert!(e.contains("over its budget of 3145728 bytes"), "{e}");
-        assert!(held.over.is_some());
+        assert!(held.over().is_some());
         // The refused write is not buffered.
         assert_eq!(kv.into_effects().writes.len(), 2);
     }

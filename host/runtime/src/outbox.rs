@@ -27,7 +27,7 @@ impl OutboxState {
         &mut self,
         channel: String,
         payload: &str,
-        held: &mut HostBytes,
+        held: &HostBytes,
     ) -> Result<String, String> {
         check_emit("channel", &channel)?;
         if payload.len() > MAX_PAYLOAD {
@@ -74,7 +74,7 @@ pub(super) fn add_to_linker(linker: &mut Linker<StepState>) -> wasmtime::Result<
 
 bindings::for_each_contract!(outbox => impl contract::Host for StepState {
     fn emit(&mut self, channel: String, payload: String) -> Result<String, String> {
-        self.outbox.emit(channel, &payload, &mut self.held)
+        self.outbox.emit(channel, &payload, &self.held)
     }
 });
 
@@ -89,11 +89,11 @@ mod tests {
     #[test]
     fn emits_are_charged_as_parsed_and_refused_past_the_budget() {
         let mut outbox = OutboxState::default();
-        let mut held = HostBytes::new(4 << 20);
+        let held = HostBytes::new(4 << 20);
         // 1 MiB of text, half a million values once parsed.
         let numbers = format!("[{}0]", "0,".repeat((MAX_PAYLOAD - 3) / 2));
         let e = outbox
-            .emit("orders".to_owned(), &numbers, &mut held)
+            .emit("orders".to_owned(), &numbers, &held)
             .unwrap_err();
         assert!(e.contains("over its budget"), "{e}");
         assert!(outbox.emitted.is_empty());
@@ -103,26 +103,26 @@ mod tests {
     fn emits_are_checked_and_kept_in_order() {
         let mut outbox = OutboxState::default();
         let a = outbox
-            .emit("orders".to_owned(), r#"{"n":1}"#, &mut room())
+            .emit("orders".to_owned(), r#"{"n":1}"#, &room())
             .unwrap();
-        let b = outbox.emit("orders".to_owned(), "2", &mut room()).unwrap();
+        let b = outbox.emit("orders".to_owned(), "2", &room()).unwrap();
         assert_ne!(a, b);
         assert!(
             outbox
-                .emit("bad/name".to_owned(), "1", &mut room())
+                .emit("bad/name".to_owned(), "1", &room())
                 .unwrap_err()
                 .contains("`/`")
         );
         assert!(
             outbox
-                .emit("orders".to_owned(), "{", &mut room())
+                .emit("orders".to_owned(), "{", &room())
                 .unwrap_err()
                 .contains("not JSON")
         );
         let big = format!("\"{}\"", "x".repeat(MAX_PAYLOAD));
         assert!(
             outbox
-                .emit("orders".to_owned(), &big, &mut room())
+                .emit("orders".to_owned(), &big, &room())
                 .unwrap_err()
                 .contains("limit")
         );

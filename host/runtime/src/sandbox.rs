@@ -82,19 +82,23 @@ impl StepState {
             .allow_tcp(false)
             .allow_udp(false)
             .build();
+        let held = HostBytes::new(memory_limit);
+        let mut http_ctx = WasiHttpCtx::new();
+        http_ctx.set_field_size_limit(crate::http::FIELDS_BYTES);
         Self {
             wasi,
             table: ResourceTable::new(),
             limiter: CallLimiter::new(memory_limit),
-            held: HostBytes::new(memory_limit),
+            held: held.clone(),
             log,
             kv: KvState::new(reach.kv),
             outbox: super::outbox::OutboxState::default(),
             secrets: reach.secrets,
             snapshots: reach.snapshots,
-            http_ctx: WasiHttpCtx::new(),
+            http_ctx,
             http: HttpHooks::new(reach.egress, reach.http_limits, deadline)
-                .tracing(reach.traceparent),
+                .tracing(reach.traceparent)
+                .charging(held),
             bound: WaitBound::new(deadline, reach.cancel, reach.turn),
             host_calls: 0,
         }
@@ -131,5 +135,6 @@ impl WasiHttpView for StepState {
 pub(super) fn add_to_linker(linker: &mut Linker<StepState>) -> wasmtime::Result<()> {
     wasmtime_wasi::p2::add_to_linker_sync(linker)?;
     wasmtime_wasi_http::p2::add_only_http_to_linker_sync(linker)?;
+    super::http::add_fields_to_linker(linker)?;
     super::wait::add_to_linker(linker)
 }

@@ -908,7 +908,8 @@ impl Store for RedbStore {
                 Some(before) => Bound::Excluded((tenant, before.as_str())),
                 None => Bound::Excluded((next.as_str(), "")),
             };
-            let keys = backend!(index.range::<(&str, &str)>((Bound::Included((tenant, "")), upper)))?;
+            let keys =
+                backend!(index.range::<(&str, &str)>((Bound::Included((tenant, "")), upper)))?;
             for entry in keys.rev() {
                 if found.len() >= limit {
                     break;

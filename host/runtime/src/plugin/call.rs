@@ -286,8 +286,8 @@ impl Plugin {
         let result = match (result, state.kv.failed.clone(), violation) {
             // Past the host's budget for the call, the call fails, whatever
             // the guest made of the refusal.
-            _ if state.held.over.is_some() => Err(CallError::ResourceLimit {
-                message: state.held.over.clone().unwrap_or_default(),
+            _ if state.held.over().is_some() => Err(CallError::ResourceLimit {
+                message: state.held.over().unwrap_or_default(),
             }),
             // A request refused or over a limit fails the call, whatever the
             // guest made of it.
@@ -406,7 +406,7 @@ fn watch_host_calls(store: &mut wasmtime::Store<StepState>, turn: Arc<crate::sha
         match hook {
             wasmtime::CallHook::CallingHost => turn.in_host(true),
             wasmtime::CallHook::ReturningFromHost => {
-                if store.data().held.over.is_some() {
+                if store.data().held.over().is_some() {
                     return Err(wasmtime::Error::new(crate::budget::OverBudget));
                 }
                 turn.in_host(false);

@@ -1158,10 +1158,7 @@ impl Apply<'_> {
         let tenant = weft_core::tenant::of(&run.workflow);
         self.rows
             .delete(Table::TenantRuns, Key::StrStr(tenant, id))?;
-        self.give_back(
-            tenant,
-            u64::try_from(freed).unwrap_or(u64::MAX),
-        )?;
+        self.give_back(tenant, u64::try_from(freed).unwrap_or(u64::MAX))?;
         Ok(Ok(()))
     }
 

@@ -87,9 +87,7 @@ pub(super) fn kinds(table: Table) -> (Kind, Option<Kind>) {
         | T::Deployments
         | T::Snapshots
         | T::Audit => Some(Kind::Int),
-        T::Kv | T::Plugins | T::Secrets | T::SnapshotEntries | T::TenantRuns => {
-            Some(Kind::Text)
-        }
+        T::Kv | T::Plugins | T::Secrets | T::SnapshotEntries | T::TenantRuns => Some(Kind::Text),
         _ => None,
     };
     (first, second)

@@ -39,7 +39,8 @@ fn rows_that_do_not_decode_are_set_aside_and_listed() {
 fn acme_run(store: &RedbStore, id: &str) {
     let mut run = crate::common::run(id);
     run.workflow = "acme:wf".to_owned();
-    let write = weft_store::Write::create_run(&run, &crate::common::def("d0", "id: wf"), Vec::new());
+    let write =
+        weft_store::Write::create_run(&run, &crate::common::def("d0", "id: wf"), Vec::new());
     store.apply(&[&write]).unwrap();
 }
 

@@ -18,7 +18,10 @@ fn of(id: &str, workflow: &str) -> RunRecord {
 }
 
 fn create(s: &dyn Store, id: &str, workflow: &str) {
-    put(s, Write::create_run(&of(id, workflow), &def("d0", "id: wf"), Vec::new()));
+    put(
+        s,
+        Write::create_run(&of(id, workflow), &def("d0", "id: wf"), Vec::new()),
+    );
 }
 
 fn listed(s: &dyn Store, filter: &RunFilter, limit: usize) -> Vec<String> {

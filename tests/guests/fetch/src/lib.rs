@@ -1,7 +1,10 @@
 //! Makes the HTTP requests in its input, in order, and answers what each
 //! got. With `follow`, follows redirects itself (as `fetch` does), each hop
 //! a new request the host checks. With `secret`, reads that secret, logs
-//! it, and returns it, so a test can see it redacted. A request that fails
+//! it, and returns it, so a test can see it redacted. With `header_maps`,
+//! first makes that many header maps, each with one header of
+//! `header_bytes` bytes, and keeps them, as a hostile step would to make
+//! the host hold them; it says how many it made. A request that fails
 //! is an answer `{"error": ...}`; the host fails the attempt anyway when the
 //! failure was a refusal.
 
@@ -18,6 +21,10 @@ struct Input {
     follow: bool,
     #[serde(default)]
     secret: Option<String>,
+    #[serde(default)]
+    header_maps: usize,
+    #[serde(default)]
+    header_bytes: usize,
 }
 
 #[derive(Deserialize)]
@@ -63,12 +70,20 @@ fn one(method: &str, url: &str, body: Option<&str>, follow: bool) -> Value {
 }
 
 fn fetch(_ctx: &Context, input: Input) -> Result<Value, StepError> {
+    let value = vec![b'x'; input.header_bytes];
+    let mut maps = Vec::new();
+    for _ in 0..input.header_maps {
+        match wasip2::http::types::Fields::from_list(&[("x-pad".to_owned(), value.clone())]) {
+            Ok(map) => maps.push(map),
+            Err(e) => return Err(StepError::fatal("header_map", format!("{e:?}"))),
+        }
+    }
     let answers: Vec<Value> = input
         .requests
         .iter()
         .map(|r| one(&r.method, &r.url, r.body.as_deref(), input.follow))
         .collect();
-    let mut output = json!({ "answers": answers });
+    let mut output = json!({ "answers": answers, "header_maps": maps.len() });
     if let Some(name) = input.secret {
         let value = weft_sdk::secrets::get(&name).map_err(|e| StepError::fatal("secret", e))?;
         weft_sdk::log::info(format!("the secret is {value}"));
