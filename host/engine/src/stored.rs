@@ -235,6 +235,7 @@ mod tests {
             step_id: "nap".to_owned(),
             index: 1,
             attempt: 2,
+            tenant: None,
         }
     }
 

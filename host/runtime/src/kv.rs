@@ -357,12 +357,7 @@ mod tests {
     fn limits_are_enforced_with_a_clear_error() {
         let mut kv = state();
         let e = kv
-            .write(
-                "k".repeat(MAX_KEY + 1),
-                Some(String::new()),
-                None,
-                &room(),
-            )
+            .write("k".repeat(MAX_KEY + 1), Some(String::new()), None, &room())
             .unwrap_err();
         assert!(e.contains("the limit is 1024"), "{e}");
         let e = kv

@@ -107,6 +107,7 @@ impl Facts {
         }
         self.children_end_with_their_parent(&runs)?;
         children_in_their_tenant(&runs)?;
+        tenants_indexed_and_counted(store, &runs)?;
         for workflow in workflows {
             let space = space(&workflow.id);
             let stored = store
@@ -546,6 +547,47 @@ fn children_in_their_tenant(runs: &[RunRecord]) -> Result<(), String> {
             return Err(format!(
                 "child run {} of `{}` has a parent {} of `{}`, another tenant",
                 run.id, run.workflow, parent.id, parent.workflow
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Each tenant's index of runs lists exactly its runs, newest first, and
+/// its count of pending timers is exactly the timers its runs have: the
+/// rows kept beside the runs (`tenant_runs`, the `usage` table's
+/// `<tenant>/timers`) never drift from them, whatever crashed or failed.
+fn tenants_indexed_and_counted(store: &dyn Store, runs: &[RunRecord]) -> Result<(), String> {
+    let mut tenants: BTreeMap<&str, (Vec<&str>, u64)> = BTreeMap::new();
+    for run in runs {
+        let timers = store
+            .run_timers(&run.id)
+            .map_err(|e| format!("reading run {}'s timers: {e}", run.id))?;
+        let entry = tenants.entry(tenant::of(&run.workflow)).or_default();
+        entry.0.push(run.id.as_str());
+        entry.1 += timers.len() as u64;
+    }
+    for (tenant, (mut ids, timers)) in tenants {
+        ids.sort_unstable_by(|a, b| b.cmp(a));
+        let filter = RunFilter {
+            tenant: Some(tenant.to_owned()),
+            ..RunFilter::default()
+        };
+        let listed = store
+            .runs(&filter, usize::MAX)
+            .map_err(|e| format!("listing tenant {tenant}'s runs: {e}"))?;
+        let listed: Vec<&str> = listed.iter().map(|r| r.id.as_str()).collect();
+        if listed != ids {
+            return Err(format!(
+                "tenant {tenant}'s index of runs lists {listed:?}, but its runs are {ids:?}"
+            ));
+        }
+        let counted = store
+            .pending_timers(tenant)
+            .map_err(|e| format!("reading tenant {tenant}'s timers: {e}"))?;
+        if counted != timers {
+            return Err(format!(
+                "tenant {tenant} has {timers} timers pending, but its count says {counted}"
             ));
         }
     }

@@ -82,6 +82,13 @@ pub struct Quota {
     /// `storage_quota`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_stored_bytes: Option<u64>,
+    /// Timers the tenant's runs may have pending at once (`sleep` and
+    /// `await` timeouts, retry delays, run deadlines): a step that would
+    /// set a `sleep` or an `await` timeout past it fails with
+    /// `timer_quota`. Deadlines and retry delays are counted, never
+    /// refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_timers: Option<u64>,
     /// Workflow revisions the tenant may keep (each deployment that
     /// changes a definition is one, kept until the workflow's tenant is
     /// removed): a deployment past it is refused with `429
@@ -125,6 +132,7 @@ impl Quota {
             max_step_memory: Some(512 << 20),
             guest_ms_per_minute: None,
             max_stored_bytes: Some(10 << 30),
+            max_timers: Some(100_000),
             max_revisions: Some(1_000),
             max_snapshot_bytes: Some(4 << 30),
             egress: None,

@@ -48,8 +48,8 @@ use std::sync::Arc;
 /// [`Changed`](Self::Changed), [`Busy`](Self::Busy),
 /// [`DeliveryState`](Self::DeliveryState), [`RunEnded`](Self::RunEnded),
 /// [`TimerGone`](Self::TimerGone), [`Duplicate`](Self::Duplicate),
-/// [`KvConflict`](Self::KvConflict) or
-/// [`StorageQuota`](Self::StorageQuota). The others fail a call as a
+/// [`KvConflict`](Self::KvConflict), [`StorageQuota`](Self::StorageQuota)
+/// or [`TimerQuota`](Self::TimerQuota). The others fail a call as a
 /// whole.
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
@@ -200,6 +200,19 @@ pub enum StoreError {
         limit: u64,
         /// What the write would add.
         bytes: u64,
+    },
+    /// The write would set a timer past its tenant's `max_timers`; nothing
+    /// of it was stored.
+    #[error(
+        "tenant `{tenant}` is at its quota `max_timers` ({limit}): its runs have {timers} timers pending"
+    )]
+    TimerQuota {
+        /// The tenant.
+        tenant: String,
+        /// Its timers pending.
+        timers: u64,
+        /// Its quota.
+        limit: u64,
     },
     /// The store cannot be opened as given: a URL that is not one, say.
     #[error("{what}: {message}")]
@@ -453,6 +466,14 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// The bytes tenant `tenant`'s writes store, as their
     /// [`Charge`]s count them.
     fn stored_bytes(&self, tenant: &str) -> Result<u64, StoreError>;
+
+    /// The timers tenant `tenant`'s runs have pending, as the store counts
+    /// them against its `max_timers`.
+    fn pending_timers(&self, tenant: &str) -> Result<u64, StoreError> {
+        // Kept beside the tenant's stored bytes, in the row
+        // `<tenant>/timers` (see `apply/usage.rs`).
+        self.stored_bytes(&format!("{tenant}/timers"))
+    }
 
     /// The run with id `id`.
     fn run(&self, id: &str) -> Result<Option<RunRecord>, StoreError>;

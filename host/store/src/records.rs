@@ -258,6 +258,11 @@ pub struct TimerRecord {
     pub index: u32,
     /// The attempt that set it.
     pub attempt: u32,
+    /// The run's tenant, whose count of pending timers it is in (see
+    /// `max_timers`); none in a timer written before timers were counted,
+    /// which is not in any count.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
 }
 
 /// The path of the record a run's deadline leaves.

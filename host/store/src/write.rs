@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use super::{
     DefinitionRecord, DeliveryOp, Effect, Emission, HostRecord, Lease, OutboxRecord, RunRecord,
-    RunState, StepRecord, SubscriptionRecord, TimerRecord, TimerRef,
+    RunState, StepRecord, SubscriptionRecord, TimerKind, TimerRecord, TimerRef,
 };
 use weft_core::KvEffects;
 
@@ -571,10 +571,16 @@ pub(crate) fn json_len(value: &serde_json::Value) -> u64 {
 pub struct TimerRow {
     /// The run it belongs to.
     pub run: String,
+    /// The run's tenant, whose count of pending timers it joins.
+    pub tenant: Option<String>,
     /// `(due, id)`.
     pub key: (u64, u64),
     /// The encoded record.
     pub record: Vec<u8>,
+    /// Whether the write that sets it is refused, rather than stored, when
+    /// the tenant is at its `max_timers`: a `sleep` or an `await` a step
+    /// sets; never a deadline or a retry, which a run needs to end.
+    pub refusable: bool,
 }
 
 impl TimerRow {
@@ -582,8 +588,10 @@ impl TimerRow {
     pub fn new(timer: &TimerRecord) -> Self {
         Self {
             run: timer.run.clone(),
+            tenant: timer.tenant.clone(),
             key: timer.timer.key(),
             record: encode(timer),
+            refusable: matches!(timer.timer.kind, TimerKind::Sleep | TimerKind::Await),
         }
     }
 }
@@ -641,6 +649,7 @@ impl Write {
                     step_id: super::DEADLINE_PATH.to_owned(),
                     index: 0,
                     attempt: 1,
+                    tenant: Some(weft_core::tenant::of(&run.workflow).to_owned()),
                 })
             }),
         }
@@ -667,6 +676,7 @@ impl Write {
                     step_id: step.step_id.clone(),
                     index: step.index,
                     attempt: step.attempt,
+                    tenant: Some(weft_core::tenant::of(&run.workflow).to_owned()),
                 })
             });
         Self::CommitStep {
@@ -900,6 +910,7 @@ impl Write {
                     step_id: super::DEADLINE_PATH.to_owned(),
                     index: 0,
                     attempt: record.attempt,
+                    tenant: Some(weft_core::tenant::of(&wake.workflow).to_owned()),
                 })
             }),
         }

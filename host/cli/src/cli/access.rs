@@ -14,6 +14,7 @@ use weft::Clock;
 use weft::store::{AccessWrite, Role, TokenRecord, Write};
 
 #[derive(Debug, Subcommand)]
+#[allow(clippy::large_enum_variant)] // Parsed once per process; `Quota` has a flag per limit.
 pub enum TenantsCommand {
     /// Add a tenant (an admin's).
     Add {
@@ -82,6 +83,12 @@ pub enum TenantsCommand {
         /// step results are refused with `storage_quota`.
         #[arg(long, value_name = "BYTES")]
         max_stored_bytes: Option<u64>,
+        /// Timers the tenant's runs may have pending at once (sleeps,
+        /// await timeouts, retry delays, deadlines); beyond it, a step
+        /// that would sleep or wait with a timeout fails with
+        /// `timer_quota`.
+        #[arg(long, value_name = "N")]
+        max_timers: Option<u64>,
         /// Workflow revisions the tenant may keep; beyond it, deployments
         /// are refused.
         #[arg(long, value_name = "N")]
@@ -336,6 +343,7 @@ pub fn tenants(data_dir: &Path, command: TenantsCommand) -> anyhow::Result<ExitC
             max_step_memory,
             guest_time_per_minute,
             max_stored_bytes,
+            max_timers,
             max_revisions,
             max_snapshot_bytes,
             egress_allow,
@@ -367,6 +375,7 @@ pub fn tenants(data_dir: &Path, command: TenantsCommand) -> anyhow::Result<ExitC
                     .map(|d| Value::from(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))),
             );
             set("max_stored_bytes", max_stored_bytes.map(Value::from));
+            set("max_timers", max_timers.map(Value::from));
             set("max_revisions", max_revisions.map(Value::from));
             set("max_snapshot_bytes", max_snapshot_bytes.map(Value::from));
             set(

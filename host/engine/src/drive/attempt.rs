@@ -112,14 +112,16 @@ impl Finished {
     }
 
     /// Attempt `record` at `path`, whose result the store refused because
-    /// it would take the tenant over its stored bytes (`refused` says
-    /// how far): failed with `storage_quota` instead, without its output
+    /// it would take the tenant over its stored bytes or its pending
+    /// timers (`refused` says how far): failed with `code`
+    /// (`storage_quota`, `timer_quota`) instead, without its output, timer
     /// or effects, and not tried again by its retry policy (its tenant's
     /// quota does not change by waiting).
     pub(crate) fn over_quota(
         path: String,
         mut record: StepRecord,
         fired: Option<TimerRef>,
+        code: &str,
         refused: String,
     ) -> Self {
         record.output = None;
@@ -128,7 +130,7 @@ impl Finished {
         record.messages.clear();
         record.retry_in_ms = None;
         record.timer = None;
-        record.error = Some(ErrorRecord::fatal("storage_quota", refused));
+        record.error = Some(ErrorRecord::fatal(code, refused));
         Self {
             path,
             record,

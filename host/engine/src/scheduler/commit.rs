@@ -207,15 +207,21 @@ impl Core {
                 live.task.drive.undo(committing.undo);
                 self.enqueue(Work::Advance(Arc::clone(cell)));
             }
-            Err(StoreError::StorageQuota { .. }) => {
-                // The result would take the tenant over its stored bytes:
-                // the attempt fails instead, and its failure is stored.
+            Err(StoreError::StorageQuota { .. } | StoreError::TimerQuota { .. }) => {
+                // The result would take the tenant over its stored bytes
+                // or its pending timers: the attempt fails instead, and its
+                // failure is stored.
                 live.task.drive.undo(committing.undo);
+                let code = match &outcome {
+                    Err(StoreError::TimerQuota { .. }) => "timer_quota",
+                    _ => "storage_quota",
+                };
                 let refused = outcome.err().map(|e| e.to_string()).unwrap_or_default();
                 live.finished.push_front(Finished::over_quota(
                     committing.path,
                     committing.record,
                     committing.fired,
+                    code,
                     refused,
                 ));
                 self.enqueue(Work::Advance(Arc::clone(cell)));

@@ -386,13 +386,22 @@ steps:
 /// Tenant `tenant`'s quota of `max_stored_bytes`, stored as an admin sets
 /// it.
 fn store_quota(host: &Host, tenant: &str, max_stored_bytes: u64) {
-    let record = weft_store::TenantRecord {
-        name: tenant.to_owned(),
-        created_at: START,
-        quota: weft_store::Quota {
+    set_quota(
+        host,
+        tenant,
+        weft_store::Quota {
             max_stored_bytes: Some(max_stored_bytes),
             ..weft_store::Quota::default()
         },
+    );
+}
+
+/// Tenant `tenant`'s quota, stored as an admin sets it.
+fn set_quota(host: &Host, tenant: &str, quota: weft_store::Quota) {
+    let record = weft_store::TenantRecord {
+        name: tenant.to_owned(),
+        created_at: START,
+        quota,
     };
     let write = weft_store::Write::Access(weft_store::AccessWrite::put_tenant(&record, true));
     let answers = host.engine.store().apply(&[&write]).unwrap();
@@ -460,4 +469,41 @@ fn a_tenant_over_its_stored_bytes_has_its_start_and_results_refused() {
     );
     assert_eq!(finish(free).state, RunState::Succeeded);
     assert!(host.engine.store().stored_bytes("free").unwrap() > 5_000);
+}
+
+/// A tenant at its quota of pending timers: a run's `sleep` past it fails
+/// with `timer_quota` and the run ends; its first run, whose
+/// deadline and sleep are within the quota, sleeps on.
+#[test]
+fn a_tenants_sleep_past_its_pending_timers_fails_with_timer_quota() {
+    let host = Host::new(vec![]);
+    set_quota(
+        &host,
+        "few",
+        weft_store::Quota {
+            max_timers: Some(2),
+            ..weft_store::Quota::default()
+        },
+    );
+    let text = "id: nap\ntimeout: 1d\nsteps:\n  - { id: nap, sleep: 1h }\n";
+    let first = host.start_in("few", text, json!({}));
+    let first = first.id().to_owned();
+    host.suspended(&first);
+    assert_eq!(host.engine.store().pending_timers("few").unwrap(), 2);
+
+    let second = finish(host.start_in("few", text, json!({})));
+    assert_eq!(second.state, RunState::Failed, "{second:?}");
+    let naps: Vec<_> = host
+        .steps(&second.id)
+        .into_iter()
+        .filter(|s| s.step_id == "nap")
+        .collect();
+    assert_eq!(naps.len(), 1, "{naps:?}");
+    assert_eq!(
+        naps[0].error.as_ref().map(|e| e.code.as_str()),
+        Some("timer_quota")
+    );
+    // The failed run's deadline is gone with it; the first still sleeps.
+    assert_eq!(host.engine.store().pending_timers("few").unwrap(), 2);
+    assert!(host.record(&first).suspended);
 }

@@ -167,6 +167,11 @@ impl From<StoreError> for ApiError {
                 "storage_quota",
                 error.to_string(),
             ),
+            StoreError::TimerQuota { .. } => Self::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "quota_exceeded",
+                error.to_string(),
+            ),
             StoreError::Closed => Self::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "unavailable",

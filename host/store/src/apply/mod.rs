@@ -265,8 +265,19 @@ impl Apply<'_> {
         }
         if !running {
             let timers = self.rows.under(Table::RunTimers, id)?;
-            for (timer, due) in timers {
-                self.remove_timer(id, (read_number(&due), timer.number()))?;
+            if !timers.is_empty() {
+                // The tenant whose count the timers leave, from the run's
+                // record rather than a read of each timer's.
+                #[derive(serde::Deserialize)]
+                struct Workflow {
+                    workflow: String,
+                }
+                let workflow: Workflow = decode(id, run)?;
+                let tenant = weft_core::tenant::of(&workflow.workflow);
+                for (timer, due) in timers {
+                    let key = (read_number(&due), timer.number());
+                    self.remove_timer_of(id, key, Some(tenant))?;
+                }
             }
             // Nobody drives a run that ended.
             self.rows.delete(Table::Leases, Key::Str(id))?;
@@ -281,10 +292,41 @@ impl Apply<'_> {
         self.rows.put(Table::TimerKeys, Key::U64U64(due, id), &[])?;
         self.rows
             .put(Table::RunTimers, Key::StrU64(&timer.run, id), &number(due))?;
+        if let Some(tenant) = &timer.tenant {
+            self.count_timer(tenant, true)?;
+        }
         Ok(())
     }
 
+    /// Removes run `run`'s timer `(due, id)`, and takes it off its
+    /// tenant's count, which its record names (one written before timers
+    /// were counted names none, and is in no count).
     fn remove_timer(&mut self, run: &str, (due, id): (u64, u64)) -> Result<(), StoreError> {
+        #[derive(serde::Deserialize)]
+        struct Counted {
+            tenant: Option<String>,
+        }
+        let tenant = match self.rows.get(Table::Timers, Key::U64U64(due, id))? {
+            Some(record) => serde_json::from_slice::<Counted>(&record)
+                .ok()
+                .and_then(|c| c.tenant),
+            None => None,
+        };
+        self.remove_timer_of(run, (due, id), tenant.as_deref())
+    }
+
+    /// Removes run `run`'s timer `(due, id)`, and takes it off `tenant`'s
+    /// count. (A timer written before timers were counted is taken off
+    /// too: a count only ever errs low, never below zero.)
+    fn remove_timer_of(
+        &mut self,
+        run: &str,
+        (due, id): (u64, u64),
+        tenant: Option<&str>,
+    ) -> Result<(), StoreError> {
+        if let Some(tenant) = tenant {
+            self.count_timer(tenant, false)?;
+        }
         self.rows.delete(Table::Timers, Key::U64U64(due, id))?;
         self.rows.delete(Table::TimerKeys, Key::U64U64(due, id))?;
         self.rows.delete(Table::RunTimers, Key::StrU64(run, id))?;
@@ -627,6 +669,15 @@ impl Apply<'_> {
             None => Vec::new(),
         };
         if let Err(refused) = self.admit(charge)? {
+            return Ok(Err(refused));
+        }
+        if let Some(TimerRow {
+            tenant: Some(tenant),
+            refusable: true,
+            ..
+        }) = timer
+            && let Err(refused) = self.admit_timer(tenant)?
+        {
             return Ok(Err(refused));
         }
         if let Some(effects) = kv {

@@ -1,6 +1,8 @@
 //! Stored bytes by tenant: what each tenant's writes added (their
 //! [`Charge`]s, less the key-value bytes they gave back), kept in the
-//! `usage` table and held to the tenant's `max_stored_bytes`.
+//! `usage` table and held to the tenant's `max_stored_bytes`. And pending
+//! timers by tenant, in the same table under `<tenant>/timers` (no
+//! tenant's name holds a `/`), held to its `max_timers`.
 //!
 //! A transaction reads each tenant's count and quota once, when its first
 //! charged write comes, and writes the counts it changed back before it
@@ -19,31 +21,66 @@ pub(crate) struct Meter {
 
 struct Account {
     tenant: String,
+    counted: Counted,
     used: u64,
     limit: Option<u64>,
     changed: bool,
 }
 
+/// What an account counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Counted {
+    /// Stored bytes, against `max_stored_bytes`.
+    Bytes,
+    /// Pending timers, against `max_timers`.
+    Timers,
+}
+
+impl Counted {
+    /// The row of the `usage` table that holds `tenant`'s count.
+    fn row(self, tenant: &str) -> String {
+        match self {
+            Self::Bytes => tenant.to_owned(),
+            Self::Timers => format!("{tenant}/timers"),
+        }
+    }
+
+    /// The quota of `record` that holds it.
+    fn limit(self, record: &TenantRecord) -> Option<u64> {
+        match self {
+            Self::Bytes => record.quota.max_stored_bytes,
+            Self::Timers => record.quota.max_timers,
+        }
+    }
+}
+
 impl Apply<'_> {
-    /// Tenant `tenant`'s account, read on first use.
+    /// Tenant `tenant`'s account of stored bytes, read on first use.
     fn account(&mut self, tenant: &str) -> Result<&mut Account, StoreError> {
-        let at = match self.meter.accounts.iter().position(|a| a.tenant == tenant) {
+        self.account_of(tenant, Counted::Bytes)
+    }
+
+    /// Tenant `tenant`'s account of `counted`, read on first use.
+    fn account_of(&mut self, tenant: &str, counted: Counted) -> Result<&mut Account, StoreError> {
+        let found = self
+            .meter
+            .accounts
+            .iter()
+            .position(|a| a.tenant == tenant && a.counted == counted);
+        let at = match found {
             Some(at) => at,
             None => {
                 let used = self
                     .rows
-                    .get(Table::Usage, Key::Str(tenant))?
+                    .get(Table::Usage, Key::Str(&counted.row(tenant)))?
                     .map_or(0, |used| read_number(&used));
                 let limit = match self.rows.get(Table::Tenants, Key::Str(tenant))? {
-                    Some(bytes) => {
-                        decode::<TenantRecord>(tenant, &bytes)?
-                            .quota
-                            .max_stored_bytes
-                    }
+                    Some(bytes) => counted.limit(&decode::<TenantRecord>(tenant, &bytes)?),
                     None => None,
                 };
                 self.meter.accounts.push(Account {
                     tenant: tenant.to_owned(),
+                    counted,
                     used,
                     limit,
                     changed: false,
@@ -52,6 +89,35 @@ impl Apply<'_> {
             }
         };
         Ok(&mut self.meter.accounts[at])
+    }
+
+    /// Refuses a new timer of `tenant`'s when the tenant has its
+    /// `max_timers` pending.
+    pub(super) fn admit_timer(
+        &mut self,
+        tenant: &str,
+    ) -> Result<Result<(), StoreError>, StoreError> {
+        let account = self.account_of(tenant, Counted::Timers)?;
+        match account.limit {
+            Some(limit) if account.used >= limit => Ok(Err(StoreError::TimerQuota {
+                tenant: tenant.to_owned(),
+                timers: account.used,
+                limit,
+            })),
+            _ => Ok(Ok(())),
+        }
+    }
+
+    /// Counts a timer of `tenant`'s set (`1`) or gone (`-1`).
+    pub(super) fn count_timer(&mut self, tenant: &str, set: bool) -> Result<(), StoreError> {
+        let account = self.account_of(tenant, Counted::Timers)?;
+        account.used = if set {
+            account.used.saturating_add(1)
+        } else {
+            account.used.saturating_sub(1)
+        };
+        account.changed = true;
+        Ok(())
     }
 
     /// Refuses `charge`, if it is refusable, when its write would grow its
@@ -113,10 +179,11 @@ impl Apply<'_> {
     /// A tenant's record written in this transaction: its quota holds for
     /// the writes after it.
     pub(super) fn requota(&mut self, tenant: &str, record: &[u8]) -> Result<(), StoreError> {
-        if let Some(account) = self.meter.accounts.iter_mut().find(|a| a.tenant == tenant) {
-            account.limit = decode::<TenantRecord>(tenant, record)?
-                .quota
-                .max_stored_bytes;
+        let record = decode::<TenantRecord>(tenant, record)?;
+        for account in &mut self.meter.accounts {
+            if account.tenant == tenant {
+                account.limit = account.counted.limit(&record);
+            }
         }
         Ok(())
     }
@@ -130,7 +197,7 @@ impl Apply<'_> {
             if account.changed {
                 self.rows.put(
                     Table::Usage,
-                    Key::Str(&account.tenant),
+                    Key::Str(&account.counted.row(&account.tenant)),
                     &number(account.used),
                 )?;
             }

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use weft_core::KvEffects;
 use weft_store::{AccessWrite, Quota, Store, StoreError, TenantRecord, Write};
 
-use crate::common::{R, SPACE, T0, commit_with, create, keyed, run};
+use crate::common::{R, SPACE, T0, commit_with, create, keyed, run, timer, with_deadline};
 use crate::table::{open, put};
 
 const TENANT: &str = "acme";
@@ -178,4 +178,69 @@ fn a_tenant_over_its_quota_can_make_room_and_still_hears_of_duplicates() {
         commit_with(s, R, "shrink", |_, _, x| x.kv = kv(&[("a", None)])).charged(TENANT, true);
     put(s, shrink);
     assert!(s.stored_bytes(TENANT).unwrap() < used - 1_000);
+}
+
+/// Pending timers by tenant: every timer a tenant's runs set is counted
+/// (a deadline, a sleep, a retry delay) and every one removed is taken
+/// off; a `sleep` (or `await`) past the tenant's `max_timers` is refused
+/// with nothing of its write stored, and a deadline or a retry delay
+/// never is.
+#[test]
+fn a_tenants_pending_timers_are_counted_and_held_to_its_quota() {
+    use weft_store::TimerKind::{Retry, Sleep};
+    use weft_store::TimerRef;
+
+    let (_dir, handle) = open();
+    let s = handle.as_ref();
+    let record = TenantRecord {
+        name: TENANT.to_owned(),
+        created_at: T0,
+        quota: Quota {
+            max_timers: Some(2),
+            ..Quota::default()
+        },
+    };
+    put(s, Write::Access(AccessWrite::put_tenant(&record, true)));
+    let of_acme = |id: &str, deadline: bool| {
+        let mut run = if deadline { with_deadline(id) } else { run(id) };
+        run.workflow = "acme:wf".to_owned();
+        run
+    };
+    let sets = |id: &str, kind, timer_id| {
+        commit_with(s, id, "nap", move |step, run, _| {
+            let timer = TimerRef {
+                id: timer_id,
+                ..timer(kind)
+            };
+            (step.output, step.timer) = (None, Some(timer));
+            run.suspended = true;
+        })
+    };
+    put(s, create(&of_acme(R, true)));
+    assert_eq!(s.pending_timers(TENANT).unwrap(), 1);
+    put(s, sets(R, Sleep, 7));
+    assert_eq!(s.pending_timers(TENANT).unwrap(), 2);
+    assert_eq!(s.pending_timers("other").unwrap(), 0);
+
+    // At the quota: another run's sleep is refused, and nothing of its
+    // write is stored.
+    put(s, create(&of_acme("r2", false)));
+    let answers = s.apply(&[&sets("r2", Sleep, 8)]).unwrap();
+    assert!(
+        matches!(&answers[0], Err(StoreError::TimerQuota { tenant, timers: 2, limit: 2 }) if tenant == TENANT),
+        "{answers:?}"
+    );
+    assert_eq!(s.run("r2").unwrap().unwrap().step_records, 0);
+    assert_eq!(s.pending_timers(TENANT).unwrap(), 2);
+    // A retry delay is counted, never refused.
+    put(s, sets("r2", Retry, 9));
+    assert_eq!(s.pending_timers(TENANT).unwrap(), 3);
+
+    // A run that ends takes its timers off the count.
+    let mut ended = s.run(R).unwrap().unwrap();
+    (ended.state, ended.suspended) = (weft_store::RunState::Succeeded, false);
+    put(s, Write::update_run(&ended));
+    assert_eq!(s.pending_timers(TENANT).unwrap(), 1);
+    put(s, sets("r2", Sleep, 10));
+    assert_eq!(s.pending_timers(TENANT).unwrap(), 2);
 }
