@@ -390,3 +390,24 @@ fn header_maps_a_step_makes_are_charged_to_its_call() {
         Ok(json!(100))
     );
 }
+
+/// A plugin file in the host's plugins directory that does not load: a
+/// deployment that names it is refused, and the error names the file as
+/// it is in the plugins directory, never the host's path to it.
+#[test]
+fn errors_about_plugin_files_do_not_print_the_hosts_paths() {
+    let scratch = Scratch::new(&["echo"]);
+    std::fs::write(
+        scratch.path().join("plugins/broken.wasm"),
+        b"not a component",
+    )
+    .unwrap();
+    let host = serve(&scratch, 0);
+    let text = "id: uses-broken\nsteps:\n  - { id: a, uses: broken }\n";
+    let (status, answer) = host.send("/v1/workflows", "application/yaml", text.as_bytes());
+    assert!((400..500).contains(&status), "{status} {answer}");
+    let message = answer["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("broken.wasm"), "{answer}");
+    let root = scratch.path().to_str().unwrap();
+    assert!(!answer.to_string().contains(root), "{answer}");
+}

@@ -41,7 +41,8 @@ pub enum ResolveError {
     /// The file could not be read.
     #[error("cannot read plugin {path}: {message}")]
     Read {
-        /// The file.
+        /// The file, by its name in the plugins directory (never the
+        /// host's path: the message reaches API callers).
         path: String,
         /// Why.
         message: String,
@@ -49,7 +50,8 @@ pub enum ResolveError {
     /// The file is not a usable plugin.
     #[error("plugin {path} {source}")]
     Load {
-        /// The file.
+        /// The file, by its name in the plugins directory, or the stored
+        /// build.
         path: String,
         /// Why.
         source: LoadError,
@@ -57,7 +59,7 @@ pub enum ResolveError {
     /// The component calls itself something else.
     #[error("plugin {path} describes itself as `{found}`, not `{wanted}`")]
     WrongName {
-        /// The file.
+        /// The file, by its name in the plugins directory.
         path: String,
         /// The name it gives.
         found: String,
@@ -291,7 +293,7 @@ impl PluginDir {
         // The directory's file first: loading it (again, once it changed)
         // adds it to the registry.
         let (shown, loaded) = match self.find(&reference.name) {
-            Ok(path) => (path.display().to_string(), self.load_file(&path)),
+            Ok(path) => (shown_file(&path), self.load_file(&path)),
             Err(not_found) => {
                 let Some(registry) = self.registry.get() else {
                     return Err(not_found);
@@ -501,7 +503,7 @@ impl PluginDir {
     /// file is not read again for every run).
     fn load_file(&self, path: &Path) -> Result<Plugin, ResolveError> {
         let read_error = |e: std::io::Error| ResolveError::Read {
-            path: path.display().to_string(),
+            path: shown_file(path),
             message: e.to_string(),
         };
         let stamp = std::fs::metadata(path)
@@ -529,7 +531,7 @@ impl PluginDir {
 
     fn read_file(&self, path: &Path) -> Result<Plugin, ResolveError> {
         let bytes = std::fs::read(path).map_err(|e| ResolveError::Read {
-            path: path.display().to_string(),
+            path: shown_file(path),
             message: e.to_string(),
         })?;
         let digest = weft_runtime::Digest::of(&bytes).to_string();
@@ -537,7 +539,7 @@ impl PluginDir {
         let plugin = match known {
             Some(plugin) => plugin,
             None => self.load(&bytes).map_err(|source| ResolveError::Load {
-                path: path.display().to_string(),
+                path: shown_file(path),
                 source,
             })?,
         };
@@ -624,6 +626,17 @@ pub fn newer(a: &PluginRecord, b: &PluginRecord) -> std::cmp::Ordering {
     version(a)
         .cmp(&version(b))
         .then(a.added_at.cmp(&b.added_at))
+}
+
+/// A plugin file as errors name it: its name in the plugins directory,
+/// never the host's path to it. Errors reach API callers, to whom the
+/// host's paths are none of their business; the operator knows where the
+/// plugins directory is.
+fn shown_file(path: &Path) -> String {
+    let name = path
+        .file_name()
+        .map_or_else(|| "?".into(), |name| name.to_string_lossy());
+    format!("{name} (in the plugins directory)")
 }
 
 /// `plugin` if it is the one `reference` asks for.
