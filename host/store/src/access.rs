@@ -351,6 +351,24 @@ pub enum AccessWrite {
         /// The encoded [`SecretRecord`].
         record: Vec<u8>,
     },
+    /// Seals a stored secret again (after a key rotation): stores `record`
+    /// only if the secret still holds `sealed`, the value it was read
+    /// with, keeping its grants; refused with
+    /// [`StoreError::NotFound`](crate::StoreError::NotFound) if it was
+    /// deleted since, and with
+    /// [`StoreError::Changed`](crate::StoreError::Changed) if it was set
+    /// again. So a reseal never brings a deleted secret back, nor an old
+    /// value over a new one.
+    ResealSecret {
+        /// The tenant.
+        tenant: String,
+        /// The secret's name.
+        name: String,
+        /// The sealed value it was read with.
+        sealed: Vec<u8>,
+        /// The encoded [`SecretRecord`], sealed again.
+        record: Vec<u8>,
+    },
     /// Grants a tenant's secret to a plugin's component, or with `revoke`
     /// takes back every grant of that plugin's name (`grant.digest` is then
     /// not read); refused with

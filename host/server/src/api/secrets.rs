@@ -338,18 +338,26 @@ pub(super) async fn reseal_secrets(
         let mut writes = Vec::new();
         for record in &secrets {
             if let Some(again) = vault.reseal(&asked, record).map_err(secret_error)? {
-                writes.push(Write::Access(AccessWrite::PutSecret {
+                writes.push(Write::Access(AccessWrite::ResealSecret {
                     tenant: asked.clone(),
                     name: again.name.clone(),
+                    sealed: record.sealed.clone(),
                     record: weft_store::encode(&again),
                 }));
             }
         }
-        let resealed = writes.len();
+        let mut resealed = 0;
         if !writes.is_empty() {
             let refs: Vec<&Write> = writes.iter().collect();
             for answer in store.apply(&refs)? {
-                answer?;
+                match answer {
+                    Ok(()) => resealed += 1,
+                    // Deleted or set again since it was read: nothing to
+                    // seal again (a value set since is sealed under the
+                    // current key already).
+                    Err(StoreError::NotFound(_) | StoreError::Changed(_)) => {}
+                    Err(e) => return Err(e.into()),
+                }
             }
         }
         Ok::<_, ApiError>((resealed, total))

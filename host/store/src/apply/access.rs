@@ -55,6 +55,24 @@ impl Apply<'_> {
                 self.rows
                     .put(Table::Secrets, key, kept.as_deref().unwrap_or(record))?;
             }
+            AccessWrite::ResealSecret {
+                tenant,
+                name,
+                sealed,
+                record,
+            } => {
+                let key = Key::StrStr(tenant, name);
+                let Some(old) = self.rows.get(Table::Secrets, key)? else {
+                    return Ok(Err(StoreError::NotFound(What::Secret(name.clone()))));
+                };
+                let old: SecretRecord = decode(What::Secret(name.clone()), &old)?;
+                if old.sealed != *sealed {
+                    return Ok(Err(StoreError::Changed(What::Secret(name.clone()))));
+                }
+                let mut new: SecretRecord = decode(What::Secret(name.clone()), record)?;
+                new.grants = old.grants;
+                self.rows.put(Table::Secrets, key, &crate::encode(&new))?;
+            }
             AccessWrite::GrantSecret {
                 tenant,
                 name,

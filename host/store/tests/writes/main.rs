@@ -52,6 +52,7 @@ mod parked;
 mod quota;
 mod registry;
 mod runs;
+mod secrets;
 mod snapshots;
 mod steps;
 mod table;

@@ -26,6 +26,8 @@ mod quota;
 mod registry;
 #[path = "../writes/runs.rs"]
 mod runs;
+#[path = "../writes/secrets.rs"]
+mod secrets;
 #[path = "../writes/snapshots.rs"]
 mod snapshots;
 #[path = "../writes/steps.rs"]
