@@ -456,7 +456,9 @@ impl WasiHttpHooks for HttpHooks {
 }
 
 /// The `wasi:http/types` interface wasmtime-wasi-http links (every 0.2.x
-/// import a guest makes resolves to it).
+/// import a guest makes resolves to it). It moves with the crate's WIT:
+/// `hostile::header_maps_a_step_makes_are_charged_to_its_call` fails if
+/// it no longer names the crate's interface.
 const TYPES: &str = "wasi:http/types@0.2.12";
 
 /// Links the `fields` functions that make a header map again, over what

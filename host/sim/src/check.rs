@@ -476,25 +476,26 @@ fn messages_once(store: &dyn Store, run: &RunRecord, steps: &[StepRecord]) -> Re
     Ok(())
 }
 
-/// A step fails with `storage_quota` only in a tenant held to stored
-/// bytes (`limited`), and then with nothing of its result stored: no
-/// output, key-value writes, messages or child.
+/// A step fails with `storage_quota` or `timer_quota` only in a tenant
+/// held to those quotas (`limited`), and then with nothing of its result
+/// stored: no output, key-value writes, messages, child, timer or wait.
 fn refused_results_store_nothing(
     run: &RunRecord,
     steps: &[StepRecord],
     limited: Option<&str>,
 ) -> Result<(), String> {
     for record in steps {
-        if record
+        let Some(code) = record
             .error
             .as_ref()
-            .is_none_or(|e| e.code != "storage_quota")
-        {
+            .map(|e| e.code.as_str())
+            .filter(|code| matches!(*code, "storage_quota" | "timer_quota"))
+        else {
             continue;
-        }
+        };
         if limited != Some(tenant::of(&run.workflow)) {
             return Err(format!(
-                "run {} of `{}`: step `{}` failed with storage_quota, but its tenant has no such quota",
+                "run {} of `{}`: step `{}` failed with {code}, but its tenant has no such quota",
                 run.id, run.workflow, record.path
             ));
         }
@@ -502,9 +503,11 @@ fn refused_results_store_nothing(
             || !record.kv_writes.is_empty()
             || !record.messages.is_empty()
             || record.child.is_some()
+            || record.timer.is_some()
+            || record.awaiting
         {
             return Err(format!(
-                "run {}: step `{}` at seq {} failed with storage_quota but keeps part of its result",
+                "run {}: step `{}` at seq {} failed with {code} but keeps part of its result",
                 run.id, record.path, record.seq
             ));
         }

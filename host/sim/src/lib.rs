@@ -100,7 +100,8 @@ fn play(seed: u64, shape: Shape, backend: &Backend) -> Result<Passed, Failure> {
     match outcome {
         Ok(()) => {
             let mut tally = world::tally(&world.trace);
-            tally.insert("results over quota", world.over_quota());
+            tally.insert("results over quota", world.over_quota("storage_quota"));
+            tally.insert("timers over quota", world.over_quota("timer_quota"));
             Ok(Passed { tally })
         }
         Err(violation) => Err(failure(violation, std::mem::take(&mut world.trace))),

@@ -270,7 +270,8 @@ impl World {
         };
         // Some worlds hold the second tenant to 500 bytes to 3 KB of stored
         // bytes (a run's record is some 500), so that some of its starts
-        // and results are refused.
+        // and results are refused, and to 2 to 4 pending timers (a run's
+        // deadline is one), so that some of its sleeps and awaits are.
         if world.rng.chance(30) {
             let limit = 500 + 250 * world.rng.below(12) as u64;
             world.limit_stored_bytes(limit)?;
@@ -305,13 +306,16 @@ impl World {
         }
     }
 
-    /// The second tenant's quota: `limit` stored bytes.
+    /// The second tenant's quota: `limit` stored bytes, and 2 to 4
+    /// pending timers, as `limit` says (no draw of its own, so that the
+    /// seeds play as before it).
     fn limit_stored_bytes(&mut self, limit: u64) -> Result<(), String> {
         let record = weft_store::TenantRecord {
             name: SECOND_TENANT.to_owned(),
             created_at: START,
             quota: weft_store::Quota {
                 max_stored_bytes: Some(limit),
+                max_timers: Some(2 + (limit / 250) % 3),
                 ..weft_store::Quota::default()
             },
         };
@@ -323,15 +327,16 @@ impl World {
         }
     }
 
-    /// How many step results were refused for the stored-bytes quota.
-    pub(crate) fn over_quota(&self) -> usize {
+    /// How many step results were refused with `code` (`storage_quota`,
+    /// `timer_quota`).
+    pub(crate) fn over_quota(&self, code: &str) -> usize {
         let store = self.sim_store.inner();
         let runs = store
             .runs(&RunFilter::default(), usize::MAX)
             .unwrap_or_default();
         runs.iter()
             .flat_map(|run| store.steps(&run.id).unwrap_or_default())
-            .filter(|r| r.error.as_ref().is_some_and(|e| e.code == "storage_quota"))
+            .filter(|r| r.error.as_ref().is_some_and(|e| e.code == code))
             .count()
     }
 

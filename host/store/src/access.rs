@@ -89,6 +89,10 @@ pub struct Quota {
     /// refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_timers: Option<u64>,
+    /// Rows of the audit log kept for the tenant: past it, its oldest
+    /// are deleted as new ones are written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_audit_rows: Option<u64>,
     /// Workflow revisions the tenant may keep (each deployment that
     /// changes a definition is one, kept until the workflow's tenant is
     /// removed): a deployment past it is refused with `429
@@ -133,6 +137,7 @@ impl Quota {
             guest_ms_per_minute: None,
             max_stored_bytes: Some(10 << 30),
             max_timers: Some(100_000),
+            max_audit_rows: Some(100_000),
             max_revisions: Some(1_000),
             max_snapshot_bytes: Some(4 << 30),
             egress: None,

@@ -475,6 +475,13 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         self.stored_bytes(&format!("{tenant}/timers"))
     }
 
+    /// The audit rows kept for tenant `tenant`, as the store counts them
+    /// against its `max_audit_rows` (rows from before the count are not
+    /// in it).
+    fn audit_rows(&self, tenant: &str) -> Result<u64, StoreError> {
+        self.stored_bytes(&format!("{tenant}/audit"))
+    }
+
     /// The run with id `id`.
     fn run(&self, id: &str) -> Result<Option<RunRecord>, StoreError>;
 

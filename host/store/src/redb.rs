@@ -103,6 +103,8 @@ const TOKENS: TableDefinition<&str, &[u8]> = TableDefinition::new("tokens");
 const SECRETS: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("secrets");
 /// The audit log's `AuditRecord`s, by (microseconds, random).
 const AUDIT: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("audit");
+/// Each tenant's audit rows, by (tenant, `rows::audit_key`), no value.
+const AUDIT_TENANTS: TableDefinition<(&str, &str), ()> = TableDefinition::new("audit_tenants");
 /// The bytes each tenant stores, by tenant (see `usage`).
 const USAGE: TableDefinition<&str, u64> = TableDefinition::new("usage");
 
@@ -297,6 +299,7 @@ impl RedbStore {
             backend!(txn.open_table(TENANTS))?;
             backend!(txn.open_table(TOKENS))?;
             backend!(txn.open_table(AUDIT))?;
+            backend!(txn.open_table(AUDIT_TENANTS))?;
             backend!(txn.open_table(USAGE))?;
             backend!(txn.open_table(SECRETS))?;
         }
@@ -318,8 +321,7 @@ impl RedbStore {
     pub fn open_read_only(path: impl AsRef<Path>) -> Result<Self, StoreError> {
         let path = path.as_ref();
         let shown = path.display().to_string();
-        let db = redb::Builder::new()
-            .set_concurrency_mode(ConcurrencyMode::MultiWriter)
+        let db = builder(Some(DEFAULT_CACHE))
             .open_read_only(path)
             .map_err(|e| open_error(e, &shown))?;
         let store = Self {
@@ -521,7 +523,7 @@ impl RedbStore {
 /// Fills [`TENANT_RUNS`] from the runs of a file made before it, once:
 /// `tenant_runs` in `META` says it was. A run row that does not decode is
 /// left out, as a listing leaves it out (`weft doctor` names it).
-fn index_tenant_runs(
+pub(super) fn index_tenant_runs(
     txn: &WriteTransaction,
     meta: &mut redb::Table<'_, &'static str, &'static str>,
 ) -> Result<(), StoreError> {

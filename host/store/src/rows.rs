@@ -86,6 +86,11 @@ pub(crate) enum Table {
     Secrets,
     /// `(microseconds, random)` to an `AuditRecord`.
     Audit,
+    /// `(tenant, audit key)`, no value: each tenant's audit rows in time
+    /// order (the key as [`audit_key`] writes it), so that its oldest go
+    /// first once it has more than its `max_audit_rows`, and its listing
+    /// reads no other tenant's.
+    AuditTenants,
     /// Tenant to the bytes it stores.
     Usage,
 }
@@ -139,6 +144,15 @@ pub(crate) trait Rows {
     /// `first`, in key order: each row's second part and value.
     fn under(&mut self, table: Table, first: &str) -> Result<Vec<(Part, Vec<u8>)>, StoreError>;
 
+    /// The second parts of the first `n` rows of `table` (keyed `(text,
+    /// text)`) whose first key part is `first`, in key order.
+    fn first_under(
+        &mut self,
+        table: Table,
+        first: &str,
+        n: usize,
+    ) -> Result<Vec<String>, StoreError>;
+
     /// The keys of `table` (keyed by text) from `from` up to, not
     /// including, `to`, in order.
     fn keys_between(
@@ -154,6 +168,18 @@ pub(crate) trait Rows {
 
     /// The greatest key of `table` (keyed by a number).
     fn last_number(&mut self, table: Table) -> Result<Option<u64>, StoreError>;
+}
+
+/// An audit row's key `(microseconds, random)` as text that sorts as the
+/// key does: the two numbers, 20 digits each.
+pub(crate) fn audit_key((at, n): (u64, u64)) -> String {
+    format!("{at:020}{n:020}")
+}
+
+/// The key [`audit_key`] wrote, back; `None` for text it did not write.
+pub(crate) fn audit_key_of(text: &str) -> Option<(u64, u64)> {
+    let (at, n) = (text.get(..20)?, text.get(20..)?);
+    Some((at.parse().ok()?, n.parse().ok()?))
 }
 
 /// A number as a table stores it.

@@ -89,6 +89,10 @@ pub enum TenantsCommand {
         /// `timer_quota`.
         #[arg(long, value_name = "N")]
         max_timers: Option<u64>,
+        /// Rows of the audit log kept for the tenant; beyond it, its
+        /// oldest are deleted as new ones are written.
+        #[arg(long, value_name = "N")]
+        max_audit_rows: Option<u64>,
         /// Workflow revisions the tenant may keep; beyond it, deployments
         /// are refused.
         #[arg(long, value_name = "N")]
@@ -344,6 +348,7 @@ pub fn tenants(data_dir: &Path, command: TenantsCommand) -> anyhow::Result<ExitC
             guest_time_per_minute,
             max_stored_bytes,
             max_timers,
+            max_audit_rows,
             max_revisions,
             max_snapshot_bytes,
             egress_allow,
@@ -376,6 +381,7 @@ pub fn tenants(data_dir: &Path, command: TenantsCommand) -> anyhow::Result<ExitC
             );
             set("max_stored_bytes", max_stored_bytes.map(Value::from));
             set("max_timers", max_timers.map(Value::from));
+            set("max_audit_rows", max_audit_rows.map(Value::from));
             set("max_revisions", max_revisions.map(Value::from));
             set("max_snapshot_bytes", max_snapshot_bytes.map(Value::from));
             set(

@@ -130,6 +130,8 @@ impl Finished {
         record.messages.clear();
         record.retry_in_ms = None;
         record.timer = None;
+        // A refused `await` waits for nothing.
+        record.awaiting = false;
         record.error = Some(ErrorRecord::fatal(code, refused));
         Self {
             path,

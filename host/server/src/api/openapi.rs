@@ -270,6 +270,7 @@ pub fn spec() -> Value {
                     "guest_ms_per_minute": { "type": "integer", "description": "guest time the tenant's calls may take per minute on each host; once spent, a step due waits for the next minute (its record says cpu_quota)" },
                     "max_stored_bytes": { "type": "integer", "description": "bytes the tenant's runs may keep in the store (run inputs, step records, key-value values, messages); a start over it is 507 storage_quota, a step result over it fails the step with storage_quota" },
                     "max_timers": { "type": "integer", "description": "timers the tenant's runs may have pending at once (sleeps, await timeouts, retry delays, deadlines); a step that would sleep or wait with a timeout past it fails with timer_quota" },
+                    "max_audit_rows": { "type": "integer", "description": "rows of the audit log kept for the tenant; beyond it, its oldest are deleted as new ones are written" },
                     "deploys_per_second": { "type": "integer", "description": "workflow deployments, plugin uploads and snapshot publishes per second, together; beyond it, 429 quota_exceeded with Retry-After" },
                     "max_revisions": { "type": "integer", "description": "workflow revisions the tenant may keep; a deployment past it is 429 quota_exceeded" },
                     "max_snapshot_bytes": { "type": "integer", "description": "bytes of snapshot revisions the tenant may keep; a publish past it is 507 storage_quota" },

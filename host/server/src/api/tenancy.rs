@@ -326,6 +326,7 @@ pub(super) async fn usage(
                 "guest_ms_this_minute": u64::try_from(guest.as_millis()).unwrap_or(u64::MAX),
                 "stored_bytes": store.stored_bytes(&asked)?,
                 "timers": store.pending_timers(&asked)?,
+                "audit_rows": store.audit_rows(&asked)?,
                 "revisions": store.deployments(None)?.iter().filter(|d| owned(&d.workflow)).count(),
                 "snapshot_bytes": store.snapshots(None)?.iter().filter(|s| owned(&s.store)).map(|s| s.bytes).sum::<u64>(),
             },

@@ -4,10 +4,42 @@
 use std::sync::Arc;
 
 use super::Apply;
-use crate::rows::{Key, Table, decode};
+use crate::rows::{Key, Table, audit_key, audit_key_of, decode};
 use crate::{AccessWrite, SecretRecord, StoreError, What};
 
 impl Apply<'_> {
+    /// Files audit row `key` (its `record` encoded) under its tenant, and
+    /// deletes the tenant's oldest rows past its `max_audit_rows`: an
+    /// audit log is kept whole up to the quota, then as its newest.
+    fn index_audit(&mut self, key: (u64, u64), record: &[u8]) -> Result<(), StoreError> {
+        #[derive(serde::Deserialize)]
+        struct Tenant {
+            tenant: String,
+        }
+        let tenant = decode::<Tenant>(format!("audit {}/{}", key.0, key.1), record)?.tenant;
+        let indexed = audit_key(key);
+        self.rows
+            .put(Table::AuditTenants, Key::StrStr(&tenant, &indexed), &[])?;
+        let past = self.count_audit(&tenant)?;
+        if past == 0 {
+            return Ok(());
+        }
+        let oldest = self.rows.first_under(
+            Table::AuditTenants,
+            &tenant,
+            usize::try_from(past).unwrap_or(usize::MAX),
+        )?;
+        for old in oldest {
+            self.rows
+                .delete(Table::AuditTenants, Key::StrStr(&tenant, &old))?;
+            if let Some((at, n)) = audit_key_of(&old) {
+                self.rows.delete(Table::Audit, Key::U64U64(at, n))?;
+            }
+            self.uncount_audit(&tenant)?;
+        }
+        Ok(())
+    }
+
     pub(super) fn access(
         &mut self,
         write: &AccessWrite,
@@ -103,6 +135,7 @@ impl Apply<'_> {
             AccessWrite::Audit { key, record } => {
                 let (at, n) = *key;
                 self.rows.put(Table::Audit, Key::U64U64(at, n), record)?;
+                self.index_audit(*key, record)?;
             }
         }
         Ok(Ok(()))

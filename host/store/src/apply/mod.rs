@@ -676,7 +676,7 @@ impl Apply<'_> {
             refusable: true,
             ..
         }) = timer
-            && let Err(refused) = self.admit_timer(tenant)?
+            && let Err(refused) = self.admit_timer(tenant, fired.is_some())?
         {
             return Ok(Err(refused));
         }

@@ -2,7 +2,8 @@
 //! [`Charge`]s, less the key-value bytes they gave back), kept in the
 //! `usage` table and held to the tenant's `max_stored_bytes`. And pending
 //! timers by tenant, in the same table under `<tenant>/timers` (no
-//! tenant's name holds a `/`), held to its `max_timers`.
+//! tenant's name holds a `/`), held to its `max_timers`; and audit rows,
+//! under `<tenant>/audit`, of which it keeps its newest `max_audit_rows`.
 //!
 //! A transaction reads each tenant's count and quota once, when its first
 //! charged write comes, and writes the counts it changed back before it
@@ -34,6 +35,8 @@ enum Counted {
     Bytes,
     /// Pending timers, against `max_timers`.
     Timers,
+    /// Audit rows, against `max_audit_rows`.
+    Audit,
 }
 
 impl Counted {
@@ -42,6 +45,7 @@ impl Counted {
         match self {
             Self::Bytes => tenant.to_owned(),
             Self::Timers => format!("{tenant}/timers"),
+            Self::Audit => format!("{tenant}/audit"),
         }
     }
 
@@ -50,6 +54,7 @@ impl Counted {
         match self {
             Self::Bytes => record.quota.max_stored_bytes,
             Self::Timers => record.quota.max_timers,
+            Self::Audit => record.quota.max_audit_rows,
         }
     }
 }
@@ -92,20 +97,42 @@ impl Apply<'_> {
     }
 
     /// Refuses a new timer of `tenant`'s when the tenant has its
-    /// `max_timers` pending.
+    /// `max_timers` pending, not counting one the same write removes
+    /// (`freeing`: a step that fired a timer sets another).
     pub(super) fn admit_timer(
         &mut self,
         tenant: &str,
+        freeing: bool,
     ) -> Result<Result<(), StoreError>, StoreError> {
         let account = self.account_of(tenant, Counted::Timers)?;
+        let after = account.used.saturating_sub(u64::from(freeing));
         match account.limit {
-            Some(limit) if account.used >= limit => Ok(Err(StoreError::TimerQuota {
+            Some(limit) if after >= limit => Ok(Err(StoreError::TimerQuota {
                 tenant: tenant.to_owned(),
                 timers: account.used,
                 limit,
             })),
             _ => Ok(Ok(())),
         }
+    }
+
+    /// Counts an audit row of `tenant`'s: how many it now has past its
+    /// `max_audit_rows` (0 within it).
+    pub(super) fn count_audit(&mut self, tenant: &str) -> Result<u64, StoreError> {
+        let account = self.account_of(tenant, Counted::Audit)?;
+        account.used = account.used.saturating_add(1);
+        account.changed = true;
+        Ok(account
+            .limit
+            .map_or(0, |limit| account.used.saturating_sub(limit)))
+    }
+
+    /// Takes an audit row deleted off `tenant`'s count.
+    pub(super) fn uncount_audit(&mut self, tenant: &str) -> Result<(), StoreError> {
+        let account = self.account_of(tenant, Counted::Audit)?;
+        account.used = account.used.saturating_sub(1);
+        account.changed = true;
+        Ok(())
     }
 
     /// Counts a timer of `tenant`'s set (`1`) or gone (`-1`).

@@ -369,6 +369,46 @@ impl Rows for Overlay<'_> {
             .collect())
     }
 
+    fn first_under(
+        &mut self,
+        table: Table,
+        first: &str,
+        n: usize,
+    ) -> Result<Vec<String>, StoreError> {
+        let (_, Some(Kind::Text)) = kinds(table) else {
+            return Err(StoreError::Codec {
+                key: first.to_owned(),
+                message: format!("table {table:?} is not keyed (text, text)"),
+            });
+        };
+        let first = Col::Text(first.as_bytes().to_vec());
+        // Rows this transaction deleted may be among the first: read as
+        // many more as it has seen under `first`.
+        let seen = self.seen_under(table, &first).count();
+        let limit = i64::try_from(n.saturating_add(seen)).unwrap_or(i64::MAX);
+        let statement = format!(
+            "SELECT k2 FROM {} WHERE k1 = $1 ORDER BY k2 LIMIT $2",
+            name(table)
+        );
+        let mut keys = std::collections::BTreeSet::new();
+        for row in self.query(&statement, &[param(&first), &limit])? {
+            keys.insert(row.try_get::<_, Vec<u8>>(0).map_err(sql)?);
+        }
+        for (two, seen) in self.seen_under(table, &first) {
+            let Some(Col::Text(two)) = two else { continue };
+            if seen.value.is_some() {
+                keys.insert(two.clone());
+            } else {
+                keys.remove(two);
+            }
+        }
+        Ok(keys
+            .into_iter()
+            .take(n)
+            .map(|key| String::from_utf8_lossy(&key).into_owned())
+            .collect())
+    }
+
     fn keys_between(
         &mut self,
         table: Table,

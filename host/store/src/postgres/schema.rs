@@ -20,6 +20,11 @@ pub(super) const MIGRATIONS: &[(i32, &str, &str)] = &[
         "tenant_runs",
         include_str!("migrations/0005_tenant_runs.sql"),
     ),
+    (
+        6,
+        "audit_tenants",
+        include_str!("migrations/0006_audit_tenants.sql"),
+    ),
 ];
 
 /// The newest migration this build knows.
@@ -64,6 +69,7 @@ pub(super) fn name(table: Table) -> &'static str {
         T::Tokens => "tokens",
         T::Secrets => "secrets",
         T::Audit => "audit",
+        T::AuditTenants => "audit_tenants",
         T::Usage => "usage",
     }
 }
@@ -87,7 +93,9 @@ pub(super) fn kinds(table: Table) -> (Kind, Option<Kind>) {
         | T::Deployments
         | T::Snapshots
         | T::Audit => Some(Kind::Int),
-        T::Kv | T::Plugins | T::Secrets | T::SnapshotEntries | T::TenantRuns => Some(Kind::Text),
+        T::Kv | T::Plugins | T::Secrets | T::SnapshotEntries | T::TenantRuns | T::AuditTenants => {
+            Some(Kind::Text)
+        }
         _ => None,
     };
     (first, second)

@@ -9,10 +9,11 @@ use std::path::Path;
 use redb::{ReadTransaction, ReadableTable, TableDefinition, TableError, WriteTransaction};
 
 use super::{
-    AUDIT, CANCELLED, COMPONENTS, DEAD, DEFINITIONS, DELIVERIES, DEPLOYMENTS, DOOMED, HOSTS,
-    IDEMPOTENCY, KV, LEASES, MESSAGES, META, OUTBOX, PARKED, PLUGINS, QUEUE, RUN_MESSAGES,
-    RUN_TIMERS, RUNNING, RUNS, RedbStore, SCHEDULES, SECRETS, SNAPSHOT_DATA, SNAPSHOT_ENTRIES,
-    SNAPSHOTS, STEPS, SUBSCRIPTIONS, TENANT_RUNS, TENANTS, TIMER_KEYS, TIMERS, TOKENS, USAGE,
+    AUDIT, AUDIT_TENANTS, CANCELLED, COMPONENTS, DEAD, DEFINITIONS, DELIVERIES, DEPLOYMENTS,
+    DOOMED, HOSTS, IDEMPOTENCY, KV, LEASES, MESSAGES, META, OUTBOX, PARKED, PLUGINS, QUEUE,
+    RUN_MESSAGES, RUN_TIMERS, RUNNING, RUNS, RedbStore, SCHEDULES, SECRETS, SNAPSHOT_DATA,
+    SNAPSHOT_ENTRIES, SNAPSHOTS, STEPS, SUBSCRIPTIONS, TENANT_RUNS, TENANTS, TIMER_KEYS, TIMERS,
+    TOKENS, USAGE,
 };
 use crate::StoreError;
 
@@ -76,6 +77,7 @@ fn copy_all(from: &ReadTransaction, to: &WriteTransaction, hosts: bool) -> Resul
     rows += copy(from, to, TOKENS)?;
     rows += copy(from, to, SECRETS)?;
     rows += copy(from, to, AUDIT)?;
+    rows += copy(from, to, AUDIT_TENANTS)?;
     rows += copy(from, to, USAGE)?;
     Ok(rows)
 }
@@ -108,6 +110,16 @@ fn copy_into(from: &ReadTransaction, to: &Path, hosts: bool) -> Result<u64, Stor
         let target = RedbStore::open(&making)?;
         let (txn, _) = target.begin_write()?;
         let rows = copy_all(from, &txn, hosts)?;
+        // A copy of a file made before the index of runs has no index: the
+        // mark the new file got is taken back, and the index filled.
+        if matches!(
+            from.open_table(TENANT_RUNS),
+            Err(TableError::TableDoesNotExist(_))
+        ) {
+            let mut meta = backend!(txn.open_table(META))?;
+            backend!(meta.remove("tenant_runs"))?;
+            super::index_tenant_runs(&txn, &mut meta)?;
+        }
         backend!(txn.commit())?;
         rows
     };

@@ -41,6 +41,7 @@ pub(super) struct Tables<'t> {
     tokens: RedbTable<'t, &'static str, &'static [u8]>,
     secrets: RedbTable<'t, (&'static str, &'static str), &'static [u8]>,
     audit: RedbTable<'t, (u64, u64), &'static [u8]>,
+    audit_tenants: RedbTable<'t, (&'static str, &'static str), ()>,
     usage: RedbTable<'t, &'static str, u64>,
 }
 
@@ -81,6 +82,7 @@ impl<'t> Tables<'t> {
             tokens: backend!(txn.open_table(super::TOKENS))?,
             secrets: backend!(txn.open_table(super::SECRETS))?,
             audit: backend!(txn.open_table(super::AUDIT))?,
+            audit_tenants: backend!(txn.open_table(super::AUDIT_TENANTS))?,
             usage: backend!(txn.open_table(super::USAGE))?,
         })
     }
@@ -257,6 +259,11 @@ macro_rules! typed {
                 let $t = &mut $self.audit;
                 $body
             }
+            (T::AuditTenants, K::StrStr(a, b)) => {
+                let $k = (a, b);
+                let $t = &mut $self.audit_tenants;
+                $body
+            }
             (T::Usage, K::Str($k)) => {
                 let $t = &mut $self.usage;
                 $body
@@ -424,6 +431,27 @@ impl Rows for Tables<'_> {
                 }
             }
             table => return Err(misfit(table, Key::Str(first))),
+        }
+        Ok(found)
+    }
+
+    fn first_under(
+        &mut self,
+        table: Table,
+        first: &str,
+        n: usize,
+    ) -> Result<Vec<String>, StoreError> {
+        if table != Table::AuditTenants {
+            return Err(misfit(table, Key::Str(first)));
+        }
+        let mut found = Vec::new();
+        for entry in backend!(self.audit_tenants.range((first, "")..))?.take(n) {
+            let (key, ()) = (backend!(entry)?.0, ());
+            let (owner, second) = key.value();
+            if owner != first {
+                break;
+            }
+            found.push(second.to_owned());
         }
         Ok(found)
     }

@@ -106,3 +106,39 @@ fn a_file_made_before_the_index_of_runs_gets_it_on_opening() {
         .collect();
     assert_eq!(listed, ["r2", "r1"]);
 }
+
+#[test]
+fn a_backup_made_before_the_index_of_runs_restores_with_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("weft.redb");
+    {
+        let store = RedbStore::open(&path).unwrap();
+        acme_run(&store, "r1");
+    }
+    {
+        // As a file of the build before: no index, and no mark of it.
+        let db = redb::Database::create(&path).unwrap();
+        let txn = db.begin_write().unwrap();
+        let index = redb::TableDefinition::<(&str, &str), ()>::new("tenant_runs");
+        assert!(txn.delete_table(index).unwrap());
+        let meta = redb::TableDefinition::<&str, &str>::new("meta");
+        txn.open_table(meta).unwrap().remove("tenant_runs").unwrap();
+        txn.commit().unwrap();
+    }
+    let backup = dir.path().join("backup.redb");
+    {
+        // Read as it is: opening it for writing would fill the index.
+        let old = RedbStore::open_read_only(&path).unwrap();
+        old.backup(&backup).unwrap();
+    }
+    let restored = dir.path().join("restored.redb");
+    RedbStore::restore(&backup, &restored).unwrap();
+    let store = RedbStore::open(&restored).unwrap();
+    let listed: Vec<String> = store
+        .runs(&acme(), 10)
+        .unwrap()
+        .into_iter()
+        .map(|run| run.id)
+        .collect();
+    assert_eq!(listed, ["r1"]);
+}

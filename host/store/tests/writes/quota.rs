@@ -244,3 +244,53 @@ fn a_tenants_pending_timers_are_counted_and_held_to_its_quota() {
     put(s, sets("r2", Sleep, 10));
     assert_eq!(s.pending_timers(TENANT).unwrap(), 2);
 }
+
+/// Audit rows by tenant: a tenant keeps its newest `max_audit_rows`, its
+/// oldest deleted as new ones come; another tenant's are left alone.
+#[test]
+fn a_tenant_keeps_its_newest_audit_rows_up_to_its_quota() {
+    let (_dir, handle) = open();
+    let s = handle.as_ref();
+    let record = TenantRecord {
+        name: TENANT.to_owned(),
+        created_at: T0,
+        quota: Quota {
+            max_audit_rows: Some(3),
+            ..Quota::default()
+        },
+    };
+    put(s, Write::Access(AccessWrite::put_tenant(&record, true)));
+    let audit = |tenant: &str, n: u64| {
+        let record = weft_store::AuditRecord {
+            at: T0,
+            tenant: tenant.to_owned(),
+            actor: "test".to_owned(),
+            action: "secret.set".to_owned(),
+            object: format!("s{n}"),
+            detail: serde_json::Value::Null,
+        };
+        // Keys are `(microseconds, random)`: the tenant's own random part.
+        let random = if tenant == TENANT { n } else { 1_000 + n };
+        Write::Access(AccessWrite::Audit {
+            key: (T0.0 * 1000 + n, random),
+            record: weft_store::encode(&record),
+        })
+    };
+    for n in 0..5 {
+        put(s, audit(TENANT, n));
+        put(s, audit("other", n));
+    }
+    let objects = |tenant: &str| -> Vec<String> {
+        s.audit(Some(tenant), 100)
+            .unwrap()
+            .into_iter()
+            .map(|r| r.object)
+            .collect()
+    };
+    assert_eq!(objects(TENANT), ["s4", "s3", "s2"]);
+    assert_eq!(objects("other"), ["s4", "s3", "s2", "s1", "s0"]);
+    assert_eq!(s.audit_rows(TENANT).unwrap(), 3);
+    // Several in one transaction: still its newest three.
+    s.apply(&[&audit(TENANT, 5), &audit(TENANT, 6)]).unwrap();
+    assert_eq!(objects(TENANT), ["s6", "s5", "s4"]);
+}

@@ -8,7 +8,7 @@ CREATE TABLE tenant_runs (k1 bytea NOT NULL, k2 bytea NOT NULL, v bytea NOT NULL
 CREATE FUNCTION pg_temp.weft_run_workflow(v bytea) RETURNS text
 LANGUAGE plpgsql IMMUTABLE AS $$
 BEGIN
-    RETURN convert_from(v, 'UTF8')::jsonb ->> 'workflow';
+    RETURN convert_from(v, 'UTF8')::json ->> 'workflow';
 EXCEPTION WHEN others THEN
     RETURN NULL;
 END
