@@ -744,7 +744,11 @@ fn an_embedder_consumes_and_acks_in_process() {
         )
         .unwrap(),
     );
-    let hub = weft::hub::Hub::new(engine.committer(), Arc::clone(engine.egress()));
+    let hub = weft::hub::Hub::new(
+        engine.committer(),
+        Arc::clone(engine.egress()),
+        engine.vault().clone(),
+    );
     let mut consumer = hub
         .consumer(weft::core::tenant::DEFAULT, "inproc", "me", None)
         .unwrap();
@@ -782,5 +786,98 @@ fn an_embedder_consumes_and_acks_in_process() {
     assert!(
         unknown.to_string().contains("no-such-delivery"),
         "{unknown}"
+    );
+}
+
+/// With a secrets key, a webhook's signing key is sealed in the store like
+/// a secret: the store file never holds it in the clear, deliveries are
+/// still signed with it, and the same subscription made again is kept.
+#[test]
+fn a_webhooks_signing_key_is_sealed_at_rest() {
+    let scratch = scratch(&[(
+        "one.yaml",
+        "id: one\nsteps:\n  - { id: tell, emit: events, with: { hello: world } }\n",
+    )]);
+    let key = scratch.run(&["secrets", "new-key"]);
+    assert_eq!(key.code, Some(0), "{key:?}");
+    let key_file = scratch.file("secrets.key", key.stdout.trim());
+    let host = crate::common::server::serve_with(
+        &scratch,
+        0,
+        &["--secrets-key-file", key_file.to_str().unwrap()],
+    );
+    let receiver = Receiver::start(|_| 200);
+    let signing = "wh-signing-5f3a9c71";
+    let spec = json!({
+        "channel": "events",
+        "name": "hook",
+        "webhook": { "url": receiver.url, "secret": signing },
+    });
+    let (status, made) = call(&host, "POST", "/v1/subscriptions", Some(&spec.to_string()));
+    assert_eq!(status, 201, "{made}");
+    // Shown once, in the clear, and never as sealed bytes.
+    assert_eq!(made["subscription"]["target"]["secret"], signing);
+    assert!(
+        made["subscription"]["target"].get("sealed").is_none(),
+        "{made}"
+    );
+    let (status, again) = call(&host, "POST", "/v1/subscriptions", Some(&spec.to_string()));
+    assert_eq!(status, 201, "the same subscription again is kept: {again}");
+    let (_, listed) = call(&host, "GET", "/v1/subscriptions?channel=events", None);
+    assert!(
+        listed["subscriptions"][0]["target"].get("sealed").is_none(),
+        "{listed}"
+    );
+
+    let id = start(&host, "one", json!({}));
+    assert_eq!(ended(&host, &id)["run"]["state"], "succeeded");
+    let got = receiver.wait_for(1);
+    assert_eq!(
+        got[0].header("weft-signature"),
+        weft::hub::sign(signing, &got[0].body)
+    );
+    drop(host);
+    let store = std::fs::read(scratch.data_dir().join("weft.redb")).unwrap();
+    assert!(
+        !store
+            .windows(signing.len())
+            .any(|w| w == signing.as_bytes()),
+        "the store holds the webhook's signing key in the clear"
+    );
+
+    // A rotation: the new key current, the old one previous; reseal; then
+    // the new key alone still signs the webhook's deliveries.
+    let new_key = scratch.run(&["secrets", "new-key"]);
+    let new_file = scratch.file("secrets-2.key", new_key.stdout.trim());
+    let host = crate::common::server::serve_with(
+        &scratch,
+        1,
+        &[
+            "--secrets-key-file",
+            new_file.to_str().unwrap(),
+            "--secrets-previous-key-file",
+            key_file.to_str().unwrap(),
+        ],
+    );
+    let address = crate::common::server::wait_for_address(&scratch).unwrap();
+    let resealed = scratch.run(&["secrets", "reseal", "--server", &address]);
+    assert_eq!(resealed.code, Some(0), "{resealed:?}");
+    assert!(
+        resealed.stdout.contains("and 1 webhook signing key(s)"),
+        "{}",
+        resealed.stdout
+    );
+    drop(host);
+    let host = crate::common::server::serve_with(
+        &scratch,
+        2,
+        &["--secrets-key-file", new_file.to_str().unwrap()],
+    );
+    let id = start(&host, "one", json!({}));
+    assert_eq!(ended(&host, &id)["run"]["state"], "succeeded");
+    let got = receiver.wait_for(2);
+    assert_eq!(
+        got[1].header("weft-signature"),
+        weft::hub::sign(signing, &got[1].body)
     );
 }

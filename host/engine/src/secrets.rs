@@ -157,6 +157,13 @@ impl SecretKeys {
     }
 
     fn seal(&self, tenant: &str, name: &str, value: &str) -> Result<Vec<u8>, SecretError> {
+        self.seal_as(&aad(tenant, name), name, value)
+    }
+
+    /// `value` sealed under the current key with associated data `aad`
+    /// (what it is sealed as: a sealed value opens only as that); `name`
+    /// names it in errors.
+    fn seal_as(&self, aad: &[u8], name: &str, value: &str) -> Result<Vec<u8>, SecretError> {
         let mut nonce = [0u8; NONCE_LEN];
         self.random
             .fill(&mut nonce)
@@ -166,7 +173,7 @@ impl SecretKeys {
             .key
             .seal_in_place_append_tag(
                 Nonce::assume_unique_for_key(nonce),
-                Aad::from(aad(tenant, name)),
+                Aad::from(aad),
                 &mut data,
             )
             .map_err(|_| SecretError::Damaged(name.to_owned()))?;
@@ -179,6 +186,11 @@ impl SecretKeys {
     }
 
     fn open(&self, tenant: &str, name: &str, sealed: &[u8]) -> Result<String, SecretError> {
+        self.open_as(&aad(tenant, name), name, sealed)
+    }
+
+    /// What [`SecretKeys::seal_as`] sealed with `aad`.
+    fn open_as(&self, aad: &[u8], name: &str, sealed: &[u8]) -> Result<String, SecretError> {
         let damaged = || SecretError::Damaged(name.to_owned());
         if sealed.len() < 1 + KEY_ID + NONCE_LEN || sealed[0] != FORMAT {
             return Err(damaged());
@@ -198,7 +210,7 @@ impl SecretKeys {
             .key
             .open_in_place(
                 Nonce::assume_unique_for_key(nonce),
-                Aad::from(aad(tenant, name)),
+                Aad::from(aad),
                 &mut data,
             )
             .map_err(|_| damaged())?;
@@ -208,6 +220,12 @@ impl SecretKeys {
 
 fn aad(tenant: &str, name: &str) -> Vec<u8> {
     format!("weft-secret\0{tenant}\0{name}").into_bytes()
+}
+
+/// What a webhook subscription's signing key is sealed as: another
+/// purpose than a tenant's secret, so that neither opens as the other.
+fn webhook_aad(tenant: &str, key: &str) -> Vec<u8> {
+    format!("weft-webhook\0{tenant}\0{key}").into_bytes()
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -271,6 +289,57 @@ impl Vault {
         self.keys()?.open(tenant, name, &record.sealed).map(Some)
     }
 
+    /// The signing key `secret` of `tenant`'s webhook subscription `key`,
+    /// sealed to be stored; `None` when the host has no secrets key (it
+    /// is then stored as it is).
+    pub fn seal_webhook(
+        &self,
+        tenant: &str,
+        key: &str,
+        secret: &str,
+    ) -> Result<Option<Vec<u8>>, SecretError> {
+        match &self.keys {
+            None => Ok(None),
+            Some(keys) => keys
+                .seal_as(&webhook_aad(tenant, key), key, secret)
+                .map(Some),
+        }
+    }
+
+    /// The signing key [`Vault::seal_webhook`] sealed.
+    pub fn open_webhook(
+        &self,
+        tenant: &str,
+        key: &str,
+        sealed: &[u8],
+    ) -> Result<String, SecretError> {
+        self.keys()?.open_as(&webhook_aad(tenant, key), key, sealed)
+    }
+
+    /// The signing key of `tenant`'s webhook subscription `key` sealed
+    /// again under the current key, if it is stored in the clear
+    /// (`secret`, with no `sealed`) or under an earlier key: for a
+    /// rotation. `None` when there is nothing to do.
+    pub fn reseal_webhook(
+        &self,
+        tenant: &str,
+        key: &str,
+        secret: &str,
+        sealed: Option<&[u8]>,
+    ) -> Result<Option<Vec<u8>>, SecretError> {
+        let keys = self.keys()?;
+        let aad = webhook_aad(tenant, key);
+        let plain = match sealed {
+            Some(sealed) if sealed.get(1..1 + KEY_ID) == Some(&keys.current.id[..]) => {
+                return Ok(None);
+            }
+            Some(sealed) => keys.open_as(&aad, key, sealed)?,
+            None if secret.is_empty() => return Ok(None),
+            None => secret.to_owned(),
+        };
+        keys.seal_as(&aad, key, &plain).map(Some)
+    }
+
     /// `record` sealed again under the current key, if an earlier key
     /// sealed it: for a rotation.
     pub fn reseal(
@@ -321,6 +390,26 @@ mod tests {
         ));
         // Two seals of one value differ (fresh nonces).
         assert_ne!(sealed, keys.seal("acme", "KEY", "sk_live_1").unwrap());
+    }
+
+    #[test]
+    fn a_webhooks_key_opens_only_as_that_webhooks() {
+        let keys = SecretKeys::from_hex(A, &[]).unwrap();
+        let hook = "acme:events/hook";
+        let sealed = keys
+            .seal_as(&webhook_aad("acme", hook), hook, "s3cret")
+            .unwrap();
+        assert_eq!(
+            keys.open_as(&webhook_aad("acme", hook), hook, &sealed)
+                .unwrap(),
+            "s3cret"
+        );
+        // Not as a tenant's secret of that name, nor as another webhook's.
+        assert!(keys.open("acme", hook, &sealed).is_err());
+        assert!(
+            keys.open_as(&webhook_aad("acme", "acme:events/other"), hook, &sealed)
+                .is_err()
+        );
     }
 
     #[test]

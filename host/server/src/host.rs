@@ -249,7 +249,11 @@ impl Host {
             look_at_the_store(&engine, &deployments)?;
             start_sweeper(&engine, config.retention)?;
         }
-        let hub = Hub::new(engine.committer(), Arc::clone(engine.egress()));
+        let hub = Hub::new(
+            engine.committer(),
+            Arc::clone(engine.egress()),
+            engine.vault().clone(),
+        );
         if config.recover {
             hub.start().map_err(|error| HostError::Thread {
                 what: "delivering messages",

@@ -54,8 +54,15 @@ pub enum Target {
     Webhook {
         /// The URL.
         url: String,
-        /// The HMAC-SHA256 key the body is signed with.
+        /// The HMAC-SHA256 key the body is signed with, as given: empty
+        /// once it is `sealed`. (A host without a secrets key keeps it
+        /// here; so did every host before keys were sealed.)
+        #[serde(default, skip_serializing_if = "String::is_empty")]
         secret: String,
+        /// The key sealed by the engine's secrets key (see
+        /// `Vault::seal_webhook`): the store never holds it in the clear.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        sealed: Option<Vec<u8>>,
     },
 }
 

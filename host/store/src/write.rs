@@ -97,6 +97,19 @@ pub enum Write {
     /// kept; with another, refused with
     /// [`StoreError::Exists`](super::StoreError::Exists)).
     Subscribe(Box<SubscriptionRecord>),
+    /// Changes the target of subscription `key` from `from` to `to` (a
+    /// webhook's signing key sealed again after a key rotation): refused
+    /// with [`StoreError::NotFound`](super::StoreError::NotFound) if it is
+    /// gone, and with [`StoreError::Changed`](super::StoreError::Changed)
+    /// if its target is no longer `from`. Its deliveries stay.
+    Retarget {
+        /// The subscription.
+        key: String,
+        /// Its target as it was read.
+        from: Box<super::Target>,
+        /// Its new target.
+        to: Box<super::Target>,
+    },
     /// Removes the subscription with this key; its deliveries go. Refused
     /// with [`StoreError::NotFound`](super::StoreError::NotFound) if there
     /// is none.

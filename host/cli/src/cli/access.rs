@@ -722,9 +722,10 @@ pub fn secrets(data_dir: &Path, command: SecretsCommand) -> anyhow::Result<ExitC
             None,
             |answer| {
                 out!(
-                    "resealed {} of {} secret(s) under the current key",
+                    "resealed {} of {} secret(s) and {} webhook signing key(s) under the current key",
                     answer["resealed"],
-                    answer["secrets"]
+                    answer["secrets"],
+                    answer["webhooks"]
                 );
                 Ok(())
             },

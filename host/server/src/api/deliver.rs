@@ -78,6 +78,9 @@ impl From<HubError> for ApiError {
                 ApiError::new(StatusCode::FORBIDDEN, "http_denied", message)
             }
             HubError::Store(e) => e.into(),
+            HubError::Secret(message) => {
+                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "secrets", message)
+            }
         }
     }
 }
@@ -118,11 +121,13 @@ const MESSAGE_NAMES: &[&str] = &["channel"];
 /// again after it is made.
 fn shown(subscription: &SubscriptionRecord, with_secret: bool) -> Value {
     let mut value = named(subscription, SUBSCRIPTION_NAMES);
-    if !with_secret
-        && let Target::Webhook { .. } = subscription.target
+    if let Target::Webhook { .. } = subscription.target
         && let Some(target) = value.get_mut("target").and_then(Value::as_object_mut)
     {
-        target.remove("secret");
+        target.remove("sealed");
+        if !with_secret {
+            target.remove("secret");
+        }
     }
     value
 }

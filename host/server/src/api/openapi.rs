@@ -416,7 +416,7 @@ fn tenancy_paths() -> Value {
                     "get": { "summary": "The tenant's secrets: names and when each was set, never values (an owner's; an admin's for any tenant)", "parameters": [query_param("tenant", "another tenant (an admin's)", "string")], "responses": responses(("200", "`{\"secrets\": [{name, updated_at, grants}]}`"), &[("404", "unknown_tenant")]) }
                 },
                 "/v1/secrets/reseal": {
-                    "post": { "summary": "Seal every secret sealed under an earlier key again under the current one, after a key rotation", "parameters": [query_param("tenant", "another tenant (an admin's)", "string")], "responses": responses(("200", "`{\"resealed\", \"secrets\"}`"), &[("404", "unknown_tenant"), ("503", "no_secrets_key")]) }
+                    "post": { "summary": "Seal every secret and webhook signing key sealed under an earlier key (or a signing key kept in the clear) again under the current one, after a key rotation", "parameters": [query_param("tenant", "another tenant (an admin's)", "string")], "responses": responses(("200", "`{\"resealed\", \"secrets\", \"webhooks\"}`"), &[("404", "unknown_tenant"), ("503", "no_secrets_key")]) }
                 },
                 "/v1/secrets/{name}": {
                     "put": {

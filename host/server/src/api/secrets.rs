@@ -16,7 +16,7 @@ use super::tenancy::apply;
 use super::{Api, ApiError, Caller, blocking};
 use weft_engine::SecretError;
 use weft_store::{
-    AccessWrite, Right, Role, SecretGrant, SecretRecord, Store, StoreError, What, Write,
+    AccessWrite, Right, Role, SecretGrant, SecretRecord, Store, StoreError, Target, What, Write,
 };
 
 /// The largest value a secret may have.
@@ -332,7 +332,7 @@ pub(super) async fn reseal_secrets(
     let store = Arc::clone(api.engine.store());
     let vault = api.engine.vault().clone();
     let asked = tenant.clone();
-    let (resealed, total) = blocking(move || {
+    let (resealed, total, webhooks) = blocking(move || {
         let secrets = store.secrets(&asked)?;
         let total = secrets.len();
         let mut writes = Vec::new();
@@ -347,11 +347,43 @@ pub(super) async fn reseal_secrets(
             }
         }
         let mut resealed = 0;
+        let secrets_resealed = writes.len();
+        // Webhooks' signing keys too: those under an earlier key, and those
+        // kept in the clear from before keys were sealed.
+        for subscription in store.subscriptions(None)? {
+            if weft_core::tenant::of(&subscription.key) != asked {
+                continue;
+            }
+            let Target::Webhook {
+                url,
+                secret,
+                sealed,
+            } = &subscription.target
+            else {
+                continue;
+            };
+            let again = vault
+                .reseal_webhook(&asked, &subscription.key, secret, sealed.as_deref())
+                .map_err(secret_error)?;
+            if let Some(again) = again {
+                writes.push(Write::Retarget {
+                    key: subscription.key.clone(),
+                    from: Box::new(subscription.target.clone()),
+                    to: Box::new(Target::Webhook {
+                        url: url.clone(),
+                        secret: String::new(),
+                        sealed: Some(again),
+                    }),
+                });
+            }
+        }
+        let mut webhooks = 0;
         if !writes.is_empty() {
             let refs: Vec<&Write> = writes.iter().collect();
-            for answer in store.apply(&refs)? {
+            for (n, answer) in store.apply(&refs)?.into_iter().enumerate() {
                 match answer {
-                    Ok(()) => resealed += 1,
+                    Ok(()) if n < secrets_resealed => resealed += 1,
+                    Ok(()) => webhooks += 1,
                     // Deleted or set again since it was read: nothing to
                     // seal again (a value set since is sealed under the
                     // current key already).
@@ -360,7 +392,7 @@ pub(super) async fn reseal_secrets(
                 }
             }
         }
-        Ok::<_, ApiError>((resealed, total))
+        Ok::<_, ApiError>((resealed, total, webhooks))
     })
     .await??;
     let audited = caller.in_tenant(&tenant);
@@ -368,8 +400,10 @@ pub(super) async fn reseal_secrets(
         &audited,
         "secret.reseal",
         "*",
-        json!({ "resealed": resealed }),
+        json!({ "resealed": resealed, "webhooks": webhooks }),
     )
     .await;
-    Ok(Json(json!({ "resealed": resealed, "secrets": total })))
+    Ok(Json(
+        json!({ "resealed": resealed, "secrets": total, "webhooks": webhooks }),
+    ))
 }

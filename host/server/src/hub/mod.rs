@@ -69,6 +69,9 @@ pub enum HubError {
     /// failed.
     #[error(transparent)]
     Store(StoreError),
+    /// A webhook's signing key could not be sealed or opened.
+    #[error("the webhook's signing key: {0}")]
+    Secret(String),
 }
 
 impl From<StoreError> for HubError {
@@ -146,6 +149,8 @@ struct Shared {
     egress: Arc<weft_engine::EgressPolicies>,
     /// Where webhook requests are timed.
     metrics: Option<Arc<weft_core::metrics::Metrics>>,
+    /// Seals webhooks' signing keys in the store, and opens them to sign.
+    vault: weft_engine::secrets::Vault,
 }
 
 /// Moves deliveries on. Cheap to clone.
@@ -163,7 +168,11 @@ impl std::fmt::Debug for Hub {
 impl Hub {
     /// A hub that writes through `committer`, on its engine's clock, and
     /// sends webhooks where `egress` lets each tenant send requests.
-    pub fn new(committer: Committer, egress: Arc<weft_engine::EgressPolicies>) -> Self {
+    pub fn new(
+        committer: Committer,
+        egress: Arc<weft_engine::EgressPolicies>,
+        vault: weft_engine::secrets::Vault,
+    ) -> Self {
         let clock = Arc::clone(committer.clock());
         let store = Arc::clone(committer.store());
         let signal = committer.messages();
@@ -181,6 +190,7 @@ impl Hub {
                 stopping: AtomicBool::new(false),
                 egress,
                 metrics,
+                vault,
             }),
         }
     }

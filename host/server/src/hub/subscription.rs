@@ -84,6 +84,7 @@ impl SubscriptionSpec {
                 Target::Webhook {
                     url: webhook.url,
                     secret,
+                    sealed: None,
                 }
             }
         };
@@ -115,25 +116,76 @@ impl SubscriptionSpec {
 
 impl Hub {
     /// Makes a subscription of `tenant`; one with the same key and target
-    /// is kept as it is. A webhook starts receiving at once.
+    /// is kept as it is. A webhook starts receiving at once. A webhook's
+    /// signing key is stored sealed when the host has a secrets key; the
+    /// answer holds it in the clear, to be shown once.
     pub fn subscribe(
         &self,
         tenant: &str,
         spec: SubscriptionSpec,
     ) -> Result<SubscriptionRecord, HubError> {
-        let record = spec.record(tenant, self.shared.clock.now())?;
-        if let Target::Webhook { url, .. } = &record.target {
+        let mut record = spec.record(tenant, self.shared.clock.now())?;
+        let asked = record.target.clone();
+        if let Target::Webhook { url, secret, .. } = &asked {
             super::webhook::check_url(&self.shared.egress, tenant, url)?;
+            let stored = self.shared.store.subscription(&record.key)?;
+            record.target = match stored {
+                // The same URL and key again: kept as stored (a key sealed
+                // again would differ, and be refused as another target).
+                Some(stored) if self.same_webhook(tenant, &stored, url, secret) => stored.target,
+                _ => {
+                    let sealing = self.shared.vault.seal_webhook(tenant, &record.key, secret);
+                    match sealing.map_err(|e| HubError::Secret(e.to_string()))? {
+                        Some(sealed) => Target::Webhook {
+                            url: url.clone(),
+                            secret: String::new(),
+                            sealed: Some(sealed),
+                        },
+                        None => asked.clone(),
+                    }
+                }
+            };
         }
         self.commit(DeliveryWrite::Subscribe(record.clone()))?;
         if matches!(record.target, Target::Webhook { .. }) {
             self.start_webhooks();
         }
-        Ok(self
+        let stored = self
             .shared
             .store
             .subscription(&record.key)?
-            .unwrap_or(record))
+            .unwrap_or(record);
+        Ok(SubscriptionRecord {
+            target: asked,
+            ..stored
+        })
+    }
+
+    /// Whether `stored` is a webhook to `url` signed with `secret`.
+    fn same_webhook(
+        &self,
+        tenant: &str,
+        stored: &SubscriptionRecord,
+        url: &str,
+        secret: &str,
+    ) -> bool {
+        let Target::Webhook {
+            url: stored_url,
+            secret: stored_secret,
+            sealed,
+        } = &stored.target
+        else {
+            return false;
+        };
+        stored_url == url
+            && match sealed {
+                Some(sealed) => self
+                    .shared
+                    .vault
+                    .open_webhook(tenant, &stored.key, sealed)
+                    .is_ok_and(|opened| opened == secret),
+                None => stored_secret == secret,
+            }
     }
 
     /// Removes subscription `key` (`<channel>/<name>`) and its deliveries.

@@ -320,8 +320,28 @@ fn turn(hub: &Hub, agent: &ureq::Agent, key: &str) -> Next {
             return Next::Wait(Duration::from_secs(1));
         }
     };
-    let Target::Webhook { url, secret } = &subscription.target else {
+    let Target::Webhook {
+        url,
+        secret,
+        sealed,
+    } = &subscription.target
+    else {
         return Next::Stop;
+    };
+    let secret = match sealed {
+        None => secret.clone(),
+        Some(sealed) => {
+            let tenant = weft_core::tenant::of(key);
+            match shared.vault.open_webhook(tenant, key, sealed) {
+                Ok(secret) => secret,
+                Err(e) => {
+                    // A key rotated away, or none given to this host: the
+                    // deliveries wait, none is sent unsigned.
+                    tracing::error!(subscription = %key, "cannot open the webhook's signing key: {e}");
+                    return Next::Wait(Duration::from_secs(5));
+                }
+            }
+        }
     };
     // One host at a time delivers a queue: another on the store that
     // holds it goes on, and this one looks again in a second. The head is
@@ -353,7 +373,7 @@ fn turn(hub: &Hub, agent: &ureq::Agent, key: &str) -> Next {
         }
     };
     let started = std::time::Instant::now();
-    let error = post(agent, url, secret, &view);
+    let error = post(agent, url, &secret, &view);
     if let Some(metrics) = &shared.metrics {
         let tenant = weft_core::tenant::of(key).to_owned();
         metrics

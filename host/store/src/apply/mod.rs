@@ -449,6 +449,7 @@ impl Apply<'_> {
                     .and_then(|outcome| self.notify_if(outcome, id, notice.as_deref())),
             },
             Write::Subscribe(row) => self.subscribe(row),
+            Write::Retarget { key, from, to } => self.retarget(key, from, to),
             Write::Unsubscribe(key) => self.unsubscribe(key),
             Write::Delivery(id, op) => self.delivery(id, op),
             Write::Act {

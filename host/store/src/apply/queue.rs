@@ -3,7 +3,7 @@
 
 use super::Apply;
 use crate::messages::{
-    DeliveryOp, DeliveryRecord, DeliveryState, MessageRecord, SubscriptionRecord,
+    DeliveryOp, DeliveryRecord, DeliveryState, MessageRecord, SubscriptionRecord, Target,
 };
 use crate::rows::{Key, Table, decode};
 use crate::write::encode;
@@ -169,6 +169,30 @@ impl Apply<'_> {
                 Ok(Ok(()))
             }
         }
+    }
+
+    /// Changes subscription `key`'s target from `from` to `to` (see
+    /// [`Write::Retarget`](crate::Write::Retarget)).
+    pub(super) fn retarget(
+        &mut self,
+        key: &str,
+        from: &Target,
+        to: &Target,
+    ) -> Result<Result<(), StoreError>, StoreError> {
+        let Some(bytes) = self.rows.get(Table::Subscriptions, Key::Str(key))? else {
+            return Ok(Err(StoreError::NotFound(What::Subscription(
+                key.to_owned(),
+            ))));
+        };
+        let mut stored: SubscriptionRecord = decode(key, &bytes)?;
+        if stored.target != *from {
+            return Ok(Err(StoreError::Changed(What::Subscription(key.to_owned()))));
+        }
+        stored.target = to.clone();
+        self.rows
+            .put(Table::Subscriptions, Key::Str(key), &encode(&stored))?;
+        self.subscribers.clear();
+        Ok(Ok(()))
     }
 
     /// Removes a subscription: its unsettled deliveries and dead letters

@@ -98,7 +98,14 @@ fn subscribe_and_unsubscribe() {
             .then(|_| subscribe("ch/a"))
             .write(|_| {
                 let (url, secret) = ("http://example.test/".to_owned(), "secret".to_owned());
-                Write::Subscribe(Box::new(sub("ch/a", Target::Webhook { url, secret })))
+                Write::Subscribe(Box::new(sub(
+                    "ch/a",
+                    Target::Webhook {
+                        url,
+                        secret,
+                        sealed: None,
+                    },
+                )))
             })
             .refused(|e| exists(e, What::Subscription("ch/a".into()))),
         given("unsubscribe: the queue goes, settled", emitted)

@@ -62,7 +62,11 @@ fn host(dir: &Path) -> anyhow::Result<Host> {
         Arc::clone(engine.clock()),
         &workflows,
     )?;
-    let hub = Hub::new(engine.committer(), Arc::clone(engine.egress()));
+    let hub = Hub::new(
+        engine.committer(),
+        Arc::clone(engine.egress()),
+        engine.vault().clone(),
+    );
     let api = weft::api::Api::new(Arc::clone(&engine), Arc::new(deployments), hub);
     let tokio = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -88,7 +88,11 @@ fn api_host(
         None
     };
     let deployments = weft::Deployments::none(Arc::clone(&store), Arc::new(SystemClock));
-    let hub = weft::hub::Hub::new(engine.committer(), Arc::clone(engine.egress()));
+    let hub = weft::hub::Hub::new(
+        engine.committer(),
+        Arc::clone(engine.egress()),
+        engine.vault().clone(),
+    );
     let api = weft::api::Api::new(Arc::clone(&engine), Arc::new(deployments), hub);
     let tokio = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
