@@ -3,7 +3,7 @@
 //! write's conditions (the timer row is there, the run has not ended, the
 //! run is at the number of records the write was decided on, the key
 //! versions match) and stores its bytes. The delivery writes (`Delivery`,
-//! `Subscribe`, `Unsubscribe`) and a step's emissions are the exception:
+//! `Subscribe`, `Retarget`, `Unsubscribe`) and a step's emissions are the exception:
 //! their state machine lives in the store's `queue` module.
 
 use std::sync::Arc;

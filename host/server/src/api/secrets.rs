@@ -362,9 +362,17 @@ pub(super) async fn reseal_secrets(
             else {
                 continue;
             };
-            let again = vault
-                .reseal_webhook(&asked, &subscription.key, secret, sealed.as_deref())
-                .map_err(secret_error)?;
+            let again =
+                match vault.reseal_webhook(&asked, &subscription.key, secret, sealed.as_deref()) {
+                    Ok(again) => again,
+                    // One that does not open (its key dropped already) is
+                    // left as it is; the others, and the secrets, go on.
+                    Err(e @ (SecretError::UnknownKey { .. } | SecretError::Damaged(_))) => {
+                        tracing::warn!(subscription = %subscription.key, "cannot seal a webhook's key again: {e}");
+                        continue;
+                    }
+                    Err(e) => return Err(secret_error(e)),
+                };
             if let Some(again) = again {
                 writes.push(Write::Retarget {
                     key: subscription.key.clone(),

@@ -12,7 +12,7 @@ use super::{Hub, HubError};
 use weft_core::clock::Timestamp;
 use weft_core::names::check_name;
 use weft_engine::DeliveryWrite;
-use weft_store::{SubscriptionRecord, Target};
+use weft_store::{StoreError, SubscriptionRecord, Target};
 
 /// A new subscription, as a client asks for it. Every field but
 /// `channel` has a default.
@@ -132,7 +132,7 @@ impl Hub {
             record.target = match stored {
                 // The same URL and key again: kept as stored (a key sealed
                 // again would differ, and be refused as another target).
-                Some(stored) if self.same_webhook(tenant, &stored, url, secret) => stored.target,
+                Some(stored) if self.same_webhook(tenant, &stored, url, secret)? => stored.target,
                 _ => {
                     let sealing = self.shared.vault.seal_webhook(tenant, &record.key, secret);
                     match sealing.map_err(|e| HubError::Secret(e.to_string()))? {
@@ -146,7 +146,24 @@ impl Hub {
                 }
             };
         }
-        self.commit(DeliveryWrite::Subscribe(record.clone()))?;
+        match self.commit(DeliveryWrite::Subscribe(record.clone())) {
+            Ok(()) => {}
+            // The same webhook made at the same time by another request,
+            // whose seal of the same key differs: that one is kept.
+            Err(HubError::Store(StoreError::Exists(what))) => {
+                let stored = self.shared.store.subscription(&record.key)?;
+                let same = match (&asked, &stored) {
+                    (Target::Webhook { url, secret, .. }, Some(stored)) => {
+                        self.same_webhook(tenant, stored, url, secret)?
+                    }
+                    _ => false,
+                };
+                if !same {
+                    return Err(HubError::Store(StoreError::Exists(what)));
+                }
+            }
+            Err(e) => return Err(e),
+        }
         if matches!(record.target, Target::Webhook { .. }) {
             self.start_webhooks();
         }
@@ -161,31 +178,36 @@ impl Hub {
         })
     }
 
-    /// Whether `stored` is a webhook to `url` signed with `secret`.
+    /// Whether `stored` is a webhook to `url` signed with `secret`; an
+    /// error if its sealed key cannot be opened here (no secrets key, or
+    /// not the one it was sealed with), which would tell nothing.
     fn same_webhook(
         &self,
         tenant: &str,
         stored: &SubscriptionRecord,
         url: &str,
         secret: &str,
-    ) -> bool {
+    ) -> Result<bool, HubError> {
         let Target::Webhook {
             url: stored_url,
             secret: stored_secret,
             sealed,
         } = &stored.target
         else {
-            return false;
+            return Ok(false);
         };
-        stored_url == url
-            && match sealed {
-                Some(sealed) => self
-                    .shared
-                    .vault
-                    .open_webhook(tenant, &stored.key, sealed)
-                    .is_ok_and(|opened| opened == secret),
-                None => stored_secret == secret,
-            }
+        if stored_url != url {
+            return Ok(false);
+        }
+        match sealed {
+            Some(sealed) => self
+                .shared
+                .vault
+                .open_webhook(tenant, &stored.key, sealed)
+                .map(|opened| opened == secret)
+                .map_err(|e| HubError::Secret(e.to_string())),
+            None => Ok(stored_secret == secret),
+        }
     }
 
     /// Removes subscription `key` (`<channel>/<name>`) and its deliveries.

@@ -51,6 +51,28 @@ fn acme() -> weft_store::RunFilter {
     }
 }
 
+/// The ids of tenant `acme`'s runs, newest first.
+fn acme_listed(store: &RedbStore) -> Vec<String> {
+    store
+        .runs(&acme(), 10)
+        .unwrap()
+        .into_iter()
+        .map(|run| run.id)
+        .collect()
+}
+
+/// Makes the store file at `path` as a file of the build before the index
+/// of runs: no index, and no mark of it.
+fn as_before_the_index(path: &std::path::Path) {
+    let db = redb::Database::create(path).unwrap();
+    let txn = db.begin_write().unwrap();
+    let index = redb::TableDefinition::<(&str, &str), ()>::new("tenant_runs");
+    assert!(txn.delete_table(index).unwrap());
+    let meta = redb::TableDefinition::<&str, &str>::new("meta");
+    txn.open_table(meta).unwrap().remove("tenant_runs").unwrap();
+    txn.commit().unwrap();
+}
+
 #[test]
 fn a_tenants_listing_reads_no_row_of_another_tenant() {
     let dir = tempfile::tempdir().unwrap();
@@ -69,12 +91,7 @@ fn a_tenants_listing_reads_no_row_of_another_tenant() {
     // Every tenant's listing reads the broken row and fails; `acme`'s
     // never reads it.
     assert!(store.runs(&weft_store::RunFilter::default(), 10).is_err());
-    let listed: Vec<String> = store
-        .runs(&acme(), 10)
-        .unwrap()
-        .into_iter()
-        .map(|run| run.id)
-        .collect();
+    let listed = acme_listed(&store);
     assert_eq!(listed, ["r1"]);
 }
 
@@ -87,23 +104,9 @@ fn a_file_made_before_the_index_of_runs_gets_it_on_opening() {
         acme_run(&store, "r1");
         acme_run(&store, "r2");
     }
-    {
-        // As a file of the build before: no index, and no mark of it.
-        let db = redb::Database::create(&path).unwrap();
-        let txn = db.begin_write().unwrap();
-        let index = redb::TableDefinition::<(&str, &str), ()>::new("tenant_runs");
-        assert!(txn.delete_table(index).unwrap());
-        let meta = redb::TableDefinition::<&str, &str>::new("meta");
-        txn.open_table(meta).unwrap().remove("tenant_runs").unwrap();
-        txn.commit().unwrap();
-    }
+    as_before_the_index(&path);
     let store = RedbStore::open(&path).unwrap();
-    let listed: Vec<String> = store
-        .runs(&acme(), 10)
-        .unwrap()
-        .into_iter()
-        .map(|run| run.id)
-        .collect();
+    let listed = acme_listed(&store);
     assert_eq!(listed, ["r2", "r1"]);
 }
 
@@ -115,16 +118,7 @@ fn a_backup_made_before_the_index_of_runs_restores_with_it() {
         let store = RedbStore::open(&path).unwrap();
         acme_run(&store, "r1");
     }
-    {
-        // As a file of the build before: no index, and no mark of it.
-        let db = redb::Database::create(&path).unwrap();
-        let txn = db.begin_write().unwrap();
-        let index = redb::TableDefinition::<(&str, &str), ()>::new("tenant_runs");
-        assert!(txn.delete_table(index).unwrap());
-        let meta = redb::TableDefinition::<&str, &str>::new("meta");
-        txn.open_table(meta).unwrap().remove("tenant_runs").unwrap();
-        txn.commit().unwrap();
-    }
+    as_before_the_index(&path);
     let backup = dir.path().join("backup.redb");
     {
         // Read as it is: opening it for writing would fill the index.
@@ -134,11 +128,6 @@ fn a_backup_made_before_the_index_of_runs_restores_with_it() {
     let restored = dir.path().join("restored.redb");
     RedbStore::restore(&backup, &restored).unwrap();
     let store = RedbStore::open(&restored).unwrap();
-    let listed: Vec<String> = store
-        .runs(&acme(), 10)
-        .unwrap()
-        .into_iter()
-        .map(|run| run.id)
-        .collect();
+    let listed = acme_listed(&store);
     assert_eq!(listed, ["r1"]);
 }

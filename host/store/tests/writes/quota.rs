@@ -15,13 +15,19 @@ const TENANT: &str = "acme";
 
 /// Tenant `acme` with a quota of `limit` stored bytes.
 fn tenant(s: &dyn Store, limit: Option<u64>, new: bool) {
+    let quota = Quota {
+        max_stored_bytes: limit,
+        ..Quota::default()
+    };
+    tenant_with(s, quota, new);
+}
+
+/// Tenant `acme` with `quota`.
+fn tenant_with(s: &dyn Store, quota: Quota, new: bool) {
     let record = TenantRecord {
         name: TENANT.to_owned(),
         created_at: T0,
-        quota: Quota {
-            max_stored_bytes: limit,
-            ..Quota::default()
-        },
+        quota,
     };
     put(s, Write::Access(AccessWrite::put_tenant(&record, new)));
 }
@@ -192,15 +198,11 @@ fn a_tenants_pending_timers_are_counted_and_held_to_its_quota() {
 
     let (_dir, handle) = open();
     let s = handle.as_ref();
-    let record = TenantRecord {
-        name: TENANT.to_owned(),
-        created_at: T0,
-        quota: Quota {
-            max_timers: Some(2),
-            ..Quota::default()
-        },
+    let quota = Quota {
+        max_timers: Some(2),
+        ..Quota::default()
     };
-    put(s, Write::Access(AccessWrite::put_tenant(&record, true)));
+    tenant_with(s, quota, true);
     let of_acme = |id: &str, deadline: bool| {
         let mut run = if deadline { with_deadline(id) } else { run(id) };
         run.workflow = "acme:wf".to_owned();
@@ -251,15 +253,11 @@ fn a_tenants_pending_timers_are_counted_and_held_to_its_quota() {
 fn a_tenant_keeps_its_newest_audit_rows_up_to_its_quota() {
     let (_dir, handle) = open();
     let s = handle.as_ref();
-    let record = TenantRecord {
-        name: TENANT.to_owned(),
-        created_at: T0,
-        quota: Quota {
-            max_audit_rows: Some(3),
-            ..Quota::default()
-        },
+    let quota = Quota {
+        max_audit_rows: Some(3),
+        ..Quota::default()
     };
-    put(s, Write::Access(AccessWrite::put_tenant(&record, true)));
+    tenant_with(s, quota, true);
     let audit = |tenant: &str, n: u64| {
         let record = weft_store::AuditRecord {
             at: T0,
