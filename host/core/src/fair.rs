@@ -78,6 +78,15 @@ impl<T> Lanes<T> {
             .min()
     }
 
+    /// The most items any tenant has waiting (0: none has any).
+    pub fn longest(&self) -> usize {
+        self.lanes
+            .values()
+            .map(|lane| lane.len())
+            .max()
+            .unwrap_or(0)
+    }
+
     /// How many tenants have items waiting.
     pub fn tenants(&self) -> usize {
         self.ring.len()

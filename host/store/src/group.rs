@@ -13,10 +13,10 @@
 //! Writes wait by tenant ([`GroupCommit::submit_as`]): each batch takes
 //! the tenants in turn; while a tenant with a few writes waits beside
 //! another, and for a while after, a batch holds at most [`SHARED_BATCH`]
-//! writes; and a submitter waits for room only while its own tenant has a
-//! full lane. So one tenant's flood
-//! of writes holds another tenant's commit back by a short batch or two,
-//! not by the flood.
+//! writes beside a flood and [`SHORT_BATCH`] beside steady work; and a
+//! submitter waits for room only while its own tenant has a full lane. So
+//! one tenant's flood of writes holds another tenant's commit back by a
+//! short batch or two, not by the flood.
 //!
 //! A simulation holds the writes instead ([`GroupCommit::held`]): nothing
 //! commits until the simulator says which writes make the next batch, and
@@ -37,16 +37,24 @@ use super::{Store, StoreError, Write};
 const MAX_BATCH: usize = 512;
 
 /// The most writes in one transaction while a tenant with a few writes
-/// waits beside another tenant. Short enough that the few wait a batch of
-/// a few milliseconds, not one of [`MAX_BATCH`]; long enough that a tenant
-/// with steady work (thousands of writes a second) still commits them in
-/// the syncs the device gives: at 8, another tenant's trickle of starts
-/// held a busy tenant to 8 writes per sync, and took a quarter of its
-/// throughput (`weft bench --noisy`).
-pub const SHARED_BATCH: usize = 64;
+/// waits beside another tenant's flood (a lane of more than
+/// [`SHORT_BATCH`]).
+pub const SHARED_BATCH: usize = 8;
 
-/// How long batches stay at [`SHARED_BATCH`] after a tenant with a few
-/// writes last waited beside another.
+/// The most writes in one transaction while a tenant with a few writes
+/// waits beside another tenant's steady work: a lane of none of them holds
+/// more than this. Such a batch is still short, and steady work
+/// commits in the syncs the device gives. At [`SHARED_BATCH`] then too,
+/// another tenant's trickle of starts held a busy tenant to 8 writes per
+/// sync and took a quarter of its throughput (`weft bench --noisy`). The
+/// test is one tenant's lane, not all the writes that wait: a tenant with
+/// more waiting than one such batch takes is a flood, and steady work (a
+/// few dozen runs in flight) has fewer, while the writes of all tenants
+/// together often have more.
+pub const SHORT_BATCH: usize = 64;
+
+/// How long batches stay short after a tenant with a few writes last
+/// waited beside another.
 const SHARED_FOR: Duration = Duration::from_millis(100);
 
 /// The most writes of one tenant that wait: a submitter of that tenant
@@ -439,10 +447,12 @@ fn commit_loop(store: &dyn Store, queue: &Queue) {
         if tenants > 1 && few {
             shared_until = now + SHARED_FOR;
         }
-        let most = if now < shared_until {
-            SHARED_BATCH
-        } else {
+        let most = if now >= shared_until {
             MAX_BATCH
+        } else if lanes.longest() <= SHORT_BATCH {
+            SHORT_BATCH
+        } else {
+            SHARED_BATCH
         };
         let batch: Vec<Job> = std::iter::from_fn(|| lanes.pop(|_| 1)).take(most).collect();
         drop(waiting);

@@ -20,7 +20,7 @@ pub use self::access::{
     AccessWrite, AuditRecord, Quota, Right, Role, SecretGrant, SecretRecord, TenantRecord,
     TokenRecord,
 };
-pub use self::group::{Done, GroupCommit, Held, SHARED_BATCH};
+pub use self::group::{Done, GroupCommit, Held, SHARED_BATCH, SHORT_BATCH};
 pub use self::lease::{HostRecord, Lease};
 pub use self::messages::{
     DeliveryOp, DeliveryRecord, DeliveryState, MessageRecord, SubscriptionRecord, Target,

@@ -24,8 +24,9 @@ pub(crate) const CLAIM_EVERY: std::time::Duration = std::time::Duration::from_mi
 use crate::drive::Drive;
 use crate::error::ResumeError;
 
-/// Where this host runs: the machine's name and the process id (0: a
-/// simulated host, whose process is never looked up).
+/// Where this host runs: the machine (its name, the kernel's boot id and
+/// the pid namespace) and the process id (0: a simulated host, whose
+/// process is never looked up).
 #[derive(Debug, Clone)]
 pub(super) struct Process {
     pub(super) machine: String,
@@ -35,20 +36,20 @@ pub(super) struct Process {
 impl Process {
     /// This process.
     pub(super) fn this() -> Self {
-        let machine = std::fs::read_to_string("/proc/sys/kernel/hostname")
-            .map(|name| name.trim().to_owned())
-            .ok()
-            .filter(|name| !name.is_empty())
+        let read = |path: &str| {
+            std::fs::read_to_string(path)
+                .map(|text| text.trim().to_owned())
+                .ok()
+                .filter(|text| !text.is_empty())
+        };
+        let name = read("/proc/sys/kernel/hostname")
             .or_else(|| std::env::var("HOSTNAME").ok())
             .unwrap_or_else(|| "unknown".to_owned());
-        // Processes share pid numbers only within one pid namespace: two
-        // containers with one hostname must not judge each other by pid.
-        let machine = match std::fs::read_link("/proc/self/ns/pid") {
-            Ok(namespace) => format!("{machine} {}", namespace.display()),
-            Err(_) => machine,
-        };
+        let namespace = std::fs::read_link("/proc/self/ns/pid")
+            .ok()
+            .map(|namespace| namespace.display().to_string());
         Self {
-            machine,
+            machine: machine(&name, read("/proc/sys/kernel/random/boot_id"), namespace),
             pid: std::process::id(),
         }
     }
@@ -72,6 +73,19 @@ impl Process {
             && cfg!(target_os = "linux")
             && !std::path::Path::new(&format!("/proc/{}", row.pid)).exists()
     }
+}
+
+/// A machine's identity, as host rows name it. Its name alone is not
+/// one: machines are often named alike, and two that judged each other by
+/// pid would take each other's runs every round. The kernel's boot id
+/// tells machines (and boots) apart; the pid namespace, containers of one
+/// machine, whose processes share pid numbers.
+fn machine(name: &str, boot: Option<String>, namespace: Option<String>) -> String {
+    [Some(name.to_owned()), boot, namespace]
+        .into_iter()
+        .flatten()
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 impl Core {
@@ -388,5 +402,47 @@ impl Core {
             Some(lease) if lease.host == self.host() => lease,
             current => Lease::after(current.as_ref(), self.host()),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(machine: &str, pid: u32) -> HostRecord {
+        HostRecord {
+            id: "other".to_owned(),
+            machine: machine.to_owned(),
+            pid,
+            started_at: weft_core::clock::Timestamp(0),
+            expires_at: weft_core::clock::Timestamp(u64::MAX),
+        }
+    }
+
+    /// A pid no process has here: above the kernel's largest.
+    const NO_PROCESS: u32 = 1 << 23;
+
+    /// A host of another machine with the same name (and the same
+    /// namespace id, as every machine's first one has) is not judged gone
+    /// because its pid is not a process here; one of this machine is.
+    #[test]
+    fn a_host_of_another_machine_with_this_ones_name_is_not_judged_gone() {
+        let here = Process::this();
+        let name = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|name| name.trim().to_owned())
+            .unwrap_or_default();
+        let namespace = std::fs::read_link("/proc/self/ns/pid")
+            .ok()
+            .map(|namespace| namespace.display().to_string());
+        let elsewhere = machine(
+            &name,
+            Some("00000000-0000-0000-0000-000000000000".to_owned()),
+            namespace,
+        );
+        assert_ne!(elsewhere, here.machine);
+        assert!(!here.outlived(&row(&elsewhere, NO_PROCESS)));
+        if cfg!(target_os = "linux") {
+            assert!(here.outlived(&row(&here.machine, NO_PROCESS)));
+        }
     }
 }

@@ -125,6 +125,45 @@ fn a_lone_tenants_write_commits_before_another_tenants_flood() {
     common_wait(|| store.hosts().unwrap().len() == FLOOD + 2);
 }
 
+/// Beside a tenant with a few writes, another tenant's steady writes (not
+/// a flood: all that wait fit `SHORT_BATCH`) commit in one batch, not in
+/// batches of `SHARED_BATCH`.
+#[test]
+fn steady_writes_beside_a_lone_tenants_commit_in_one_batch() {
+    let (_dir, store) = open();
+    let commits = Arc::new(GroupCommit::start(Arc::clone(&store)).unwrap());
+    const STEADY: usize = weft_store::SHORT_BATCH - 1;
+    let (tell, told) = sync_channel(1);
+    let inner = Arc::clone(&commits);
+    let seen = Arc::clone(&store);
+    // From an answer, so that all of them wait when the next batch is made.
+    commits.submit(
+        renew(0),
+        Box::new(move |_| {
+            inner.submit_as(Arc::from("lone"), renew(1), Box::new(|_| {}));
+            let seen = Arc::clone(&seen);
+            inner.submit_as(
+                Arc::from("steady"),
+                renew(2),
+                Box::new(move |outcome| {
+                    let _ = tell.send((outcome, seen.hosts().map(|h| h.len())));
+                }),
+            );
+            for n in 3..STEADY + 2 {
+                inner.submit_as(Arc::from("steady"), renew(n), Box::new(|_| {}));
+            }
+        }),
+    );
+    let (outcome, stored) = told.recv_timeout(Duration::from_secs(60)).unwrap();
+    assert!(outcome.is_ok(), "{outcome:?}");
+    assert_eq!(
+        stored.unwrap(),
+        STEADY + 2,
+        "the steady writes were split into batches of {}",
+        weft_store::SHARED_BATCH
+    );
+}
+
 /// A submitter waits for room only while its own tenant's lane is full:
 /// with the committing thread held and a flood's submitter blocked on its
 /// full lane, another tenant's write is taken at once, and commits before
