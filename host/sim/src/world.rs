@@ -886,29 +886,54 @@ impl World {
     }
 }
 
-/// The shape of the events of a trace, for a report: how many of each.
+/// The name of each kind of event, as tallies count them.
+pub(crate) const KINDS: [&str; 16] = [
+    "work",
+    "commit",
+    "failed batch",
+    "clock",
+    "start",
+    "cancel",
+    "answer",
+    "retry",
+    "pause",
+    "resume paused",
+    "re-arm",
+    "crash",
+    "poll",
+    "failed reads",
+    "claims",
+    "sweeps",
+];
+
+/// The name of `event`'s kind, one of [`KINDS`].
+fn kind(event: &Event) -> &'static str {
+    match event {
+        Event::Work { .. } => KINDS[0],
+        Event::Commit { .. } => KINDS[1],
+        Event::Fail { .. } => KINDS[2],
+        Event::Advance { .. } => KINDS[3],
+        Event::Start { .. } => KINDS[4],
+        Event::Cancel { .. } => KINDS[5],
+        Event::Answer { .. } => KINDS[6],
+        Event::Retry { .. } => KINDS[7],
+        Event::Pause { .. } => KINDS[8],
+        Event::Unpause { .. } => KINDS[9],
+        Event::Rearm { .. } => KINDS[10],
+        Event::Crash { .. } => KINDS[11],
+        Event::Poll { .. } => KINDS[12],
+        Event::FailReads { .. } => KINDS[13],
+        Event::Claim { .. } => KINDS[14],
+        Event::Sweep { .. } => KINDS[15],
+    }
+}
+
+/// How many events of each kind `trace` holds; every kind is named, the
+/// ones that did not happen with 0.
 pub(crate) fn tally(trace: &[Event]) -> BTreeMap<&'static str, usize> {
-    let mut tally = BTreeMap::new();
+    let mut tally: BTreeMap<&'static str, usize> = KINDS.iter().map(|k| (*k, 0)).collect();
     for event in trace {
-        let name = match event {
-            Event::Work { .. } => "work",
-            Event::Commit { .. } => "commit",
-            Event::Fail { .. } => "failed batch",
-            Event::Advance { .. } => "clock",
-            Event::Start { .. } => "start",
-            Event::Cancel { .. } => "cancel",
-            Event::Answer { .. } => "answer",
-            Event::Retry { .. } => "retry",
-            Event::Pause { .. } => "pause",
-            Event::Unpause { .. } => "resume paused",
-            Event::Rearm { .. } => "re-arm",
-            Event::Crash { .. } => "crash",
-            Event::Poll { .. } => "poll",
-            Event::FailReads { .. } => "failed reads",
-            Event::Claim { .. } => "claims",
-            Event::Sweep { .. } => "sweeps",
-        };
-        *tally.entry(name).or_default() += 1;
+        *tally.entry(kind(event)).or_default() += 1;
     }
     tally
 }

@@ -1,5 +1,6 @@
 //! `weft sim`: the deterministic simulator, over many seeds or one.
 
+use std::collections::BTreeMap;
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -50,11 +51,19 @@ pub fn main(args: &SimArgs, postgres: Option<String>) -> anyhow::Result<ExitCode
     }
     let started = Instant::now();
     let mut last = Instant::now();
+    let mut injected: BTreeMap<&'static str, usize> = BTreeMap::new();
     for (n, seed) in (args.from..args.from.saturating_add(args.seeds)).enumerate() {
-        if let Err(failure) = run(seed, shape) {
-            eprintln!("seed {seed} failed; looking for its shortest trace");
-            out!("{}", shrink(&failure, shape));
-            return Ok(ExitCode::FAILURE);
+        match run(seed, shape) {
+            Ok(passed) => {
+                for (kind, count) in passed.tally {
+                    *injected.entry(kind).or_default() += count;
+                }
+            }
+            Err(failure) => {
+                eprintln!("seed {seed} failed; looking for its shortest trace");
+                out!("{}", shrink(&failure, shape));
+                return Ok(ExitCode::FAILURE);
+            }
         }
         if last.elapsed().as_secs() >= 10 {
             last = Instant::now();
@@ -70,6 +79,20 @@ pub fn main(args: &SimArgs, postgres: Option<String>) -> anyhow::Result<ExitCode
         args.from.saturating_add(args.seeds),
         args.events
     );
+    // Every kind, so that a kind none of the seeds produced shows as 0.
+    let kinds: Vec<String> = injected
+        .iter()
+        .map(|(kind, count)| format!("{kind} {count}"))
+        .collect();
+    out!("events and faults over those seeds: {}", kinds.join(", "));
+    let none: Vec<&str> = injected
+        .iter()
+        .filter(|(_, count)| **count == 0)
+        .map(|(kind, _)| *kind)
+        .collect();
+    if !none.is_empty() {
+        out!("none of: {}", none.join(", "));
+    }
     Ok(ExitCode::SUCCESS)
 }
 
