@@ -493,9 +493,12 @@ impl Engine {
                         updated.version = row.version + 1;
                         writes.push(Write::schedule(&updated, Some(row.version), None));
                     }
+                    // Only if there is still none: a host that made it
+                    // since this read may have fired it, and a row made
+                    // again here would fire that time again.
                     None => {
                         let row = cron::new_row(key, &workflow.id, schedule, "workflow", now);
-                        writes.push(Write::schedule(&row, None, None));
+                        writes.push(Write::schedule(&row, Some(0), None));
                     }
                 }
             }
@@ -867,6 +870,13 @@ impl Engine {
             }
         }
         Ok(())
+    }
+
+    /// Tries [`resume`](Self::resume) of run `run_id` again after a pause,
+    /// and again after each failure, with the backoff of a failed commit:
+    /// for a resume that failed because the store did.
+    pub fn resume_later(&self, run_id: &str) {
+        self.core.wake_later(run_id);
     }
 
     /// Picks up run `run_id`, which must be `running` (its process died),

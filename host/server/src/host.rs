@@ -394,7 +394,16 @@ fn resume_all(engine: &Engine, ids: &[&str]) -> usize {
                 }
                 // A child its parent resumed first, or one that ended since.
                 Err(ResumeError::Resident(_) | ResumeError::NotRunning { .. }) => {}
-                Err(e) => tracing::warn!(run = %id, "cannot resume: {e}"),
+                // A row that does not decode is set aside (`weft doctor`
+                // lists it); it would fail again.
+                Err(e @ ResumeError::Store(StoreError::Codec { .. })) => {
+                    tracing::warn!(run = %id, "cannot resume: {e}");
+                }
+                // The store failed: tried again, as a failed commit is.
+                Err(e) => {
+                    tracing::warn!(run = %id, "cannot resume yet, will try again: {e}");
+                    engine.resume_later(id);
+                }
             }
         }
     };

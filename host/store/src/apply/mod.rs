@@ -1095,7 +1095,10 @@ impl Apply<'_> {
         let Some(lease) = lease else {
             return Ok(Ok(()));
         };
-        let current = self.lease_of(id)?;
+        let current = match own(self.lease_of(id))? {
+            Ok(current) => current,
+            Err(e) => return Ok(Err(e)),
+        };
         if current.as_ref() == Some(lease) {
             return Ok(Ok(()));
         }
@@ -1143,7 +1146,10 @@ impl Apply<'_> {
         let Some(lease) = lease else {
             return Ok(Ok(()));
         };
-        let current = self.lease_of(id)?;
+        let current = match own(self.lease_of(id))? {
+            Ok(current) => current,
+            Err(e) => return Ok(Err(e)),
+        };
         if current.as_ref() == Some(lease) {
             return Ok(Ok(()));
         }
@@ -1321,8 +1327,12 @@ impl Apply<'_> {
 
     /// Takes run `id` under `lease` (see [`Write::Claim`]).
     fn claim(&mut self, id: &str, lease: &Lease) -> Result<Result<(), StoreError>, StoreError> {
-        let Some(run) = self.stored_run(id)? else {
-            return Ok(Err(StoreError::NotFound(What::Run(id.to_owned()))));
+        // A row that does not decode refuses its own claim, not the batch:
+        // the claims of a resume share one.
+        let run = match own(self.stored_run(id))? {
+            Ok(Some(run)) => run,
+            Ok(None) => return Ok(Err(StoreError::NotFound(What::Run(id.to_owned())))),
+            Err(e) => return Ok(Err(e)),
         };
         if run.state.is_terminal() || self.ended(id)? {
             return Ok(Err(StoreError::RunEnded(id.to_owned())));
@@ -1482,4 +1492,14 @@ fn still_paused(
         return Ok(encode(&run));
     }
     Ok(wake.to_vec())
+}
+
+/// `read`, with a row that does not decode as a refusal of the write that
+/// read it (the inner error) rather than a failure of its batch.
+fn own<T>(read: Result<T, StoreError>) -> Result<Result<T, StoreError>, StoreError> {
+    match read {
+        Ok(value) => Ok(Ok(value)),
+        Err(e @ StoreError::Codec { .. }) => Ok(Err(e)),
+        Err(e) => Err(e),
+    }
 }

@@ -131,3 +131,38 @@ fn a_backup_made_before_the_index_of_runs_restores_with_it() {
     let listed = acme_listed(&store);
     assert_eq!(listed, ["r1"]);
 }
+
+/// A claim of a run whose row does not decode is refused alone: the
+/// claims of a resume share a batch, and the others in it land.
+#[test]
+fn a_claim_of_a_run_that_does_not_decode_is_refused_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("weft.redb");
+    {
+        // Without a lease: free, as a host that stopped leaves its runs.
+        acme_run(&RedbStore::open(&path).unwrap(), "good");
+    }
+    {
+        let db = redb::Database::create(&path).unwrap();
+        let txn = db.begin_write().unwrap();
+        let runs = redb::TableDefinition::<&str, &[u8]>::new("runs");
+        txn.open_table(runs)
+            .unwrap()
+            .insert("broken", b"{not json".as_slice())
+            .unwrap();
+        txn.commit().unwrap();
+    }
+    let store = RedbStore::open(&path).unwrap();
+    let lease = weft_store::Lease::after(None, "h2");
+    let claim = |run: &str| weft_store::Write::Claim {
+        run: run.to_owned(),
+        lease: lease.clone(),
+    };
+    let results = store.apply(&[&claim("broken"), &claim("good")]).unwrap();
+    assert!(
+        matches!(results[0], Err(weft_store::StoreError::Codec { .. })),
+        "{results:?}"
+    );
+    assert!(results[1].is_ok(), "{results:?}");
+    assert_eq!(store.lease("good").unwrap(), Some(lease));
+}
