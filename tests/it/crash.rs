@@ -289,3 +289,52 @@ fn runs_survive_repeated_kill_9_of_the_server() {
     server.child.kill().unwrap();
     server.child.wait().unwrap();
 }
+
+/// A run row that does not decode holds no other run back: the server
+/// that finds one among the interrupted runs resumes every other one (the
+/// claims of a resume share a commit, which the broken row used to fail).
+#[test]
+fn a_run_row_that_does_not_decode_holds_no_other_resume_back() {
+    let scratch = Scratch::new(&["spin"]);
+    std::fs::create_dir_all(scratch.path().join("workflows")).unwrap();
+    std::fs::write(
+        scratch.path().join("workflows/long.yaml"),
+        "id: long\nsteps:\n  - { id: s, uses: spin, with: { ms: 600000 }, timeout: 20m }\n",
+    )
+    .unwrap();
+    let agent = agent();
+    let mut server = start_server(&scratch, 0);
+    const RUNS: u64 = 30;
+    for n in 0..RUNS {
+        let answer = agent
+            .post(format!("{}/v1/runs", server.url))
+            .send_json(json!({ "workflow": "long" }));
+        assert_eq!(answer.unwrap().status(), 201, "run {n}");
+    }
+    server.child.kill().unwrap();
+    server.child.wait().unwrap();
+    {
+        let db = redb::Database::create(scratch.data_dir().join("weft.redb")).unwrap();
+        let txn = db.begin_write().unwrap();
+        let runs = redb::TableDefinition::<&str, &[u8]>::new("runs");
+        let running = redb::TableDefinition::<&str, ()>::new("running");
+        // A few, so that some share a commit with good claims.
+        for n in 0..5 {
+            let id = format!("broken{n}");
+            txn.open_table(runs)
+                .unwrap()
+                .insert(id.as_str(), b"{not json".as_slice())
+                .unwrap();
+            txn.open_table(running)
+                .unwrap()
+                .insert(id.as_str(), ())
+                .unwrap();
+        }
+        txn.commit().unwrap();
+    }
+    let mut server = start_server(&scratch, 1);
+    let resumed = server.resumed();
+    server.child.kill().unwrap();
+    server.child.wait().unwrap();
+    assert_eq!(resumed, RUNS, "the good runs were not all resumed");
+}
