@@ -873,12 +873,12 @@ impl Apply<'_> {
         if !self.rows.has(Table::Timers, timer_key(fired))? {
             return Ok(Err(StoreError::TimerGone(fired.id)));
         }
-        let paused = match self.run_at(id, expect)? {
+        let (paused, workflow) = match self.run_at(id, expect)? {
             Ok(run) => {
                 if let Err(refused) = self.take(id, lease, run.suspended)? {
                     return Ok(Err(refused));
                 }
-                run.paused
+                (run.paused, run.workflow)
             }
             // Fenced off by its parent's cancellation, not cancelled yet:
             // the timer stays for the cancellation to remove.
@@ -895,6 +895,9 @@ impl Apply<'_> {
         if let Some(record) = record {
             self.rows
                 .put(Table::Steps, Key::StrU32(id, expect), record)?;
+            // Counted, never refused (a run must be able to wake), so
+            // that deleting the run gives back only what was counted.
+            self.add_use(weft_core::tenant::of(&workflow), record.len() as u64)?;
         }
         self.remove_timer(id, fired.key())?;
         // A paused run stays asleep: its fire waits for its resume (the
@@ -950,6 +953,8 @@ impl Apply<'_> {
         }
         self.rows
             .put(Table::Steps, Key::StrU32(id, expect), record)?;
+        // Counted, never refused, as a fire's record is.
+        self.add_use(weft_core::tenant::of(&run.workflow), record.len() as u64)?;
         // A cancelled run is cancelled no more. Its lease names no host, so
         // whoever claims it first drives it, at an epoch above any the run
         // had before its end (which took its lease row): epochs move on by
@@ -1192,9 +1197,9 @@ impl Apply<'_> {
             return needed(format!("its parent `{}` has not ended", parent.id));
         }
         // What was counted for it: its record as it started (its start
-        // was charged, not its later updates) and its step records (a
-        // timer's fire is not charged, and is given back with them: a
-        // few hundred bytes over).
+        // was charged, not its later updates) and its step records (each
+        // counted as it was written: charged to its step, or, a fire's
+        // and a retry's, counted without a check).
         let mut started = run.clone();
         (started.outputs, started.error, started.state) = (None, None, crate::RunState::Running);
         let mut freed = encode(&started).len() + id.len();

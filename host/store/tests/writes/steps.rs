@@ -392,3 +392,35 @@ fn step_records_are_read_a_page_at_a_time() {
             assert_eq!(s.steps_page(R, Some(2), 1).unwrap()[0], step(R, 3, "four"));
         })]);
 }
+
+/// A fire's record and a retry's are counted to the run's tenant as they
+/// are written (never refused), so deleting the run gives back only what
+/// was counted.
+#[test]
+fn a_fires_record_and_a_retrys_are_counted_to_the_runs_tenant() {
+    let (_dir, s) = crate::table::open();
+    sleeping(&*s);
+    let write = fire(&*s, Sleep);
+    let Write::FireTimer {
+        record: Some(record),
+        ..
+    } = &write
+    else {
+        panic!("a sleep's fire leaves a record");
+    };
+    let (before, len) = (s.stored_bytes("default").unwrap(), record.len() as u64);
+    put(&*s, write);
+    assert_eq!(s.stored_bytes("default").unwrap(), before + len);
+
+    put(&*s, update(&*s, Failed));
+    let run = stored_run(&*s, R);
+    let mut wake = run.clone();
+    (wake.state, wake.step_records) = (Running, run.step_records + 1);
+    let write = Write::retry_run(&step(R, run.step_records, "@retry"), &wake);
+    let Write::RetryRun { record, .. } = &write else {
+        unreachable!()
+    };
+    let (before, len) = (s.stored_bytes("default").unwrap(), record.len() as u64);
+    put(&*s, write);
+    assert_eq!(s.stored_bytes("default").unwrap(), before + len);
+}
