@@ -16,9 +16,13 @@ pub struct SimArgs {
     /// Play this many seeds, from --from.
     #[arg(long, default_value_t = 1_000, conflicts_with = "seed")]
     seeds: u64,
-    /// The first seed of --seeds.
+    /// The first seed of --seeds (or of --hours).
     #[arg(long, default_value_t = 0)]
     from: u64,
+    /// Play seeds from --from until this many hours have passed (instead
+    /// of --seeds), then say how many passed and how fast.
+    #[arg(long, conflicts_with_all = ["seed", "seeds"])]
+    hours: Option<f64>,
     /// Replay this one seed, printing what it did.
     #[arg(long)]
     seed: Option<u64>,
@@ -52,7 +56,27 @@ pub fn main(args: &SimArgs, postgres: Option<String>) -> anyhow::Result<ExitCode
     let started = Instant::now();
     let mut last = Instant::now();
     let mut injected: BTreeMap<&'static str, usize> = BTreeMap::new();
-    for (n, seed) in (args.from..args.from.saturating_add(args.seeds)).enumerate() {
+    let until = match args.hours {
+        Some(hours) if hours.is_finite() && hours > 0.0 && hours <= 24.0 * 365.0 => {
+            Some(started + std::time::Duration::from_secs_f64(hours * 3600.0))
+        }
+        Some(hours) => {
+            eprintln!("error: --hours {hours}: give a number of hours above 0, at most a year's");
+            return Ok(ExitCode::from(super::EXIT_INVALID));
+        }
+        None => None,
+    };
+    let end = if until.is_some() {
+        u64::MAX
+    } else {
+        args.from.saturating_add(args.seeds)
+    };
+    let mut played: u64 = 0;
+    for (n, seed) in (args.from..end).enumerate() {
+        if until.is_some_and(|until| Instant::now() >= until) {
+            break;
+        }
+        played += 1;
         match run(seed, shape) {
             Ok(passed) => {
                 for (kind, count) in passed.tally {
@@ -71,12 +95,11 @@ pub fn main(args: &SimArgs, postgres: Option<String>) -> anyhow::Result<ExitCode
         }
     }
     out!(
-        "{} seeds passed in {:.1} s: {:.0} seeds/s (seeds {}..{}, {} events each)",
-        args.seeds,
+        "{played} seeds passed in {:.1} s: {:.0} seeds/s (seeds {}..{}, {} events each)",
         started.elapsed().as_secs_f64(),
-        rate(usize::try_from(args.seeds).unwrap_or(usize::MAX), started),
+        rate(usize::try_from(played).unwrap_or(usize::MAX), started),
         args.from,
-        args.from.saturating_add(args.seeds),
+        args.from.saturating_add(played),
         args.events
     );
     // Every kind, so that a kind none of the seeds produced shows as 0.
