@@ -493,12 +493,9 @@ impl Engine {
                         updated.version = row.version + 1;
                         writes.push(Write::schedule(&updated, Some(row.version), None));
                     }
-                    // Only if there is still none: a host that made it
-                    // since this read may have fired it, and a row made
-                    // again here would fire that time again.
                     None => {
                         let row = cron::new_row(key, &workflow.id, schedule, "workflow", now);
-                        writes.push(Write::schedule(&row, Some(0), None));
+                        writes.push(Write::schedule(&row, None, None));
                     }
                 }
             }

@@ -400,10 +400,11 @@ fn resume_all(engine: &Engine, ids: &[&str]) -> usize {
                     tracing::warn!(run = %id, "cannot resume: {e}");
                 }
                 // The store failed: tried again, as a failed commit is.
-                Err(e) => {
+                Err(e @ ResumeError::Store(_)) => {
                     tracing::warn!(run = %id, "cannot resume yet, will try again: {e}");
                     engine.resume_later(id);
                 }
+                Err(e) => tracing::warn!(run = %id, "cannot resume: {e}"),
             }
         }
     };

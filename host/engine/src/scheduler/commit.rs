@@ -329,10 +329,10 @@ impl Core {
         let mut guard = guard;
         guard.pause_committing = true;
         self.commit(guard, cell, write, move |core, _, live, outcome| {
+            live.pausing = None;
             live.pause_committing = false;
             match outcome {
                 Ok(()) => {
-                    live.pausing = None;
                     tracing::debug!(run = %paused.id, "paused");
                     live.task.drive.run = paused;
                     // What came up meanwhile goes through the store: a
@@ -346,11 +346,11 @@ impl Core {
                     core.suspend(live);
                 }
                 // It moved on under the pause (a retry's fire, say): read
-                // back, and paused again from there (the pause stays
-                // pending).
-                Err(StoreError::Changed(_) | StoreError::Exists(_)) => core.reread(live),
-                // Fenced, or the store failed: the run leaves memory, and
-                // its pending pause is handed on (`release`), not lost.
+                // back, and paused again from there.
+                Err(StoreError::Changed(_) | StoreError::Exists(_)) => {
+                    live.pausing = Some(paused.paused.map(|m| m.actor).unwrap_or_default());
+                    core.reread(live);
+                }
                 Err(e) => core.failed(live, e),
             }
         });

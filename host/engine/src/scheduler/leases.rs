@@ -440,6 +440,9 @@ mod tests {
             namespace,
         );
         assert_ne!(elsewhere, here.machine);
+        if let Ok(boot) = std::fs::read_to_string("/proc/sys/kernel/random/boot_id") {
+            assert!(here.machine.contains(boot.trim()), "{}", here.machine);
+        }
         assert!(!here.outlived(&row(&elsewhere, NO_PROCESS)));
         if cfg!(target_os = "linux") {
             assert!(here.outlived(&row(&here.machine, NO_PROCESS)));
