@@ -4,26 +4,35 @@
 
 use weft_store::{RedbStore, Store};
 
+/// Writes rows that do not decode into the store file at `path`: at each
+/// `(table, key)` of `rows`, and each of `running` in the index of running
+/// runs.
+fn put_broken(path: &std::path::Path, rows: &[(&str, &str)], running: &[&str]) {
+    let db = redb::Database::create(path).unwrap();
+    let txn = db.begin_write().unwrap();
+    for (table, key) in rows {
+        let definition = redb::TableDefinition::<&str, &[u8]>::new(table);
+        let mut rows = txn.open_table(definition).unwrap();
+        rows.insert(*key, b"{not json".as_slice()).unwrap();
+    }
+    let index = redb::TableDefinition::<&str, ()>::new("running");
+    for key in running {
+        txn.open_table(index).unwrap().insert(*key, ()).unwrap();
+    }
+    txn.commit().unwrap();
+}
+
 #[test]
 fn rows_that_do_not_decode_are_set_aside_and_listed() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("weft.redb");
     drop(RedbStore::open(&path).unwrap());
-    {
-        let db = redb::Database::create(&path).unwrap();
-        let txn = db.begin_write().unwrap();
-        for table in ["outbox", "schedules", "runs"] {
-            let definition = redb::TableDefinition::<&str, &[u8]>::new(table);
-            let mut rows = txn.open_table(definition).unwrap();
-            rows.insert("broken", b"{not json".as_slice()).unwrap();
-        }
-        let running = redb::TableDefinition::<&str, ()>::new("running");
-        txn.open_table(running)
-            .unwrap()
-            .insert("broken", ())
-            .unwrap();
-        txn.commit().unwrap();
-    }
+    let rows = [
+        ("outbox", "broken"),
+        ("schedules", "broken"),
+        ("runs", "broken"),
+    ];
+    put_broken(&path, &rows, &["broken"]);
     let store = RedbStore::open(&path).unwrap();
     assert!(store.outbox().unwrap().is_empty());
     assert!(store.schedules().unwrap().is_empty());
@@ -78,15 +87,7 @@ fn a_tenants_listing_reads_no_row_of_another_tenant() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("weft.redb");
     acme_run(&RedbStore::open(&path).unwrap(), "r1");
-    {
-        let db = redb::Database::create(&path).unwrap();
-        let txn = db.begin_write().unwrap();
-        let runs = redb::TableDefinition::<&str, &[u8]>::new("runs");
-        let mut rows = txn.open_table(runs).unwrap();
-        rows.insert("r0", b"{not json".as_slice()).unwrap();
-        drop(rows);
-        txn.commit().unwrap();
-    }
+    put_broken(&path, &[("runs", "r0")], &[]);
     let store = RedbStore::open(&path).unwrap();
     // Every tenant's listing reads the broken row and fails; `acme`'s
     // never reads it.
@@ -142,16 +143,7 @@ fn a_claim_of_a_run_that_does_not_decode_is_refused_alone() {
         // Without a lease: free, as a host that stopped leaves its runs.
         acme_run(&RedbStore::open(&path).unwrap(), "good");
     }
-    {
-        let db = redb::Database::create(&path).unwrap();
-        let txn = db.begin_write().unwrap();
-        let runs = redb::TableDefinition::<&str, &[u8]>::new("runs");
-        txn.open_table(runs)
-            .unwrap()
-            .insert("broken", b"{not json".as_slice())
-            .unwrap();
-        txn.commit().unwrap();
-    }
+    put_broken(&path, &[("runs", "broken")], &[]);
     let store = RedbStore::open(&path).unwrap();
     let lease = weft_store::Lease::after(None, "h2");
     let claim = |run: &str| weft_store::Write::Claim {

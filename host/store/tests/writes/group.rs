@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::mpsc::{RecvTimeoutError, sync_channel};
 use std::time::Duration;
 
-use weft_store::{GroupCommit, HostRecord, StoreError, Write};
+use weft_store::{GroupCommit, HostRecord, Store, StoreError, Write};
 
 use crate::common::T0;
 use crate::table::open;
@@ -83,6 +83,40 @@ fn a_blocking_commit_from_an_answer_is_refused_not_waited_for() {
     assert!(elsewhere.is_ok(), "{elsewhere:?}");
 }
 
+/// Submits `writes` (each a tenant and a host row's number) from the answer
+/// to a first write (row 0), so that all of them wait when the next batch
+/// is made; returns how many host rows were stored once row `watched` had
+/// committed.
+fn stored_with(
+    store: &Arc<dyn Store>,
+    commits: &Arc<GroupCommit>,
+    writes: Vec<(&'static str, usize)>,
+    watched: usize,
+) -> usize {
+    let (tell, told) = sync_channel(1);
+    let inner = Arc::clone(commits);
+    let seen = Arc::clone(store);
+    commits.submit(
+        renew(0),
+        Box::new(move |_| {
+            for (tenant, n) in writes {
+                let done: weft_store::Done = if n == watched {
+                    let (seen, tell) = (Arc::clone(&seen), tell.clone());
+                    Box::new(move |outcome| {
+                        let _ = tell.send((outcome, seen.hosts().map(|h| h.len())));
+                    })
+                } else {
+                    Box::new(|_| {})
+                };
+                inner.submit_as(Arc::from(tenant), renew(n), done);
+            }
+        }),
+    );
+    let (outcome, stored) = told.recv_timeout(Duration::from_secs(60)).unwrap();
+    assert!(outcome.is_ok(), "{outcome:?}");
+    stored.unwrap()
+}
+
 /// Writes wait by tenant: a lone write of one tenant, submitted after
 /// another tenant's flood, commits in the next batch, which holds at most
 /// `SHARED_BATCH` writes, before most of the flood.
@@ -91,32 +125,9 @@ fn a_lone_tenants_write_commits_before_another_tenants_flood() {
     let (_dir, store) = open();
     let commits = Arc::new(GroupCommit::start(Arc::clone(&store)).unwrap());
     const FLOOD: usize = 3_000;
-    let (tell, told) = sync_channel(1);
-    let inner = Arc::clone(&commits);
-    let seen = Arc::clone(&store);
-    // From an answer, so that the flood and the lone write all wait when
-    // the next batch is made.
-    commits.submit(
-        renew(0),
-        Box::new(move |_| {
-            for n in 1..=FLOOD {
-                inner.submit_as(Arc::from("flood"), renew(n), Box::new(|_| {}));
-            }
-            let seen = Arc::clone(&seen);
-            inner.submit_as(
-                Arc::from("lone"),
-                renew(FLOOD + 1),
-                Box::new(move |outcome| {
-                    // Committed now: how many hosts' rows were stored with
-                    // it or before it.
-                    let _ = tell.send((outcome, seen.hosts().map(|h| h.len())));
-                }),
-            );
-        }),
-    );
-    let (outcome, stored) = told.recv_timeout(Duration::from_secs(60)).unwrap();
-    assert!(outcome.is_ok(), "{outcome:?}");
-    let stored = stored.unwrap();
+    let mut writes: Vec<_> = (1..=FLOOD).map(|n| ("flood", n)).collect();
+    writes.push(("lone", FLOOD + 1));
+    let stored = stored_with(&store, &commits, writes, FLOOD + 1);
     assert!(
         stored <= 1 + weft_store::SHARED_BATCH,
         "the lone write waited for {stored} rows of the flood"
@@ -133,31 +144,12 @@ fn steady_writes_beside_a_lone_tenants_commit_in_one_batch() {
     let (_dir, store) = open();
     let commits = Arc::new(GroupCommit::start(Arc::clone(&store)).unwrap());
     const STEADY: usize = weft_store::SHORT_BATCH - 1;
-    let (tell, told) = sync_channel(1);
-    let inner = Arc::clone(&commits);
-    let seen = Arc::clone(&store);
-    // From an answer, so that all of them wait when the next batch is made.
-    commits.submit(
-        renew(0),
-        Box::new(move |_| {
-            inner.submit_as(Arc::from("lone"), renew(1), Box::new(|_| {}));
-            let seen = Arc::clone(&seen);
-            inner.submit_as(
-                Arc::from("steady"),
-                renew(2),
-                Box::new(move |outcome| {
-                    let _ = tell.send((outcome, seen.hosts().map(|h| h.len())));
-                }),
-            );
-            for n in 3..STEADY + 2 {
-                inner.submit_as(Arc::from("steady"), renew(n), Box::new(|_| {}));
-            }
-        }),
-    );
-    let (outcome, stored) = told.recv_timeout(Duration::from_secs(60)).unwrap();
-    assert!(outcome.is_ok(), "{outcome:?}");
+    let mut writes = vec![("lone", 1)];
+    writes.extend((2..STEADY + 2).map(|n| ("steady", n)));
+    // Once the first steady write commits, all of them are stored.
+    let stored = stored_with(&store, &commits, writes, 2);
     assert_eq!(
-        stored.unwrap(),
+        stored,
         STEADY + 2,
         "the steady writes were split into batches of {}",
         weft_store::SHARED_BATCH
