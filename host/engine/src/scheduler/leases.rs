@@ -36,20 +36,8 @@ pub(super) struct Process {
 impl Process {
     /// This process.
     pub(super) fn this() -> Self {
-        let read = |path: &str| {
-            std::fs::read_to_string(path)
-                .map(|text| text.trim().to_owned())
-                .ok()
-                .filter(|text| !text.is_empty())
-        };
-        let name = read("/proc/sys/kernel/hostname")
-            .or_else(|| std::env::var("HOSTNAME").ok())
-            .unwrap_or_else(|| "unknown".to_owned());
-        let namespace = std::fs::read_link("/proc/self/ns/pid")
-            .ok()
-            .map(|namespace| namespace.display().to_string());
         Self {
-            machine: machine(&name, read("/proc/sys/kernel/random/boot_id"), namespace),
+            machine: Machine::here().id(),
             pid: std::process::id(),
         }
     }
@@ -75,17 +63,50 @@ impl Process {
     }
 }
 
-/// A machine's identity, as host rows name it. Its name alone is not
-/// one: machines are often named alike, and two that judged each other by
-/// pid would take each other's runs every round. The kernel's boot id
-/// tells machines (and boots) apart; the pid namespace, containers of one
-/// machine, whose processes share pid numbers.
-fn machine(name: &str, boot: Option<String>, namespace: Option<String>) -> String {
-    [Some(name.to_owned()), boot, namespace]
+/// A machine's identity, as host rows name it ([`Machine::id`]). Its name
+/// alone is not one: machines are often named alike, and two that judged
+/// each other by pid would take each other's runs every round. The
+/// kernel's boot id tells machines (and boots) apart; the pid namespace,
+/// containers of one machine, whose processes share pid numbers.
+struct Machine {
+    name: String,
+    boot: Option<String>,
+    namespace: Option<String>,
+}
+
+impl Machine {
+    /// The machine this process runs on.
+    fn here() -> Self {
+        let read = |path: &str| {
+            std::fs::read_to_string(path)
+                .map(|text| text.trim().to_owned())
+                .ok()
+                .filter(|text| !text.is_empty())
+        };
+        Self {
+            name: read("/proc/sys/kernel/hostname")
+                .or_else(|| std::env::var("HOSTNAME").ok())
+                .unwrap_or_else(|| "unknown".to_owned()),
+            boot: read("/proc/sys/kernel/random/boot_id"),
+            namespace: std::fs::read_link("/proc/self/ns/pid")
+                .ok()
+                .map(|namespace| namespace.display().to_string()),
+        }
+    }
+
+    /// Its parts that are known, in order, one space apart.
+    fn id(&self) -> String {
+        [
+            Some(&self.name),
+            self.boot.as_ref(),
+            self.namespace.as_ref(),
+        ]
         .into_iter()
         .flatten()
+        .map(String::as_str)
         .collect::<Vec<_>>()
         .join(" ")
+    }
 }
 
 impl Core {
@@ -428,21 +449,16 @@ mod tests {
     #[test]
     fn a_host_of_another_machine_with_this_ones_name_is_not_judged_gone() {
         let here = Process::this();
-        let name = std::fs::read_to_string("/proc/sys/kernel/hostname")
-            .map(|name| name.trim().to_owned())
-            .unwrap_or_default();
-        let namespace = std::fs::read_link("/proc/self/ns/pid")
-            .ok()
-            .map(|namespace| namespace.display().to_string());
-        let elsewhere = machine(
-            &name,
-            Some("00000000-0000-0000-0000-000000000000".to_owned()),
-            namespace,
-        );
-        assert_ne!(elsewhere, here.machine);
-        if let Ok(boot) = std::fs::read_to_string("/proc/sys/kernel/random/boot_id") {
-            assert!(here.machine.contains(boot.trim()), "{}", here.machine);
+        let machine = Machine::here();
+        if let Some(boot) = &machine.boot {
+            assert!(here.machine.contains(boot.as_str()), "{}", here.machine);
         }
+        let elsewhere = Machine {
+            boot: Some("00000000-0000-0000-0000-000000000000".to_owned()),
+            ..machine
+        }
+        .id();
+        assert_ne!(elsewhere, here.machine);
         assert!(!here.outlived(&row(&elsewhere, NO_PROCESS)));
         if cfg!(target_os = "linux") {
             assert!(here.outlived(&row(&here.machine, NO_PROCESS)));
