@@ -622,7 +622,7 @@ impl Engine {
         &self,
         workflow: Arc<Workflow>,
         input: Value,
-        mut observer: Box<dyn Observer + Send>,
+        observer: Box<dyn Observer + Send>,
         key: Option<String>,
     ) -> Result<RunHandle, StartError> {
         let new = self.core.launcher.make(workflow, input, None)?;
@@ -657,36 +657,17 @@ impl Engine {
             recorded: Some(recorded_answer),
             outcome,
         };
+        let created = scheduler::created::Created {
+            task,
+            observer,
+            recorded,
+            parked,
+        };
         let core = Arc::clone(&self.core);
         self.core.commits.submit_as(
             tenant,
             write,
-            Box::new(move |result| {
-                let mut task = task;
-                match result {
-                    Ok(()) => {
-                        let _ = recorded.send(Ok(()));
-                        core.telemetry.started(&task.drive.run, core.clock.now());
-                        observer.run_created(&task.drive.run);
-                        task.observer = observer;
-                        if parked {
-                            core.park(task);
-                        } else {
-                            core.claim(&task.drive.run.id);
-                            core.admit(task);
-                        }
-                    }
-                    // Not started (a `Duplicate` names the run the key
-                    // started before): both listeners hear why.
-                    Err(e) => {
-                        if parked {
-                            core.unclaim(&task.drive.run.id);
-                        }
-                        let _ = recorded.send(Err(e.clone()));
-                        let _ = task.done.send(Err(e));
-                    }
-                }
-            }),
+            Box::new(move |outcome| core.created(created, outcome)),
         );
         Ok(handle)
     }
@@ -754,6 +735,12 @@ impl Engine {
                 }
                 Err(StoreError::NotFound(_)) => {
                     return Err(RetryError::NotFound(run_id.to_owned()));
+                }
+                // The retry may have landed: if it did, the run is running
+                // with no driver, and is woken after a pause.
+                Err(e) if e.outcome_unknown() => {
+                    self.core.wake_later(run_id);
+                    return Err(e.into());
                 }
                 Err(e) => return Err(e.into()),
             }

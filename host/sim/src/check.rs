@@ -36,6 +36,9 @@ pub(crate) struct Facts {
     /// Runs whose pause a host acknowledged as durable, and no resume
     /// since: each stays paused until it ends.
     pauses: BTreeSet<String>,
+    /// Every step refused for a quota, by `(run, seq)`, with its code: the
+    /// sweeper may delete its run later, so they are counted as seen.
+    refused: BTreeMap<(String, u32), String>,
 }
 
 /// A run as last seen.
@@ -67,6 +70,12 @@ impl Facts {
         self.pauses.remove(run);
     }
 
+    /// How many steps were seen refused with quota `code` (`storage_quota`,
+    /// `timer_quota`).
+    pub(crate) fn refused(&self, code: &str) -> usize {
+        self.refused.values().filter(|c| *c == code).count()
+    }
+
     /// The invariants that hold after every event.
     pub(crate) fn check(
         &mut self,
@@ -85,7 +94,9 @@ impl Facts {
                 .map_err(|e| format!("reading run {}: {e}", run.id))?;
             self.records_kept(run, &steps)?;
             once_per_leaf(run, &steps)?;
-            refused_results_store_nothing(run, &steps, limited)?;
+            for (seq, code) in refused_results_store_nothing(run, &steps, limited)? {
+                self.refused.insert((run.id.clone(), seq), code);
+            }
             self.nothing_after_the_end(run, &steps)?;
             self.nothing_starts_while_paused(run, &steps)?;
             self.cancels_durable(run, &steps)?;
@@ -479,11 +490,13 @@ fn messages_once(store: &dyn Store, run: &RunRecord, steps: &[StepRecord]) -> Re
 /// A step fails with `storage_quota` or `timer_quota` only in a tenant
 /// held to those quotas (`limited`), and then with nothing of its result
 /// stored: no output, key-value writes, messages, child, timer or wait.
+/// Returns each refused step's seq and code.
 fn refused_results_store_nothing(
     run: &RunRecord,
     steps: &[StepRecord],
     limited: Option<&str>,
-) -> Result<(), String> {
+) -> Result<Vec<(u32, String)>, String> {
+    let mut refused = Vec::new();
     for record in steps {
         let Some(code) = record
             .error
@@ -511,8 +524,9 @@ fn refused_results_store_nothing(
                 run.id, record.path, record.seq
             ));
         }
+        refused.push((record.seq, code.to_owned()));
     }
-    Ok(())
+    Ok(refused)
 }
 
 /// A child run is of its parent's tenant.

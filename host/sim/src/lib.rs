@@ -100,8 +100,10 @@ fn play(seed: u64, shape: Shape, backend: &Backend) -> Result<Passed, Failure> {
     match outcome {
         Ok(()) => {
             let mut tally = world::tally(&world.trace);
-            tally.insert("results over quota", world.over_quota("storage_quota"));
-            tally.insert("timers over quota", world.over_quota("timer_quota"));
+            tally.insert("results over quota", world.facts.refused("storage_quota"));
+            tally.insert("timers over quota", world.facts.refused("timer_quota"));
+            tally.insert("skewed hosts", world.skewed());
+            tally.insert("zombies", world.zombies);
             Ok(Passed { tally })
         }
         Err(violation) => Err(failure(violation, std::mem::take(&mut world.trace))),

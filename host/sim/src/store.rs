@@ -32,6 +32,10 @@ pub(crate) struct SimStore {
     writes: AtomicU64,
     /// How many of the next reads fail.
     failing: AtomicUsize,
+    /// How many of the next commits are stored but reported failed, as
+    /// when the connection drops after `COMMIT` (or a sync fails after the
+    /// write reached the disk).
+    ambiguous: AtomicUsize,
 }
 
 impl SimStore {
@@ -55,6 +59,7 @@ impl SimStore {
             postgres,
             writes: AtomicU64::new(0),
             failing: AtomicUsize::new(0),
+            ambiguous: AtomicUsize::new(0),
         })
     }
 
@@ -73,9 +78,23 @@ impl SimStore {
         self.failing.store(count, Ordering::SeqCst);
     }
 
-    /// Ends any failing reads.
+    /// Makes the next `count` commits ambiguous: stored, but each
+    /// reported failed.
+    pub(crate) fn lose_answers(&self, count: usize) {
+        self.ambiguous.store(count, Ordering::SeqCst);
+    }
+
+    /// Ends any failing reads and ambiguous commits.
     pub(crate) fn heal(&self) {
         self.failing.store(0, Ordering::SeqCst);
+        self.ambiguous.store(0, Ordering::SeqCst);
+    }
+
+    /// Whether this commit's answer is lost (it is stored all the same).
+    fn answer_lost(&self) -> bool {
+        self.ambiguous
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
     }
 
     fn read(&self) -> Result<(), StoreError> {
@@ -87,6 +106,12 @@ impl SimStore {
             Err(_) => Ok(()),
         }
     }
+}
+
+/// What an ambiguous commit answers: the error a dropped connection
+/// gives after `COMMIT` was sent.
+fn lost() -> StoreError {
+    StoreError::Commit("simulated: the connection dropped after COMMIT".to_owned())
 }
 
 impl Drop for SimStore {
@@ -102,7 +127,11 @@ impl Drop for SimStore {
 impl Store for SimStore {
     fn apply(&self, writes: &[&Write]) -> Result<Vec<Result<(), StoreError>>, StoreError> {
         self.writes.fetch_add(1, Ordering::SeqCst);
-        self.inner.apply(writes)
+        let applied = self.inner.apply(writes);
+        if applied.is_ok() && self.answer_lost() {
+            return Err(lost());
+        }
+        applied
     }
 
     fn runs_from(
@@ -152,7 +181,11 @@ impl Store for SimStore {
         // Fails, writing nothing, as the next read would.
         self.read()?;
         self.writes.fetch_add(1, Ordering::SeqCst);
-        self.inner.claim_parked(host, n, rooms)
+        let claimed = self.inner.claim_parked(host, n, rooms);
+        if claimed.is_ok() && self.answer_lost() {
+            return Err(lost());
+        }
+        claimed
     }
 
     fn run(&self, id: &str) -> Result<Option<RunRecord>, StoreError> {

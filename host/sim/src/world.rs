@@ -25,6 +25,15 @@ const MAX_RESIDENT: usize = 2;
 /// How long a host's leases hold without a renewal.
 const LEASE_TTL: std::time::Duration = std::time::Duration::from_secs(5);
 
+/// The most a host's clock is off the world's, either way: two hosts'
+/// clocks differ by at most twice this. A host renews its row each third
+/// of a lease, so its peers judge it gone too early only past two thirds
+/// of a lease of skew (3.3 s here).
+const MAX_SKEW_MS: i64 = 1_500;
+
+/// The fastest a skewed host's clock gains or loses, in millionths.
+const MAX_DRIFT_PPM: i64 = 5_000;
+
 /// The tenant besides `default` whose runs the simulation starts: at most
 /// one of its runs is resident on a host, and it has twice the turns.
 const SECOND_TENANT: &str = "second";
@@ -100,6 +109,14 @@ pub enum Event {
     /// (other events may come between its pages), with a retention of one
     /// second for ended runs.
     Sweep { host: usize },
+    /// The store's next `count` commits are stored, but each is reported
+    /// failed (the connection dropped after `COMMIT`).
+    Ambiguous { count: usize },
+    /// Host `host` stops taking events (the OS stopped it, or a stall):
+    /// it renews nothing, and its leases may lapse and be taken over.
+    Freeze { host: usize },
+    /// Frozen host `host` goes on with its old state.
+    Thaw { host: usize },
 }
 
 impl fmt::Display for Event {
@@ -133,6 +150,11 @@ impl fmt::Display for Event {
             Event::FailReads { count } => write!(f, "the next {count} reads fail"),
             Event::Claim { host } => write!(f, "host {host}: claim free work"),
             Event::Sweep { host } => write!(f, "host {host}: sweep a page"),
+            Event::Ambiguous { count } => {
+                write!(f, "the next {count} commits are stored but reported failed")
+            }
+            Event::Freeze { host } => write!(f, "host {host}: frozen"),
+            Event::Thaw { host } => write!(f, "host {host}: thawed, goes on"),
         }
     }
 }
@@ -150,6 +172,38 @@ struct Host {
     cancels: Vec<(String, Told)>,
     /// Where its sweeper's pass is.
     pass: Pass,
+    /// Its clock, which may be off the world's.
+    clock: Arc<dyn Clock>,
+    /// Since when (world time) it takes no events, if it is frozen.
+    frozen: Option<u64>,
+    /// Whether it was ever frozen past its lease: it may then hold runs
+    /// another host took over, until its next commit of each is refused.
+    zombie: bool,
+}
+
+/// A host's clock: the world's, off by an offset that drifts, never past
+/// [`MAX_SKEW_MS`] either way. It never goes back.
+#[derive(Debug)]
+struct Skewed {
+    world: Arc<SimClock>,
+    offset_ms: i64,
+    drift_ppm: i64,
+}
+
+impl Clock for Skewed {
+    fn now(&self) -> Timestamp {
+        let now = self.world.now().as_millis();
+        let elapsed = i64::try_from(now.saturating_sub(START.as_millis())).unwrap_or(i64::MAX);
+        let off = self
+            .offset_ms
+            .saturating_add(elapsed.saturating_mul(self.drift_ppm) / 1_000_000)
+            .clamp(-MAX_SKEW_MS, MAX_SKEW_MS);
+        Timestamp(now.saturating_add_signed(off))
+    }
+
+    fn real_wait(&self, millis: u64) -> std::time::Duration {
+        self.world.real_wait(millis)
+    }
 }
 
 /// How a simulation is shaped.
@@ -172,6 +226,13 @@ impl Default for Shape {
 
 pub(crate) struct World {
     rng: SplitMix,
+    /// Draws for the faults added after the first ones (ambiguous commits,
+    /// frozen hosts, skewed clocks), apart, so that `rng` draws as before
+    /// them and old seeds play much as they did.
+    extra: SplitMix,
+    /// Each host's clock: its offset from the world's (ms), and its drift
+    /// (millionths). Kept across crashes: the machine's clock.
+    clocks: Vec<(i64, i64)>,
     sim_store: Arc<SimStore>,
     /// The same, as the engines see it.
     store: Arc<dyn Store>,
@@ -191,6 +252,8 @@ pub(crate) struct World {
     started: usize,
     /// Runs retried so far.
     retried: usize,
+    /// Hosts thawed after their lease lapsed.
+    pub(crate) zombies: usize,
     shape: Shape,
 }
 
@@ -250,8 +313,23 @@ impl World {
         let store: Arc<dyn Store> = Arc::clone(&sim_store) as Arc<dyn Store>;
         let (workflows, served) = workflows()?;
         let hosts = 1 + usize::from(rng.chance(30));
+        let mut extra = SplitMix::new(seed ^ 0x0FA1_7ED5_u64);
+        // A third of the worlds have skewed clocks.
+        let skewed = extra.chance(33);
+        let clocks = (0..hosts)
+            .map(|_| {
+                if !skewed {
+                    return (0, 0);
+                }
+                let offset = extra.below(13) as i64 * 250 - MAX_SKEW_MS;
+                let drift = extra.below(5) as i64 * 2_500 - MAX_DRIFT_PPM;
+                (offset, drift)
+            })
+            .collect();
         let mut world = Self {
             rng,
+            extra,
+            clocks,
             sim_store,
             store,
             checked: None,
@@ -265,20 +343,21 @@ impl World {
             trace: Vec::new(),
             started: 0,
             retried: 0,
+            zombies: 0,
             shape,
             stored_quota: None,
         };
         // Some worlds hold the second tenant to 500 bytes to 3 KB of stored
         // bytes (a run's record is some 500), so that some of its starts
-        // and results are refused, and to 2 to 4 pending timers (a run's
+        // and results are refused, and to 1 to 3 pending timers (a run's
         // deadline is one), so that some of its sleeps and awaits are.
         if world.rng.chance(30) {
             let limit = 500 + 250 * world.rng.below(12) as u64;
             world.limit_stored_bytes(limit)?;
         }
         world.subscribe_to_ends()?;
-        for _ in 0..hosts {
-            let host = world.host();
+        for n in 0..hosts {
+            let host = world.host(n);
             world.hosts.push(host);
         }
         Ok(world)
@@ -306,7 +385,7 @@ impl World {
         }
     }
 
-    /// The second tenant's quota: `limit` stored bytes, and 2 to 4
+    /// The second tenant's quota: `limit` stored bytes, and 1 to 3
     /// pending timers, as `limit` says (no draw of its own, so that the
     /// seeds play as before it).
     fn limit_stored_bytes(&mut self, limit: u64) -> Result<(), String> {
@@ -315,7 +394,7 @@ impl World {
             created_at: START,
             quota: weft_store::Quota {
                 max_stored_bytes: Some(limit),
-                max_timers: Some(2 + (limit / 250) % 3),
+                max_timers: Some(1 + (limit / 250) % 3),
                 ..weft_store::Quota::default()
             },
         };
@@ -327,22 +406,23 @@ impl World {
         }
     }
 
-    /// How many step results were refused with `code` (`storage_quota`,
-    /// `timer_quota`).
-    pub(crate) fn over_quota(&self, code: &str) -> usize {
-        let store = self.sim_store.inner();
-        let runs = store
-            .runs(&RunFilter::default(), usize::MAX)
-            .unwrap_or_default();
-        runs.iter()
-            .flat_map(|run| store.steps(&run.id).unwrap_or_default())
-            .filter(|r| r.error.as_ref().is_some_and(|e| e.code == code))
-            .count()
+    /// How many hosts have a clock off the world's.
+    pub(crate) fn skewed(&self) -> usize {
+        self.clocks.iter().filter(|c| **c != (0, 0)).count()
     }
 
-    /// A host starting on the store: the recovery order of `Host::start`.
-    fn host(&self) -> Host {
-        let clock: Arc<dyn Clock> = Arc::clone(&self.clock) as Arc<dyn Clock>;
+    /// Host `n` starting on the store: the recovery order of `Host::start`.
+    fn host(&self, n: usize) -> Host {
+        let (offset_ms, drift_ppm) = self.clocks[n];
+        let clock: Arc<dyn Clock> = if (offset_ms, drift_ppm) == (0, 0) {
+            Arc::clone(&self.clock) as Arc<dyn Clock>
+        } else {
+            Arc::new(Skewed {
+                world: Arc::clone(&self.clock),
+                offset_ms,
+                drift_ppm,
+            })
+        };
         let source = Arc::new(Source::new(Arc::clone(&self.store)));
         let config = EngineConfig {
             workers: 1,
@@ -354,7 +434,7 @@ impl World {
             Arc::clone(&self.store),
             Arc::clone(&self.plugins),
             source,
-            clock,
+            Arc::clone(&clock),
             config,
         );
         engine.set_workflows(Arc::clone(&self.served) as Arc<dyn weft_model::Workflows>);
@@ -397,6 +477,9 @@ impl World {
             answers: Vec::new(),
             cancels: Vec::new(),
             pass: Pass::new(),
+            clock,
+            frozen: None,
+            zombie: false,
         }
     }
 
@@ -445,10 +528,20 @@ impl World {
     /// No run is resident in two hosts at once: one owner per run.
     fn one_driver(&self) -> Result<(), String> {
         let mut seen = std::collections::BTreeMap::new();
+        let inner = self.sim_store.inner();
         for (n, host) in self.hosts.iter().enumerate() {
             for (id, epoch) in host.stepper.resident_epochs() {
+                // A frozen host, or a zombie, may hold a run whose lease
+                // was taken over while it was frozen: that drive is stale
+                // (its commits are refused), unless it holds the current
+                // lease.
+                if host.zombie || host.frozen.is_some() {
+                    let current = inner.lease(&id).ok().flatten().map(|l| l.epoch);
+                    if current != Some(epoch) {
+                        continue;
+                    }
+                }
                 if let Some((other, theirs)) = seen.insert(id.clone(), (n, epoch)) {
-                    let inner = self.sim_store.inner();
                     // A host may still hold a run that ended elsewhere, until
                     // its next commit is refused; if the run was retried
                     // since, another host may hold it too. The stale one
@@ -554,8 +647,18 @@ impl World {
 
     /// Picks the next event among those that can happen.
     fn choose(&mut self) -> Event {
+        if let Some(event) = self.choose_extra() {
+            return event;
+        }
         loop {
             let host = self.rng.below(self.hosts.len());
+            if self.hosts[host].frozen.is_some() {
+                // A frozen host takes no events; the clock still moves.
+                match self.rng.below(100) {
+                    62..=71 => return Event::Advance { ms: 1000 },
+                    _ => continue,
+                }
+            }
             let stepper = &self.hosts[host].stepper;
             let (ready, held) = (stepper.ready(), stepper.commits().pending());
             match self.rng.below(100) {
@@ -621,6 +724,53 @@ impl World {
                 72..=73 | 95 | 99 => return Event::Sweep { host },
                 _ => {}
             }
+        }
+    }
+
+    /// The faults drawn from `extra`, if one is chosen: an ambiguous
+    /// commit, a host frozen, a frozen host thawed (most often once its
+    /// lease lapsed), and while one is frozen, more time passing.
+    fn choose_extra(&mut self) -> Option<Event> {
+        if !self.faults {
+            return None;
+        }
+        let now = self.clock.now().as_millis();
+        let ttl = u64::try_from(LEASE_TTL.as_millis()).unwrap_or(u64::MAX);
+        for host in 0..self.hosts.len() {
+            if let Some(since) = self.hosts[host].frozen {
+                let lapsed = now >= since.saturating_add(ttl);
+                if self.extra.chance(if lapsed { 8 } else { 1 }) {
+                    return Some(Event::Thaw { host });
+                }
+                if self.extra.chance(10) {
+                    return Some(Event::Advance { ms: 1000 });
+                }
+            }
+        }
+        match self.extra.below(1000) {
+            0..=14 => Some(Event::Ambiguous {
+                count: 1 + self.extra.below(2),
+            }),
+            15..=18 => {
+                let host = self.extra.below(self.hosts.len());
+                self.hosts[host]
+                    .frozen
+                    .is_none()
+                    .then_some(Event::Freeze { host })
+            }
+            _ => None,
+        }
+    }
+
+    /// Thaws host `host`: a zombie if its lease lapsed while it was
+    /// frozen.
+    fn thaw(&mut self, host: usize) {
+        let ttl = u64::try_from(LEASE_TTL.as_millis()).unwrap_or(u64::MAX);
+        if let Some(since) = self.hosts[host].frozen.take()
+            && self.clock.now().as_millis() >= since.saturating_add(ttl)
+        {
+            self.hosts[host].zombie = true;
+            self.zombies += 1;
         }
     }
 
@@ -723,10 +873,10 @@ impl World {
                 // Every live host renews in time (each third of a lease, as
                 // its lease thread does); then each takes over the runs of
                 // hosts that are gone (crashed ones).
-                for host in &self.hosts {
+                for host in self.hosts.iter().filter(|h| h.frozen.is_none()) {
                     host.stepper.renew_if_due();
                 }
-                for host in &self.hosts {
+                for host in self.hosts.iter().filter(|h| h.frozen.is_none()) {
                     host.stepper.take_over();
                     host.stepper.claim_free_work();
                     host.stepper.tick();
@@ -780,7 +930,7 @@ impl World {
             Event::Crash { host } => {
                 self.hosts[host].stepper.crash();
                 // Only the store survives: the new host recovers from it.
-                let fresh = self.host();
+                let fresh = self.host(host);
                 self.hosts[host] = fresh;
             }
             Event::Poll { host } => self.hosts[host].stepper.poll_watches(),
@@ -789,6 +939,11 @@ impl World {
                 self.hosts[host].stepper.claim_free_work();
             }
             Event::Sweep { host } => self.sweep(host),
+            Event::Ambiguous { count } => self.sim_store.lose_answers(count),
+            Event::Freeze { host } => {
+                self.hosts[host].frozen = Some(self.clock.now().as_millis());
+            }
+            Event::Thaw { host } => self.thaw(host),
         }
     }
 
@@ -822,6 +977,13 @@ impl World {
     fn settle(&mut self) -> Result<(), String> {
         self.faults = false;
         self.sim_store.heal();
+        for host in 0..self.hosts.len() {
+            if self.hosts[host].frozen.is_some() {
+                let event = Event::Thaw { host };
+                self.trace.push(event.clone());
+                self.apply(event);
+            }
+        }
         let mut stalled = 0;
         for _ in 0..10_000 {
             let mut busy = false;
@@ -856,12 +1018,20 @@ impl World {
             for host in &self.hosts {
                 host.stepper.poll_watches();
             }
-            let next = self.hosts.iter().filter_map(|h| h.stepper.next_due()).min();
+            // How long until each host's next timer is due by its own
+            // clock.
+            let next = self
+                .hosts
+                .iter()
+                .filter_map(|h| {
+                    let due = h.stepper.next_due()?;
+                    Some(due.saturating_sub(h.clock.now().as_millis()))
+                })
+                .min();
             let ready: usize = self.hosts.iter().map(|h| h.stepper.ready()).sum();
             match next {
-                Some(due) if ready == 0 => {
-                    let now = self.clock.now().as_millis();
-                    let ms = due.saturating_sub(now).max(1);
+                Some(wait) if ready == 0 => {
+                    let ms = wait.max(1);
                     let event = Event::Advance { ms };
                     self.trace.push(event.clone());
                     self.apply(event);
@@ -887,7 +1057,7 @@ impl World {
 }
 
 /// The name of each kind of event, as tallies count them.
-pub(crate) const KINDS: [&str; 16] = [
+pub(crate) const KINDS: [&str; 19] = [
     "work",
     "commit",
     "failed batch",
@@ -904,6 +1074,9 @@ pub(crate) const KINDS: [&str; 16] = [
     "failed reads",
     "claims",
     "sweeps",
+    "ambiguous commits",
+    "freezes",
+    "thaws",
 ];
 
 /// The name of `event`'s kind, one of [`KINDS`].
@@ -925,6 +1098,9 @@ fn kind(event: &Event) -> &'static str {
         Event::FailReads { .. } => KINDS[13],
         Event::Claim { .. } => KINDS[14],
         Event::Sweep { .. } => KINDS[15],
+        Event::Ambiguous { .. } => KINDS[16],
+        Event::Freeze { .. } => KINDS[17],
+        Event::Thaw { .. } => KINDS[18],
     }
 }
 

@@ -141,8 +141,9 @@ pub enum StoreError {
         /// The database file.
         path: String,
     },
-    /// The batch this write was committed with failed; nothing in it was
-    /// stored.
+    /// The batch this write was committed with failed. Nothing in it was
+    /// stored, as far as this process knows: a connection lost during the
+    /// commit leaves its outcome unknown ([`StoreError::outcome_unknown`]).
     #[error("the commit failed: {0}")]
     Commit(String),
     /// The committing thread has stopped.
@@ -238,6 +239,20 @@ pub enum StoreError {
         /// Why.
         message: String,
     },
+}
+
+impl StoreError {
+    /// Whether the write may have been stored all the same: the commit
+    /// failed in a way that can hide a transaction that landed (a
+    /// connection lost after `COMMIT` was sent, a sync that failed after
+    /// the write reached the disk). Its writer reads back what it wrote;
+    /// every other error is an answer.
+    pub fn outcome_unknown(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Commit(_) | StoreError::Backend(_) | StoreError::Unavailable { .. }
+        )
+    }
 }
 
 impl From<::redb::Error> for StoreError {

@@ -88,15 +88,46 @@ impl Core {
                     }
                 }
             }
-            // Its outbox row is not carried out yet.
-            Ok(None) => {}
-            // Looked at again after the backoff, as a wake: it takes the
-            // child in if it runs and nobody drives it (left alone, a child
+            // Its outbox row is not carried out yet: by the write made
+            // when the parent's commit was answered, unless that answer was
+            // lost (the commit landed, but failed as far as this host knows,
+            // and the parent was read back). Then it is carried out here.
+            Ok(None) => self.enqueue(Work::CarryOut(child, 0)),
+            // Looked at again after the backoff: its outbox row is carried
+            // out if it is still open, and the child is woken, which takes
+            // it in if it runs and nobody drives it (left alone, a child
             // recorded but not resident would wait forever).
             Err(e) => {
                 tracing::warn!(run = %child, "cannot read a child run, trying again: {e}");
-                self.retry_later(0, Later::Work(Work::Wake(child, 0)));
+                self.retry_later(0, Later::Work(Work::CarryOut(child, 0)));
             }
+        }
+    }
+
+    /// Carries out the outbox row that records child run `child`, if it
+    /// is still open, under this host's lease; then wakes the child here
+    /// (recorded before or now). `tries` of this failed before. Carrying
+    /// out a row twice does nothing the second time.
+    pub(super) fn carry_out(self: &Arc<Self>, child: &str, tries: u32) {
+        let again = |e: &StoreError| {
+            tracing::warn!(run = %child, tries = tries + 1, "cannot record a child run, trying again: {e}");
+            self.retry_later(
+                tries,
+                Later::Work(Work::CarryOut(child.to_owned(), tries + 1)),
+            );
+        };
+        let key = format!("run:{child}");
+        let row = match self.launcher.store.outbox() {
+            Ok(rows) => rows.into_iter().find(|row| row.id == key),
+            Err(e) => return again(&e),
+        };
+        let Some(write) = row.as_ref().and_then(Write::start_run) else {
+            return self.enqueue(Work::Wake(child.to_owned(), 0));
+        };
+        let write = write.under(weft_store::Lease::after(None, self.host()));
+        match self.commits.commit(write) {
+            Ok(()) => self.enqueue(Work::Wake(child.to_owned(), 0)),
+            Err(e) => again(&e),
         }
     }
 

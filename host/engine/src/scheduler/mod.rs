@@ -24,6 +24,7 @@ mod admission;
 mod children;
 mod commit;
 mod control;
+pub(crate) mod created;
 mod leases;
 mod pause;
 pub use pause::Pausing;
@@ -185,6 +186,13 @@ enum Work {
     /// Record a child run a step started, then admit it; how many tries
     /// of it failed.
     StartChild(Box<NewRun>, Box<OutboxRecord>, u32),
+    /// Carry out the outbox row of this child run, if it is still open,
+    /// then wake the child; how many tries of it failed.
+    CarryOut(String, u32),
+    /// Read back a run whose creating commit failed with this error (its
+    /// outcome unknown), then admit it or tell its caller; how many tries
+    /// of it failed.
+    Recheck(Box<created::Created>, Box<StoreError>, u32),
     /// Cancel this run in the store: a child of a cancelled run.
     Cancel(String),
     /// Read in a parked run that was given a place; how many tries of it
@@ -254,6 +262,8 @@ impl Work {
             Work::Fire(..)
             | Work::Decide(..)
             | Work::Wake(..)
+            | Work::CarryOut(..)
+            | Work::Recheck(..)
             | Work::Cancel(_)
             | Work::Pause(..) => weft_core::fair::untenanted(),
         }
@@ -639,6 +649,8 @@ impl Core {
             Work::Fire(timer, tries) => self.fire(*timer, tries),
             Work::Decide(timer, tries) => self.decide(*timer, tries),
             Work::StartChild(child, row, tries) => self.start_child(*child, *row, tries),
+            Work::CarryOut(id, tries) => self.carry_out(&id, tries),
+            Work::Recheck(created, error, tries) => self.recheck(*created, *error, tries),
             Work::Cancel(id) => self.cancel_child(&id),
             Work::Admit(parked, tries) => self.admit_parked(*parked, tries),
             Work::Pause(id, actor, tries) => self.pause_left(&id, &actor, tries),

@@ -153,6 +153,13 @@ impl Core {
                 Ok(()) => return Ok(false),
                 Err(StoreError::Changed(_)) => {}
                 Err(StoreError::NotFound(_)) => return Err(PauseError::NotFound(id.to_owned())),
+                // The resume may have landed: if it did, the run is free to
+                // go on with no driver, and is woken after a pause (a wake
+                // of a run still paused leaves it as it is).
+                Err(e) if e.outcome_unknown() => {
+                    self.wake_later(id);
+                    return Err(e.into());
+                }
                 Err(e) => return Err(e.into()),
             }
         }

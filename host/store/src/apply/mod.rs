@@ -823,8 +823,13 @@ impl Apply<'_> {
         run: &[u8],
         lease: Option<&Lease>,
     ) -> Result<Result<(), StoreError>, StoreError> {
-        // A child fenced off by its parent's cancellation before it was
-        // recorded is never started.
+        // A row carried out already (by another host, or by a write whose
+        // answer was lost) is not carried out again: the child may have
+        // ended and gone since. A child fenced off by its parent's
+        // cancellation before it was recorded is never started.
+        if !self.rows.has(Table::Outbox, Key::Str(outbox))? {
+            return Ok(Ok(()));
+        }
         if !self.rows.has(Table::Runs, Key::Str(id))? && !self.ended(id)? {
             self.rows.put(Table::Runs, Key::Str(id), run)?;
             self.rows
