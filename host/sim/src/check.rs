@@ -364,12 +364,24 @@ impl Facts {
                         format!("\n  #{} {} attempt {}: {outcome}", r.seq, r.path, r.attempt)
                     })
                     .collect();
+                let lease = store.lease(&run.id).ok().flatten();
+                let indexed = store
+                    .running()
+                    .is_ok_and(|running| running.iter().any(|r| r.id == run.id));
+                let parked = store
+                    .parked(usize::MAX)
+                    .is_ok_and(|parked| parked.iter().any(|(id, _)| *id == run.id));
                 return Err(format!(
-                    "run {} ({}) stalled: {:?}{}, {} records, {timers} timers pending, and nothing left to do:{}",
+                    "run {} ({}) stalled: {:?}{}{}, lease {lease:?}, running index {indexed}, parked {parked}, {} records, {timers} timers pending, and nothing left to do:{}",
                     run.id,
                     run.workflow,
                     run.state,
                     if run.suspended { " (suspended)" } else { "" },
+                    if run.paused.is_some() {
+                        " (paused)"
+                    } else {
+                        ""
+                    },
                     run.step_records,
                     records.concat()
                 ));

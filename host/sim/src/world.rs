@@ -176,8 +176,8 @@ struct Host {
     clock: Arc<dyn Clock>,
     /// Since when (world time) it takes no events, if it is frozen.
     frozen: Option<u64>,
-    /// Whether it was ever frozen past its lease: it may then hold runs
-    /// another host took over, until its next commit of each is refused.
+    /// Whether it was ever frozen: it may then hold runs another host took
+    /// over, until its next commit of each is refused.
     zombie: bool,
 }
 
@@ -461,15 +461,23 @@ impl World {
             }
         }
         // Runs parked in the store are free work, claimed as places free.
-        // A store that fails here leaves the rest to the lease rounds, as
-        // `Host::start` would stop.
-        if let Ok(parked) = self.store.parked(usize::MAX)
-            && let Ok(running) = self.store.running()
-        {
+        // `Host::start` stops when these reads fail, and the process
+        // starts again: here the host tries again. A resume the store
+        // failed is tried again later, as `Host::start`'s is.
+        for _ in 0..10 {
+            let (Ok(parked), Ok(running)) = (self.store.parked(usize::MAX), self.store.running())
+            else {
+                continue;
+            };
             let parked: Vec<String> = parked.into_iter().map(|(id, _)| id).collect();
             for run in running.iter().filter(|run| !parked.contains(&run.id)) {
-                let _ = engine.resume(&run.id, Box::new(Quiet));
+                if let Err(weft_engine::ResumeError::Store(_)) =
+                    engine.resume(&run.id, Box::new(Quiet))
+                {
+                    engine.resume_later(&run.id);
+                }
             }
+            break;
         }
         Host {
             engine,
@@ -497,13 +505,41 @@ impl World {
 
     fn play_events(&mut self) -> Result<(), String> {
         self.check()?;
-        for _ in 0..self.shape.events {
+        for n in 0..self.shape.events {
             let event = self.choose();
+            // With `WEFT_SIM_LOG`, the engine's log reads between them.
+            tracing::info!(target: "weft_sim", "event {n}: {event}");
             self.trace.push(event.clone());
             self.apply(event);
             self.check()?;
         }
         self.settle()?;
+        for (n, host) in self.hosts.iter().enumerate() {
+            for cell in host.stepper.describe() {
+                tracing::info!(target: "weft_sim", "host {n} holds {cell}");
+            }
+            for id in host.stepper.resident() {
+                let inner = self.sim_store.inner();
+                let run = inner.run(&id).ok().flatten();
+                let steps: Vec<String> = inner
+                    .steps(&id)
+                    .unwrap_or_default()
+                    .iter()
+                    .map(|r| {
+                        format!(
+                            "{}#{} {:?} {:?} child {:?} awaiting {}",
+                            r.path,
+                            r.seq,
+                            r.output,
+                            r.error.as_ref().map(|e| &e.code),
+                            r.child,
+                            r.awaiting
+                        )
+                    })
+                    .collect();
+                tracing::info!(target: "weft_sim", "  {id}: {:?} {:?} {steps:?}", run.as_ref().map(|r| &r.workflow), run.as_ref().map(|r| r.state));
+            }
+        }
         self.facts.ended(self.sim_store.inner())
     }
 
@@ -762,15 +798,17 @@ impl World {
         }
     }
 
-    /// Thaws host `host`: a zombie if its lease lapsed while it was
-    /// frozen.
+    /// Thaws host `host`. It may hold runs taken over while it was frozen
+    /// (its row lapses two thirds of a lease after its last renewal, by
+    /// the clock of whoever judges it), so it is held to the rules of a
+    /// zombie from now on; it is counted as one if a whole lease passed.
     fn thaw(&mut self, host: usize) {
         let ttl = u64::try_from(LEASE_TTL.as_millis()).unwrap_or(u64::MAX);
-        if let Some(since) = self.hosts[host].frozen.take()
-            && self.clock.now().as_millis() >= since.saturating_add(ttl)
-        {
+        if let Some(since) = self.hosts[host].frozen.take() {
             self.hosts[host].zombie = true;
-            self.zombies += 1;
+            if self.clock.now().as_millis() >= since.saturating_add(ttl) {
+                self.zombies += 1;
+            }
         }
     }
 
@@ -907,9 +945,10 @@ impl World {
             Event::Retry { host, run } => {
                 self.retried += 1;
                 // Refused (it moved on, a read failed) or taken in here.
-                let _ = self.hosts[host]
+                let retried = self.hosts[host]
                     .engine
                     .retry(&run, None, "sim", Box::new(Quiet));
+                tracing::info!(target: "weft_sim", "retried: {:?}", retried.map(|h| h.id().to_owned()));
             }
             Event::Pause { host, run } => {
                 // Refused (ended, parked, driven elsewhere), pending, or
@@ -924,7 +963,8 @@ impl World {
                 // Taken back before the call: a pause that lands after it
                 // is a pause of its own.
                 self.facts.resumed(&run);
-                let _ = self.hosts[host].engine.unpause(&run, Box::new(Quiet));
+                let resumed = self.hosts[host].engine.unpause(&run, Box::new(Quiet));
+                tracing::info!(target: "weft_sim", "resumed: {:?}", resumed.map(|h| h.is_some()));
             }
             Event::Rearm { host, key } => self.hosts[host].stepper.arm(key),
             Event::Crash { host } => {

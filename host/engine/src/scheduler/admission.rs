@@ -496,6 +496,20 @@ impl Core {
         self.enqueue(Work::Wake(id, 0));
     }
 
+    /// The resident run is behind the store in a way a commit may never
+    /// show (it waits on a child that will never be recorded): it leaves
+    /// memory, keeping its handle's observer and answer, and is read back
+    /// after a pause that grows as this repeats.
+    pub(super) fn reread_later(&self, live: &mut Live, why: &str) {
+        let id = live.task.drive.run.id.clone();
+        let failures = live.failures;
+        tracing::warn!(run = %id, "{why}; the run is read back from the store");
+        self.keep_handle(live);
+        lock(&self.retries).insert(id.clone(), failures + 1);
+        self.release(live);
+        self.retry_later(failures, Later::Work(Work::Wake(id, 0)));
+    }
+
     /// Keeps a run's observer and answer for its handle while it is out of
     /// memory: a wake that takes it in again gives them back.
     fn keep_handle(&self, live: &mut Live) {

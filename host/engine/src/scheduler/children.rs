@@ -121,13 +121,34 @@ impl Core {
             Ok(rows) => rows.into_iter().find(|row| row.id == key),
             Err(e) => return again(&e),
         };
-        let Some(write) = row.as_ref().and_then(Write::start_run) else {
-            return self.enqueue(Work::Wake(child.to_owned(), 0));
-        };
-        let write = write.under(weft_store::Lease::after(None, self.host()));
-        match self.commits.commit(write) {
-            Ok(()) => self.enqueue(Work::Wake(child.to_owned(), 0)),
+        if let Some(write) = row.as_ref().and_then(Write::start_run) {
+            let write = write.under(weft_store::Lease::after(None, self.host()));
+            if let Err(e) = self.commits.commit(write) {
+                return again(&e);
+            }
+        }
+        match self.launcher.store.run(child) {
+            Ok(Some(_)) => self.enqueue(Work::Wake(child.to_owned(), 0)),
+            // Neither recorded nor to be: its parent's cancellation fenced
+            // it off. What waits on it is behind the store.
+            Ok(None) => self.never_recorded(child),
             Err(e) => again(&e),
+        }
+    }
+
+    /// Child run `child` will never be recorded: every run waiting on it
+    /// here is read back from the store (cancelled, as a rule, which its
+    /// read finds).
+    fn never_recorded(&self, child: &str) {
+        let waiting = lock(&self.watchers).remove(child).unwrap_or_default();
+        for (cell, _) in waiting {
+            let mut live = lock(&cell);
+            if !live.closed {
+                self.reread_later(
+                    &mut live,
+                    &format!("child run {child} will never be recorded"),
+                );
+            }
         }
     }
 

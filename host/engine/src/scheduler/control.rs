@@ -219,7 +219,14 @@ impl Core {
             };
         }
         let outcome = self.act_in_store(id, path, answer);
-        self.unclaim_waking(id, outcome.is_ok());
+        // An answer whose commit's answer was lost may have landed: the
+        // wake reads the run back (still waiting, it stays asleep).
+        let landed = match &outcome {
+            Ok(()) => true,
+            Err(ActError::Store(e)) => e.outcome_unknown(),
+            Err(_) => false,
+        };
+        self.unclaim_waking(id, landed);
         match outcome {
             // The run moved on after it was read (another record
             // landed, or it woke): look again.

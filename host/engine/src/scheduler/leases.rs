@@ -299,6 +299,10 @@ impl Core {
                 };
                 if self.commits.commit(forget).is_ok() {
                     tracing::warn!(host = %row.id, "host gone; its runs are taken over");
+                    // Forgotten outside a round too (a take-in that found
+                    // it gone): the next round takes its other runs over,
+                    // which no host may have seen it hold.
+                    self.sweep.store(true, std::sync::atomic::Ordering::SeqCst);
                     gone += 1;
                     continue;
                 }

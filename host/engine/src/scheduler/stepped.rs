@@ -101,6 +101,41 @@ impl Stepper {
         runs
     }
 
+    /// What each resident run's cell holds, one line each: for a
+    /// simulator's log when a run stalls.
+    pub fn describe(&self) -> Vec<String> {
+        let cells: Vec<(String, super::Cell)> = lock(&self.core.cells)
+            .iter()
+            .map(|(id, cell)| (id.clone(), Arc::clone(cell)))
+            .collect();
+        let resident: Vec<String> = cells.iter().map(|(id, _)| id.clone()).collect();
+        let claimed: Vec<String> = lock(&self.core.admission)
+            .known
+            .iter()
+            .filter(|(id, _)| !resident.contains(id))
+            .map(|(id, noted)| format!("{id}: claimed, not resident (noted {noted})"))
+            .collect();
+        cells
+            .into_iter()
+            .map(|(id, cell)| {
+                let live = lock(&cell.live);
+                format!(
+                    "{id}: lease {:?}, state {:?}, suspended {}, committing {}, closed {}, {} finished, failures {}, pausing {:?}, pause committing {}",
+                    live.task.drive.lease(),
+                    live.task.drive.run.state,
+                    live.task.drive.run.suspended,
+                    live.committing,
+                    live.closed,
+                    live.finished.len(),
+                    live.failures,
+                    live.pausing,
+                    live.pause_committing,
+                )
+            })
+            .chain(claimed)
+            .collect()
+    }
+
     /// The writes waiting to commit.
     pub fn commits(&self) -> &Held {
         &self.held

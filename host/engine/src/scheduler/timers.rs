@@ -110,7 +110,12 @@ impl Core {
                     core.telemetry.step(&run, &record, false);
                 }
                 // A paused run is not woken: the fire waits for its resume.
-                core.unclaim_waking(&timer.run, outcome.is_ok() && run.paused.is_none());
+                // A fire whose answer was lost may have landed: the wake
+                // reads the run back (still asleep, it stays so, its timers
+                // armed), as the retried fire would find its timer gone
+                // and wake nothing.
+                let landed = outcome.as_ref().map_or_else(StoreError::outcome_unknown, |()| true);
+                core.unclaim_waking(&timer.run, landed && run.paused.is_none());
                 match outcome {
                     Ok(()) => core.fired(timer.timer.due),
                     // Fired elsewhere; or another host drives the run,
