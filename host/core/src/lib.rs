@@ -26,6 +26,7 @@ mod error;
 pub mod fair;
 pub mod ids;
 pub mod metrics;
+pub mod mutation;
 pub mod names;
 pub mod panics;
 mod schedule;

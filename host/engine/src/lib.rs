@@ -738,7 +738,9 @@ impl Engine {
                 }
                 // The retry may have landed: if it did, the run is running
                 // with no driver, and is woken after a pause.
-                Err(e) if e.outcome_unknown() => {
+                Err(e)
+                    if e.outcome_unknown() && !weft_core::mutation::on("lost-retry-not-woken") =>
+                {
                     self.core.wake_later(run_id);
                     return Err(e.into());
                 }

@@ -24,6 +24,7 @@
 pub mod cases;
 mod check;
 mod fake;
+pub mod mutations;
 mod store;
 mod world;
 

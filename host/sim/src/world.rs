@@ -213,6 +213,10 @@ pub struct Shape {
     pub events: usize,
     /// At most this many runs are started.
     pub runs: usize,
+    /// How often a commit's answer is lost: the chance, in thousandths,
+    /// that an event is an [`Event::Ambiguous`]. Raised to look for the
+    /// bugs only lost answers show.
+    pub lost_answers: usize,
 }
 
 impl Default for Shape {
@@ -220,6 +224,7 @@ impl Default for Shape {
         Self {
             events: 300,
             runs: 6,
+            lost_answers: 15,
         }
     }
 }
@@ -515,6 +520,7 @@ impl World {
         }
         self.settle()?;
         for (n, host) in self.hosts.iter().enumerate() {
+            tracing::info!(target: "weft_sim", "host {n} is {}", host.stepper.host());
             for cell in host.stepper.describe() {
                 tracing::info!(target: "weft_sim", "host {n} holds {cell}");
             }
@@ -783,11 +789,12 @@ impl World {
                 }
             }
         }
+        let lost = self.shape.lost_answers.min(996);
         match self.extra.below(1000) {
-            0..=14 => Some(Event::Ambiguous {
+            n if n < lost => Some(Event::Ambiguous {
                 count: 1 + self.extra.below(2),
             }),
-            15..=18 => {
+            n if n < lost + 4 => {
                 let host = self.extra.below(self.hosts.len());
                 self.hosts[host]
                     .frozen

@@ -29,6 +29,10 @@ pub struct SimArgs {
     /// Chosen events per seed before the world settles.
     #[arg(long, default_value_t = Shape::default().events)]
     events: usize,
+    /// How often a commit is stored but answered as failed: the chance,
+    /// in thousandths, that an event makes the next commits so.
+    #[arg(long, default_value_t = Shape::default().lost_answers)]
+    lost_answers: usize,
 }
 
 /// Plays on redb in memory, or with `--store postgres://...` on that
@@ -36,6 +40,7 @@ pub struct SimArgs {
 pub fn main(args: &SimArgs, postgres: Option<String>) -> anyhow::Result<ExitCode> {
     let shape = Shape {
         events: args.events,
+        lost_answers: args.lost_answers,
         ..Shape::default()
     };
     let backend = postgres.map_or(Backend::Memory, Backend::Postgres);

@@ -363,7 +363,9 @@ impl Drive {
     }
 
     pub(super) fn undo(&mut self, undo: Undo) {
-        self.cursor = None;
+        if !weft_core::mutation::on("cursor-kept") {
+            self.cursor = None;
+        }
         undo.run.restore(&mut self.run);
         self.busy.remove(&undo.path);
         match undo.leaf {

@@ -222,6 +222,7 @@ impl Drive {
         let id = head.split('[').next().unwrap_or(head);
         match self.workflow.steps.iter().position(|step| step.id == id) {
             Some(top) if top >= cursor.done => {}
+            _ if weft_core::mutation::on("cursor-kept") => {}
             _ => self.cursor = None,
         }
     }

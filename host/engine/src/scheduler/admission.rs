@@ -203,6 +203,7 @@ impl Core {
         drop(held);
         let taken = taken.unwrap_or_else(|e| {
             tracing::warn!("cannot claim free work: {e}");
+            self.answer_lost(&e);
             Vec::new()
         });
         let count = taken.len();
@@ -444,6 +445,7 @@ impl Core {
         ) {
             return self.finish(live, Err(error));
         }
+        self.answer_lost(&error);
         let id = live.task.drive.run.id.clone();
         let failures = live.failures;
         tracing::warn!(

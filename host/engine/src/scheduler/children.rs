@@ -92,6 +92,7 @@ impl Core {
             // when the parent's commit was answered, unless that answer was
             // lost (the commit landed, but failed as far as this host knows,
             // and the parent was read back). Then it is carried out here.
+            Ok(None) if weft_core::mutation::on("open-outbox-row-left") => {}
             Ok(None) => self.enqueue(Work::CarryOut(child, 0)),
             // Looked at again after the backoff: its outbox row is carried
             // out if it is still open, and the child is woken, which takes
@@ -140,6 +141,9 @@ impl Core {
     /// here is read back from the store (cancelled, as a rule, which its
     /// read finds).
     fn never_recorded(&self, child: &str) {
+        if weft_core::mutation::on("fenced-child-awaited") {
+            return;
+        }
         let waiting = lock(&self.watchers).remove(child).unwrap_or_default();
         for (cell, _) in waiting {
             let mut live = lock(&cell);
@@ -178,6 +182,24 @@ impl Core {
             Err(e) => {
                 tracing::warn!(run = %id, "cannot cancel a child run, trying again: {e}");
                 self.retry_later(1, Later::Work(Work::Cancel(id.to_owned())));
+            }
+        }
+    }
+
+    /// Cancels `children` if run `parent`, whose end fenced them off, has
+    /// ended in the store; read again after a pause if the store fails.
+    pub(super) fn cancel_fenced(&self, parent: &str, children: Vec<String>) {
+        match self.launcher.store.run(parent) {
+            Ok(Some(run)) if run.state.is_terminal() => {
+                for child in children {
+                    self.enqueue(Work::Cancel(child));
+                }
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(run = %parent, "cannot read a run whose end may have landed, trying again: {e}");
+                let again = Work::Fenced(parent.to_owned(), children);
+                self.retry_later(1, Later::Work(again));
             }
         }
     }

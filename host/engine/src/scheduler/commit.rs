@@ -211,7 +211,9 @@ impl Core {
                 // The result would take the tenant over its stored bytes
                 // or its pending timers: the attempt fails instead, and its
                 // failure is stored.
-                live.task.drive.undo(committing.undo);
+                if !weft_core::mutation::on("refusal-not-undone") {
+                    live.task.drive.undo(committing.undo);
+                }
                 let code = match &outcome {
                     Err(StoreError::TimerQuota { .. }) => "timer_quota",
                     _ => "storage_quota",
@@ -237,7 +239,18 @@ impl Core {
                 live.task.drive.fire_lost(committing.undo, committing.path);
                 self.reread(live);
             }
-            Err(e) => self.failed(live, e),
+            Err(e) => {
+                // An end that fenced children off may have landed: they
+                // are cancelled if it did (else nothing would end them).
+                if e.outcome_unknown()
+                    && !committing.fenced.is_empty()
+                    && !weft_core::mutation::on("lost-end-children-left")
+                {
+                    let id = live.task.drive.run.id.clone();
+                    self.enqueue(Work::Fenced(id, committing.fenced));
+                }
+                self.failed(live, e);
+            }
             Ok(()) => {
                 live.failures = 0;
                 self.step_durable(cell, live, committing);

@@ -223,7 +223,9 @@ impl Core {
         // wake reads the run back (still waiting, it stays asleep).
         let landed = match &outcome {
             Ok(()) => true,
-            Err(ActError::Store(e)) => e.outcome_unknown(),
+            Err(ActError::Store(e)) => {
+                e.outcome_unknown() && !weft_core::mutation::on("lost-answer-not-woken")
+            }
             Err(_) => false,
         };
         self.unclaim_waking(id, landed);

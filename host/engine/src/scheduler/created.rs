@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::sync::mpsc::SyncSender;
 
+use weft_core::lock;
 use weft_store::StoreError;
 
 use super::{Core, Later, Task, Work};
@@ -30,7 +31,9 @@ impl Core {
     pub(crate) fn created(self: &Arc<Self>, created: Created, outcome: Result<(), StoreError>) {
         match outcome {
             Ok(()) => self.recorded(created),
-            Err(e) if e.outcome_unknown() => {
+            Err(e)
+                if e.outcome_unknown() && !weft_core::mutation::on("lost-start-not-read-back") =>
+            {
                 self.enqueue(Work::Recheck(Box::new(created), Box::new(e), 0));
             }
             Err(e) => self.not_recorded(created, e),
@@ -44,7 +47,7 @@ impl Core {
         match self.launcher.store.run(&id) {
             Ok(Some(_)) => {
                 tracing::info!(run = %id, "a run whose commit failed ({error}) was stored all the same; it goes on");
-                self.recorded(created);
+                self.recorded_late(created);
             }
             Ok(None) => self.not_recorded(created, error),
             Err(e) => {
@@ -74,6 +77,30 @@ impl Core {
             self.claim(&task.drive.run.id);
             self.admit(task);
         }
+    }
+
+    /// The run of `created` was found recorded after its commit's answer
+    /// was lost: its caller hears so, and it is read back from the store
+    /// rather than admitted as it was made (a take-over round may have
+    /// taken it in meanwhile, and moved it on).
+    fn recorded_late(&self, created: Created) {
+        let Created {
+            task,
+            mut observer,
+            recorded,
+            parked,
+        } = created;
+        let _ = recorded.send(Ok(()));
+        self.telemetry.started(&task.drive.run, self.clock.now());
+        observer.run_created(&task.drive.run);
+        if parked {
+            let mut task = task;
+            task.observer = observer;
+            return self.park(task);
+        }
+        let id = task.drive.run.id.clone();
+        lock(&self.sleepers).keep(id.clone(), (observer, task.done, task.alive));
+        self.enqueue(Work::Wake(id, 0));
     }
 
     /// The run of `created` was not recorded (a `Duplicate` names the run

@@ -161,6 +161,16 @@ impl Core {
         }
     }
 
+    /// A write of this host's failed with `error`: if it may have landed
+    /// all the same (a claim, a wake) it may have left a run under this
+    /// host's lease that this host does not hold, so the next take-over
+    /// round looks for such runs too.
+    pub(crate) fn answer_lost(&self, error: &StoreError) {
+        if error.outcome_unknown() && !weft_core::mutation::on("own-lease-left") {
+            self.sweep.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
     /// This host's id.
     pub(crate) fn host(&self) -> &str {
         &self.launcher.host
@@ -265,9 +275,15 @@ impl Core {
                 settled = false;
                 continue;
             };
-            let free = current
-                .as_ref()
-                .is_none_or(|lease| !alive.contains(&lease.host));
+            // A run this host's lease names, and that it does not hold,
+            // was claimed by a write whose answer was lost: it is taken
+            // in as an orphan is (the claim finds the lease its own).
+            let free = current.as_ref().is_none_or(|lease| {
+                !alive.contains(&lease.host)
+                    || (lease.host == self.host()
+                        && !weft_core::mutation::on("own-lease-left")
+                        && !lock(&self.admission).known.contains_key(&run.id))
+            });
             if free {
                 match self.take_over_run(&run.id, current) {
                     Ok(true) => taken += 1,
@@ -302,7 +318,9 @@ impl Core {
                     // Forgotten outside a round too (a take-in that found
                     // it gone): the next round takes its other runs over,
                     // which no host may have seen it hold.
-                    self.sweep.store(true, std::sync::atomic::Ordering::SeqCst);
+                    if !weft_core::mutation::on("forgotten-host-left") {
+                        self.sweep.store(true, std::sync::atomic::Ordering::SeqCst);
+                    }
                     gone += 1;
                     continue;
                 }
@@ -408,7 +426,10 @@ impl Core {
                             state,
                         });
                     }
-                    Err(e) => return Err(e.into()),
+                    Err(e) => {
+                        self.answer_lost(&e);
+                        return Err(e.into());
+                    }
                 }
             }
         };

@@ -189,6 +189,10 @@ enum Work {
     /// Carry out the outbox row of this child run, if it is still open,
     /// then wake the child; how many tries of it failed.
     CarryOut(String, u32),
+    /// Cancel these children if their parent (this run) has ended: a
+    /// commit of its end, which fenced them off, was answered with an
+    /// error that may hide it landed.
+    Fenced(String, Vec<String>),
     /// Read back a run whose creating commit failed with this error (its
     /// outcome unknown), then admit it or tell its caller; how many tries
     /// of it failed.
@@ -263,6 +267,7 @@ impl Work {
             | Work::Decide(..)
             | Work::Wake(..)
             | Work::CarryOut(..)
+            | Work::Fenced(..)
             | Work::Recheck(..)
             | Work::Cancel(_)
             | Work::Pause(..) => weft_core::fair::untenanted(),
@@ -650,6 +655,7 @@ impl Core {
             Work::Decide(timer, tries) => self.decide(*timer, tries),
             Work::StartChild(child, row, tries) => self.start_child(*child, *row, tries),
             Work::CarryOut(id, tries) => self.carry_out(&id, tries),
+            Work::Fenced(parent, children) => self.cancel_fenced(&parent, children),
             Work::Recheck(created, error, tries) => self.recheck(*created, *error, tries),
             Work::Cancel(id) => self.cancel_child(&id),
             Work::Admit(parked, tries) => self.admit_parked(*parked, tries),

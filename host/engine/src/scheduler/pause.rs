@@ -156,7 +156,9 @@ impl Core {
                 // The resume may have landed: if it did, the run is free to
                 // go on with no driver, and is woken after a pause (a wake
                 // of a run still paused leaves it as it is).
-                Err(e) if e.outcome_unknown() => {
+                Err(e)
+                    if e.outcome_unknown() && !weft_core::mutation::on("lost-resume-not-woken") =>
+                {
                     self.wake_later(id);
                     return Err(e.into());
                 }

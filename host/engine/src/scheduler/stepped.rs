@@ -101,6 +101,11 @@ impl Stepper {
         runs
     }
 
+    /// This host's id, as leases name it.
+    pub fn host(&self) -> String {
+        self.core.host().to_owned()
+    }
+
     /// What each resident run's cell holds, one line each: for a
     /// simulator's log when a run stalls.
     pub fn describe(&self) -> Vec<String> {

@@ -324,7 +324,9 @@ impl Apply<'_> {
         (due, id): (u64, u64),
         tenant: Option<&str>,
     ) -> Result<(), StoreError> {
-        if let Some(tenant) = tenant {
+        if let Some(tenant) = tenant
+            && !weft_core::mutation::on("timer-count-kept")
+        {
             self.count_timer(tenant, false)?;
         }
         self.rows.delete(Table::Timers, Key::U64U64(due, id))?;
@@ -613,8 +615,10 @@ impl Apply<'_> {
         self.definition(definition)?;
         self.components(components)?;
         self.rows.put(Table::Runs, Key::Str(id), run)?;
-        self.rows
-            .put(Table::TenantRuns, Key::StrStr(tenant, id), &[])?;
+        if !weft_core::mutation::on("tenant-index-dropped") {
+            self.rows
+                .put(Table::TenantRuns, Key::StrStr(tenant, id), &[])?;
+        }
         self.rows.put(Table::Running, Key::Str(id), &[])?;
         if let Some(timer) = timer {
             self.insert_timer(timer)?;
@@ -827,7 +831,9 @@ impl Apply<'_> {
         // answer was lost) is not carried out again: the child may have
         // ended and gone since. A child fenced off by its parent's
         // cancellation before it was recorded is never started.
-        if !self.rows.has(Table::Outbox, Key::Str(outbox))? {
+        if !self.rows.has(Table::Outbox, Key::Str(outbox))?
+            && !weft_core::mutation::on("outbox-row-carried-twice")
+        {
             return Ok(Ok(()));
         }
         if !self.rows.has(Table::Runs, Key::Str(id))? && !self.ended(id)? {
@@ -1109,7 +1115,7 @@ impl Apply<'_> {
             Ok(current) => current,
             Err(e) => return Ok(Err(e)),
         };
-        if current.as_ref() == Some(lease) {
+        if current.as_ref() == Some(lease) || weft_core::mutation::on("lease-unchecked") {
             return Ok(Ok(()));
         }
         // Cancelled (which drops the lease) says more than "not yours".
@@ -1495,6 +1501,9 @@ fn still_paused(
     let Some(mark) = paused else {
         return Ok(wake.to_vec());
     };
+    if weft_core::mutation::on("fire-wakes-paused") {
+        return Ok(wake.to_vec());
+    }
     let mut run: RunRecord = decode(id, wake)?;
     if run.paused.is_none() || !run.suspended {
         run.paused = Some(mark.clone());

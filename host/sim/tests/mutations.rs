@@ -1,0 +1,47 @@
+//! The simulator finds every deliberate bug of `weft_sim::mutations::LIST`
+//! within its stated seeds. Run with `--features mutations`; without the
+//! feature this file is empty.
+#![cfg(feature = "mutations")]
+
+use weft_sim::mutations;
+
+#[test]
+fn the_simulator_finds_every_mutation() {
+    // `WEFT_MUTATION=NAME` plays that one alone, and `WEFT_MUTATION_FROM`
+    // and `WEFT_MUTATION_SEEDS` other seeds than its own.
+    let only = std::env::var("WEFT_MUTATION").ok();
+    let seeds: Option<u64> = std::env::var("WEFT_MUTATION_SEEDS")
+        .ok()
+        .and_then(|n| n.parse().ok());
+    let from: u64 = std::env::var("WEFT_MUTATION_FROM")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    let mut missed = Vec::new();
+    for mutation in mutations::LIST {
+        if only.as_deref().is_some_and(|name| name != mutation.name) {
+            continue;
+        }
+        weft_core::mutation::set(Some(mutation.name));
+        let found = (from..from + seeds.unwrap_or(mutation.within))
+            .find_map(|seed| weft_sim::run(seed, mutation.shape).err());
+        weft_core::mutation::set(None);
+        match found {
+            Some(failure) => println!(
+                "{}: found by seed {}: {}",
+                mutation.name,
+                failure.seed,
+                failure.violation.lines().next().unwrap_or_default()
+            ),
+            None => missed.push(format!(
+                "{} ({}) in seeds 0..{}",
+                mutation.name, mutation.undoes, mutation.within
+            )),
+        }
+    }
+    assert!(
+        missed.is_empty(),
+        "the simulator did not find these mutations:\n  {}",
+        missed.join("\n  ")
+    );
+}
