@@ -92,6 +92,12 @@ pub const LIST: &[Mutation] = &[
         shape: LOSSY,
     },
     Mutation {
+        name: "zombie-keeps-runs",
+        undoes: "a host whose row lapsed before it renewed lets go of the runs taken over meanwhile",
+        within: 50,
+        shape: PLAIN,
+    },
+    Mutation {
         name: "open-outbox-row-left",
         undoes: "a parent waiting on a child that is not recorded carries out the child's open outbox row",
         within: 50,

@@ -180,6 +180,12 @@ impl Core {
     /// `lease_ttl`. Blocking.
     pub(crate) fn renew(&self) -> Result<(), StoreError> {
         let now = self.clock.now();
+        // Renewed within the last third of the row's lease or later: a
+        // peer (whose clock may run up to a third of a lease ahead) may
+        // have judged this host gone and taken its runs over.
+        let until = self.renewed.load(std::sync::atomic::Ordering::SeqCst);
+        let third = weft_core::clock::millis(self.lease_ttl / 3);
+        let lapsed = until > 0 && now.as_millis() >= until.saturating_sub(third);
         let row = HostRecord {
             id: self.host().to_owned(),
             machine: self.process.machine.clone(),
@@ -192,7 +198,42 @@ impl Core {
             row.expires_at.as_millis(),
             std::sync::atomic::Ordering::SeqCst,
         );
+        if lapsed && !weft_core::mutation::on("zombie-keeps-runs") {
+            tracing::warn!(
+                "this host's row lapsed before it was renewed (the process was stopped, or stalled); its runs are checked against the store"
+            );
+            self.revalidate();
+        }
         Ok(())
+    }
+
+    /// Lets go of every resident run whose lease in the store is no
+    /// longer the one its drive holds (another host took it over while
+    /// this one was stopped), and reads it back: the wake finds it driven
+    /// elsewhere, or takes it in again. Left alone, such a run would hold
+    /// its place here until its next commit was refused, which for a run
+    /// that waits may be never. A run with a commit in flight is left to
+    /// that commit, which is refused.
+    fn revalidate(&self) {
+        let cells: Vec<(String, super::Cell)> = lock(&self.cells)
+            .iter()
+            .map(|(id, cell)| (id.clone(), Arc::clone(cell)))
+            .collect();
+        for (id, cell) in cells {
+            let current = match self.launcher.store.lease(&id) {
+                Ok(current) => current,
+                Err(e) => {
+                    tracing::warn!(run = %id, "cannot read a run's lease: {e}");
+                    continue;
+                }
+            };
+            let mut live = lock(&cell);
+            if live.closed || live.committing || current.as_ref() == live.task.drive.lease() {
+                continue;
+            }
+            tracing::warn!(run = %id, "taken over while this host was stopped; let go");
+            self.reread(&mut live);
+        }
     }
 
     /// Writes this host's row, then notes the other hosts on the store:
