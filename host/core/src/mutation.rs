@@ -6,7 +6,7 @@
 //! build of weft itself turns the feature on.
 
 #[cfg(feature = "mutations")]
-static ACTIVE: std::sync::RwLock<Option<&'static str>> = std::sync::RwLock::new(None);
+static ACTIVE: std::sync::RwLock<&'static [&'static str]> = std::sync::RwLock::new(&[]);
 
 /// Whether mutation `name` is on.
 #[inline(always)]
@@ -16,7 +16,7 @@ pub fn on(name: &str) -> bool {
         let active = ACTIVE
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        *active == Some(name)
+        active.contains(&name)
     }
     #[cfg(not(feature = "mutations"))]
     {
@@ -25,10 +25,10 @@ pub fn on(name: &str) -> bool {
     }
 }
 
-/// Turns mutation `name` on (and every other off), or all off with `None`.
+/// Turns the mutations `names` on, and every other off (all, with `&[]`).
 #[cfg(feature = "mutations")]
-pub fn set(name: Option<&'static str>) {
+pub fn set(names: &'static [&'static str]) {
     *ACTIVE
         .write()
-        .unwrap_or_else(std::sync::PoisonError::into_inner) = name;
+        .unwrap_or_else(std::sync::PoisonError::into_inner) = names;
 }

@@ -22,10 +22,20 @@ fn the_simulator_finds_every_mutation() {
         if only.as_deref().is_some_and(|name| name != mutation.name) {
             continue;
         }
-        weft_core::mutation::set(Some(mutation.name));
+        weft_core::mutation::set(mutation.switches);
         let found = (from..from + seeds.unwrap_or(mutation.within))
             .find_map(|seed| weft_sim::run(seed, mutation.shape).err());
-        weft_core::mutation::set(None);
+        weft_core::mutation::set(&[]);
+        // The seed that found it passes without it: it was the mutation.
+        if let Some(failure) = &found
+            && let Err(baseline) = weft_sim::run(failure.seed, mutation.shape)
+        {
+            missed.push(format!(
+                "{}: seed {} fails without it too: {}",
+                mutation.name, failure.seed, baseline.violation
+            ));
+            continue;
+        }
         match found {
             Some(failure) => println!(
                 "{}: found by seed {}: {}",

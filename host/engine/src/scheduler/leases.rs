@@ -180,12 +180,10 @@ impl Core {
     /// `lease_ttl`. Blocking.
     pub(crate) fn renew(&self) -> Result<(), StoreError> {
         let now = self.clock.now();
-        // Renewed within the last third of the row's lease or later: a
-        // peer (whose clock may run up to a third of a lease ahead) may
-        // have judged this host gone and taken its runs over.
+        // Renewed after the row's lease ran out: another host may have
+        // judged this one gone and taken its runs over.
         let until = self.renewed.load(std::sync::atomic::Ordering::SeqCst);
-        let third = weft_core::clock::millis(self.lease_ttl / 3);
-        let lapsed = until > 0 && now.as_millis() >= until.saturating_sub(third);
+        let lapsed = until > 0 && now.as_millis() >= until;
         let row = HostRecord {
             id: self.host().to_owned(),
             machine: self.process.machine.clone(),
@@ -207,13 +205,13 @@ impl Core {
         Ok(())
     }
 
-    /// Lets go of every resident run whose lease in the store is no
-    /// longer the one its drive holds (another host took it over while
-    /// this one was stopped), and reads it back: the wake finds it driven
-    /// elsewhere, or takes it in again. Left alone, such a run would hold
-    /// its place here until its next commit was refused, which for a run
-    /// that waits may be never. A run with a commit in flight is left to
-    /// that commit, which is refused.
+    /// Lets go of every resident run whose lease in the store names
+    /// another host (which took it over while this one was stopped), as a
+    /// refused commit would: left alone, such a run would hold its place
+    /// here until its next commit was refused, which for a run that waits
+    /// may be never. It is not woken here: a wake could take it back from
+    /// the host that drives it now. A run with a commit in flight is left
+    /// to that commit.
     fn revalidate(&self) {
         let cells: Vec<(String, super::Cell)> = lock(&self.cells)
             .iter()
@@ -227,12 +225,21 @@ impl Core {
                     continue;
                 }
             };
+            let Some(owner) = current.filter(|lease| lease.host != self.host()) else {
+                continue;
+            };
             let mut live = lock(&cell);
-            if live.closed || live.committing || current.as_ref() == live.task.drive.lease() {
+            if live.closed || live.committing {
                 continue;
             }
-            tracing::warn!(run = %id, "taken over while this host was stopped; let go");
-            self.reread(&mut live);
+            tracing::warn!(run = %id, host = %owner.host, "taken over while this host was stopped; let go");
+            self.finish(
+                &mut live,
+                Err(StoreError::Fenced {
+                    run: id,
+                    owner: owner.host,
+                }),
+            );
         }
     }
 
