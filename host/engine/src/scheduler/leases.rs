@@ -205,13 +205,14 @@ impl Core {
         Ok(())
     }
 
-    /// Lets go of every resident run whose lease in the store names
-    /// another host (which took it over while this one was stopped), as a
-    /// refused commit would: left alone, such a run would hold its place
-    /// here until its next commit was refused, which for a run that waits
-    /// may be never. It is not woken here: a wake could take it back from
-    /// the host that drives it now. A run with a commit in flight is left
-    /// to that commit.
+    /// Lets go of every resident run whose lease in the store is no longer
+    /// the one its drive holds (another host took it over while this one
+    /// was stopped; or it ended, and may be deleted), as a refused commit
+    /// would: left alone, such a run would hold its place here until its
+    /// next commit was refused, which for a run that waits may be never.
+    /// It is not woken here: a wake could take it back from the host that
+    /// drives it now. A run with a commit in flight is left to that
+    /// commit.
     fn revalidate(&self) {
         let cells: Vec<(String, super::Cell)> = lock(&self.cells)
             .iter()
@@ -225,21 +226,19 @@ impl Core {
                     continue;
                 }
             };
-            let Some(owner) = current.filter(|lease| lease.host != self.host()) else {
-                continue;
-            };
             let mut live = lock(&cell);
-            if live.closed || live.committing {
+            if live.closed || live.committing || current.as_ref() == live.task.drive.lease() {
                 continue;
             }
-            tracing::warn!(run = %id, host = %owner.host, "taken over while this host was stopped; let go");
-            self.finish(
-                &mut live,
-                Err(StoreError::Fenced {
+            tracing::warn!(run = %id, lease = ?current, "taken over or ended while this host was stopped; let go");
+            let refused = match current {
+                Some(owner) => StoreError::Fenced {
                     run: id,
                     owner: owner.host,
-                }),
-            );
+                },
+                None => StoreError::RunEnded(id),
+            };
+            self.finish(&mut live, Err(refused));
         }
     }
 
