@@ -561,7 +561,11 @@ impl Engine {
             .map(|write| write.under(lease.clone()))
             .collect();
         for outcome in self.core.commits.commit_all(writes) {
-            outcome?;
+            match outcome {
+                // Carried out meanwhile, by another host.
+                Ok(()) | Err(StoreError::Exists(_)) => {}
+                Err(e) => return Err(e),
+            }
         }
         Ok(rows.len())
     }
@@ -632,6 +636,10 @@ impl Engine {
         // any host with a place may take; it is held here (claimed) from
         // now, so this host's claims of free work pass it over.
         let parked = self.core.start_parked(&new.drive.run.id, &tenant);
+        if !parked {
+            // Held from now until its commit is answered (`created`).
+            self.core.claim(&new.drive.run.id);
+        }
         write = if parked {
             write.parked(&tenant)
         } else {

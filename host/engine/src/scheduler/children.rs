@@ -45,6 +45,13 @@ impl Core {
                         });
                     }
                 }
+                // Carried out already: by a try of this write whose answer
+                // was lost, by the parent's watch, or by another host. The
+                // child may have moved on since: it is read back, not
+                // admitted as it was made.
+                Err(StoreError::Exists(_)) => {
+                    core.enqueue(Work::Wake(child.drive.run.id.clone(), 0));
+                }
                 Err(e) => {
                     tracing::warn!(outbox = %row.id, tries = tries + 1, "cannot record a child run, trying again: {e}");
                     let again = Work::StartChild(Box::new(child), Box::new(row), tries + 1);
@@ -93,14 +100,21 @@ impl Core {
             // lost (the commit landed, but failed as far as this host knows,
             // and the parent was read back). Then it is carried out here.
             Ok(None) if weft_core::mutation::on("open-outbox-row-left") => {}
-            Ok(None) => self.enqueue(Work::CarryOut(child, 0)),
+            // Looked at after a pause: `start_child`'s write is usually
+            // in flight now.
+            Ok(None) => self.retry_later(0, Later::Work(Work::CarryOut(child, 0))),
             // Looked at again after the backoff: its outbox row is carried
             // out if it is still open, and the child is woken, which takes
             // it in if it runs and nobody drives it (left alone, a child
             // recorded but not resident would wait forever).
             Err(e) => {
                 tracing::warn!(run = %child, "cannot read a child run, trying again: {e}");
-                self.retry_later(0, Later::Work(Work::CarryOut(child, 0)));
+                let again = if weft_core::mutation::on("open-outbox-row-left") {
+                    Work::Wake(child, 0)
+                } else {
+                    Work::CarryOut(child, 0)
+                };
+                self.retry_later(0, Later::Work(again));
             }
         }
     }
@@ -117,6 +131,12 @@ impl Core {
                 Later::Work(Work::CarryOut(child.to_owned(), tries + 1)),
             );
         };
+        // Recorded meanwhile, as a rule: then it is only woken.
+        match self.launcher.store.run(child) {
+            Ok(Some(_)) => return self.enqueue(Work::Wake(child.to_owned(), 0)),
+            Ok(None) => {}
+            Err(e) => return again(&e),
+        }
         let key = format!("run:{child}");
         let row = match self.launcher.store.outbox() {
             Ok(rows) => rows.into_iter().find(|row| row.id == key),
@@ -124,8 +144,9 @@ impl Core {
         };
         if let Some(write) = row.as_ref().and_then(Write::start_run) {
             let write = write.under(weft_store::Lease::after(None, self.host()));
-            if let Err(e) = self.commits.commit(write) {
-                return again(&e);
+            match self.commits.commit(write) {
+                Ok(()) | Err(StoreError::Exists(_)) => {}
+                Err(e) => return again(&e),
             }
         }
         match self.launcher.store.run(child) {
@@ -145,14 +166,25 @@ impl Core {
             return;
         }
         let waiting = lock(&self.watchers).remove(child).unwrap_or_default();
-        for (cell, _) in waiting {
+        for (cell, attempt) in waiting {
             let mut live = lock(&cell);
-            if !live.closed {
-                self.reread_later(
-                    &mut live,
-                    &format!("child run {child} will never be recorded"),
-                );
+            if live.closed {
+                continue;
             }
+            // A commit in flight answers first: looked at again after it.
+            if live.committing {
+                drop(live);
+                lock(&self.watchers)
+                    .entry(child.to_owned())
+                    .or_default()
+                    .push((cell, attempt));
+                self.retry_later(1, Later::Work(Work::CarryOut(child.to_owned(), 1)));
+                continue;
+            }
+            self.reread_later(
+                &mut live,
+                &format!("child run {child} will never be recorded"),
+            );
         }
     }
 

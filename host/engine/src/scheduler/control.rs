@@ -221,6 +221,9 @@ impl Core {
         let outcome = self.act_in_store(id, path, answer);
         // An answer whose commit's answer was lost may have landed: the
         // wake reads the run back (still waiting, it stays asleep).
+        if let Err(ActError::Store(e)) = &outcome {
+            self.answer_lost(e);
+        }
         let landed = match &outcome {
             Ok(()) => true,
             Err(ActError::Store(e)) => {

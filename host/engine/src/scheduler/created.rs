@@ -5,7 +5,6 @@
 use std::sync::Arc;
 use std::sync::mpsc::SyncSender;
 
-use weft_core::lock;
 use weft_store::StoreError;
 
 use super::{Core, Later, Task, Work};
@@ -18,7 +17,9 @@ pub(crate) struct Created {
     pub(crate) observer: Box<dyn Observer + Send>,
     /// Where the caller hears whether the run was recorded.
     pub(crate) recorded: SyncSender<Result<(), StoreError>>,
-    /// Started as free work ([`Core::start_parked`]), held here.
+    /// Started as free work ([`Core::start_parked`]). Parked or not, the
+    /// run is claimed here from before its commit is submitted, so that no
+    /// take-over round takes it in while its answer is awaited.
     pub(crate) parked: bool,
 }
 
@@ -29,6 +30,9 @@ impl Core {
     /// lease (left alone, no host would ever drive it: its lease names a
     /// live host).
     pub(crate) fn created(self: &Arc<Self>, created: Created, outcome: Result<(), StoreError>) {
+        if let Err(e) = &outcome {
+            self.answer_lost(e);
+        }
         match outcome {
             Ok(()) => self.recorded(created),
             Err(e)
@@ -47,7 +51,7 @@ impl Core {
         match self.launcher.store.run(&id) {
             Ok(Some(_)) => {
                 tracing::info!(run = %id, "a run whose commit failed ({error}) was stored all the same; it goes on");
-                self.recorded_late(created);
+                self.recorded(created);
             }
             Ok(None) => self.not_recorded(created, error),
             Err(e) => {
@@ -74,41 +78,15 @@ impl Core {
         if parked {
             self.park(task);
         } else {
-            self.claim(&task.drive.run.id);
+            // Claimed since its commit was submitted.
             self.admit(task);
         }
-    }
-
-    /// The run of `created` was found recorded after its commit's answer
-    /// was lost: its caller hears so, and it is read back from the store
-    /// rather than admitted as it was made (a take-over round may have
-    /// taken it in meanwhile, and moved it on).
-    fn recorded_late(&self, created: Created) {
-        let Created {
-            task,
-            mut observer,
-            recorded,
-            parked,
-        } = created;
-        let _ = recorded.send(Ok(()));
-        self.telemetry.started(&task.drive.run, self.clock.now());
-        observer.run_created(&task.drive.run);
-        if parked {
-            let mut task = task;
-            task.observer = observer;
-            return self.park(task);
-        }
-        let id = task.drive.run.id.clone();
-        lock(&self.sleepers).keep(id.clone(), (observer, task.done, task.alive));
-        self.enqueue(Work::Wake(id, 0));
     }
 
     /// The run of `created` was not recorded (a `Duplicate` names the run
     /// its key started before): both of its caller's listeners hear why.
     fn not_recorded(&self, created: Created, error: StoreError) {
-        if created.parked {
-            self.unclaim(&created.task.drive.run.id);
-        }
+        self.unclaim(&created.task.drive.run.id);
         let _ = created.recorded.send(Err(error.clone()));
         let _ = created.task.done.send(Err(error));
     }

@@ -114,6 +114,9 @@ impl Core {
                 // reads the run back (still asleep, it stays so, its timers
                 // armed), as the retried fire would find its timer gone
                 // and wake nothing.
+                if let Err(e) = &outcome {
+                    core.answer_lost(e);
+                }
                 let landed = outcome.as_ref().map_or_else(
                     |e| e.outcome_unknown() && !weft_core::mutation::on("lost-fire-not-woken"),
                     |()| true,

@@ -828,13 +828,13 @@ impl Apply<'_> {
         lease: Option<&Lease>,
     ) -> Result<Result<(), StoreError>, StoreError> {
         // A row carried out already (by another host, or by a write whose
-        // answer was lost) is not carried out again: the child may have
-        // ended and gone since. A child fenced off by its parent's
+        // answer was lost) is not carried out again, and says so
+        // (`Exists`): the child may have run, or ended and gone, since. A child fenced off by its parent's
         // cancellation before it was recorded is never started.
         if !self.rows.has(Table::Outbox, Key::Str(outbox))?
             && !weft_core::mutation::on("outbox-row-carried-twice")
         {
-            return Ok(Ok(()));
+            return Ok(Err(StoreError::Exists(What::Run(id.to_owned()))));
         }
         if !self.rows.has(Table::Runs, Key::Str(id))? && !self.ended(id)? {
             self.rows.put(Table::Runs, Key::Str(id), run)?;

@@ -101,14 +101,16 @@ fn start_run() {
                 assert!(is_running(s, "c"));
                 assert!(s.outbox().unwrap().is_empty());
             }),
-        given("carried out again: nothing changes", spawned)
-            .then(start_child)
-            .then(|s| commit(s, "c", "first"))
-            .write(start_child)
-            .stored(|s| {
-                assert_eq!(stored_run(s, "c").step_records, 1);
-                assert!(s.outbox().unwrap().is_empty());
-            }),
+        // The child moved on since: a second carry-out (a retry whose
+        // first answer was lost, another host's) must not write it back.
+        given(
+            "carried out again: refused as done, nothing changes",
+            spawned,
+        )
+        .then(start_child)
+        .then(|s| commit(s, "c", "first"))
+        .write(start_child)
+        .refused(|e| matches!(e, StoreError::Exists(What::Run(id)) if id == "c")),
     ]);
 }
 
