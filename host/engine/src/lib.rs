@@ -758,7 +758,19 @@ impl Engine {
         let resumed = if self.core.retried(run_id) {
             Err(ResumeError::Resident(run_id.to_owned()))
         } else {
-            self.resume(run_id, observer)
+            match self.resume(run_id, observer) {
+                // Claimed here, not resident (a fire of it being decided,
+                // a load): noted, so that the claim's end wakes it; else
+                // no one would (its lease is free, and it is no orphan).
+                Err(ResumeError::Resident(id)) => {
+                    if self.core.claim_or_note(&id) {
+                        self.core.unclaim(&id);
+                        self.core.wake_later(&id);
+                    }
+                    Err(ResumeError::Resident(id))
+                }
+                resumed => resumed,
+            }
         };
         resumed.map_err(|e| {
             // Durable, and driven by nobody yet: woken after a pause,

@@ -951,6 +951,9 @@ impl World {
             }
             Event::Retry { host, run } => {
                 self.retried += 1;
+                for cell in self.hosts[host].stepper.describe() {
+                    tracing::debug!(target: "weft_sim", "before the retry, host {host} holds {cell}");
+                }
                 // Refused (it moved on, a read failed) or taken in here.
                 let retried = self.hosts[host]
                     .engine
@@ -1085,13 +1088,15 @@ impl World {
                 }
                 Some(_) => {}
                 // Nothing armed anywhere: a run may still wait for a gone
-                // host's leases to lapse.
+                // host's leases to lapse. Three leases pass, a third at a
+                // time, so that live hosts renew as their lease threads
+                // would (a whole lease at once would be a stall).
                 None if ready == 0 => {
-                    if stalled >= 3 {
+                    if stalled >= 9 {
                         return Ok(());
                     }
                     stalled += 1;
-                    let ms = u64::try_from(LEASE_TTL.as_millis()).unwrap_or(u64::MAX);
+                    let ms = u64::try_from(LEASE_TTL.as_millis() / 3 + 1).unwrap_or(u64::MAX);
                     let event = Event::Advance { ms };
                     self.trace.push(event.clone());
                     self.apply(event);
