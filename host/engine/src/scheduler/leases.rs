@@ -393,12 +393,18 @@ impl Core {
                 if !drive.run.suspended {
                     self.telemetry.resumed(&drive.run, self.clock.now());
                 }
-                let (done, _) = std::sync::mpsc::sync_channel(1);
+                // A run of this host's own that a lost answer left out of
+                // memory may have a handle kept for it (`keep_handle`): the
+                // handle gets its observer and answer back, as a wake's does.
+                let (observer, done, alive) = lock(&self.sleepers).take(id).unwrap_or_else(|| {
+                    let (done, _) = std::sync::mpsc::sync_channel(1);
+                    (Box::new(crate::Quiet), done, std::sync::Weak::new())
+                });
                 self.admit_awake(super::Task {
                     drive,
-                    observer: Box::new(crate::Quiet),
+                    observer,
                     done,
-                    alive: std::sync::Weak::new(),
+                    alive,
                 });
                 Ok(true)
             }
