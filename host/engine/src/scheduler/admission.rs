@@ -446,16 +446,7 @@ impl Core {
             return self.finish(live, Err(error));
         }
         self.answer_lost(&error);
-        let id = live.task.drive.run.id.clone();
-        let failures = live.failures;
-        tracing::warn!(
-            run = %id, failures = failures + 1,
-            "a commit of the run failed ({error}); it is read back from the store and goes on after a pause"
-        );
-        self.keep_handle(live);
-        lock(&self.retries).insert(id.clone(), failures + 1);
-        self.release(live);
-        self.retry_later(failures, Later::Work(Work::Wake(id, 0)));
+        self.reread_later(live, &format!("a commit of the run failed ({error})"));
     }
 
     /// Run `id` was retried in the store. If this engine still holds it
@@ -498,14 +489,13 @@ impl Core {
         self.enqueue(Work::Wake(id, 0));
     }
 
-    /// The resident run is behind the store in a way a commit may never
-    /// show (it waits on a child that will never be recorded): it leaves
-    /// memory, keeping its handle's observer and answer, and is read back
+    /// The resident run is behind the store (a commit of it failed, or it
+    /// waits on a child that will never be recorded): it leaves memory, keeping its handle's observer and answer, and is read back
     /// after a pause that grows as this repeats.
     pub(super) fn reread_later(&self, live: &mut Live, why: &str) {
         let id = live.task.drive.run.id.clone();
         let failures = live.failures;
-        tracing::warn!(run = %id, "{why}; the run is read back from the store");
+        tracing::warn!(run = %id, failures = failures + 1, "{why}; the run is read back from the store after a pause");
         self.keep_handle(live);
         lock(&self.retries).insert(id.clone(), failures + 1);
         self.release(live);
