@@ -360,6 +360,17 @@ pub struct Damaged {
     pub error: String,
 }
 
+impl Damaged {
+    /// The row at `key` of `table`, if `decoded` (its decoding) failed.
+    pub(crate) fn of<T>(table: &str, key: String, decoded: Result<T, StoreError>) -> Option<Self> {
+        decoded.err().map(|e| Self {
+            table: table.to_owned(),
+            key,
+            error: e.to_string(),
+        })
+    }
+}
+
 /// Which runs a listing keeps. The default keeps every run.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RunFilter {
@@ -636,8 +647,10 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// Every snapshot data id with its row. For the sweeper.
     fn snapshot_data(&self) -> Result<Vec<(String, SnapshotData)>, StoreError>;
 
-    /// The rows of the runs, outbox, schedules and timers tables that do
-    /// not decode: listings set them aside, and `weft doctor` shows them.
+    /// The rows of the runs, outbox, schedules, timers, hosts, tenants,
+    /// deployments and plugins tables that do not decode, as `weft doctor`
+    /// shows them: listings set them aside, but for the tenants', which
+    /// fails (a tenant set aside would lose its quota).
     fn damaged(&self) -> Result<Vec<Damaged>, StoreError>;
 
     /// Run `id`'s lease, if it has one.

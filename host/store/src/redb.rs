@@ -697,13 +697,7 @@ impl Store for RedbStore {
         let txn = self.begin_read()?;
         let mut found = Vec::new();
         let mut look = |table: &str, key: String, outcome: Result<(), StoreError>| {
-            if let Err(e) = outcome {
-                found.push(crate::Damaged {
-                    table: table.to_owned(),
-                    key,
-                    error: e.to_string(),
-                });
-            }
+            found.extend(crate::Damaged::of(table, key, outcome));
         };
         for (name, table) in [("runs", RUNS), ("outbox", OUTBOX), ("schedules", SCHEDULES)] {
             let table = backend!(txn.open_table(table))?;
@@ -725,6 +719,20 @@ impl Store for RedbStore {
             let outcome = decode::<TimerRecord>(id, value.value()).map(drop);
             look("timers", format!("{due}/{id}"), outcome);
         }
+        for (name, table) in [("hosts", HOSTS), ("tenants", TENANTS)] {
+            let table = backend!(txn.open_table(table))?;
+            for entry in backend!(table.iter())? {
+                let (key, value) = backend!(entry)?;
+                let key = key.value();
+                let outcome = match name {
+                    "hosts" => decode::<crate::HostRecord>(key, value.value()).map(drop),
+                    _ => decode::<crate::TenantRecord>(key, value.value()).map(drop),
+                };
+                look(name, key.to_owned(), outcome);
+            }
+        }
+        let damaged = registry::damaged(&txn)?;
+        found.extend(damaged);
         Ok(found)
     }
 
@@ -742,7 +750,7 @@ impl Store for RedbStore {
         let mut found = Vec::new();
         for entry in backend!(hosts.iter())? {
             let (id, bytes) = backend!(entry)?;
-            found.push(decode(id.value(), bytes.value())?);
+            found.extend(kept("hosts", id.value(), bytes.value()));
         }
         Ok(found)
     }

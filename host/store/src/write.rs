@@ -128,7 +128,7 @@ pub enum Write {
     /// run), [`StoreError::RunEnded`](super::StoreError::RunEnded),
     /// [`StoreError::Busy`](super::StoreError::Busy) (the run is not
     /// suspended), [`StoreError::Changed`](super::StoreError::Changed) (it
-    /// has another number of records) or
+    /// has another number of records, or was moved to another revision) or
     /// [`StoreError::TimerGone`](super::StoreError::TimerGone).
     Act {
         /// The run.
@@ -185,7 +185,7 @@ pub enum Write {
     /// [`StoreError::TimerGone`](super::StoreError::TimerGone) unless the
     /// row is pending and the run is running, and with
     /// [`StoreError::Changed`](super::StoreError::Changed) if the run has
-    /// another number of records.
+    /// another number of records, or was moved to another revision.
     FireTimer {
         /// The timer.
         fired: TimerRef,
@@ -253,8 +253,8 @@ pub enum Write {
     /// [`StoreError::Busy`](super::StoreError::Busy)). A resume lists it
     /// again and frees its lease, so that whoever claims it first drives
     /// it. Refused with [`StoreError::Changed`](super::StoreError::Changed)
-    /// if the run has another number of records, or is not paused when
-    /// resumed.
+    /// if the run has another number of records, was moved to another
+    /// revision, or is not paused when resumed.
     PauseRun {
         /// The run.
         id: String,

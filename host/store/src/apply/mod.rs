@@ -886,6 +886,9 @@ impl Apply<'_> {
         }
         let (paused, workflow) = match self.run_at(id, expect)? {
             Ok(run) => {
+                if let Err(refused) = same_revision(id, &run, wake)? {
+                    return Ok(Err(refused));
+                }
                 if let Err(refused) = self.take(id, lease, run.suspended)? {
                     return Ok(Err(refused));
                 }
@@ -1002,6 +1005,9 @@ impl Apply<'_> {
             Ok(stored) => stored,
             Err(refused) => return Ok(Err(refused)),
         };
+        if let Err(refused) = same_revision(id, &stored, run)? {
+            return Ok(Err(refused));
+        }
         if pause {
             // Without a lease, only a run nobody holds in memory.
             if lease.is_none() && (!stored.suspended || stored.paused.is_some()) {
@@ -1081,6 +1087,9 @@ impl Apply<'_> {
         };
         if !run.suspended {
             return Ok(Err(StoreError::Busy { run: id.to_owned() }));
+        }
+        if let Err(refused) = same_revision(id, &run, wake)? {
+            return Ok(Err(refused));
         }
         if let Some(timer) = timer
             && !self.rows.has(Table::Timers, timer_key(timer))?
@@ -1456,9 +1465,14 @@ impl Apply<'_> {
                 .rows
                 .get(Table::Schedules, Key::Str(key))?
                 .map(|bytes| decode::<ScheduleRecord>(key, &bytes))
-                .transpose()?;
-            // Version 0 stands for "no such row yet".
-            let found = stored.map_or(0, |s| s.version);
+                .transpose();
+            // Version 0 stands for "no such row yet". A row that does not
+            // decode counts as none: it never fires (listings set it
+            // aside), and a trigger made again replaces it.
+            let found = match own(stored)? {
+                Ok(stored) => stored.map_or(0, |s| s.version),
+                Err(_) => 0,
+            };
             if found != expect {
                 let what = What::Schedule(key.to_owned());
                 return Ok(Err(if expect == 0 {
@@ -1511,6 +1525,25 @@ fn still_paused(
         return Ok(encode(&run));
     }
     Ok(wake.to_vec())
+}
+
+/// Refuses a write of run `id` as `incoming` (an encoded run record),
+/// decided on the run before it was moved to another revision of its
+/// workflow: a migration adds no record, so the record count alone does
+/// not tell, and the write would put the old revision back.
+fn same_revision(
+    id: &str,
+    stored: &RunRecord,
+    incoming: &[u8],
+) -> Result<Result<(), StoreError>, StoreError> {
+    let incoming: RunRecord = match own(decode(id, incoming))? {
+        Ok(incoming) => incoming,
+        Err(refused) => return Ok(Err(refused)),
+    };
+    if incoming.definition != stored.definition {
+        return Ok(Err(StoreError::Changed(What::Run(id.to_owned()))));
+    }
+    Ok(Ok(()))
 }
 
 /// `read`, with a row that does not decode as a refusal of the write that

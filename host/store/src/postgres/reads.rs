@@ -427,12 +427,12 @@ impl PostgresStore {
             )?,
             None => self.query("SELECT k1, k2, v FROM deployments ORDER BY k1, k2", &[])?,
         };
-        rows.iter()
-            .map(|row| {
-                let key = format!("{}#{}", text(row, 0)?, int(row, 1)?);
-                decode(key, &bytes(row, 2)?)
-            })
-            .collect()
+        let mut found = Vec::new();
+        for row in &rows {
+            let key = format!("{}#{}", text(row, 0)?, int(row, 1)?);
+            found.extend(kept("deployments", &key, &bytes(row, 2)?));
+        }
+        Ok(found)
     }
 
     pub(super) fn read_snapshots(
@@ -540,24 +540,18 @@ impl PostgresStore {
 
     pub(super) fn read_plugins(&self) -> Result<Vec<PluginRecord>, StoreError> {
         let rows = self.query("SELECT k1, k2, v FROM plugins ORDER BY k1, k2", &[])?;
-        rows.iter()
-            .map(|row| {
-                let key = format!("{}@{}", text(row, 0)?, text(row, 1)?);
-                decode(key, &bytes(row, 2)?)
-            })
-            .collect()
+        let mut found = Vec::new();
+        for row in &rows {
+            let key = format!("{}@{}", text(row, 0)?, text(row, 1)?);
+            found.extend(kept("plugins", &key, &bytes(row, 2)?));
+        }
+        Ok(found)
     }
 
     pub(super) fn read_damaged(&self) -> Result<Vec<Damaged>, StoreError> {
         let mut found = Vec::new();
         let mut look = |table: &str, key: String, outcome: Result<(), StoreError>| {
-            if let Err(e) = outcome {
-                found.push(Damaged {
-                    table: table.to_owned(),
-                    key,
-                    error: e.to_string(),
-                });
-            }
+            found.extend(Damaged::of(table, key, outcome));
         };
         for table in ["runs", "outbox", "schedules"] {
             let statement = format!("SELECT k1, v FROM {table} ORDER BY k1");
@@ -575,6 +569,27 @@ impl PostgresStore {
             let (due, id) = (int(&row, 0)?, int(&row, 1)?);
             let outcome = decode::<TimerRecord>(id, &bytes(&row, 2)?).map(drop);
             look("timers", format!("{due}/{id}"), outcome);
+        }
+        for table in ["hosts", "tenants"] {
+            let statement = format!("SELECT k1, v FROM {table} ORDER BY k1");
+            for row in self.query(&statement, &[])? {
+                let (key, value) = (text(&row, 0)?, bytes(&row, 1)?);
+                let outcome = match table {
+                    "hosts" => decode::<HostRecord>(&key, &value).map(drop),
+                    _ => decode::<TenantRecord>(&key, &value).map(drop),
+                };
+                look(table, key, outcome);
+            }
+        }
+        for row in self.query("SELECT k1, k2, v FROM deployments ORDER BY k1, k2", &[])? {
+            let key = format!("{}#{}", text(&row, 0)?, int(&row, 1)?);
+            let outcome = decode::<DeploymentRecord>(&key, &bytes(&row, 2)?).map(drop);
+            look("deployments", key, outcome);
+        }
+        for row in self.query("SELECT k1, k2, v FROM plugins ORDER BY k1, k2", &[])? {
+            let key = format!("{}@{}", text(&row, 0)?, text(&row, 1)?);
+            let outcome = decode::<PluginRecord>(&key, &bytes(&row, 2)?).map(drop);
+            look("plugins", key, outcome);
         }
         Ok(found)
     }
@@ -661,7 +676,7 @@ impl PostgresStore {
     }
 
     pub(super) fn read_hosts(&self) -> Result<Vec<HostRecord>, StoreError> {
-        self.records("hosts", false)
+        self.records("hosts", true)
     }
 
     pub(super) fn read_tenants(&self) -> Result<Vec<TenantRecord>, StoreError> {

@@ -155,6 +155,19 @@ pub(crate) fn stale(s: &dyn Store, decide: fn(&dyn Store) -> Write) -> Write {
     write
 }
 
+/// Decides `decide` on run `r`, then moves the run to another revision (a
+/// migration adds no record): the write as decided before the move.
+pub(crate) fn migrated(s: &dyn Store, decide: fn(&dyn Store) -> Write) -> Write {
+    let write = decide(s);
+    let mut moved = stored_run(s, R);
+    moved.definition = "d1".to_owned();
+    put(
+        s,
+        Write::migrate_run(&moved, &def("d1", "id: wf"), Vec::new()),
+    );
+    write
+}
+
 /// Run `r` as stored, in state `state`, awake.
 pub(crate) fn update(s: &dyn Store, state: RunState) -> Write {
     let mut run = stored_run(s, R);

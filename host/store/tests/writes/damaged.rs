@@ -44,6 +44,56 @@ fn rows_that_do_not_decode_are_set_aside_and_listed() {
     assert!(damaged[0].error.contains("broken"), "{damaged:?}");
 }
 
+#[test]
+fn host_deployment_and_plugin_rows_that_do_not_decode_are_set_aside_and_all_are_listed() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("weft.redb");
+    drop(RedbStore::open(&path).unwrap());
+    put_broken(&path, &[("hosts", "broken"), ("tenants", "broken")], &[]);
+    {
+        let db = redb::Database::create(&path).unwrap();
+        let txn = db.begin_write().unwrap();
+        let deployments = redb::TableDefinition::<(&str, u32), &[u8]>::new("deployments");
+        let plugins = redb::TableDefinition::<(&str, &str), &[u8]>::new("plugins");
+        txn.open_table(deployments)
+            .unwrap()
+            .insert(("wf", 1), b"{not json".as_slice())
+            .unwrap();
+        txn.open_table(plugins)
+            .unwrap()
+            .insert(("p", "d"), b"{not json".as_slice())
+            .unwrap();
+        txn.commit().unwrap();
+    }
+    // One bad row held start-up, or every take-over round, before: each
+    // listing failed whole.
+    let store = RedbStore::open(&path).unwrap();
+    assert!(store.hosts().unwrap().is_empty());
+    // A tenant's row is not set aside: its quota would be lifted. The
+    // listing fails, naming the row.
+    let refused = store.tenants().unwrap_err().to_string();
+    assert!(refused.contains("broken"), "{refused}");
+    assert!(store.deployments(None).unwrap().is_empty());
+    assert!(store.plugins().unwrap().is_empty());
+    let damaged: Vec<(String, String)> = store
+        .damaged()
+        .unwrap()
+        .into_iter()
+        .map(|d| (d.table, d.key))
+        .collect();
+    let expected = [
+        ("hosts", "broken"),
+        ("tenants", "broken"),
+        ("deployments", "wf#1"),
+        ("plugins", "p@d"),
+    ];
+    let expected: Vec<(String, String)> = expected
+        .iter()
+        .map(|(table, key)| ((*table).to_owned(), (*key).to_owned()))
+        .collect();
+    assert_eq!(damaged, expected);
+}
+
 /// A run of tenant `acme`, stored through the store.
 fn acme_run(store: &RedbStore, id: &str) {
     let mut run = crate::common::run(id);
@@ -157,4 +207,30 @@ fn a_claim_of_a_run_that_does_not_decode_is_refused_alone() {
     );
     assert!(results[1].is_ok(), "{results:?}");
     assert_eq!(store.lease("good").unwrap(), Some(lease));
+}
+
+/// A trigger's row that does not decode never fires (listings set it
+/// aside); the sync of a workflow that declares the trigger makes it again
+/// with "no row yet" (version 0), which replaces it rather than failing
+/// the sync, and start-up with it.
+#[test]
+fn a_trigger_row_that_does_not_decode_is_replaced_by_one_made_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("weft.redb");
+    drop(RedbStore::open(&path).unwrap());
+    put_broken(&path, &[("schedules", "wf/nightly")], &[]);
+    let store = RedbStore::open(&path).unwrap();
+    let row: weft_store::ScheduleRecord = serde_json::from_value(serde_json::json!({
+        "key": "wf/nightly", "workflow": "wf", "spec": { "cron": "0 * * * * *" }, "origin": "workflow",
+        "next_fire": 60_000, "version": 1,
+    }))
+    .unwrap();
+    let made = weft_store::Write::schedule(&row, Some(0), None);
+    let answers = store.apply(&[&made]).unwrap();
+    assert!(
+        matches!(answers.as_slice(), [Ok(())]),
+        "the trigger was not made again: {answers:?}"
+    );
+    assert_eq!(store.schedules().unwrap(), [row]);
+    assert!(store.damaged().unwrap().is_empty());
 }

@@ -11,8 +11,8 @@ use weft_store::{DEADLINE_PATH, StepRecord, Store, StoreError, What, Write};
 
 use crate::common::{
     R, SPACE, armed, at, cancel, changed, commit, commit_with, current, def, dozing, emission,
-    emit, ended, exists, glance, nap, no_timers, not_found, outbox_row, queued, spawn, stale,
-    started, step, stored_run, subscribe, timer, timers, update,
+    emit, ended, exists, glance, migrated, nap, no_timers, not_found, outbox_row, queued, spawn,
+    stale, started, step, stored_run, subscribe, timer, timers, update,
 };
 use crate::table::{given, put, walk};
 
@@ -270,6 +270,9 @@ fn act() {
         given("an answer decided before the run moved on", awaiting)
             .write(|s| stale(s, |s| answer(s, "ask")))
             .refused(changed),
+        given("an answer decided before the run was migrated", awaiting)
+            .write(|s| migrated(s, |s| answer(s, "ask")))
+            .refused(changed),
         given("a wait whose timeout fired", awaiting)
             .then(|s| {
                 commit_with(s, R, "side", |_, run, x| {
@@ -355,10 +358,46 @@ fn fire_timer() {
         given("a fire decided before the run moved on", sleeping)
             .write(|s| stale(s, |s| fire(s, Sleep)))
             .refused(changed),
+        given("a fire decided before the run was migrated", sleeping)
+            .write(|s| migrated(s, |s| fire(s, Sleep)))
+            .refused(changed),
         given("a timer its run's cancel removed", sleeping)
             .then(|s| cancel(s, 9))
             .write(|s| fire(s, Sleep))
             .refused(timer_gone),
+    ]);
+}
+
+// PauseRun.
+
+/// A pause of run `r` by no driver (it waits suspended), decided on the
+/// run as stored.
+fn pause(s: &dyn Store) -> Write {
+    let mut paused = current(s);
+    paused.paused = Some(weft_store::PauseMark {
+        at: at(5),
+        actor: "test".to_owned(),
+    });
+    paused.updated_at = at(5);
+    Write::pause_run(&paused)
+}
+
+#[test]
+fn pause_run() {
+    walk(&[
+        given("a pause of a run asleep", sleeping)
+            .write(pause)
+            .stored(|s| {
+                let run = stored_run(s, R);
+                assert!(run.paused.is_some() && run.suspended, "{run:?}");
+                assert_eq!(run.definition, "d0");
+            }),
+        given("a pause decided before the run moved on", sleeping)
+            .write(|s| stale(s, pause))
+            .refused(changed),
+        given("a pause decided before the run was migrated", sleeping)
+            .write(|s| migrated(s, pause))
+            .refused(changed),
     ]);
 }
 
