@@ -306,7 +306,7 @@ fn a_key_set_with_a_ttl_reads_as_absent_once_it_expires_on_the_engine_s_clock() 
 }
 
 #[test]
-fn the_sweeper_keeps_a_revision_a_live_run_pins_and_deletes_replaced_ones_past_keep() {
+fn the_sweeper_keeps_a_revision_a_run_pins_and_deletes_replaced_ones_past_keep() {
     let host = Host::new();
     let engine = host.engine();
     let big: String = {
@@ -343,6 +343,10 @@ fn the_sweeper_keeps_a_revision_a_live_run_pins_and_deletes_replaced_ones_past_k
         host.ended(&pinned).outputs,
         Some(json!({ "first": 10, "second": 10 }))
     );
+    // Ended, it pins revision 1 until it is deleted itself.
+    let swept_ended = engine.sweep(&Retention::default(), false).unwrap();
+    assert_eq!(swept_ended.snapshot_revisions, 0, "{swept_ended:?}");
+    host.clock.advance(Duration::from_secs(31 * 86_400));
     let mut total = weft::engine::sweep::Swept::default();
     for _ in 0..3 {
         total += engine.sweep(&Retention::default(), false).unwrap();
@@ -354,6 +358,53 @@ fn the_sweeper_keeps_a_revision_a_live_run_pins_and_deletes_replaced_ones_past_k
     assert_eq!(total.snapshot_entries + swept.snapshot_entries, 702);
     let data = host.store.snapshot_data().unwrap();
     assert_eq!(data.len(), 1, "{data:?}");
+}
+
+#[test]
+fn an_ended_run_pins_its_revision_until_it_is_deleted_so_a_retry_reads_it() {
+    let host = Host::new();
+    let engine = host.engine();
+    host.publish(&engine, "prices", r#"{"sku-1": 10}"#, FileFormat::Json, 1);
+    let run = host.start(&engine, QUOTE, json!({}));
+    host.wait_for(&run, "suspended", |run| run.suspended);
+    engine.cancel(&run).unwrap();
+    host.wait_for(&run, "cancelled", |run| run.state == RunState::Cancelled);
+    host.publish(&engine, "prices", r#"{"sku-1": 11}"#, FileFormat::Json, 1);
+    host.publish(&engine, "prices", r#"{"sku-1": 12}"#, FileFormat::Json, 1);
+    // Past the margin and `keep`: only the cancelled run's pin holds
+    // revision 1.
+    host.clock.advance(Duration::from_secs(120));
+    let swept = engine.sweep(&Retention::default(), false).unwrap();
+    assert_eq!(swept.snapshot_revisions, 1, "{swept:?}");
+    let revisions: Vec<u32> = host
+        .store
+        .snapshots(Some("prices"))
+        .unwrap()
+        .iter()
+        .map(|r| r.revision)
+        .collect();
+    assert_eq!(revisions, [1, 3], "the ended run pins revision 1");
+    // Its retry reads the revision it pinned, not the newest.
+    let mut retried = engine
+        .retry(&run, Some("nap"), "test", Box::new(Quiet))
+        .unwrap();
+    retried.recorded().unwrap();
+    let records = host.run(&run).step_records;
+    host.wait_for(&run, "asleep again", |r| {
+        r.suspended && r.step_records > records
+    });
+    host.clock.advance(Duration::from_secs(3600));
+    assert_eq!(
+        host.ended(&run).outputs,
+        Some(json!({ "first": 10, "second": 10 }))
+    );
+    // Once the run itself is deleted, its revision goes.
+    host.clock.advance(Duration::from_secs(31 * 86_400));
+    let mut total = weft::engine::sweep::Swept::default();
+    for _ in 0..3 {
+        total += engine.sweep(&Retention::default(), false).unwrap();
+    }
+    assert_eq!((total.runs, total.snapshot_revisions), (1, 1), "{total:?}");
 }
 
 #[test]

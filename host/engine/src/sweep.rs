@@ -165,17 +165,17 @@ impl Pass {
         }
     }
 
-    /// What `run` needs is in use.
+    /// What `run` needs is in use. An ended run pins its snapshot
+    /// revisions too, until it is deleted: a retry of it reads them again.
     fn pin(&mut self, run: &RunRecord) {
         self.definitions.insert(run.definition.clone());
         self.components
             .extend(run.plugins.values().map(|pin| pin.digest.clone()));
-        if !run.state.is_terminal() {
-            self.snapshots
-                .extend(run.snapshots.iter().map(|(name, revision)| {
-                    (weft_core::tenant::sibling(&run.workflow, name), *revision)
-                }));
-        }
+        self.snapshots.extend(
+            run.snapshots.iter().map(|(name, revision)| {
+                (weft_core::tenant::sibling(&run.workflow, name), *revision)
+            }),
+        );
     }
 }
 
