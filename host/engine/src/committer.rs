@@ -78,6 +78,22 @@ impl Committer {
         })
     }
 
+    /// A mark of this host's tenure, to read before [`hold`](Self::hold):
+    /// [`holds_since`](Self::holds_since) tells whether what was held then
+    /// is still this host's.
+    pub fn tenure(&self) -> u64 {
+        self.core.tenure()
+    }
+
+    /// Whether this host's row has held since `tenure` was read, without
+    /// lapsing, and holds now. A host stopped past its lease (a zombie)
+    /// and continued may find a queue it held taken over by a peer that
+    /// delivered and acked since: it must not act on the queue as it read
+    /// it before.
+    pub fn holds_since(&self, tenure: u64) -> bool {
+        self.core.holds_since(tenure)
+    }
+
     /// The store the writes land in, for reading.
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.core.launcher.store

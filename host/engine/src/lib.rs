@@ -493,9 +493,12 @@ impl Engine {
                         updated.version = row.version + 1;
                         writes.push(Write::schedule(&updated, Some(row.version), None));
                     }
+                    // Only if there is still none: a host that made it
+                    // since this read may have fired it, and a row made
+                    // again here would fire that time again.
                     None => {
                         let row = cron::new_row(key, &workflow.id, schedule, "workflow", now);
-                        writes.push(Write::schedule(&row, None, None));
+                        writes.push(Write::schedule(&row, Some(0), None));
                     }
                 }
             }
@@ -851,10 +854,8 @@ impl Engine {
             if dry_run {
                 return Ok(());
             }
-            let driven = store.lease(run_id)?.is_some();
             let write = Write::migrate_run(&moved, &definition, components);
             match self.core.commits.commit(write) {
-                Ok(()) if !driven => return Ok(()),
                 Ok(()) => break,
                 // It moved on meanwhile: decided again on what it is now.
                 Err(StoreError::Changed(_)) if tries < 5 => {}
@@ -867,9 +868,16 @@ impl Engine {
                 Err(e) => return Err(e.into()),
             }
         }
-        // A host drove it: taken in here, under the new revision (a cell
-        // of it here from before is read back).
-        if !self.core.retried(run_id) {
+        // A host drove it, or claimed it since it was read: the move freed
+        // its lease (host `""`), and it is taken in here, under the new
+        // revision (a cell of it here from before is read back). A parked
+        // run keeps no lease and waits for a place; a claim that landed
+        // after the move drives the new revision already.
+        let freed = match store.lease(run_id) {
+            Ok(lease) => lease.is_some_and(|lease| lease.host.is_empty()),
+            Err(_) => true,
+        };
+        if freed && !self.core.retried(run_id) {
             match self.resume(run_id, Box::new(Quiet)) {
                 Ok(_) | Err(ResumeError::Driven { .. } | ResumeError::NotRunning { .. }) => {}
                 Err(_) => self.core.wake_later(run_id),

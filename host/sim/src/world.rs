@@ -1057,13 +1057,19 @@ impl World {
                 self.trace.push(event.clone());
                 self.apply(event);
             }
-            // Paused runs are resumed, to end.
+            // Paused runs are resumed, to end. Time goes on all the same:
+            // a resume may be refused until something due later lands (a
+            // child fenced off by its parent's cancellation is paused
+            // until the cancellation, tried again after a failure, ends
+            // it).
             if let Some(run) = self.some_paused_run() {
                 let event = Event::Unpause { host: 0, run };
                 self.trace.push(event.clone());
                 self.apply(event);
-                stalled = 0;
-                continue;
+                if self.hosts.iter().any(|h| h.stepper.ready() > 0) {
+                    stalled = 0;
+                    continue;
+                }
             }
             for host in &self.hosts {
                 host.stepper.poll_watches();

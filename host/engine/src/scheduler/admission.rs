@@ -11,6 +11,7 @@
 //! flood waits behind itself.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::mpsc::SyncSender;
 use std::sync::{Arc, Mutex, Weak};
 
 use weft_core::lock;
@@ -572,28 +573,52 @@ impl Core {
         let _ = live.task.done.try_send(outcome);
     }
 
-    /// The run ended without this engine (cancelled in the store): it
-    /// leaves, answering with what the store holds. One fenced off by its
-    /// parent's cancellation, and not cancelled itself yet, is cancelled.
-    pub(super) fn ended_elsewhere(&self, live: &mut Live) {
+    /// A commit of the resident run found it ended without this engine
+    /// (cancelled in the store): it leaves memory, and a worker reads what
+    /// the store holds and answers its handle ([`Core::ended_elsewhere`]):
+    /// not this thread, the committing one, where a store read would hold
+    /// up every tenant's commits. The handle goes with the work, not into
+    /// the kept ones, which a retry of the run may fill meanwhile.
+    pub(super) fn left_ended(&self, live: &mut Live) {
         let id = live.task.drive.run.id.clone();
-        let stored = self
-            .launcher
-            .store
-            .run(&id)
-            .and_then(|run| run.ok_or(StoreError::NotFound(weft_store::What::Run(id.clone()))));
-        match stored {
+        let done = live.task.done.clone();
+        self.release(live);
+        self.enqueue(Work::EndedElsewhere(id, done));
+    }
+
+    /// Run `id` ended without this engine and left memory
+    /// ([`Core::left_ended`]): `done`, its handle, is answered with what
+    /// the store holds. One fenced off by its parent's cancellation, and
+    /// not cancelled itself yet, is cancelled.
+    pub(super) fn ended_elsewhere(
+        &self,
+        id: &str,
+        done: &SyncSender<Result<RunRecord, StoreError>>,
+    ) {
+        let stored =
+            self.launcher.store.run(id).and_then(|run| {
+                run.ok_or(StoreError::NotFound(weft_store::What::Run(id.to_owned())))
+            });
+        let outcome = match stored {
             // Fenced off by its parent's cancellation. (A top-level run
             // running again was retried since it ended: whoever claimed it
             // drives it.)
             Ok(run) if !run.state.is_terminal() => {
                 if run.parent.is_some() {
-                    self.enqueue(Work::Cancel(id.clone()));
+                    self.enqueue(Work::Cancel(id.to_owned()));
                 }
-                self.finish(live, Err(StoreError::RunEnded(id)));
+                Err(StoreError::RunEnded(id.to_owned()))
             }
-            stored => self.finish(live, stored),
+            stored => stored,
+        };
+        if let Ok(run) = &outcome {
+            self.ended(run);
+            if run.parent.is_some() {
+                self.enqueue(Work::ChildEnded(Box::new(run.clone())));
+            }
         }
+        // Never blocks (see `ended_in_store`).
+        let _ = done.try_send(outcome);
     }
 
     /// Brings run `id` back into memory after a timer woke it (or a

@@ -28,21 +28,13 @@ impl Core {
             tenant,
             write,
             Box::new(move |outcome| match outcome {
+                // Claimed here (in memory), so that a watch or a wake in
+                // the meantime is noted rather than taking it in too; its
+                // lease is read on a worker: a store read here would hold
+                // up every tenant's commits.
                 Ok(()) => {
-                    // Recorded by this write, under this host's lease; not
-                    // if another host carried the row out first (it drives
-                    // the child), nor if the child was fenced off.
-                    let id = &child.drive.run.id;
-                    let ours = core.launcher.store.lease(id).ok().flatten();
-                    if ours.as_ref() == child.drive.lease() && core.claim(id) {
-                        core.telemetry.started(&child.drive.run, core.clock.now());
-                        let (done, _) = std::sync::mpsc::sync_channel(1);
-                        core.admit(Task {
-                            drive: child.drive,
-                            observer: Box::new(Quiet),
-                            done,
-                            alive: Weak::new(),
-                        });
+                    if core.claim(&child.drive.run.id) {
+                        core.enqueue(Work::AdmitChild(Box::new(child)));
                     }
                 }
                 // Carried out already: by a try of this write whose answer
@@ -59,6 +51,32 @@ impl Core {
                 }
             }),
         );
+    }
+
+    /// Admits a child run this host recorded: only if it is under the
+    /// lease it was made with, as this host's write left it; not if another
+    /// host carried its row out first (it drives the child), nor if the
+    /// child was fenced off since.
+    /// The child is claimed here already.
+    pub(super) fn admit_child(&self, child: NewRun) {
+        let id = &child.drive.run.id;
+        let ours = match self.launcher.store.lease(id) {
+            Ok(ours) => ours,
+            // Read back instead, as it is now.
+            Err(_) => return self.unclaim_waking(id, true),
+        };
+        if ours.as_ref() != child.drive.lease() {
+            self.unclaim(id);
+        } else {
+            self.telemetry.started(&child.drive.run, self.clock.now());
+            let (done, _) = std::sync::mpsc::sync_channel(1);
+            self.admit(Task {
+                drive: child.drive,
+                observer: Box::new(Quiet),
+                done,
+                alive: Weak::new(),
+            });
+        }
     }
 
     /// Registers a wait on a child run, then looks the child up: it may

@@ -391,7 +391,7 @@ impl Core {
                 let mut live = lock(&cell);
                 live.committing = false;
                 if let Err(StoreError::RunEnded(_)) = outcome {
-                    core.ended_elsewhere(&mut live);
+                    core.left_ended(&mut live);
                 } else if let Err(panic) =
                     weft_core::panics::contain("commit", || then(&core, &cell, &mut live, outcome))
                 {

@@ -171,6 +171,20 @@ impl Core {
         }
     }
 
+    /// A mark of this host's tenure: it changes when the host's row
+    /// lapses ([`Core::holds_since`]).
+    pub(crate) fn tenure(&self) -> u64 {
+        self.lapses.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Whether this host's row has held without a lapse since `tenure`
+    /// was read, and holds now: if not, a peer may have judged this host
+    /// gone and taken what it held.
+    pub(crate) fn holds_since(&self, tenure: u64) -> bool {
+        let until = self.renewed.load(std::sync::atomic::Ordering::SeqCst);
+        self.tenure() == tenure && self.clock.now().as_millis() < until
+    }
+
     /// This host's id.
     pub(crate) fn host(&self) -> &str {
         &self.launcher.host
@@ -196,6 +210,10 @@ impl Core {
             row.expires_at.as_millis(),
             std::sync::atomic::Ordering::SeqCst,
         );
+        if lapsed {
+            self.lapses
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
         if lapsed && !weft_core::mutation::on("zombie-keeps-runs") {
             tracing::warn!(
                 "this host's row lapsed before it was renewed (the process was stopped, or stalled); its runs are checked against the store"

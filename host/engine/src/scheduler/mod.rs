@@ -186,6 +186,12 @@ enum Work {
     /// Record a child run a step started, then admit it; how many tries
     /// of it failed.
     StartChild(Box<NewRun>, Box<OutboxRecord>, u32),
+    /// Admit a child run this host recorded, if it is still under the
+    /// lease it was made with (read here, not on the committing thread).
+    AdmitChild(Box<NewRun>),
+    /// A resident run whose commit found it ended elsewhere left memory:
+    /// read it, and answer its handle (this) with what the store holds.
+    EndedElsewhere(String, SyncSender<Result<RunRecord, StoreError>>),
     /// Carry out the outbox row of this child run, if it is still open,
     /// then wake the child; how many tries of it failed.
     CarryOut(String, u32),
@@ -258,7 +264,7 @@ impl Work {
                 Arc::clone(&cell.tenant)
             }
             Work::ChildEnded(run) => Arc::from(weft_core::tenant::of(&run.workflow)),
-            Work::StartChild(child, _, _) => {
+            Work::StartChild(child, _, _) | Work::AdmitChild(child) => {
                 Arc::from(weft_core::tenant::of(&child.drive.run.workflow))
             }
             Work::Admit(parked, _) => Arc::clone(&parked.tenant),
@@ -270,6 +276,7 @@ impl Work {
             | Work::Fenced(..)
             | Work::Recheck(..)
             | Work::Cancel(_)
+            | Work::EndedElsewhere(..)
             | Work::Pause(..) => weft_core::fair::untenanted(),
         }
     }
@@ -314,6 +321,9 @@ pub(super) struct Core {
     process: leases::Process,
     /// Until when its row holds its leases, in milliseconds.
     renewed: std::sync::atomic::AtomicU64,
+    /// How many times this host's row lapsed before it was renewed (it
+    /// was stopped past its lease): what it held before may be another's.
+    lapses: std::sync::atomic::AtomicU64,
     /// Whether the lease thread takes over the runs of hosts that are gone.
     taking_over: AtomicBool,
     /// The hosts seen in the last round (or when this host joined): one
@@ -357,6 +367,7 @@ impl Core {
             lease_ttl,
             process,
             renewed: std::sync::atomic::AtomicU64::new(0),
+            lapses: std::sync::atomic::AtomicU64::new(0),
             taking_over: AtomicBool::new(true),
             seen_hosts: Mutex::new(HashSet::new()),
             sweep: AtomicBool::new(false),
@@ -654,6 +665,8 @@ impl Core {
             Work::Fire(timer, tries) => self.fire(*timer, tries),
             Work::Decide(timer, tries) => self.decide(*timer, tries),
             Work::StartChild(child, row, tries) => self.start_child(*child, *row, tries),
+            Work::AdmitChild(child) => self.admit_child(*child),
+            Work::EndedElsewhere(id, done) => self.ended_elsewhere(&id, &done),
             Work::CarryOut(id, tries) => self.carry_out(&id, tries),
             Work::Fenced(parent, children) => self.cancel_fenced(&parent, children),
             Work::Recheck(created, error, tries) => self.recheck(*created, *error, tries),
