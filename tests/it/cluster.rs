@@ -1,7 +1,7 @@
 //! Three `weft serve` hosts on one PostgreSQL database (a schema of its
-//! own in the server `WEFT_TEST_POSTGRES` names), under load, and one
-//! killed with SIGKILL three times, a different host each time, restarted
-//! after. Every run must end once, succeeded, with one success per step
+//! own in the server `WEFT_TEST_POSTGRES` names), under load, one frozen
+//! past its lease with SIGSTOP and continued, and one killed with SIGKILL
+//! and restarted, three times each, a different host each time. Every run must end once, succeeded, with one success per step
 //! and dense record numbers; the shared counter must be bumped exactly
 //! twice per run; each run must have emitted one message, and every
 //! message must reach the webhook, under the delivery id the store gave
@@ -152,6 +152,27 @@ fn check_steps<'a>(id: &str, shown: &'a Value, counted: &mut Vec<u64>) -> &'a Ve
     steps
 }
 
+/// Stops host `node`'s process (`SIGSTOP`) for `pause`, past its lease:
+/// its peers judge it gone and take its runs over; continued, it goes on
+/// with what it held, a zombie whose writes the store must fence off.
+fn freeze(node: &Node, pause: Duration) {
+    let signal = |name: &str| {
+        let status = std::process::Command::new("kill")
+            .arg(format!("-{name}"))
+            .arg(node.child.id().to_string())
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill -{name} failed");
+    };
+    signal("STOP");
+    std::thread::sleep(pause);
+    signal("CONT");
+}
+
+/// Three hosts on one database, under load; in each round one host is
+/// frozen past its lease (`SIGSTOP`, then `SIGCONT`) and one is killed
+/// (`SIGKILL`) and started again, different hosts in turn. Three rounds;
+/// `WEFT_CLUSTER_ROUNDS` asks for more.
 #[test]
 fn three_hosts_on_postgres_lose_nothing_when_each_in_turn_is_killed() {
     let scratch = Scratch::new(&["counter", "spin"]);
@@ -180,11 +201,41 @@ fn three_hosts_on_postgres_lose_nothing_when_each_in_turn_is_killed() {
     let (status, made) = call(&nodes[0].url, "/v1/subscriptions", Some(spec));
     assert_eq!(status, 201, "{made}");
 
-    let total = 150;
-    let kills = [40 + next(10), 80 + next(10), 120 + next(10)];
+    let rounds: u64 = std::env::var("WEFT_CLUSTER_ROUNDS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(3);
+    let total = 50 * rounds;
+    let freezes: Vec<u64> = (0..rounds).map(|r| 50 * r + 10 + next(10)).collect();
+    let kills: Vec<u64> = (0..rounds).map(|r| 50 * r + 30 + next(10)).collect();
     let mut acked: HashMap<String, u64> = HashMap::new();
     for n in 0..total {
-        if let Some(k) = kills.iter().position(|at| *at == n) {
+        if let Some(r) = freezes.iter().position(|at| *at == n) {
+            // Host f stops with runs in flight, for two and a half leases,
+            // while the others go on taking runs.
+            let f = (r + 1) % 3;
+            std::thread::sleep(Duration::from_millis(next(50)));
+            let others: Vec<String> = (1..3).map(|d| nodes[(f + d) % 3].url.clone()).collect();
+            let frozen = std::thread::scope(|scope| {
+                let frozen = scope.spawn(|| freeze(&nodes[f], Duration::from_millis(2_500)));
+                for m in 0..4u64 {
+                    let (status, body) = call(
+                        &others[(m % 2) as usize],
+                        "/v1/runs",
+                        Some(json!({ "workflow": "load", "input": { "n": 500_000 + n * 10 + m } })),
+                    );
+                    assert_eq!(status, 201, "{body}");
+                    acked.insert(
+                        body["id"].as_str().unwrap().to_owned(),
+                        500_000 + n * 10 + m,
+                    );
+                }
+                frozen.join()
+            });
+            frozen.unwrap();
+        }
+        if let Some(r) = kills.iter().position(|at| *at == n) {
+            let k = r % 3;
             // Host k dies with runs in flight, then comes back.
             std::thread::sleep(Duration::from_millis(next(50)));
             nodes[k].child.kill().unwrap();
@@ -213,7 +264,7 @@ fn three_hosts_on_postgres_lose_nothing_when_each_in_turn_is_killed() {
         acked.insert(body["id"].as_str().unwrap().to_owned(), n);
     }
 
-    let deadline = Instant::now() + Duration::from_secs(240);
+    let deadline = Instant::now() + Duration::from_secs(240 + 20 * rounds);
     let mut delivery_ids = HashMap::new();
     let mut counted = Vec::new();
     for (i, (id, n)) in acked.iter().enumerate() {
@@ -270,12 +321,25 @@ fn three_hosts_on_postgres_lose_nothing_when_each_in_turn_is_killed() {
         );
         std::thread::sleep(Duration::from_millis(50));
     };
+    // In order: the queue's holder sends its head until it is acked, so a
+    // request may repeat the newest message sent (the host that sent it
+    // died, or lost the queue, before it recorded the answer), never an
+    // older one (a host stopped past its lease that sends the head it read
+    // before a peer delivered past it).
+    let mut newest = 0;
     for request in &got {
         let id = request.header("weft-delivery");
         let n = delivery_ids
             .get(id)
             .unwrap_or_else(|| panic!("a delivery no run made: {id}"));
-        assert_eq!(request.json()["payload"], json!(n), "delivery {id}");
+        let body = request.json();
+        assert_eq!(body["payload"], json!(n), "delivery {id}");
+        let seq = body["seq"].as_u64().unwrap();
+        assert!(
+            seq >= newest,
+            "message {seq} was sent after message {newest}: out of order"
+        );
+        newest = seq;
     }
     for id in delivery_ids.keys() {
         let acked = Instant::now() + Duration::from_secs(30);
@@ -305,7 +369,10 @@ fn three_hosts_on_postgres_lose_nothing_when_each_in_turn_is_killed() {
         got.len(),
         delivery_ids.len()
     );
-    assert!(taken >= 3, "no host took over a killed host's runs");
+    assert!(
+        taken >= 3,
+        "no host took over a killed or frozen host's runs"
+    );
 }
 
 /// A PostgreSQL cluster of one test's own (`scripts/postgres-dev`), to
@@ -633,4 +700,47 @@ fn runs_started_on_one_host_spread_over_every_host_within_its_places() {
     }
     let took: usize = by_host.values().map(Vec::len).sum();
     assert_eq!(took, 12, "one attempt per run: {by_host:?}");
+}
+
+/// A tenant's quota changed through one host holds on every other within
+/// a second or two, without a restart: here, a step ceiling set through
+/// host 0 cuts the default deadline of a step that host 1 runs.
+#[test]
+fn a_quota_changed_through_one_host_holds_on_the_others() {
+    let scratch = Scratch::new(&["spin"]);
+    std::fs::create_dir_all(scratch.path().join("workflows")).unwrap();
+    std::fs::write(
+        scratch.path().join("workflows/spins.yaml"),
+        "id: spins\nsteps:\n  - { id: s, uses: spin }\n",
+    )
+    .unwrap();
+    let store = database("quota");
+    let mut nodes: Vec<Node> = (0..2).map(|n| start(&scratch, &store, n, 0)).collect();
+    let (status, body) = call(
+        &nodes[0].url,
+        "/v1/tenants/default/quota",
+        Some(json!({ "max_step_timeout_ms": 300 })),
+    );
+    assert_eq!(status, 200, "{body}");
+    // Host 0 goes, so that host 1 drives the run, as it started before the
+    // quota was set.
+    std::thread::sleep(Duration::from_secs(2));
+    nodes[0].child.kill().unwrap();
+    nodes[0].child.wait().unwrap();
+    let began = Instant::now();
+    let (status, body) = call(
+        &nodes[1].url,
+        "/v1/runs",
+        Some(json!({ "workflow": "spins" })),
+    );
+    assert_eq!(status, 201, "{body}");
+    let id = body["id"].as_str().unwrap();
+    let shown = ended(&nodes[1].url, id, began + Duration::from_secs(60));
+    assert_eq!(shown["run"]["state"], "failed", "{shown}");
+    assert_eq!(shown["run"]["error"]["error"]["code"], "timeout", "{shown}");
+    assert!(
+        began.elapsed() < Duration::from_secs(20),
+        "host 1 kept the 30 s default deadline, not the tenant's 300 ms: {:?}",
+        began.elapsed()
+    );
 }

@@ -3,6 +3,7 @@
 //! run` start here (and the end-to-end tests through them), so the order
 //! lives in one place.
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -230,9 +231,8 @@ impl Host {
                 step: "read the tenants' quotas",
                 error,
             })?;
-        for tenant in tenants {
-            crate::api::enforce_quota(&engine, &tenant.name, &tenant.quota);
-        }
+        let mut quotas = Quotas::default();
+        quotas.enforce(&engine, tenants);
         let mut resumed = 0;
         if config.recover {
             resumed = recover(&mut engine, &deployments)?;
@@ -246,7 +246,7 @@ impl Host {
             None
         };
         if config.recover {
-            look_at_the_store(&engine, &deployments)?;
+            look_at_the_store(&engine, &deployments, quotas)?;
             start_sweeper(&engine, config.retention)?;
         }
         let hub = Hub::new(
@@ -532,6 +532,7 @@ pub fn start_sweeper(engine: &Arc<Engine>, retention: Retention) -> Result<(), H
 fn look_at_the_store(
     engine: &Arc<Engine>,
     deployments: &Arc<Deployments>,
+    mut quotas: Quotas,
 ) -> Result<(), HostError> {
     let engine = Arc::downgrade(engine);
     let deployments = Arc::downgrade(deployments);
@@ -550,6 +551,10 @@ fn look_at_the_store(
                 if let Err(e) = deployments.refresh() {
                     tracing::debug!("cannot read the deployed workflows: {e}");
                 }
+                match engine.store().tenants() {
+                    Ok(tenants) => quotas.enforce(&engine, tenants),
+                    Err(e) => tracing::debug!("cannot read the tenants' quotas: {e}"),
+                }
             }
         })
         .map(drop)
@@ -557,4 +562,29 @@ fn look_at_the_store(
             what: "looking at the store",
             error,
         })
+}
+
+/// The tenants' quotas this host enforces, as last read from the store:
+/// a tenant changed or removed through another host is held to its new
+/// quota here within a [`LOOK`].
+#[derive(Default)]
+struct Quotas(HashMap<String, weft_store::Quota>);
+
+impl Quotas {
+    /// Holds the engine to `tenants`, the store's rows now: a changed
+    /// quota is enforced, and a tenant whose row is gone goes back to no
+    /// limits and no egress rules, as its removal through this host does.
+    fn enforce(&mut self, engine: &Engine, tenants: Vec<weft_store::TenantRecord>) {
+        let mut now = HashMap::with_capacity(tenants.len());
+        for tenant in tenants {
+            if self.0.get(&tenant.name) != Some(&tenant.quota) {
+                crate::api::enforce_quota(engine, &tenant.name, &tenant.quota);
+            }
+            now.insert(tenant.name, tenant.quota);
+        }
+        for gone in self.0.keys().filter(|name| !now.contains_key(*name)) {
+            crate::api::release_quota(engine, gone);
+        }
+        self.0 = now;
+    }
 }

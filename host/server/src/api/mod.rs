@@ -303,6 +303,13 @@ pub fn enforce_quota(engine: &weft_engine::Engine, name: &str, quota: &weft_stor
     engine.egress().set_tenant(name, quota.egress.clone());
 }
 
+/// Lets tenant `name`, removed, go: no limits and no egress rules of its
+/// own from now on.
+pub fn release_quota(engine: &weft_engine::Engine, name: &str) {
+    engine.set_tenant_limits(name, weft_engine::TenantLimits::default());
+    engine.egress().set_tenant(name, None);
+}
+
 /// What the engine holds a tenant with `quota` to.
 pub fn limits_of(quota: &weft_store::Quota) -> weft_engine::TenantLimits {
     weft_engine::TenantLimits {

@@ -221,9 +221,7 @@ pub(super) async fn remove_tenant(
     })
     .await??;
     api.access.revoked();
-    api.engine
-        .set_tenant_limits(&name, weft_engine::TenantLimits::default());
-    api.engine.egress().set_tenant(&name, None);
+    super::release_quota(&api.engine, &name);
     let audited = caller.in_tenant(&name);
     api.audit(
         &audited,

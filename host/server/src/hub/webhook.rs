@@ -346,6 +346,7 @@ fn turn(hub: &Hub, agent: &ureq::Agent, key: &str) -> Next {
     // One host at a time delivers a queue: another on the store that
     // holds it goes on, and this one looks again in a second. The head is
     // read once the queue is held, so it is not one the last holder acked.
+    let tenure = shared.committer.tenure();
     match shared.committer.hold(key) {
         Ok(()) => {}
         Err(weft_store::StoreError::Fenced { .. }) => return Next::Wait(Duration::from_secs(1)),
@@ -372,6 +373,14 @@ fn turn(hub: &Hub, agent: &ureq::Agent, key: &str) -> Next {
             return Next::Wait(Duration::from_secs(1));
         }
     };
+    // Stopped past its lease since it took the queue, this host may have
+    // lost it to a peer that delivered this head and more since: it looks
+    // again (and finds the queue held) rather than POST it out of order.
+    // A stop during the POST itself is not caught.
+    if !shared.committer.holds_since(tenure) {
+        tracing::warn!(subscription = %key, "this host's lease lapsed while it held the queue; it takes the queue again before it delivers");
+        return Next::Wait(Duration::from_millis(100));
+    }
     let started = std::time::Instant::now();
     let error = post(agent, url, &secret, &view);
     if let Some(metrics) = &shared.metrics {
