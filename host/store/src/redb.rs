@@ -35,6 +35,10 @@ use crate::rows::{decode, decode_kv};
 use weft_core::Versioned;
 
 const META: TableDefinition<&str, &str> = TableDefinition::new("meta");
+/// The key in `META` of the least number the next message may take: set
+/// by a restore, above any number the store restored from could have
+/// given since its backup (see `backup::restore`).
+const MESSAGES_FLOOR: &str = "messages_floor";
 const RUNS: TableDefinition<&str, &[u8]> = TableDefinition::new("runs");
 /// `(tenant, run id)`, no value: each tenant's runs (see
 /// [`Table::TenantRuns`](crate::rows::Table::TenantRuns)). A file made
@@ -545,6 +549,22 @@ pub(super) fn index_tenant_runs(
     }
     backend!(meta.insert("tenant_runs", "1"))?;
     Ok(())
+}
+
+/// The least number the next message takes, from `META`: 0 unless a
+/// restore set it. A value that does not read as a number fails, as the
+/// file is then not one this build wrote.
+pub(super) fn messages_floor(
+    meta: &impl ReadableTable<&'static str, &'static str>,
+) -> Result<u64, StoreError> {
+    let Some(found) = backend!(meta.get(MESSAGES_FLOOR))? else {
+        return Ok(0);
+    };
+    let text = found.value();
+    text.parse().map_err(|_| StoreError::Codec {
+        key: format!("meta `{MESSAGES_FLOOR}`"),
+        message: format!("expected a number, found {text:?}"),
+    })
 }
 
 /// Whether `error` is the disk's being full (or a quota's being reached).

@@ -927,7 +927,9 @@ fn doctor(data_dir: &std::path::Path) -> anyhow::Result<ExitCode> {
     };
     let damaged = store.damaged()?;
     if damaged.is_empty() {
-        out!("{shown}: every run, outbox, trigger and timer row decodes");
+        out!(
+            "{shown}: every run, outbox, trigger, timer, host, tenant, deployment and plugin row decodes"
+        );
         return Ok(ExitCode::SUCCESS);
     }
     for row in &damaged {

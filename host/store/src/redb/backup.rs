@@ -37,6 +37,16 @@ fn copy<K: redb::Key + 'static, V: redb::Value + 'static>(
     Ok(rows)
 }
 
+/// What a copy is for.
+#[derive(Clone, Copy)]
+enum Purpose {
+    /// A backup: every row as it is.
+    Backup,
+    /// A restore at `now` (microseconds since the epoch): without the
+    /// hosts' rows, numbering messages anew (see [`RedbStore::restore`]).
+    Restore { now: u64 },
+}
+
 /// Copies every table of `from` into `to`, but the hosts' rows when
 /// `hosts` is false; the rows copied.
 fn copy_all(from: &ReadTransaction, to: &WriteTransaction, hosts: bool) -> Result<u64, StoreError> {
@@ -82,6 +92,21 @@ fn copy_all(from: &ReadTransaction, to: &WriteTransaction, hosts: bool) -> Resul
     Ok(rows)
 }
 
+/// Sets the floor of message numbers in `txn`, a restore at `now`, above
+/// every number the copied rows hold or an earlier floor set.
+fn renumber_messages(txn: &WriteTransaction, now: u64) -> Result<(), StoreError> {
+    let last = {
+        let messages = backend!(txn.open_table(MESSAGES))?;
+        backend!(messages.last())?.map_or(0, |(seq, _)| seq.value())
+    };
+    let mut meta = backend!(txn.open_table(META))?;
+    let floor = super::messages_floor(&meta)?
+        .max(last.saturating_add(1))
+        .max(now);
+    backend!(meta.insert(super::MESSAGES_FLOOR, floor.to_string().as_str()))?;
+    Ok(())
+}
+
 /// Refuses to write over `to`.
 fn fresh(to: &Path) -> Result<(), StoreError> {
     if to.exists() {
@@ -102,14 +127,17 @@ fn partial(to: &Path) -> std::path::PathBuf {
 
 /// Copies `from` (a read transaction's snapshot) into a new store file
 /// at `to`; the rows copied.
-fn copy_into(from: &ReadTransaction, to: &Path, hosts: bool) -> Result<u64, StoreError> {
+fn copy_into(from: &ReadTransaction, to: &Path, purpose: Purpose) -> Result<u64, StoreError> {
     fresh(to)?;
     let making = partial(to);
     let _ = std::fs::remove_file(&making);
     let rows = {
         let target = RedbStore::open(&making)?;
         let (txn, _) = target.begin_write()?;
-        let rows = copy_all(from, &txn, hosts)?;
+        let rows = copy_all(from, &txn, matches!(purpose, Purpose::Backup))?;
+        if let Purpose::Restore { now } = purpose {
+            renumber_messages(&txn, now)?;
+        }
         // A copy of a file made before the index of runs has no index: the
         // mark the new file got is taken back, and the index filled.
         if matches!(
@@ -135,15 +163,30 @@ impl RedbStore {
     /// file `to` (refused if it exists), while other processes go on
     /// writing this one. Returns the rows copied. Blocking.
     pub fn backup(&self, to: impl AsRef<Path>) -> Result<u64, StoreError> {
-        copy_into(&self.begin_read()?, to.as_ref(), true)
+        copy_into(&self.begin_read()?, to.as_ref(), Purpose::Backup)
     }
 
     /// Makes a new store file `to` (refused if it exists) from backup
     /// `from`, without the rows of the hosts that ran then: every run they
     /// drove is free for the first host that starts on `to`, which resumes
     /// it. Returns the rows copied. Blocking.
+    ///
+    /// The store backed up may have numbered messages after the backup
+    /// was taken, and a consumer may hold one of those numbers (an SSE
+    /// `Last-Event-ID`): numbering again from the backup's last would give
+    /// new messages numbers it takes as seen. So the restored store
+    /// numbers its next message from the time of the restore in
+    /// microseconds, or the backup's last plus one if that is more: a
+    /// store numbers fewer than a million messages a second, so no number
+    /// given since the backup (nor by an earlier restore of it) reaches
+    /// it.
     pub fn restore(from: impl AsRef<Path>, to: impl AsRef<Path>) -> Result<u64, StoreError> {
         let backup = Self::open_read_only(from)?;
-        copy_into(&backup.begin_read()?, to.as_ref(), false)
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |since| {
+                u64::try_from(since.as_micros()).unwrap_or(u64::MAX)
+            });
+        copy_into(&backup.begin_read()?, to.as_ref(), Purpose::Restore { now })
     }
 }

@@ -43,11 +43,15 @@ pub(super) struct Tables<'t> {
     audit: RedbTable<'t, (u64, u64), &'static [u8]>,
     audit_tenants: RedbTable<'t, (&'static str, &'static str), ()>,
     usage: RedbTable<'t, &'static str, u64>,
+    /// The least number the next message takes (`MESSAGES_FLOOR`), 0 but
+    /// in a store made by a restore.
+    messages_floor: u64,
 }
 
 impl<'t> Tables<'t> {
     /// Opens every table in `txn`, each created by `RedbStore::open`.
     pub(super) fn open(txn: &'t WriteTransaction) -> Result<Self, StoreError> {
+        let messages_floor = super::messages_floor(&backend!(txn.open_table(super::META))?)?;
         Ok(Self {
             runs: backend!(txn.open_table(super::RUNS))?,
             tenant_runs: backend!(txn.open_table(super::TENANT_RUNS))?,
@@ -84,6 +88,7 @@ impl<'t> Tables<'t> {
             audit: backend!(txn.open_table(super::AUDIT))?,
             audit_tenants: backend!(txn.open_table(super::AUDIT_TENANTS))?,
             usage: backend!(txn.open_table(super::USAGE))?,
+            messages_floor,
         })
     }
 }
@@ -501,6 +506,10 @@ impl Rows for Tables<'_> {
         if table != Table::Messages {
             return Err(misfit(table, Key::U64(0)));
         }
-        Ok(backend!(self.messages.last())?.map(|(key, _)| key.value()))
+        // Below the floor, the next message follows the floor's predecessor
+        // as if it were the last.
+        let last = backend!(self.messages.last())?.map(|(key, _)| key.value());
+        let below = self.messages_floor.checked_sub(1);
+        Ok(last.max(below))
     }
 }

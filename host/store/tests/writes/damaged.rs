@@ -234,3 +234,33 @@ fn a_trigger_row_that_does_not_decode_is_replaced_by_one_made_again() {
     assert_eq!(store.schedules().unwrap(), [row]);
     assert!(store.damaged().unwrap().is_empty());
 }
+
+/// A host whose row does not decode is set aside by the listing of hosts,
+/// so no host judges it gone and forgets its row: its runs are free all
+/// the same, and a claim takes one.
+#[test]
+fn the_runs_of_a_host_whose_row_does_not_decode_are_free() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("weft.redb");
+    let first = weft_store::Lease::after(None, "h1");
+    {
+        let store = RedbStore::open(&path).unwrap();
+        acme_run(&store, "r1");
+        let claim = weft_store::Write::Claim {
+            run: "r1".to_owned(),
+            lease: first.clone(),
+        };
+        store.apply(&[&claim]).unwrap().remove(0).unwrap();
+    }
+    put_broken(&path, &[("hosts", "h1")], &[]);
+    let store = RedbStore::open(&path).unwrap();
+    assert!(store.hosts().unwrap().is_empty(), "the row is set aside");
+    let second = weft_store::Lease::after(Some(&first), "h2");
+    let claim = weft_store::Write::Claim {
+        run: "r1".to_owned(),
+        lease: second.clone(),
+    };
+    let results = store.apply(&[&claim]).unwrap();
+    assert!(results[0].is_ok(), "{results:?}");
+    assert_eq!(store.lease("r1").unwrap(), Some(second));
+}
