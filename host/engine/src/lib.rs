@@ -865,7 +865,19 @@ impl Engine {
                 Err(StoreError::NotFound(_)) => {
                     return Err(MigrateError::NotFound(run_id.to_owned()));
                 }
-                Err(e) => return Err(e.into()),
+                // The move may have landed: if it did, the run's lease is
+                // free and nobody drives it, so a cell of it here is read
+                // back, or it is woken after a pause (a wake of a run
+                // another host holds leaves it there).
+                Err(e) => {
+                    if e.outcome_unknown()
+                        && !weft_core::mutation::on("lost-migrate-not-woken")
+                        && !self.core.retried(run_id)
+                    {
+                        self.core.wake_later(run_id);
+                    }
+                    return Err(e.into());
+                }
             }
         }
         // A host drove it, or claimed it since it was read: the move freed
@@ -877,7 +889,7 @@ impl Engine {
             Ok(lease) => lease.is_some_and(|lease| lease.host.is_empty()),
             Err(_) => true,
         };
-        if freed && !self.core.retried(run_id) {
+        if freed && !weft_core::mutation::on("migrate-freed-left") && !self.core.retried(run_id) {
             match self.resume(run_id, Box::new(Quiet)) {
                 Ok(_) | Err(ResumeError::Driven { .. } | ResumeError::NotRunning { .. }) => {}
                 Err(_) => self.core.wake_later(run_id),

@@ -36,9 +36,30 @@ pub(crate) struct Facts {
     /// Runs whose pause a host acknowledged as durable, and no resume
     /// since: each stays paused until it ends.
     pauses: BTreeSet<String>,
+    /// Runs whose pause a host acknowledged as pending, and no resume
+    /// since: each makes no attempt but at the leaves busy then (a call
+    /// under way, its commit, a wait that ends), until it is paused or
+    /// ends. A pending pause is in the memory of its host alone,
+    /// so a crash of that host, or its freezing (its runs may be taken
+    /// over), takes it back.
+    pending: BTreeMap<String, Pending>,
+    /// Runs moved to another revision, with its definition's digest: each
+    /// stays under it until moved again.
+    migrated: BTreeMap<String, String>,
     /// Every step refused for a quota, by `(run, seq)`, with its code: the
     /// sweeper may delete its run later, so they are counted as seen.
     refused: BTreeMap<(String, u32), String>,
+}
+
+/// A pause acknowledged as pending.
+#[derive(Debug)]
+struct Pending {
+    /// The host that acknowledged it.
+    host: usize,
+    /// The run's number of records then.
+    records: usize,
+    /// The leaves busy then: each may get one record.
+    under_way: Vec<String>,
 }
 
 /// A run as last seen.
@@ -65,9 +86,43 @@ impl Facts {
         self.pauses.insert(run.to_owned());
     }
 
+    /// Host `host` answered that run `run`, with `records` records, is to
+    /// be paused once the calls under way at `under_way` are committed.
+    pub(crate) fn pause_pending(
+        &mut self,
+        run: &str,
+        host: usize,
+        records: usize,
+        under_way: Vec<String>,
+    ) {
+        let pending = Pending {
+            host,
+            records,
+            under_way,
+        };
+        self.pending.insert(run.to_owned(), pending);
+    }
+
+    /// A host moved run `run` to the definition with digest `definition`.
+    pub(crate) fn migrated(&mut self, run: &str, definition: &str) {
+        self.migrated.insert(run.to_owned(), definition.to_owned());
+    }
+
+    /// A migration of run `run` may or may not have landed.
+    pub(crate) fn migration_unknown(&mut self, run: &str) {
+        self.migrated.remove(run);
+    }
+
     /// A host resumed run `run`.
     pub(crate) fn resumed(&mut self, run: &str) {
         self.pauses.remove(run);
+        self.pending.remove(run);
+    }
+
+    /// Host `host` lost its memory (a crash), or may lose its runs (it
+    /// froze): the pauses pending there are forgotten.
+    pub(crate) fn host_lost(&mut self, host: usize) {
+        self.pending.retain(|_, pending| pending.host != host);
     }
 
     /// How many steps were seen refused with quota `code` (`storage_quota`,
@@ -99,6 +154,7 @@ impl Facts {
             }
             self.nothing_after_the_end(run, &steps)?;
             self.nothing_starts_while_paused(run, &steps)?;
+            self.migrations_kept(run)?;
             self.cancels_durable(run, &steps)?;
             messages_once(store, run, &steps)?;
             pins_kept(store, run)?;
@@ -287,6 +343,34 @@ impl Facts {
                 run.id
             ));
         }
+        // Ended, paused, or suspended (out of its host's memory: that host
+        // pauses it in the store, and until then a fire or a migration may
+        // take it elsewhere, where the pause is not known): no longer held
+        // by the cell that answered.
+        if run.state.is_terminal() || run.paused.is_some() || run.suspended {
+            self.pending.remove(&run.id);
+        }
+        if let Some(pending) = self.pending.get(&run.id) {
+            let mut under_way = pending.under_way.clone();
+            for record in steps.iter().skip(pending.records) {
+                if record.host.is_none() {
+                    continue;
+                }
+                let Some(at) = under_way.iter().position(|path| *path == record.path) else {
+                    return Err(format!(
+                        "run {}: host {} acknowledged its pause as pending (at record {}, with {:?} under way), yet leaf `{}` made attempt {} at seq {}",
+                        run.id,
+                        pending.host,
+                        pending.records,
+                        pending.under_way,
+                        record.path,
+                        record.attempt,
+                        record.seq
+                    ));
+                };
+                under_way.swap_remove(at);
+            }
+        }
         if run.paused.is_none() || run.state.is_terminal() {
             self.paused.remove(&run.id);
             return Ok(());
@@ -299,6 +383,19 @@ impl Facts {
             ));
         }
         Ok(())
+    }
+
+    /// A migration acknowledged is durable: no write decided on the run as
+    /// it was before (a fire, an answer, a pause decided in the store)
+    /// puts the old definition back.
+    fn migrations_kept(&self, run: &RunRecord) -> Result<(), String> {
+        match self.migrated.get(&run.id) {
+            Some(definition) if *definition != run.definition => Err(format!(
+                "run {}: it was migrated to definition {definition}, and is under {} now",
+                run.id, run.definition
+            )),
+            _ => Ok(()),
+        }
     }
 
     /// A cancellation acknowledged is durable: the run is `cancelled`,

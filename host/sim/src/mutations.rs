@@ -83,6 +83,27 @@ pub const LIST: &[Mutation] = &[
         shape: LOSSY,
     },
     Mutation {
+        name: "pending-pause-dropped",
+        switches: &["pending-pause-dropped"],
+        undoes: "a pause pending when its run leaves memory (a failed commit, a pause refused as moved on) is kept, and taken up by the cell that reads the run back before it starts anything",
+        within: 1000,
+        shape: LOSSY,
+    },
+    Mutation {
+        name: "migrate-freed-left",
+        switches: &["migrate-freed-left"],
+        undoes: "a run whose lease a migration freed (a host drove it, or claimed it since it was read) is taken in by the migrating host",
+        within: 1000,
+        shape: PLAIN,
+    },
+    Mutation {
+        name: "migration-overwritten",
+        switches: &["migration-overwritten"],
+        undoes: "a store-side fire, answer or pause decided on a run before it was migrated is refused (`same_revision`), rather than writing the old definition back",
+        within: 1000,
+        shape: PLAIN,
+    },
+    Mutation {
         name: "tenant-index-dropped",
         switches: &["tenant-index-dropped"],
         undoes: "a new run's row in its tenant's index of runs",

@@ -117,6 +117,9 @@ pub enum Event {
     Freeze { host: usize },
     /// Frozen host `host` goes on with its old state.
     Thaw { host: usize },
+    /// Host `host` moves run `run` to the other revision of its workflow
+    /// (the same steps, another definition).
+    Migrate { host: usize, run: String },
 }
 
 impl fmt::Display for Event {
@@ -155,6 +158,7 @@ impl fmt::Display for Event {
             }
             Event::Freeze { host } => write!(f, "host {host}: frozen"),
             Event::Thaw { host } => write!(f, "host {host}: thawed, goes on"),
+            Event::Migrate { host, run } => write!(f, "host {host}: migrate {run}"),
         }
     }
 }
@@ -246,6 +250,11 @@ pub(crate) struct World {
     checked: Option<u64>,
     plugins: Arc<PluginDir>,
     workflows: Vec<Arc<Workflow>>,
+    /// The other revision of each of `workflows`, at the same index.
+    revised: Vec<Arc<Workflow>>,
+    /// Runs migrated, with their lease's epoch after the last migration:
+    /// a lease below it is stale.
+    moved: BTreeMap<String, u64>,
     served: Arc<WorkflowDir>,
     hosts: Vec<Host>,
     /// Whether a failed batch, a crash or a re-armed timer may be chosen.
@@ -282,27 +291,34 @@ fn plugins() -> Result<Arc<PluginDir>, String> {
         .clone()
 }
 
-/// The workflows, parsed once for every world.
-fn workflows() -> Result<(Vec<Arc<Workflow>>, Arc<WorkflowDir>), String> {
-    type Parsed = Result<(Vec<Arc<Workflow>>, Arc<WorkflowDir>), String>;
+/// The workflows, parsed once for every world: those served, and the
+/// other revision of each (the same steps, a comment more), which a
+/// migration moves runs to and back.
+fn workflows() -> Result<(Vec<Arc<Workflow>>, Vec<Arc<Workflow>>, Arc<WorkflowDir>), String> {
+    type Parsed = Result<(Vec<Arc<Workflow>>, Vec<Arc<Workflow>>, Arc<WorkflowDir>), String>;
     static PARSED: OnceLock<Parsed> = OnceLock::new();
     PARSED
         .get_or_init(|| {
             let mut workflows = Vec::new();
+            let mut revised = Vec::new();
             let mut served = WorkflowDir::default();
+            let parse = |tenant: &str, text: &str| {
+                let mut workflow = weft_model::parse(text, Format::Yaml, "sim")
+                    .map_err(|e| format!("a simulated workflow: {e}"))?;
+                workflow.id = weft_core::tenant::qualify(tenant, &workflow.id);
+                Ok::<_, String>(Arc::new(workflow))
+            };
             // Each workflow twice: as tenant `default`'s, and as a second
             // tenant's, held to a resident cap and a weight (`host`).
             for tenant in [weft_core::tenant::DEFAULT, SECOND_TENANT] {
                 for text in WORKFLOWS {
-                    let mut workflow = weft_model::parse(text, Format::Yaml, "sim")
-                        .map_err(|e| format!("a simulated workflow: {e}"))?;
-                    workflow.id = weft_core::tenant::qualify(tenant, &workflow.id);
-                    let workflow = Arc::new(workflow);
+                    let workflow = parse(tenant, text)?;
                     served.insert(Arc::clone(&workflow));
                     workflows.push(workflow);
+                    revised.push(parse(tenant, &format!("{text}# revision 2\n"))?);
                 }
             }
-            Ok((workflows, Arc::new(served)))
+            Ok((workflows, revised, Arc::new(served)))
         })
         .clone()
 }
@@ -316,7 +332,7 @@ impl World {
             SimStore::new(backend, seed).map_err(|e| format!("the simulated store: {e}"))?,
         );
         let store: Arc<dyn Store> = Arc::clone(&sim_store) as Arc<dyn Store>;
-        let (workflows, served) = workflows()?;
+        let (workflows, revised, served) = workflows()?;
         let hosts = 1 + usize::from(rng.chance(30));
         let mut extra = SplitMix::new(seed ^ 0x0FA1_7ED5_u64);
         // A third of the worlds have skewed clocks.
@@ -341,6 +357,8 @@ impl World {
             clock: Arc::new(SimClock::new(START)),
             plugins: plugins()?,
             workflows,
+            revised,
+            moved: BTreeMap::new(),
             served,
             hosts: Vec::new(),
             faults: true,
@@ -599,6 +617,16 @@ impl World {
                     if retried.is_some_and(|floor| epoch.min(theirs) < floor) {
                         continue;
                     }
+                    // A migration frees the run's lease: a host that held
+                    // it before holds a stale lease until its next commit
+                    // is refused.
+                    if self
+                        .moved
+                        .get(&id)
+                        .is_some_and(|floor| epoch.min(theirs) < *floor)
+                    {
+                        continue;
+                    }
                     let lease = inner.lease(&id).ok().flatten();
                     let run = inner.run(&id).ok().flatten();
                     return Err(format!(
@@ -773,6 +801,14 @@ impl World {
     /// commit, a host frozen, a frozen host thawed (most often once its
     /// lease lapsed), and while one is frozen, more time passing.
     fn choose_extra(&mut self) -> Option<Event> {
+        if self.extra.below(1000) < 8 {
+            let host = self.extra.below(self.hosts.len());
+            if self.hosts[host].frozen.is_none()
+                && let Some(run) = self.some_unended_run()
+            {
+                return Some(Event::Migrate { host, run });
+            }
+        }
         if !self.faults {
             return None;
         }
@@ -802,6 +838,52 @@ impl World {
                     .then_some(Event::Freeze { host })
             }
             _ => None,
+        }
+    }
+
+    /// Host `host` moves run `run` to the other revision of its workflow:
+    /// from the one served to the revised one, or back. A migration that
+    /// lands is noted: the run stays under that revision (no write decided
+    /// on what it read before may undo it) until moved again.
+    fn migrate(&mut self, host: usize, run: &str) {
+        let Ok(Some(stored)) = self.sim_store.inner().run(run) else {
+            return;
+        };
+        let Some(index) = self.workflows.iter().position(|w| w.id == stored.workflow) else {
+            return;
+        };
+        let digest = |w: &Workflow| {
+            weft_store::DefinitionRecord::new(&w.origin, w.format.name(), &w.source).digest
+        };
+        let (to, revisions) = if stored.definition == digest(&self.workflows[index]) {
+            (Arc::clone(&self.revised[index]), (1, 2))
+        } else {
+            (Arc::clone(&self.workflows[index]), (2, 1))
+        };
+        let moved = match self.hosts[host]
+            .engine
+            .migrate(run, &to, revisions, "sim", false)
+        {
+            Ok(()) => {
+                self.facts.migrated(run, &digest(&to));
+                true
+            }
+            Err(e) => {
+                tracing::info!(target: "weft_sim", "not migrated: {e}");
+                // It may have landed all the same: either revision holds.
+                let unknown =
+                    matches!(&e, weft_engine::MigrateError::Store(e) if e.outcome_unknown());
+                if unknown {
+                    self.facts.migration_unknown(run);
+                }
+                unknown
+            }
+        };
+        // The lease a move left: those below it are stale.
+        if moved && let Ok(Some(lease)) = self.sim_store.inner().lease(run) {
+            let floor = self.moved.entry(run.to_owned()).or_default();
+            *floor = (*floor).max(lease.epoch);
+            self.checked = None;
         }
     }
 
@@ -857,6 +939,21 @@ impl World {
             .map(|run| run.id)
             .collect();
         (!runs.is_empty()).then(|| runs[self.rng.below(runs.len())].clone())
+    }
+
+    /// A run that has not ended, drawn with `extra`, read past the
+    /// store's faults.
+    fn some_unended_run(&mut self) -> Option<String> {
+        let runs: Vec<String> = self
+            .sim_store
+            .inner()
+            .runs(&RunFilter::default(), usize::MAX)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|run| !run.state.is_terminal())
+            .map(|run| run.id)
+            .collect();
+        (!runs.is_empty()).then(|| runs[self.extra.below(runs.len())].clone())
     }
 
     /// A paused run.
@@ -963,10 +1060,28 @@ impl World {
             Event::Pause { host, run } => {
                 // Refused (ended, parked, driven elsewhere), pending, or
                 // durable: then it must hold until a resume.
-                if let Ok(weft_engine::Pausing::Paused) = self.hosts[host].engine.pause(&run, "sim")
-                {
-                    self.facts.pause_acknowledged(&run);
-                    self.checked = None;
+                // What is under way as the pause is asked for, and the
+                // records then: nothing else may start while it is pending.
+                let records = self
+                    .sim_store
+                    .inner()
+                    .steps(&run)
+                    .map_or(0, |steps| steps.len());
+                let under_way = self.hosts[host].stepper.busy_leaves(&run);
+                match self.hosts[host].engine.pause(&run, "sim") {
+                    Ok(weft_engine::Pausing::Paused) => {
+                        self.facts.pause_acknowledged(&run);
+                        self.checked = None;
+                    }
+                    // A host once frozen may answer for a run another
+                    // host took meanwhile, until it renews: not counted.
+                    Ok(weft_engine::Pausing::Pending) if !self.hosts[host].zombie => {
+                        let under_way = under_way.unwrap_or_default();
+                        self.facts.pause_pending(&run, host, records, under_way);
+                        self.checked = None;
+                    }
+                    Ok(weft_engine::Pausing::Pending) => {}
+                    Err(_) => {}
                 }
             }
             Event::Unpause { host, run } => {
@@ -978,6 +1093,7 @@ impl World {
             }
             Event::Rearm { host, key } => self.hosts[host].stepper.arm(key),
             Event::Crash { host } => {
+                self.facts.host_lost(host);
                 self.hosts[host].stepper.crash();
                 // Only the store survives: the new host recovers from it.
                 let fresh = self.host(host);
@@ -991,9 +1107,11 @@ impl World {
             Event::Sweep { host } => self.sweep(host),
             Event::Ambiguous { count } => self.sim_store.lose_answers(count),
             Event::Freeze { host } => {
+                self.facts.host_lost(host);
                 self.hosts[host].frozen = Some(self.clock.now().as_millis());
             }
             Event::Thaw { host } => self.thaw(host),
+            Event::Migrate { host, run } => self.migrate(host, &run),
         }
     }
 
@@ -1115,7 +1233,7 @@ impl World {
 }
 
 /// The name of each kind of event, as tallies count them.
-pub(crate) const KINDS: [&str; 19] = [
+pub(crate) const KINDS: [&str; 20] = [
     "work",
     "commit",
     "failed batch",
@@ -1135,6 +1253,7 @@ pub(crate) const KINDS: [&str; 19] = [
     "ambiguous commits",
     "freezes",
     "thaws",
+    "migrations",
 ];
 
 /// The name of `event`'s kind, one of [`KINDS`].
@@ -1159,6 +1278,7 @@ fn kind(event: &Event) -> &'static str {
         Event::Ambiguous { .. } => KINDS[16],
         Event::Freeze { .. } => KINDS[17],
         Event::Thaw { .. } => KINDS[18],
+        Event::Migrate { .. } => KINDS[19],
     }
 }
 

@@ -38,6 +38,12 @@ impl Drive {
         })
     }
 
+    /// The busy leaves: a call under way or finished and not committed, a
+    /// wait on a timer, an outside actor or a child run.
+    pub(crate) fn busy_leaves(&self) -> Vec<String> {
+        self.busy.iter().cloned().collect()
+    }
+
     /// The attempt at `path` is durable, and the run goes on as `next`
     /// says: the leaf is done with (`Step`), or waits for a timer or an
     /// outside actor. Answers the timer to arm, if any.

@@ -367,6 +367,16 @@ impl Core {
                 retries.remove(&id).unwrap_or(0)
             }
         };
+        // A pause asked for before the run left memory is taken up before
+        // anything starts.
+        let pausing = {
+            let mut pending = lock(&self.pending_pauses);
+            if pending.is_empty() {
+                None
+            } else {
+                pending.remove(&id)
+            }
+        };
         let tenant = Arc::from(weft_core::tenant::of(&task.drive.run.workflow));
         let cell = Arc::new(CellOf {
             tenant,
@@ -376,7 +386,7 @@ impl Core {
                 committing: false,
                 closed: false,
                 failures,
-                pausing: None,
+                pausing,
                 pause_committing: false,
             }),
         });
@@ -393,12 +403,16 @@ impl Core {
         live.finished.clear();
         live.task.drive.stop_calls();
         let id = &live.task.drive.run.id;
-        // A pause asked for and not committed yet goes through the store
-        // (the run suspended), or through its cell once it is read back.
+        // A pause asked for and not committed yet is kept: the cell that
+        // reads the run back takes it up before it starts anything, and a
+        // run that stays out (suspended) is paused in the store.
         if let Some(actor) = live.pausing.take()
             && !live.task.drive.run.state.is_terminal()
         {
-            self.enqueue(Work::Pause(id.clone(), actor, 0));
+            if !weft_core::mutation::on("pending-pause-dropped") {
+                lock(&self.pending_pauses).insert(id.clone(), actor.clone());
+                self.enqueue(Work::Pause(id.clone(), actor, 0));
+            }
         }
         lock(&self.cells).remove(id);
         self.vacate(id);

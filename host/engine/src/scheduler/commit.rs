@@ -364,7 +364,15 @@ impl Core {
                     live.pausing = Some(paused.paused.map(|m| m.actor).unwrap_or_default());
                     core.reread(live);
                 }
-                Err(e) => core.failed(live, e),
+                // The pause is still asked for: the run leaves memory with
+                // it pending, and it is done in the store, or through the
+                // cell that reads the run back (see `Core::release`).
+                Err(e) => {
+                    if !weft_core::mutation::on("pending-pause-dropped") {
+                        live.pausing = paused.paused.map(|m| m.actor);
+                    }
+                    core.failed(live, e);
+                }
             }
         });
     }

@@ -504,12 +504,27 @@ impl Core {
                 }
             }
         };
-        let run = store
-            .run(id)?
-            .ok_or_else(|| ResumeError::NotFound(id.to_owned()))?;
-        let mut drive = self.launcher.load(run)?;
-        drive.hold(lease);
-        Ok(drive)
+        let loaded = match store.run(id) {
+            Ok(Some(run)) => self.launcher.load(run),
+            Ok(None) => Err(ResumeError::NotFound(id.to_owned())),
+            Err(e) => Err(e.into()),
+        };
+        match loaded {
+            Ok(mut drive) => {
+                drive.hold(lease);
+                Ok(drive)
+            }
+            // The run holds this host's lease, and is not in its memory: a
+            // take-over round takes it in (as after a claim whose answer
+            // was lost), since no peer takes a run of a live host.
+            Err(e @ ResumeError::Store(_)) => {
+                if !weft_core::mutation::on("own-lease-left") {
+                    self.sweep.store(true, std::sync::atomic::Ordering::SeqCst);
+                }
+                Err(e)
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// The lease this host writes a run not in its memory under: the one

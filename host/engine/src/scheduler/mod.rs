@@ -305,6 +305,12 @@ pub(super) struct Core {
     /// Runs let go of after a failed commit, by id: how many failed in a
     /// row, for the backoff once they are back.
     retries: Mutex<HashMap<String, u32>>,
+    /// Pauses asked for of runs that left memory before their pause was
+    /// committed (a commit of the run failed, or was refused as having
+    /// moved on), by run id, with who asked: the cell that reads the run
+    /// back takes the pause up before it starts anything, and a run that
+    /// stays out is paused in the store (`Work::Pause`).
+    pending_pauses: Mutex<HashMap<String, String>>,
     stopping: AtomicBool,
     /// Wakes threads that pause between rounds (the cron thread) on stop.
     pauses: Mutex<()>,
@@ -398,6 +404,7 @@ impl Core {
             sleepers: Mutex::new(Sleepers::default()),
             later: Mutex::new(Vec::new()),
             retries: Mutex::new(HashMap::new()),
+            pending_pauses: Mutex::new(HashMap::new()),
             stopping: AtomicBool::new(false),
             pauses: Mutex::new(()),
             pauses_wake: Condvar::new(),

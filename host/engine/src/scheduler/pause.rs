@@ -35,6 +35,15 @@ impl Core {
             // callback holds a cell's and then takes the map's.
             let cell = lock(&self.cells).get(id).cloned();
             if let Some(cell) = cell {
+                // A host whose row lapsed (stopped past its lease) may hold
+                // a run another host took meanwhile, until it renews and
+                // lets such runs go: it answers nothing for them until then.
+                if !self.holds_since(self.tenure()) {
+                    return Err(PauseError::Busy {
+                        run: id.to_owned(),
+                        why: "this host's lease lapsed; try again in a moment".to_owned(),
+                    });
+                }
                 let mut live = lock(&cell.live);
                 if !live.closed {
                     if live.task.drive.run.paused.is_some() || live.pausing.is_some() {
@@ -96,20 +105,97 @@ impl Core {
         })
     }
 
-    /// A pause of run `id` that was pending when the run left memory: done
-    /// now, in the store or through the cell that holds it again; tried
-    /// again after a pause while the run cannot be paused yet (it is being
-    /// read back), at most ten times.
+    /// A pause of run `id` that was pending when the run left memory, kept
+    /// in `pending_pauses` (see `Core::release`): the cell that holds the
+    /// run again takes it up, and a run suspended in the store is paused
+    /// there. Nothing is done once the entry is gone (taken up, or taken
+    /// back by a resume). While the run is being read back or waits for a
+    /// place here, it is looked at again later; a run another host drives
+    /// now loses the pause (it was this host's memory alone), as does one
+    /// that could not be paused in ten tries.
     pub(super) fn pause_left(self: &Arc<Self>, id: &str, actor: &str, tries: u32) {
-        match self.pause_run(id, actor) {
-            Ok(_) | Err(PauseError::Ended { .. } | PauseError::Already { .. }) => {}
-            Err(PauseError::NotFound(_)) => {}
-            Err(e) if tries < 10 => {
-                tracing::debug!(run = %id, "a pending pause waits: {e}");
-                let again = Work::Pause(id.to_owned(), actor.to_owned(), tries + 1);
-                self.retry_later(tries, super::Later::Work(again));
+        let again = |tries: u32| {
+            let work = Work::Pause(id.to_owned(), actor.to_owned(), tries);
+            self.retry_later(tries, super::Later::Work(work));
+        };
+        let give_up = |why: &str| {
+            if lock(&self.pending_pauses).remove(id).is_some() {
+                tracing::warn!(run = %id, "a pending pause was given up: {why}");
             }
-            Err(e) => tracing::warn!(run = %id, "a pending pause was given up: {e}"),
+        };
+        // The map's lock is let go before the cell's is taken (see
+        // `pause_run`); the cell's is held while the entry is taken.
+        let cell = lock(&self.cells).get(id).cloned();
+        if let Some(cell) = cell {
+            let mut live = lock(&cell.live);
+            if !live.closed {
+                let pending = lock(&self.pending_pauses).remove(id).is_some();
+                if pending && live.pausing.is_none() && live.task.drive.run.paused.is_none() {
+                    live.pausing = Some(actor.to_owned());
+                    drop(live);
+                    self.enqueue(Work::Advance(cell));
+                }
+                return;
+            }
+        }
+        if !lock(&self.pending_pauses).contains_key(id) {
+            return;
+        }
+        let store = &self.launcher.store;
+        let run = match not_ended(store.as_ref(), id, false) {
+            Ok(run) => run,
+            Err(
+                PauseError::Ended { .. } | PauseError::Already { .. } | PauseError::NotFound(_),
+            ) => {
+                lock(&self.pending_pauses).remove(id);
+                return;
+            }
+            Err(_) if tries < 10 => return again(tries + 1),
+            Err(e) => return give_up(&e.to_string()),
+        };
+        if !run.suspended {
+            match store.lease(id) {
+                // Being read back, or waiting for a place here: its cell
+                // takes the pause up. Looked at again, without counting.
+                Ok(Some(lease)) if lease.host == self.host() => again(tries),
+                Ok(Some(lease)) if !lease.host.is_empty() => {
+                    give_up(&format!("host {} drives the run now", lease.host));
+                }
+                // Free work, or a lease a resume or a migration freed:
+                // whoever claims it first drives it (here, its cell takes
+                // the pause up).
+                _ if tries < 10 => again(tries + 1),
+                _ => give_up("nobody has taken the run in"),
+            }
+            return;
+        }
+        // Taken from the map as it is committed: a resume meanwhile finds
+        // no pending pause, and resumes what is stored.
+        if lock(&self.pending_pauses).remove(id).is_none() {
+            return;
+        }
+        let mut paused = run;
+        let now = self.clock.now();
+        paused.paused = Some(PauseMark {
+            at: now,
+            actor: actor.to_owned(),
+        });
+        paused.updated_at = now;
+        match self.commits.commit(Write::pause_run(&paused)) {
+            Ok(()) | Err(StoreError::RunEnded(_) | StoreError::NotFound(_)) => {}
+            // It moved on (a fire, a wake), or the store failed (if the
+            // pause landed, the next try finds the run paused): pending
+            // again.
+            Err(e) => {
+                lock(&self.pending_pauses)
+                    .entry(id.to_owned())
+                    .or_insert_with(|| actor.to_owned());
+                if tries < 10 {
+                    again(tries + 1);
+                } else {
+                    give_up(&e.to_string());
+                }
+            }
         }
     }
 
@@ -142,9 +228,15 @@ impl Core {
                 return Ok(true);
             }
         }
+        // A pause pending for a run out of memory (see `pause_left`) is
+        // dropped; unless it landed after all, the run is not paused.
+        let dropped = lock(&self.pending_pauses).remove(id).is_some();
         let store = &self.launcher.store;
         for _ in 0..TRIES {
-            let run = not_ended(store.as_ref(), id, true)?;
+            let run = match not_ended(store.as_ref(), id, true) {
+                Err(PauseError::Already { paused: false, .. }) if dropped => return Ok(true),
+                other => other?,
+            };
             let mut resumed = run.clone();
             resumed.paused = None;
             resumed.suspended = false;

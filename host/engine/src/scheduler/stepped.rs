@@ -101,6 +101,14 @@ impl Stepper {
         runs
     }
 
+    /// The busy leaves of run `id` (a call under way, or finished and not
+    /// committed yet; a wait), if it is resident here.
+    pub fn busy_leaves(&self, id: &str) -> Option<Vec<String>> {
+        let cell = lock(&self.core.cells).get(id).cloned()?;
+        let live = lock(&cell.live);
+        (!live.closed).then(|| live.task.drive.busy_leaves())
+    }
+
     /// This host's id, as leases name it.
     pub fn host(&self) -> String {
         self.core.host().to_owned()
