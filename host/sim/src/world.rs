@@ -291,11 +291,13 @@ fn plugins() -> Result<Arc<PluginDir>, String> {
         .clone()
 }
 
+/// The simulated workflows, their other revisions, and those served.
+type Parsed = Result<(Vec<Arc<Workflow>>, Vec<Arc<Workflow>>, Arc<WorkflowDir>), String>;
+
 /// The workflows, parsed once for every world: those served, and the
 /// other revision of each (the same steps, a comment more), which a
 /// migration moves runs to and back.
-fn workflows() -> Result<(Vec<Arc<Workflow>>, Vec<Arc<Workflow>>, Arc<WorkflowDir>), String> {
-    type Parsed = Result<(Vec<Arc<Workflow>>, Vec<Arc<Workflow>>, Arc<WorkflowDir>), String>;
+fn workflows() -> Parsed {
     static PARSED: OnceLock<Parsed> = OnceLock::new();
     PARSED
         .get_or_init(|| {

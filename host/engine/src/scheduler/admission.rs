@@ -408,11 +408,10 @@ impl Core {
         // run that stays out (suspended) is paused in the store.
         if let Some(actor) = live.pausing.take()
             && !live.task.drive.run.state.is_terminal()
+            && !weft_core::mutation::on("pending-pause-dropped")
         {
-            if !weft_core::mutation::on("pending-pause-dropped") {
-                lock(&self.pending_pauses).insert(id.clone(), actor.clone());
-                self.enqueue(Work::Pause(id.clone(), actor, 0));
-            }
+            lock(&self.pending_pauses).insert(id.clone(), actor.clone());
+            self.enqueue(Work::Pause(id.clone(), actor, 0));
         }
         lock(&self.cells).remove(id);
         self.vacate(id);
