@@ -744,3 +744,80 @@ fn a_quota_changed_through_one_host_holds_on_the_others() {
         began.elapsed()
     );
 }
+
+/// Two hosts on PostgreSQL through a proxy that closes a connection as
+/// the server answers one `COMMIT` in five, before the answer arrives:
+/// each such transaction is stored, and its host told it failed (step
+/// commits, creations, claims, lease renewals, deliveries alike). Every
+/// run started must end once, succeeded, with one success per step; the
+/// shared counter must be bumped exactly twice per run, and each run must
+/// have emitted one message.
+#[test]
+fn commits_whose_answer_is_lost_lose_nothing() {
+    let scratch = Scratch::new(&["counter", "spin"]);
+    std::fs::create_dir_all(scratch.path().join("workflows")).unwrap();
+    std::fs::write(scratch.path().join("workflows/load.yaml"), WORKFLOW).unwrap();
+    let store = database("ambiguous");
+    // postgres://user@HOST:PORT/db?...: the proxy goes in front of
+    // HOST:PORT.
+    let authority = store.split('@').nth(1).unwrap().split('/').next().unwrap();
+    let cutter = crate::common::cutter::CommitCutter::start(authority, 5);
+    let through = store.replacen(authority, &format!("127.0.0.1:{}", cutter.port), 1);
+    let nodes: Vec<Node> = (0..2).map(|n| start(&scratch, &through, n, 0)).collect();
+
+    let mut acked = HashMap::new();
+    for n in 0..40u64 {
+        let url = &nodes[(n % 2) as usize].url;
+        let (status, body) = call(
+            url,
+            "/v1/runs",
+            Some(json!({ "workflow": "load", "input": { "n": n } })),
+        );
+        assert_eq!(status, 201, "run {n}: {body}");
+        acked.insert(body["id"].as_str().unwrap().to_owned(), n);
+    }
+    let deadline = Instant::now() + Duration::from_secs(180);
+    let mut counted = Vec::new();
+    for (i, (id, n)) in acked.iter().enumerate() {
+        let url = &nodes[i % 2].url;
+        let shown = ended(url, id, deadline);
+        assert_eq!(
+            shown["run"]["state"], "succeeded",
+            "run {id} (n = {n}): {shown}"
+        );
+        let steps = check_steps(id, &shown, &mut counted);
+        let seqs: Vec<u64> = steps.iter().map(|s| s["seq"].as_u64().unwrap()).collect();
+        assert_eq!(
+            seqs,
+            (0..steps.len() as u64).collect::<Vec<_>>(),
+            "run {id}: record numbers"
+        );
+        let (status, messages) = call(url, &format!("/v1/runs/{id}/messages"), None);
+        assert_eq!(status, 200, "{messages}");
+        let messages = messages["messages"].as_array().unwrap();
+        assert_eq!(
+            messages.len(),
+            1,
+            "run {id}: one message per emit: {messages:?}"
+        );
+        assert_eq!(messages[0]["payload"], json!(n), "run {id}");
+    }
+    counted.sort_unstable();
+    let expected: Vec<u64> = (1..=2 * acked.len() as u64).collect();
+    assert_eq!(counted, expected, "the shared counter's bumps");
+    let (status, listed) = call(&nodes[0].url, "/v1/runs?limit=1000", None);
+    assert_eq!(status, 200, "{listed}");
+    let listed = listed["runs"].as_array().map_or(0, Vec::len);
+    assert_eq!(listed, acked.len(), "a run no start was answered for");
+    eprintln!(
+        "{} runs; {} of {} commit answers cut",
+        acked.len(),
+        cutter.cuts(),
+        cutter.commits()
+    );
+    assert!(
+        cutter.cuts() >= 20,
+        "only {} commit answers were cut",
+        cutter.cuts()
+    );
+}

@@ -353,6 +353,10 @@ impl Facts {
         if let Some(pending) = self.pending.get(&run.id) {
             let mut under_way = pending.under_way.clone();
             for record in steps.iter().skip(pending.records) {
+                // Ended and retried since: the pause went with the end.
+                if record.path == weft_store::RETRY_PATH {
+                    break;
+                }
                 if record.host.is_none() {
                     continue;
                 }

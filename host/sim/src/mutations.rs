@@ -65,7 +65,7 @@ pub const LIST: &[Mutation] = &[
         name: "lost-resume-not-woken",
         switches: &["lost-resume-not-woken", "own-lease-left"],
         undoes: "a resume of a paused run whose commit's answer was lost wakes its run",
-        within: 100,
+        within: 400,
         shape: LOSSY,
     },
     Mutation {
@@ -86,22 +86,22 @@ pub const LIST: &[Mutation] = &[
         name: "pending-pause-dropped",
         switches: &["pending-pause-dropped"],
         undoes: "a pause pending when its run leaves memory (a failed commit, a pause refused as moved on) is kept, and taken up by the cell that reads the run back before it starts anything",
-        within: 1000,
+        within: 200,
         shape: LOSSY,
     },
     Mutation {
         name: "migrate-freed-left",
         switches: &["migrate-freed-left"],
         undoes: "a run whose lease a migration freed (a host drove it, or claimed it since it was read) is taken in by the migrating host",
-        within: 1000,
+        within: 150,
         shape: PLAIN,
     },
     Mutation {
-        name: "migration-overwritten",
-        switches: &["migration-overwritten"],
-        undoes: "a store-side fire, answer or pause decided on a run before it was migrated is refused (`same_revision`), rather than writing the old definition back",
-        within: 1000,
-        shape: PLAIN,
+        name: "lost-migrate-not-woken",
+        switches: &["lost-migrate-not-woken", "own-lease-left"],
+        undoes: "a migration whose commit's answer was lost reads back a cell of its run here, or wakes the run",
+        within: 100,
+        shape: LOSSY,
     },
     Mutation {
         name: "tenant-index-dropped",
@@ -152,6 +152,11 @@ pub const LIST: &[Mutation] = &[
 /// The test does not play them; they are named so that the docs can say
 /// what is and is not shown.
 pub const NOT_FOUND: &[(&str, &str, &str)] = &[
+    (
+        "migration-overwritten",
+        "a store-side fire, answer or pause decided on a run before it was migrated is refused (`same_revision`), rather than writing the old definition back",
+        "a store-side decision reads the run and commits in one piece of work, so a migration never comes between them in the simulator; `writes::steps` shows the refusal on both backends",
+    ),
     (
         "lease-unchecked",
         "the store's fencing: a write under a lease that is no longer the run's lands",

@@ -252,6 +252,9 @@ pub(crate) struct World {
     workflows: Vec<Arc<Workflow>>,
     /// The other revision of each of `workflows`, at the same index.
     revised: Vec<Arc<Workflow>>,
+    /// With `WEFT_SIM_WATCH=ID` (and `WEFT_SIM_LOG`), the cells holding
+    /// runs whose id contains `ID` are logged after every event.
+    watch: Option<String>,
     /// Runs migrated, with their lease's epoch after the last migration:
     /// a lease below it is stale.
     moved: BTreeMap<String, u64>,
@@ -361,6 +364,7 @@ impl World {
             workflows,
             revised,
             moved: BTreeMap::new(),
+            watch: std::env::var("WEFT_SIM_WATCH").ok(),
             served,
             hosts: Vec::new(),
             faults: true,
@@ -536,6 +540,15 @@ impl World {
             tracing::info!(target: "weft_sim", "event {n}: {event}");
             self.trace.push(event.clone());
             self.apply(event);
+            if let Some(watch) = &self.watch {
+                for (n, host) in self.hosts.iter().enumerate() {
+                    for line in host.stepper.describe() {
+                        if line.contains(watch.as_str()) {
+                            tracing::info!(target: "weft_sim", "  host {n} holds {line}");
+                        }
+                    }
+                }
+            }
             self.check()?;
         }
         self.settle()?;

@@ -377,6 +377,7 @@ impl Core {
                 pending.remove(&id)
             }
         };
+        tracing::trace!(run = %id, ?pausing, "resident");
         let tenant = Arc::from(weft_core::tenant::of(&task.drive.run.workflow));
         let cell = Arc::new(CellOf {
             tenant,
@@ -410,6 +411,7 @@ impl Core {
             && !live.task.drive.run.state.is_terminal()
             && !weft_core::mutation::on("pending-pause-dropped")
         {
+            tracing::debug!(run = %id, "left memory with its pause pending");
             lock(&self.pending_pauses).insert(id.clone(), actor.clone());
             self.enqueue(Work::Pause(id.clone(), actor, 0));
         }

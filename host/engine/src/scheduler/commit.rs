@@ -342,6 +342,7 @@ impl Core {
         let mut guard = guard;
         guard.pause_committing = true;
         self.commit(guard, cell, write, move |core, _, live, outcome| {
+            tracing::debug!(run = %paused.id, "its pause's commit: {outcome:?}");
             live.pausing = None;
             live.pause_committing = false;
             match outcome {

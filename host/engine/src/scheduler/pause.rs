@@ -46,6 +46,15 @@ impl Core {
                 }
                 let mut live = lock(&cell.live);
                 if !live.closed {
+                    // Its end is being committed (a cancellation, a
+                    // deadline, its last step).
+                    let state = live.task.drive.run.state;
+                    if state.is_terminal() {
+                        return Err(PauseError::Ended {
+                            run: id.to_owned(),
+                            state,
+                        });
+                    }
                     if live.task.drive.run.paused.is_some() || live.pausing.is_some() {
                         return Err(PauseError::Already {
                             run: id.to_owned(),
@@ -53,6 +62,7 @@ impl Core {
                         });
                     }
                     live.pausing = Some(actor.to_owned());
+                    tracing::debug!(run = %id, "a pause is pending");
                     drop(live);
                     self.enqueue(Work::Advance(cell));
                     return Ok(Pausing::Pending);
