@@ -764,6 +764,7 @@ fn commits_whose_answer_is_lost_lose_nothing() {
     let cutter = crate::common::cutter::CommitCutter::start(authority, 5);
     let through = store.replacen(authority, &format!("127.0.0.1:{}", cutter.port), 1);
     let nodes: Vec<Node> = (0..2).map(|n| start(&scratch, &through, n, 0)).collect();
+    cutter.arm();
 
     let mut acked = HashMap::new();
     for n in 0..40u64 {

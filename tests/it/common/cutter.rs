@@ -7,27 +7,35 @@
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+/// What the proxy's threads share.
+#[derive(Default)]
+struct Counts {
+    /// Whether it cuts yet.
+    armed: AtomicBool,
+    /// `COMMIT` answers seen armed, cut ones included.
+    commits: AtomicU64,
+    /// `COMMIT` answers cut.
+    cuts: AtomicU64,
+}
 
 /// The proxy: it runs until the test process ends.
 pub struct CommitCutter {
     /// The loopback port it listens on.
     pub port: u16,
-    commits: Arc<AtomicU64>,
-    cuts: Arc<AtomicU64>,
+    counts: Arc<Counts>,
 }
 
 impl CommitCutter {
     /// Listens on a free loopback port in front of `upstream`
-    /// (`host:port`), and cuts the connection at one `COMMIT` answer in
-    /// `every`.
+    /// (`host:port`); once armed, it cuts the connection at one `COMMIT`
+    /// answer in `every`.
     pub fn start(upstream: &str, every: u64) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
-        let commits = Arc::new(AtomicU64::new(0));
-        let cuts = Arc::new(AtomicU64::new(0));
-        let (upstream, counted, cut) =
-            (upstream.to_owned(), Arc::clone(&commits), Arc::clone(&cuts));
+        let counts = Arc::new(Counts::default());
+        let (upstream, shared) = (upstream.to_owned(), Arc::clone(&counts));
         std::thread::spawn(move || {
             for client in listener.incoming() {
                 let Ok(client) = client else { continue };
@@ -40,38 +48,35 @@ impl CommitCutter {
                     let _ = std::io::copy(&mut from_client, &mut to_server);
                     let _ = to_server.shutdown(Shutdown::Both);
                 });
-                let (counted, cut) = (Arc::clone(&counted), Arc::clone(&cut));
-                std::thread::spawn(move || answers(server, client, every, &counted, &cut));
+                let counts = Arc::clone(&shared);
+                std::thread::spawn(move || answers(server, client, every, &counts));
             }
         });
-        Self {
-            port,
-            commits,
-            cuts,
-        }
+        Self { port, counts }
     }
 
-    /// How many `COMMIT` answers passed through it, cut ones included.
+    /// From now on, cuts (a host's start-up, which does not try its
+    /// commits again, goes through whole before).
+    pub fn arm(&self) {
+        self.counts.armed.store(true, Ordering::SeqCst);
+    }
+
+    /// How many `COMMIT` answers passed through it armed, cut ones
+    /// included.
     pub fn commits(&self) -> u64 {
-        self.commits.load(Ordering::SeqCst)
+        self.counts.commits.load(Ordering::SeqCst)
     }
 
     /// How many it cut.
     pub fn cuts(&self) -> u64 {
-        self.cuts.load(Ordering::SeqCst)
+        self.counts.cuts.load(Ordering::SeqCst)
     }
 }
 
 /// Passes the server's messages on to the client, one by one (a type
 /// byte, then a length that counts itself), until it cuts at a `COMMIT`
 /// answer or either side goes.
-fn answers(
-    mut server: TcpStream,
-    mut client: TcpStream,
-    every: u64,
-    commits: &AtomicU64,
-    cuts: &AtomicU64,
-) {
+fn answers(mut server: TcpStream, mut client: TcpStream, every: u64, counts: &Counts) {
     let mut header = [0u8; 5];
     while server.read_exact(&mut header).is_ok() {
         let length = u32::from_be_bytes([header[1], header[2], header[3], header[4]]);
@@ -80,10 +85,10 @@ fn answers(
             break;
         }
         // CommandComplete with the tag `COMMIT`.
-        if header[0] == b'C' && body == b"COMMIT\0" {
-            let n = commits.fetch_add(1, Ordering::SeqCst) + 1;
+        if header[0] == b'C' && body == b"COMMIT\0" && counts.armed.load(Ordering::SeqCst) {
+            let n = counts.commits.fetch_add(1, Ordering::SeqCst) + 1;
             if n % every == 0 {
-                cuts.fetch_add(1, Ordering::SeqCst);
+                counts.cuts.fetch_add(1, Ordering::SeqCst);
                 break;
             }
         }

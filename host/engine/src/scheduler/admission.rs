@@ -368,14 +368,15 @@ impl Core {
             }
         };
         // A pause asked for before the run left memory is taken up before
-        // anything starts.
-        let pausing = {
-            let mut pending = lock(&self.pending_pauses);
-            if pending.is_empty() {
-                None
-            } else {
-                pending.remove(&id)
-            }
+        // anything starts (one being committed in the store too: if that
+        // lands first, this one is refused as the run having moved on). The
+        // map stays locked until the cell is in `cells`, so that a resume
+        // finds the pause in one or the other (see `unpause_run`).
+        let mut pending = lock(&self.pending_pauses);
+        let pausing = match pending.get(&id) {
+            None => None,
+            Some(kept) if kept.committing => Some(kept.actor.clone()),
+            Some(_) => pending.remove(&id).map(|kept| kept.actor),
         };
         tracing::trace!(run = %id, ?pausing, "resident");
         let tenant = Arc::from(weft_core::tenant::of(&task.drive.run.workflow));
@@ -392,6 +393,7 @@ impl Core {
             }),
         });
         lock(&self.cells).insert(id, Arc::clone(&cell));
+        drop(pending);
         for key in keys {
             self.arm(key);
         }
@@ -412,7 +414,11 @@ impl Core {
             && !weft_core::mutation::on("pending-pause-dropped")
         {
             tracing::debug!(run = %id, "left memory with its pause pending");
-            lock(&self.pending_pauses).insert(id.clone(), actor.clone());
+            let kept = super::PendingPause {
+                actor: actor.clone(),
+                committing: false,
+            };
+            lock(&self.pending_pauses).insert(id.clone(), kept);
             self.enqueue(Work::Pause(id.clone(), actor, 0));
         }
         lock(&self.cells).remove(id);

@@ -516,14 +516,15 @@ impl Core {
             }
             // The run holds this host's lease, and is not in its memory: a
             // take-over round takes it in (as after a claim whose answer
-            // was lost), since no peer takes a run of a live host.
-            Err(e @ ResumeError::Store(_)) => {
-                if !weft_core::mutation::on("own-lease-left") {
+            // was lost), since no peer takes a run of a live host. Not for
+            // a row that does not decode, which no round would read better.
+            Err(e) => {
+                let failed = matches!(&e, ResumeError::Store(failed) if !matches!(failed, StoreError::Codec { .. }));
+                if failed && !weft_core::mutation::on("own-lease-left") {
                     self.sweep.store(true, std::sync::atomic::Ordering::SeqCst);
                 }
                 Err(e)
             }
-            Err(e) => Err(e),
         }
     }
 

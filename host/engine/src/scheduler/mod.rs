@@ -95,6 +95,15 @@ impl Sleepers {
     }
 }
 
+/// A pause asked for of a run that left memory before it was committed.
+struct PendingPause {
+    /// Who asked.
+    actor: String,
+    /// `pause_left` is committing it in the store: a resume waits for the
+    /// outcome.
+    committing: bool,
+}
+
 /// A resident run.
 struct Live {
     task: Task,
@@ -310,7 +319,7 @@ pub(super) struct Core {
     /// moved on), by run id, with who asked: the cell that reads the run
     /// back takes the pause up before it starts anything, and a run that
     /// stays out is paused in the store (`Work::Pause`).
-    pending_pauses: Mutex<HashMap<String, String>>,
+    pending_pauses: Mutex<HashMap<String, PendingPause>>,
     stopping: AtomicBool,
     /// Wakes threads that pause between rounds (the cron thread) on stop.
     pauses: Mutex<()>,

@@ -35,16 +35,23 @@ impl Core {
             // callback holds a cell's and then takes the map's.
             let cell = lock(&self.cells).get(id).cloned();
             if let Some(cell) = cell {
-                // A host whose row lapsed (stopped past its lease) may hold
-                // a run another host took meanwhile, until it renews and
-                // lets such runs go: it answers nothing for them until then.
-                if !self.holds_since(self.tenure()) {
+                // A host stopped past its lease may hold a run another host
+                // took meanwhile, until it lets such runs go: the cell's
+                // lease must be the store's.
+                let stored = store.lease(id)?;
+                let mut live = lock(&cell.live);
+                if !live.closed && stored.as_ref() != live.task.drive.lease() {
+                    drop(live);
                     return Err(PauseError::Busy {
                         run: id.to_owned(),
-                        why: "this host's lease lapsed; try again in a moment".to_owned(),
+                        why: match stored {
+                            Some(lease) if !lease.host.is_empty() => {
+                                format!("host {} drives it; pause it through that host", lease.host)
+                            }
+                            _ => "it is being taken in; try again in a moment".to_owned(),
+                        },
                     });
                 }
-                let mut live = lock(&cell.live);
                 if !live.closed {
                     // Its end is being committed (a cancellation, a
                     // deadline, its last step).
@@ -166,8 +173,8 @@ impl Core {
         if !run.suspended {
             match store.lease(id) {
                 // Being read back, or waiting for a place here: its cell
-                // takes the pause up. Looked at again, without counting.
-                Ok(Some(lease)) if lease.host == self.host() => again(tries),
+                // takes the pause up. Looked at again, for longer.
+                Ok(Some(lease)) if lease.host == self.host() && tries < 30 => again(tries + 1),
                 Ok(Some(lease)) if !lease.host.is_empty() => {
                     give_up(&format!("host {} drives the run now", lease.host));
                 }
@@ -179,10 +186,11 @@ impl Core {
             }
             return;
         }
-        // Taken from the map as it is committed: a resume meanwhile finds
-        // no pending pause, and resumes what is stored.
-        if lock(&self.pending_pauses).remove(id).is_none() {
-            return;
+        // Marked as being committed: a resume meanwhile waits for the
+        // outcome (see `unpause_run`).
+        match lock(&self.pending_pauses).get_mut(id) {
+            Some(kept) => kept.committing = true,
+            None => return,
         }
         let mut paused = run;
         let now = self.clock.now();
@@ -192,14 +200,16 @@ impl Core {
         });
         paused.updated_at = now;
         match self.commits.commit(Write::pause_run(&paused)) {
-            Ok(()) | Err(StoreError::RunEnded(_) | StoreError::NotFound(_)) => {}
+            Ok(()) | Err(StoreError::RunEnded(_) | StoreError::NotFound(_)) => {
+                lock(&self.pending_pauses).remove(id);
+            }
             // It moved on (a fire, a wake), or the store failed (if the
             // pause landed, the next try finds the run paused): pending
             // again.
             Err(e) => {
-                lock(&self.pending_pauses)
-                    .entry(id.to_owned())
-                    .or_insert_with(|| actor.to_owned());
+                if let Some(kept) = lock(&self.pending_pauses).get_mut(id) {
+                    kept.committing = false;
+                }
                 if tries < 10 {
                     again(tries + 1);
                 } else {
@@ -213,19 +223,33 @@ impl Core {
     /// (true); a durable one is lifted in the store (false), and the run
     /// is then to be taken in by whoever claims it first.
     pub(crate) fn unpause_run(self: &Arc<Self>, id: &str) -> Result<bool, PauseError> {
-        // The map's lock is let go before the cell's is taken: a commit's
-        // callback holds a cell's and then takes the map's.
-        let cell = lock(&self.cells).get(id).cloned();
+        let busy = || PauseError::Busy {
+            run: id.to_owned(),
+            why: "its pause is being committed; resume it again in a moment".to_owned(),
+        };
+        // A pause pending for a run out of memory (see `pause_left`), or
+        // the cell that took it up: looked for under the pending pauses'
+        // lock, which `take` holds until the cell is in `cells`. Both
+        // locks are let go before the cell's is taken: a commit's callback
+        // holds a cell's and then takes each.
+        let (dropped, cell) = {
+            let mut pending = lock(&self.pending_pauses);
+            match pending.get(id) {
+                Some(kept) if kept.committing => return Err(busy()),
+                Some(_) => {
+                    pending.remove(id);
+                    (true, None)
+                }
+                None => (false, lock(&self.cells).get(id).cloned()),
+            }
+        };
         if let Some(cell) = cell {
             let mut live = lock(&cell.live);
             if !live.closed {
                 // Its pause is being committed: what it comes to is not
                 // known yet.
                 if live.pause_committing {
-                    return Err(PauseError::Busy {
-                        run: id.to_owned(),
-                        why: "its pause is being committed; resume it again in a moment".to_owned(),
-                    });
+                    return Err(busy());
                 }
                 if live.pausing.take().is_none() {
                     return Err(PauseError::Already {
@@ -238,9 +262,8 @@ impl Core {
                 return Ok(true);
             }
         }
-        // A pause pending for a run out of memory (see `pause_left`) is
-        // dropped; unless it landed after all, the run is not paused.
-        let dropped = lock(&self.pending_pauses).remove(id).is_some();
+        // A pending pause dropped: unless it landed after all, the run is
+        // not paused.
         let store = &self.launcher.store;
         for _ in 0..TRIES {
             let run = match not_ended(store.as_ref(), id, true) {

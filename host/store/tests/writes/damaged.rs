@@ -1,6 +1,7 @@
 //! Rows that do not decode (written by a broken build, or a bit gone bad)
 //! are set aside by the listings recovery depends on, and listed by
-//! `damaged`, instead of failing the listing and the host with it.
+//! `damaged`, instead of failing the listing and the host with it. And
+//! what a restore of a redb file keeps and renumbers.
 
 use weft_store::{RedbStore, Store};
 
@@ -263,4 +264,58 @@ fn the_runs_of_a_host_whose_row_does_not_decode_are_free() {
     let results = store.apply(&[&claim]).unwrap();
     assert!(results[0].is_ok(), "{results:?}");
     assert_eq!(store.lease("r1").unwrap(), Some(second));
+}
+
+/// The seq of every message, in order.
+fn seqs(s: &dyn Store) -> Vec<u64> {
+    let messages = s.messages_from(0, usize::MAX).unwrap();
+    messages.into_iter().map(|m| m.seq).collect()
+}
+
+/// A restore numbers messages above any number the store backed up gave
+/// after its backup: a consumer resuming from one of those (an SSE
+/// `Last-Event-ID`) would otherwise take the new messages as seen.
+#[test]
+fn a_restored_store_numbers_messages_above_any_given_since_its_backup() {
+    use crate::common::{emission, emit};
+    use crate::messages::emitted;
+    use crate::table::put;
+    let dir = tempfile::tempdir().unwrap();
+    let (path, backup) = (dir.path().join("weft.redb"), dir.path().join("backup.redb"));
+    let live = RedbStore::open(&path).unwrap();
+    emitted(&live);
+    live.backup(&backup).unwrap();
+    put(&live, emit(&live, vec![emission("m2", "ch")]));
+    put(&live, emit(&live, vec![emission("m3", "ch")]));
+    let held = *seqs(&live).last().unwrap();
+    assert_eq!(held, 3, "the live store went on numbering");
+
+    let restored_path = dir.path().join("restored.redb");
+    RedbStore::restore(&backup, &restored_path).unwrap();
+    let restored = RedbStore::open(&restored_path).unwrap();
+    assert_eq!(
+        seqs(&restored),
+        [1],
+        "the backup holds the first message only"
+    );
+    put(&restored, emit(&restored, vec![emission("m4", "ch")]));
+    put(&restored, emit(&restored, vec![emission("m5", "ch")]));
+    let after = seqs(&restored);
+    assert_eq!(after.len(), 3, "{after:?}");
+    assert!(
+        after[1] > held,
+        "a new message numbered {} ≤ {held}",
+        after[1]
+    );
+    assert_eq!(after[2], after[1] + 1, "numbers follow on from the floor");
+
+    // Restored again from the same backup, later: above the first
+    // restore's numbers too.
+    drop(restored);
+    let again_path = dir.path().join("again.redb");
+    RedbStore::restore(&backup, &again_path).unwrap();
+    let again = RedbStore::open(&again_path).unwrap();
+    put(&again, emit(&again, vec![emission("m6", "ch")]));
+    let numbered = *seqs(&again).last().unwrap();
+    assert!(numbered > after[2], "{numbered} ≤ {}", after[2]);
 }
