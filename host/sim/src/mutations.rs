@@ -76,13 +76,6 @@ pub const LIST: &[Mutation] = &[
         shape: LOSSY,
     },
     Mutation {
-        name: "lost-cancel-children-left",
-        switches: &["lost-cancel-children-left"],
-        undoes: "a store-side cancellation whose commit's answer was lost is read back, and its children cancelled",
-        within: 1200,
-        shape: LOSSY,
-    },
-    Mutation {
         name: "pending-pause-dropped",
         switches: &["pending-pause-dropped"],
         undoes: "a pause pending when its run leaves memory (a failed commit, a pause refused as moved on) is kept, and taken up by the cell that reads the run back before it starts anything",
@@ -152,6 +145,11 @@ pub const LIST: &[Mutation] = &[
 /// The test does not play them; they are named so that the docs can say
 /// what is and is not shown.
 pub const NOT_FOUND: &[(&str, &str, &str)] = &[
+    (
+        "lost-cancel-children-left",
+        "a store-side cancellation whose commit's answer was lost is read back, and its children cancelled",
+        "found by lossy seed 1030 before migrations were drawn; not among lossy seeds 0..1200 since, as the seeds' events changed",
+    ),
     (
         "migration-overwritten",
         "a store-side fire, answer or pause decided on a run before it was migrated is refused (`same_revision`), rather than writing the old definition back",
