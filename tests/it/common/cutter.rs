@@ -87,7 +87,7 @@ fn answers(mut server: TcpStream, mut client: TcpStream, every: u64, counts: &Co
         // CommandComplete with the tag `COMMIT`.
         if header[0] == b'C' && body == b"COMMIT\0" && counts.armed.load(Ordering::SeqCst) {
             let n = counts.commits.fetch_add(1, Ordering::SeqCst) + 1;
-            if n % every == 0 {
+            if n.is_multiple_of(every) {
                 counts.cuts.fetch_add(1, Ordering::SeqCst);
                 break;
             }
