@@ -100,14 +100,7 @@ impl Core {
                     why,
                 });
             }
-            let mut paused = run.clone();
-            let now = self.clock.now();
-            paused.paused = Some(PauseMark {
-                at: now,
-                actor: actor.to_owned(),
-            });
-            paused.updated_at = now;
-            match self.commits.commit(Write::pause_run(&paused)) {
+            match self.commits.commit(self.pause_in_store(run, actor)) {
                 Ok(()) => return Ok(Pausing::Paused),
                 // It moved on (a fire, an answer, a wake): decided again.
                 Err(StoreError::Changed(_) | StoreError::Busy { .. }) => {}
@@ -192,14 +185,7 @@ impl Core {
             Some(kept) => kept.committing = true,
             None => return,
         }
-        let mut paused = run;
-        let now = self.clock.now();
-        paused.paused = Some(PauseMark {
-            at: now,
-            actor: actor.to_owned(),
-        });
-        paused.updated_at = now;
-        match self.commits.commit(Write::pause_run(&paused)) {
+        match self.commits.commit(self.pause_in_store(run, actor)) {
             Ok(()) | Err(StoreError::RunEnded(_) | StoreError::NotFound(_)) => {
                 lock(&self.pending_pauses).remove(id);
             }
@@ -217,6 +203,18 @@ impl Core {
                 }
             }
         }
+    }
+
+    /// The write that pauses suspended run `run`, as stored, in the
+    /// store, as `actor` asks.
+    fn pause_in_store(&self, mut run: weft_store::RunRecord, actor: &str) -> Write {
+        let now = self.clock.now();
+        run.paused = Some(PauseMark {
+            at: now,
+            actor: actor.to_owned(),
+        });
+        run.updated_at = now;
+        Write::pause_run(&run)
     }
 
     /// Takes back a pause of run `id`: one still pending here is dropped
