@@ -152,6 +152,35 @@ fn check_steps<'a>(id: &str, shown: &'a Value, counted: &mut Vec<u64>) -> &'a Ve
     steps
 }
 
+/// Waits for run `id` (started with input `n`) of `load` to end, asking
+/// `url`, and checks it: succeeded, one success per step (the counter
+/// values its bumps saw go to `counted`), records dense, one message, with
+/// `n` as payload. Returns the message.
+fn check_run(url: &str, id: &str, n: u64, deadline: Instant, counted: &mut Vec<u64>) -> Value {
+    let shown = ended(url, id, deadline);
+    assert_eq!(
+        shown["run"]["state"], "succeeded",
+        "run {id} (n = {n}): {shown}"
+    );
+    let steps = check_steps(id, &shown, counted);
+    let seqs: Vec<u64> = steps.iter().map(|s| s["seq"].as_u64().unwrap()).collect();
+    assert_eq!(
+        seqs,
+        (0..steps.len() as u64).collect::<Vec<_>>(),
+        "run {id}: record numbers"
+    );
+    let (status, messages) = call(url, &format!("/v1/runs/{id}/messages"), None);
+    assert_eq!(status, 200, "{messages}");
+    let messages = messages["messages"].as_array().unwrap();
+    assert_eq!(
+        messages.len(),
+        1,
+        "run {id}: one message per emit: {messages:?}"
+    );
+    assert_eq!(messages[0]["payload"], json!(n), "run {id}");
+    messages[0].clone()
+}
+
 /// Stops host `node`'s process (`SIGSTOP`) for `pause`, past its lease:
 /// its peers judge it gone and take its runs over; continued, it goes on
 /// with what it held, a zombie whose writes the store must fence off.
@@ -270,28 +299,8 @@ fn three_hosts_on_postgres_lose_nothing_when_each_in_turn_is_killed() {
     for (i, (id, n)) in acked.iter().enumerate() {
         // Any host answers for any run.
         let url = &nodes[i % 3].url;
-        let shown = ended(url, id, deadline);
-        assert_eq!(
-            shown["run"]["state"], "succeeded",
-            "run {id} (n = {n}): {shown}"
-        );
-        let steps = check_steps(id, &shown, &mut counted);
-        let seqs: Vec<u64> = steps.iter().map(|s| s["seq"].as_u64().unwrap()).collect();
-        assert_eq!(
-            seqs,
-            (0..steps.len() as u64).collect::<Vec<_>>(),
-            "run {id}: record numbers"
-        );
-        let (status, messages) = call(url, &format!("/v1/runs/{id}/messages"), None);
-        assert_eq!(status, 200, "{messages}");
-        let messages = messages["messages"].as_array().unwrap();
-        assert_eq!(
-            messages.len(),
-            1,
-            "run {id}: one message per emit: {messages:?}"
-        );
-        assert_eq!(messages[0]["payload"], json!(n), "run {id}");
-        let deliveries = messages[0]["deliveries"].as_array().unwrap();
+        let message = check_run(url, id, *n, deadline, &mut counted);
+        let deliveries = message["deliveries"].as_array().unwrap();
         assert_eq!(deliveries.len(), 1, "run {id}: {deliveries:?}");
         delivery_ids.insert(deliveries[0].as_str().unwrap().to_owned(), *n);
     }
@@ -781,27 +790,7 @@ fn commits_whose_answer_is_lost_lose_nothing() {
     let mut counted = Vec::new();
     for (i, (id, n)) in acked.iter().enumerate() {
         let url = &nodes[i % 2].url;
-        let shown = ended(url, id, deadline);
-        assert_eq!(
-            shown["run"]["state"], "succeeded",
-            "run {id} (n = {n}): {shown}"
-        );
-        let steps = check_steps(id, &shown, &mut counted);
-        let seqs: Vec<u64> = steps.iter().map(|s| s["seq"].as_u64().unwrap()).collect();
-        assert_eq!(
-            seqs,
-            (0..steps.len() as u64).collect::<Vec<_>>(),
-            "run {id}: record numbers"
-        );
-        let (status, messages) = call(url, &format!("/v1/runs/{id}/messages"), None);
-        assert_eq!(status, 200, "{messages}");
-        let messages = messages["messages"].as_array().unwrap();
-        assert_eq!(
-            messages.len(),
-            1,
-            "run {id}: one message per emit: {messages:?}"
-        );
-        assert_eq!(messages[0]["payload"], json!(n), "run {id}");
+        check_run(url, id, *n, deadline, &mut counted);
     }
     counted.sort_unstable();
     let expected: Vec<u64> = (1..=2 * acked.len() as u64).collect();
