@@ -38,9 +38,12 @@ pub(crate) mod cron;
 mod drive;
 mod egress;
 mod error;
+#[cfg(feature = "fake")]
+pub mod fake;
 mod launch;
 mod migrate;
 pub mod plugins;
+mod recovery;
 mod retry;
 mod runner;
 mod scheduler;
@@ -69,14 +72,17 @@ use scheduler::{Core, Task};
 
 pub use committer::{Committer, DeliveryWrite};
 pub use cron::{ScheduleError, add_schedule, set_paused as set_schedule_paused};
-pub use drive::{Answer, verify_walks, walk_mismatches};
+pub use drive::Answer;
+#[cfg(feature = "sim")]
+pub use drive::{verify_walks, walk_mismatches};
 pub use egress::EgressPolicies;
 pub use error::{ActError, MigrateError, PauseError, ResumeError, RetryError, StartError};
 pub use launch::MAX_DEPTH;
+pub use recovery::{Recovered, RecoveryError};
 pub use runner::{
     Pinned, RunnerSource, StepCall, StepOutcome, StepRunner, WasmPlugins, check_reach,
 };
-#[cfg(feature = "sim")]
+#[cfg(feature = "stepped")]
 pub use scheduler::stepped::{Answering, Stepper};
 pub use scheduler::{Pausing, TenantLimits};
 pub use secrets::{SecretError, SecretKeys, Vault};
@@ -348,7 +354,7 @@ impl Engine {
     /// As [`Engine::with_source`], stepped: the engine starts no threads
     /// and commits nothing by itself. The [`Stepper`] decides what happens
     /// next: a simulator's seam.
-    #[cfg(feature = "sim")]
+    #[cfg(feature = "stepped")]
     pub fn stepped(
         store: Arc<dyn Store>,
         plugins: Arc<PluginDir>,

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use weft_core::Clock;
 use weft_engine::plugins::{self, DirWatcher, ResolveError};
 use weft_engine::sweep::{Pass, Retention, Swept};
-use weft_engine::{Engine, EngineConfig, Quiet, ResumeError};
+use weft_engine::{Engine, EngineConfig, ResumeError};
 use weft_model::WorkflowDir;
 use weft_runtime::Plugin;
 use weft_store::{Store, StoreError};
@@ -328,42 +328,26 @@ impl Host {
     }
 }
 
-/// Steps 2 to 5 of [`Host::start`]; returns how many runs resumed.
+/// Steps 2 to 5 of [`Host::start`]: the engine's recovery (outbox,
+/// timers, interrupted runs), then the cron triggers; returns how many
+/// runs resumed.
 fn recover(engine: &mut Engine, deployments: &Deployments) -> Result<usize, HostError> {
-    let step = |step: &'static str| move |error| HostError::Recovery { step, error };
-    let replayed = engine
-        .replay_outbox()
-        .map_err(step("carry out the store's outbox"))?;
-    if replayed > 0 {
-        tracing::info!(rows = replayed, "carried out open outbox rows");
+    let recovered = engine.recover(RESUMERS).map_err(|e| HostError::Recovery {
+        step: e.step,
+        error: e.error,
+    })?;
+    if recovered.outbox_rows > 0 {
+        tracing::info!(rows = recovered.outbox_rows, "carried out open outbox rows");
     }
-    let armed = engine
-        .arm_timers()
-        .map_err(step("read the store's timers"))?;
-    if armed > 0 {
-        tracing::info!(timers = armed, "armed pending timers");
+    if recovered.timers > 0 {
+        tracing::info!(timers = recovered.timers, "armed pending timers");
     }
-    let interrupted = engine
-        .store()
-        .running_ids()
-        .map_err(step("read the interrupted runs"))?;
-    // Runs parked in the store are free work, claimed as places free.
-    let parked: std::collections::HashSet<String> = engine
-        .store()
-        .parked(usize::MAX)
-        .map_err(step("read the parked runs"))?
-        .into_iter()
-        .map(|(id, _)| id)
-        .collect();
-    let interrupted: Vec<&str> = interrupted
-        .iter()
-        .filter(|id| !parked.contains(*id))
-        .map(String::as_str)
-        .collect();
-    let resumed = resume_all(engine, &interrupted);
     let triggers = engine
         .sync_schedules(&deployments.current())
-        .map_err(step("record the workflows' cron triggers"))?;
+        .map_err(|error| HostError::Recovery {
+            step: "record the workflows' cron triggers",
+            error,
+        })?;
     engine.run_schedules().map_err(|error| HostError::Thread {
         what: "the cron thread",
         error,
@@ -371,7 +355,7 @@ fn recover(engine: &mut Engine, deployments: &Deployments) -> Result<usize, Host
     if triggers > 0 {
         tracing::info!(triggers, "cron triggers active");
     }
-    Ok(resumed)
+    Ok(recovered.resumed)
 }
 
 /// Threads that resume interrupted runs at start-up: each resume claims
@@ -379,49 +363,6 @@ fn recover(engine: &mut Engine, deployments: &Deployments) -> Result<usize, Host
 /// all of them in one transaction, so a hundred thousand runs take
 /// seconds, not one sync each.
 const RESUMERS: usize = 64;
-
-/// Resumes each of `ids` on [`RESUMERS`] threads; returns how many it
-/// resumed.
-fn resume_all(engine: &Engine, ids: &[&str]) -> usize {
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let resumed = std::sync::atomic::AtomicUsize::new(0);
-    let resume = || {
-        while let Some(id) = ids.get(next.fetch_add(1, std::sync::atomic::Ordering::Relaxed)) {
-            match engine.resume(id, Box::new(Quiet)) {
-                Ok(_) => {
-                    resumed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    tracing::info!(run = %id, "resumed an interrupted run");
-                }
-                // A child its parent resumed first, or one that ended since.
-                Err(ResumeError::Resident(_) | ResumeError::NotRunning { .. }) => {}
-                // A row that does not decode is set aside (`weft doctor`
-                // lists it); it would fail again.
-                Err(e @ ResumeError::Store(StoreError::Codec { .. })) => {
-                    tracing::warn!(run = %id, "cannot resume: {e}");
-                }
-                // The store failed: tried again, as a failed commit is.
-                Err(e @ ResumeError::Store(_)) => {
-                    tracing::warn!(run = %id, "cannot resume yet, will try again: {e}");
-                    engine.resume_later(id);
-                }
-                Err(e) => tracing::warn!(run = %id, "cannot resume: {e}"),
-            }
-        }
-    };
-    std::thread::scope(|threads| {
-        for _ in 0..RESUMERS.min(ids.len()) {
-            let spawned = std::thread::Builder::new()
-                .name("weft-resume".to_owned())
-                .spawn_scoped(threads, resume);
-            if spawned.is_err() {
-                // No more threads: this one resumes what is left.
-                resume();
-                break;
-            }
-        }
-    });
-    resumed.into_inner()
-}
 
 /// Step 6, the watch: a component dropped into the plugins directory is
 /// checked, compiled and registered as it lands; one that fails is

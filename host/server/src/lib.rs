@@ -4,7 +4,9 @@
 //! This crate is the host as a library: [`Host`] starts one in the order
 //! recovery needs; [`workflows`] deploys and serves workflows; [`hub`]
 //! delivers messages; [`api`] is the HTTP API of `weft serve`; [`traces`]
-//! sends runs as OpenTelemetry traces. The layers
+//! sends runs as OpenTelemetry traces; [`cases`] plays workflows' test
+//! cases on the stepped engine (`weft test`). With the `sim` feature,
+//! [`sim`] is the deterministic simulator (weft-sim). The layers
 //! below are crates of their own, re-exported here:
 //!
 //! - [`core`] (weft-core): time, digests, names, effects, error records;
@@ -33,6 +35,7 @@
 //! ```
 
 pub mod api;
+pub mod cases;
 mod host;
 pub mod hub;
 pub mod traces;
@@ -44,6 +47,7 @@ pub use weft_engine as engine;
 pub use weft_engine::plugins;
 pub use weft_model as model;
 pub use weft_runtime as runtime;
+#[cfg(feature = "sim")]
 pub use weft_sim as sim;
 pub use weft_store as store;
 

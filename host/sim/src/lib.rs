@@ -21,7 +21,6 @@
 //! seed too ([`weft_core::ids::repeatable`]). [`shrink`] finds the shortest
 //! run of chosen events, for that seed, that still fails.
 
-pub mod cases;
 mod check;
 mod fake;
 pub mod mutations;

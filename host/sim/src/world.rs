@@ -16,7 +16,6 @@ use weft_model::{Format, Retain, Workflow, WorkflowDir};
 use weft_store::{RunFilter, Store, StoreError, Write};
 
 use crate::check::Facts;
-use crate::fake::Source;
 use crate::store::{Backend, SimStore};
 
 /// How many runs each host holds at most (children aside).
@@ -440,7 +439,7 @@ impl World {
         self.clocks.iter().filter(|c| **c != (0, 0)).count()
     }
 
-    /// Host `n` starting on the store: the recovery order of `Host::start`.
+    /// Host `n` starting on the store, recovering as `Host::start` does.
     fn host(&self, n: usize) -> Host {
         let (offset_ms, drift_ppm) = self.clocks[n];
         let clock: Arc<dyn Clock> = if (offset_ms, drift_ppm) == (0, 0) {
@@ -452,7 +451,7 @@ impl World {
                 drift_ppm,
             })
         };
-        let source = Arc::new(Source::new(Arc::clone(&self.store)));
+        let source = Arc::new(crate::fake::source(Arc::clone(&self.store)));
         let config = EngineConfig {
             workers: 1,
             max_resident: MAX_RESIDENT,
@@ -475,38 +474,16 @@ impl World {
                 ..weft_engine::TenantLimits::default()
             },
         );
-        // `Host::start` stops when these fail, and the process starts
-        // again: here the host tries again (the store fails a few reads at
-        // most). A host that went on without its outbox carried out would
-        // leave a child recorded nowhere.
+        // `Host::start`'s recovery, on this thread in the store's order.
+        // `Host::start` stops when it fails, and the process starts again:
+        // here the host tries again (the store fails a few reads at most);
+        // each step of a recovery is safe to take again. A host that went
+        // on without its outbox carried out would leave a child recorded
+        // nowhere.
         for _ in 0..10 {
-            if engine.replay_outbox().is_ok() {
+            if engine.recover(1).is_ok() {
                 break;
             }
-        }
-        for _ in 0..10 {
-            if engine.arm_timers().is_ok() {
-                break;
-            }
-        }
-        // Runs parked in the store are free work, claimed as places free.
-        // `Host::start` stops when these reads fail, and the process
-        // starts again: here the host tries again. A resume the store
-        // failed is tried again later, as `Host::start`'s is.
-        for _ in 0..10 {
-            let (Ok(parked), Ok(running)) = (self.store.parked(usize::MAX), self.store.running())
-            else {
-                continue;
-            };
-            let parked: Vec<String> = parked.into_iter().map(|(id, _)| id).collect();
-            for run in running.iter().filter(|run| !parked.contains(&run.id)) {
-                if let Err(weft_engine::ResumeError::Store(_)) =
-                    engine.resume(&run.id, Box::new(Quiet))
-                {
-                    engine.resume_later(&run.id);
-                }
-            }
-            break;
         }
         Host {
             engine,

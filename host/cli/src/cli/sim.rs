@@ -1,9 +1,11 @@
 //! `weft sim`: the deterministic simulator, over many seeds or one.
 
-use std::collections::BTreeMap;
 use std::process::ExitCode;
-use std::time::Instant;
 
+#[cfg(feature = "sim")]
+use std::{collections::BTreeMap, time::Instant};
+
+#[cfg(feature = "sim")]
 use weft::sim::{Backend, Shape, run_on, shrink_on};
 
 /// Runs the real engine through seeded interleavings (steps in any order,
@@ -26,22 +28,35 @@ pub struct SimArgs {
     /// Replay this one seed, printing what it did.
     #[arg(long)]
     seed: Option<u64>,
-    /// Chosen events per seed before the world settles.
-    #[arg(long, default_value_t = Shape::default().events)]
-    events: usize,
+    /// Chosen events per seed before the world settles (default: the
+    /// simulator's shape).
+    #[arg(long)]
+    events: Option<usize>,
     /// How often a commit is stored but answered as failed: the chance,
     /// in thousandths, that an event makes the next commits so.
-    #[arg(long, default_value_t = Shape::default().lost_answers)]
-    lost_answers: usize,
+    /// Default: the simulator's shape.
+    #[arg(long)]
+    lost_answers: Option<usize>,
+}
+
+/// Without the `sim` feature: says how to build a `weft` that has it.
+#[cfg(not(feature = "sim"))]
+pub fn main(_: &SimArgs, _: Option<String>) -> anyhow::Result<ExitCode> {
+    anyhow::bail!(
+        "this weft was built without the simulator; build one with it: \
+         cargo build --release -p weft-cli --features sim (scripts/setup does)"
+    )
 }
 
 /// Plays on redb in memory, or with `--store postgres://...` on that
 /// database (each seed in a schema of its own, dropped after it).
+#[cfg(feature = "sim")]
 pub fn main(args: &SimArgs, postgres: Option<String>) -> anyhow::Result<ExitCode> {
+    let defaults = Shape::default();
     let shape = Shape {
-        events: args.events,
-        lost_answers: args.lost_answers,
-        ..Shape::default()
+        events: args.events.unwrap_or(defaults.events),
+        lost_answers: args.lost_answers.unwrap_or(defaults.lost_answers),
+        ..defaults
     };
     let backend = postgres.map_or(Backend::Memory, Backend::Postgres);
     let run = |seed, shape| run_on(seed, shape, &backend);
@@ -105,7 +120,7 @@ pub fn main(args: &SimArgs, postgres: Option<String>) -> anyhow::Result<ExitCode
         rate(usize::try_from(played).unwrap_or(usize::MAX), started),
         args.from,
         args.from.saturating_add(played),
-        args.events
+        shape.events
     );
     // Every kind, so that a kind none of the seeds produced shows as 0.
     let kinds: Vec<String> = injected
@@ -124,6 +139,7 @@ pub fn main(args: &SimArgs, postgres: Option<String>) -> anyhow::Result<ExitCode
     Ok(ExitCode::SUCCESS)
 }
 
+#[cfg(feature = "sim")]
 fn rate(seeds: usize, since: Instant) -> f64 {
     seeds as f64 / since.elapsed().as_secs_f64().max(1e-9)
 }

@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 
+use weft::cases::{CaseReport, record_case, replay, run_case};
 use weft::model::cases::{self, TestFile};
 use weft::model::{WorkflowDir, Workflows};
-use weft::sim::cases::{CaseReport, record_case, replay, run_case};
 use weft::store::{RunFilter, RunState};
 use weft::{PluginDir, model};
 

@@ -42,6 +42,7 @@ pub(crate) use attempt::{Attempt, Completed, Finished, Reply};
 pub use events::Answer;
 pub(crate) use leaf::{Leaf, fold, leaf_state};
 use walk::Status;
+#[cfg(feature = "sim")]
 pub use walk::{verify_walks, walk_mismatches};
 
 /// A run being driven. Its record is the caller's to read and commit;

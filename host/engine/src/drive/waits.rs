@@ -40,6 +40,7 @@ impl Drive {
 
     /// The busy leaves: a call under way or finished and not committed, a
     /// wait on a timer, an outside actor or a child run.
+    #[cfg(feature = "stepped")]
     pub(crate) fn busy_leaves(&self) -> Vec<String> {
         self.busy.iter().cloned().collect()
     }

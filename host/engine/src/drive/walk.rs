@@ -62,6 +62,7 @@ pub(super) struct Cursor {
     last: Value,
 }
 
+#[cfg(feature = "sim")]
 thread_local! {
     /// When set (by the simulator, on the thread that steps its engines),
     /// every walk on this thread that starts from a cursor is checked
@@ -71,8 +72,9 @@ thread_local! {
 }
 
 /// Checks every walk on this thread from a cursor against one from the
-/// start, from now on; [`walk_mismatches`] counts the walks that differed,
+/// start, from now on (the simulator's check of the cursor); [`walk_mismatches`] counts the walks that differed,
 /// from 0 again.
+#[cfg(feature = "sim")]
 pub fn verify_walks() {
     VERIFY.set(true);
     MISMATCHES.set(0);
@@ -80,11 +82,13 @@ pub fn verify_walks() {
 
 /// How many walks on this thread from a cursor differed from a walk from
 /// the start, since [`verify_walks`].
+#[cfg(feature = "sim")]
 pub fn walk_mismatches() -> usize {
     MISMATCHES.get()
 }
 
 /// What a walk found, for comparing two walks.
+#[cfg(feature = "sim")]
 fn summary(status: &Status<'_>) -> String {
     match status {
         Status::Done(output) => format!("done {output}"),
@@ -138,19 +142,8 @@ impl Drive {
             Some(error) => Status::Failed(error, DEADLINE_PATH.to_owned()),
             None => {
                 let (status, reached) = self.walk_top(&workflow.steps, scope);
-                if VERIFY.get() && self.cursor.is_some() {
-                    let mut fresh = self.scope();
-                    let full = self.walk_steps(&workflow.steps, "", &mut fresh, None);
-                    if summary(&full) != summary(&status) {
-                        MISMATCHES.set(MISMATCHES.get() + 1);
-                        tracing::error!(
-                            run = %self.run.id,
-                            from_cursor = %summary(&status),
-                            from_start = %summary(&full),
-                            "a walk from the cursor differed from one from the start"
-                        );
-                    }
-                }
+                #[cfg(feature = "sim")]
+                self.verify(&workflow.steps, &status);
                 if let Some(reached) = reached {
                     self.cursor = Some(reached);
                 }
@@ -175,6 +168,27 @@ impl Drive {
                 }
             }
             status => (status, false),
+        }
+    }
+
+    /// The simulator's check of the cursor, when [`verify_walks`] is on:
+    /// a walk from the cursor that found `status` must find what a walk
+    /// from the start finds; a difference is counted and logged.
+    #[cfg(feature = "sim")]
+    fn verify(&self, steps: &[Step], status: &Status<'_>) {
+        if !VERIFY.get() || self.cursor.is_none() {
+            return;
+        }
+        let mut fresh = self.scope();
+        let full = self.walk_steps(steps, "", &mut fresh, None);
+        if summary(&full) != summary(status) {
+            MISMATCHES.set(MISMATCHES.get() + 1);
+            tracing::error!(
+                run = %self.run.id,
+                from_cursor = %summary(status),
+                from_start = %summary(&full),
+                "a walk from the cursor differed from one from the start"
+            );
         }
     }
 

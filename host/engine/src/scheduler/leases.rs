@@ -43,7 +43,7 @@ impl Process {
     }
 
     /// A simulated host.
-    #[cfg(feature = "sim")]
+    #[cfg(feature = "stepped")]
     pub(super) fn simulated() -> Self {
         Self {
             machine: "simulated".to_owned(),

@@ -28,7 +28,7 @@ pub(crate) mod created;
 mod leases;
 mod pause;
 pub use pause::Pausing;
-#[cfg(feature = "sim")]
+#[cfg(feature = "stepped")]
 pub mod stepped;
 mod timers;
 
@@ -370,13 +370,13 @@ impl Core {
         metrics: Option<Arc<weft_core::metrics::Metrics>>,
     ) -> Self {
         let clock = Arc::clone(&launcher.clock);
-        #[cfg(feature = "sim")]
+        #[cfg(feature = "stepped")]
         let process = if commits.holding().is_some() {
             leases::Process::simulated()
         } else {
             leases::Process::this()
         };
-        #[cfg(not(feature = "sim"))]
+        #[cfg(not(feature = "stepped"))]
         let process = leases::Process::this();
         Self {
             lease_ttl,

@@ -280,7 +280,7 @@ impl Core {
     /// Hands every armed timer that is due by the clock to [`Core::due`],
     /// and returns how many there were: the timer thread's round, for a
     /// simulation that has no such thread.
-    #[cfg(feature = "sim")]
+    #[cfg(feature = "stepped")]
     pub(super) fn tick(self: &Arc<Self>) -> usize {
         let now = self.clock.now().as_millis();
         self.run_later(now);
@@ -302,7 +302,7 @@ impl Core {
     }
 
     /// When the soonest armed timer is due.
-    #[cfg(feature = "sim")]
+    #[cfg(feature = "stepped")]
     pub(super) fn next_due(&self) -> Option<u64> {
         let timer = lock(&self.timers).peek().map(|Reverse((due, _))| *due);
         let later = lock(&self.later).iter().map(|(at, _)| *at).min();

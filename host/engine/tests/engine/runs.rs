@@ -221,7 +221,7 @@ fn a_run_cancelled_while_it_is_read_back_is_told_ended_once() {
     host.suspended(&id);
     let held = host.source().hold_loads();
     host.advance(3600);
-    host.source().wait_loads_held(1);
+    crate::fake::wait_loads_held(host.source(), 1);
     host.engine.cancel(&id).unwrap();
     assert_eq!(host.record(&id).state, RunState::Cancelled);
     drop(held);
