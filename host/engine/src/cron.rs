@@ -310,7 +310,7 @@ impl Cron {
 /// Pauses (or resumes) trigger `key` in `store`; `Ok(None)` if there is no
 /// such trigger. Resuming starts over from `now`: fires missed while
 /// paused are not caught up.
-pub fn set_paused(
+pub(crate) fn set_paused(
     store: &dyn weft_store::Store,
     key: &str,
     paused: bool,
@@ -340,6 +340,38 @@ pub fn set_paused(
     Err(ScheduleError::Contended(key.to_owned()))
 }
 
+impl crate::Engine {
+    /// Adds a trigger for `workflow` (its stored id; `origin`: who adds it,
+    /// such as `cli` or `api`; without an id it gets `<origin>-<n>`). Its
+    /// first fire is the next after now. A running host picks it up within
+    /// a second. Blocking.
+    pub fn add_schedule(
+        &self,
+        workflow: &str,
+        spec: weft_model::ScheduleSpec,
+        origin: &str,
+    ) -> Result<ScheduleRecord, ScheduleError> {
+        add_schedule(
+            self.store().as_ref(),
+            workflow,
+            spec,
+            origin,
+            self.clock().now(),
+        )
+    }
+
+    /// Pauses (or resumes) trigger `key`; `Ok(None)` if there is no such
+    /// trigger. Resuming starts over from now: fires missed while paused
+    /// are not caught up. Blocking.
+    pub fn set_schedule_paused(
+        &self,
+        key: &str,
+        paused: bool,
+    ) -> Result<Option<ScheduleRecord>, ScheduleError> {
+        set_paused(self.store().as_ref(), key, paused, self.clock().now())
+    }
+}
+
 /// Why a trigger could not be added ([`add_schedule`]), paused or resumed
 /// ([`set_paused`]).
 #[derive(Debug, Clone, thiserror::Error)]
@@ -365,7 +397,7 @@ pub enum ScheduleError {
 /// as `cli` or `api`; without an id it gets `<origin>-<n>`). Its first
 /// fire is the next after `now`. A running host picks it up within a
 /// second.
-pub fn add_schedule(
+pub(crate) fn add_schedule(
     store: &dyn weft_store::Store,
     workflow: &str,
     mut spec: weft_model::ScheduleSpec,

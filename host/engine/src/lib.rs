@@ -71,7 +71,7 @@ use launch::Launcher;
 use scheduler::{Core, Task};
 
 pub use committer::{Committer, DeliveryWrite};
-pub use cron::{ScheduleError, add_schedule, set_paused as set_schedule_paused};
+pub use cron::ScheduleError;
 pub use drive::Answer;
 #[cfg(feature = "sim")]
 pub use drive::{verify_walks, walk_mismatches};
@@ -86,7 +86,6 @@ pub use runner::{
 pub use scheduler::stepped::{Answering, Stepper};
 pub use scheduler::{Pausing, TenantLimits};
 pub use secrets::{SecretError, SecretKeys, Vault};
-pub use stored::cancel_in_store;
 pub use telemetry::{
     KEPT as EVENTS_KEPT, RunEvent, RunEventKind, RunEvents, StepEvent, Subscription,
 };

@@ -469,7 +469,7 @@ const READ_BACK: usize = 1_000;
 /// Publishes the entries in `reader` as the next revision of snapshot
 /// store `name` of `tenant`, committing through `commit`. Blocking.
 #[allow(clippy::too_many_arguments)]
-pub fn publish(
+pub(crate) fn publish(
     store: &dyn Store,
     commit: Commit<'_>,
     clock: &dyn Clock,

@@ -127,20 +127,9 @@ pub(crate) fn decide_again(
 /// whoever drives it stops at its next commit. Decided again while the run
 /// moves on under it, up to [`ATTEMPTS`] times. `Err(NotFound)` when there
 /// is no such run, `Err(RunEnded)` when it has ended, `Err(Busy)` when it
-/// kept moving.
-pub fn cancel_in_store(
-    store: &dyn Store,
-    id: &str,
-    now: Timestamp,
-    commit: impl Fn(Write) -> Result<(), StoreError>,
-) -> Result<(), StoreError> {
-    cancel_tree(store, id, now, &commit, &|_| {})
-}
-
-/// [`cancel_in_store`], with `commit` as an object, telling `ended` each
-/// run it cancelled (the run, then its children, each once its
-/// cancellation committed) as written: the cancellation of each child goes
-/// through them again.
+/// kept moving. `ended` is told each run it cancelled (the run, then its
+/// children, each once its cancellation committed): the cancellation of
+/// each child goes through `commit` and `ended` again.
 pub(crate) fn cancel_tree(
     store: &dyn Store,
     id: &str,
@@ -151,7 +140,7 @@ pub(crate) fn cancel_tree(
     decide_again(id, || cancel_once(store, id, now, commit, ended))
 }
 
-/// One try of [`cancel_in_store`], decided on the run as read now:
+/// One try of [`cancel_tree`], decided on the run as read now:
 /// `Err(Changed)` when it moved on before the commit.
 pub(crate) fn cancel_once(
     store: &dyn Store,

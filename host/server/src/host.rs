@@ -17,6 +17,7 @@ use weft_store::{Store, StoreError};
 
 use crate::api::Api;
 use crate::hub::Hub;
+use crate::services::Services;
 use crate::workflows::Deployments;
 
 /// What a host is made of, and how much of the store's state it takes
@@ -107,6 +108,23 @@ impl HostConfig {
             events: Arc::new(Traced),
             retention: Retention::default(),
         }
+    }
+
+    /// A host for maintenance of the store (`weft runs cancel`, `weft
+    /// schedules add` and the like without a server): it serves no
+    /// deployments, takes nothing over, arms no timers, starts no hub, and
+    /// runs one worker; the operations come through its
+    /// [`Host::services`] as a serving host's do.
+    pub fn maintenance(
+        store: Arc<dyn Store>,
+        plugins: plugins::PluginDir,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
+        Self::local(store, plugins, clock).with_engine(EngineConfig {
+            workers: 1,
+            take_over: false,
+            ..EngineConfig::default()
+        })
     }
 
     /// This host serves `workflows` and every revision deployed before, and
@@ -284,6 +302,11 @@ impl Host {
     /// The hub: subscriptions, consumers, acks.
     pub fn hub(&self) -> &Hub {
         &self.hub
+    }
+
+    /// The host's operations, each with one entrance.
+    pub fn services(&self) -> Services {
+        Services::new(Arc::clone(&self.engine), Arc::clone(&self.deployments))
     }
 
     /// The HTTP API over this host.

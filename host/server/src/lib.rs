@@ -38,6 +38,7 @@ pub mod api;
 pub mod cases;
 mod host;
 pub mod hub;
+pub mod services;
 pub mod traces;
 pub mod workflows;
 
@@ -52,6 +53,7 @@ pub use weft_sim as sim;
 pub use weft_store as store;
 
 pub use host::{Host, HostConfig, HostError, HostEvents, Traced, start_sweeper};
+pub use services::Services;
 pub use weft_core::{Clock, SimClock, SystemClock, Timestamp};
 pub use weft_engine::Engine;
 pub use weft_engine::plugins::PluginDir;

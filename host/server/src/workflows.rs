@@ -26,6 +26,9 @@ pub struct Deployments {
     /// The newest revision of each workflow this host has looked at: a
     /// newer one in the store was deployed by another host.
     seen: Mutex<std::collections::HashMap<String, u32>>,
+    /// Whether these serve workflows ([`Deployments::open`]) or nothing
+    /// ([`Deployments::none`]).
+    serving: bool,
 }
 
 /// Why a definition was not deployed. Nothing was stored.
@@ -146,7 +149,14 @@ impl Deployments {
             current: RwLock::new(Arc::new(WorkflowDir::default())),
             deploying: Mutex::new(()),
             seen: Mutex::new(std::collections::HashMap::new()),
+            serving: false,
         }
+    }
+
+    /// Whether these serve workflows: opened on files
+    /// ([`Deployments::open`]), not [`Deployments::none`].
+    pub fn serving(&self) -> bool {
+        self.serving
     }
 
     /// The workflows to serve: each file of `files` whose text is not a
@@ -159,7 +169,10 @@ impl Deployments {
         clock: Arc<dyn Clock>,
         files: &WorkflowDir,
     ) -> Result<(Self, Vec<String>), StoreError> {
-        let deployments = Self::none(store, clock);
+        let deployments = Self {
+            serving: true,
+            ..Self::none(store, clock)
+        };
         let mut heads: BTreeMap<String, DeploymentRecord> = BTreeMap::new();
         let mut known: std::collections::HashSet<(String, String)> = Default::default();
         // A removed tenant's workflows are not served.

@@ -5,13 +5,12 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use anyhow::Context;
 use clap::Subcommand;
 use serde_json::{Value, json};
 
 use super::remote::Server;
-use weft::Clock;
-use weft::store::{AccessWrite, Role, TokenRecord, Write};
+use weft::services::{NewToken, TokenRefused};
+use weft::store::Role;
 
 #[derive(Debug, Subcommand)]
 #[allow(clippy::large_enum_variant)] // Parsed once per process; `Quota` has a flag per limit.
@@ -505,43 +504,33 @@ fn create_local(
         Err(message) => return refused(&format!("--role: {message}")),
     };
     let tenant = tenant.unwrap_or_else(|| weft::core::tenant::DEFAULT.to_owned());
-    let store = super::open_store(data_dir)?;
-    if tenant != weft::core::tenant::DEFAULT && !store.tenants()?.iter().any(|t| t.name == tenant) {
-        return refused(&format!(
-            "--tenant: no tenant `{tenant}`; add it first with `weft tenants add {tenant}`"
-        ));
-    }
-    let now = weft::SystemClock.now();
-    let expires_at = match expires {
+    let expires = match expires {
         None => None,
         Some(text) => match weft::clock::parse_duration(&text) {
-            Ok(duration) => Some(now + duration),
+            Ok(duration) => Some(duration),
             Err(message) => return refused(&format!("--expires: {message}")),
         },
     };
-    let (id, token) = weft::api::auth::new_token();
-    let record = TokenRecord {
-        id: id.clone(),
-        hash: weft::api::auth::hash(&token),
+    let host = super::maintenance_host(data_dir)?;
+    let new = NewToken {
         tenant,
         role,
         label: label.unwrap_or_default(),
-        created_at: now,
-        expires_at,
-        revoked_at: None,
+        expires,
         created_by: "local".to_owned(),
     };
-    let write = Write::Access(AccessWrite::PutToken {
-        id,
-        record: weft::store::encode(&record),
-        new: true,
-    });
-    store
-        .apply(&[&write])
-        .context("cannot write the token")?
-        .pop()
-        .unwrap_or(Err(weft::store::StoreError::Closed))
-        .context("cannot write the token")?;
+    let (record, token) = match host.services().create_token(new) {
+        Ok(made) => made,
+        Err(TokenRefused::UnknownTenant(tenant)) => {
+            return refused(&format!(
+                "--tenant: no tenant `{tenant}`; add it first with `weft tenants add {tenant}`"
+            ));
+        }
+        Err(e @ TokenRefused::LabelTooLong) => return refused(&format!("--{e}")),
+        Err(TokenRefused::Store(e)) => {
+            return Err(anyhow::anyhow!(e).context("cannot write the token"));
+        }
+    };
     let mut shown = serde_json::to_value(&record)?;
     shown["token"] = json!(token);
     created(&shown)?;

@@ -582,15 +582,8 @@ fn resume(
 /// `weft runs pause` without a server: a run that waits (suspended) is
 /// paused in the store; one a server drives is paused through it.
 fn pause(data_dir: &std::path::Path, id: &str) -> anyhow::Result<ExitCode> {
-    let host = Host::start(host_config(
-        data_dir,
-        &PluginArgs::default(),
-        EngineConfig {
-            take_over: false,
-            ..EngineConfig::default()
-        },
-    )?)?;
-    match host.engine().pause(id, "cli") {
+    let host = maintenance_host(data_dir)?;
+    match host.services().pause_run(id, "cli") {
         Ok(_) => {
             out!("run {id} paused");
             Ok(ExitCode::SUCCESS)
@@ -634,6 +627,30 @@ fn retry(
 fn local_host(data_dir: &std::path::Path, plugins: &PluginArgs) -> anyhow::Result<Host> {
     Host::start(host_config(data_dir, plugins, EngineConfig::default())?)
         .context("cannot start the engine")
+}
+
+/// A host in maintenance over the data directory's store: how the
+/// commands that change a store without a server reach the service layer
+/// (`Host::services`), as `weft serve`'s API does.
+fn maintenance_host(data_dir: &std::path::Path) -> anyhow::Result<Host> {
+    maintenance_host_with(data_dir, &None)
+}
+
+/// [`maintenance_host`], its plugins directory `plugins` (`--plugins`)
+/// rather than DATA_DIR/plugins.
+fn maintenance_host_with(
+    data_dir: &std::path::Path,
+    plugins: &Option<PathBuf>,
+) -> anyhow::Result<Host> {
+    let runtime = local_runtime(data_dir)?;
+    let store = open_store(data_dir)?;
+    let plugins = PluginDir::new(runtime, plugins_dir(data_dir, plugins));
+    Host::start(HostConfig::maintenance(
+        store,
+        plugins,
+        Arc::new(SystemClock),
+    ))
+    .context("cannot open the store")
 }
 
 /// What a host over the data directory is made of.

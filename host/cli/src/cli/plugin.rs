@@ -3,17 +3,15 @@
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Subcommand;
 use serde_json::{Value, json};
-use weft::PluginDir;
-use weft::store::{PluginRecord, Store};
+use weft::store::PluginRecord;
 
 use super::plugin_build::{self, Lang};
 use super::remote::Server;
-use super::{EXIT_INVALID, PluginArgs, open_store, plugins_dir};
+use super::{EXIT_INVALID, PluginArgs};
 
 #[derive(Debug, Subcommand)]
 pub enum PluginCommand {
@@ -147,11 +145,11 @@ fn add_remote(data_dir: &Path, file: &Path, url: String) -> anyhow::Result<ExitC
 /// registry.
 fn add_local(data_dir: &Path, file: &Path, plugins: &PluginArgs) -> anyhow::Result<ExitCode> {
     let bytes = read_component(file)?;
-    let runtime = super::local_runtime(data_dir)?;
-    let store: Arc<dyn Store> = open_store(data_dir)?;
-    let registry = PluginDir::new(runtime, plugins_dir(data_dir, &plugins.plugins));
-    registry.attach(store, Arc::new(weft::SystemClock))?;
-    match registry.add(&bytes, "cli") {
+    let host = super::maintenance_host_with(data_dir, &plugins.plugins)?;
+    match host
+        .services()
+        .add_plugin(weft::core::tenant::DEFAULT, &bytes, "cli")
+    {
         Ok((_, record)) => {
             print_added(&record)?;
             Ok(ExitCode::SUCCESS)

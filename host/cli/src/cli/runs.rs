@@ -444,9 +444,8 @@ pub fn main(data_dir: &Path, command: RunsCommand) -> anyhow::Result<ExitCode> {
 /// `weft runs delete RUN`: in the store, beside a running `weft serve` or
 /// not.
 fn delete(data_dir: &Path, run_id: &str) -> anyhow::Result<ExitCode> {
-    let store = super::open_store(data_dir)?;
-    let write = weft::store::Write::DeleteRun(run_id.to_owned());
-    match store.apply(&[&write])?.pop().unwrap_or(Ok(())) {
+    let host = super::maintenance_host(data_dir)?;
+    match host.services().delete_run(run_id) {
         Ok(()) => {
             out!("run {run_id} deleted");
             Ok(ExitCode::SUCCESS)
@@ -589,18 +588,15 @@ fn print_runs(
 }
 
 fn cancel(data_dir: &Path, run_id: &str) -> anyhow::Result<ExitCode> {
-    let store = super::open_store(data_dir)?;
-    let now = weft::Clock::now(&weft::SystemClock);
-    let cancelled = weft::engine::cancel_in_store(store.as_ref(), run_id, now, |write| {
-        store.apply(&[&write])?.pop().unwrap_or(Ok(()))
-    });
-    match cancelled {
+    let host = super::maintenance_host(data_dir)?;
+    match host.services().cancel_run(run_id) {
         Ok(()) => {
             out!("run {run_id} cancelled");
             Ok(ExitCode::SUCCESS)
         }
         Err(StoreError::RunEnded(_)) => {
-            let state = store.run(run_id)?.map(|r| r.state.to_string());
+            let state = host.engine().store().run(run_id)?;
+            let state = state.map(|r| r.state.to_string());
             let state = state.unwrap_or_default();
             eprintln!("error: run {run_id} has already ended: {state}");
             Ok(ExitCode::from(EXIT_INVALID))

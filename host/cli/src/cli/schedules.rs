@@ -5,10 +5,12 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use clap::Subcommand;
+use weft::Store;
+use weft::engine::ScheduleError;
 use weft::model::{CatchUp, Overlap, ScheduleSpec};
-use weft::{Clock, Store, SystemClock};
+use weft::services::ScheduleRefused;
 
-use super::{EXIT_INVALID, open_store, read_input};
+use super::{EXIT_INVALID, maintenance_host, open_store, read_input};
 
 #[derive(Debug, Subcommand)]
 pub enum SchedulesCommand {
@@ -68,12 +70,10 @@ fn parse_catch_up(text: &str) -> Result<CatchUp, String> {
 }
 
 pub fn main(data_dir: &Path, command: SchedulesCommand) -> anyhow::Result<ExitCode> {
-    let store = open_store(data_dir)?;
-    let store = store.as_ref();
     match command {
-        SchedulesCommand::List { json } => list(store, json),
-        SchedulesCommand::Pause { key } => set_paused(store, &key, true),
-        SchedulesCommand::Resume { key } => set_paused(store, &key, false),
+        SchedulesCommand::List { json } => list(open_store(data_dir)?.as_ref(), json),
+        SchedulesCommand::Pause { key } => set_paused(data_dir, &key, true),
+        SchedulesCommand::Resume { key } => set_paused(data_dir, &key, false),
         SchedulesCommand::Add {
             workflow,
             cron,
@@ -101,15 +101,10 @@ pub fn main(data_dir: &Path, command: SchedulesCommand) -> anyhow::Result<ExitCo
                 catch_up,
                 catch_up_limit: None,
             };
-            let row = match weft::engine::add_schedule(
-                store,
-                &workflow,
-                spec,
-                "cli",
-                SystemClock.now(),
-            ) {
+            let host = maintenance_host(data_dir)?;
+            let row = match host.services().add_schedule(&workflow, spec, "cli") {
                 Ok(row) => row,
-                Err(weft::engine::ScheduleError::Store(e)) => return Err(e.into()),
+                Err(ScheduleRefused::Schedule(ScheduleError::Store(e))) => return Err(e.into()),
                 Err(e) => {
                     eprintln!("error: {e}");
                     return Ok(ExitCode::from(EXIT_INVALID));
@@ -164,9 +159,10 @@ fn list(store: &dyn Store, json: bool) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn set_paused(store: &dyn Store, key: &str, paused: bool) -> anyhow::Result<ExitCode> {
-    match weft::engine::set_schedule_paused(store, key, paused, SystemClock.now())? {
-        Some(row) => {
+fn set_paused(data_dir: &Path, key: &str, paused: bool) -> anyhow::Result<ExitCode> {
+    let host = maintenance_host(data_dir)?;
+    match host.services().set_schedule_paused(key, paused) {
+        Ok(row) => {
             out!(
                 "{key} {}{}",
                 if paused { "paused" } else { "resumed" },
@@ -177,8 +173,13 @@ fn set_paused(store: &dyn Store, key: &str, paused: bool) -> anyhow::Result<Exit
             );
             Ok(ExitCode::SUCCESS)
         }
-        None => {
+        Err(ScheduleRefused::UnknownTrigger(_)) => {
             eprintln!("error: no trigger `{key}` (see `weft schedules list`)");
+            Ok(ExitCode::from(EXIT_INVALID))
+        }
+        Err(ScheduleRefused::Schedule(ScheduleError::Store(e))) => Err(e.into()),
+        Err(e) => {
+            eprintln!("error: {e}");
             Ok(ExitCode::from(EXIT_INVALID))
         }
     }

@@ -10,9 +10,9 @@ use anyhow::Context as _;
 use clap::Subcommand;
 use serde_json::{Value, json};
 
+use weft::Store;
 use weft::engine::snapshots::{self as snap, FileFormat, PublishError};
-use weft::store::{StoreError, Write};
-use weft::{Store, SystemClock};
+use weft::store::StoreError;
 
 use super::{EXIT_INVALID, open_store};
 
@@ -188,17 +188,10 @@ fn publish(
         std::fs::File::open(file).with_context(|| format!("cannot read {}", file.display()))?;
     let record = match target(data_dir, server)? {
         Target::Local(store) => {
-            let commit = |writes: Vec<Write>| -> Vec<Result<(), StoreError>> {
-                let refs: Vec<&Write> = writes.iter().collect();
-                match store.apply(&refs) {
-                    Ok(answers) => answers,
-                    Err(e) => writes.iter().map(|_| Err(e.clone())).collect(),
-                }
-            };
-            let published = snap::publish(
-                store.as_ref(),
-                &commit,
-                &SystemClock,
+            // The host opens the store again, as its own.
+            drop(store);
+            let host = super::maintenance_host(data_dir)?;
+            let published = host.services().publish_snapshot(
                 TENANT,
                 name,
                 std::io::BufReader::with_capacity(1 << 16, opened),

@@ -383,6 +383,7 @@ pub(super) async fn add_plugin(
         "api"
     };
     let access = Arc::clone(&api.access);
+    let services = api.services.clone();
     let (record, existed) = blocking(move || {
         let digest = weft_runtime::Digest::of(&body).to_string();
         let own: Vec<_> = engine
@@ -418,9 +419,8 @@ pub(super) async fn add_plugin(
                 format!("tenant `{tenant}` is at its quota `max_plugins` ({max})"),
             ));
         }
-        engine
-            .plugins()
-            .add_for(&tenant, &body, origin)
+        services
+            .add_plugin(&tenant, &body, origin)
             .map(|(_, record)| (record, existed))
             .map_err(|e| {
                 ApiError::new(

@@ -31,8 +31,9 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::hub::Hub;
+use crate::services::ScheduleRefused;
 use crate::workflows::Deployments;
-use weft_engine::{Engine, Quiet};
+use weft_engine::{Engine, Quiet, ScheduleError};
 use weft_store::{Right, RunFilter};
 
 pub use auth::{Access, Caller};
@@ -47,6 +48,8 @@ pub const MAX_BODY: usize = 4 << 20;
 pub struct Api {
     engine: Arc<Engine>,
     workflows: Arc<Deployments>,
+    /// The operations that have moved to the service layer go through it.
+    services: crate::Services,
     hub: Hub,
     /// Places for open event streams.
     streams: Arc<tokio::sync::Semaphore>,
@@ -63,6 +66,7 @@ impl Api {
     pub fn new(engine: Arc<Engine>, workflows: Arc<Deployments>, hub: Hub) -> Self {
         let access = Access::new(Arc::clone(engine.store()), Arc::clone(engine.clock()));
         Self {
+            services: crate::Services::new(Arc::clone(&engine), Arc::clone(&workflows)),
             engine,
             workflows,
             hub,
@@ -606,9 +610,9 @@ async fn cancel_run(
 ) -> Result<Json<Value>, ApiError> {
     own_run(&api, &caller, &id).await?;
     caller.need(Right::Operate)?;
-    let engine = Arc::clone(&api.engine);
+    let services = api.services.clone();
     let asked = id.clone();
-    let outcome = blocking(move || engine.cancel(&asked)).await?;
+    let outcome = blocking(move || services.cancel_run(&asked)).await?;
     match outcome {
         Ok(()) => {
             api.audit(&caller, "run.cancel", &id, Value::Null).await;
@@ -777,9 +781,9 @@ async fn delete_run(
 ) -> Result<Json<Value>, ApiError> {
     own_run(&api, &caller, &id).await?;
     caller.need(Right::Operate)?;
-    let engine = Arc::clone(&api.engine);
+    let services = api.services.clone();
     let asked = id.clone();
-    match blocking(move || engine.delete_run(&asked)).await? {
+    match blocking(move || services.delete_run(&asked)).await? {
         Ok(()) => {
             api.audit(&caller, "run.delete", &id, Value::Null).await;
             Ok(Json(json!({ "id": id, "deleted": true })))
@@ -839,23 +843,10 @@ async fn pause_schedule(
         return Err(missing());
     }
     caller.need(Right::Deploy)?;
-    let store = Arc::clone(api.engine.store());
-    let now = api.engine.clock().now();
+    let services = api.services.clone();
     let asked = key.clone();
-    let row =
-        blocking(move || weft_engine::set_schedule_paused(store.as_ref(), &asked, paused, now))
-            .await?
-            .map_err(|e| match e {
-                weft_engine::ScheduleError::Store(e) => ApiError::from(e),
-                e @ weft_engine::ScheduleError::Contended(_) => {
-                    ApiError::new(StatusCode::CONFLICT, "conflict", e.to_string())
-                }
-                // The stored spec no longer compiles: not the request's
-                // fault.
-                e => ApiError::internal(e.to_string()),
-            })?;
-    match row {
-        Some(row) => {
+    match blocking(move || services.set_schedule_paused(&asked, paused)).await? {
+        Ok(row) => {
             api.audit(
                 &caller,
                 &format!("schedule.{action}"),
@@ -865,7 +856,32 @@ async fn pause_schedule(
             .await;
             Ok(Json(json!({ "schedule": shown(&row, SCHEDULE_NAMES) })))
         }
-        None => Err(missing()),
+        Err(ScheduleRefused::UnknownTrigger(_)) => Err(missing()),
+        Err(e) => Err(schedule_refused(e, &shown_key)),
+    }
+}
+
+/// A refused trigger operation as the API answers it.
+fn schedule_refused(e: ScheduleRefused, workflow: &str) -> ApiError {
+    match e {
+        ScheduleRefused::UnknownWorkflow(_) => unknown_workflow(workflow),
+        ScheduleRefused::UnknownTrigger(key) => {
+            ApiError::not_found(&weft_store::What::Schedule(key))
+        }
+        ScheduleRefused::Schedule(ScheduleError::Invalid(message)) => ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_schedule",
+            format!("schedule.{message}"),
+        ),
+        ScheduleRefused::Schedule(ScheduleError::Exists(key)) => ApiError::new(
+            StatusCode::CONFLICT,
+            "schedule_exists",
+            format!("trigger `{}` exists already", weft_core::tenant::bare(&key)),
+        ),
+        ScheduleRefused::Schedule(e @ ScheduleError::Contended(_)) => {
+            ApiError::new(StatusCode::CONFLICT, "conflict", e.to_string())
+        }
+        ScheduleRefused::Schedule(ScheduleError::Store(e)) => e.into(),
     }
 }
 
@@ -884,15 +900,10 @@ async fn add_schedule(
     let Json(request) = body.map_err(ApiError::from)?;
     let workflow = caller
         .name(&request.workflow)
-        .filter(|id| api.workflows.current().get(id).is_some())
         .ok_or_else(|| unknown_workflow(&request.workflow))?;
     caller.need(Right::Deploy)?;
-    let store = Arc::clone(api.engine.store());
-    let now = api.engine.clock().now();
-    let added = blocking(move || {
-        weft_engine::add_schedule(store.as_ref(), &workflow, request.schedule, "api", now)
-    })
-    .await?;
+    let services = api.services.clone();
+    let added = blocking(move || services.add_schedule(&workflow, request.schedule, "api")).await?;
     match added {
         Ok(row) => {
             api.audit(
@@ -907,22 +918,7 @@ async fn add_schedule(
                 Json(json!({ "schedule": shown(&row, SCHEDULE_NAMES) })),
             ))
         }
-        Err(weft_engine::ScheduleError::Invalid(message)) => Err(ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "invalid_schedule",
-            format!("schedule.{message}"),
-        )),
-        Err(weft_engine::ScheduleError::Exists(key)) => Err(ApiError::new(
-            StatusCode::CONFLICT,
-            "schedule_exists",
-            format!("trigger `{}` exists already", weft_core::tenant::bare(&key)),
-        )),
-        Err(e @ weft_engine::ScheduleError::Contended(_)) => Err(ApiError::new(
-            StatusCode::CONFLICT,
-            "conflict",
-            e.to_string(),
-        )),
-        Err(weft_engine::ScheduleError::Store(e)) => Err(e.into()),
+        Err(e) => Err(schedule_refused(e, &request.workflow)),
     }
 }
 

@@ -165,14 +165,14 @@ pub(super) async fn publish(
         file.write_all(&chunk)
             .map_err(|e| ApiError::internal(format!("cannot write a temporary file: {e}")))?;
     }
-    let engine = Arc::clone(&api.engine);
+    let services = api.services.clone();
     let tenant = caller.tenant.clone();
     let store_name = name.clone();
     let record = blocking(move || {
         use std::io::Seek as _;
         file.rewind()
             .map_err(|e| ApiError::internal(format!("cannot read a temporary file: {e}")))?;
-        engine
+        services
             .publish_snapshot(
                 &tenant,
                 &store_name,

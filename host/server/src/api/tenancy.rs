@@ -16,8 +16,8 @@ use axum::http::StatusCode;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::auth::{hash, new_token};
 use super::{Api, ApiError, Caller, blocking};
+use crate::services::{NewToken, TokenRefused};
 use weft_core::tenant;
 use weft_store::{
     AccessWrite, Quota, Right, Role, RunFilter, RunState, StoreError, TenantRecord, TokenRecord,
@@ -180,7 +180,8 @@ pub(super) async fn remove_tenant(
         let now = engine.clock().now();
         for row in store.schedules()? {
             if tenant::of(&row.workflow) == asked && !row.paused {
-                weft_engine::set_schedule_paused(store.as_ref(), &row.key, true, now)
+                engine
+                    .set_schedule_paused(&row.key, true)
                     .map_err(|e| ApiError::internal(e.to_string()))?;
             }
         }
@@ -401,51 +402,36 @@ pub(super) async fn create_token(
             ),
         ));
     }
-    let now = api.engine.clock().now();
-    let expires_at = match &request.expires {
+    let expires = match &request.expires {
         None => None,
-        Some(text) => {
-            let duration = weft_core::clock::parse_duration(text)
-                .map_err(|m| ApiError::bad_request(format!("expires: {m}")))?;
-            Some(now + duration)
-        }
+        Some(text) => Some(
+            weft_core::clock::parse_duration(text)
+                .map_err(|m| ApiError::bad_request(format!("expires: {m}")))?,
+        ),
     };
-    let label = request.label.unwrap_or_default();
-    if label.len() > 256 {
-        return Err(ApiError::bad_request("label: at most 256 bytes"));
-    }
-    let (id, token) = new_token();
-    let record = TokenRecord {
-        id: id.clone(),
-        hash: hash(&token),
+    let new = NewToken {
         tenant: tenant_name.clone(),
         role,
-        label,
-        created_at: now,
-        expires_at,
-        revoked_at: None,
+        label: request.label.unwrap_or_default(),
+        expires,
         created_by: caller.actor.clone(),
     };
-    let access = Arc::clone(&api.access);
-    let store = Arc::clone(api.engine.store());
-    let write = AccessWrite::PutToken {
-        id: id.clone(),
-        record: weft_store::encode(&record),
-        new: true,
+    let services = api.services.clone();
+    let (record, token) = match blocking(move || services.create_token(new)).await? {
+        Ok(made) => made,
+        Err(TokenRefused::UnknownTenant(name)) => return Err(unknown_tenant(&name)),
+        Err(e @ TokenRefused::LabelTooLong) => return Err(ApiError::bad_request(e.to_string())),
+        Err(TokenRefused::Store(e)) => return Err(e.into()),
     };
-    let asked = tenant_name.clone();
-    blocking(move || {
-        if !access.tenant_exists(&asked)? {
-            return Err(unknown_tenant(&asked));
-        }
-        apply(store.as_ref(), write)?;
-        Ok::<_, ApiError>(())
-    })
-    .await??;
     let mut audited = caller.clone();
     audited.tenant = tenant_name;
-    api.audit(&audited, "token.create", &id, json!({ "role": role }))
-        .await;
+    api.audit(
+        &audited,
+        "token.create",
+        &record.id,
+        json!({ "role": role }),
+    )
+    .await;
     let mut shown = token_shown(&record);
     shown["token"] = json!(token);
     Ok((StatusCode::CREATED, Json(json!({ "token": shown }))))

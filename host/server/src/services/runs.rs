@@ -1,0 +1,28 @@
+//! Runs: cancel, delete, pause. Each is blocking.
+
+use weft_engine::{PauseError, Pausing};
+use weft_store::StoreError;
+
+use super::Services;
+
+impl Services {
+    /// Cancels run `id` and the child runs under it: at once if it waits,
+    /// or when its calls under way return. Refused with
+    /// [`StoreError::RunEnded`] if it has ended, [`StoreError::NotFound`]
+    /// if there is no such run.
+    pub fn cancel_run(&self, id: &str) -> Result<(), StoreError> {
+        self.engine.cancel(id)
+    }
+
+    /// Deletes ended run `id` with its step records. Refused with
+    /// [`StoreError::Needed`] if it has not ended (or its parent has not),
+    /// [`StoreError::NotFound`] if there is no such run.
+    pub fn delete_run(&self, id: &str) -> Result<(), StoreError> {
+        self.engine.delete_run(id)
+    }
+
+    /// Pauses run `id`, recording `actor`: see [`weft_engine::Engine::pause`].
+    pub fn pause_run(&self, id: &str, actor: &str) -> Result<Pausing, PauseError> {
+        self.engine.pause(id, actor)
+    }
+}
