@@ -351,18 +351,35 @@ fn step_limits_can_be_raised_per_step() {
 }
 
 #[test]
-fn the_readme_workflow_examples_are_valid() {
+fn the_readme_and_docs_workflow_examples_are_valid() {
     let scratch = Scratch::new(&[]);
-    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
-    let mut checked = 0;
-    for (i, block) in readme.split("```yaml\n").skip(1).enumerate() {
-        let text = block.split("```").next().unwrap();
-        let path = scratch.file(&format!("readme-{i}.yaml"), text);
-        let run = scratch.run(&["check", path.to_str().unwrap()]);
-        assert_eq!(run.code, Some(0), "README yaml block {i}:\n{text}\n{run:?}");
-        checked += 1;
+    let mut pages = vec![root().join("README.md")];
+    for entry in std::fs::read_dir(root().join("docs")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "md") {
+            pages.push(path);
+        }
     }
-    assert!(checked >= 1, "the README has no yaml example");
+    let mut checked = 0;
+    for page in &pages {
+        let text = std::fs::read_to_string(page).unwrap();
+        for (i, block) in text.split("```yaml\n").skip(1).enumerate() {
+            let text = block.split("```").next().unwrap();
+            let path = scratch.file(&format!("block-{checked}-{i}.yaml"), text);
+            let run = scratch.run(&["check", path.to_str().unwrap()]);
+            assert_eq!(
+                run.code,
+                Some(0),
+                "{} yaml block {i}:\n{text}\n{run:?}",
+                page.display()
+            );
+            checked += 1;
+        }
+    }
+    assert!(
+        checked >= 3,
+        "only {checked} yaml examples in the README and docs/"
+    );
     for name in ["order.yaml", "hello.yaml", "http.yaml", "polyglot.yaml"] {
         let run = scratch.run(&["check", &example(name)]);
         assert_eq!(run.code, Some(0), "{name}: {run:?}");

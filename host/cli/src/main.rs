@@ -9,7 +9,8 @@ use clap::Parser;
 /// mimalloc rather than the system's allocator: the committing thread frees
 /// much of what the workers allocated (a step's records, a run's state
 /// when it ends), and glibc's free of another thread's memory took a
-/// fifth of that thread's time (see the README's Performance section).
+/// fifth of that thread's time (see the history of measurements in
+/// docs/performance.md).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

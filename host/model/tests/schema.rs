@@ -70,7 +70,7 @@ fn takes(validator: &jsonschema::Validator, text: &str, origin: &str) {
 }
 
 #[test]
-fn the_template_and_every_workflow_in_the_readme_validate() {
+fn the_template_and_every_workflow_in_the_readme_and_docs_validate() {
     let validator = validator();
     let template = std::fs::read_to_string(root().join("templates/example.yaml")).unwrap();
     takes(
@@ -78,17 +78,40 @@ fn the_template_and_every_workflow_in_the_readme_validate() {
         &template.replace("{{name}}", "demo"),
         "templates/example.yaml",
     );
-    // Each YAML block of the README that is a whole workflow.
-    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    // Each YAML block of the README and of docs/ that is a whole workflow.
     let mut checked = 0;
-    for block in readme.split("```yaml\n").skip(1) {
-        let block = &block[..block.find("```").unwrap()];
-        if weft_model::parse(block, weft_model::Format::Yaml, "README.md").is_ok() {
-            takes(&validator, block, "README.md");
-            checked += 1;
+    for (name, text) in documents() {
+        for block in text.split("```yaml\n").skip(1) {
+            let block = &block[..block.find("```").unwrap()];
+            if weft_model::parse(block, weft_model::Format::Yaml, &name).is_ok() {
+                takes(&validator, block, &name);
+                checked += 1;
+            }
         }
     }
-    assert!(checked >= 3, "only {checked} workflows in the README");
+    assert!(
+        checked >= 3,
+        "only {checked} workflows in the README and docs/"
+    );
+}
+
+/// The README and every page of docs/, by name, with their text.
+fn documents() -> Vec<(String, String)> {
+    let mut names = vec!["README.md".to_owned()];
+    for entry in std::fs::read_dir(root().join("docs")).unwrap() {
+        let name = entry.unwrap().file_name().to_string_lossy().into_owned();
+        if name.ends_with(".md") {
+            names.push(format!("docs/{name}"));
+        }
+    }
+    names.sort();
+    names
+        .into_iter()
+        .map(|name| {
+            let text = std::fs::read_to_string(root().join(&name)).unwrap();
+            (name, text)
+        })
+        .collect()
 }
 
 #[test]
