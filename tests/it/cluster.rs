@@ -330,12 +330,19 @@ fn three_hosts_on_postgres_lose_nothing_when_each_in_turn_is_killed() {
         );
         std::thread::sleep(Duration::from_millis(50));
     };
-    // In order: the queue's holder sends its head until it is acked, so a
-    // request may repeat the newest message sent (the host that sent it
-    // died, or lost the queue, before it recorded the answer), never an
-    // older one (a host stopped past its lease that sends the head it read
-    // before a peer delivered past it).
+    // In order: the queue's holder sends its head until it is acked, so
+    // each message arrives first in order, and a request may repeat the
+    // newest message sent (the host that sent it died, or lost the queue,
+    // before it recorded the answer). An older one may come again only as
+    // a repeat of one that arrived before: a host stopped past its lease in
+    // the middle of its POST sends the head it held once it runs again,
+    // after the peer that took the queue delivered that head and more
+    // (nothing can fence a request already on its way; the receiver keeps
+    // the highest `seq`, or dedupes by `weft-delivery`). 100 rounds of
+    // this test met it once.
     let mut newest = 0;
+    let mut arrived = HashSet::new();
+    let mut late = 0;
     for request in &got {
         let id = request.header("weft-delivery");
         let n = delivery_ids
@@ -344,11 +351,19 @@ fn three_hosts_on_postgres_lose_nothing_when_each_in_turn_is_killed() {
         let body = request.json();
         assert_eq!(body["payload"], json!(n), "delivery {id}");
         let seq = body["seq"].as_u64().unwrap();
-        assert!(
-            seq >= newest,
-            "message {seq} was sent after message {newest}: out of order"
-        );
+        if seq < newest {
+            assert!(
+                arrived.contains(id),
+                "message {seq} first arrived after message {newest}: out of order"
+            );
+            late += 1;
+            continue;
+        }
+        arrived.insert(id.to_owned());
         newest = seq;
+    }
+    if late > 0 {
+        eprintln!("{late} late repeats of messages delivered before");
     }
     for id in delivery_ids.keys() {
         let acked = Instant::now() + Duration::from_secs(30);
