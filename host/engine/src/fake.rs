@@ -7,7 +7,7 @@
 //! Only with the `fake` feature: never in a build of weft itself.
 
 use std::collections::{BTreeMap, HashMap};
-use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 
 use serde_json::Value;
@@ -46,6 +46,8 @@ struct Shared {
     /// Whether loads of runs read back wait, and how many wait now.
     loads: Mutex<(bool, usize)>,
     loads_changed: Condvar,
+    /// Whether a load checks the run's pins ([`FakeSource::checking_pins`]).
+    check_pins: AtomicBool,
 }
 
 impl std::fmt::Debug for Shared {
@@ -69,14 +71,13 @@ struct FakeRunner {
     plugins: HashMap<String, String>,
 }
 
-/// The pin of fake plugin `name`: a digest of the shape the store records.
+/// The pin of fake plugin `name`: the SHA-256 of its name, in the shape
+/// the store records.
 pub fn pin(name: &str) -> PinnedPlugin {
-    let mut hasher = DefaultHasher::new();
-    name.hash(&mut hasher);
     PinnedPlugin {
         name: name.to_owned(),
         version: "1.0.0".to_owned(),
-        digest: format!("sha256:{:064x}", u128::from(hasher.finish())),
+        digest: weft_core::Digest::of(name.as_bytes()).to_string(),
     }
 }
 
@@ -91,7 +92,17 @@ impl FakeSource {
             calls: Mutex::new(Vec::new()),
             loads: Mutex::new((false, 0)),
             loads_changed: Condvar::new(),
+            check_pins: AtomicBool::new(false),
         }))
+    }
+
+    /// From now on, a load refuses a run whose pins are not its own: each
+    /// call step of the workflow it is read back under must be pinned to
+    /// the plugin its `uses` names, as the real source's pins are (a
+    /// `ResumeError::Component`, naming the step).
+    pub fn checking_pins(self) -> Self {
+        self.0.check_pins.store(true, Ordering::SeqCst);
+        self
     }
 
     /// Every call made so far, in order.
@@ -161,7 +172,7 @@ impl RunnerSource for FakeSource {
     fn load(
         &self,
         run: &RunRecord,
-        _workflow: &Workflow,
+        workflow: &Workflow,
     ) -> Result<Arc<dyn StepRunner>, ResumeError> {
         let mut loads = lock(&self.0.loads);
         if loads.0 {
@@ -176,6 +187,18 @@ impl RunnerSource for FakeSource {
             loads.1 -= 1;
         }
         drop(loads);
+        if self.0.check_pins.load(Ordering::SeqCst) {
+            for step in workflow.all_steps() {
+                let Some(call) = step.call() else { continue };
+                let own = pin(&call.uses.name);
+                if run.plugins.get(&step.id) != Some(&own) {
+                    return Err(ResumeError::Component {
+                        step: step.id.clone(),
+                        reason: format!("not pinned to fake plugin `{}`", own.name),
+                    });
+                }
+            }
+        }
         Ok(self.runner(&run.plugins))
     }
 }

@@ -201,7 +201,7 @@ impl Drop for Engine {
         for thread in self.threads.drain(..) {
             let _ = thread.join();
         }
-        if threaded {
+        if threaded && self.core.listed() {
             self.core.retire();
         }
         // The runs that ended are freed before the engine is gone: a
@@ -226,6 +226,12 @@ pub struct EngineConfig {
     /// Take over the runs of hosts that are gone (a recovering host does;
     /// a one-off `weft run` does not). Default: on.
     pub take_over: bool,
+    /// Whether this engine is listed in the store's hosts: it writes its
+    /// host row, renews it, and gives it up when it stops. Default: on. An
+    /// engine that drives no run (a host in maintenance, serving one
+    /// command) is not listed: it holds no lease, and when it goes, no
+    /// peer sees a host vanish and looks for runs to take over.
+    pub listed: bool,
     /// The host's egress policy: what every tenant without its own may
     /// reach over HTTP ([`EgressPolicies`]). Default: none, so steps of
     /// tenant `default` are bound by their grants only, and other tenants'
@@ -250,6 +256,7 @@ impl Default for EngineConfig {
             max_resident: 10_000,
             lease_ttl: std::time::Duration::from_secs(10),
             take_over: true,
+            listed: true,
             egress: None,
             secrets: None,
             metrics: None,
@@ -337,10 +344,12 @@ impl Engine {
             config.lease_ttl,
             config.metrics.clone(),
         ));
-        core.set_take_over(config.take_over);
+        core.set_take_over(config.take_over && config.listed);
         // The host's row exists before any run is made under its leases.
-        core.join().map_err(std::io::Error::other)?;
-        let threads = core.start(config.workers)?;
+        if config.listed {
+            core.join().map_err(std::io::Error::other)?;
+        }
+        let threads = core.start(config.workers, config.listed)?;
         Ok(Self {
             core,
             plugins,

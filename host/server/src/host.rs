@@ -112,9 +112,10 @@ impl HostConfig {
 
     /// A host for maintenance of the store (`weft runs cancel`, `weft
     /// schedules add` and the like without a server): it serves no
-    /// deployments, takes nothing over, arms no timers, starts no hub, and
-    /// runs one worker; the operations come through its
-    /// [`Host::services`] as a serving host's do.
+    /// deployments, takes nothing over, arms no timers, starts no hub, runs
+    /// one worker, and is not listed in the store's hosts (so its going
+    /// sets no peer looking for runs to take over); the operations come
+    /// through its [`Host::services`] as a serving host's do.
     pub fn maintenance(
         store: Arc<dyn Store>,
         plugins: plugins::PluginDir,
@@ -123,6 +124,7 @@ impl HostConfig {
         Self::local(store, plugins, clock).with_engine(EngineConfig {
             workers: 1,
             take_over: false,
+            listed: false,
             ..EngineConfig::default()
         })
     }

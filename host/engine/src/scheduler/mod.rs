@@ -321,6 +321,9 @@ pub(super) struct Core {
     /// stays out is paused in the store (`Work::Pause`).
     pending_pauses: Mutex<HashMap<String, PendingPause>>,
     stopping: AtomicBool,
+    /// Whether this host is listed in the store's hosts (see
+    /// `EngineConfig::listed`): set as its threads start.
+    listed: AtomicBool,
     /// Wakes threads that pause between rounds (the cron thread) on stop.
     pauses: Mutex<()>,
     pauses_wake: Condvar,
@@ -415,6 +418,7 @@ impl Core {
             retries: Mutex::new(HashMap::new()),
             pending_pauses: Mutex::new(HashMap::new()),
             stopping: AtomicBool::new(false),
+            listed: AtomicBool::new(true),
             pauses: Mutex::new(()),
             pauses_wake: Condvar::new(),
             messages: Arc::default(),
@@ -444,8 +448,14 @@ impl Core {
         }
     }
 
-    /// Starts `workers` workers and the timer thread.
-    pub(super) fn start(self: &Arc<Self>, workers: usize) -> std::io::Result<Vec<JoinHandle<()>>> {
+    /// Starts `workers` workers and the timer thread; for a `listed` host,
+    /// the threads that keep its leases and claim free work too.
+    pub(super) fn start(
+        self: &Arc<Self>,
+        workers: usize,
+        listed: bool,
+    ) -> std::io::Result<Vec<JoinHandle<()>>> {
+        self.listed.store(listed, Ordering::SeqCst);
         lock(&self.ready).cap = worker_cap(workers.max(1));
         let mut threads = Vec::with_capacity(workers + 1);
         for n in 0..workers.max(1) {
@@ -463,18 +473,20 @@ impl Core {
                 .name("weft-timers".to_owned())
                 .spawn(move || core.run_timers())?,
         );
-        let core = Arc::clone(self);
-        threads.push(
-            std::thread::Builder::new()
-                .name("weft-leases".to_owned())
-                .spawn(move || core.keep_leases())?,
-        );
-        let core = Arc::clone(self);
-        threads.push(
-            std::thread::Builder::new()
-                .name("weft-claims".to_owned())
-                .spawn(move || core.claim_free_work_while_running())?,
-        );
+        if listed {
+            let core = Arc::clone(self);
+            threads.push(
+                std::thread::Builder::new()
+                    .name("weft-leases".to_owned())
+                    .spawn(move || core.keep_leases())?,
+            );
+            let core = Arc::clone(self);
+            threads.push(
+                std::thread::Builder::new()
+                    .name("weft-claims".to_owned())
+                    .spawn(move || core.claim_free_work_while_running())?,
+            );
+        }
         // Joined by `stop_reaper`, once the workers are.
         let (reaper, cells) = std::sync::mpsc::channel::<Cell>();
         let thread = std::thread::Builder::new()
@@ -483,6 +495,11 @@ impl Core {
         *lock(&self.reaper) = Some(reaper);
         *lock(&self.reaper_thread) = Some(thread);
         Ok(threads)
+    }
+
+    /// Whether this host is listed in the store's hosts.
+    pub(crate) fn listed(&self) -> bool {
+        self.listed.load(Ordering::SeqCst)
     }
 
     /// Asks every thread to stop; queued runs are dropped, and their

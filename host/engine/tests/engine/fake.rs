@@ -31,7 +31,7 @@ pub(crate) fn wait_loads_held(source: &FakeSource, n: usize) {
 pub(crate) fn source(extra: Vec<(&str, Behaviour)>) -> FakeSource {
     let fatal: Behaviour = Arc::new(|_, _| StepOutcome::of(Err(broken())));
     let defaults = [("echo", echo()), ("fatal", fatal), ("flaky", flaky())];
-    FakeSource::new(defaults.into_iter().chain(extra))
+    FakeSource::new(defaults.into_iter().chain(extra)).checking_pins()
 }
 
 pub(crate) fn echo() -> Behaviour {

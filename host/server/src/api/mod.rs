@@ -857,6 +857,10 @@ async fn pause_schedule(
             Ok(Json(json!({ "schedule": shown(&row, SCHEDULE_NAMES) })))
         }
         Err(ScheduleRefused::UnknownTrigger(_)) => Err(missing()),
+        // The stored spec no longer compiles: not the request's fault.
+        Err(ScheduleRefused::Schedule(e @ ScheduleError::Invalid(_))) => {
+            Err(ApiError::internal(e.to_string()))
+        }
         Err(e) => Err(schedule_refused(e, &shown_key)),
     }
 }

@@ -30,7 +30,8 @@ impl Services {
     /// Adds a trigger for `workflow` (its stored id), `origin` naming who
     /// adds it (`api`, `cli`). The workflow must be deployed here: served
     /// now on a serving host; on a host in maintenance, deployed to the
-    /// store at some time (it serves nothing itself).
+    /// store at some time, by a tenant that is not removed (it serves
+    /// nothing itself).
     pub fn add_schedule(
         &self,
         workflow: &str,
@@ -55,11 +56,17 @@ impl Services {
     }
 
     /// Whether workflow `id` is deployed here (see
-    /// [`Services::add_schedule`]).
+    /// [`Services::add_schedule`]): a removed tenant's is not.
     fn deployed(&self, id: &str) -> Result<bool, StoreError> {
         if self.deployments.serving() {
             return Ok(self.deployments.current().get(id).is_some());
         }
-        Ok(self.deployments.newest()?.get(id).is_some())
+        if self.deployments.versions(id)?.is_empty() {
+            return Ok(false);
+        }
+        let tenant = weft_core::tenant::of(id);
+        let store = self.engine.store();
+        Ok(tenant == weft_core::tenant::DEFAULT
+            || store.tenants()?.iter().any(|t| t.name == tenant))
     }
 }
