@@ -40,8 +40,8 @@ pub(crate) struct Facts {
     /// since: each makes no attempt but at the leaves busy then (a call
     /// under way, its commit, a wait that ends), until it is paused or
     /// ends. A pending pause is in the memory of its host alone,
-    /// so a crash of that host, or its freezing (its runs may be taken
-    /// over), takes it back.
+    /// so a crash of that host, its freezing (its runs may be taken
+    /// over), or another host's migration of the run takes it back.
     pending: BTreeMap<String, Pending>,
     /// Runs moved to another revision, with its definition's digest: each
     /// stays under it until moved again.
@@ -111,6 +111,15 @@ impl Facts {
     /// A migration of run `run` may or may not have landed.
     pub(crate) fn migration_unknown(&mut self, run: &str) {
         self.migrated.remove(run);
+    }
+
+    /// Host `host` moved run `run` to another revision (or may have): a
+    /// pause pending on another host is that host's memory alone, and the
+    /// move takes the run from it, so it is forgotten.
+    pub(crate) fn moved_by(&mut self, run: &str, host: usize) {
+        if self.pending.get(run).is_some_and(|p| p.host != host) {
+            self.pending.remove(run);
+        }
     }
 
     /// A host resumed run `run`.

@@ -871,6 +871,9 @@ impl World {
                 unknown
             }
         };
+        if moved {
+            self.facts.moved_by(run, host);
+        }
         // The lease a move left: those below it are stale.
         if moved && let Ok(Some(lease)) = self.sim_store.inner().lease(run) {
             let floor = self.moved.entry(run.to_owned()).or_default();

@@ -402,6 +402,15 @@ impl Core {
 
     /// A resident run leaves memory, and gives its place up.
     fn release(&self, live: &mut Live) {
+        self.release_as(live, true);
+    }
+
+    /// [`Core::release`]; `durable`: whether the run's state in memory is
+    /// the store's. It is not after a failed commit, whose outcome is
+    /// unknown: an end decided in memory (a cancellation) may not have
+    /// landed, so a pause asked for before it is kept all the same, and
+    /// whoever reads the run back (or `pause_left`) decides on the store's.
+    fn release_as(&self, live: &mut Live, durable: bool) {
         live.closed = true;
         live.finished.clear();
         live.task.drive.stop_calls();
@@ -410,7 +419,7 @@ impl Core {
         // reads the run back takes it up before it starts anything, and a
         // run that stays out (suspended) is paused in the store.
         if let Some(actor) = live.pausing.take()
-            && !live.task.drive.run.state.is_terminal()
+            && (!durable || !live.task.drive.run.state.is_terminal())
             && !weft_core::mutation::on("pending-pause-dropped")
         {
             tracing::debug!(run = %id, "left memory with its pause pending");
@@ -520,7 +529,7 @@ impl Core {
         tracing::warn!(run = %id, failures = failures + 1, "{why}; the run is read back from the store after a pause");
         self.keep_handle(live);
         lock(&self.retries).insert(id.clone(), failures + 1);
-        self.release(live);
+        self.release_as(live, false);
         self.retry_later(failures, Later::Work(Work::Wake(id, 0)));
     }
 
