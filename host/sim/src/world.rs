@@ -871,7 +871,17 @@ impl World {
                 unknown
             }
         };
-        if moved {
+        // A pause pending on another host is lost only if the move landed
+        // (an unknown outcome may be a read that failed before any write).
+        let landed = moved
+            && self
+                .sim_store
+                .inner()
+                .run(run)
+                .ok()
+                .flatten()
+                .is_some_and(|stored| stored.definition == digest(&to));
+        if landed {
             self.facts.moved_by(run, host);
         }
         // The lease a move left: those below it are stale.
