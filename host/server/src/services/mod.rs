@@ -45,4 +45,16 @@ impl Services {
     pub fn engine(&self) -> &Arc<Engine> {
         &self.engine
     }
+
+    /// Whether tenant `name` exists: `default` always does; another while
+    /// its row is in the store (not removed).
+    fn tenant_exists(&self, name: &str) -> Result<bool, weft_store::StoreError> {
+        Ok(name == weft_core::tenant::DEFAULT
+            || self
+                .engine
+                .store()
+                .tenants()?
+                .iter()
+                .any(|t| t.name == name))
+    }
 }

@@ -64,9 +64,6 @@ impl Services {
         if self.deployments.versions(id)?.is_empty() {
             return Ok(false);
         }
-        let tenant = weft_core::tenant::of(id);
-        let store = self.engine.store();
-        Ok(tenant == weft_core::tenant::DEFAULT
-            || store.tenants()?.iter().any(|t| t.name == tenant))
+        self.tenant_exists(weft_core::tenant::of(id))
     }
 }

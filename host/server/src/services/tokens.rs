@@ -3,7 +3,6 @@
 
 use std::time::Duration;
 
-use weft_core::tenant;
 use weft_store::{AccessWrite, Role, StoreError, TokenRecord, Write};
 
 use super::Services;
@@ -49,10 +48,7 @@ impl Services {
         if new.label.len() > MAX_LABEL {
             return Err(TokenRefused::LabelTooLong);
         }
-        let store = self.engine.store();
-        let exists =
-            new.tenant == tenant::DEFAULT || store.tenants()?.iter().any(|t| t.name == new.tenant);
-        if !exists {
+        if !self.tenant_exists(&new.tenant)? {
             return Err(TokenRefused::UnknownTenant(new.tenant));
         }
         let now = self.engine.clock().now();
@@ -73,7 +69,8 @@ impl Services {
             record: weft_store::encode(&record),
             new: true,
         });
-        store
+        self.engine
+            .store()
             .apply(&[&write])?
             .pop()
             .unwrap_or(Err(StoreError::Closed))?;
