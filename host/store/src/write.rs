@@ -128,8 +128,10 @@ pub enum Write {
     /// run), [`StoreError::RunEnded`](super::StoreError::RunEnded),
     /// [`StoreError::Busy`](super::StoreError::Busy) (the run is not
     /// suspended), [`StoreError::Changed`](super::StoreError::Changed) (it
-    /// has another number of records, or was moved to another revision) or
-    /// [`StoreError::TimerGone`](super::StoreError::TimerGone).
+    /// has another number of records, was moved to another revision, or
+    /// was paused or resumed since) or
+    /// [`StoreError::TimerGone`](super::StoreError::TimerGone). A paused
+    /// run stays asleep: `run` is decided with its pause.
     Act {
         /// The run.
         run: String,
@@ -185,7 +187,9 @@ pub enum Write {
     /// [`StoreError::TimerGone`](super::StoreError::TimerGone) unless the
     /// row is pending and the run is running, and with
     /// [`StoreError::Changed`](super::StoreError::Changed) if the run has
-    /// another number of records, or was moved to another revision.
+    /// another number of records, was moved to another revision, or was
+    /// paused or resumed since. A paused run stays asleep: `wake` is
+    /// decided with its pause.
     FireTimer {
         /// The timer.
         fired: TimerRef,
@@ -276,7 +280,8 @@ pub enum Write {
     /// run next reads the new revision). Refused with
     /// [`StoreError::NotFound`](super::StoreError::NotFound),
     /// [`StoreError::RunEnded`](super::StoreError::RunEnded) or
-    /// [`StoreError::Changed`](super::StoreError::Changed).
+    /// [`StoreError::Changed`](super::StoreError::Changed) (another number
+    /// of records, or it woke, slept, or was paused or resumed since).
     MigrateRun {
         /// The run.
         id: String,

@@ -886,7 +886,7 @@ impl Apply<'_> {
         }
         let (paused, workflow) = match self.run_at(id, expect)? {
             Ok(run) => {
-                if let Err(refused) = same_revision(id, &run, wake)? {
+                if let Err(refused) = decided_on(id, &run, wake, true)? {
                     return Ok(Err(refused));
                 }
                 if let Err(refused) = self.take(id, lease, run.suspended)? {
@@ -915,9 +915,8 @@ impl Apply<'_> {
         }
         self.remove_timer(id, fired.key())?;
         // A paused run stays asleep: its fire waits for its resume (the
-        // fire may have been decided before the pause landed).
-        let wake = still_paused(id, wake, paused.as_ref())?;
-        self.set_run(id, &wake, true, paused.is_some())?;
+        // fire was decided with the pause it has now).
+        self.set_run(id, wake, true, paused.is_some())?;
         Ok(Ok(()))
     }
 
@@ -1005,7 +1004,7 @@ impl Apply<'_> {
             Ok(stored) => stored,
             Err(refused) => return Ok(Err(refused)),
         };
-        if let Err(refused) = same_revision(id, &stored, run)? {
+        if let Err(refused) = decided_on(id, &stored, run, false)? {
             return Ok(Err(refused));
         }
         if pause {
@@ -1037,14 +1036,16 @@ impl Apply<'_> {
             Ok(stored) => stored,
             Err(refused) => return Ok(Err(refused)),
         };
+        // A fire without a record (a retry delay's) may have woken it, or
+        // a pause or a resume landed, since the move was decided.
+        match own(decode::<RunRecord>(id, run))? {
+            Ok(moved) if moved.suspended == stored.suspended && moved.paused == stored.paused => {}
+            Ok(_) => return Ok(Err(StoreError::Changed(What::Run(id.to_owned())))),
+            Err(refused) => return Ok(Err(refused)),
+        }
         self.definition(definition)?;
         self.components(components)?;
-        // Asleep or paused as it is now: a fire without a record (a retry
-        // delay's) may have woken it since the move was decided.
-        let mut moved: RunRecord = decode(id, run)?;
-        moved.suspended = stored.suspended;
-        moved.paused = stored.paused.clone();
-        self.set_run(id, &encode(&moved), true, stored.suspended)?;
+        self.set_run(id, run, true, stored.suspended)?;
         // Whoever drives it now is behind the store: its next commit is
         // refused, and the next claim reads the new revision.
         self.free_lease(id, expect)?;
@@ -1088,7 +1089,7 @@ impl Apply<'_> {
         if !run.suspended {
             return Ok(Err(StoreError::Busy { run: id.to_owned() }));
         }
-        if let Err(refused) = same_revision(id, &run, wake)? {
+        if let Err(refused) = decided_on(id, &run, wake, true)? {
             return Ok(Err(refused));
         }
         if let Some(timer) = timer
@@ -1104,9 +1105,9 @@ impl Apply<'_> {
         }
         self.rows
             .put(Table::Steps, Key::StrU32(id, expect), record)?;
-        // A paused run stays asleep: the answer waits for its resume.
-        let wake = still_paused(id, wake, run.paused.as_ref())?;
-        self.set_run(id, &wake, true, run.paused.is_some())?;
+        // A paused run stays asleep: the answer waits for its resume (it
+        // was decided with the pause the run has now).
+        self.set_run(id, wake, true, run.paused.is_some())?;
         Ok(Ok(()))
     }
 
@@ -1515,44 +1516,26 @@ pub fn retry_epoch(records: u32) -> u64 {
     ((u64::from(records) + 1) << 32) + (1 << 31)
 }
 
-/// `wake` (an encoded run record) as a run paused by `paused` keeps it:
-/// paused and asleep. A fire or an answer decided before a pause landed
-/// names the run awake; the pause stands.
-fn still_paused(
-    id: &str,
-    wake: &[u8],
-    paused: Option<&crate::PauseMark>,
-) -> Result<Vec<u8>, StoreError> {
-    let Some(mark) = paused else {
-        return Ok(wake.to_vec());
-    };
-    if weft_core::mutation::on("fire-wakes-paused") {
-        return Ok(wake.to_vec());
-    }
-    let mut run: RunRecord = decode(id, wake)?;
-    if run.paused.is_none() || !run.suspended {
-        run.paused = Some(mark.clone());
-        run.suspended = true;
-        return Ok(encode(&run));
-    }
-    Ok(wake.to_vec())
-}
-
-/// Refuses a write of run `id` as `incoming` (an encoded run record),
+/// Refuses a write of run `id` as `incoming` (an encoded run record)
 /// decided on the run before it was moved to another revision of its
-/// workflow: a migration adds no record, so the record count alone does
-/// not tell, and the write would put the old revision back.
-fn same_revision(
+/// workflow, or (with `pause`) before it was paused or resumed: none of
+/// these adds a record, so the record count alone does not tell, and the
+/// write would undo it. The writer reads the run again and decides anew.
+fn decided_on(
     id: &str,
     stored: &RunRecord,
     incoming: &[u8],
+    pause: bool,
 ) -> Result<Result<(), StoreError>, StoreError> {
     let incoming: RunRecord = match own(decode(id, incoming))? {
         Ok(incoming) => incoming,
         Err(refused) => return Ok(Err(refused)),
     };
-    if incoming.definition != stored.definition && !weft_core::mutation::on("migration-overwritten")
-    {
+    let moved = incoming.definition != stored.definition
+        && !weft_core::mutation::on("migration-overwritten");
+    let paused =
+        pause && incoming.paused != stored.paused && !weft_core::mutation::on("fire-wakes-paused");
+    if moved || paused {
         return Ok(Err(StoreError::Changed(What::Run(id.to_owned()))));
     }
     Ok(Ok(()))

@@ -11,8 +11,8 @@ use weft_store::{DEADLINE_PATH, StepRecord, Store, StoreError, What, Write};
 
 use crate::common::{
     R, SPACE, armed, at, cancel, changed, commit, commit_with, current, def, dozing, emission,
-    emit, ended, exists, glance, migrated, nap, no_timers, not_found, outbox_row, queued, spawn,
-    stale, started, step, stored_run, subscribe, timer, timers, update,
+    emit, ended, exists, glance, is_running, migrated, nap, no_timers, not_found, outbox_row,
+    queued, spawn, stale, started, step, stored_run, subscribe, timer, timers, update,
 };
 use crate::table::{given, put, walk};
 
@@ -234,7 +234,8 @@ fn answer(s: &dyn Store, path: &str) -> Write {
     let mut record = StepRecord::empty(R, run.step_records, (0, path, path), 1, at(5));
     record.output = Some(json!({ "approved": true }));
     let mut wake = run;
-    (wake.step_records, wake.suspended) = (wake.step_records + 1, false);
+    // A paused run stays asleep, as the engine decides it.
+    (wake.step_records, wake.suspended) = (wake.step_records + 1, wake.paused.is_some());
     wake.updated_at = at(5);
     Write::act(&record, Some(timer(Await)), &wake)
 }
@@ -273,6 +274,20 @@ fn act() {
         given("an answer decided before the run was migrated", awaiting)
             .write(|s| migrated(s, |s| answer(s, "ask")))
             .refused(changed),
+        given(
+            "an answer to a paused run: recorded, it stays asleep",
+            awaiting,
+        )
+        .then(pause)
+        .write(|s| answer(s, "ask"))
+        .stored(|s| {
+            assert_eq!(steps(s).pop().unwrap().path, "ask");
+            let run = stored_run(s, R);
+            assert!(run.paused.is_some() && run.suspended, "{run:?}");
+        }),
+        given("an answer decided before the run was paused", awaiting)
+            .write(|s| paused_since(s, |s| answer(s, "ask")))
+            .refused(changed),
         given("a wait whose timeout fired", awaiting)
             .then(|s| {
                 commit_with(s, R, "side", |_, run, x| {
@@ -303,7 +318,8 @@ fn fire(s: &dyn Store, kind: TimerKind) -> Write {
     });
     let mut wake = run;
     wake.step_records += u32::from(record.is_some());
-    (wake.suspended, wake.updated_at) = (false, at(61));
+    // A paused run stays asleep, as the engine decides it.
+    (wake.suspended, wake.updated_at) = (wake.paused.is_some(), at(61));
     Write::fire_timer(timer(kind), seq, record.as_ref(), &wake)
 }
 
@@ -361,6 +377,24 @@ fn fire_timer() {
         given("a fire decided before the run was migrated", sleeping)
             .write(|s| migrated(s, |s| fire(s, Sleep)))
             .refused(changed),
+        given(
+            "a fire of a paused run: recorded, the run stays asleep",
+            sleeping,
+        )
+        .then(pause)
+        .write(|s| fire(s, Sleep))
+        .stored(|s| {
+            fired_at(s, 1, "nap");
+            let run = stored_run(s, R);
+            assert!(run.paused.is_some() && run.suspended, "{run:?}");
+        }),
+        given("a fire decided before the run was paused", sleeping)
+            .write(|s| paused_since(s, |s| fire(s, Sleep)))
+            .refused(changed),
+        given("a fire decided before the run was resumed", sleeping)
+            .then(pause)
+            .write(|s| resumed_since(s, |s| fire(s, Sleep)))
+            .refused(changed),
         given("a timer its run's cancel removed", sleeping)
             .then(|s| cancel(s, 9))
             .write(|s| fire(s, Sleep))
@@ -382,6 +416,64 @@ fn pause(s: &dyn Store) -> Write {
     Write::pause_run(&paused)
 }
 
+/// A resume of paused run `r` by no driver, decided on the run as stored.
+fn resume(s: &dyn Store) -> Write {
+    let mut resumed = current(s);
+    (resumed.paused, resumed.suspended) = (None, false);
+    resumed.updated_at = at(6);
+    Write::pause_run(&resumed)
+}
+
+/// Decides `decide` on run `r`, then pauses the run (a pause adds no
+/// record): the write as decided before the pause.
+fn paused_since(s: &dyn Store, decide: fn(&dyn Store) -> Write) -> Write {
+    let write = decide(s);
+    put(s, pause(s));
+    write
+}
+
+/// Decides `decide` on paused run `r`, then resumes it (a resume adds no
+/// record): the write as decided before the resume.
+fn resumed_since(s: &dyn Store, decide: fn(&dyn Store) -> Write) -> Write {
+    let write = decide(s);
+    put(s, resume(s));
+    write
+}
+
+/// Run `r` moved to revision `d1`, decided on it as stored.
+fn migrate(s: &dyn Store) -> Write {
+    let mut moved = current(s);
+    moved.definition = "d1".to_owned();
+    Write::migrate_run(&moved, &def("d1", "id: wf"), Vec::new())
+}
+
+#[test]
+fn migrate_run() {
+    walk(&[
+        given("a move of a run asleep", sleeping)
+            .write(migrate)
+            .stored(|s| {
+                let run = stored_run(s, R);
+                assert_eq!(run.definition, "d1");
+                assert!(run.suspended, "{run:?}");
+            }),
+        given("a move decided before the run moved on", sleeping)
+            .write(|s| stale(s, migrate))
+            .refused(changed),
+        given("a move decided before the run was paused", sleeping)
+            .write(|s| paused_since(s, migrate))
+            .refused(changed),
+        given("a move of a paused run: it stays paused", sleeping)
+            .then(pause)
+            .write(migrate)
+            .stored(|s| {
+                let run = stored_run(s, R);
+                assert_eq!(run.definition, "d1");
+                assert!(run.paused.is_some() && run.suspended, "{run:?}");
+            }),
+    ]);
+}
+
 #[test]
 fn pause_run() {
     walk(&[
@@ -397,6 +489,20 @@ fn pause_run() {
             .refused(changed),
         given("a pause decided before the run was migrated", sleeping)
             .write(|s| migrated(s, pause))
+            .refused(changed),
+        given(
+            "a resume of a paused run: awake, listed to resume",
+            sleeping,
+        )
+        .then(pause)
+        .write(resume)
+        .stored(|s| {
+            let run = stored_run(s, R);
+            assert!(run.paused.is_none() && !run.suspended, "{run:?}");
+            assert!(is_running(s, R));
+        }),
+        given("a resume of a run not paused", sleeping)
+            .write(resume)
             .refused(changed),
     ]);
 }
