@@ -7,7 +7,7 @@ use std::sync::Arc;
 use weft_core::Signal;
 use weft_store::{DeliveryOp, Store, StoreError, SubscriptionRecord, Write};
 
-use crate::scheduler::Core;
+use crate::scheduler::Scheduler;
 
 /// A write the delivery side may make.
 #[derive(Debug, Clone)]
@@ -34,7 +34,7 @@ impl From<DeliveryWrite> for Write {
 /// clone.
 #[derive(Clone)]
 pub struct Committer {
-    core: Arc<Core>,
+    core: Arc<Scheduler>,
 }
 
 impl std::fmt::Debug for Committer {
@@ -44,7 +44,7 @@ impl std::fmt::Debug for Committer {
 }
 
 impl Committer {
-    pub(crate) fn new(core: Arc<Core>) -> Self {
+    pub(crate) fn new(core: Arc<Scheduler>) -> Self {
         Self { core }
     }
 

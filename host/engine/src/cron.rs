@@ -26,13 +26,13 @@ use weft_model::{CatchUp, Overlap, Schedule};
 use weft_store::{ScheduleRecord, StoreError, TriggerLink, What, Write};
 
 use super::Quiet;
-use super::scheduler::{Core, Task};
+use super::scheduler::{Scheduler, Task};
 
 /// The most missed fires looked at, per trigger, after a downtime.
 const MAX_MISSED: usize = 1_000_000;
 
 pub(super) struct Cron {
-    core: Arc<Core>,
+    core: Arc<Scheduler>,
     /// When this thread started: fires due before it were missed.
     started: Timestamp,
     /// Compiled specs, by key, with the row version they came from.
@@ -40,7 +40,7 @@ pub(super) struct Cron {
 }
 
 impl Cron {
-    pub(super) fn new(core: Arc<Core>) -> Self {
+    pub(super) fn new(core: Arc<Scheduler>) -> Self {
         let started = core.clock.now();
         Self {
             core,

@@ -68,7 +68,7 @@ use weft_store::{
 };
 
 use launch::Launcher;
-use scheduler::{Core, Task};
+use scheduler::{Scheduler, Task};
 
 pub use committer::{Committer, DeliveryWrite};
 pub use cron::ScheduleError;
@@ -174,7 +174,7 @@ impl RunHandle {
 /// sync serve every write that is waiting. Dropping the engine stops its
 /// threads; runs still in flight stay `running` in the store.
 pub struct Engine {
-    core: Arc<Core>,
+    core: Arc<Scheduler>,
     plugins: Arc<PluginDir>,
     threads: Vec<JoinHandle<()>>,
     egress: Arc<EgressPolicies>,
@@ -336,7 +336,7 @@ impl Engine {
         let measure_fires = config.measure_fires;
         #[cfg(not(feature = "bench"))]
         let measure_fires = false;
-        let core = Arc::new(Core::new(
+        let core = Arc::new(Scheduler::new(
             launcher,
             commits,
             config.max_resident,
@@ -374,7 +374,7 @@ impl Engine {
         let vault = Vault::new(Arc::clone(&store), config.secrets.clone());
         let host = weft_core::ids::uuid_v7(clock.now());
         let launcher = Arc::new(Launcher::new(store, source, clock, host));
-        let core = Arc::new(Core::new(
+        let core = Arc::new(Scheduler::new(
             launcher,
             commits,
             config.max_resident,

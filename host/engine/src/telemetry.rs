@@ -223,7 +223,7 @@ pub(crate) struct Telemetry {
     pub(crate) events: RunEvents,
     pub(crate) metrics: Option<Arc<Metrics>>,
     /// The endings told last, so that each is told once.
-    told: Mutex<Told>,
+    told: Mutex<Endings>,
 }
 
 /// Endings told, as `(run id, its record count)`, the newest [`TOLD`].
@@ -235,15 +235,15 @@ pub(crate) struct Telemetry {
 /// holds. If more than [`TOLD`] runs end on the host in between, the
 /// second is told too.
 #[derive(Debug, Default)]
-struct Told {
+struct Endings {
     seen: std::collections::HashSet<(String, u32)>,
     order: VecDeque<(String, u32)>,
 }
 
-/// Endings remembered for [`Told`].
+/// Endings remembered for [`Endings`].
 const TOLD: usize = 4096;
 
-impl Told {
+impl Endings {
     /// Notes the ending of `run`: false if it was told already.
     fn first(&mut self, run: &RunRecord) -> bool {
         let ending = (run.id.clone(), run.step_records);

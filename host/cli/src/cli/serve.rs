@@ -170,7 +170,7 @@ pub fn serve(data_dir: &Path, args: ServeArgs) -> anyhow::Result<ExitCode> {
     let config = host_config(data_dir, &args.plugins, config)?
         .serving(files)
         .retaining(args.retain.retention())
-        .with_events(Arc::new(Told));
+        .with_events(Arc::new(Operator));
     let host = Host::start(config).context("cannot start the host")?;
     for warning in host.warnings() {
         eprintln!("warning: not serving {warning}");
@@ -253,9 +253,9 @@ async fn tls_config(
 
 /// Tells the operator, on stderr, what happened to each plugin file.
 #[derive(Debug)]
-struct Told;
+struct Operator;
 
-impl HostEvents for Told {
+impl HostEvents for Operator {
     fn plugin_ready(&self, plugin: &Plugin, file: &Path) {
         eprintln!(
             "plugin {}@{} {} from {} is ready",

@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex, Weak};
 use weft_core::lock;
 use weft_store::{RunRecord, StoreError, What};
 
-use super::{CellOf, Core, Later, Live, Task, TenantLimits, Work};
+use super::{CellOf, Later, Live, Scheduler, Task, TenantLimits, Work};
 use crate::error::ResumeError;
 use weft_core::fair::Lanes;
 
@@ -56,12 +56,12 @@ pub(super) struct Admission {
     /// The ids of every run in this scheduler's hands: resident, parked,
     /// or claimed while it is read or a fire of it is decided. Each notes
     /// whether something asked to look at the run again while it was held
-    /// ([`Core::claim_or_note`]): when the claim ends without the run
+    /// ([`Scheduler::claim_or_note`]): when the claim ends without the run
     /// becoming resident, the run is woken then.
     pub(super) known: HashMap<String, bool>,
 }
 
-impl Core {
+impl Scheduler {
     /// Marks run `id` as in this scheduler's hands; false if it already
     /// is. A run must be claimed before it is admitted.
     pub(crate) fn claim(&self, id: &str) -> bool {
@@ -73,7 +73,7 @@ impl Core {
         true
     }
 
-    /// [`Core::claim`], for work that must not be lost when the run is
+    /// [`Scheduler::claim`], for work that must not be lost when the run is
     /// held already (a wake, a fire through the store, a take-over): then
     /// it is noted, and the run is woken once the claim ends without the
     /// run becoming resident. A claim held only while a fire is decided
@@ -148,7 +148,7 @@ impl Core {
         true
     }
 
-    /// Parks run `task`, started as free work ([`Core::start_parked`],
+    /// Parks run `task`, started as free work ([`Scheduler::start_parked`],
     /// claimed then): it waits here for a place, unless another host takes
     /// it first, which its seating then finds.
     pub(crate) fn park(&self, task: Task) {
@@ -187,7 +187,7 @@ impl Core {
             (places, rooms)
         };
         /// Gives the held places back however the store's call ends.
-        struct Held<'c>(&'c Core, usize);
+        struct Held<'c>(&'c Scheduler, usize);
         impl Drop for Held<'_> {
             fn drop(&mut self) {
                 lock(&self.0.admission).resident -= self.1;
@@ -405,7 +405,7 @@ impl Core {
         self.release_as(live, true);
     }
 
-    /// [`Core::release`]; `durable`: whether the run's state in memory is
+    /// [`Scheduler::release`]; `durable`: whether the run's state in memory is
     /// the store's. It is not after a failed commit, whose outcome is
     /// unknown: an end decided in memory (a cancellation) may not have
     /// landed, so a pause asked for before it is kept all the same, and
@@ -543,7 +543,7 @@ impl Core {
         );
     }
 
-    /// Takes a claimed run in, as [`Core::admit`], unless the store says it
+    /// Takes a claimed run in, as [`Scheduler::admit`], unless the store says it
     /// is suspended: then it stays out of memory, with its timers armed
     /// here and its handle kept for the wake that takes it in.
     pub(crate) fn admit_awake(&self, task: Task) {
@@ -605,7 +605,7 @@ impl Core {
 
     /// A commit of the resident run found it ended without this engine
     /// (cancelled in the store): it leaves memory, and a worker reads what
-    /// the store holds and answers its handle ([`Core::ended_elsewhere`]):
+    /// the store holds and answers its handle ([`Scheduler::ended_elsewhere`]):
     /// not this thread, the committing one, where a store read would hold
     /// up every tenant's commits. The handle goes with the work, not into
     /// the kept ones, which a retry of the run may fill meanwhile.
@@ -617,7 +617,7 @@ impl Core {
     }
 
     /// Run `id` ended without this engine and left memory
-    /// ([`Core::left_ended`]): `done`, its handle, is answered with what
+    /// ([`Scheduler::left_ended`]): `done`, its handle, is answered with what
     /// the store holds. One fenced off by its parent's cancellation, and
     /// not cancelled itself yet, is cancelled.
     pub(super) fn ended_elsewhere(

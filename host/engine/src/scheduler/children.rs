@@ -10,9 +10,9 @@ use crate::Quiet;
 use crate::drive::Attempt;
 use crate::launch::NewRun;
 
-use super::{Cell, Core, Later, Task, Work};
+use super::{Cell, Later, Scheduler, Task, Work};
 
-impl Core {
+impl Scheduler {
     /// Carries out the outbox row that records a child run, then admits the
     /// child; `tries` of this failed before. If it fails, the row stays,
     /// and it is tried again after a backoff (and by the next start of a

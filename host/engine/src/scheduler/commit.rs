@@ -9,7 +9,7 @@ use weft_store::{CANCEL_PATH, OutboxRecord, StepRecord, StoreError, TimerRef, Wr
 use crate::drive::{Completed, Finished, Next, Plan, Reply, Undo};
 use crate::launch::NewRun;
 
-use super::{Cell, Core, Live, Task, Work};
+use super::{Cell, Live, Scheduler, Task, Work};
 
 /// A step's commit in flight: what its answer is acted on with.
 struct Committing {
@@ -33,7 +33,7 @@ struct Committing {
     fenced: Vec<String>,
 }
 
-impl Core {
+impl Scheduler {
     /// Commits the run's oldest finished attempt; or, with none, starts
     /// every ready attempt, or commits the run's end. Does nothing while a
     /// commit of the run is in flight.
@@ -181,7 +181,7 @@ impl Core {
     /// A step's commit is answered: the answer is passed on, then a
     /// conflict runs the attempt again, a fire that lost its race leaves
     /// the leaf waiting, a failed store ends the run, and a durable commit
-    /// goes on in [`Core::step_durable`].
+    /// goes on in [`Scheduler::step_durable`].
     fn step_committed(
         self: &Arc<Self>,
         cell: &Cell,
@@ -367,7 +367,7 @@ impl Core {
                 }
                 // The pause is still asked for: the run leaves memory with
                 // it pending, and it is done in the store, or through the
-                // cell that reads the run back (see `Core::release`).
+                // cell that reads the run back (see `Scheduler::release`).
                 Err(e) => {
                     if !weft_core::mutation::on("pending-pause-dropped") {
                         live.pausing = paused.paused.map(|m| m.actor);
@@ -387,7 +387,7 @@ impl Core {
         mut guard: MutexGuard<'_, Live>,
         cell: &Cell,
         write: Write,
-        then: impl FnOnce(&Arc<Core>, &Cell, &mut Live, Result<(), StoreError>) + Send + 'static,
+        then: impl FnOnce(&Arc<Scheduler>, &Cell, &mut Live, Result<(), StoreError>) + Send + 'static,
     ) {
         guard.committing = true;
         drop(guard);

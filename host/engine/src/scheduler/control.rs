@@ -10,7 +10,7 @@ use weft_store::StoreError;
 use crate::drive::{Answer, Reply};
 use crate::error::ActError;
 
-use super::Core;
+use super::Scheduler;
 
 /// Where one try of a cancellation got to.
 pub(crate) enum Cancelling {
@@ -51,7 +51,7 @@ pub(crate) fn answered(
     }
 }
 
-impl Core {
+impl Scheduler {
     /// Cancels run `id`, and returns once the cancellation is durable:
     /// through its cell when it is resident (the walk then ends it, and
     /// the answer waits for that commit), otherwise in the store, looking
@@ -76,9 +76,9 @@ impl Core {
         Err(StoreError::Busy { run: id.to_owned() })
     }
 
-    /// One try of [`Core::cancel`] that never waits for a commit of its
+    /// One try of [`Scheduler::cancel`] that never waits for a commit of its
     /// own cell: a cancellation queued with the cell answers on the
-    /// receiver, which [`Core::cancel_answered`] reads.
+    /// receiver, which [`Scheduler::cancel_answered`] reads.
     pub(crate) fn cancel_once(self: &Arc<Self>, id: &str) -> Result<Cancelling, StoreError> {
         let mut queued = None;
         let outcome = crate::stored::decide_again(id, || {
@@ -167,7 +167,7 @@ impl Core {
         }
     }
 
-    /// One try of [`Core::act`], which never blocks on a commit of its
+    /// One try of [`Scheduler::act`], which never blocks on a commit of its
     /// own cell: an answer through the cell is queued, and its outcome
     /// comes later on the receiver. `last`: this is the last try, so a
     /// run that is parked or keeps moving is answered `Busy` or through
@@ -245,7 +245,7 @@ impl Core {
         }
     }
 
-    /// [`Core::act`] for a run that is not in memory, claimed here; the
+    /// [`Scheduler::act`] for a run that is not in memory, claimed here; the
     /// caller wakes it once the answer landed;
     /// `Err(Store(Changed))` when the run moved on between its read and the
     /// answer's commit.

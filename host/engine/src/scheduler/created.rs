@@ -7,7 +7,7 @@ use std::sync::mpsc::SyncSender;
 
 use weft_store::StoreError;
 
-use super::{Core, Later, Task, Work};
+use super::{Later, Scheduler, Task, Work};
 use crate::Observer;
 
 /// A run whose creating commit was submitted, and what its answer
@@ -17,13 +17,13 @@ pub(crate) struct Created {
     pub(crate) observer: Box<dyn Observer + Send>,
     /// Where the caller hears whether the run was recorded.
     pub(crate) recorded: SyncSender<Result<(), StoreError>>,
-    /// Started as free work ([`Core::start_parked`]). Parked or not, the
+    /// Started as free work ([`Scheduler::start_parked`]). Parked or not, the
     /// run is claimed here from before its commit is submitted, so that no
     /// take-over round takes it in while its answer is awaited.
     pub(crate) parked: bool,
 }
 
-impl Core {
+impl Scheduler {
     /// The creating commit of `created` was answered `outcome`. A failure
     /// whose outcome is unknown is read back, on a worker, before anyone
     /// is told: a run that landed all the same runs, under this host's

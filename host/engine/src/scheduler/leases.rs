@@ -16,7 +16,7 @@ use std::sync::Arc;
 use weft_core::lock;
 use weft_store::{HostRecord, Lease, StoreError, Write};
 
-use super::Core;
+use super::Scheduler;
 
 /// How often a host with places looks for free work: the longest a run
 /// parked by a full host waits for another host that has a place.
@@ -109,7 +109,7 @@ impl Machine {
     }
 }
 
-impl Core {
+impl Scheduler {
     /// The lease thread: renews this host's row three times a lease, and
     /// takes over the runs of hosts that are gone, until the engine stops.
     pub(super) fn keep_leases(self: Arc<Self>) {
@@ -172,7 +172,7 @@ impl Core {
     }
 
     /// A mark of this host's tenure: it changes when the host's row
-    /// lapses ([`Core::holds_since`]).
+    /// lapses ([`Scheduler::holds_since`]).
     pub(crate) fn tenure(&self) -> u64 {
         self.lapses.load(std::sync::atomic::Ordering::SeqCst)
     }
@@ -456,7 +456,7 @@ impl Core {
         self.claim_and_load(id, current)
     }
 
-    /// [`Core::take_in`] of a run whose lease was read as `current`, with
+    /// [`Scheduler::take_in`] of a run whose lease was read as `current`, with
     /// the gone hosts already forgotten.
     fn claim_and_load(&self, id: &str, current: Option<Lease>) -> Result<Drive, ResumeError> {
         let store = &self.launcher.store;

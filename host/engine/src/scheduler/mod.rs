@@ -292,7 +292,7 @@ impl Work {
 }
 
 /// What the engine, its workers and the commit callbacks share.
-pub(super) struct Core {
+pub(super) struct Scheduler {
     pub(super) launcher: Arc<Launcher>,
     admission: Mutex<Admission>,
     /// Attempts waiting for a child run, by the child's id (in order, so
@@ -363,7 +363,7 @@ pub(super) struct Core {
     reaper_thread: Mutex<Option<JoinHandle<()>>>,
 }
 
-impl Core {
+impl Scheduler {
     pub(super) fn new(
         launcher: Arc<Launcher>,
         commits: GroupCommit,
@@ -725,12 +725,12 @@ impl Core {
 /// A worker held by a tenant's work, given back when dropped (a panic
 /// contained or not).
 struct TenantHeld<'a> {
-    core: &'a Core,
+    core: &'a Scheduler,
     tenant: Option<Arc<str>>,
 }
 
 impl<'a> TenantHeld<'a> {
-    fn new(core: &'a Core, work: &Work) -> Self {
+    fn new(core: &'a Scheduler, work: &Work) -> Self {
         // Fires and decisions are not counted (`next` takes them first).
         let counted = !matches!(work, Work::Fire(..) | Work::Decide(..));
         Self {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use weft_core::lock;
 use weft_store::{PauseMark, StoreError, Write};
 
-use super::{Core, Work};
+use super::{Scheduler, Work};
 use crate::error::PauseError;
 
 /// Where a pause got to.
@@ -22,7 +22,7 @@ pub enum Pausing {
 /// How many times a change decided on a run that moved on is decided again.
 const TRIES: usize = 5;
 
-impl Core {
+impl Scheduler {
     /// Pauses run `id`, as `actor` asks.
     pub(crate) fn pause_run(
         self: &Arc<Self>,
@@ -116,7 +116,7 @@ impl Core {
     }
 
     /// A pause of run `id` that was pending when the run left memory, kept
-    /// in `pending_pauses` (see `Core::release`): the cell that holds the
+    /// in `pending_pauses` (see `Scheduler::release`): the cell that holds the
     /// run again takes it up, and a run suspended in the store is paused
     /// there. Nothing is done once the entry is gone (taken up, or taken
     /// back by a resume). While the run is being read back or waits for a

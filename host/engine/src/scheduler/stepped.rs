@@ -14,12 +14,12 @@ use weft_store::{Held, StoreError};
 
 use crate::drive::Answer;
 
-use super::Core;
+use super::Scheduler;
 use super::control::{Acting, Cancelling};
 
 /// The handle a simulator drives a stepped engine by.
 pub struct Stepper {
-    core: Arc<Core>,
+    core: Arc<Scheduler>,
     held: Arc<Held>,
 }
 
@@ -44,7 +44,7 @@ pub enum Answering {
 }
 
 impl Stepper {
-    pub(crate) fn new(core: Arc<Core>, held: Arc<Held>) -> Self {
+    pub(crate) fn new(core: Arc<Scheduler>, held: Arc<Held>) -> Self {
         Self { core, held }
     }
 

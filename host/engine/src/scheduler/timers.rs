@@ -10,12 +10,12 @@ use std::time::Duration;
 use weft_core::lock;
 use weft_store::{StoreError, TimerKind, TimerRecord};
 
-use super::{Core, Later, Live, Work};
+use super::{Later, Live, Scheduler, Work};
 
 /// How often waits on child runs are checked against the store.
 const WATCH_POLL: Duration = Duration::from_secs(1);
 
-impl Core {
+impl Scheduler {
     /// Arms the timer `(due, id)`: when it is due, a worker fires it. Arming
     /// one twice is harmless: a fire needs the timer's row.
     pub(super) fn arm(&self, key: (u64, u64)) {
@@ -277,7 +277,7 @@ impl Core {
         }
     }
 
-    /// Hands every armed timer that is due by the clock to [`Core::due`],
+    /// Hands every armed timer that is due by the clock to [`Scheduler::due`],
     /// and returns how many there were: the timer thread's round, for a
     /// simulation that has no such thread.
     #[cfg(feature = "stepped")]
@@ -309,7 +309,7 @@ impl Core {
         timer.into_iter().chain(later).min()
     }
 
-    /// The timer thread: each due timer to [`Core::due`]. It reads the
+    /// The timer thread: each due timer to [`Scheduler::due`]. It reads the
     /// injected clock; a simulated clock is polled every millisecond.
     pub(super) fn run_timers(self: Arc<Self>) {
         let mut timers = lock(&self.timers);
