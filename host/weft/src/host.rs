@@ -18,7 +18,7 @@ use weft_store::{Store, StoreError};
 use crate::api::Api;
 use crate::hub::Hub;
 use crate::services::Services;
-use crate::workflows::Deployments;
+use crate::services::deployments::Deployments;
 
 /// What a host is made of, and how much of the store's state it takes
 /// over when it starts.
@@ -308,7 +308,11 @@ impl Host {
 
     /// The host's operations, each with one entrance.
     pub fn services(&self) -> Services {
-        Services::new(Arc::clone(&self.engine), Arc::clone(&self.deployments))
+        Services::new(
+            Arc::clone(&self.engine),
+            Arc::clone(&self.deployments),
+            self.hub.clone(),
+        )
     }
 
     /// The HTTP API over this host.
@@ -544,12 +548,12 @@ impl Quotas {
         let mut now = HashMap::with_capacity(tenants.len());
         for tenant in tenants {
             if self.0.get(&tenant.name) != Some(&tenant.quota) {
-                crate::api::enforce_quota(engine, &tenant.name, &tenant.quota);
+                crate::services::enforce_quota(engine, &tenant.name, &tenant.quota);
             }
             now.insert(tenant.name, tenant.quota);
         }
         for gone in self.0.keys().filter(|name| !now.contains_key(*name)) {
-            crate::api::release_quota(engine, gone);
+            crate::services::release_quota(engine, gone);
         }
         self.0 = now;
     }

@@ -2,7 +2,8 @@
 //! components.
 //!
 //! This crate is the host as a library: [`Host`] starts one in the order
-//! recovery needs; [`workflows`] deploys and serves workflows; [`hub`]
+//! recovery needs; [`services`] holds each operation's one entrance,
+//! deploying and serving workflows among them; [`hub`]
 //! delivers messages; [`api`] is the HTTP API of `weft serve`; [`traces`]
 //! sends runs as OpenTelemetry traces; [`cases`] plays workflows' test
 //! cases on the stepped engine (`weft test`). With the `sim` feature,
@@ -40,7 +41,6 @@ mod host;
 pub mod hub;
 pub mod services;
 pub mod traces;
-pub mod workflows;
 
 pub use weft_core as core;
 pub use weft_core::clock;
@@ -54,10 +54,10 @@ pub use weft_store as store;
 
 pub use host::{Host, HostConfig, HostError, HostEvents, Traced, start_sweeper};
 pub use services::Services;
+pub use services::deployments::{Deployed, Deployments};
 pub use weft_core::{Clock, SimClock, SystemClock, Timestamp};
 pub use weft_engine::Engine;
 pub use weft_engine::plugins::PluginDir;
 pub use weft_model::{Workflow, WorkflowDir};
 pub use weft_runtime::{Plugin, Runtime, RuntimeConfig};
 pub use weft_store::{PostgresStore, RedbStore, Store};
-pub use workflows::{Deployed, Deployments};

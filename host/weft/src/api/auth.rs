@@ -35,7 +35,7 @@ use sha2::{Digest as _, Sha256};
 use super::{Api, ApiError};
 use weft_core::clock::Clock;
 use weft_core::tenant;
-use weft_store::{AccessWrite, AuditRecord, Right, Role, Store, StoreError, TokenRecord, Write};
+use weft_store::{Right, Role, Store, StoreError, TokenRecord};
 
 /// The header an admin names the tenant to act in with.
 pub const TENANT_HEADER: &str = "weft-tenant";
@@ -373,33 +373,6 @@ impl Access {
         );
         error.retry_after = Some(wait as u64);
         Err(error)
-    }
-
-    /// Appends what `caller` changed to the audit log. Written after the
-    /// change committed: a failure is logged, and the change stands.
-    /// Blocking.
-    pub fn audit(&self, caller: &Caller, action: &str, object: &str, detail: serde_json::Value) {
-        let at = self.clock.now();
-        let record = AuditRecord {
-            at,
-            tenant: caller.tenant.clone(),
-            actor: caller.actor.clone(),
-            action: action.to_owned(),
-            object: object.to_owned(),
-            detail,
-        };
-        let key = (at.0.saturating_mul(1000), weft_core::ids::random_u64());
-        let write = Write::Access(AccessWrite::Audit {
-            key,
-            record: weft_store::encode(&record),
-        });
-        match self.store.apply(&[&write]) {
-            Ok(results) if results.iter().all(Result::is_ok) => {}
-            Ok(results) => {
-                tracing::warn!(action, object, "cannot write the audit log: {:?}", results)
-            }
-            Err(e) => tracing::warn!(action, object, "cannot write the audit log: {e}"),
-        }
     }
 }
 

@@ -16,7 +16,8 @@ use weft_core::tenant;
 use weft_model::{Format, Workflow};
 use weft_store::{DeploymentRecord, Right};
 
-use crate::workflows::DeployError;
+use crate::services::MigrateRefused;
+use crate::services::deployments::DeployError;
 
 /// The largest component `POST /v1/plugins` accepts.
 pub const MAX_COMPONENT: usize = 64 << 20;
@@ -223,7 +224,7 @@ pub(super) async fn deploy_workflow(
                 &text,
                 format,
                 "request body",
-                crate::workflows::DeployedBy {
+                crate::services::deployments::DeployedBy {
                     owner,
                     max_revisions: quota.max_revisions,
                 },
@@ -450,6 +451,25 @@ pub(super) async fn add_plugin(
     }
 }
 
+/// The API's answer to a refused migration of workflow `id`'s runs.
+fn migrate_refused(refused: MigrateRefused, id: &str) -> ApiError {
+    match refused {
+        MigrateRefused::NotNewer { .. } => ApiError::bad_request(refused.to_string()),
+        MigrateRefused::UnknownWorkflow => unknown_workflow(id),
+        MigrateRefused::UnknownRevision { .. } => ApiError::new(
+            StatusCode::NOT_FOUND,
+            "unknown_revision",
+            format!("workflow `{id}` has {refused}"),
+        ),
+        MigrateRefused::UnreadableRevision { .. } => ApiError::new(
+            StatusCode::CONFLICT,
+            "unreadable_revision",
+            format!("{refused} (workflow `{id}`)"),
+        ),
+        MigrateRefused::Store(e) => e.into(),
+    }
+}
+
 /// The body of `POST /v1/workflows/{id}/migrate`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -477,80 +497,15 @@ pub(super) async fn migrate_runs(
     let Json(request) = body.map_err(ApiError::from)?;
     let stored = caller.name(&id).ok_or_else(|| unknown_workflow(&id))?;
     caller.need(Right::Operate)?;
-    if request.to_revision <= request.from_revision {
-        return Err(ApiError::bad_request(format!(
-            "to_revision ({}) must be newer than from_revision ({})",
-            request.to_revision, request.from_revision
-        )));
-    }
-    let deployments = Arc::clone(&api.workflows);
-    let engine = Arc::clone(&api.engine);
+    let services = api.services.clone();
     let actor = caller.actor.clone();
     let asked = stored.clone();
     let revisions = (request.from_revision, request.to_revision);
     let dry_run = request.dry_run;
-    let outcome = blocking(move || {
-        let versions = deployments.versions(&asked)?;
-        if versions.is_empty() {
-            return Ok(Err(unknown_workflow(&id)));
-        }
-        let find = |revision: u32| versions.iter().find(|v| v.revision == revision).cloned();
-        let (Some(from), Some(_)) = (find(revisions.0), find(revisions.1)) else {
-            let missing = if find(revisions.0).is_none() {
-                revisions.0
-            } else {
-                revisions.1
-            };
-            return Ok(Err(ApiError::new(
-                StatusCode::NOT_FOUND,
-                "unknown_revision",
-                format!(
-                    "workflow `{id}` has no revision {missing} (it has 1 to {})",
-                    versions.last().map_or(0, |v| v.revision)
-                ),
-            )));
-        };
-        let to = match deployments.revision(&asked, revisions.1) {
-            Ok(Some((_, workflow))) => workflow,
-            Ok(None) => return Ok(Err(unknown_workflow(&id))),
-            Err(e) => {
-                return Ok(Err(ApiError::new(
-                    StatusCode::CONFLICT,
-                    "unreadable_revision",
-                    format!("revision {} of `{id}` does not read: {e}", revisions.1),
-                )));
-            }
-        };
-        let filter = weft_store::RunFilter {
-            workflow: Some(asked.clone()),
-            state: Some(weft_store::RunState::Running),
-            ..weft_store::RunFilter::default()
-        };
-        let runs: Vec<String> = engine
-            .store()
-            .runs(&filter, usize::MAX)?
-            .into_iter()
-            .filter(|run| run.definition == from.digest)
-            .map(|run| run.id)
-            .collect();
-        let (mut moved, mut unmoved) = (Vec::new(), Vec::new());
-        for run in &runs {
-            match engine.migrate(run, &to, revisions, &actor, dry_run) {
-                Ok(()) => moved.push(json!(run)),
-                // Ended since it was listed: nothing to move.
-                Err(weft_engine::MigrateError::NotFound(_)) => {}
-                Err(e @ weft_engine::MigrateError::Unmovable(_)) => {
-                    unmoved.push(json!({ "run": run, "reason": e.to_string() }));
-                }
-                Err(weft_engine::MigrateError::Store(e)) => {
-                    unmoved.push(json!({ "run": run, "reason": e.to_string(), "failed": true }));
-                }
-            }
-        }
-        Ok::<_, weft_store::StoreError>(Ok((runs.len(), moved, unmoved)))
-    })
-    .await??;
-    let (matched, moved, unmoved) = outcome?;
+    let done = blocking(move || services.migrate_runs(&asked, revisions, &actor, dry_run))
+        .await?
+        .map_err(|refused| migrate_refused(refused, &id))?;
+    let (matched, moved, unmoved) = (done.matched, done.moved, done.unmoved);
     if !dry_run {
         api.audit(
             &caller,

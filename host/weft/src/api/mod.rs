@@ -32,7 +32,7 @@ use serde_json::{Value, json};
 
 use crate::hub::Hub;
 use crate::services::ScheduleRefused;
-use crate::workflows::Deployments;
+use crate::services::deployments::Deployments;
 use weft_engine::{Engine, Quiet, ScheduleError};
 use weft_store::{Right, RunFilter};
 
@@ -66,7 +66,11 @@ impl Api {
     pub fn new(engine: Arc<Engine>, workflows: Arc<Deployments>, hub: Hub) -> Self {
         let access = Access::new(Arc::clone(engine.store()), Arc::clone(engine.clock()));
         Self {
-            services: crate::Services::new(Arc::clone(&engine), Arc::clone(&workflows)),
+            services: crate::Services::new(
+                Arc::clone(&engine),
+                Arc::clone(&workflows),
+                hub.clone(),
+            ),
             engine,
             workflows,
             hub,
@@ -108,9 +112,12 @@ impl Api {
     /// Appends what `caller` changed to the audit log (off the async
     /// threads).
     async fn audit(&self, caller: &Caller, action: &str, object: &str, detail: Value) {
-        let access = Arc::clone(&self.access);
+        let services = self.services.clone();
         let (caller, action, object) = (caller.clone(), action.to_owned(), object.to_owned());
-        let _ = blocking(move || access.audit(&caller, &action, &object, detail)).await;
+        let _ = blocking(move || {
+            services.audit(&caller.tenant, &caller.actor, &action, &object, detail)
+        })
+        .await;
     }
 }
 
@@ -299,35 +306,6 @@ fn shown<T: serde::Serialize>(record: &T, fields: &[&str]) -> Value {
 
 /// The stored names in a run's record.
 const RUN_NAMES: &[&str] = &["workflow", "trigger.schedule"];
-
-/// Holds tenant `name` to `quota` from now on: its limits and its egress
-/// policy.
-pub fn enforce_quota(engine: &weft_engine::Engine, name: &str, quota: &weft_store::Quota) {
-    engine.set_tenant_limits(name, limits_of(quota));
-    engine.egress().set_tenant(name, quota.egress.clone());
-}
-
-/// Lets tenant `name`, removed, go: no limits and no egress rules of its
-/// own from now on.
-pub fn release_quota(engine: &weft_engine::Engine, name: &str) {
-    engine.set_tenant_limits(name, weft_engine::TenantLimits::default());
-    engine.egress().set_tenant(name, None);
-}
-
-/// What the engine holds a tenant with `quota` to.
-pub fn limits_of(quota: &weft_store::Quota) -> weft_engine::TenantLimits {
-    weft_engine::TenantLimits {
-        weight: quota.weight.unwrap_or(1).clamp(1, 1000),
-        max_resident: quota.max_resident.map(|n| n as usize),
-        max_step_timeout: quota
-            .max_step_timeout_ms
-            .map(std::time::Duration::from_millis),
-        max_step_memory: quota.max_step_memory,
-        guest_time_per_minute: quota
-            .guest_ms_per_minute
-            .map(std::time::Duration::from_millis),
-    }
-}
 
 /// The tenant's quota, if it has a row.
 fn quota_of(store: &dyn weft_store::Store, tenant: &str) -> Result<weft_store::Quota, ApiError> {

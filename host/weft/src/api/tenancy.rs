@@ -17,20 +17,9 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{Api, ApiError, Caller, blocking};
-use crate::services::{NewToken, TokenRefused};
+use crate::services::{NewToken, TenantRefused, TokenRefused};
 use weft_core::tenant;
-use weft_store::{
-    AccessWrite, Quota, Right, Role, RunFilter, RunState, StoreError, TenantRecord, TokenRecord,
-    What, Write,
-};
-
-/// Applies one access write, and gives its own answer.
-pub(super) fn apply(store: &dyn weft_store::Store, write: AccessWrite) -> Result<(), StoreError> {
-    store
-        .apply(&[&Write::Access(write)])?
-        .pop()
-        .unwrap_or(Err(StoreError::Closed))
-}
+use weft_store::{Quota, Right, Role, RunFilter, TokenRecord, What};
 
 fn unknown_tenant(name: &str) -> ApiError {
     ApiError::new(
@@ -40,23 +29,20 @@ fn unknown_tenant(name: &str) -> ApiError {
     )
 }
 
-/// Tenant `default`'s row while it has none (until its quota is set).
-fn default_row() -> TenantRecord {
-    TenantRecord {
-        name: tenant::DEFAULT.to_owned(),
-        created_at: weft_core::clock::Timestamp(0),
-        quota: Quota::default(),
+/// The API's answer to a refusal of the tenants' service.
+fn tenant_refused(refused: TenantRefused) -> ApiError {
+    let message = refused.to_string();
+    match refused {
+        TenantRefused::BadName(_) | TenantRefused::BadQuota(_) => ApiError::bad_request(message),
+        TenantRefused::Exists(_) => ApiError::new(StatusCode::CONFLICT, "tenant_exists", message),
+        TenantRefused::Unknown(name) => unknown_tenant(&name),
+        TenantRefused::Default | TenantRefused::Busy { .. } => {
+            ApiError::new(StatusCode::CONFLICT, "tenant_busy", message)
+        }
+        TenantRefused::Hub(e) => e.into(),
+        TenantRefused::Store(e) => e.into(),
+        TenantRefused::Trigger { .. } => ApiError::internal(message),
     }
-}
-
-/// Tenant `name`'s row, or [`default_row`] for `default`.
-fn tenant_row(store: &dyn weft_store::Store, name: &str) -> Result<Option<TenantRecord>, ApiError> {
-    let found = store.tenants()?.into_iter().find(|t| t.name == name);
-    Ok(match found {
-        Some(found) => Some(found),
-        None if name == tenant::DEFAULT => Some(default_row()),
-        None => None,
-    })
 }
 
 /// `GET /v1/tenants`: every tenant (an admin's).
@@ -68,7 +54,7 @@ pub(super) async fn list_tenants(
     let store = Arc::clone(api.engine.store());
     let mut tenants = blocking(move || store.tenants()).await??;
     if !tenants.iter().any(|t| t.name == tenant::DEFAULT) {
-        tenants.insert(0, default_row());
+        tenants.insert(0, crate::services::default_row());
     }
     Ok(Json(json!({ "tenants": tenants })))
 }
@@ -89,32 +75,10 @@ pub(super) async fn add_tenant(
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     caller.need(Right::Admin)?;
     let Json(request) = body?;
-    tenant::check(&request.name).map_err(|m| ApiError::bad_request(format!("name: {m}")))?;
-    if request.name == tenant::DEFAULT {
-        return Err(ApiError::new(
-            StatusCode::CONFLICT,
-            "tenant_exists",
-            "tenant `default` always exists",
-        ));
-    }
-    let record = TenantRecord {
-        name: request.name.clone(),
-        created_at: api.engine.clock().now(),
-        quota: request.quota.unwrap_or_else(Quota::tenant_default),
-    };
-    let store = Arc::clone(api.engine.store());
-    let write = AccessWrite::put_tenant(&record, true);
-    match blocking(move || apply(store.as_ref(), write)).await? {
-        Ok(()) => super::enforce_quota(&api.engine, &record.name, &record.quota),
-        Err(StoreError::Exists(_)) => {
-            return Err(ApiError::new(
-                StatusCode::CONFLICT,
-                "tenant_exists",
-                format!("tenant `{}` exists already", request.name),
-            ));
-        }
-        Err(e) => return Err(e.into()),
-    }
+    let services = api.services.clone();
+    let record = blocking(move || services.add_tenant(&request.name, request.quota))
+        .await?
+        .map_err(tenant_refused)?;
     let audited = caller.in_tenant(&record.name);
     api.audit(&audited, "tenant.add", &record.name, Value::Null)
         .await;
@@ -143,86 +107,12 @@ pub(super) async fn remove_tenant(
 ) -> Result<Json<Value>, ApiError> {
     caller.need(Right::Admin)?;
     let Query(query) = query?;
-    if name == tenant::DEFAULT {
-        return Err(ApiError::new(
-            StatusCode::CONFLICT,
-            "tenant_busy",
-            "tenant `default` cannot be removed",
-        ));
-    }
-    let engine = Arc::clone(&api.engine);
-    let workflows = Arc::clone(&api.workflows);
-    let hub = api.hub.clone();
+    let services = api.services.clone();
     let asked = name.clone();
-    let cancelled = blocking(move || {
-        let store = engine.store();
-        if tenant_row(store.as_ref(), &asked)?.is_none() {
-            return Err(unknown_tenant(&asked));
-        }
-        let filter = RunFilter {
-            tenant: Some(asked.clone()),
-            state: Some(RunState::Running),
-            ..RunFilter::default()
-        };
-        let live = store.runs(&filter, usize::MAX)?;
-        if !live.is_empty() && !query.force {
-            return Err(ApiError::new(
-                StatusCode::CONFLICT,
-                "tenant_busy",
-                format!(
-                    "tenant `{asked}` has {} runs that have not ended; cancel them, or remove it with force",
-                    live.len()
-                ),
-            ));
-        }
-        // Nothing new starts: not over the API, not by a trigger.
-        workflows.withdraw(&asked);
-        let now = engine.clock().now();
-        for row in store.schedules()? {
-            if tenant::of(&row.workflow) == asked && !row.paused {
-                engine
-                    .set_schedule_paused(&row.key, true)
-                    .map_err(|e| ApiError::internal(e.to_string()))?;
-            }
-        }
-        for subscription in store.subscriptions(None)? {
-            if tenant::of(&subscription.key) == asked {
-                hub.unsubscribe(&subscription.key)?;
-            }
-        }
-        let mut cancelled = 0;
-        for run in store.runs(&filter, usize::MAX)? {
-            match engine.cancel(&run.id) {
-                Ok(()) => cancelled += 1,
-                // Ended meanwhile: nothing to cancel.
-                Err(StoreError::RunEnded(_)) => {}
-                Err(e) => return Err(e.into()),
-            }
-        }
-        // Its tokens are revoked with it, in one transaction.
-        let mut writes = vec![Write::Access(AccessWrite::RemoveTenant(asked.clone()))];
-        for mut token in store.tokens()? {
-            if token.tenant == asked && token.revoked_at.is_none() {
-                token.revoked_at = Some(now);
-                writes.push(Write::Access(AccessWrite::PutToken {
-                    id: token.id.clone(),
-                    record: weft_store::encode(&token),
-                    new: false,
-                }));
-            }
-        }
-        let refs: Vec<&Write> = writes.iter().collect();
-        for outcome in store.apply(&refs)? {
-            match outcome {
-                Ok(()) | Err(StoreError::NotFound(_)) => {}
-                Err(e) => return Err(e.into()),
-            }
-        }
-        Ok(cancelled)
-    })
-    .await??;
+    let cancelled = blocking(move || services.remove_tenant(&asked, query.force))
+        .await?
+        .map_err(tenant_refused)?;
     api.access.revoked();
-    super::release_quota(&api.engine, &name);
     let audited = caller.in_tenant(&name);
     api.audit(
         &audited,
@@ -244,32 +134,11 @@ pub(super) async fn set_quota(
 ) -> Result<Json<Value>, ApiError> {
     caller.need(Right::Admin)?;
     let Json(quota) = body?;
-    for (field, millis) in [
-        ("max_step_timeout_ms", quota.max_step_timeout_ms),
-        ("guest_ms_per_minute", quota.guest_ms_per_minute),
-    ] {
-        if let Some(millis) = millis {
-            weft_core::clock::check_duration(std::time::Duration::from_millis(millis))
-                .map_err(|m| ApiError::bad_request(format!("{field}: {millis} ms {m}")))?;
-        }
-    }
-    if let Some(retain) = &quota.retain
-        && let Err(e) = weft_model::Retain::parse(retain)
-    {
-        return Err(ApiError::bad_request(format!("retain `{retain}`: {e}")));
-    }
-    let store = Arc::clone(api.engine.store());
+    let services = api.services.clone();
     let asked = name.clone();
-    let record = blocking(move || {
-        let exists = store.tenants()?.into_iter().any(|t| t.name == asked);
-        let mut record =
-            tenant_row(store.as_ref(), &asked)?.ok_or_else(|| unknown_tenant(&asked))?;
-        record.quota = quota;
-        apply(store.as_ref(), AccessWrite::put_tenant(&record, !exists))?;
-        Ok::<_, ApiError>(record)
-    })
-    .await??;
-    super::enforce_quota(&api.engine, &name, &record.quota);
+    let record = blocking(move || services.set_quota(&asked, quota))
+        .await?
+        .map_err(tenant_refused)?;
     let audited = caller.in_tenant(&name);
     api.audit(&audited, "tenant.quota", &name, json!(record.quota))
         .await;
@@ -288,11 +157,12 @@ pub(super) async fn usage(
         return Err(unknown_tenant(&name));
     }
     let engine = Arc::clone(&api.engine);
+    let services = api.services.clone();
     let workflows = api.workflows.current();
     let asked = name.clone();
     let usage = blocking(move || {
         let store = engine.store();
-        let record = tenant_row(store.as_ref(), &asked)?.ok_or_else(|| unknown_tenant(&asked))?;
+        let record = services.tenant(&asked)?.ok_or_else(|| unknown_tenant(&asked))?;
         let filter = RunFilter {
             tenant: Some(asked.clone()),
             ..RunFilter::default()
@@ -445,7 +315,6 @@ pub(super) async fn revoke_token(
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     let store = Arc::clone(api.engine.store());
-    let now = api.engine.clock().now();
     let asked = id.clone();
     let admin = caller.role == Role::Admin;
     let (tenant_name, role) = (caller.tenant.clone(), caller.role);
@@ -454,19 +323,11 @@ pub(super) async fn revoke_token(
         .filter(|t| admin || (t.tenant == tenant_name && t.role <= role))
         .ok_or_else(|| ApiError::not_found(&What::Token(id.clone())))?;
     caller.need(Right::Own)?;
-    let mut record = found;
-    if record.revoked_at.is_none() {
-        record.revoked_at = Some(now);
-        let store = Arc::clone(api.engine.store());
-        let write = AccessWrite::PutToken {
-            id: id.clone(),
-            record: weft_store::encode(&record),
-            new: false,
-        };
-        blocking(move || apply(store.as_ref(), write)).await??;
+    let services = api.services.clone();
+    let (record, revoked) = blocking(move || services.revoke_token(found)).await??;
+    if revoked {
         api.access.revoked();
-        let mut audited = caller.clone();
-        audited.tenant.clone_from(&record.tenant);
+        let audited = caller.in_tenant(&record.tenant);
         api.audit(&audited, "token.revoke", &id, Value::Null).await;
     }
     Ok(Json(json!({ "token": token_shown(&record) })))

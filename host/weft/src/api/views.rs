@@ -1,6 +1,6 @@
 //! What the web UI reads beyond the plain API: a run's workflow as a
 //! graph, the `await` steps waiting for an answer; and the UI itself,
-//! whose files are embedded in the binary (`host/server/ui`).
+//! whose files are embedded in the binary (`host/weft/ui`).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -10,34 +10,50 @@
 //! The operations move here area by area; `docs/architecture.md` lists
 //! which are here and which are still written in an adapter.
 
+mod audit;
+mod bulk;
+pub mod deployments;
+mod migrate;
 mod plugins;
 mod runs;
 mod schedules;
+mod secrets;
 mod snapshots;
+mod tenants;
 mod tokens;
 
 use std::sync::Arc;
 
 use weft_engine::Engine;
 
-use crate::workflows::Deployments;
+use weft_store::{AccessWrite, StoreError, Write};
 
+use crate::hub::Hub;
+use deployments::Deployments;
+
+pub use bulk::{Bulk, BulkAction, BulkDone, BulkRun, MAX_BULK_PAGE};
+pub use migrate::{MigrateRefused, Migrated, Unmoved};
 pub use schedules::ScheduleRefused;
+pub use secrets::{MAX_SECRET_VALUE, Resealed, SecretRefused};
+pub use tenants::{TenantRefused, default_row, enforce_quota, release_quota};
 pub use tokens::{MAX_LABEL, NewToken, TokenRefused};
 
-/// The host's operations over its engine and deployments.
+/// The host's operations over its engine, deployments and hub.
 #[derive(Debug, Clone)]
 pub struct Services {
     engine: Arc<Engine>,
     deployments: Arc<Deployments>,
+    hub: Hub,
 }
 
 impl Services {
-    /// The operations over `engine`, serving `deployments`.
-    pub fn new(engine: Arc<Engine>, deployments: Arc<Deployments>) -> Self {
+    /// The operations over `engine`, serving `deployments`, delivering
+    /// through `hub`.
+    pub fn new(engine: Arc<Engine>, deployments: Arc<Deployments>, hub: Hub) -> Self {
         Self {
             engine,
             deployments,
+            hub,
         }
     }
 
@@ -48,7 +64,7 @@ impl Services {
 
     /// Whether tenant `name` exists: `default` always does; another while
     /// its row is in the store (not removed).
-    fn tenant_exists(&self, name: &str) -> Result<bool, weft_store::StoreError> {
+    fn tenant_exists(&self, name: &str) -> Result<bool, StoreError> {
         Ok(name == weft_core::tenant::DEFAULT
             || self
                 .engine
@@ -56,5 +72,15 @@ impl Services {
                 .tenants()?
                 .iter()
                 .any(|t| t.name == name))
+    }
+
+    /// Applies one write to tenants, tokens or secrets, and gives its own
+    /// answer.
+    fn apply_access(&self, write: AccessWrite) -> Result<(), StoreError> {
+        self.engine
+            .store()
+            .apply(&[&Write::Access(write)])?
+            .pop()
+            .unwrap_or(Err(StoreError::Closed))
     }
 }

@@ -1,9 +1,9 @@
 //! API tokens: made here for `POST /v1/tokens` and `weft tokens create
-//! --local` alike. Blocking.
+//! --local` alike, and revoked. Blocking.
 
 use std::time::Duration;
 
-use weft_store::{AccessWrite, Role, StoreError, TokenRecord, Write};
+use weft_store::{AccessWrite, Role, StoreError, TokenRecord};
 
 use super::Services;
 use crate::api::auth::{hash, new_token};
@@ -64,16 +64,28 @@ impl Services {
             revoked_at: None,
             created_by: new.created_by,
         };
-        let write = Write::Access(AccessWrite::PutToken {
+        self.apply_access(AccessWrite::PutToken {
             id,
             record: weft_store::encode(&record),
             new: true,
-        });
-        self.engine
-            .store()
-            .apply(&[&write])?
-            .pop()
-            .unwrap_or(Err(StoreError::Closed))?;
+        })?;
         Ok((record, token))
+    }
+
+    /// Revokes token `record` (as read), unless it is revoked already;
+    /// answers its record after, and whether this call revoked it. Which
+    /// caller may revoke which token is the adapter's to check.
+    pub fn revoke_token(&self, record: TokenRecord) -> Result<(TokenRecord, bool), StoreError> {
+        if record.revoked_at.is_some() {
+            return Ok((record, false));
+        }
+        let mut record = record;
+        record.revoked_at = Some(self.engine.clock().now());
+        self.apply_access(AccessWrite::PutToken {
+            id: record.id.clone(),
+            record: weft_store::encode(&record),
+            new: false,
+        })?;
+        Ok((record, true))
     }
 }

@@ -20,8 +20,8 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use serde_json::json;
 use weft::engine::{EngineConfig, Quiet, TenantLimits};
-use weft::store::{AccessWrite, Role, Store, TokenRecord, Write};
-use weft::{Clock, Engine, PluginDir, RedbStore, Runtime, RuntimeConfig, SystemClock, Workflow};
+use weft::store::{Role, Store};
+use weft::{Engine, PluginDir, RedbStore, Runtime, RuntimeConfig, SystemClock, Workflow};
 
 use super::{build_kind, percentile, show, tempfile_dir};
 
@@ -64,36 +64,29 @@ fn api_host(
     )?);
     let workflow = parse("id: one\nsteps:\n  - { id: tell, emit: bench, with: 1 }\n")?;
     let run = engine.run(workflow, json!({}), Box::new(Quiet))?;
-    let token = if token {
-        let (id, token) = weft::api::auth::new_token();
-        let record = TokenRecord {
-            id: id.clone(),
-            hash: weft::api::auth::hash(&token),
-            tenant: weft::core::tenant::DEFAULT.to_owned(),
-            role: Role::Reader,
-            label: "bench".to_owned(),
-            created_at: SystemClock.now(),
-            expires_at: None,
-            revoked_at: None,
-            created_by: "bench".to_owned(),
-        };
-        let write = Write::Access(AccessWrite::PutToken {
-            id,
-            record: weft::store::encode(&record),
-            new: true,
-        });
-        store.apply(&[&write])?.pop().unwrap_or(Ok(()))?;
-        Some(token)
-    } else {
-        None
-    };
-    let deployments = weft::Deployments::none(Arc::clone(&store), Arc::new(SystemClock));
+    let deployments = Arc::new(weft::Deployments::none(
+        Arc::clone(&store),
+        Arc::new(SystemClock),
+    ));
     let hub = weft::hub::Hub::new(
         engine.committer(),
         Arc::clone(engine.egress()),
         engine.vault().clone(),
     );
-    let api = weft::api::Api::new(Arc::clone(&engine), Arc::new(deployments), hub);
+    let services = weft::Services::new(Arc::clone(&engine), Arc::clone(&deployments), hub.clone());
+    let token = if token {
+        let new = weft::services::NewToken {
+            tenant: weft::core::tenant::DEFAULT.to_owned(),
+            role: Role::Reader,
+            label: "bench".to_owned(),
+            expires: None,
+            created_by: "bench".to_owned(),
+        };
+        Some(services.create_token(new)?.1)
+    } else {
+        None
+    };
+    let api = weft::api::Api::new(Arc::clone(&engine), deployments, hub);
     let tokio = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
