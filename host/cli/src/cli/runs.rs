@@ -81,23 +81,7 @@ pub enum RunsCommand {
     /// on a running `weft serve`: each run moves at its next step boundary
     /// if every step it has a record of is a step of the new revision with
     /// the same id and kind; each that cannot is listed with why.
-    Migrate {
-        /// The workflow.
-        #[arg(long, value_name = "ID")]
-        workflow: String,
-        /// The revision the runs follow now.
-        #[arg(long, value_name = "N")]
-        from_revision: u32,
-        /// The newer revision they move to.
-        #[arg(long, value_name = "M")]
-        to_revision: u32,
-        /// Check every run, move none.
-        #[arg(long)]
-        dry_run: bool,
-        /// The server.
-        #[arg(long, value_name = "URL")]
-        server: Option<String>,
-    },
+    Migrate(MigrateArgs),
     /// Cancel a run: it ends `cancelled`, whatever its steps return later
     /// is dropped, and its timers go with it. Works beside a running
     /// `weft serve`.
@@ -121,69 +105,11 @@ pub enum RunsCommand {
     },
     /// Act on every run a filter matches, on a running `weft serve`: shows
     /// how many matched and how many changed, with a progress bar.
-    Bulk {
-        /// The action: `cancel` (running runs), `retry` (failed,
-        /// timed-out or cancelled runs, from their failed step), `pause`
-        /// (running runs) or `resume` (paused runs).
-        #[arg(value_parser = ["cancel", "retry", "pause", "resume"])]
-        action: String,
-        /// Only runs of this workflow.
-        #[arg(long, value_name = "ID")]
-        workflow: Option<String>,
-        /// Only runs in this state.
-        #[arg(long)]
-        state: Option<RunState>,
-        /// Only runs created at or after this time (RFC 3339).
-        #[arg(long, value_name = "TIME")]
-        since: Option<String>,
-        /// Only runs created before this time (RFC 3339).
-        #[arg(long, value_name = "TIME")]
-        until: Option<String>,
-        /// Only runs following this revision of --workflow.
-        #[arg(long, value_name = "N")]
-        revision: Option<u32>,
-        /// Only runs that ended with this error code.
-        #[arg(long, value_name = "CODE")]
-        error: Option<String>,
-        /// Count the runs that match and would change; change nothing.
-        #[arg(long)]
-        dry_run: bool,
-        /// Act on every run of the tenant (needed when no filter is given).
-        #[arg(long)]
-        all: bool,
-        /// The server.
-        #[arg(long, value_name = "URL")]
-        server: Option<String>,
-    },
+    Bulk(BulkArgs),
     /// Follow runs on a running `weft serve` as they go: starts, finished
     /// steps, waits, resumes and ends, one line each. With RUN, until that
     /// run ends.
-    Watch {
-        /// Only this run, until it ends.
-        run_id: Option<String>,
-        /// Only runs of this workflow.
-        #[arg(long, value_name = "ID")]
-        workflow: Option<String>,
-        /// Only these events, comma-separated: started, step_finished,
-        /// waiting, resumed, ended.
-        #[arg(long, value_name = "KINDS")]
-        kind: Option<String>,
-        /// Only events after which the run is in one of these states,
-        /// comma-separated: running, succeeded, failed, timed_out,
-        /// cancelled.
-        #[arg(long, value_name = "STATES")]
-        state: Option<String>,
-        /// Stop after this many events.
-        #[arg(long, value_name = "N")]
-        count: Option<usize>,
-        /// Print each event as a JSON line.
-        #[arg(long)]
-        json: bool,
-        /// The server. [default: the address in DATA_DIR/serve.addr, else
-        /// http://127.0.0.1:7420]
-        #[arg(long, value_name = "URL")]
-        server: Option<String>,
-    },
+    Watch(WatchArgs),
     /// Show one run: its state, each step's result and logs, its outputs.
     Show {
         /// The run's id, as printed by `weft run` and `weft runs list`.
@@ -198,25 +124,106 @@ pub enum RunsCommand {
     },
 }
 
+// The arguments of `weft runs bulk` (its help is the variant's).
+#[derive(Debug, clap::Args)]
+pub struct BulkArgs {
+    /// The action: `cancel` (running runs), `retry` (failed,
+    /// timed-out or cancelled runs, from their failed step), `pause`
+    /// (running runs) or `resume` (paused runs).
+    #[arg(value_parser = ["cancel", "retry", "pause", "resume"])]
+    pub action: String,
+    /// Only runs of this workflow.
+    #[arg(long, value_name = "ID")]
+    pub workflow: Option<String>,
+    /// Only runs in this state.
+    #[arg(long)]
+    pub state: Option<RunState>,
+    /// Only runs created at or after this time (RFC 3339).
+    #[arg(long, value_name = "TIME")]
+    pub since: Option<String>,
+    /// Only runs created before this time (RFC 3339).
+    #[arg(long, value_name = "TIME")]
+    pub until: Option<String>,
+    /// Only runs following this revision of --workflow.
+    #[arg(long, value_name = "N")]
+    pub revision: Option<u32>,
+    /// Only runs that ended with this error code.
+    #[arg(long, value_name = "CODE")]
+    pub error: Option<String>,
+    /// Count the runs that match and would change; change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Act on every run of the tenant (needed when no filter is given).
+    #[arg(long)]
+    pub all: bool,
+    /// The server.
+    #[arg(long, value_name = "URL")]
+    pub server: Option<String>,
+}
+
+// The arguments of `weft runs watch` (its help is the variant's).
+#[derive(Debug, clap::Args)]
+pub struct WatchArgs {
+    /// Only this run, until it ends.
+    pub run_id: Option<String>,
+    /// Only runs of this workflow.
+    #[arg(long, value_name = "ID")]
+    pub workflow: Option<String>,
+    /// Only these events, comma-separated: started, step_finished,
+    /// waiting, resumed, ended.
+    #[arg(long, value_name = "KINDS")]
+    pub kind: Option<String>,
+    /// Only events after which the run is in one of these states,
+    /// comma-separated: running, succeeded, failed, timed_out,
+    /// cancelled.
+    #[arg(long, value_name = "STATES")]
+    pub state: Option<String>,
+    /// Stop after this many events.
+    #[arg(long, value_name = "N")]
+    pub count: Option<usize>,
+    /// Print each event as a JSON line.
+    #[arg(long)]
+    pub json: bool,
+    /// The server. [default: the address in DATA_DIR/serve.addr, else
+    /// http://127.0.0.1:7420]
+    #[arg(long, value_name = "URL")]
+    pub server: Option<String>,
+}
+
+// The arguments of `weft runs migrate` (its help is the variant's).
+#[derive(Debug, clap::Args)]
+pub struct MigrateArgs {
+    /// The workflow.
+    #[arg(long, value_name = "ID")]
+    pub workflow: String,
+    /// The revision the runs follow now.
+    #[arg(long, value_name = "N")]
+    pub from_revision: u32,
+    /// The newer revision they move to.
+    #[arg(long, value_name = "M")]
+    pub to_revision: u32,
+    /// Check every run, move none.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// The server.
+    #[arg(long, value_name = "URL")]
+    pub server: Option<String>,
+}
+
 pub fn main(data_dir: &Path, command: RunsCommand) -> anyhow::Result<ExitCode> {
     match command {
         RunsCommand::Resume {
             run_id: Some(run_id),
             server: Some(url),
             ..
-        } => {
-            let server = super::remote::Server::new(data_dir, Some(url));
-            match server.call("POST", &format!("/v1/runs/{run_id}/resume"), None)? {
-                Ok(_) => {
-                    out!("run {run_id} resumed");
-                    Ok(ExitCode::SUCCESS)
-                }
-                Err(message) => {
-                    eprintln!("error: {message}");
-                    Ok(ExitCode::from(EXIT_INVALID))
-                }
-            }
-        }
+        } => remote_action(
+            data_dir,
+            url,
+            "POST",
+            &format!("/v1/runs/{run_id}/resume"),
+            None,
+            |_| format!("run {run_id} resumed"),
+        ),
         RunsCommand::Resume {
             run_id,
             all,
@@ -226,23 +233,20 @@ pub fn main(data_dir: &Path, command: RunsCommand) -> anyhow::Result<ExitCode> {
         RunsCommand::Pause {
             run_id,
             server: Some(url),
-        } => {
-            let server = super::remote::Server::new(data_dir, Some(url));
-            match server.call("POST", &format!("/v1/runs/{run_id}/pause"), None)? {
-                Ok(answer) if answer["pending"] == true => {
-                    out!("run {run_id} pausing: it pauses once the steps under way are done");
-                    Ok(ExitCode::SUCCESS)
+        } => remote_action(
+            data_dir,
+            url,
+            "POST",
+            &format!("/v1/runs/{run_id}/pause"),
+            None,
+            |answer| {
+                if answer["pending"] == true {
+                    format!("run {run_id} pausing: it pauses once the steps under way are done")
+                } else {
+                    format!("run {run_id} paused")
                 }
-                Ok(_) => {
-                    out!("run {run_id} paused");
-                    Ok(ExitCode::SUCCESS)
-                }
-                Err(message) => {
-                    eprintln!("error: {message}");
-                    Ok(ExitCode::from(EXIT_INVALID))
-                }
-            }
-        }
+            },
+        ),
         RunsCommand::Pause {
             run_id,
             server: None,
@@ -264,63 +268,8 @@ pub fn main(data_dir: &Path, command: RunsCommand) -> anyhow::Result<ExitCode> {
                 Some(url) => list_remote(data_dir, url, &filter, limit, json),
             }
         }
-        RunsCommand::Bulk {
-            action,
-            workflow,
-            state,
-            since,
-            until,
-            revision,
-            error,
-            dry_run,
-            all,
-            server,
-        } => {
-            let unfiltered = workflow.is_none()
-                && state.is_none()
-                && since.is_none()
-                && until.is_none()
-                && revision.is_none()
-                && error.is_none();
-            if unfiltered && !all && !dry_run {
-                eprintln!(
-                    "error: no filter: this would {action} every run of the tenant; \
-                     give a filter, or --all"
-                );
-                return Ok(ExitCode::from(EXIT_INVALID));
-            }
-            let server = super::remote::Server::new(data_dir, server);
-            let filter = serde_json::json!({
-                "workflow": workflow,
-                "state": state.map(|s| s.to_string()),
-                "since": since,
-                "until": until,
-                "revision": revision,
-                "error": error,
-            });
-            super::remote::bulk(&server, &action, filter, dry_run)
-        }
-        RunsCommand::Watch {
-            run_id,
-            workflow,
-            kind,
-            state,
-            count,
-            json,
-            server,
-        } => {
-            let server = super::remote::Server::new(data_dir, server);
-            let query: Vec<String> = [
-                ("run", run_id.as_ref()),
-                ("workflow", workflow.as_ref()),
-                ("kind", kind.as_ref()),
-                ("state", state.as_ref()),
-            ]
-            .into_iter()
-            .filter_map(|(name, value)| Some(format!("{name}={}", super::remote::encoded(value?))))
-            .collect();
-            super::remote::watch_runs(&server, &query.join("&"), run_id.as_deref(), count, json)
-        }
+        RunsCommand::Bulk(asked) => bulk(data_dir, asked),
+        RunsCommand::Watch(asked) => watch(data_dir, asked),
         RunsCommand::Show {
             run_id,
             json,
@@ -331,57 +280,7 @@ pub fn main(data_dir: &Path, command: RunsCommand) -> anyhow::Result<ExitCode> {
             json,
             server: Some(url),
         } => show_remote(data_dir, url, &run_id, json),
-        RunsCommand::Migrate {
-            workflow,
-            from_revision,
-            to_revision,
-            dry_run,
-            server,
-        } => {
-            let server = super::remote::Server::new(data_dir, server);
-            let body = serde_json::json!({
-                "from_revision": from_revision,
-                "to_revision": to_revision,
-                "dry_run": dry_run,
-            });
-            let path = format!(
-                "/v1/workflows/{}/migrate",
-                super::remote::encoded(&workflow)
-            );
-            let answer = match server.call("POST", &path, Some(body))? {
-                Ok(answer) => answer,
-                Err(message) => {
-                    eprintln!("error: {message}");
-                    return Ok(ExitCode::from(EXIT_INVALID));
-                }
-            };
-            let moved = answer["moved"].as_array().map_or(0, Vec::len);
-            let unmoved = answer["unmoved"].as_array().cloned().unwrap_or_default();
-            out!(
-                "{workflow}: {} runs on revision {from_revision}; {moved} {} to revision {to_revision}, {} cannot{}",
-                answer["matched"],
-                if dry_run { "can move" } else { "moved" },
-                unmoved.len(),
-                if dry_run {
-                    " (dry run: nothing moved)"
-                } else {
-                    ""
-                }
-            );
-            for run in &unmoved {
-                out!(
-                    "  {} stays: {}",
-                    run["run"].as_str().unwrap_or("?"),
-                    run["reason"].as_str().unwrap_or("?")
-                );
-            }
-            let failed = unmoved.iter().any(|u| u["failed"] == true);
-            Ok(if failed {
-                ExitCode::from(super::EXIT_HOST)
-            } else {
-                ExitCode::SUCCESS
-            })
-        }
+        RunsCommand::Migrate(asked) => migrate(data_dir, asked),
         RunsCommand::Retry {
             run_id,
             from,
@@ -394,21 +293,12 @@ pub fn main(data_dir: &Path, command: RunsCommand) -> anyhow::Result<ExitCode> {
             server: Some(url),
             ..
         } => {
-            let server = super::remote::Server::new(data_dir, Some(url));
             let body = serde_json::json!({ "from": from });
-            match server.call("POST", &format!("/v1/runs/{run_id}/retry"), Some(body))? {
-                Ok(answer) => {
-                    out!(
-                        "run {run_id} retried: {}",
-                        answer["state"].as_str().unwrap_or("running")
-                    );
-                    Ok(ExitCode::SUCCESS)
-                }
-                Err(message) => {
-                    eprintln!("error: {message}");
-                    Ok(ExitCode::from(EXIT_INVALID))
-                }
-            }
+            let path = format!("/v1/runs/{run_id}/retry");
+            remote_action(data_dir, url, "POST", &path, Some(body), |answer| {
+                let state = answer["state"].as_str().unwrap_or("running");
+                format!("run {run_id} retried: {state}")
+            })
         }
         RunsCommand::Cancel {
             run_id,
@@ -425,20 +315,157 @@ pub fn main(data_dir: &Path, command: RunsCommand) -> anyhow::Result<ExitCode> {
         RunsCommand::Delete {
             run_id,
             server: Some(url),
-        } => {
-            let server = super::remote::Server::new(data_dir, Some(url));
-            match server.call("DELETE", &format!("/v1/runs/{run_id}"), None)? {
-                Ok(_) => {
-                    out!("run {run_id} deleted");
-                    Ok(ExitCode::SUCCESS)
-                }
-                Err(message) => {
-                    eprintln!("error: {message}");
-                    Ok(ExitCode::from(EXIT_INVALID))
-                }
-            }
+        } => remote_action(
+            data_dir,
+            url,
+            "DELETE",
+            &format!("/v1/runs/{run_id}"),
+            None,
+            |_| format!("run {run_id} deleted"),
+        ),
+    }
+}
+
+/// One request to the server at `url`: on success, prints what `said`
+/// makes of the answer; otherwise the server's error.
+fn remote_action(
+    data_dir: &Path,
+    url: String,
+    method: &str,
+    path: &str,
+    body: Option<serde_json::Value>,
+    said: impl FnOnce(&serde_json::Value) -> String,
+) -> anyhow::Result<ExitCode> {
+    let server = super::remote::Server::new(data_dir, Some(url));
+    match server.call(method, path, body)? {
+        Ok(answer) => {
+            out!("{}", said(&answer));
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(message) => {
+            eprintln!("error: {message}");
+            Ok(ExitCode::from(EXIT_INVALID))
         }
     }
+}
+
+/// `weft runs bulk`: refused without a filter unless `--all` (or a dry
+/// run), then a page at a time through the server.
+fn bulk(data_dir: &Path, asked: BulkArgs) -> anyhow::Result<ExitCode> {
+    let BulkArgs {
+        action,
+        workflow,
+        state,
+        since,
+        until,
+        revision,
+        error,
+        dry_run,
+        all,
+        server,
+    } = asked;
+    let unfiltered = workflow.is_none()
+        && state.is_none()
+        && since.is_none()
+        && until.is_none()
+        && revision.is_none()
+        && error.is_none();
+    if unfiltered && !all && !dry_run {
+        eprintln!(
+            "error: no filter: this would {action} every run of the tenant; \
+             give a filter, or --all"
+        );
+        return Ok(ExitCode::from(EXIT_INVALID));
+    }
+    let server = super::remote::Server::new(data_dir, server);
+    let filter = serde_json::json!({
+        "workflow": workflow,
+        "state": state.map(|s| s.to_string()),
+        "since": since,
+        "until": until,
+        "revision": revision,
+        "error": error,
+    });
+    super::remote::bulk(&server, &action, filter, dry_run)
+}
+
+/// `weft runs watch`: follows runs on the server, one line an event.
+fn watch(data_dir: &Path, asked: WatchArgs) -> anyhow::Result<ExitCode> {
+    let WatchArgs {
+        run_id,
+        workflow,
+        kind,
+        state,
+        count,
+        json,
+        server,
+    } = asked;
+    let server = super::remote::Server::new(data_dir, server);
+    let query: Vec<String> = [
+        ("run", run_id.as_ref()),
+        ("workflow", workflow.as_ref()),
+        ("kind", kind.as_ref()),
+        ("state", state.as_ref()),
+    ]
+    .into_iter()
+    .filter_map(|(name, value)| Some(format!("{name}={}", super::remote::encoded(value?))))
+    .collect();
+    super::remote::watch_runs(&server, &query.join("&"), run_id.as_deref(), count, json)
+}
+
+/// `weft runs migrate`: moves a workflow's runs to a newer revision
+/// through the server, and says which stay and why.
+fn migrate(data_dir: &Path, asked: MigrateArgs) -> anyhow::Result<ExitCode> {
+    let MigrateArgs {
+        workflow,
+        from_revision,
+        to_revision,
+        dry_run,
+        server,
+    } = asked;
+    let server = super::remote::Server::new(data_dir, server);
+    let body = serde_json::json!({
+        "from_revision": from_revision,
+        "to_revision": to_revision,
+        "dry_run": dry_run,
+    });
+    let path = format!(
+        "/v1/workflows/{}/migrate",
+        super::remote::encoded(&workflow)
+    );
+    let answer = match server.call("POST", &path, Some(body))? {
+        Ok(answer) => answer,
+        Err(message) => {
+            eprintln!("error: {message}");
+            return Ok(ExitCode::from(EXIT_INVALID));
+        }
+    };
+    let moved = answer["moved"].as_array().map_or(0, Vec::len);
+    let unmoved = answer["unmoved"].as_array().cloned().unwrap_or_default();
+    out!(
+        "{workflow}: {} runs on revision {from_revision}; {moved} {} to revision {to_revision}, {} cannot{}",
+        answer["matched"],
+        if dry_run { "can move" } else { "moved" },
+        unmoved.len(),
+        if dry_run {
+            " (dry run: nothing moved)"
+        } else {
+            ""
+        }
+    );
+    for run in &unmoved {
+        out!(
+            "  {} stays: {}",
+            run["run"].as_str().unwrap_or("?"),
+            run["reason"].as_str().unwrap_or("?")
+        );
+    }
+    let failed = unmoved.iter().any(|u| u["failed"] == true);
+    Ok(if failed {
+        ExitCode::from(super::EXIT_HOST)
+    } else {
+        ExitCode::SUCCESS
+    })
 }
 
 /// `weft runs delete RUN`: in the store, beside a running `weft serve` or
