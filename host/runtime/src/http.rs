@@ -213,33 +213,15 @@ impl HttpHooks {
         shared.violate(Violation::Denied(message));
         Box::new(async { Err(Error::HttpRequestDenied) })
     }
-}
 
-type ResponseFuture = Box<
-    dyn Future<
-            Output = Result<
-                (
-                    http::Response<WasiBody>,
-                    Box<dyn Future<Output = Result<(), Error>> + Send>,
-                ),
-                Error,
-            >,
-        > + Send,
->;
-
-impl WasiHttpHooks for HttpHooks {
-    fn send_request(
-        &mut self,
-        mut request: http::Request<WasiBody>,
-        options: Option<RequestOptions>,
-        _: Box<dyn Future<Output = Result<(), Error>> + Send>,
-    ) -> ResponseFuture {
-        if let Some(traceparent) = &self.traceparent {
-            request
-                .headers_mut()
-                .entry("traceparent")
-                .or_insert_with(|| traceparent.clone());
-        }
+    /// Records `request` and checks it before anything leaves: the call's
+    /// limit of requests, its URL against the grants and the tenant's
+    /// policy ([`Egress::allow`]). Answers where it goes, with its record,
+    /// and leaves it in origin form; or the refusal the guest gets.
+    fn check(
+        &self,
+        request: &mut http::Request<WasiBody>,
+    ) -> Result<(Target, Arc<Entry>), ResponseFuture> {
         let uri = request.uri().clone();
         let method = request.method().as_str().to_owned();
         let target = uri
@@ -281,24 +263,23 @@ impl WasiHttpHooks for HttpHooks {
             );
             entry.fail(format!("http_limit: {message}"));
             shared.violate(Violation::Limit(message));
-            return Box::new(async { Err(Error::ConnectionLimitReached) });
+            return Err(Box::new(async { Err(Error::ConnectionLimitReached) }));
         }
         let target = match target {
             Ok(target) => target,
             Err(reason) => {
-                return Self::refuse(
+                return Err(Self::refuse(
                     &entry,
                     &shared,
                     &Denied {
                         request: format!("{method} {}", entry.url),
                         reason,
                     },
-                );
+                ));
             }
         };
-        let egress = Arc::clone(&self.egress);
-        if let Err(denied) = egress.allow(&target) {
-            return Self::refuse(&entry, &shared, &denied);
+        if let Err(denied) = self.egress.allow(&target) {
+            return Err(Self::refuse(&entry, &shared, &denied));
         }
 
         // The request leaves in origin form, to the address checked below.
@@ -309,9 +290,44 @@ impl WasiHttpHooks for HttpHooks {
             Ok(origin) => *request.uri_mut() = origin,
             Err(_) => {
                 entry.fail("the path is not a valid URI".to_owned());
-                return Box::new(async { Err(Error::HttpRequestUriInvalid) });
+                return Err(Box::new(async { Err(Error::HttpRequestUriInvalid) }));
             }
         }
+        Ok((target, entry))
+    }
+}
+
+type ResponseFuture = Box<
+    dyn Future<
+            Output = Result<
+                (
+                    http::Response<WasiBody>,
+                    Box<dyn Future<Output = Result<(), Error>> + Send>,
+                ),
+                Error,
+            >,
+        > + Send,
+>;
+
+impl WasiHttpHooks for HttpHooks {
+    fn send_request(
+        &mut self,
+        mut request: http::Request<WasiBody>,
+        options: Option<RequestOptions>,
+        _: Box<dyn Future<Output = Result<(), Error>> + Send>,
+    ) -> ResponseFuture {
+        if let Some(traceparent) = &self.traceparent {
+            request
+                .headers_mut()
+                .entry("traceparent")
+                .or_insert_with(|| traceparent.clone());
+        }
+        let (target, entry) = match self.check(&mut request) {
+            Ok(checked) => checked,
+            Err(refused) => return refused,
+        };
+        let shared = self.shared.clone();
+        let egress = Arc::clone(&self.egress);
         let budget = self.limits.max_response_bytes;
         let held = self.held.clone();
         let deadline = self.deadline;
@@ -330,107 +346,24 @@ impl WasiHttpHooks for HttpHooks {
                     limit.map_or(left, |limit| limit.min(left))
                 };
                 let connect_by = Instant::now() + within(Some(connect_timeout));
-                let addrs: Vec<SocketAddr> = tokio::time::timeout_at(
-                    connect_by.into(),
-                    tokio::net::lookup_host((host.as_str(), target.port)),
-                )
-                .await
-                .map_err(|_| (Error::DnsTimeout, "name lookup timed out".to_owned()))?
-                .map_err(|e| {
-                    (
-                        Error::DnsError {
-                            rcode: None,
-                            info_code: None,
-                        },
-                        format!("cannot resolve `{host}`: {e}"),
-                    )
-                })?
-                .collect();
-                if let Err(denied) = egress.allow_addrs(&target, addrs.iter().map(SocketAddr::ip)) {
-                    let message = denied.to_string();
-                    shared.violate(Violation::Denied(message.clone()));
-                    return Err((Error::DestinationIpProhibited, format!("http_denied: {message}")));
-                }
-                let addr = addrs.first().ok_or((
-                    Error::DestinationNotFound,
-                    format!("`{host}` resolves to no address"),
-                ))?;
-                let tcp = tokio::time::timeout_at(
-                    connect_by.into(),
-                    tokio::net::TcpStream::connect(addr),
-                )
-                .await
-                .map_err(|_| (Error::ConnectionTimeout, format!("connecting to {addr} timed out")))?
-                .map_err(|e| (Error::ConnectionRefused, format!("cannot connect to {addr}: {e}")))?;
-                let stream: Box<dyn Stream> = match target.scheme {
-                    weft_core::egress::Scheme::Http => Box::new(tcp),
-                    weft_core::egress::Scheme::Https => {
-                        let name = server_name(&host)
-                            .map_err(|e| (Error::TlsProtocolError, e))?;
-                        let config = tls_config().map_err(|e| (Error::TlsProtocolError, e))?;
-                        let tls = tokio::time::timeout_at(
-                            connect_by.into(),
-                            tokio_rustls::TlsConnector::from(config).connect(name, tcp),
-                        )
-                        .await
-                        .map_err(|_| (Error::ConnectionTimeout, "TLS handshake timed out".to_owned()))?
-                        .map_err(|e| (Error::TlsCertificateError, format!("TLS with `{host}` failed: {e}")))?;
-                        Box::new(tls)
-                    }
-                };
+                let stream = connect(&target, &host, &egress, &shared, connect_by).await?;
                 let (mut sender, connection) =
                     hyper::client::conn::http1::handshake(TokioIo::new(stream))
                         .await
                         .map_err(|e| (Error::Hyper(e), "HTTP handshake failed".to_owned()))?;
                 let driver = wasmtime_wasi::runtime::spawn(connection);
-                let response = tokio::time::timeout(
-                    within(first_byte),
-                    sender.send_request(request),
-                )
-                .await
-                .map_err(|_| (Error::ConnectionReadTimeout, "no response in time".to_owned()))?
-                .map_err(|e| (Error::Hyper(e), "the request failed".to_owned()))?;
+                let response =
+                    tokio::time::timeout(within(first_byte), sender.send_request(request))
+                        .await
+                        .map_err(|_| {
+                            (
+                                Error::ConnectionReadTimeout,
+                                "no response in time".to_owned(),
+                            )
+                        })?
+                        .map_err(|e| (Error::Hyper(e), "the request failed".to_owned()))?;
                 *weft_core::lock(&entry.status) = Some(response.status().as_u16());
-                // Kept until the call ends: the guest reads them when it
-                // likes. Past the budget, the call stops as its next host
-                // call returns.
-                if let Some(held) = &held {
-                    let weight = response
-                        .headers()
-                        .iter()
-                        .map(|(name, value)| name.as_str().len() + value.len() + PER_HEADER)
-                        .sum();
-                    if let Err(message) = held.charge(
-                        &format!("the response headers of {} {}", entry.method, entry.url),
-                        weight,
-                    ) {
-                        return Err((
-                            Error::HttpResponseHeaderSectionSize(None),
-                            format!("resource_limit: {message}"),
-                        ));
-                    }
-                }
-                let declared = response
-                    .headers()
-                    .get(http::header::CONTENT_LENGTH)
-                    .and_then(|v| v.to_str().ok())
-                    .and_then(|v| v.parse::<u64>().ok());
-                let left = budget.saturating_sub(shared.bytes.load(Ordering::Relaxed));
-                let status = response.status();
-                let bodyless = entry.method == "HEAD"
-                    || status.is_informational()
-                    || status == http::StatusCode::NO_CONTENT
-                    || status == http::StatusCode::NOT_MODIFIED;
-                if !bodyless && declared.is_some_and(|declared| declared > left) {
-                    let message = format!(
-                        "{} {}: the response declares {} bytes, over the {budget} the call may read",
-                        entry.method,
-                        entry.url,
-                        declared.unwrap_or_default()
-                    );
-                    shared.violate(Violation::Limit(message.clone()));
-                    return Err((Error::HttpResponseBodySize(Some(left)), format!("http_limit: {message}")));
-                }
+                admit(&response, &entry, &shared, held.as_ref(), budget)?;
                 let (parts, body) = response.into_parts();
                 let metered = Metered {
                     inner: body,
@@ -515,6 +448,148 @@ fn header_result<T>(
         Ok(value) => Ok(Ok(value)),
         Err(error) => error.downcast().map(Err),
     }
+}
+
+/// Why a request failed: the error the guest sees, and the message its
+/// record keeps.
+type Failure = (Error, String);
+
+/// Resolves `host` (the name of `target`), checks every address it
+/// resolves to against `egress`, and connects to the first, with TLS for
+/// `https`, all by `connect_by`. A refused address fails the call
+/// (`http_denied`), whatever the guest does next.
+async fn connect(
+    target: &Target,
+    host: &str,
+    egress: &Egress,
+    shared: &Shared,
+    connect_by: Instant,
+) -> Result<Box<dyn Stream>, Failure> {
+    let addrs: Vec<SocketAddr> = tokio::time::timeout_at(
+        connect_by.into(),
+        tokio::net::lookup_host((host, target.port)),
+    )
+    .await
+    .map_err(|_| (Error::DnsTimeout, "name lookup timed out".to_owned()))?
+    .map_err(|e| {
+        (
+            Error::DnsError {
+                rcode: None,
+                info_code: None,
+            },
+            format!("cannot resolve `{host}`: {e}"),
+        )
+    })?
+    .collect();
+    if let Err(denied) = egress.allow_addrs(target, addrs.iter().map(SocketAddr::ip)) {
+        let message = denied.to_string();
+        shared.violate(Violation::Denied(message.clone()));
+        return Err((
+            Error::DestinationIpProhibited,
+            format!("http_denied: {message}"),
+        ));
+    }
+    let addr = addrs.first().ok_or((
+        Error::DestinationNotFound,
+        format!("`{host}` resolves to no address"),
+    ))?;
+    let tcp = tokio::time::timeout_at(connect_by.into(), tokio::net::TcpStream::connect(addr))
+        .await
+        .map_err(|_| {
+            (
+                Error::ConnectionTimeout,
+                format!("connecting to {addr} timed out"),
+            )
+        })?
+        .map_err(|e| {
+            (
+                Error::ConnectionRefused,
+                format!("cannot connect to {addr}: {e}"),
+            )
+        })?;
+    let stream: Box<dyn Stream> = match target.scheme {
+        weft_core::egress::Scheme::Http => Box::new(tcp),
+        weft_core::egress::Scheme::Https => {
+            let name = server_name(host).map_err(|e| (Error::TlsProtocolError, e))?;
+            let config = tls_config().map_err(|e| (Error::TlsProtocolError, e))?;
+            let tls = tokio::time::timeout_at(
+                connect_by.into(),
+                tokio_rustls::TlsConnector::from(config).connect(name, tcp),
+            )
+            .await
+            .map_err(|_| {
+                (
+                    Error::ConnectionTimeout,
+                    "TLS handshake timed out".to_owned(),
+                )
+            })?
+            .map_err(|e| {
+                (
+                    Error::TlsCertificateError,
+                    format!("TLS with `{host}` failed: {e}"),
+                )
+            })?;
+            Box::new(tls)
+        }
+    };
+    Ok(stream)
+}
+
+/// Whether the call takes `response` to `entry`: its headers are charged
+/// to the call's budget of host-held bytes (`held`), and a body it
+/// declares longer than what is left of `budget` fails the call
+/// (`http_limit`) before a byte of it is read.
+fn admit(
+    response: &http::Response<Incoming>,
+    entry: &Entry,
+    shared: &Shared,
+    held: Option<&HostBytes>,
+    budget: u64,
+) -> Result<(), Failure> {
+    // Kept until the call ends: the guest reads them when it
+    // likes. Past the budget, the call stops as its next host
+    // call returns.
+    if let Some(held) = held {
+        let weight = response
+            .headers()
+            .iter()
+            .map(|(name, value)| name.as_str().len() + value.len() + PER_HEADER)
+            .sum();
+        if let Err(message) = held.charge(
+            &format!("the response headers of {} {}", entry.method, entry.url),
+            weight,
+        ) {
+            return Err((
+                Error::HttpResponseHeaderSectionSize(None),
+                format!("resource_limit: {message}"),
+            ));
+        }
+    }
+    let declared = response
+        .headers()
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    let left = budget.saturating_sub(shared.bytes.load(Ordering::Relaxed));
+    let status = response.status();
+    let bodyless = entry.method == "HEAD"
+        || status.is_informational()
+        || status == http::StatusCode::NO_CONTENT
+        || status == http::StatusCode::NOT_MODIFIED;
+    if !bodyless && declared.is_some_and(|declared| declared > left) {
+        let message = format!(
+            "{} {}: the response declares {} bytes, over the {budget} the call may read",
+            entry.method,
+            entry.url,
+            declared.unwrap_or_default()
+        );
+        shared.violate(Violation::Limit(message.clone()));
+        return Err((
+            Error::HttpResponseBodySize(Some(left)),
+            format!("http_limit: {message}"),
+        ));
+    }
+    Ok(())
 }
 
 /// A connection, plain or TLS.

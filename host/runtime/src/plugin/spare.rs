@@ -268,25 +268,17 @@ impl Spares {
                 .spawn(move || {
                     // Ends when the runtime drops its sender.
                     for job in rx {
-                        // A job that panics is logged and counted done; the
-                        // thread goes on with the next.
-                        let done =
-                            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match job {
-                                Job::Make(plugin, ask) => {
-                                    if let Some(plugin) = plugin.upgrade() {
-                                        prepare(&plugin, &ask);
-                                    }
+                        // A job that panics is logged, counted in
+                        // `weft_panics_total`, and done; the thread goes on
+                        // with the next.
+                        let _ = weft_core::panics::contain("weft-spares", || match job {
+                            Job::Make(plugin, ask) => {
+                                if let Some(plugin) = plugin.upgrade() {
+                                    prepare(&plugin, &ask);
                                 }
-                                Job::Retire(retired) => drop(retired),
-                            }));
-                        if let Err(panic) = done {
-                            let message = panic
-                                .downcast_ref::<&str>()
-                                .map(|m| (*m).to_owned())
-                                .or_else(|| panic.downcast_ref::<String>().cloned())
-                                .unwrap_or_default();
-                            tracing::error!(%message, "a spare instance job panicked");
-                        }
+                            }
+                            Job::Retire(retired) => drop(retired),
+                        });
                         pending.fetch_sub(1, Ordering::AcqRel);
                     }
                 });
