@@ -1,5 +1,5 @@
 //! The crash harness: a real `weft serve` on a real redb file is killed with
-//! SIGKILL at random moments while runs are in flight, and restarted, three
+//! SIGKILL at random moments while runs are in flight, and restarted, four
 //! times. Every run the server acknowledged must then finish, with the right
 //! outputs, and with exactly one successful record per step: nothing lost,
 //! nothing committed twice.
