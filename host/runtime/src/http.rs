@@ -282,7 +282,7 @@ impl HttpHooks {
             return Err(Self::refuse(&entry, &shared, &denied));
         }
 
-        // The request leaves in origin form, to the address checked below.
+        // The request leaves in origin form, to the address `connect` checks.
         let path = uri
             .path_and_query()
             .map_or_else(|| "/".to_owned(), |p| p.as_str().to_owned());

@@ -156,6 +156,9 @@ pub const LIST: &[Mutation] = &[
         shape: PLAIN,
     },
     Mutation {
+        // Found by one seed only, far out: when the worlds a seed makes
+        // change, search again (`WEFT_MUTATION=failed-end-drops-pause
+        // WEFT_MUTATION_FROM=0 WEFT_MUTATION_SEEDS=30000`) and move `from`.
         name: "failed-end-drops-pause",
         switches: &["failed-end-drops-pause"],
         undoes: "a pause pending when the commit of the run's end fails is kept (`release_as(live, false)`): the end may not have landed",

@@ -44,11 +44,10 @@ fn the_simulator_finds_every_mutation() {
                 failure.violation.lines().next().unwrap_or_default()
             ),
             None => missed.push(format!(
-                "{} ({}) in seeds {}..{}",
+                "{} ({}) in seeds {first}..{}",
                 mutation.name,
                 mutation.undoes,
-                mutation.from,
-                mutation.from + mutation.within
+                first + seeds.unwrap_or(mutation.within)
             )),
         }
     }

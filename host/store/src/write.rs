@@ -131,7 +131,7 @@ pub enum Write {
     /// has another number of records, was moved to another revision, or
     /// was paused or resumed since) or
     /// [`StoreError::TimerGone`](super::StoreError::TimerGone). A paused
-    /// run stays asleep: `run` is decided with its pause.
+    /// run stays asleep: `wake` is decided with its pause, and asleep.
     Act {
         /// The run.
         run: String,
@@ -140,7 +140,7 @@ pub enum Write {
         expect: u32,
         /// The encoded [`StepRecord`] of the answer.
         record: Vec<u8>,
-        /// The encoded [`RunRecord`], awake.
+        /// The encoded [`RunRecord`], awake (asleep if paused).
         wake: Vec<u8>,
         /// The wait's timeout, removed with it.
         timer: Option<TimerRef>,
@@ -189,7 +189,7 @@ pub enum Write {
     /// [`StoreError::Changed`](super::StoreError::Changed) if the run has
     /// another number of records, was moved to another revision, or was
     /// paused or resumed since. A paused run stays asleep: `wake` is
-    /// decided with its pause.
+    /// decided with its pause, and asleep.
     FireTimer {
         /// The timer.
         fired: TimerRef,
@@ -199,7 +199,7 @@ pub enum Write {
         expect: u32,
         /// The encoded [`StepRecord`] the fire leaves, numbered `expect`.
         record: Option<Vec<u8>>,
-        /// The encoded [`RunRecord`], awake.
+        /// The encoded [`RunRecord`], awake (asleep if paused).
         wake: Vec<u8>,
         /// The firing host's lease: it takes the run unless it holds it,
         /// which only a run nobody drives allows (suspended, or its host

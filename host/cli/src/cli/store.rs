@@ -250,7 +250,7 @@ pub(super) fn open_store(data_dir: &std::path::Path) -> anyhow::Result<Arc<dyn w
 }
 
 /// The store in the PostgreSQL database at `url`.
-pub(super) fn open_postgres(url: &str) -> anyhow::Result<weft::PostgresStore> {
+fn open_postgres(url: &str) -> anyhow::Result<weft::PostgresStore> {
     weft::PostgresStore::open(url).map_err(|e| {
         let shown = shown_postgres(url);
         anyhow::anyhow!(e).context(format!("cannot open the store in PostgreSQL at {shown}"))

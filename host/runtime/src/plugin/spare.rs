@@ -271,7 +271,7 @@ impl Spares {
                         // A job that panics is logged, counted in
                         // `weft_panics_total`, and done; the thread goes on
                         // with the next.
-                        let _ = weft_core::panics::contain("weft-spares", || match job {
+                        let _ = weft_core::panics::contain("spares", || match job {
                             Job::Make(plugin, ask) => {
                                 if let Some(plugin) = plugin.upgrade() {
                                     prepare(&plugin, &ask);

@@ -466,14 +466,17 @@ pub fn retry_epoch(records: u32) -> u64 {
 
 /// Refuses a write of run `id` as `incoming` (an encoded run record)
 /// decided on the run before it was moved to another revision of its
-/// workflow, or (with `pause`) before it was paused or resumed: none of
-/// these adds a record, so the record count alone does not tell, and the
-/// write would undo it. The writer reads the run again and decides anew.
+/// workflow, or (with `check_pause`) before it was paused or resumed: none
+/// of these adds a record, so the record count alone does not tell, and
+/// the write would undo it. With `check_pause`, a record that names a
+/// pause must be asleep too: one awake would leave the run's record and
+/// the `Running` index at odds. The writer reads the run again and decides
+/// anew.
 fn decided_on(
     id: &str,
     stored: &RunRecord,
     incoming: &[u8],
-    pause: bool,
+    check_pause: bool,
 ) -> Result<Result<(), StoreError>, StoreError> {
     let incoming: RunRecord = match own(decode(id, incoming))? {
         Ok(incoming) => incoming,
@@ -481,8 +484,9 @@ fn decided_on(
     };
     let moved = incoming.definition != stored.definition
         && !weft_core::mutation::on("migration-overwritten");
-    let paused =
-        pause && incoming.paused != stored.paused && !weft_core::mutation::on("fire-wakes-paused");
+    let paused = check_pause
+        && (incoming.paused != stored.paused || (incoming.paused.is_some() && !incoming.suspended))
+        && !weft_core::mutation::on("fire-wakes-paused");
     if moved || paused {
         return Ok(Err(StoreError::Changed(What::Run(id.to_owned()))));
     }

@@ -345,7 +345,8 @@ impl Apply<'_> {
     /// run at `expect` records (whether the step waits is the engine's to
     /// say): stores `record` at `(id, expect)` and `wake` as the run, and
     /// removes the wait's timeout. Refused unless the run is suspended with
-    /// `expect` records and the timeout is pending.
+    /// `expect` records and the pause `wake` names ([`decided_on`]), and the
+    /// timeout is pending.
     pub(super) fn act(
         &mut self,
         id: &str,

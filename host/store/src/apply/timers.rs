@@ -63,9 +63,10 @@ impl Apply<'_> {
     }
 
     /// Fires timer `fired` of run `id`: stores the fire's `record` at
-    /// `(id, expect)` and `wake` as the run, awake, and removes the timer.
-    /// Refused unless the timer is pending, its run is running, and the run
-    /// has `expect` records.
+    /// `(id, expect)` and `wake` as the run (awake, or asleep if paused),
+    /// and removes the timer. Refused unless the timer is pending, its run
+    /// is running, and the run has `expect` records and the pause `wake`
+    /// names ([`decided_on`]).
     pub(super) fn fire_timer(
         &mut self,
         fired: TimerRef,

@@ -285,6 +285,17 @@ fn act() {
             let run = stored_run(s, R);
             assert!(run.paused.is_some() && run.suspended, "{run:?}");
         }),
+        given("an answer to a paused run that would wake it", awaiting)
+            .then(pause)
+            .write(|s| {
+                let run = current(s);
+                let record = StepRecord::empty(R, run.step_records, (0, "ask", "ask"), 1, at(5));
+                let mut wake = run;
+                // Names its pause, yet awake: refused, never stored so.
+                (wake.step_records, wake.suspended) = (wake.step_records + 1, false);
+                Write::act(&record, Some(timer(Await)), &wake)
+            })
+            .refused(changed),
         given("an answer decided before the run was paused", awaiting)
             .write(|s| paused_since(s, |s| answer(s, "ask")))
             .refused(changed),

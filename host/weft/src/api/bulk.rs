@@ -54,7 +54,7 @@ pub(super) struct Request {
     before: Option<String>,
 }
 
-/// `POST /v1/runs/bulk`: `{"action": "cancel" | "retry", "filter": {workflow, state,
+/// `POST /v1/runs/bulk`: `{"action": "cancel" | "retry" | "pause" | "resume", "filter": {workflow, state,
 /// since, until, revision, error}, "dry_run", "limit", "before"}`. Answers
 /// how many runs matched and how many changed, the first runs that did
 /// not change with why, and `next` when runs are left past this page.

@@ -507,7 +507,7 @@ fn operate_paths() -> Value {
                         "to_revision": { "type": "integer", "minimum": 1, "description": "newer than from_revision" },
                         "dry_run": { "type": "boolean", "description": "check every run, move none" }
                     } })),
-                    "responses": responses(("200", "`{\"matched\", \"moved\": [run ids], \"unmoved\": [{run, reason}], \"dry_run\"}`"), &[("400", "bad_request"), ("404", "unknown_workflow, unknown_revision")])
+                    "responses": responses(("200", "`{\"matched\", \"moved\": [run ids], \"unmoved\": [{run, reason, failed}], \"dry_run\"}`"), &[("400", "bad_request"), ("404", "unknown_workflow, unknown_revision"), ("409", "unreadable_revision")])
                 }
             }
     })

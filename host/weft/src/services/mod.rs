@@ -7,8 +7,11 @@
 //! ([`HostConfig::maintenance`](crate::HostConfig::maintenance)) and comes
 //! through here too.
 //!
-//! The operations move here area by area; `docs/architecture.md` lists
-//! which are here and which are still written in an adapter.
+//! Not here yet: a run's pause, resume and retry, answers to a waiting
+//! step, subscriptions and a delivery's resend; their adapters call the
+//! engine (or the hub) directly, each with one call and no rule of its own.
+//! The audit entry of an operation is written by its adapter after the
+//! operation, except a bulk action's, written here with it.
 
 mod audit;
 mod bulk;
