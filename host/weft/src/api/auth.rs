@@ -338,7 +338,7 @@ impl Access {
 
     /// Whether tenant `name` exists (`default` always does).
     pub fn tenant_exists(&self, name: &str) -> Result<bool, StoreError> {
-        Ok(name == tenant::DEFAULT || self.store.tenants()?.iter().any(|t| t.name == name))
+        crate::services::tenant_exists(self.store.as_ref(), name)
     }
 
     /// Takes one start from `tenant`'s bucket, which refills at `rate`

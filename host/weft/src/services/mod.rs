@@ -41,6 +41,12 @@ pub use secrets::{MAX_SECRET_VALUE, Resealed, SecretRefused};
 pub use tenants::{TenantRefused, default_row, enforce_quota, release_quota};
 pub use tokens::{MAX_LABEL, NewToken, TokenRefused};
 
+/// Whether tenant `name` exists in `store`: `default` always does; another
+/// while its row is there (not removed).
+pub(crate) fn tenant_exists(store: &dyn weft_store::Store, name: &str) -> Result<bool, StoreError> {
+    Ok(name == weft_core::tenant::DEFAULT || store.tenants()?.iter().any(|t| t.name == name))
+}
+
 /// The host's operations over its engine, deployments and hub.
 #[derive(Debug, Clone)]
 pub struct Services {
@@ -68,13 +74,7 @@ impl Services {
     /// Whether tenant `name` exists: `default` always does; another while
     /// its row is in the store (not removed).
     fn tenant_exists(&self, name: &str) -> Result<bool, StoreError> {
-        Ok(name == weft_core::tenant::DEFAULT
-            || self
-                .engine
-                .store()
-                .tenants()?
-                .iter()
-                .any(|t| t.name == name))
+        tenant_exists(self.engine.store().as_ref(), name)
     }
 
     /// Applies one write to tenants, tokens or secrets, and gives its own
