@@ -12,7 +12,7 @@ use serde_json::json;
 use weft::engine::sweep::Retention;
 use weft::engine::{EngineConfig, Quiet};
 use weft::model::{self, Retain};
-use weft::store::{AccessWrite, RunState, StoreError, TenantRecord, Write};
+use weft::store::{AccessWrite, Refused, RunState, StoreError, TenantRecord, Write};
 use weft::{
     Engine, PluginDir, RedbStore, Runtime, RuntimeConfig, SimClock, Store, Timestamp, WorkflowDir,
 };
@@ -141,12 +141,12 @@ fn the_sweeper_deletes_ended_runs_past_their_retention_and_nothing_a_live_run_ne
     // parent has not; the parent cancelled, both go.
     let refused = engine.delete_run(&waits).unwrap_err();
     assert!(
-        matches!(&refused, StoreError::Needed { why, .. } if why == "it has not ended"),
+        matches!(&refused, StoreError::Refused(Refused::Needed { why, .. }) if why == "it has not ended"),
         "{refused:?}"
     );
     let refused = engine.delete_run(&child).unwrap_err();
     assert!(
-        matches!(&refused, StoreError::Needed { why, .. } if why.contains(&parent)),
+        matches!(&refused, StoreError::Refused(Refused::Needed { why, .. }) if why.contains(&parent)),
         "{refused:?}"
     );
     engine.cancel(&parent).unwrap();
@@ -161,7 +161,7 @@ fn the_sweeper_deletes_ended_runs_past_their_retention_and_nothing_a_live_run_ne
     assert_eq!(store.run(&parent).unwrap(), None);
     assert!(matches!(
         engine.delete_run(&parent),
-        Err(StoreError::NotFound(_))
+        Err(StoreError::Refused(Refused::NotFound(_)))
     ));
 }
 

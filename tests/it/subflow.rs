@@ -10,8 +10,8 @@ use crate::common::{Scratch, guests};
 use serde_json::{Value, json};
 use weft::engine::Quiet;
 use weft::store::{
-    DefinitionRecord, DeliveryRecord, Effect, MessageRecord, OutboxRecord, RunFilter, RunRecord,
-    RunState, StepRecord, StoreError, SubscriptionRecord, TimerRecord, Write,
+    DefinitionRecord, DeliveryRecord, Effect, MessageRecord, OutboxRecord, Refused, RunFilter,
+    RunRecord, RunState, StepRecord, StoreError, SubscriptionRecord, TimerRecord, Write,
 };
 use weft::{Engine, PluginDir, RedbStore, Runtime, RuntimeConfig, Store, SystemClock, WorkflowDir};
 
@@ -234,23 +234,12 @@ fn kill_9_while_a_child_runs_then_resume_finishes_both_once() {
 struct NoChildren(Arc<RedbStore>);
 
 impl Store for NoChildren {
-    fn apply(&self, writes: &[&Write]) -> Result<Vec<Result<(), StoreError>>, StoreError> {
-        let (refused, passed): (Vec<_>, Vec<_>) = writes
-            .iter()
-            .enumerate()
-            .partition(|(_, w)| matches!(w, Write::StartRun { .. }));
-        let passed_writes: Vec<&Write> = passed.iter().map(|(_, w)| **w).collect();
-        let mut answers = self.0.apply(&passed_writes)?.into_iter();
-        let refused: Vec<usize> = refused.into_iter().map(|(i, _)| i).collect();
-        Ok((0..writes.len())
-            .map(|i| {
-                if refused.contains(&i) {
-                    Err(StoreError::Commit("the disk refused this write".to_owned()))
-                } else {
-                    answers.next().unwrap()
-                }
-            })
-            .collect())
+    fn apply(&self, writes: &[&Write]) -> Result<Vec<Result<(), Refused>>, StoreError> {
+        // The transaction fails as a whole, as a disk's failure fails it.
+        if writes.iter().any(|w| matches!(w, Write::StartRun { .. })) {
+            return Err(StoreError::Commit("the disk refused this write".to_owned()));
+        }
+        self.0.apply(writes)
     }
     fn runs_from(
         &self,
@@ -532,7 +521,7 @@ fn an_open_outbox_row_is_carried_out_once_on_the_next_start() {
     let again = Write::start_run(&rows[0]).unwrap();
     let answers = redb.apply(&[&again]).unwrap();
     assert!(
-        matches!(&answers[0], Err(weft::store::StoreError::Exists(_))),
+        matches!(&answers[0], Err(weft::store::Refused::Exists(_))),
         "{answers:?}"
     );
     assert_eq!(redb.run(&child.id).unwrap().unwrap(), finished_child);

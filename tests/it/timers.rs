@@ -10,7 +10,7 @@ use std::time::Duration;
 use crate::common::{guests, wait};
 use serde_json::{Value, json};
 use weft::engine::{EngineConfig, Quiet};
-use weft::store::{RunRecord, RunState, StepRecord, StoreError, TimerKind, Write};
+use weft::store::{Refused, RunRecord, RunState, StepRecord, TimerKind, Write};
 use weft::{
     Engine, PluginDir, RedbStore, Runtime, RuntimeConfig, SimClock, Store, Timestamp, model,
 };
@@ -297,7 +297,7 @@ fn a_fire_and_a_run_s_end_race_and_the_first_commit_wins() {
         } else {
             assert!(answers[0].is_ok());
             assert!(
-                matches!(answers[1], Err(StoreError::TimerGone(_))),
+                matches!(answers[1], Err(Refused::TimerGone(_))),
                 "{answers:?}"
             );
             assert!(!fired);

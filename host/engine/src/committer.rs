@@ -64,7 +64,7 @@ impl Committer {
     /// Takes subscription `key`'s delivery queue for this host, unless
     /// another live host holds it: one host at a time delivers a queue,
     /// so its order holds. `Ok` if this host holds it now;
-    /// [`StoreError::Fenced`] while another host does. Blocking.
+    /// [`Refused::Fenced`](weft_store::Refused::Fenced) while another host does. Blocking.
     pub fn hold(&self, key: &str) -> Result<(), StoreError> {
         let host = self.core.host();
         let current = self.store().lease(&weft_store::queue_lease(key))?;

@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use weft_core::clock::Timestamp;
 use weft_model::{CatchUp, Overlap, Schedule};
-use weft_store::{ScheduleRecord, StoreError, TriggerLink, What, Write};
+use weft_store::{Refused, ScheduleRecord, StoreError, TriggerLink, What, Write};
 
 use super::Quiet;
 use super::scheduler::{Scheduler, Task};
@@ -162,9 +162,9 @@ impl Cron {
                 Overlap::CancelPrevious => {
                     if let Some(previous) = &row.last_run {
                         match self.core.cancel(previous) {
-                            Ok(()) | Err(StoreError::RunEnded(_)) => {}
+                            Ok(()) | Err(StoreError::Refused(Refused::RunEnded(_))) => {}
                             // Gone meanwhile.
-                            Err(StoreError::NotFound(What::Run(_))) => {}
+                            Err(StoreError::Refused(Refused::NotFound(What::Run(_)))) => {}
                             Err(e) => tracing::error!(run = %previous, "cannot cancel: {e}"),
                         }
                     }
@@ -267,7 +267,7 @@ impl Cron {
                 true
             }
             // The row moved on: another host fired it.
-            Err(StoreError::Changed(_)) => false,
+            Err(StoreError::Refused(Refused::Changed(_))) => false,
             Err(e) => {
                 tracing::error!(trigger = %row.key, "cannot move the trigger on: {e}");
                 false
@@ -333,8 +333,8 @@ pub(crate) fn set_paused(
         match store.apply(&[&write])?.pop().unwrap_or(Ok(())) {
             Ok(()) => return Ok(Some(updated)),
             // A host moved it on (or removed it) meanwhile: read it again.
-            Err(StoreError::Changed(_)) => continue,
-            Err(e) => return Err(e.into()),
+            Err(Refused::Changed(_)) => continue,
+            Err(e) => return Err(StoreError::from(e).into()),
         }
     }
     Err(ScheduleError::Contended(key.to_owned()))
@@ -420,8 +420,8 @@ pub(crate) fn add_schedule(
     let row = new_row(key.clone(), workflow, &schedule, origin, now);
     // Version 0: only if there is no such row yet.
     match store.apply(&[&Write::schedule(&row, Some(0), None)])?.pop() {
-        Some(Err(StoreError::Exists(What::Schedule(_)))) => Err(ScheduleError::Exists(key)),
-        Some(Err(e)) => Err(e.into()),
+        Some(Err(Refused::Exists(What::Schedule(_)))) => Err(ScheduleError::Exists(key)),
+        Some(Err(e)) => Err(StoreError::from(e).into()),
         _ => Ok(row),
     }
 }

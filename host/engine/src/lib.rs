@@ -64,7 +64,7 @@ use std::collections::HashMap;
 use weft_core::clock::Clock;
 use weft_model::{Step, Workflow};
 use weft_store::{
-    GroupCommit, RunRecord, RunState, ScheduleRecord, StepRecord, Store, StoreError, Write,
+    GroupCommit, Refused, RunRecord, RunState, ScheduleRecord, StepRecord, Store, StoreError, Write,
 };
 
 use launch::Launcher;
@@ -145,9 +145,9 @@ impl RunHandle {
     /// the store failed, or the engine stopped, before the run ended; its
     /// record then says how far it got, and it can be resumed. On a store
     /// that other hosts share, a run parked here for a place may be taken
-    /// by one of them: then `Err(StoreError::Fenced)` names the host that
+    /// by one of them: then `Err(Refused::Fenced)` names the host that
     /// drives it, and the store will hold its outcome. (A start that was
-    /// not recorded, such as a [`StoreError::Duplicate`], answers here as
+    /// not recorded, such as a [`Refused::Duplicate`], answers here as
     /// in [`RunHandle::recorded`].)
     pub fn wait(self) -> Result<RunRecord, StoreError> {
         self.outcome.recv().map_err(|_| StoreError::Closed)?
@@ -530,7 +530,7 @@ impl Engine {
         for outcome in self.core.commits.commit_all(writes) {
             match outcome {
                 // Another host changed the trigger first: it wins.
-                Ok(()) | Err(StoreError::Changed(_) | StoreError::Exists(_)) => {}
+                Ok(()) | Err(StoreError::Refused(Refused::Changed(_) | Refused::Exists(_))) => {}
                 Err(e) => return Err(e),
             }
         }
@@ -557,10 +557,12 @@ impl Engine {
     /// `Err(NotFound)` if there is no such run. Blocking.
     pub fn cancel(&self, run_id: &str) -> Result<(), StoreError> {
         match self.store().run(run_id)? {
-            None => Err(StoreError::NotFound(weft_store::What::Run(
-                run_id.to_owned(),
+            None => Err(StoreError::Refused(Refused::NotFound(
+                weft_store::What::Run(run_id.to_owned()),
             ))),
-            Some(run) if run.state.is_terminal() => Err(StoreError::RunEnded(run.id)),
+            Some(run) if run.state.is_terminal() => {
+                Err(StoreError::Refused(Refused::RunEnded(run.id)))
+            }
             Some(_) => self.core.cancel(run_id),
         }
     }
@@ -580,7 +582,7 @@ impl Engine {
         for outcome in self.core.commits.commit_all(writes) {
             match outcome {
                 // Carried out meanwhile, by another host.
-                Ok(()) | Err(StoreError::Exists(_)) => {}
+                Ok(()) | Err(StoreError::Refused(Refused::Exists(_))) => {}
                 Err(e) => return Err(e),
             }
         }
@@ -637,7 +639,7 @@ impl Engine {
 
     /// As [`Engine::start`], with a client's idempotency key: if a run was
     /// recorded with `key` before, nothing is started and
-    /// [`RunHandle::recorded`] answers [`StoreError::Duplicate`], naming
+    /// [`RunHandle::recorded`] answers [`Refused::Duplicate`], naming
     /// that run.
     pub fn start_keyed(
         &self,
@@ -751,14 +753,14 @@ impl Engine {
             match self.core.commits.commit(Write::retry_run(&record, &wake)) {
                 Ok(()) => break,
                 // It moved on (another retry, a late record): decide again.
-                Err(StoreError::Changed(_)) if tries < 5 => {}
-                Err(StoreError::Busy { .. }) => {
+                Err(StoreError::Refused(Refused::Changed(_))) if tries < 5 => {}
+                Err(StoreError::Refused(Refused::Busy { .. })) => {
                     return Err(RetryError::NotEnded {
                         run: run_id.to_owned(),
                         state: RunState::Running,
                     });
                 }
-                Err(StoreError::NotFound(_)) => {
+                Err(StoreError::Refused(Refused::NotFound(_))) => {
                     return Err(RetryError::NotFound(run_id.to_owned()));
                 }
                 // The retry may have landed: if it did, the run is running
@@ -872,11 +874,11 @@ impl Engine {
             match self.core.commits.commit(write) {
                 Ok(()) => break,
                 // It moved on meanwhile: decided again on what it is now.
-                Err(StoreError::Changed(_)) if tries < 5 => {}
-                Err(StoreError::RunEnded(_)) => {
+                Err(StoreError::Refused(Refused::Changed(_))) if tries < 5 => {}
+                Err(StoreError::Refused(Refused::RunEnded(_))) => {
                     return Err(MigrateError::Unmovable("it has ended".to_owned()));
                 }
-                Err(StoreError::NotFound(_)) => {
+                Err(StoreError::Refused(Refused::NotFound(_))) => {
                     return Err(MigrateError::NotFound(run_id.to_owned()));
                 }
                 // The move may have landed: if it did, the run's lease is

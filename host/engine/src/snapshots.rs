@@ -26,7 +26,7 @@ use serde_json::Value;
 use weft_core::clock::{Clock, Timestamp, millis};
 use weft_core::tenant;
 use weft_runtime::SnapshotSource;
-use weft_store::{SnapshotEntry, SnapshotRecord, Store, StoreError, What, Write};
+use weft_store::{Refused, SnapshotEntry, SnapshotRecord, Store, StoreError, What, Write};
 
 use crate::sweep::Commit;
 
@@ -290,11 +290,13 @@ impl Stager<'_> {
                 self.staged = true;
                 Ok(())
             }
-            Err(StoreError::Exists(What::SnapshotKey(key))) => Err(PublishError::Duplicate {
-                source_name: self.source_name.clone(),
-                line: lines.get(&key).copied().unwrap_or(0),
-                key,
-            }),
+            Err(StoreError::Refused(Refused::Exists(What::SnapshotKey(key)))) => {
+                Err(PublishError::Duplicate {
+                    source_name: self.source_name.clone(),
+                    line: lines.get(&key).copied().unwrap_or(0),
+                    key,
+                })
+            }
             Err(e) => Err(e.into()),
         }
     }
@@ -554,7 +556,7 @@ pub(crate) fn publish(
             .unwrap_or(Err(StoreError::Closed))
         {
             Ok(()) => return Ok(record),
-            Err(StoreError::Exists(_)) => continue,
+            Err(StoreError::Refused(Refused::Exists(_))) => continue,
             Err(e) => {
                 let _ = commit(vec![Write::AbandonSnapshot(data)]);
                 return Err(e.into());
@@ -562,10 +564,10 @@ pub(crate) fn publish(
         }
     }
     let _ = commit(vec![Write::AbandonSnapshot(data)]);
-    Err(StoreError::Changed(What::Snapshot {
+    Err(StoreError::Refused(Refused::Changed(What::Snapshot {
         store: name.to_owned(),
         revision: record.revision,
-    })
+    }))
     .into())
 }
 

@@ -1,7 +1,7 @@
 //! What the engine writes to a run it does not hold in memory: a timer's
 //! fire, a cancel, an answer to an `await` step. Each record is decided
 //! here, on the run as read from the store; the write names the number of
-//! records that read saw, so the store refuses it (`StoreError::Changed`)
+//! records that read saw, so the store refuses it (`Refused::Changed`)
 //! if the run moved on meanwhile, and the change is decided again on a
 //! fresh read.
 
@@ -9,7 +9,8 @@ use weft_core::ErrorRecord;
 
 use weft_core::clock::Timestamp;
 use weft_store::{
-    RunError, RunRecord, RunState, StepRecord, Store, StoreError, TimerKind, TimerRecord, Write,
+    Refused, RunError, RunRecord, RunState, StepRecord, Store, StoreError, TimerKind, TimerRecord,
+    Write,
 };
 
 /// How many times a change refused because its run moved on is decided
@@ -115,11 +116,11 @@ pub(crate) fn decide_again(
 ) -> Result<(), StoreError> {
     for _ in 0..ATTEMPTS {
         match change() {
-            Err(StoreError::Changed(_)) => continue,
+            Err(StoreError::Refused(Refused::Changed(_))) => continue,
             outcome => return outcome,
         }
     }
-    Err(StoreError::Busy { run: id.to_owned() })
+    Err(StoreError::Refused(Refused::Busy { run: id.to_owned() }))
 }
 
 /// Cancels run `id`, which this process does not drive, through `commit`:
@@ -149,11 +150,11 @@ pub(crate) fn cancel_once(
     commit: &dyn Fn(Write) -> Result<(), StoreError>,
     ended: &dyn Fn(&RunRecord),
 ) -> Result<(), StoreError> {
-    let run = store
-        .run(id)?
-        .ok_or_else(|| StoreError::NotFound(weft_store::What::Run(id.to_owned())))?;
+    let run = store.run(id)?.ok_or_else(|| {
+        StoreError::Refused(Refused::NotFound(weft_store::What::Run(id.to_owned())))
+    })?;
     if run.state.is_terminal() {
-        return Err(StoreError::RunEnded(id.to_owned()));
+        return Err(StoreError::Refused(Refused::RunEnded(id.to_owned())));
     }
     let children = open_children(&store.steps(id)?);
     let cancelled = cancelled(&run, now);
@@ -176,7 +177,7 @@ pub(crate) fn cancel_once(
     // Fenced off with the run: each is cancelled in turn (and its own).
     for child in children {
         match cancel_tree(store, &child, now, commit, ended) {
-            Ok(()) | Err(StoreError::RunEnded(_) | StoreError::NotFound(_)) => {}
+            Ok(()) | Err(StoreError::Refused(Refused::RunEnded(_) | Refused::NotFound(_))) => {}
             Err(e) => tracing::warn!(run = %child, "cannot cancel a child run: {e}"),
         }
     }

@@ -8,7 +8,7 @@
 //!   served now, or the one the run followed if its workflow is not
 //!   served), else its tenant's (`quota.retain`), else the host's. The
 //!   store refuses to delete a run that has not ended, or a child whose
-//!   parent has not (`StoreError::Needed`): those are kept, and looked at
+//!   parent has not (`Refused::Needed`): those are kept, and looked at
 //!   again on the next pass.
 //! - **messages.** A message whose deliveries are all settled is deleted
 //!   with them once its tenant's retention (else the host's) has passed
@@ -59,7 +59,8 @@ use std::time::Duration;
 use weft_core::clock::{Timestamp, millis};
 use weft_model::{Format, Retain};
 use weft_store::{
-    Blob, DeliveryOp, DeliveryState, DeploymentRecord, MessageRecord, RunRecord, StoreError, Write,
+    Blob, DeliveryOp, DeliveryState, DeploymentRecord, MessageRecord, Refused, RunRecord,
+    StoreError, Write,
 };
 
 use crate::Engine;
@@ -416,9 +417,9 @@ impl Engine {
                         swept.runs += 1;
                         swept.steps += u64::from(run.step_records);
                     }
-                    Err(StoreError::Needed { .. }) => swept.kept += 1,
+                    Err(StoreError::Refused(Refused::Needed { .. })) => swept.kept += 1,
                     // Deleted meanwhile (by another host's sweeper).
-                    Err(StoreError::NotFound(_)) => {}
+                    Err(StoreError::Refused(Refused::NotFound(_))) => {}
                     Err(e) => return Err(e),
                 }
             }
@@ -764,9 +765,8 @@ impl Engine {
                 match answer {
                     Ok(()) => done += 1,
                     Err(
-                        StoreError::Needed { .. }
-                        | StoreError::NotFound(_)
-                        | StoreError::DeliveryState { .. },
+                        StoreError::Refused(Refused::Needed { .. } | Refused::NotFound(_))
+                        | StoreError::Refused(Refused::DeliveryState { .. }),
                     ) => {}
                     Err(e) => return Err(e),
                 }

@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use weft_store::{
     Damaged, DefinitionRecord, DeliveryRecord, DeploymentRecord, HostRecord, Lease, MessageRecord,
-    OutboxRecord, PluginRecord, PostgresStore, RedbStore, RunFilter, RunRecord, ScheduleRecord,
-    StepRecord, Store, StoreError, SubscriptionRecord, TimerRecord, Write,
+    OutboxRecord, PluginRecord, PostgresStore, RedbStore, Refused, RunFilter, RunRecord,
+    ScheduleRecord, StepRecord, Store, StoreError, SubscriptionRecord, TimerRecord, Write,
 };
 
 /// Which store a world plays on.
@@ -125,7 +125,7 @@ impl Drop for SimStore {
 }
 
 impl Store for SimStore {
-    fn apply(&self, writes: &[&Write]) -> Result<Vec<Result<(), StoreError>>, StoreError> {
+    fn apply(&self, writes: &[&Write]) -> Result<Vec<Result<(), Refused>>, StoreError> {
         self.writes.fetch_add(1, Ordering::SeqCst);
         let applied = self.inner.apply(writes);
         if applied.is_ok() && self.answer_lost() {

@@ -919,7 +919,10 @@ impl World {
         let commit = move |writes: Vec<Write>| {
             let refs: Vec<&Write> = writes.iter().collect();
             match store.apply(&refs) {
-                Ok(answers) => answers,
+                Ok(answers) => answers
+                    .into_iter()
+                    .map(|answer| answer.map_err(StoreError::from))
+                    .collect(),
                 Err(e) => writes.iter().map(|_| Err(e.clone())).collect(),
             }
         };

@@ -319,9 +319,9 @@ impl SecretRecord {
 #[derive(Debug, Clone)]
 pub enum AccessWrite {
     /// Stores tenant `name` (the encoded [`TenantRecord`]); with `new`,
-    /// refused with [`StoreError::Exists`](crate::StoreError::Exists) if
+    /// refused with [`Refused::Exists`](crate::Refused::Exists) if
     /// it exists, else with
-    /// [`StoreError::NotFound`](crate::StoreError::NotFound) if it does
+    /// [`Refused::NotFound`](crate::Refused::NotFound) if it does
     /// not.
     PutTenant {
         /// The tenant.
@@ -332,7 +332,7 @@ pub enum AccessWrite {
         new: bool,
     },
     /// Removes tenant `name`; refused with
-    /// [`StoreError::NotFound`](crate::StoreError::NotFound) if there is
+    /// [`Refused::NotFound`](crate::Refused::NotFound) if there is
     /// no such tenant.
     RemoveTenant(String),
     /// Stores token `id` (the encoded [`TokenRecord`]); with `new`,
@@ -359,9 +359,9 @@ pub enum AccessWrite {
     /// Seals a stored secret again (after a key rotation): stores `record`
     /// only if the secret still holds `sealed`, the value it was read
     /// with, keeping its grants; refused with
-    /// [`StoreError::NotFound`](crate::StoreError::NotFound) if it was
+    /// [`Refused::NotFound`](crate::Refused::NotFound) if it was
     /// deleted since, and with
-    /// [`StoreError::Changed`](crate::StoreError::Changed) if it was set
+    /// [`Refused::Changed`](crate::Refused::Changed) if it was set
     /// again. So a reseal never brings a deleted secret back, nor an old
     /// value over a new one.
     ResealSecret {
@@ -377,7 +377,7 @@ pub enum AccessWrite {
     /// Grants a tenant's secret to a plugin's component, or with `revoke`
     /// takes back every grant of that plugin's name (`grant.digest` is then
     /// not read); refused with
-    /// [`StoreError::NotFound`](crate::StoreError::NotFound) if it has no
+    /// [`Refused::NotFound`](crate::Refused::NotFound) if it has no
     /// secret by that name.
     GrantSecret {
         /// The tenant.
@@ -390,7 +390,7 @@ pub enum AccessWrite {
         revoke: bool,
     },
     /// Removes a tenant's secret; refused with
-    /// [`StoreError::NotFound`](crate::StoreError::NotFound) if it has none
+    /// [`Refused::NotFound`](crate::Refused::NotFound) if it has none
     /// by that name.
     DeleteSecret {
         /// The tenant.

@@ -343,7 +343,10 @@ impl GroupCommit {
             held.count_self_wait();
             let refs: Vec<&Write> = writes.iter().collect();
             return match held.store.apply(&refs) {
-                Ok(results) => results,
+                Ok(results) => results
+                    .into_iter()
+                    .map(|answer| answer.map_err(StoreError::from))
+                    .collect(),
                 Err(e) => vec![Err(StoreError::Commit(e.to_string())); writes.len()],
             };
         }
@@ -484,7 +487,9 @@ fn apply_batch(store: &dyn Store, batch: Vec<Job>, metrics: Option<&weft_core::m
         Ok(results) => {
             let mut results = results.into_iter();
             for job in batch {
-                let result = results.next().unwrap_or(Err(StoreError::Closed));
+                let result = results.next().map_or(Err(StoreError::Closed), |answer| {
+                    answer.map_err(StoreError::from)
+                });
                 // One writer's panicking answer leaves the others answered.
                 let _ = weft_core::panics::contain("commit", || (job.done)(result));
             }

@@ -4,7 +4,7 @@
 //! ([`Write::Renew`](crate::Write::Renew)) and that expires unless renewed.
 //! A run's lease names the host that drives it and an epoch, a fencing
 //! token: every commit of a run names the lease its writer holds, and the
-//! store refuses it ([`StoreError::Fenced`](crate::StoreError::Fenced))
+//! store refuses it ([`Refused::Fenced`](crate::Refused::Fenced))
 //! unless that is the run's lease now. A host takes a run
 //! ([`Write::Claim`](crate::Write::Claim), or the fire or answer that wakes
 //! it) only when nobody drives it: the run is suspended, has no lease, or

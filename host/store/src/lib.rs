@@ -43,14 +43,9 @@ use std::sync::Arc;
 /// Why the store could not do what was asked. After any error the store is
 /// as it was before the call: every write is one transaction.
 ///
-/// A write refused on its own (see [`Store::apply`]) answers with what it
-/// ran into: [`NotFound`](Self::NotFound), [`Exists`](Self::Exists),
-/// [`Changed`](Self::Changed), [`Busy`](Self::Busy),
-/// [`DeliveryState`](Self::DeliveryState), [`RunEnded`](Self::RunEnded),
-/// [`TimerGone`](Self::TimerGone), [`Duplicate`](Self::Duplicate),
-/// [`KvConflict`](Self::KvConflict), [`StorageQuota`](Self::StorageQuota)
-/// or [`TimerQuota`](Self::TimerQuota). The others fail a call as a
-/// whole.
+/// A write refused on its own (see [`Store::apply`]) answers
+/// [`Refused`](Self::Refused), with what it ran into; the others fail a
+/// call as a whole.
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum StoreError {
@@ -91,6 +86,60 @@ pub enum StoreError {
         /// The format this build reads and writes.
         expected: String,
     },
+    /// A writer crashed and the file needs repair, which a read-only handle
+    /// cannot do; open it with [`RedbStore::open`] once to repair it.
+    #[error("the store at {path} needs repair after a crash; open it for writing to repair it")]
+    NeedsRepair {
+        /// The database file.
+        path: String,
+    },
+    /// The batch this write was committed with failed. Nothing in it was
+    /// stored, as far as this process knows: a connection lost during the
+    /// commit leaves its outcome unknown ([`StoreError::outcome_unknown`]).
+    #[error("the commit failed: {0}")]
+    Commit(String),
+    /// The committing thread has stopped.
+    #[error("store: the committing thread has stopped")]
+    Closed,
+    /// The store refused this one write; nothing of it was stored, and the
+    /// other writes of its batch are not affected.
+    #[error(transparent)]
+    Refused(#[from] Refused),
+    /// The store cannot be opened as given: a URL that is not one, say.
+    #[error("{what}: {message}")]
+    Config {
+        /// What was given.
+        what: String,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// The store was opened read-only and a write was attempted.
+    #[error("the store was opened read-only")]
+    ReadOnly,
+    /// The database failed: I/O, corruption, a full disk, a server that
+    /// cannot be reached or went away. Shared, so that the error can be
+    /// cloned for every listener.
+    #[error("store: {0}")]
+    Backend(#[source] Arc<dyn std::error::Error + Send + Sync>),
+    /// A record could not be encoded or decoded.
+    #[error("store: record `{key}` cannot be decoded: {message}")]
+    Codec {
+        /// The record's key.
+        key: String,
+        /// Why.
+        message: String,
+    },
+}
+
+/// Why the store refused one write (see [`Store::apply`]): what it names
+/// is missing, exists already, or changed since the write was decided; a
+/// run driven by another host; a quota. Nothing of the write was stored,
+/// and the other writes of its batch are not affected. A refusal is an
+/// answer about the data, unlike the other [`StoreError`]s, which fail a
+/// call as a whole.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum Refused {
     /// What a write names does not exist (a run to act on or cancel, a
     /// subscription to remove, a delivery to move on); nothing of the
     /// write was stored.
@@ -134,21 +183,6 @@ pub enum StoreError {
         /// Its state.
         state: DeliveryState,
     },
-    /// A writer crashed and the file needs repair, which a read-only handle
-    /// cannot do; open it with [`RedbStore::open`] once to repair it.
-    #[error("the store at {path} needs repair after a crash; open it for writing to repair it")]
-    NeedsRepair {
-        /// The database file.
-        path: String,
-    },
-    /// The batch this write was committed with failed. Nothing in it was
-    /// stored, as far as this process knows: a connection lost during the
-    /// commit leaves its outcome unknown ([`StoreError::outcome_unknown`]).
-    #[error("the commit failed: {0}")]
-    Commit(String),
-    /// The committing thread has stopped.
-    #[error("store: the committing thread has stopped")]
-    Closed,
     /// A key a step read was changed by another run before the step's
     /// result committed; nothing of the write was stored, and the step must
     /// run again.
@@ -202,6 +236,15 @@ pub enum StoreError {
         /// What the write would add.
         bytes: u64,
     },
+    /// A record the write reads does not decode (a damaged row, or one of
+    /// a newer weft): this write is refused, the rest of its batch goes on.
+    #[error("store: record `{key}` cannot be decoded: {message}")]
+    Unreadable {
+        /// The record's key.
+        key: String,
+        /// Why.
+        message: String,
+    },
     /// The write would set a timer past its tenant's `max_timers`; nothing
     /// of it was stored.
     #[error(
@@ -214,30 +257,6 @@ pub enum StoreError {
         timers: u64,
         /// Its quota.
         limit: u64,
-    },
-    /// The store cannot be opened as given: a URL that is not one, say.
-    #[error("{what}: {message}")]
-    Config {
-        /// What was given.
-        what: String,
-        /// What is wrong with it.
-        message: String,
-    },
-    /// The store was opened read-only and a write was attempted.
-    #[error("the store was opened read-only")]
-    ReadOnly,
-    /// The database failed: I/O, corruption, a full disk, a server that
-    /// cannot be reached or went away. Shared, so that the error can be
-    /// cloned for every listener.
-    #[error("store: {0}")]
-    Backend(#[source] Arc<dyn std::error::Error + Send + Sync>),
-    /// A record could not be encoded or decoded.
-    #[error("store: record `{key}` cannot be decoded: {message}")]
-    Codec {
-        /// The record's key.
-        key: String,
-        /// Why.
-        message: String,
     },
 }
 
@@ -261,7 +280,7 @@ impl From<::redb::Error> for StoreError {
     }
 }
 
-/// How [`StoreError::Exists`] reads: a subscription exists "with another
+/// How [`Refused::Exists`] reads: a subscription exists "with another
 /// target" (one with the same target is kept, not refused).
 fn exists(what: &What) -> String {
     match what {
@@ -270,8 +289,8 @@ fn exists(what: &What) -> String {
     }
 }
 
-/// What a refused write named, for [`StoreError::NotFound`],
-/// [`StoreError::Exists`] and [`StoreError::Changed`].
+/// What a refused write named, for [`Refused::NotFound`],
+/// [`Refused::Exists`] and [`Refused::Changed`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum What {
@@ -435,10 +454,20 @@ pub type KvRow = (String, String, weft_core::Versioned);
 pub trait Store: Send + Sync + std::fmt::Debug {
     /// Applies `writes` in one transaction, synced once, and answers for
     /// each: a write may be refused on its own (a run id that exists is
-    /// [`StoreError::Exists`]; see [`StoreError`] for every refusal)
+    /// [`Refused::Exists`]; see [`Refused`] for every refusal)
     /// without affecting the others. `Err` means the transaction failed and
     /// none of the writes was stored.
-    fn apply(&self, writes: &[&Write]) -> Result<Vec<Result<(), StoreError>>, StoreError>;
+    fn apply(&self, writes: &[&Write]) -> Result<Vec<Result<(), Refused>>, StoreError>;
+
+    /// Applies `write` alone, in a transaction of its own: a refusal is
+    /// [`StoreError::Refused`].
+    fn apply_one(&self, write: &Write) -> Result<(), StoreError> {
+        self.apply(&[write])?
+            .pop()
+            .map_or(Err(StoreError::Closed), |answer| {
+                answer.map_err(StoreError::from)
+            })
+    }
 
     /// Why the store fails now (a full disk, say), if it does: what
     /// `/v1/health` reports. It goes on by itself once it can.

@@ -28,7 +28,7 @@ use tokio::runtime::Runtime;
 use tokio_postgres::NoTls;
 
 use self::rows::Overlay;
-use crate::{Store, StoreError, Write};
+use crate::{Refused, Store, StoreError, Write};
 
 /// How long a call waits for a connection, or for the server to accept
 /// one, before it fails (and is tried again by its caller).
@@ -387,7 +387,7 @@ impl PostgresStore {
     }
 
     /// One batch: see the module's documentation.
-    fn apply_batch(&self, writes: &[&Write]) -> Result<Vec<Result<(), StoreError>>, StoreError> {
+    fn apply_batch(&self, writes: &[&Write]) -> Result<Vec<Result<(), Refused>>, StoreError> {
         let mut client = self.client()?;
         let txn = self.locked(&mut client, LOCK)?;
         let results = {
@@ -470,7 +470,7 @@ impl Drop for PostgresStore {
 }
 
 impl Store for PostgresStore {
-    fn apply(&self, writes: &[&Write]) -> Result<Vec<Result<(), StoreError>>, StoreError> {
+    fn apply(&self, writes: &[&Write]) -> Result<Vec<Result<(), Refused>>, StoreError> {
         let applied = self.plain(|store| store.apply_batch(writes));
         let failing = match &applied {
             Ok(_) => None,

@@ -28,7 +28,7 @@ use serde::de::DeserializeOwned;
 
 use self::tables::Tables;
 use super::{
-    DefinitionRecord, OutboxRecord, RunFilter, RunRecord, SnapshotData, SnapshotEntry,
+    DefinitionRecord, OutboxRecord, Refused, RunFilter, RunRecord, SnapshotData, SnapshotEntry,
     SnapshotRecord, StepRecord, Store, StoreError, TimerRecord, Write,
 };
 use crate::rows::{decode, decode_kv};
@@ -812,7 +812,7 @@ impl Store for RedbStore {
         Ok(backend!(table.get(tenant))?.map_or(0, |used| used.value()))
     }
 
-    fn apply(&self, writes: &[&Write]) -> Result<Vec<Result<(), StoreError>>, StoreError> {
+    fn apply(&self, writes: &[&Write]) -> Result<Vec<Result<(), Refused>>, StoreError> {
         let (txn, generation) = self.begin_write()?;
         let results = crate::apply::batch(&mut Tables::open(&txn)?, writes)?;
         self.committed(txn, generation)?;

@@ -18,7 +18,7 @@ use weft_core::KvEffects;
 #[derive(Debug, Clone)]
 pub enum Write {
     /// A new run, with its definition and the components it is pinned to;
-    /// refused with [`StoreError::Exists`](super::StoreError::Exists) if a
+    /// refused with [`Refused::Exists`](super::Refused::Exists) if a
     /// run with its id exists.
     CreateRun {
         /// The run's id.
@@ -34,7 +34,7 @@ pub enum Write {
         /// The run's deadline timer.
         timer: Option<TimerRow>,
         /// The client's key for this start: refused with
-        /// [`StoreError::Duplicate`](super::StoreError::Duplicate) if a
+        /// [`Refused::Duplicate`](super::Refused::Duplicate) if a
         /// run was recorded with it before.
         idempotency: Option<String>,
         /// The lease of the host that creates the run.
@@ -47,9 +47,9 @@ pub enum Write {
         charge: Option<Charge>,
     },
     /// A step attempt's record and the run's next state; refused with
-    /// [`StoreError::Exists`](super::StoreError::Exists) if the slot `(id,
+    /// [`Refused::Exists`](super::Refused::Exists) if the slot `(id,
     /// seq)` holds a record already, and with
-    /// [`StoreError::RunEnded`](super::StoreError::RunEnded) if the run was
+    /// [`Refused::RunEnded`](super::Refused::RunEnded) if the run was
     /// cancelled in the store.
     CommitStep {
         /// The run's id.
@@ -68,11 +68,11 @@ pub enum Write {
         /// A timer the record sets.
         timer: Option<TimerRow>,
         /// The timer whose fire this record is: refused as a whole, with
-        /// [`StoreError::TimerGone`](super::StoreError::TimerGone), unless
+        /// [`Refused::TimerGone`](super::Refused::TimerGone), unless
         /// it is still pending; removed with the write.
         fired: Option<TimerRef>,
         /// The step's key-value effects: refused as a whole, with
-        /// [`StoreError::KvConflict`](super::StoreError::KvConflict), if a
+        /// [`Refused::KvConflict`](super::Refused::KvConflict), if a
         /// key it read has changed since.
         kv: Option<KvEffects>,
         /// A child run the step starts.
@@ -95,12 +95,12 @@ pub enum Write {
     },
     /// Makes a subscription (one that exists with the same target is
     /// kept; with another, refused with
-    /// [`StoreError::Exists`](super::StoreError::Exists)).
+    /// [`Refused::Exists`](super::Refused::Exists)).
     Subscribe(Box<SubscriptionRecord>),
     /// Changes the target of subscription `key` from `from` to `to` (a
     /// webhook's signing key sealed again after a key rotation): refused
-    /// with [`StoreError::NotFound`](super::StoreError::NotFound) if it is
-    /// gone, and with [`StoreError::Changed`](super::StoreError::Changed)
+    /// with [`Refused::NotFound`](super::Refused::NotFound) if it is
+    /// gone, and with [`Refused::Changed`](super::Refused::Changed)
     /// if its target is no longer `from`. Its deliveries stay.
     Retarget {
         /// The subscription.
@@ -111,26 +111,26 @@ pub enum Write {
         to: Box<super::Target>,
     },
     /// Removes the subscription with this key; its deliveries go. Refused
-    /// with [`StoreError::NotFound`](super::StoreError::NotFound) if there
+    /// with [`Refused::NotFound`](super::Refused::NotFound) if there
     /// is none.
     Unsubscribe(String),
     /// Changes delivery `.0`; refused with
-    /// [`StoreError::NotFound`](super::StoreError::NotFound) if there is
+    /// [`Refused::NotFound`](super::Refused::NotFound) if there is
     /// none, and with
-    /// [`StoreError::DeliveryState`](super::StoreError::DeliveryState) when
+    /// [`Refused::DeliveryState`](super::Refused::DeliveryState) when
     /// the change does not apply to its state.
     Delivery(String, DeliveryOp),
     /// An outside actor's answer to an `await` step of a run that is not in
     /// memory, decided on the run as it was at `expect` step records: the
     /// answer's record goes to `(run, expect)`, the run's record is
     /// replaced, the wait's timeout goes, and the run is awake. Refused
-    /// with [`StoreError::NotFound`](super::StoreError::NotFound) (no such
-    /// run), [`StoreError::RunEnded`](super::StoreError::RunEnded),
-    /// [`StoreError::Busy`](super::StoreError::Busy) (the run is not
-    /// suspended), [`StoreError::Changed`](super::StoreError::Changed) (it
+    /// with [`Refused::NotFound`](super::Refused::NotFound) (no such
+    /// run), [`Refused::RunEnded`](super::Refused::RunEnded),
+    /// [`Refused::Busy`](super::Refused::Busy) (the run is not
+    /// suspended), [`Refused::Changed`](super::Refused::Changed) (it
     /// has another number of records, was moved to another revision, or
     /// was paused or resumed since) or
-    /// [`StoreError::TimerGone`](super::StoreError::TimerGone). A paused
+    /// [`Refused::TimerGone`](super::Refused::TimerGone). A paused
     /// run stays asleep: `wake` is decided with its pause, and asleep.
     Act {
         /// The run.
@@ -184,9 +184,9 @@ pub enum Write {
     /// records: the fire's record (if its kind leaves one) goes to `(run,
     /// expect)`, the run's record is replaced (awake), and the timer row
     /// goes. Refused with
-    /// [`StoreError::TimerGone`](super::StoreError::TimerGone) unless the
+    /// [`Refused::TimerGone`](super::Refused::TimerGone) unless the
     /// row is pending and the run is running, and with
-    /// [`StoreError::Changed`](super::StoreError::Changed) if the run has
+    /// [`Refused::Changed`](super::Refused::Changed) if the run has
     /// another number of records, was moved to another revision, or was
     /// paused or resumed since. A paused run stays asleep: `wake` is
     /// decided with its pause, and asleep.
@@ -209,9 +209,9 @@ pub enum Write {
     /// Cancels a run that is not in memory, decided on it as it was at
     /// `expect` step records: its record is replaced by `ended`, it is
     /// marked cancelled, and its timers go. Refused with
-    /// [`StoreError::NotFound`](super::StoreError::NotFound) if there is no
-    /// such run, [`StoreError::RunEnded`](super::StoreError::RunEnded) if
-    /// it has ended, and [`StoreError::Changed`](super::StoreError::Changed)
+    /// [`Refused::NotFound`](super::Refused::NotFound) if there is no
+    /// such run, [`Refused::RunEnded`](super::Refused::RunEnded) if
+    /// it has ended, and [`Refused::Changed`](super::Refused::Changed)
     /// if it has another number of records.
     CancelRun {
         /// The run.
@@ -234,9 +234,9 @@ pub enum Write {
     /// running again) as the run, lifts its cancelled mark, lists it among
     /// the runs to resume, with no lease (whoever claims it first drives
     /// it), and writes its new deadline's timer. Refused with
-    /// [`StoreError::NotFound`](super::StoreError::NotFound) if there is no
-    /// such run, [`StoreError::Busy`](super::StoreError::Busy) if it has
-    /// not ended, and [`StoreError::Changed`](super::StoreError::Changed)
+    /// [`Refused::NotFound`](super::Refused::NotFound) if there is no
+    /// such run, [`Refused::Busy`](super::Refused::Busy) if it has
+    /// not ended, and [`Refused::Changed`](super::Refused::Changed)
     /// if it has another number of records.
     RetryRun {
         /// The run.
@@ -254,9 +254,9 @@ pub enum Write {
     /// stores `run`. A pause (`pause`) keeps the run out of the runs to
     /// resume: by its driver (under `lease`, with no attempt under way),
     /// or, with no lease, of a run that waits suspended (else refused with
-    /// [`StoreError::Busy`](super::StoreError::Busy)). A resume lists it
+    /// [`Refused::Busy`](super::Refused::Busy)). A resume lists it
     /// again and frees its lease, so that whoever claims it first drives
-    /// it. Refused with [`StoreError::Changed`](super::StoreError::Changed)
+    /// it. Refused with [`Refused::Changed`](super::Refused::Changed)
     /// if the run has another number of records, was moved to another
     /// revision, or is not paused when resumed.
     PauseRun {
@@ -278,9 +278,9 @@ pub enum Write {
     /// drives it, takes its lease away (a lease of no host at a higher
     /// epoch: the driver's next commit is refused, and whoever claims the
     /// run next reads the new revision). Refused with
-    /// [`StoreError::NotFound`](super::StoreError::NotFound),
-    /// [`StoreError::RunEnded`](super::StoreError::RunEnded) or
-    /// [`StoreError::Changed`](super::StoreError::Changed) (another number
+    /// [`Refused::NotFound`](super::Refused::NotFound),
+    /// [`Refused::RunEnded`](super::Refused::RunEnded) or
+    /// [`Refused::Changed`](super::Refused::Changed) (another number
     /// of records, or it woke, slept, or was paused or resumed since).
     MigrateRun {
         /// The run.
@@ -296,8 +296,8 @@ pub enum Write {
     },
     /// Writes a cron trigger's row; with `expect`, only if the stored row
     /// is at that version, 0 meaning that there is none (else refused with
-    /// [`StoreError::Exists`](super::StoreError::Exists) when 0 was
-    /// expected, [`StoreError::Changed`](super::StoreError::Changed)
+    /// [`Refused::Exists`](super::Refused::Exists) when 0 was
+    /// expected, [`Refused::Changed`](super::Refused::Changed)
     /// otherwise), and with `start`, together with the run its fire starts
     /// (a `CreateRun`, whose own refusal is this write's).
     /// `row: None` removes the trigger.
@@ -313,7 +313,7 @@ pub enum Write {
     },
     /// Records version `revision` of `workflow`, with its definition
     /// (stored once by digest); refused with
-    /// [`StoreError::Exists`](super::StoreError::Exists) if that revision
+    /// [`Refused::Exists`](super::Refused::Exists) if that revision
     /// exists.
     Deploy {
         /// The workflow's id.
@@ -327,10 +327,10 @@ pub enum Write {
     },
     /// Takes run `run` under `lease`, whose epoch is one past the run's
     /// lease now: refused with
-    /// [`StoreError::Fenced`](super::StoreError::Fenced) unless nobody
+    /// [`Refused::Fenced`](super::Refused::Fenced) unless nobody
     /// drives the run (it is suspended, has no lease, or its host is gone),
-    /// [`StoreError::RunEnded`](super::StoreError::RunEnded) if it has
-    /// ended, [`StoreError::NotFound`](super::StoreError::NotFound) if
+    /// [`Refused::RunEnded`](super::Refused::RunEnded) if it has
+    /// ended, [`Refused::NotFound`](super::Refused::NotFound) if
     /// there is no such run. Holding the lease already is no change.
     Claim {
         /// The run.
@@ -343,17 +343,17 @@ pub enum Write {
     /// cancelled run's mark stays, for a host that may still hold it),
     /// and gives the bytes its start and records were counted back to
     /// its tenant: its idempotency key is free again. Refused with
-    /// [`StoreError::Needed`](super::StoreError::Needed) if it has not
+    /// [`Refused::Needed`](super::Refused::Needed) if it has not
     /// ended or its parent has not, and with
-    /// [`StoreError::NotFound`](super::StoreError::NotFound) if there is
+    /// [`Refused::NotFound`](super::Refused::NotFound) if there is
     /// no such run.
     DeleteRun(String),
     /// Deletes message `0` with its deliveries, once every delivery is
     /// settled (acked, or cleared from the dead letters), and gives its
     /// bytes back to its tenant. Refused with
-    /// [`StoreError::Needed`](super::StoreError::Needed) while a delivery
+    /// [`Refused::Needed`](super::Refused::Needed) while a delivery
     /// is not settled, and with
-    /// [`StoreError::NotFound`](super::StoreError::NotFound) if there is
+    /// [`Refused::NotFound`](super::Refused::NotFound) if there is
     /// no such message.
     DeleteMessage(u64),
     /// Drops the tombstone of deleted key `key` of `space` if it is still
@@ -376,9 +376,9 @@ pub enum Write {
     },
     /// Deletes revision `revision` of workflow `workflow` (its definition
     /// stays: see [`Write::DeleteBlob`]). Refused with
-    /// [`StoreError::Needed`](super::StoreError::Needed) if it is the
+    /// [`Refused::Needed`](super::Refused::Needed) if it is the
     /// workflow's newest revision, and with
-    /// [`StoreError::NotFound`](super::StoreError::NotFound) if there is
+    /// [`Refused::NotFound`](super::Refused::NotFound) if there is
     /// no such revision.
     DeleteRevision {
         /// The workflow.
@@ -402,7 +402,7 @@ pub enum Write {
     /// `marked_by` and not stored again since: the sweeper passes the
     /// start of its pass, less a margin, so that whatever needed the
     /// digest when it was marked was there for the pass to see. Refused
-    /// with [`StoreError::Needed`](super::StoreError::Needed) otherwise,
+    /// with [`Refused::Needed`](super::Refused::Needed) otherwise,
     /// or if a revision (a definition) or a registry plugin (a component)
     /// refers to it. Deleting what is not there is no change.
     DeleteBlob {
@@ -416,9 +416,9 @@ pub enum Write {
     /// Takes subscription `subscription`'s delivery queue under `lease`,
     /// so that one host at a time delivers it: no change if `lease` holds
     /// it; else refused with
-    /// [`StoreError::Fenced`](super::StoreError::Fenced) unless nobody
+    /// [`Refused::Fenced`](super::Refused::Fenced) unless nobody
     /// holds the queue (no lease, or its host's row is gone) and `lease`
-    /// is the next epoch; [`StoreError::NotFound`](super::StoreError::NotFound)
+    /// is the next epoch; [`Refused::NotFound`](super::Refused::NotFound)
     /// if there is no such subscription.
     HoldQueue {
         /// The subscription.
@@ -437,8 +437,8 @@ pub enum Write {
     /// Declares host `host` gone, if its row still expires at
     /// `expires_at` (it has not renewed since it was judged gone): its
     /// runs may be taken. Refused with
-    /// [`StoreError::Changed`](super::StoreError::Changed) if it renewed,
-    /// [`StoreError::NotFound`](super::StoreError::NotFound) if it has no
+    /// [`Refused::Changed`](super::Refused::Changed) if it renewed,
+    /// [`Refused::NotFound`](super::Refused::NotFound) if it has no
     /// row.
     Forget {
         /// The host's id.
@@ -464,9 +464,9 @@ pub enum Write {
     /// of a revision of snapshot store `store` being published, under data
     /// id `data`: the `first` page makes the data's row, in state
     /// staging; each page sets its time to `at`. Refused with
-    /// [`StoreError::Exists`](super::StoreError::Exists) naming the first
+    /// [`Refused::Exists`](super::Refused::Exists) naming the first
     /// key staged already (a key may appear once in a revision), and with
-    /// [`StoreError::Changed`](super::StoreError::Changed) if the first
+    /// [`Refused::Changed`](super::Refused::Changed) if the first
     /// page finds a row, or a later one finds none or one that is not
     /// staging (sealed, or dropped by the sweeper after an hour without a
     /// page).
@@ -484,17 +484,17 @@ pub enum Write {
     },
     /// Seals the staged data `record.data` as revision `record.revision`
     /// of `record.store`. Refused with
-    /// [`StoreError::Exists`](super::StoreError::Exists) unless that is
+    /// [`Refused::Exists`](super::Refused::Exists) unless that is
     /// one past the store's newest revision (another publish took the
     /// number: try the next), and with
-    /// [`StoreError::Changed`](super::StoreError::Changed) if the data is
+    /// [`Refused::Changed`](super::Refused::Changed) if the data is
     /// not staging for that store.
     SealSnapshot(Box<super::SnapshotRecord>),
     /// Deletes revision `revision` of snapshot store `store`; its data is
     /// dropped, for the sweeper to delete. Refused with
-    /// [`StoreError::Needed`](super::StoreError::Needed) if it is the
+    /// [`Refused::Needed`](super::Refused::Needed) if it is the
     /// store's newest revision, and with
-    /// [`StoreError::NotFound`](super::StoreError::NotFound) if there is
+    /// [`Refused::NotFound`](super::Refused::NotFound) if there is
     /// no such revision.
     DeleteSnapshot {
         /// The store, with its tenant.
@@ -518,7 +518,7 @@ pub enum Write {
     },
     /// Deletes the row of data `data`, dropped or abandoned at `now`,
     /// whose entries are gone. Refused with
-    /// [`StoreError::Needed`](super::StoreError::Needed) if it is sealed,
+    /// [`Refused::Needed`](super::Refused::Needed) if it is sealed,
     /// or staging and not abandoned.
     ForgetSnapshotData {
         /// The data id.
@@ -756,7 +756,7 @@ impl Write {
     /// This write, charged to `tenant`'s stored bytes (see [`Charge`]):
     /// a run's start, a step's record with its effects, an answer. With
     /// `refusable`, the write is refused with
-    /// [`StoreError::StorageQuota`](super::StoreError::StorageQuota)
+    /// [`Refused::StorageQuota`](super::Refused::StorageQuota)
     /// rather than take the tenant over its `max_stored_bytes`; without,
     /// it is stored and counted whatever the quota (a failure's record, a
     /// cancellation, a cron fire). Other writes are left as they are.

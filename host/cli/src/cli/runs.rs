@@ -7,7 +7,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use clap::Subcommand;
 use weft::Store;
-use weft::store::{RedbStore, RunFilter, RunState, StoreError};
+use weft::store::{RedbStore, Refused, RunFilter, RunState, StoreError};
 
 use super::progress::format_micros;
 use super::{EXIT_INVALID, store_path};
@@ -477,11 +477,11 @@ fn delete(data_dir: &Path, run_id: &str) -> anyhow::Result<ExitCode> {
             out!("run {run_id} deleted");
             Ok(ExitCode::SUCCESS)
         }
-        Err(e @ StoreError::Needed { .. }) => {
+        Err(e @ StoreError::Refused(Refused::Needed { .. })) => {
             eprintln!("error: {}", e.to_string().trim_start_matches("store: "));
             Ok(ExitCode::from(EXIT_INVALID))
         }
-        Err(StoreError::NotFound(_)) => {
+        Err(StoreError::Refused(Refused::NotFound(_))) => {
             eprintln!("error: no run `{run_id}` in {}", data_dir.display());
             Ok(ExitCode::from(EXIT_INVALID))
         }
@@ -621,14 +621,14 @@ fn cancel(data_dir: &Path, run_id: &str) -> anyhow::Result<ExitCode> {
             out!("run {run_id} cancelled");
             Ok(ExitCode::SUCCESS)
         }
-        Err(StoreError::RunEnded(_)) => {
+        Err(StoreError::Refused(Refused::RunEnded(_))) => {
             let state = host.engine().store().run(run_id)?;
             let state = state.map(|r| r.state.to_string());
             let state = state.unwrap_or_default();
             eprintln!("error: run {run_id} has already ended: {state}");
             Ok(ExitCode::from(EXIT_INVALID))
         }
-        Err(StoreError::NotFound(_)) => {
+        Err(StoreError::Refused(Refused::NotFound(_))) => {
             eprintln!("error: no run `{run_id}` in {}", data_dir.display());
             Ok(ExitCode::from(EXIT_INVALID))
         }

@@ -10,8 +10,8 @@ use weft_core::KvEffects;
 use weft_core::clock::Clock;
 use weft_model::RetryPolicy;
 use weft_store::{
-    Emission, ErrorRecord, ParentLink, RunError, RunRecord, RunState, StepRecord, StoreError,
-    TimerRef,
+    Emission, ErrorRecord, ParentLink, Refused, RunError, RunRecord, RunState, StepRecord,
+    StoreError, TimerRef,
 };
 
 use crate::launch::{Launcher, NewRun};
@@ -95,12 +95,12 @@ impl Finished {
     }
 
     /// Drops this result uncommitted (its run left memory): whoever waits
-    /// for its commit is told to try again ([`StoreError::Changed`]), and
+    /// for its commit is told to try again ([`Refused::Changed`]), and
     /// the timer whose fire it was, if any, is given back to arm again.
     pub(crate) fn abandon(self) -> Option<TimerRef> {
         if let Some(reply) = self.reply {
-            reply(Err(StoreError::Changed(weft_store::What::Run(
-                self.record.run_id.clone(),
+            reply(Err(StoreError::Refused(Refused::Changed(
+                weft_store::What::Run(self.record.run_id.clone()),
             ))));
         }
         self.fired

@@ -15,7 +15,7 @@ use std::sync::mpsc::SyncSender;
 use std::sync::{Arc, Mutex, Weak};
 
 use weft_core::lock;
-use weft_store::{RunRecord, StoreError, What};
+use weft_store::{Refused, RunRecord, StoreError, What};
 
 use super::{CellOf, Later, Live, Scheduler, Task, TenantLimits, Work};
 use crate::error::ResumeError;
@@ -313,15 +313,19 @@ impl Scheduler {
                 let id = parked.id;
                 let outcome = match e {
                     // Cancelled while parked: its handle hears how it ended.
-                    ResumeError::NotRunning { .. } => self
-                        .launcher
-                        .store
-                        .run(&id)
-                        .and_then(|run| run.ok_or(StoreError::NotFound(What::Run(id.clone())))),
-                    ResumeError::Driven { run, host } => {
-                        Err(StoreError::Fenced { run, owner: host })
+                    ResumeError::NotRunning { .. } => {
+                        self.launcher.store.run(&id).and_then(|run| {
+                            run.ok_or(StoreError::Refused(Refused::NotFound(What::Run(
+                                id.clone(),
+                            ))))
+                        })
                     }
-                    ResumeError::NotFound(_) => Err(StoreError::NotFound(What::Run(id.clone()))),
+                    ResumeError::Driven { run, host } => {
+                        Err(StoreError::Refused(Refused::Fenced { run, owner: host }))
+                    }
+                    ResumeError::NotFound(_) => Err(StoreError::Refused(Refused::NotFound(
+                        What::Run(id.clone()),
+                    ))),
                     // Its definition or a component can no longer be used:
                     // it stays running in the store, for a host that can.
                     e => {
@@ -625,10 +629,11 @@ impl Scheduler {
         id: &str,
         done: &SyncSender<Result<RunRecord, StoreError>>,
     ) {
-        let stored =
-            self.launcher.store.run(id).and_then(|run| {
-                run.ok_or(StoreError::NotFound(weft_store::What::Run(id.to_owned())))
-            });
+        let stored = self.launcher.store.run(id).and_then(|run| {
+            run.ok_or(StoreError::Refused(Refused::NotFound(
+                weft_store::What::Run(id.to_owned()),
+            )))
+        });
         let outcome = match stored {
             // Fenced off by its parent's cancellation. (A top-level run
             // running again was retried since it ended: whoever claimed it
@@ -637,7 +642,7 @@ impl Scheduler {
                 if run.parent.is_some() {
                     self.enqueue(Work::Cancel(id.to_owned()));
                 }
-                Err(StoreError::RunEnded(id.to_owned()))
+                Err(StoreError::Refused(Refused::RunEnded(id.to_owned())))
             }
             stored => stored,
         };

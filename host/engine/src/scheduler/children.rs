@@ -4,7 +4,7 @@
 use std::sync::{Arc, Weak};
 
 use weft_core::lock;
-use weft_store::{OutboxRecord, RunRecord, StoreError, Write};
+use weft_store::{OutboxRecord, Refused, RunRecord, StoreError, Write};
 
 use crate::Quiet;
 use crate::drive::Attempt;
@@ -41,7 +41,7 @@ impl Scheduler {
                 // was lost, by the parent's watch, or by another host. The
                 // child may have moved on since: it is read back, not
                 // admitted as it was made.
-                Err(StoreError::Exists(_)) => {
+                Err(StoreError::Refused(Refused::Exists(_))) => {
                     core.enqueue(Work::Wake(child.drive.run.id.clone(), 0));
                 }
                 Err(e) => {
@@ -163,7 +163,7 @@ impl Scheduler {
         if let Some(write) = row.as_ref().and_then(Write::start_run) {
             let write = write.under(weft_store::Lease::after(None, self.host()));
             match self.commits.commit(write) {
-                Ok(()) | Err(StoreError::Exists(_)) => {}
+                Ok(()) | Err(StoreError::Refused(Refused::Exists(_))) => {}
                 Err(e) => return again(&e),
             }
         }
@@ -228,7 +228,7 @@ impl Scheduler {
         let commit = |write| self.commits.commit(write);
         let ended = |run: &RunRecord| self.ended_in_store(run);
         match crate::stored::cancel_tree(store, id, self.clock.now(), &commit, &ended) {
-            Ok(()) | Err(StoreError::RunEnded(_) | StoreError::NotFound(_)) => {}
+            Ok(()) | Err(StoreError::Refused(Refused::RunEnded(_) | Refused::NotFound(_))) => {}
             Err(e) => {
                 tracing::warn!(run = %id, "cannot cancel a child run, trying again: {e}");
                 self.retry_later(1, Later::Work(Work::Cancel(id.to_owned())));

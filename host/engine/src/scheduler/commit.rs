@@ -4,7 +4,7 @@
 use std::sync::{Arc, MutexGuard};
 
 use weft_core::lock;
-use weft_store::{CANCEL_PATH, OutboxRecord, StepRecord, StoreError, TimerRef, Write};
+use weft_store::{CANCEL_PATH, OutboxRecord, Refused, StepRecord, StoreError, TimerRef, Write};
 
 use crate::drive::{Completed, Finished, Next, Plan, Reply, Undo};
 use crate::launch::NewRun;
@@ -196,7 +196,7 @@ impl Scheduler {
             self.messages.bump();
         }
         match outcome {
-            Err(StoreError::KvConflict { space, key }) => {
+            Err(StoreError::Refused(Refused::KvConflict { space, key })) => {
                 // Another run changed what this attempt
                 // read: run it again on fresh data, as the
                 // same attempt.
@@ -207,7 +207,7 @@ impl Scheduler {
                 live.task.drive.undo(committing.undo);
                 self.enqueue(Work::Advance(Arc::clone(cell)));
             }
-            Err(StoreError::StorageQuota { .. } | StoreError::TimerQuota { .. }) => {
+            Err(StoreError::Refused(Refused::StorageQuota { .. } | Refused::TimerQuota { .. })) => {
                 // The result would take the tenant over its stored bytes
                 // or its pending timers: the attempt fails instead, and its
                 // failure is stored.
@@ -215,7 +215,7 @@ impl Scheduler {
                     live.task.drive.undo(committing.undo);
                 }
                 let code = match &outcome {
-                    Err(StoreError::TimerQuota { .. }) => "timer_quota",
+                    Err(StoreError::Refused(Refused::TimerQuota { .. })) => "timer_quota",
                     _ => "storage_quota",
                 };
                 let refused = outcome.err().map(|e| e.to_string()).unwrap_or_default();
@@ -228,7 +228,7 @@ impl Scheduler {
                 ));
                 self.enqueue(Work::Advance(Arc::clone(cell)));
             }
-            Err(StoreError::TimerGone(id)) => {
+            Err(StoreError::Refused(Refused::TimerGone(id))) => {
                 // Fired or cancelled elsewhere (through the store, or by
                 // a host that took the run while it slept): what this
                 // drive holds is behind the store, so it is read back.
@@ -361,7 +361,7 @@ impl Scheduler {
                 }
                 // It moved on under the pause (a retry's fire, say): read
                 // back, and paused again from there.
-                Err(StoreError::Changed(_) | StoreError::Exists(_)) => {
+                Err(StoreError::Refused(Refused::Changed(_) | Refused::Exists(_))) => {
                     live.pausing = Some(paused.paused.map(|m| m.actor).unwrap_or_default());
                     core.reread(live);
                 }
@@ -399,7 +399,7 @@ impl Scheduler {
             Box::new(move |outcome| {
                 let mut live = lock(&cell);
                 live.committing = false;
-                if let Err(StoreError::RunEnded(_)) = outcome {
+                if let Err(StoreError::Refused(Refused::RunEnded(_))) = outcome {
                     core.left_ended(&mut live);
                 } else if let Err(panic) =
                     weft_core::panics::contain("commit", || then(&core, &cell, &mut live, outcome))

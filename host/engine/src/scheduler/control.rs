@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use weft_core::lock;
-use weft_store::StoreError;
+use weft_store::{Refused, StoreError};
 
 use crate::drive::{Answer, Reply};
 use crate::error::ActError;
@@ -41,7 +41,7 @@ pub(crate) fn answered(
 ) -> Result<(), ActError> {
     match outcome {
         Some(Ok(())) => Ok(()),
-        Some(Err(StoreError::TimerGone(_))) => Err(ActError::NotWaiting {
+        Some(Err(StoreError::Refused(Refused::TimerGone(_)))) => Err(ActError::NotWaiting {
             run: id.to_owned(),
             step: path.to_owned(),
             state: "timed out".to_owned(),
@@ -69,11 +69,11 @@ impl Scheduler {
             match outcome {
                 // Let go of by its cell before the cancellation committed
                 // (its store failed): cancelled in the store next time.
-                Err(StoreError::Changed(_)) => continue,
+                Err(StoreError::Refused(Refused::Changed(_))) => continue,
                 outcome => return outcome,
             }
         }
-        Err(StoreError::Busy { run: id.to_owned() })
+        Err(StoreError::Refused(Refused::Busy { run: id.to_owned() }))
     }
 
     /// One try of [`Scheduler::cancel`] that never waits for a commit of its
@@ -109,12 +109,20 @@ impl Scheduler {
     ) -> Result<(), StoreError> {
         match outcome {
             Some(Ok(())) => Ok(()),
-            Some(Err(StoreError::RunEnded(_))) | None => match self.launcher.store.run(id)? {
-                Some(run) if run.state == weft_store::RunState::Cancelled => Ok(()),
-                Some(run) if run.state.is_terminal() => Err(StoreError::RunEnded(run.id)),
-                Some(_) => Err(StoreError::Changed(weft_store::What::Run(id.to_owned()))),
-                None => Err(StoreError::NotFound(weft_store::What::Run(id.to_owned()))),
-            },
+            Some(Err(StoreError::Refused(Refused::RunEnded(_)))) | None => {
+                match self.launcher.store.run(id)? {
+                    Some(run) if run.state == weft_store::RunState::Cancelled => Ok(()),
+                    Some(run) if run.state.is_terminal() => {
+                        Err(StoreError::Refused(Refused::RunEnded(run.id)))
+                    }
+                    Some(_) => Err(StoreError::Refused(Refused::Changed(
+                        weft_store::What::Run(id.to_owned()),
+                    ))),
+                    None => Err(StoreError::Refused(Refused::NotFound(
+                        weft_store::What::Run(id.to_owned()),
+                    ))),
+                }
+            }
             Some(Err(e)) => Err(e),
         }
     }
@@ -158,7 +166,7 @@ impl Scheduler {
                 Acting::Queued(told) => match answered(id, path, told.recv().ok()) {
                     // The run left memory before the answer was committed:
                     // it goes through the store now.
-                    Err(ActError::Store(StoreError::Changed(_))) if !last => {}
+                    Err(ActError::Store(StoreError::Refused(Refused::Changed(_)))) if !last => {}
                     outcome => return outcome,
                 },
                 Acting::Done(outcome) => return outcome,
@@ -235,12 +243,14 @@ impl Scheduler {
         match outcome {
             // The run moved on after it was read (another record
             // landed, or it woke): look again.
-            Err(ActError::Store(StoreError::Changed(_))) if !last => {
+            Err(ActError::Store(StoreError::Refused(Refused::Changed(_)))) if !last => {
                 Acting::Again(Duration::from_millis(5))
             }
-            Err(ActError::Store(StoreError::Changed(_))) => Acting::Done(Err(ActError::Busy(
-                format!("run `{id}` kept moving while the answer was decided; try again"),
-            ))),
+            Err(ActError::Store(StoreError::Refused(Refused::Changed(_)))) => {
+                Acting::Done(Err(ActError::Busy(format!(
+                    "run `{id}` kept moving while the answer was decided; try again"
+                ))))
+            }
             outcome => Acting::Done(outcome),
         }
     }
@@ -290,19 +300,19 @@ impl Scheduler {
                 self.telemetry.step(&run, &told, false);
                 Ok(())
             }
-            Err(StoreError::TimerGone(_)) => Err(ActError::NotWaiting {
+            Err(StoreError::Refused(Refused::TimerGone(_))) => Err(ActError::NotWaiting {
                 run: id.to_owned(),
                 step: path.to_owned(),
                 state: "timed out".to_owned(),
             }),
-            Err(StoreError::RunEnded(_)) => Err(ActError::Ended(id.to_owned())),
-            Err(StoreError::Busy { run }) => Err(ActError::Busy(format!(
+            Err(StoreError::Refused(Refused::RunEnded(_))) => Err(ActError::Ended(id.to_owned())),
+            Err(StoreError::Refused(Refused::Busy { run })) => Err(ActError::Busy(format!(
                 "run `{run}` is in progress in another process"
             ))),
-            Err(StoreError::Fenced { run, owner }) => Err(ActError::Busy(format!(
-                "run `{run}` is driven by host `{owner}`"
-            ))),
-            Err(StoreError::NotFound(weft_store::What::Run(_))) => {
+            Err(StoreError::Refused(Refused::Fenced { run, owner })) => Err(ActError::Busy(
+                format!("run `{run}` is driven by host `{owner}`"),
+            )),
+            Err(StoreError::Refused(Refused::NotFound(weft_store::What::Run(_)))) => {
                 Err(ActError::NotFound(id.to_owned()))
             }
             Err(e) => Err(ActError::Store(e)),

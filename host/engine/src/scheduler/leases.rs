@@ -14,7 +14,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use weft_core::lock;
-use weft_store::{HostRecord, Lease, StoreError, Write};
+use weft_store::{HostRecord, Lease, Refused, StoreError, Write};
 
 use super::Scheduler;
 
@@ -250,11 +250,11 @@ impl Scheduler {
             }
             tracing::warn!(run = %id, lease = ?current, "taken over or ended while this host was stopped; let go");
             let refused = match current {
-                Some(owner) => StoreError::Fenced {
+                Some(owner) => StoreError::Refused(Refused::Fenced {
                     run: id,
                     owner: owner.host,
-                },
-                None => StoreError::RunEnded(id),
+                }),
+                None => StoreError::Refused(Refused::RunEnded(id)),
             };
             self.finish(&mut live, Err(refused));
         }
@@ -470,18 +470,18 @@ impl Scheduler {
                 };
                 match self.commits.commit(claim) {
                     Ok(()) => lease,
-                    Err(StoreError::Fenced { owner, .. }) => {
+                    Err(StoreError::Refused(Refused::Fenced { owner, .. })) => {
                         return Err(ResumeError::Driven {
                             run: id.to_owned(),
                             host: owner,
                         });
                     }
-                    Err(StoreError::NotFound(_)) => {
+                    Err(StoreError::Refused(Refused::NotFound(_))) => {
                         return Err(ResumeError::NotFound(id.to_owned()));
                     }
                     // Ended, or fenced off by its parent's cancellation:
                     // then it is cancelled now.
-                    Err(StoreError::RunEnded(_)) => {
+                    Err(StoreError::Refused(Refused::RunEnded(_))) => {
                         let stored = store.run(id)?;
                         let state = match &stored {
                             Some(run) if run.state.is_terminal() => run.state,

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use weft_core::lock;
-use weft_store::{PauseMark, StoreError, Write};
+use weft_store::{PauseMark, Refused, StoreError, Write};
 
 use super::{Scheduler, Work};
 use crate::error::PauseError;
@@ -103,9 +103,11 @@ impl Scheduler {
             match self.commits.commit(self.pause_in_store(run, actor)) {
                 Ok(()) => return Ok(Pausing::Paused),
                 // It moved on (a fire, an answer, a wake): decided again.
-                Err(StoreError::Changed(_) | StoreError::Busy { .. }) => {}
-                Err(StoreError::RunEnded(_)) => {}
-                Err(StoreError::NotFound(_)) => return Err(PauseError::NotFound(id.to_owned())),
+                Err(StoreError::Refused(Refused::Changed(_) | Refused::Busy { .. })) => {}
+                Err(StoreError::Refused(Refused::RunEnded(_))) => {}
+                Err(StoreError::Refused(Refused::NotFound(_))) => {
+                    return Err(PauseError::NotFound(id.to_owned()));
+                }
                 Err(e) => return Err(e.into()),
             }
         }
@@ -186,7 +188,7 @@ impl Scheduler {
             None => return,
         }
         match self.commits.commit(self.pause_in_store(run, actor)) {
-            Ok(()) | Err(StoreError::RunEnded(_) | StoreError::NotFound(_)) => {
+            Ok(()) | Err(StoreError::Refused(Refused::RunEnded(_) | Refused::NotFound(_))) => {
                 lock(&self.pending_pauses).remove(id);
             }
             // It moved on (a fire, a wake), or the store failed (if the
@@ -274,8 +276,10 @@ impl Scheduler {
             resumed.updated_at = self.clock.now();
             match self.commits.commit(Write::pause_run(&resumed)) {
                 Ok(()) => return Ok(false),
-                Err(StoreError::Changed(_)) => {}
-                Err(StoreError::NotFound(_)) => return Err(PauseError::NotFound(id.to_owned())),
+                Err(StoreError::Refused(Refused::Changed(_))) => {}
+                Err(StoreError::Refused(Refused::NotFound(_))) => {
+                    return Err(PauseError::NotFound(id.to_owned()));
+                }
                 // The resume may have landed: if it did, the run is free to
                 // go on with no driver, and is woken after a pause (a wake
                 // of a run still paused leaves it as it is).

@@ -8,7 +8,7 @@ use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
 use weft_core::lock;
-use weft_store::{StoreError, TimerKind, TimerRecord};
+use weft_store::{Refused, StoreError, TimerKind, TimerRecord};
 
 use super::{Later, Live, Scheduler, Work};
 
@@ -126,13 +126,13 @@ impl Scheduler {
                     Ok(()) => core.fired(timer.timer.due),
                     // Fired elsewhere; or another host drives the run,
                     // and fires its timers itself.
-                    Err(StoreError::TimerGone(_) | StoreError::Fenced { .. }) => {}
+                    Err(StoreError::Refused(Refused::TimerGone(_) | Refused::Fenced { .. })) => {}
                     // Fenced off by its parent's cancellation: its own
                     // cancellation ends it (and removes the timer).
-                    Err(StoreError::RunEnded(_)) => core.enqueue(Work::Cancel(timer.run)),
+                    Err(StoreError::Refused(Refused::RunEnded(_))) => core.enqueue(Work::Cancel(timer.run)),
                     // The run moved on since it was read (another host may
                     // be committing it): decide again, after a pause.
-                    Err(StoreError::Changed(_)) => {
+                    Err(StoreError::Refused(Refused::Changed(_))) => {
                         let again = Work::Fire(Box::new(timer), tries.saturating_add(1));
                         core.retry_later(tries, Later::Work(again));
                     }
@@ -197,18 +197,22 @@ impl Scheduler {
                         Ok(()) => core.retried_elsewhere(&timer),
                         // The run left memory first: its row is still
                         // pending, and fires through the store.
-                        Err(StoreError::Changed(_)) => core.arm(timer.timer.key()),
+                        Err(StoreError::Refused(Refused::Changed(_))) => {
+                            core.arm(timer.timer.key())
+                        }
                         Err(_) => {}
                     }
                     return;
                 }
                 match outcome {
-                    Ok(()) | Err(StoreError::TimerGone(_)) => {
+                    Ok(()) | Err(StoreError::Refused(Refused::TimerGone(_))) => {
                         core.retry_ready(&mut live, &cell, &timer);
                     }
                     // A commit of the run landed since it was read: decide
                     // again (unless another fire made the leaf ready).
-                    Err(StoreError::Changed(_)) => core.enqueue(Work::Fire(Box::new(timer), 0)),
+                    Err(StoreError::Refused(Refused::Changed(_))) => {
+                        core.enqueue(Work::Fire(Box::new(timer), 0))
+                    }
                     Err(e) => core.failed(&mut live, e),
                 }
             }),

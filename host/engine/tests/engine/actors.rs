@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use weft_engine::{ActError, Answer};
-use weft_store::{CANCEL_PATH, RunState, StoreError};
+use weft_store::{CANCEL_PATH, Refused, RunState, StoreError};
 
 use crate::common::{Host, assert_succeeded, finish, inputs, paths, steps_called};
 use crate::fake::Gate;
@@ -74,7 +74,10 @@ steps:
     std::thread::sleep(Duration::from_millis(20));
     assert_eq!(steps_called(&host.calls()), ["first", "hold"]);
     assert_eq!(paths(&host.steps(&id)), ["first", CANCEL_PATH]);
-    assert_matches!(host.engine.cancel(&id), Err(StoreError::RunEnded(_)));
+    assert_matches!(
+        host.engine.cancel(&id),
+        Err(StoreError::Refused(Refused::RunEnded(_)))
+    );
 }
 
 #[test]
@@ -102,5 +105,8 @@ steps:
     std::thread::sleep(Duration::from_millis(20));
     assert_eq!(paths(&host.steps(&id)), ["nap"]);
     assert!(host.calls().is_empty());
-    assert_matches!(host.engine.cancel(&id), Err(StoreError::RunEnded(_)));
+    assert_matches!(
+        host.engine.cancel(&id),
+        Err(StoreError::Refused(Refused::RunEnded(_)))
+    );
 }

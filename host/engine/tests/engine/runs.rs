@@ -10,7 +10,7 @@ use serde_json::json;
 use weft_core::{Emission, SimClock};
 use weft_engine::{Quiet, ResumeError, RunEventKind, RunHandle, StartError, StepOutcome};
 use weft_model::{Format, WorkflowDir};
-use weft_store::{RunState, StoreError};
+use weft_store::{Refused, RunState, StoreError};
 
 use crate::common::{
     Host, NAP, START, assert_succeeded, engine, eventually, finish, inputs, paths, steps_called,
@@ -432,7 +432,7 @@ fn a_tenant_over_its_stored_bytes_has_its_start_and_results_refused() {
         )
         .unwrap();
     assert!(
-        matches!(refused.recorded(), Err(StoreError::StorageQuota { ref tenant, .. }) if tenant == "small"),
+        matches!(refused.recorded(), Err(StoreError::Refused(Refused::StorageQuota { ref tenant, .. })) if tenant == "small"),
         "the start was not refused for its size"
     );
     assert!(host.engine.store().run(refused.id()).unwrap().is_none());

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use super::Apply;
 use crate::rows::{Key, Table, audit_key, audit_key_of, decode};
-use crate::{AccessWrite, SecretRecord, StoreError, What};
+use crate::{AccessWrite, Refused, SecretRecord, StoreError, What};
 
 impl Apply<'_> {
     /// Files audit row `key` (its `record` encoded) under its tenant, and
@@ -43,7 +43,7 @@ impl Apply<'_> {
     pub(super) fn access(
         &mut self,
         write: &AccessWrite,
-    ) -> Result<Result<(), StoreError>, StoreError> {
+    ) -> Result<Result<(), Refused>, StoreError> {
         match write {
             AccessWrite::PutTenant { name, record, new } => {
                 let what = || What::Tenant(name.clone());
@@ -55,7 +55,7 @@ impl Apply<'_> {
             }
             AccessWrite::RemoveTenant(name) => {
                 if !self.rows.delete(Table::Tenants, Key::Str(name))? {
-                    return Ok(Err(StoreError::NotFound(What::Tenant(name.clone()))));
+                    return Ok(Err(Refused::NotFound(What::Tenant(name.clone()))));
                 }
                 // A removed tenant's secrets go with it.
                 for (secret, _) in self.rows.under(Table::Secrets, name)? {
@@ -95,11 +95,11 @@ impl Apply<'_> {
             } => {
                 let key = Key::StrStr(tenant, name);
                 let Some(old) = self.rows.get(Table::Secrets, key)? else {
-                    return Ok(Err(StoreError::NotFound(What::Secret(name.clone()))));
+                    return Ok(Err(Refused::NotFound(What::Secret(name.clone()))));
                 };
                 let old: SecretRecord = decode(What::Secret(name.clone()), &old)?;
                 if old.sealed != *sealed {
-                    return Ok(Err(StoreError::Changed(What::Secret(name.clone()))));
+                    return Ok(Err(Refused::Changed(What::Secret(name.clone()))));
                 }
                 let mut new: SecretRecord = decode(What::Secret(name.clone()), record)?;
                 new.grants = old.grants;
@@ -113,7 +113,7 @@ impl Apply<'_> {
             } => {
                 let key = Key::StrStr(tenant, name);
                 let Some(old) = self.rows.get(Table::Secrets, key)? else {
-                    return Ok(Err(StoreError::NotFound(What::Secret(name.clone()))));
+                    return Ok(Err(Refused::NotFound(What::Secret(name.clone()))));
                 };
                 let mut secret: SecretRecord = decode(What::Secret(name.clone()), &old)?;
                 if *revoke {
@@ -129,7 +129,7 @@ impl Apply<'_> {
                     .rows
                     .delete(Table::Secrets, Key::StrStr(tenant, name))?
                 {
-                    return Ok(Err(StoreError::NotFound(What::Secret(name.clone()))));
+                    return Ok(Err(Refused::NotFound(What::Secret(name.clone()))));
                 }
             }
             AccessWrite::Audit { key, record } => {
@@ -151,13 +151,13 @@ impl Apply<'_> {
         record: &[u8],
         new: bool,
         what: impl Fn() -> What,
-    ) -> Result<Result<(), StoreError>, StoreError> {
+    ) -> Result<Result<(), Refused>, StoreError> {
         let exists = self.rows.has(table, Key::Str(key))?;
         if exists && new {
-            return Ok(Err(StoreError::Exists(what())));
+            return Ok(Err(Refused::Exists(what())));
         }
         if !exists && !new {
-            return Ok(Err(StoreError::NotFound(what())));
+            return Ok(Err(Refused::NotFound(what())));
         }
         self.rows.put(table, Key::Str(key), record)?;
         Ok(Ok(()))
@@ -169,12 +169,12 @@ impl Apply<'_> {
         revision: u32,
         record: &[u8],
         definition: &(String, Vec<u8>),
-    ) -> Result<Result<(), StoreError>, StoreError> {
+    ) -> Result<Result<(), Refused>, StoreError> {
         if self
             .rows
             .has(Table::Deployments, Key::StrU32(workflow, revision))?
         {
-            return Ok(Err(StoreError::Exists(What::Revision {
+            return Ok(Err(Refused::Exists(What::Revision {
                 workflow: workflow.to_owned(),
                 revision,
             })));
@@ -191,7 +191,7 @@ impl Apply<'_> {
         digest: &str,
         record: &[u8],
         bytes: &Arc<[u8]>,
-    ) -> Result<Result<(), StoreError>, StoreError> {
+    ) -> Result<Result<(), Refused>, StoreError> {
         self.components(&[(digest.to_owned(), Arc::clone(bytes))])?;
         self.rows
             .put(Table::Plugins, Key::StrStr(name, digest), record)?;

@@ -3,19 +3,19 @@
 
 use super::Apply;
 use crate::rows::{Key, Table, decode, number, read_number};
-use crate::{RunRecord, StoreError, What, encode};
+use crate::{Refused, RunRecord, StoreError, What, encode};
 use weft_core::Timestamp;
 
 impl Apply<'_> {
     /// Deletes ended run `id` and what is only its (see
     /// [`Write::DeleteRun`]).
-    pub(super) fn delete_run(&mut self, id: &str) -> Result<Result<(), StoreError>, StoreError> {
+    pub(super) fn delete_run(&mut self, id: &str) -> Result<Result<(), Refused>, StoreError> {
         let Some(bytes) = self.rows.get(Table::Runs, Key::Str(id))? else {
-            return Ok(Err(StoreError::NotFound(What::Run(id.to_owned()))));
+            return Ok(Err(Refused::NotFound(What::Run(id.to_owned()))));
         };
         let run: RunRecord = decode(id, &bytes)?;
         let needed = |why: String| {
-            Ok(Err(StoreError::Needed {
+            Ok(Err(Refused::Needed {
                 what: What::Run(id.to_owned()),
                 why,
             }))
@@ -65,7 +65,7 @@ impl Apply<'_> {
         &mut self,
         workflow: &str,
         revision: u32,
-    ) -> Result<Result<(), StoreError>, StoreError> {
+    ) -> Result<Result<(), Refused>, StoreError> {
         let what = What::Revision {
             workflow: workflow.to_owned(),
             revision,
@@ -75,11 +75,11 @@ impl Apply<'_> {
             .iter()
             .any(|(r, _)| r.number() == u64::from(revision))
         {
-            return Ok(Err(StoreError::NotFound(what)));
+            return Ok(Err(Refused::NotFound(what)));
         }
         let newest = revisions.iter().map(|(r, _)| r.number()).max();
         let needed = |why: String| {
-            Ok(Err(StoreError::Needed {
+            Ok(Err(Refused::Needed {
                 what: what.clone(),
                 why,
             }))
@@ -99,7 +99,7 @@ impl Apply<'_> {
         blob: crate::Blob,
         digest: &str,
         at: Timestamp,
-    ) -> Result<Result<(), StoreError>, StoreError> {
+    ) -> Result<Result<(), Refused>, StoreError> {
         let table = match blob {
             crate::Blob::Definition => Table::Definitions,
             crate::Blob::Component => Table::Components,
@@ -129,13 +129,13 @@ impl Apply<'_> {
         blob: crate::Blob,
         digest: &str,
         marked_by: Timestamp,
-    ) -> Result<Result<(), StoreError>, StoreError> {
+    ) -> Result<Result<(), Refused>, StoreError> {
         let (table, referrers) = match blob {
             crate::Blob::Definition => (Table::Definitions, Table::Deployments),
             crate::Blob::Component => (Table::Components, Table::Plugins),
         };
         let needed = |why: String| {
-            Ok(Err(StoreError::Needed {
+            Ok(Err(Refused::Needed {
                 what: What::Blob(digest.to_owned()),
                 why,
             }))

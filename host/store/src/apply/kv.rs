@@ -2,8 +2,8 @@
 //! writes, and forgetting keys past a space's floor.
 
 use super::Apply;
-use crate::StoreError;
 use crate::rows::{Key, Table, decode_kv, encode_kv};
+use crate::{Refused, StoreError};
 use weft_core::KvEffects;
 
 impl Apply<'_> {
@@ -14,7 +14,7 @@ impl Apply<'_> {
     pub(super) fn read_kv(
         &mut self,
         effects: &KvEffects,
-    ) -> Result<Result<Vec<u64>, StoreError>, StoreError> {
+    ) -> Result<Result<Vec<u64>, Refused>, StoreError> {
         let space = effects.space.as_str();
         for (key, read) in &effects.reads {
             let now = self
@@ -22,7 +22,7 @@ impl Apply<'_> {
                 .get(Table::Kv, Key::StrStr(space, key))?
                 .map_or(0, |v| decode_kv(&v).version);
             if now != *read {
-                return Ok(Err(StoreError::KvConflict {
+                return Ok(Err(Refused::KvConflict {
                     space: space.to_owned(),
                     key: key.clone(),
                 }));
@@ -65,7 +65,7 @@ impl Apply<'_> {
         key: &str,
         version: u64,
         now: u64,
-    ) -> Result<Result<(), StoreError>, StoreError> {
+    ) -> Result<Result<(), Refused>, StoreError> {
         if space.is_empty() {
             return Ok(Ok(()));
         }

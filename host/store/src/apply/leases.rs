@@ -3,7 +3,7 @@
 
 use super::{Apply, fenced, own};
 use crate::rows::{Key, Table, decode};
-use crate::{HostRecord, Lease, StoreError, What, encode};
+use crate::{HostRecord, Lease, Refused, StoreError, What, encode};
 
 impl Apply<'_> {
     /// Takes run `id`'s lease from whoever holds it (a run with `expect`
@@ -28,7 +28,7 @@ impl Apply<'_> {
         &mut self,
         id: &str,
         lease: Option<&Lease>,
-    ) -> Result<Result<(), StoreError>, StoreError> {
+    ) -> Result<Result<(), Refused>, StoreError> {
         let Some(lease) = lease else {
             return Ok(Ok(()));
         };
@@ -41,7 +41,7 @@ impl Apply<'_> {
         }
         // Cancelled (which drops the lease) says more than "not yours".
         if self.ended(id)? {
-            return Ok(Err(StoreError::RunEnded(id.to_owned())));
+            return Ok(Err(Refused::RunEnded(id.to_owned())));
         }
         Ok(Err(fenced(id, current.as_ref())))
     }
@@ -64,7 +64,7 @@ impl Apply<'_> {
         id: &str,
         lease: Option<&Lease>,
         suspended: bool,
-    ) -> Result<Result<(), StoreError>, StoreError> {
+    ) -> Result<Result<(), Refused>, StoreError> {
         let Some(lease) = lease else {
             return Ok(Ok(()));
         };
@@ -106,16 +106,16 @@ impl Apply<'_> {
         &mut self,
         id: &str,
         lease: &Lease,
-    ) -> Result<Result<(), StoreError>, StoreError> {
+    ) -> Result<Result<(), Refused>, StoreError> {
         // A row that does not decode refuses its own claim, not the batch:
         // the claims of a resume share one.
         let run = match own(self.stored_run(id))? {
             Ok(Some(run)) => run,
-            Ok(None) => return Ok(Err(StoreError::NotFound(What::Run(id.to_owned())))),
+            Ok(None) => return Ok(Err(Refused::NotFound(What::Run(id.to_owned())))),
             Err(e) => return Ok(Err(e)),
         };
         if run.state.is_terminal() || self.ended(id)? {
-            return Ok(Err(StoreError::RunEnded(id.to_owned())));
+            return Ok(Err(Refused::RunEnded(id.to_owned())));
         }
         self.take(id, Some(lease), run.suspended)
     }
@@ -127,11 +127,9 @@ impl Apply<'_> {
         &mut self,
         key: &str,
         lease: &Lease,
-    ) -> Result<Result<(), StoreError>, StoreError> {
+    ) -> Result<Result<(), Refused>, StoreError> {
         if !self.rows.has(Table::Subscriptions, Key::Str(key))? {
-            return Ok(Err(StoreError::NotFound(What::Subscription(
-                key.to_owned(),
-            ))));
+            return Ok(Err(Refused::NotFound(What::Subscription(key.to_owned()))));
         }
         self.take(&crate::queue_lease(key), Some(lease), false)
     }
@@ -141,17 +139,17 @@ impl Apply<'_> {
         &mut self,
         host: &str,
         expires_at: weft_core::Timestamp,
-    ) -> Result<Result<(), StoreError>, StoreError> {
+    ) -> Result<Result<(), Refused>, StoreError> {
         let Some(row) = self
             .rows
             .get(Table::Hosts, Key::Str(host))?
             .map(|bytes| decode::<HostRecord>(host, &bytes))
             .transpose()?
         else {
-            return Ok(Err(StoreError::NotFound(What::Host(host.to_owned()))));
+            return Ok(Err(Refused::NotFound(What::Host(host.to_owned()))));
         };
         if row.expires_at != expires_at {
-            return Ok(Err(StoreError::Changed(What::Host(host.to_owned()))));
+            return Ok(Err(Refused::Changed(What::Host(host.to_owned()))));
         }
         self.rows.delete(Table::Hosts, Key::Str(host))?;
         Ok(Ok(()))

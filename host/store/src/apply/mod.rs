@@ -36,7 +36,7 @@ mod timers;
 mod usage;
 
 use crate::rows::{Key, Rows, Table, decode};
-use crate::{Lease, RunRecord, StoreError, TimerRef, What, Write};
+use crate::{Lease, Refused, RunRecord, StoreError, TimerRef, What, Write};
 
 /// Applies `writes` to `rows` in order, one transaction: the answer for
 /// each write (refusals are per write), or the error that failed the
@@ -44,7 +44,7 @@ use crate::{Lease, RunRecord, StoreError, TimerRef, What, Write};
 pub(crate) fn batch(
     rows: &mut dyn Rows,
     writes: &[&Write],
-) -> Result<Vec<Result<(), StoreError>>, StoreError> {
+) -> Result<Vec<Result<(), Refused>>, StoreError> {
     let mut apply = Apply {
         rows,
         meter: usage::Meter::default(),
@@ -224,8 +224,8 @@ pub(crate) struct Apply<'r> {
 }
 
 /// The refusal of a write by a host that does not hold run `id`'s lease.
-fn fenced(id: &str, current: Option<&Lease>) -> StoreError {
-    StoreError::Fenced {
+fn fenced(id: &str, current: Option<&Lease>) -> Refused {
+    Refused::Fenced {
         run: id.to_owned(),
         owner: current.map_or_else(|| "none".to_owned(), |lease| lease.host.clone()),
     }
@@ -241,7 +241,7 @@ impl Apply<'_> {
     /// Applies one write, charging its tenant for what it stores (see
     /// `usage`). `Ok(Err(_))`: this write is refused and nothing of it was
     /// stored; `Err(_)`: the transaction failed.
-    fn apply(&mut self, write: &Write) -> Result<Result<(), StoreError>, StoreError> {
+    fn apply(&mut self, write: &Write) -> Result<Result<(), Refused>, StoreError> {
         self.freed = 0;
         let outcome = self.dispatch(write)?;
         if outcome.is_ok()
@@ -255,7 +255,7 @@ impl Apply<'_> {
     /// Hands `write` to the function for its variant. A charged write
     /// that may be refused is checked against its tenant's quota there,
     /// after the write's own refusals and before its first write.
-    fn dispatch(&mut self, write: &Write) -> Result<Result<(), StoreError>, StoreError> {
+    fn dispatch(&mut self, write: &Write) -> Result<Result<(), Refused>, StoreError> {
         match write {
             Write::DeleteRun(id) => self.delete_run(id),
             Write::DeleteMessage(seq) => self.delete_message(*seq),
@@ -477,7 +477,7 @@ fn decided_on(
     stored: &RunRecord,
     incoming: &[u8],
     check_pause: bool,
-) -> Result<Result<(), StoreError>, StoreError> {
+) -> Result<Result<(), Refused>, StoreError> {
     let incoming: RunRecord = match own(decode(id, incoming))? {
         Ok(incoming) => incoming,
         Err(refused) => return Ok(Err(refused)),
@@ -488,17 +488,17 @@ fn decided_on(
         && (incoming.paused != stored.paused || (incoming.paused.is_some() && !incoming.suspended))
         && !weft_core::mutation::on("fire-wakes-paused");
     if moved || paused {
-        return Ok(Err(StoreError::Changed(What::Run(id.to_owned()))));
+        return Ok(Err(Refused::Changed(What::Run(id.to_owned()))));
     }
     Ok(Ok(()))
 }
 
 /// `read`, with a row that does not decode as a refusal of the write that
 /// read it (the inner error) rather than a failure of its batch.
-fn own<T>(read: Result<T, StoreError>) -> Result<Result<T, StoreError>, StoreError> {
+fn own<T>(read: Result<T, StoreError>) -> Result<Result<T, Refused>, StoreError> {
     match read {
         Ok(value) => Ok(Ok(value)),
-        Err(e @ StoreError::Codec { .. }) => Ok(Err(e)),
+        Err(StoreError::Codec { key, message }) => Ok(Err(Refused::Unreadable { key, message })),
         Err(e) => Err(e),
     }
 }

@@ -7,7 +7,7 @@ use crate::messages::{
 };
 use crate::rows::{Key, Table, decode};
 use crate::write::encode;
-use crate::{Emitted, StoreError, What};
+use crate::{Emitted, Refused, StoreError, What};
 use weft_core::clock::Timestamp;
 
 /// The keys of `channel`'s subscriptions in a table keyed
@@ -26,8 +26,8 @@ fn in_queue(delivery: &DeliveryRecord) -> bool {
 }
 
 /// The refusal of a change that does not apply to `delivery`'s state.
-fn wrong_state(delivery: &DeliveryRecord) -> StoreError {
-    StoreError::DeliveryState {
+fn wrong_state(delivery: &DeliveryRecord) -> Refused {
+    Refused::DeliveryState {
         id: delivery.id.clone(),
         state: delivery.state,
     }
@@ -92,10 +92,10 @@ impl Apply<'_> {
     /// (`outcome`), which it answers.
     pub(super) fn notify_if(
         &mut self,
-        outcome: Result<(), StoreError>,
+        outcome: Result<(), Refused>,
         run: &str,
         notice: Option<&Emitted>,
-    ) -> Result<Result<(), StoreError>, StoreError> {
+    ) -> Result<Result<(), Refused>, StoreError> {
         if outcome.is_ok() {
             self.notify(run, notice)?;
         }
@@ -153,7 +153,7 @@ impl Apply<'_> {
     pub(super) fn subscribe(
         &mut self,
         row: &SubscriptionRecord,
-    ) -> Result<Result<(), StoreError>, StoreError> {
+    ) -> Result<Result<(), Refused>, StoreError> {
         let stored = self
             .rows
             .get(Table::Subscriptions, Key::Str(&row.key))?
@@ -161,7 +161,7 @@ impl Apply<'_> {
             .transpose()?;
         match stored {
             Some(stored) if stored.target == row.target => Ok(Ok(())),
-            Some(_) => Ok(Err(StoreError::Exists(What::Subscription(row.key.clone())))),
+            Some(_) => Ok(Err(Refused::Exists(What::Subscription(row.key.clone())))),
             None => {
                 self.rows
                     .put(Table::Subscriptions, Key::Str(&row.key), &encode(row))?;
@@ -178,15 +178,13 @@ impl Apply<'_> {
         key: &str,
         from: &Target,
         to: &Target,
-    ) -> Result<Result<(), StoreError>, StoreError> {
+    ) -> Result<Result<(), Refused>, StoreError> {
         let Some(bytes) = self.rows.get(Table::Subscriptions, Key::Str(key))? else {
-            return Ok(Err(StoreError::NotFound(What::Subscription(
-                key.to_owned(),
-            ))));
+            return Ok(Err(Refused::NotFound(What::Subscription(key.to_owned()))));
         };
         let mut stored: SubscriptionRecord = decode(key, &bytes)?;
         if stored.target != *from {
-            return Ok(Err(StoreError::Changed(What::Subscription(key.to_owned()))));
+            return Ok(Err(Refused::Changed(What::Subscription(key.to_owned()))));
         }
         stored.target = to.clone();
         self.rows
@@ -197,11 +195,9 @@ impl Apply<'_> {
 
     /// Removes a subscription: its unsettled deliveries and dead letters
     /// count as settled.
-    pub(super) fn unsubscribe(&mut self, key: &str) -> Result<Result<(), StoreError>, StoreError> {
+    pub(super) fn unsubscribe(&mut self, key: &str) -> Result<Result<(), Refused>, StoreError> {
         if !self.rows.delete(Table::Subscriptions, Key::Str(key))? {
-            return Ok(Err(StoreError::NotFound(What::Subscription(
-                key.to_owned(),
-            ))));
+            return Ok(Err(Refused::NotFound(What::Subscription(key.to_owned()))));
         }
         self.subscribers.clear();
         self.rows
@@ -224,20 +220,17 @@ impl Apply<'_> {
     /// Deletes message `seq` and its deliveries, every one settled (see
     /// [`crate::Write::DeleteMessage`]). The newest message stays: the
     /// next message's seq follows it.
-    pub(super) fn delete_message(
-        &mut self,
-        seq: u64,
-    ) -> Result<Result<(), StoreError>, StoreError> {
+    pub(super) fn delete_message(&mut self, seq: u64) -> Result<Result<(), Refused>, StoreError> {
         let Some(message) = self
             .rows
             .get(Table::Messages, Key::U64(seq))?
             .map(|bytes| decode::<MessageRecord>(seq, &bytes))
             .transpose()?
         else {
-            return Ok(Err(StoreError::NotFound(What::Message(seq))));
+            return Ok(Err(Refused::NotFound(What::Message(seq))));
         };
         let needed = |why: String| {
-            Ok(Err(StoreError::Needed {
+            Ok(Err(Refused::Needed {
                 what: What::Message(seq),
                 why,
             }))
@@ -296,9 +289,9 @@ impl Apply<'_> {
         &mut self,
         id: &str,
         op: &DeliveryOp,
-    ) -> Result<Result<(), StoreError>, StoreError> {
+    ) -> Result<Result<(), Refused>, StoreError> {
         let Some(delivery) = self.get_delivery(id)? else {
-            return Ok(Err(StoreError::NotFound(What::Delivery(id.to_owned()))));
+            return Ok(Err(Refused::NotFound(What::Delivery(id.to_owned()))));
         };
         match op {
             DeliveryOp::Sent { at, next_at } => self.mark_sent(delivery, *at, *next_at),
@@ -323,7 +316,7 @@ impl Apply<'_> {
         mut delivery: DeliveryRecord,
         at: Timestamp,
         next_at: Timestamp,
-    ) -> Result<Result<(), StoreError>, StoreError> {
+    ) -> Result<Result<(), Refused>, StoreError> {
         if !in_queue(&delivery) {
             return Ok(Err(wrong_state(&delivery)));
         }
@@ -343,7 +336,7 @@ impl Apply<'_> {
         at: Timestamp,
         error: Option<&str>,
         next_at: Timestamp,
-    ) -> Result<Result<(), StoreError>, StoreError> {
+    ) -> Result<Result<(), Refused>, StoreError> {
         if !in_queue(&delivery) {
             return Ok(Err(wrong_state(&delivery)));
         }
@@ -371,7 +364,7 @@ impl Apply<'_> {
         &mut self,
         delivery: DeliveryRecord,
         at: Timestamp,
-    ) -> Result<Result<(), StoreError>, StoreError> {
+    ) -> Result<Result<(), Refused>, StoreError> {
         let queue_key = Key::StrU64(&delivery.subscription, delivery.seq);
         match delivery.state {
             // Late: nothing changes.
@@ -410,7 +403,7 @@ impl Apply<'_> {
         at: Timestamp,
         error: &str,
         attempted: bool,
-    ) -> Result<Result<(), StoreError>, StoreError> {
+    ) -> Result<Result<(), Refused>, StoreError> {
         if !in_queue(&delivery) {
             return Ok(Err(wrong_state(&delivery)));
         }
@@ -435,7 +428,7 @@ impl Apply<'_> {
         &mut self,
         id: &str,
         mut delivery: DeliveryRecord,
-    ) -> Result<Result<(), StoreError>, StoreError> {
+    ) -> Result<Result<(), Refused>, StoreError> {
         if delivery.state != DeliveryState::Error {
             return Ok(Err(wrong_state(&delivery)));
         }
@@ -455,7 +448,7 @@ impl Apply<'_> {
         &mut self,
         id: &str,
         delivery: &DeliveryRecord,
-    ) -> Result<Result<(), StoreError>, StoreError> {
+    ) -> Result<Result<(), Refused>, StoreError> {
         if delivery.state != DeliveryState::Error {
             return Ok(Err(wrong_state(delivery)));
         }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::{Apply, decided_on, own, retry_epoch, timer_key};
 use crate::rows::{Key, Table, decode, read_number};
 use crate::{
-    Charge, Emitted, Lease, RunRecord, Spawn, StoreError, TimerRef, TimerRow, What, encode,
+    Charge, Emitted, Lease, Refused, RunRecord, Spawn, StoreError, TimerRef, TimerRow, What, encode,
 };
 use weft_core::KvEffects;
 
@@ -28,9 +28,9 @@ impl Apply<'_> {
         lease: Option<&Lease>,
         parked: Option<&str>,
         charge: Option<&Charge>,
-    ) -> Result<Result<(), StoreError>, StoreError> {
+    ) -> Result<Result<(), Refused>, StoreError> {
         if self.rows.has(Table::Runs, Key::Str(id))? {
-            return Ok(Err(StoreError::Exists(What::Run(id.to_owned()))));
+            return Ok(Err(Refused::Exists(What::Run(id.to_owned()))));
         }
         // A key whose run was deleted is free again.
         if let Some(key) = idempotency
@@ -39,7 +39,7 @@ impl Apply<'_> {
                 .rows
                 .has(Table::Runs, Key::Str(&String::from_utf8_lossy(&run)))?
         {
-            return Ok(Err(StoreError::Duplicate {
+            return Ok(Err(Refused::Duplicate {
                 key: key.to_owned(),
                 run: String::from_utf8_lossy(&run).into_owned(),
             }));
@@ -93,9 +93,9 @@ impl Apply<'_> {
         emitted: Option<&Emitted>,
         fence: &[String],
         charge: Option<&Charge>,
-    ) -> Result<Result<(), StoreError>, StoreError> {
+    ) -> Result<Result<(), Refused>, StoreError> {
         if self.ended(id)? {
-            return Ok(Err(StoreError::RunEnded(id.to_owned())));
+            return Ok(Err(Refused::RunEnded(id.to_owned())));
         }
         if let Err(refused) = self.slot_free(id, seq)? {
             return Ok(Err(refused));
@@ -103,7 +103,7 @@ impl Apply<'_> {
         if let Some(fired) = fired
             && !self.rows.has(Table::Timers, timer_key(fired))?
         {
-            return Ok(Err(StoreError::TimerGone(fired.id)));
+            return Ok(Err(Refused::TimerGone(fired.id)));
         }
         let versions = match kv {
             Some(effects) => match self.read_kv(effects)? {
@@ -167,7 +167,7 @@ impl Apply<'_> {
         tenant: &str,
         run: &[u8],
         lease: Option<&Lease>,
-    ) -> Result<Result<(), StoreError>, StoreError> {
+    ) -> Result<Result<(), Refused>, StoreError> {
         // A row carried out already (by another host, or by a write whose
         // answer was lost) is not carried out again, and says so
         // (`Exists`): the child may have run, or ended and gone, since. A child fenced off by its parent's
@@ -175,7 +175,7 @@ impl Apply<'_> {
         if !self.rows.has(Table::Outbox, Key::Str(outbox))?
             && !weft_core::mutation::on("outbox-row-carried-twice")
         {
-            return Ok(Err(StoreError::Exists(What::Run(id.to_owned()))));
+            return Ok(Err(Refused::Exists(What::Run(id.to_owned()))));
         }
         if !self.rows.has(Table::Runs, Key::Str(id))? && !self.ended(id)? {
             self.rows.put(Table::Runs, Key::Str(id), run)?;
@@ -198,12 +198,12 @@ impl Apply<'_> {
         run: &[u8],
         running: bool,
         leased: bool,
-    ) -> Result<Result<(), StoreError>, StoreError> {
+    ) -> Result<Result<(), Refused>, StoreError> {
         // Cancelled, or ended already: a run ends once. A leased write was
         // checked already (a run's lease goes when it ends), so only a
         // write of no driver's, which may come late, reads the record.
         if self.ended(id)? || (!leased && self.run_ended(id)?) {
-            return Ok(Err(StoreError::RunEnded(id.to_owned())));
+            return Ok(Err(Refused::RunEnded(id.to_owned())));
         }
         self.set_run(id, run, running, false)?;
         Ok(Ok(()))
@@ -220,7 +220,7 @@ impl Apply<'_> {
         expect: u32,
         ended: &[u8],
         fence: &[String],
-    ) -> Result<Result<(), StoreError>, StoreError> {
+    ) -> Result<Result<(), Refused>, StoreError> {
         if let Err(refused) = self.run_in(id, expect, true)? {
             return Ok(Err(refused));
         }
@@ -240,15 +240,15 @@ impl Apply<'_> {
         record: &[u8],
         wake: &[u8],
         timer: Option<&TimerRow>,
-    ) -> Result<Result<(), StoreError>, StoreError> {
+    ) -> Result<Result<(), Refused>, StoreError> {
         let Some(run) = self.stored_run(id)? else {
-            return Ok(Err(StoreError::NotFound(What::Run(id.to_owned()))));
+            return Ok(Err(Refused::NotFound(What::Run(id.to_owned()))));
         };
         if !run.state.is_terminal() {
-            return Ok(Err(StoreError::Busy { run: id.to_owned() }));
+            return Ok(Err(Refused::Busy { run: id.to_owned() }));
         }
         if run.step_records != expect {
-            return Ok(Err(StoreError::Changed(What::Run(id.to_owned()))));
+            return Ok(Err(Refused::Changed(What::Run(id.to_owned()))));
         }
         if let Err(refused) = self.slot_free(id, expect)? {
             return Ok(Err(refused));
@@ -285,7 +285,7 @@ impl Apply<'_> {
         run: &[u8],
         pause: bool,
         lease: Option<&Lease>,
-    ) -> Result<Result<(), StoreError>, StoreError> {
+    ) -> Result<Result<(), Refused>, StoreError> {
         if let Err(refused) = self.leased(id, lease)? {
             return Ok(Err(refused));
         }
@@ -299,13 +299,13 @@ impl Apply<'_> {
         if pause {
             // Without a lease, only a run nobody holds in memory.
             if lease.is_none() && (!stored.suspended || stored.paused.is_some()) {
-                return Ok(Err(StoreError::Busy { run: id.to_owned() }));
+                return Ok(Err(Refused::Busy { run: id.to_owned() }));
             }
             self.set_run(id, run, true, true)?;
             return Ok(Ok(()));
         }
         if stored.paused.is_none() {
-            return Ok(Err(StoreError::Changed(What::Run(id.to_owned()))));
+            return Ok(Err(Refused::Changed(What::Run(id.to_owned()))));
         }
         self.set_run(id, run, true, false)?;
         self.free_lease(id, expect)?;
@@ -320,7 +320,7 @@ impl Apply<'_> {
         run: &[u8],
         definition: &(String, Vec<u8>),
         components: &[(String, Arc<[u8]>)],
-    ) -> Result<Result<(), StoreError>, StoreError> {
+    ) -> Result<Result<(), Refused>, StoreError> {
         let stored = match self.run_at(id, expect)? {
             Ok(stored) => stored,
             Err(refused) => return Ok(Err(refused)),
@@ -329,7 +329,7 @@ impl Apply<'_> {
         // a pause or a resume landed, since the move was decided.
         match own(decode::<RunRecord>(id, run))? {
             Ok(moved) if moved.suspended == stored.suspended && moved.paused == stored.paused => {}
-            Ok(_) => return Ok(Err(StoreError::Changed(What::Run(id.to_owned())))),
+            Ok(_) => return Ok(Err(Refused::Changed(What::Run(id.to_owned())))),
             Err(refused) => return Ok(Err(refused)),
         }
         self.definition(definition)?;
@@ -355,13 +355,13 @@ impl Apply<'_> {
         wake: &[u8],
         timer: Option<TimerRef>,
         lease: Option<&Lease>,
-    ) -> Result<Result<(), StoreError>, StoreError> {
+    ) -> Result<Result<(), Refused>, StoreError> {
         let run = match self.run_at(id, expect)? {
             Ok(run) => run,
             Err(refused) => return Ok(Err(refused)),
         };
         if !run.suspended {
-            return Ok(Err(StoreError::Busy { run: id.to_owned() }));
+            return Ok(Err(Refused::Busy { run: id.to_owned() }));
         }
         if let Err(refused) = decided_on(id, &run, wake, true)? {
             return Ok(Err(refused));
@@ -369,7 +369,7 @@ impl Apply<'_> {
         if let Some(timer) = timer
             && !self.rows.has(Table::Timers, timer_key(timer))?
         {
-            return Ok(Err(StoreError::TimerGone(timer.id)));
+            return Ok(Err(Refused::TimerGone(timer.id)));
         }
         if let Err(refused) = self.take(id, lease, true)? {
             return Ok(Err(refused));
@@ -387,13 +387,13 @@ impl Apply<'_> {
 
     /// The stored run `id`, if it is running (or suspended) with `expect`
     /// step records and its next slot free: the condition of every write
-    /// decided on a run read before. `Ok(Err(_))`: [`StoreError::NotFound`],
-    /// [`StoreError::RunEnded`] or [`StoreError::Changed`].
+    /// decided on a run read before. `Ok(Err(_))`: [`Refused::NotFound`],
+    /// [`Refused::RunEnded`] or [`Refused::Changed`].
     pub(super) fn run_at(
         &mut self,
         id: &str,
         expect: u32,
-    ) -> Result<Result<RunRecord, StoreError>, StoreError> {
+    ) -> Result<Result<RunRecord, Refused>, StoreError> {
         self.run_in(id, expect, false)
     }
 
@@ -404,15 +404,15 @@ impl Apply<'_> {
         id: &str,
         expect: u32,
         fenced: bool,
-    ) -> Result<Result<RunRecord, StoreError>, StoreError> {
+    ) -> Result<Result<RunRecord, Refused>, StoreError> {
         let Some(run) = self.stored_run(id)? else {
-            return Ok(Err(StoreError::NotFound(What::Run(id.to_owned()))));
+            return Ok(Err(Refused::NotFound(What::Run(id.to_owned()))));
         };
         if run.state.is_terminal() || (!fenced && self.ended(id)?) {
-            return Ok(Err(StoreError::RunEnded(id.to_owned())));
+            return Ok(Err(Refused::RunEnded(id.to_owned())));
         }
         if run.step_records != expect {
-            return Ok(Err(StoreError::Changed(What::Run(id.to_owned()))));
+            return Ok(Err(Refused::Changed(What::Run(id.to_owned()))));
         }
         // Not implied by the count: an `UpdateRun` decided on an older
         // record can set `step_records` back (F4).
@@ -513,10 +513,10 @@ impl Apply<'_> {
         &mut self,
         id: &str,
         seq: u32,
-    ) -> Result<Result<(), StoreError>, StoreError> {
+    ) -> Result<Result<(), Refused>, StoreError> {
         if self.rows.has(Table::Steps, Key::StrU32(id, seq))? {
             let run = id.to_owned();
-            return Ok(Err(StoreError::Exists(What::Step { run, seq })));
+            return Ok(Err(Refused::Exists(What::Step { run, seq })));
         }
         Ok(Ok(()))
     }

@@ -5,11 +5,11 @@
 use super::Apply;
 use crate::rows::{Key, Table, decode};
 use crate::snapshots::{DataState, SnapshotData, SnapshotEntry, SnapshotRecord};
-use crate::{StoreError, What};
+use crate::{Refused, StoreError, What};
 use weft_core::Timestamp;
 
 /// A write's answer: refused on its own, or failed as a whole.
-type Answer = Result<Result<(), StoreError>, StoreError>;
+type Answer = Result<Result<(), Refused>, StoreError>;
 
 impl Apply<'_> {
     /// The row of data `data`.
@@ -42,16 +42,14 @@ impl Apply<'_> {
             Some(row) => !first && row.state == DataState::Staging && row.store == store,
         };
         if !goes_on {
-            return Ok(Err(StoreError::Changed(What::SnapshotData(
-                data.to_owned(),
-            ))));
+            return Ok(Err(Refused::Changed(What::SnapshotData(data.to_owned()))));
         }
         for (key, _) in entries {
             if self
                 .rows
                 .has(Table::SnapshotEntries, Key::StrStr(data, key))?
             {
-                return Ok(Err(StoreError::Exists(What::SnapshotKey(key.clone()))));
+                return Ok(Err(Refused::Exists(What::SnapshotKey(key.clone()))));
             }
         }
         for (key, entry) in entries {
@@ -88,7 +86,7 @@ impl Apply<'_> {
             .max()
             .unwrap_or(0);
         if u64::from(record.revision) != newest + 1 {
-            return Ok(Err(StoreError::Exists(What::Snapshot {
+            return Ok(Err(Refused::Exists(What::Snapshot {
                 store: bare.to_owned(),
                 revision: record.revision,
             })));
@@ -96,7 +94,7 @@ impl Apply<'_> {
         match self.data_row(&record.data)? {
             Some(row) if row.state == DataState::Staging && row.store == record.store => {}
             _ => {
-                return Ok(Err(StoreError::Changed(What::SnapshotData(
+                return Ok(Err(Refused::Changed(What::SnapshotData(
                     record.data.clone(),
                 ))));
             }
@@ -142,11 +140,11 @@ impl Apply<'_> {
             .rows
             .get(Table::Snapshots, Key::StrU32(store, revision))?
         else {
-            return Ok(Err(StoreError::NotFound(what)));
+            return Ok(Err(Refused::NotFound(what)));
         };
         let newest = self.revisions(store)?.into_iter().max().unwrap_or(0);
         if newest == u64::from(revision) {
-            return Ok(Err(StoreError::Needed {
+            return Ok(Err(Refused::Needed {
                 what,
                 why: "it is the store's newest revision".to_owned(),
             }));
@@ -197,7 +195,7 @@ impl Apply<'_> {
                 self.rows.delete(Table::SnapshotData, Key::Str(data))?;
                 Ok(Ok(()))
             }
-            Some(_) => Ok(Err(StoreError::Needed {
+            Some(_) => Ok(Err(Refused::Needed {
                 what: What::SnapshotData(data.to_owned()),
                 why: "it is sealed, or being published".to_owned(),
             })),

@@ -3,7 +3,7 @@
 
 use super::{Apply, decided_on, own, timer_key};
 use crate::rows::{Key, Table, decode, number};
-use crate::{Lease, ScheduleRecord, StoreError, TimerRef, TimerRow, What, Write};
+use crate::{Lease, Refused, ScheduleRecord, StoreError, TimerRef, TimerRow, What, Write};
 
 impl Apply<'_> {
     /// Arms timer `timer`: its row in the three tables, counted to its
@@ -75,9 +75,9 @@ impl Apply<'_> {
         record: Option<&[u8]>,
         wake: &[u8],
         lease: Option<&Lease>,
-    ) -> Result<Result<(), StoreError>, StoreError> {
+    ) -> Result<Result<(), Refused>, StoreError> {
         if !self.rows.has(Table::Timers, timer_key(fired))? {
-            return Ok(Err(StoreError::TimerGone(fired.id)));
+            return Ok(Err(Refused::TimerGone(fired.id)));
         }
         let (paused, workflow) = match self.run_at(id, expect)? {
             Ok(run) => {
@@ -91,13 +91,13 @@ impl Apply<'_> {
             }
             // Fenced off by its parent's cancellation, not cancelled yet:
             // the timer stays for the cancellation to remove.
-            Err(StoreError::RunEnded(_)) if !self.run_ended(id)? => {
-                return Ok(Err(StoreError::RunEnded(id.to_owned())));
+            Err(Refused::RunEnded(_)) if !self.run_ended(id)? => {
+                return Ok(Err(Refused::RunEnded(id.to_owned())));
             }
-            Err(StoreError::NotFound(_) | StoreError::RunEnded(_)) => {
+            Err(Refused::NotFound(_) | Refused::RunEnded(_)) => {
                 // Its run is gone or ended: the timer wakes nothing.
                 self.remove_timer(id, fired.key())?;
-                return Ok(Err(StoreError::TimerGone(fired.id)));
+                return Ok(Err(Refused::TimerGone(fired.id)));
             }
             Err(refused) => return Ok(Err(refused)),
         };
@@ -125,7 +125,7 @@ impl Apply<'_> {
         expect: Option<u64>,
         row: Option<&[u8]>,
         start: Option<&Write>,
-    ) -> Result<Result<(), StoreError>, StoreError> {
+    ) -> Result<Result<(), Refused>, StoreError> {
         if let Some(expect) = expect {
             let stored = self
                 .rows
@@ -142,9 +142,9 @@ impl Apply<'_> {
             if found != expect {
                 let what = What::Schedule(key.to_owned());
                 return Ok(Err(if expect == 0 {
-                    StoreError::Exists(what)
+                    Refused::Exists(what)
                 } else {
-                    StoreError::Changed(what)
+                    Refused::Changed(what)
                 }));
             }
         }

@@ -12,7 +12,7 @@
 
 use super::Apply;
 use crate::rows::{Key, Table, decode, number, read_number};
-use crate::{Charge, StoreError, TenantRecord};
+use crate::{Charge, Refused, StoreError, TenantRecord};
 
 /// The counts one transaction has read: a few tenants at most, so a list.
 #[derive(Default)]
@@ -103,11 +103,11 @@ impl Apply<'_> {
         &mut self,
         tenant: &str,
         freeing: bool,
-    ) -> Result<Result<(), StoreError>, StoreError> {
+    ) -> Result<Result<(), Refused>, StoreError> {
         let account = self.account_of(tenant, Counted::Timers)?;
         let after = account.used.saturating_sub(u64::from(freeing));
         match account.limit {
-            Some(limit) if after >= limit => Ok(Err(StoreError::TimerQuota {
+            Some(limit) if after >= limit => Ok(Err(Refused::TimerQuota {
                 tenant: tenant.to_owned(),
                 timers: account.used,
                 limit,
@@ -154,7 +154,7 @@ impl Apply<'_> {
     pub(super) fn admit(
         &mut self,
         charge: Option<&Charge>,
-    ) -> Result<Result<(), StoreError>, StoreError> {
+    ) -> Result<Result<(), Refused>, StoreError> {
         let Some(charge) = charge.filter(|c| c.refusable && c.bytes > self.freed) else {
             return Ok(Ok(()));
         };
@@ -162,7 +162,7 @@ impl Apply<'_> {
         let account = self.account(&charge.tenant)?;
         match account.limit {
             Some(limit) if account.used.saturating_add(growth) > limit => {
-                Ok(Err(StoreError::StorageQuota {
+                Ok(Err(Refused::StorageQuota {
                     tenant: charge.tenant.clone(),
                     used: account.used,
                     limit,

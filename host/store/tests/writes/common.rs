@@ -10,8 +10,8 @@ use weft_core::{Emission, KvEffects, Timestamp};
 use weft_store::RunState;
 use weft_store::TimerKind::{self, Deadline, Sleep};
 use weft_store::{
-    DefinitionRecord, DeliveryRecord, OutboxRecord, RunRecord, Spawn, StepRecord, Store,
-    StoreError, SubscriptionRecord, Target, TimerRef, What, Write,
+    DefinitionRecord, DeliveryRecord, OutboxRecord, Refused, RunRecord, Spawn, StepRecord, Store,
+    SubscriptionRecord, Target, TimerRef, What, Write,
 };
 
 use crate::table::put;
@@ -245,23 +245,23 @@ pub(crate) fn queued(s: &dyn Store, subscription: &str, dead: bool) -> Vec<Deliv
 
 // Refusals.
 
-pub(crate) fn ended(e: &StoreError) -> bool {
-    matches!(e, StoreError::RunEnded(id) if id == R)
+pub(crate) fn ended(e: &Refused) -> bool {
+    matches!(e, Refused::RunEnded(id) if id == R)
 }
 
-pub(crate) fn duplicate(e: &StoreError, used: &str, by: &str) -> bool {
-    matches!(e, StoreError::Duplicate { key, run } if key == used && run == by)
+pub(crate) fn duplicate(e: &Refused, used: &str, by: &str) -> bool {
+    matches!(e, Refused::Duplicate { key, run } if key == used && run == by)
 }
 
-pub(crate) fn exists(e: &StoreError, what: What) -> bool {
-    matches!(e, StoreError::Exists(found) if *found == what)
+pub(crate) fn exists(e: &Refused, what: What) -> bool {
+    matches!(e, Refused::Exists(found) if *found == what)
 }
 
 /// The refusal of a write decided on run `r` before it moved on.
-pub(crate) fn changed(e: &StoreError) -> bool {
-    matches!(e, StoreError::Changed(What::Run(id)) if id == R)
+pub(crate) fn changed(e: &Refused) -> bool {
+    matches!(e, Refused::Changed(What::Run(id)) if id == R)
 }
 
-pub(crate) fn not_found(e: &StoreError, what: What) -> bool {
-    matches!(e, StoreError::NotFound(found) if *found == what)
+pub(crate) fn not_found(e: &Refused, what: What) -> bool {
+    matches!(e, Refused::NotFound(found) if *found == what)
 }

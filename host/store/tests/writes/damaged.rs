@@ -203,7 +203,7 @@ fn a_claim_of_a_run_that_does_not_decode_is_refused_alone() {
     };
     let results = store.apply(&[&claim("broken"), &claim("good")]).unwrap();
     assert!(
-        matches!(results[0], Err(weft_store::StoreError::Codec { .. })),
+        matches!(results[0], Err(weft_store::Refused::Unreadable { .. })),
         "{results:?}"
     );
     assert!(results[1].is_ok(), "{results:?}");

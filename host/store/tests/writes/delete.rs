@@ -7,7 +7,7 @@
 
 use weft_core::KvEffects;
 use weft_store::RunState::{Running, Succeeded};
-use weft_store::{DeliveryOp, ParentLink, Store, StoreError, Write};
+use weft_store::{DeliveryOp, ParentLink, Refused, Store, Write};
 
 use crate::common::{
     R, SPACE, at, cancel, commit, commit_with, create, emission, emit, keyed, queued, run, started,
@@ -15,16 +15,16 @@ use crate::common::{
 };
 use crate::table::{open, put};
 
-fn delete(s: &dyn Store, id: &str) -> Result<(), StoreError> {
+fn delete(s: &dyn Store, id: &str) -> Result<(), Refused> {
     s.apply(&[&Write::DeleteRun(id.to_owned())])
         .unwrap()
         .pop()
         .unwrap()
 }
 
-fn needed(result: Result<(), StoreError>, why: &str) {
+fn needed(result: Result<(), Refused>, why: &str) {
     assert!(
-        matches!(&result, Err(StoreError::Needed { why: said, .. }) if said.contains(why)),
+        matches!(&result, Err(Refused::Needed { why: said, .. }) if said.contains(why)),
         "expected Needed ({why}), got {result:?}"
     );
 }
@@ -46,7 +46,7 @@ fn an_ended_run_is_deleted_with_its_records_and_gives_its_bytes_back() {
     assert_eq!(s.steps(R).unwrap(), []);
     assert!(s.running().unwrap().is_empty());
     assert!(s.stored_bytes("default").unwrap() < before.max(1));
-    assert!(matches!(delete(&*s, R), Err(StoreError::NotFound(_))));
+    assert!(matches!(delete(&*s, R), Err(Refused::NotFound(_))));
     // The id may be used again.
     put(&*s, create(&run(R)));
 }
@@ -60,7 +60,7 @@ fn a_cancelled_run_is_deleted_and_its_mark_stays_for_whoever_still_drives_it() {
     delete(&*s, R).unwrap();
     assert_eq!(s.run(R).unwrap(), None);
     let answer = s.apply(&[&late]).unwrap().pop().unwrap();
-    assert!(matches!(answer, Err(StoreError::RunEnded(_))), "{answer:?}");
+    assert!(matches!(answer, Err(Refused::RunEnded(_))), "{answer:?}");
 }
 
 #[test]
@@ -73,7 +73,7 @@ fn a_deleted_runs_idempotency_key_and_message_index_go_with_it() {
         .pop()
         .unwrap();
     assert!(
-        matches!(refused, Err(StoreError::Duplicate { .. })),
+        matches!(refused, Err(Refused::Duplicate { .. })),
         "{refused:?}"
     );
     put(&*s, emit(&*s, vec![emission("m1", "ch")]));
@@ -108,7 +108,7 @@ fn a_child_is_kept_while_its_parent_has_not_ended() {
     delete(&*s, "p").unwrap();
 }
 
-fn delete_message(s: &dyn Store, seq: u64) -> Result<(), StoreError> {
+fn delete_message(s: &dyn Store, seq: u64) -> Result<(), Refused> {
     s.apply(&[&Write::DeleteMessage(seq)])
         .unwrap()
         .pop()
@@ -166,7 +166,7 @@ fn a_message_goes_with_its_deliveries_once_all_are_settled_but_never_the_newest(
     );
     assert!(matches!(
         delete_message(&*s, first),
-        Err(StoreError::NotFound(_))
+        Err(Refused::NotFound(_))
     ));
     // Settled or not, the newest stays: the next seq follows it.
     for subscription in ["ch/a", "ch/b"] {
@@ -193,7 +193,7 @@ fn a_message_goes_with_its_deliveries_once_all_are_settled_but_never_the_newest(
     );
 }
 
-fn kv_write(s: &dyn Store, read: Option<u64>, value: Option<&str>) -> Result<(), StoreError> {
+fn kv_write(s: &dyn Store, read: Option<u64>, value: Option<&str>) -> Result<(), Refused> {
     let effects = KvEffects {
         space: SPACE.to_owned(),
         writes: [("k".to_owned(), value.map(str::to_owned))].into(),
@@ -244,7 +244,7 @@ fn a_forgotten_tombstone_never_lets_a_version_come_back_with_another_value() {
     assert_eq!(s.kv_get(SPACE, "k").unwrap().version, 3);
     let stale = kv_write(&*s, Some(1), Some("three"));
     assert!(
-        matches!(stale, Err(StoreError::KvConflict { .. })),
+        matches!(stale, Err(Refused::KvConflict { .. })),
         "{stale:?}"
     );
     let rows = s.kv_from(Some((SPACE, "k")), 10).unwrap();

@@ -4,7 +4,7 @@
 
 use weft_core::Timestamp;
 use weft_store::DeliveryState::{self, Acked, Completed, Created, Delivered};
-use weft_store::{DeliveryOp, DeliveryRecord, Store, StoreError, Target, What, Write};
+use weft_store::{DeliveryOp, DeliveryRecord, Refused, Store, Target, What, Write};
 
 use crate::common::{T0, at, emission, emit, exists, not_found, queued, started, sub, subscribe};
 use crate::table::{given, put, walk};
@@ -69,8 +69,8 @@ fn dead(s: &dyn Store, attempted: bool) -> Write {
     change(s, "ch/a", op)
 }
 
-fn in_state(e: &StoreError, expected: DeliveryState) -> bool {
-    matches!(e, StoreError::DeliveryState { state, .. } if *state == expected)
+fn in_state(e: &Refused, expected: DeliveryState) -> bool {
+    matches!(e, Refused::DeliveryState { state, .. } if *state == expected)
 }
 
 #[test]
@@ -280,7 +280,7 @@ fn hold_queue() {
             .then(|_| host_row("h1"))
             .then(|_| hold("ch/a", "h1", 1))
             .write(|_| hold("ch/a", "h2", 2))
-            .refused(|e| matches!(e, StoreError::Fenced { owner, .. } if owner == "h1")),
+            .refused(|e| matches!(e, Refused::Fenced { owner, .. } if owner == "h1")),
         given(
             "a queue whose host is gone is taken at the next epoch",
             |s| {
@@ -296,7 +296,7 @@ fn hold_queue() {
         given("a stale epoch", |s| put(s, subscribe("ch/a")))
             .then(|_| hold("ch/a", "h1", 1))
             .write(|_| hold("ch/a", "h2", 1))
-            .refused(|e| matches!(e, StoreError::Fenced { .. })),
+            .refused(|e| matches!(e, Refused::Fenced { .. })),
         given("no such subscription", |_| {})
             .write(|_| hold("ch/a", "h1", 1))
             .refused(|e| not_found(e, What::Subscription("ch/a".into()))),

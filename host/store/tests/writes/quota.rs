@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use weft_core::KvEffects;
-use weft_store::{AccessWrite, Quota, Store, StoreError, TenantRecord, Write};
+use weft_store::{AccessWrite, Quota, Refused, Store, TenantRecord, Write};
 
 use crate::common::{R, SPACE, T0, commit_with, create, keyed, run, timer, with_deadline};
 use crate::table::{open, put};
@@ -64,7 +64,7 @@ fn charged_writes_count_to_their_tenant_until_its_quota() {
     let second = create(&run("r2")).charged(TENANT, true);
     let answers = s.apply(&[&second, &create(&run("r3"))]).unwrap();
     assert!(
-        matches!(&answers[0], Err(StoreError::StorageQuota { tenant, used, .. }) if tenant == TENANT && *used == bytes),
+        matches!(&answers[0], Err(Refused::StorageQuota { tenant, used, .. }) if tenant == TENANT && *used == bytes),
         "{answers:?}"
     );
     // Refused alone: nothing of it stored, nothing counted; the
@@ -133,7 +133,7 @@ fn a_step_result_over_the_quota_is_refused_with_its_effects() {
     .charged(TENANT, true);
     let answers = s.apply(&[&result]).unwrap();
     assert!(
-        matches!(&answers[0], Err(StoreError::StorageQuota { .. })),
+        matches!(&answers[0], Err(Refused::StorageQuota { .. })),
         "{answers:?}"
     );
     assert!(s.steps(R).unwrap().is_empty());
@@ -169,7 +169,7 @@ fn a_tenant_over_its_quota_can_make_room_and_still_hears_of_duplicates() {
     let again = keyed(create(&run("r2")), "k1").charged(TENANT, true);
     let answers = s.apply(&[&again]).unwrap();
     assert!(
-        matches!(&answers[0], Err(StoreError::Duplicate { run, .. }) if run == R),
+        matches!(&answers[0], Err(Refused::Duplicate { run, .. }) if run == R),
         "{answers:?}"
     );
     // Adding is refused; deleting the value, with a small record, is not.
@@ -177,7 +177,7 @@ fn a_tenant_over_its_quota_can_make_room_and_still_hears_of_duplicates() {
         commit_with(s, R, "grow", |_, _, x| x.kv = kv(&[("b", Some("x"))])).charged(TENANT, true);
     let answers = s.apply(&[&grow]).unwrap();
     assert!(
-        matches!(&answers[0], Err(StoreError::StorageQuota { .. })),
+        matches!(&answers[0], Err(Refused::StorageQuota { .. })),
         "{answers:?}"
     );
     let shrink =
@@ -229,7 +229,7 @@ fn a_tenants_pending_timers_are_counted_and_held_to_its_quota() {
     put(s, create(&of_acme("r2", false)));
     let answers = s.apply(&[&sets("r2", Sleep, 8)]).unwrap();
     assert!(
-        matches!(&answers[0], Err(StoreError::TimerQuota { tenant, timers: 2, limit: 2 }) if tenant == TENANT),
+        matches!(&answers[0], Err(Refused::TimerQuota { tenant, timers: 2, limit: 2 }) if tenant == TENANT),
         "{answers:?}"
     );
     assert_eq!(s.run("r2").unwrap().unwrap().step_records, 0);

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use serde_json::json;
 use weft_core::Timestamp;
 use weft_store::{
-    Blob, DeploymentRecord, PluginRecord, ScheduleRecord, Store, StoreError, What, Write, encode,
+    Blob, DeploymentRecord, PluginRecord, Refused, ScheduleRecord, Store, What, Write, encode,
 };
 
 use crate::common::{R, T0, at, create, def, duplicate, exists, keyed, run, stored_run};
@@ -14,8 +14,8 @@ use crate::table::{given, put, walk};
 
 const TRIGGER: &str = "wf/nightly";
 
-fn changed(e: &StoreError, what: What) -> bool {
-    matches!(e, StoreError::Changed(found) if *found == what)
+fn changed(e: &Refused, what: What) -> bool {
+    matches!(e, Refused::Changed(found) if *found == what)
 }
 
 // Schedule.
@@ -153,7 +153,7 @@ fn deploy_and_add_plugin() {
         given("a revision that exists", |_| {})
             .then(|_| deploy(1, "d1", "first"))
             .write(|_| deploy(1, "d2", "second"))
-            .refused(|e| matches!(e, StoreError::Exists(What::Revision { revision: 1, .. }))),
+            .refused(|e| matches!(e, Refused::Exists(What::Revision { revision: 1, .. }))),
         given("the next revision, same definition", |_| {})
             .then(|_| deploy(1, "d1", "first"))
             .write(|_| deploy(2, "d1", "second"))
@@ -177,13 +177,13 @@ fn deploy_and_add_plugin() {
 
 // DeleteRevision and DeleteBlob.
 
-fn delete(s: &dyn Store, write: Write) -> Result<(), StoreError> {
+fn delete(s: &dyn Store, write: Write) -> Result<(), Refused> {
     s.apply(&[&write]).unwrap().pop().unwrap()
 }
 
-fn needed(result: Result<(), StoreError>, why: &str) {
+fn needed(result: Result<(), Refused>, why: &str) {
     assert!(
-        matches!(&result, Err(StoreError::Needed { why: said, .. }) if said.contains(why)),
+        matches!(&result, Err(Refused::Needed { why: said, .. }) if said.contains(why)),
         "expected Needed ({why}), got {result:?}"
     );
 }
@@ -240,7 +240,7 @@ fn a_replaced_revision_goes_and_a_digest_goes_once_marked_unused_and_not_stored_
     assert_eq!(s.deployments(Some("wf")).unwrap(), [deployment(2, "d2")]);
     assert!(matches!(
         delete(&*s, revision(1)),
-        Err(StoreError::NotFound(_))
+        Err(Refused::NotFound(_))
     ));
 
     // Not marked, or marked after the pass's bound: refused.

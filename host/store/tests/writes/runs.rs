@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use weft_store::RunState::{Cancelled, Failed, Succeeded};
 use weft_store::TimerKind::Deadline;
-use weft_store::{DEADLINE_PATH, Store, StoreError, What, Write};
+use weft_store::{DEADLINE_PATH, Refused, Store, What, Write};
 
 use crate::common::{
     R, armed, at, cancel, changed, child, commit, commit_with, create, def, dozing, duplicate,
@@ -71,7 +71,7 @@ fn each_write_of_a_batch_is_answered_on_its_own() {
     let answers = answers.unwrap();
     let answered = matches!(
         answers.as_slice(),
-        [Ok(()), Err(StoreError::Exists(What::Run(_))), Ok(())]
+        [Ok(()), Err(Refused::Exists(What::Run(_))), Ok(())]
     );
     assert!(answered, "{answers:?}");
     assert_eq!(stored_run(s, "a"), run("a"));
@@ -110,7 +110,7 @@ fn start_run() {
         .then(start_child)
         .then(|s| commit(s, "c", "first"))
         .write(start_child)
-        .refused(|e| matches!(e, StoreError::Exists(What::Run(id)) if id == "c")),
+        .refused(|e| matches!(e, Refused::Exists(What::Run(id)) if id == "c")),
     ]);
 }
 

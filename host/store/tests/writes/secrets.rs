@@ -2,7 +2,7 @@
 //! only over the value it was read with, keeping its grants; one deleted
 //! or set again since is left as it is.
 
-use weft_store::{AccessWrite, SecretGrant, SecretRecord, Store, StoreError, What, Write};
+use weft_store::{AccessWrite, Refused, SecretGrant, SecretRecord, Store, What, Write};
 
 use crate::common::T0;
 use crate::table::{open, put};
@@ -59,7 +59,7 @@ fn a_reseal_lands_only_over_the_value_it_read() {
     put(s, set(b"new"));
     let answers = s.apply(&[&reseal(b"old", b"old, sealed again")]).unwrap();
     assert!(
-        matches!(&answers[0], Err(StoreError::Changed(What::Secret(name))) if name == "token"),
+        matches!(&answers[0], Err(Refused::Changed(What::Secret(name))) if name == "token"),
         "{answers:?}"
     );
     assert_eq!(stored(s)[0].sealed, b"new");
@@ -76,7 +76,7 @@ fn a_reseal_lands_only_over_the_value_it_read() {
     );
     let answers = s.apply(&[&reseal(b"new, sealed again", b"x")]).unwrap();
     assert!(
-        matches!(&answers[0], Err(StoreError::NotFound(What::Secret(_)))),
+        matches!(&answers[0], Err(Refused::NotFound(What::Secret(_)))),
         "{answers:?}"
     );
     assert!(stored(s).is_empty());

@@ -6,13 +6,13 @@
 //! `ForgetSnapshotData` deletes a dropped data's row, never a sealed one.
 
 use weft_core::Timestamp;
-use weft_store::{DataState, SnapshotEntry, SnapshotRecord, Store, StoreError, What, Write};
+use weft_store::{DataState, Refused, SnapshotEntry, SnapshotRecord, Store, What, Write};
 
 use crate::table::{open, put};
 
 const AT: Timestamp = Timestamp(1_000_000);
 
-fn apply(s: &dyn Store, write: Write) -> Result<(), StoreError> {
+fn apply(s: &dyn Store, write: Write) -> Result<(), Refused> {
     s.apply(&[&write]).unwrap().pop().unwrap()
 }
 
@@ -84,16 +84,10 @@ fn a_revision_is_staged_in_pages_then_sealed_with_the_next_number() {
     // A later page with no first one, and a second first page, are
     // refused: a publish's data is its own.
     let refused = apply(&*s, stage("d1", &[("a", None)]));
-    assert!(
-        matches!(refused, Err(StoreError::Changed(_))),
-        "{refused:?}"
-    );
+    assert!(matches!(refused, Err(Refused::Changed(_))), "{refused:?}");
     put(&*s, first("d1", &[("a", None), ("b", Some(5))]));
     let refused = apply(&*s, first("d1", &[("x", None)]));
-    assert!(
-        matches!(refused, Err(StoreError::Changed(_))),
-        "{refused:?}"
-    );
+    assert!(matches!(refused, Err(Refused::Changed(_))), "{refused:?}");
     put(&*s, stage("d1", &[("c", None)]));
     assert_eq!(state(&*s, "d1"), Some(DataState::Staging));
     assert!(
@@ -103,27 +97,21 @@ fn a_revision_is_staged_in_pages_then_sealed_with_the_next_number() {
     // A key staged already is refused, with nothing of the page stored.
     let refused = apply(&*s, stage("d1", &[("d", None), ("a", None)]));
     assert!(
-        matches!(&refused, Err(StoreError::Exists(What::SnapshotKey(k))) if k == "a"),
+        matches!(&refused, Err(Refused::Exists(What::SnapshotKey(k))) if k == "a"),
         "{refused:?}"
     );
     assert_eq!(keys(&*s, "d1"), ["a", "b", "c"]);
     // Only the next number seals.
     let refused = apply(&*s, Write::SealSnapshot(Box::new(record("d1", 2))));
-    assert!(matches!(refused, Err(StoreError::Exists(_))), "{refused:?}");
+    assert!(matches!(refused, Err(Refused::Exists(_))), "{refused:?}");
     put(&*s, Write::SealSnapshot(Box::new(record("d1", 1))));
     assert_eq!(state(&*s, "d1"), Some(DataState::Sealed));
     assert_eq!(s.snapshots(Some("prices")).unwrap(), [record("d1", 1)]);
     // Sealed data takes no more pages, and is sealed once.
     let refused = apply(&*s, stage("d1", &[("e", None)]));
-    assert!(
-        matches!(refused, Err(StoreError::Changed(_))),
-        "{refused:?}"
-    );
+    assert!(matches!(refused, Err(Refused::Changed(_))), "{refused:?}");
     let refused = apply(&*s, Write::SealSnapshot(Box::new(record("d1", 2))));
-    assert!(
-        matches!(refused, Err(StoreError::Changed(_))),
-        "{refused:?}"
-    );
+    assert!(matches!(refused, Err(Refused::Changed(_))), "{refused:?}");
     assert_eq!(
         s.snapshot_entry("d1", "b").unwrap(),
         Some(SnapshotEntry {
@@ -153,10 +141,7 @@ fn the_newest_revision_stays_and_a_deleted_one_s_entries_go_then_its_row() {
             revision: 1,
         },
     );
-    assert!(
-        matches!(newest, Err(StoreError::Needed { .. })),
-        "{newest:?}"
-    );
+    assert!(matches!(newest, Err(Refused::Needed { .. })), "{newest:?}");
     put(&*s, first("d2", &[("a", Some(10)), ("b", None)]));
     put(&*s, Write::SealSnapshot(Box::new(record("d2", 2))));
     // A sealed revision's row stays, and only its expired entries go.
@@ -167,10 +152,7 @@ fn the_newest_revision_stays_and_a_deleted_one_s_entries_go_then_its_row() {
             now: AT,
         },
     );
-    assert!(
-        matches!(forget, Err(StoreError::Needed { .. })),
-        "{forget:?}"
-    );
+    assert!(matches!(forget, Err(Refused::Needed { .. })), "{forget:?}");
     let drop_all = |data: &str, now: u64| Write::DropSnapshotEntries {
         data: data.to_owned(),
         keys: vec!["a".to_owned(), "b".to_owned()],
@@ -199,7 +181,7 @@ fn the_newest_revision_stays_and_a_deleted_one_s_entries_go_then_its_row() {
             revision: 1,
         },
     );
-    assert!(matches!(gone, Err(StoreError::NotFound(_))), "{gone:?}");
+    assert!(matches!(gone, Err(Refused::NotFound(_))), "{gone:?}");
     put(&*s, drop_all("d1", 0));
     assert!(keys(&*s, "d1").is_empty());
     put(
@@ -238,15 +220,12 @@ fn a_failed_publish_is_dropped_at_once_or_after_an_hour_without_a_page() {
         },
     );
     let late = apply(&*s, stage("d1", &[("b", None)]));
-    assert!(matches!(late, Err(StoreError::Changed(_))), "{late:?}");
+    assert!(matches!(late, Err(Refused::Changed(_))), "{late:?}");
     put(&*s, Write::AbandonSnapshot("d2".to_owned()));
     assert_eq!(state(&*s, "d2"), Some(DataState::Dropped));
     put(&*s, drop_at("d2", 0));
     assert!(keys(&*s, "d2").is_empty());
     // Dropped data is not sealed.
     let refused = apply(&*s, Write::SealSnapshot(Box::new(record("d2", 1))));
-    assert!(
-        matches!(refused, Err(StoreError::Changed(_))),
-        "{refused:?}"
-    );
+    assert!(matches!(refused, Err(Refused::Changed(_))), "{refused:?}");
 }

@@ -7,7 +7,7 @@ use weft_core::{KvEffects, Versioned};
 use weft_store::DeliveryState::Created;
 use weft_store::RunState::{Failed, Running, Succeeded};
 use weft_store::TimerKind::{self, Await, Deadline, Retry, Sleep};
-use weft_store::{DEADLINE_PATH, StepRecord, Store, StoreError, What, Write};
+use weft_store::{DEADLINE_PATH, Refused, StepRecord, Store, What, Write};
 
 use crate::common::{
     R, SPACE, armed, at, cancel, changed, commit, commit_with, current, def, dozing, emission,
@@ -25,12 +25,12 @@ fn steps(s: &dyn Store) -> Vec<StepRecord> {
     s.steps(R).unwrap()
 }
 
-fn timer_gone(e: &StoreError) -> bool {
-    matches!(e, StoreError::TimerGone(7))
+fn timer_gone(e: &Refused) -> bool {
+    matches!(e, Refused::TimerGone(7))
 }
 
-fn kv_conflict(e: &StoreError, on: &str) -> bool {
-    matches!(e, StoreError::KvConflict { space, key } if space == SPACE && key == on)
+fn kv_conflict(e: &Refused, on: &str) -> bool {
+    matches!(e, Refused::KvConflict { space, key } if space == SPACE && key == on)
 }
 
 // CommitStep.
@@ -267,7 +267,7 @@ fn act() {
         given("a run awake in a process", awaiting)
             .then(|s| update(s, Running))
             .write(|s| answer(s, "ask"))
-            .refused(|e| matches!(e, StoreError::Busy { run } if run == R)),
+            .refused(|e| matches!(e, Refused::Busy { run } if run == R)),
         given("an answer decided before the run moved on", awaiting)
             .write(|s| stale(s, |s| answer(s, "ask")))
             .refused(changed),

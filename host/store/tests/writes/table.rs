@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use weft_store::{RunFilter, Store, StoreError, Write};
+use weft_store::{Refused, RunFilter, Store, Write};
 
 use crate::common::{SIBLING, SPACE, def, queued, run};
 
@@ -39,7 +39,7 @@ enum Expect {
     /// It lands; the reads that prove what it stored.
     Stored(fn(&dyn Store)),
     /// It is refused, with a refusal this accepts.
-    Refused(fn(&StoreError) -> bool),
+    Refused(fn(&Refused) -> bool),
 }
 
 pub(crate) fn given(name: &'static str, setup: fn(&dyn Store)) -> Given {
@@ -63,7 +63,7 @@ impl When {
         Case(self, Expect::Stored(check))
     }
 
-    pub(crate) fn refused(self, refusal: fn(&StoreError) -> bool) -> Case {
+    pub(crate) fn refused(self, refusal: fn(&Refused) -> bool) -> Case {
         Case(self, Expect::Refused(refusal))
     }
 }
@@ -100,7 +100,7 @@ pub(crate) fn walk(cases: &[Case]) {
 }
 
 /// Applies `write` alone and answers for it.
-fn apply(s: &dyn Store, write: &Write) -> Result<(), StoreError> {
+fn apply(s: &dyn Store, write: &Write) -> Result<(), Refused> {
     let mut answers = s.apply(&[write]).unwrap();
     assert_eq!(answers.len(), 1);
     answers.pop().unwrap()

@@ -618,10 +618,12 @@ pub(super) async fn act(
     let outcome = blocking(move || match answer {
         Some(answer) => engine.act(&asked_run, &asked_step, &answer),
         None => engine.cancel(&asked_run).map_err(|e| match e {
-            weft_store::StoreError::RunEnded(id) => ActError::Ended(id),
-            weft_store::StoreError::NotFound(weft_store::What::Run(_)) => {
-                ActError::NotFound(asked_run.clone())
+            weft_store::StoreError::Refused(weft_store::Refused::RunEnded(id)) => {
+                ActError::Ended(id)
             }
+            weft_store::StoreError::Refused(weft_store::Refused::NotFound(
+                weft_store::What::Run(_),
+            )) => ActError::NotFound(asked_run.clone()),
             other => ActError::Store(other),
         }),
     })

@@ -8,7 +8,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
 use weft_engine::StartError;
-use weft_store::{StoreError, What};
+use weft_store::{Refused, StoreError, What};
 
 /// An error answer: a status, a stable code and a message.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -134,40 +134,42 @@ impl From<StoreError> for ApiError {
     fn from(error: StoreError) -> Self {
         let conflict = |code, message: String| Self::new(StatusCode::CONFLICT, code, message);
         match &error {
-            StoreError::NotFound(what) => Self::not_found(what),
-            StoreError::Exists(what @ What::Subscription(_)) => {
+            StoreError::Refused(Refused::NotFound(what)) => Self::not_found(what),
+            StoreError::Refused(Refused::Exists(what @ What::Subscription(_))) => {
                 conflict("conflict", format!("{what} exists with another target"))
             }
-            StoreError::Exists(what @ What::Schedule(_)) => {
+            StoreError::Refused(Refused::Exists(what @ What::Schedule(_))) => {
                 conflict("schedule_exists", format!("{what} exists already"))
             }
-            StoreError::Changed(what) => {
+            StoreError::Refused(Refused::Changed(what)) => {
                 conflict("conflict", format!("{what} changed since it was read"))
             }
-            StoreError::DeliveryState { id, state } => {
+            StoreError::Refused(Refused::DeliveryState { id, state }) => {
                 conflict("conflict", format!("delivery `{id}` is {state}"))
             }
-            StoreError::RunEnded(run) => conflict("run_ended", format!("run `{run}` has ended")),
-            StoreError::Needed {
+            StoreError::Refused(Refused::RunEnded(run)) => {
+                conflict("run_ended", format!("run `{run}` has ended"))
+            }
+            StoreError::Refused(Refused::Needed {
                 what: What::Run(run),
                 why,
-            } => conflict(
+            }) => conflict(
                 "run_not_ended",
                 format!("run `{run}` cannot be deleted: {why}"),
             ),
-            StoreError::Needed { what, why } => {
+            StoreError::Refused(Refused::Needed { what, why }) => {
                 conflict("in_use", format!("{what} cannot be deleted: {why}"))
             }
-            StoreError::Busy { run } => conflict(
+            StoreError::Refused(Refused::Busy { run }) => conflict(
                 "run_busy",
                 format!("run `{run}` is in progress in another process"),
             ),
-            StoreError::StorageQuota { .. } => Self::new(
+            StoreError::Refused(Refused::StorageQuota { .. }) => Self::new(
                 StatusCode::INSUFFICIENT_STORAGE,
                 "storage_quota",
                 error.to_string(),
             ),
-            StoreError::TimerQuota { .. } => Self::new(
+            StoreError::Refused(Refused::TimerQuota { .. }) => Self::new(
                 StatusCode::TOO_MANY_REQUESTS,
                 "quota_exceeded",
                 error.to_string(),

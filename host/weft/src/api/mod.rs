@@ -356,7 +356,9 @@ async fn start_run(
         let mut handle = engine.start_keyed(workflow, input, Box::new(Quiet), key)?;
         match handle.recorded() {
             Ok(()) => Ok(Ok(handle.id().to_owned())),
-            Err(weft_store::StoreError::Duplicate { run, .. }) => Ok(Err(run)),
+            Err(weft_store::StoreError::Refused(weft_store::Refused::Duplicate {
+                run, ..
+            })) => Ok(Err(run)),
             Err(e) => Err(e.into()),
         }
     })
@@ -596,7 +598,7 @@ async fn cancel_run(
             api.audit(&caller, "run.cancel", &id, Value::Null).await;
             Ok(Json(json!({ "id": id, "cancelled": true })))
         }
-        Err(weft_store::StoreError::RunEnded(_)) => {
+        Err(weft_store::StoreError::Refused(weft_store::Refused::RunEnded(_))) => {
             let state = own_run(&api, &caller, &id)
                 .await
                 .map(|run| run.state.to_string())
@@ -766,11 +768,13 @@ async fn delete_run(
             api.audit(&caller, "run.delete", &id, Value::Null).await;
             Ok(Json(json!({ "id": id, "deleted": true })))
         }
-        Err(weft_store::StoreError::Needed { why, .. }) => Err(ApiError::new(
-            StatusCode::CONFLICT,
-            "run_not_ended",
-            format!("run `{id}` cannot be deleted: {why}"),
-        )),
+        Err(weft_store::StoreError::Refused(weft_store::Refused::Needed { why, .. })) => {
+            Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "run_not_ended",
+                format!("run `{id}` cannot be deleted: {why}"),
+            ))
+        }
         // `NotFound` is `404 unknown_run`.
         Err(e) => Err(e.into()),
     }

@@ -39,7 +39,7 @@ use serde_json::Value;
 use weft_core::Signal;
 use weft_core::clock::Clock;
 use weft_engine::{Committer, DeliveryWrite};
-use weft_store::{DeliveryRecord, DeliveryState, Store, StoreError, What};
+use weft_store::{DeliveryRecord, DeliveryState, Refused, Store, StoreError, What};
 
 pub use consumer::Consumer;
 pub use subscription::{MAX_ATTEMPTS, SubscriptionSpec, WebhookSpec};
@@ -50,7 +50,7 @@ pub use webhook::{SIGNATURE_HEADER, THREADS as WEBHOOK_THREADS, sign};
 #[non_exhaustive]
 pub enum HubError {
     /// What was named does not exist (the store's
-    /// [`StoreError::NotFound`] is this too).
+    /// [`Refused::NotFound`] is this too).
     #[error("no {0}")]
     NotFound(What),
     /// The request does not apply to what is stored (a consumer for a
@@ -77,7 +77,7 @@ pub enum HubError {
 impl From<StoreError> for HubError {
     fn from(error: StoreError) -> Self {
         match error {
-            StoreError::NotFound(what) => Self::NotFound(what),
+            StoreError::Refused(Refused::NotFound(what)) => Self::NotFound(what),
             other => Self::Store(other),
         }
     }
@@ -88,7 +88,7 @@ impl From<StoreError> for HubError {
 fn moved_on(error: &StoreError) -> bool {
     matches!(
         error,
-        StoreError::DeliveryState { .. } | StoreError::NotFound(What::Delivery(_))
+        StoreError::Refused(Refused::DeliveryState { .. } | Refused::NotFound(What::Delivery(_)))
     )
 }
 

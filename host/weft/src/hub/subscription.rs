@@ -12,7 +12,7 @@ use super::{Hub, HubError};
 use weft_core::clock::Timestamp;
 use weft_core::names::check_name;
 use weft_engine::DeliveryWrite;
-use weft_store::{StoreError, SubscriptionRecord, Target};
+use weft_store::{Refused, StoreError, SubscriptionRecord, Target};
 
 /// A new subscription, as a client asks for it. Every field but
 /// `channel` has a default.
@@ -150,7 +150,7 @@ impl Hub {
             Ok(()) => {}
             // The same webhook made at the same time by another request,
             // whose seal of the same key differs: that one is kept.
-            Err(HubError::Store(StoreError::Exists(what))) => {
+            Err(HubError::Store(StoreError::Refused(Refused::Exists(what)))) => {
                 let stored = self.shared.store.subscription(&record.key)?;
                 let same = match (&asked, &stored) {
                     (Target::Webhook { url, secret, .. }, Some(stored)) => {
@@ -159,7 +159,7 @@ impl Hub {
                     _ => false,
                 };
                 if !same {
-                    return Err(HubError::Store(StoreError::Exists(what)));
+                    return Err(HubError::Store(StoreError::Refused(Refused::Exists(what))));
                 }
             }
             Err(e) => return Err(e),

@@ -349,7 +349,9 @@ fn turn(hub: &Hub, agent: &ureq::Agent, key: &str) -> Next {
     let tenure = shared.committer.tenure();
     match shared.committer.hold(key) {
         Ok(()) => {}
-        Err(weft_store::StoreError::Fenced { .. }) => return Next::Wait(Duration::from_secs(1)),
+        Err(weft_store::StoreError::Refused(weft_store::Refused::Fenced { .. })) => {
+            return Next::Wait(Duration::from_secs(1));
+        }
         Err(e) => {
             tracing::warn!(subscription = %key, "cannot take the delivery queue: {e}");
             return Next::Wait(Duration::from_secs(1));

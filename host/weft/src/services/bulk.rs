@@ -6,7 +6,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use weft_engine::{Engine, PauseError, Quiet, RetryError};
-use weft_store::{RunFilter, RunRecord, RunState, StoreError};
+use weft_store::{Refused, RunFilter, RunRecord, RunState, StoreError};
 
 use super::Services;
 
@@ -256,7 +256,7 @@ fn cancel(engine: &Engine, run: &RunRecord, page: &HashSet<String>) -> Outcome {
     }
     match engine.cancel(&run.id) {
         Ok(()) => Outcome::Changed,
-        Err(StoreError::RunEnded(_)) => Outcome::Unchanged("ended".to_owned()),
+        Err(StoreError::Refused(Refused::RunEnded(_))) => Outcome::Unchanged("ended".to_owned()),
         Err(e) => Outcome::Failed(e.to_string()),
     }
 }

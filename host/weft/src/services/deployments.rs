@@ -9,7 +9,9 @@ use weft_core::clock::Clock;
 use weft_engine::Engine;
 use weft_engine::plugins::ResolveError;
 use weft_model::{self as model, DefinitionError, Format, Workflow, WorkflowDir};
-use weft_store::{AccessWrite, DefinitionRecord, DeploymentRecord, Store, StoreError, Write};
+use weft_store::{
+    AccessWrite, DefinitionRecord, DeploymentRecord, Refused, Store, StoreError, Write,
+};
 
 /// The workflows a server serves, deployable while it runs. Every
 /// deployment is a new version of its workflow, numbered and recorded in the
@@ -467,8 +469,8 @@ impl Deployments {
             for answer in self.store.apply(&refs).map_err(DeployError::Store)? {
                 // A secret deleted meanwhile is left for the step to miss.
                 match answer {
-                    Ok(()) | Err(StoreError::NotFound(_)) => {}
-                    Err(e) => return Err(DeployError::Store(e)),
+                    Ok(()) | Err(Refused::NotFound(_)) => {}
+                    Err(e) => return Err(DeployError::Store(e.into())),
                 }
             }
         }
@@ -611,14 +613,9 @@ impl Deployments {
                 record: weft_store::encode(&record),
                 definition: (definition.digest.clone(), weft_store::encode(&definition)),
             };
-            match self
-                .store
-                .apply(&[&write])?
-                .pop()
-                .unwrap_or(Err(StoreError::Closed))
-            {
+            match self.store.apply_one(&write) {
                 Ok(()) => return Ok(record),
-                Err(StoreError::Exists(_)) => {
+                Err(StoreError::Refused(Refused::Exists(_))) => {
                     head = self.store.deployments(Some(&workflow.id))?.pop();
                     if let Some(theirs) = head.as_ref().filter(|h| h.digest == record.digest) {
                         return Ok(theirs.clone());

@@ -2,7 +2,7 @@
 //! (`POST /v1/workflows/{id}/migrate`). Blocking.
 
 use weft_engine::MigrateError;
-use weft_store::{RunFilter, RunState, StoreError};
+use weft_store::{Refused, RunFilter, RunState, StoreError};
 
 use super::Services;
 
@@ -142,7 +142,7 @@ impl Services {
                     Err(e @ MigrateError::Unmovable(_)) => (e.to_string(), false),
                     // Woken, paused or resumed under each of the tries: a
                     // busy run, not a failure of the host's.
-                    Err(MigrateError::Store(StoreError::Changed(_))) => (
+                    Err(MigrateError::Store(StoreError::Refused(Refused::Changed(_)))) => (
                         "it kept moving while the move was decided; try again".to_owned(),
                         false,
                     ),

@@ -80,10 +80,6 @@ impl Services {
     /// Applies one write to tenants, tokens or secrets, and gives its own
     /// answer.
     fn apply_access(&self, write: AccessWrite) -> Result<(), StoreError> {
-        self.engine
-            .store()
-            .apply(&[&Write::Access(write)])?
-            .pop()
-            .unwrap_or(Err(StoreError::Closed))
+        self.engine.store().apply_one(&Write::Access(write))
     }
 }

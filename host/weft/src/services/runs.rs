@@ -8,15 +8,15 @@ use super::Services;
 impl Services {
     /// Cancels run `id` and the child runs under it: at once if it waits,
     /// or when its calls under way return. Refused with
-    /// [`StoreError::RunEnded`] if it has ended, [`StoreError::NotFound`]
+    /// [`Refused::RunEnded`](weft_store::Refused::RunEnded) if it has ended, [`Refused::NotFound`](weft_store::Refused::NotFound)
     /// if there is no such run.
     pub fn cancel_run(&self, id: &str) -> Result<(), StoreError> {
         self.engine.cancel(id)
     }
 
     /// Deletes ended run `id` with its step records. Refused with
-    /// [`StoreError::Needed`] if it has not ended (or its parent has not),
-    /// [`StoreError::NotFound`] if there is no such run.
+    /// [`Refused::Needed`] if it has not ended (or its parent has not),
+    /// [`Refused::NotFound`] if there is no such run.
     pub fn delete_run(&self, id: &str) -> Result<(), StoreError> {
         self.engine.delete_run(id)
     }

@@ -5,7 +5,9 @@
 
 use weft_engine::SecretError;
 use weft_model::PluginRef;
-use weft_store::{AccessWrite, SecretGrant, SecretRecord, StoreError, Target, What, Write};
+use weft_store::{
+    AccessWrite, Refused, SecretGrant, SecretRecord, StoreError, Target, What, Write,
+};
 
 use super::Services;
 
@@ -241,8 +243,8 @@ impl Services {
                 // Deleted or set again since it was read: nothing to seal
                 // again (a value set since is sealed under the current key
                 // already).
-                Err(StoreError::NotFound(_) | StoreError::Changed(_)) => {}
-                Err(e) => return Err(e.into()),
+                Err(Refused::NotFound(_) | Refused::Changed(_)) => {}
+                Err(e) => return Err(StoreError::from(e).into()),
             }
         }
         Ok(done)
@@ -261,7 +263,9 @@ impl Services {
     fn secret_write(&self, write: AccessWrite, name: &str) -> Result<(), SecretRefused> {
         match self.apply_access(write) {
             Ok(()) => Ok(()),
-            Err(StoreError::NotFound(_)) => Err(SecretRefused::UnknownSecret(name.to_owned())),
+            Err(StoreError::Refused(Refused::NotFound(_))) => {
+                Err(SecretRefused::UnknownSecret(name.to_owned()))
+            }
             Err(e) => Err(e.into()),
         }
     }

@@ -2,7 +2,9 @@
 //! adapter's to check (an admin's, over the API). Blocking.
 
 use weft_core::tenant;
-use weft_store::{AccessWrite, Quota, RunFilter, RunState, StoreError, TenantRecord, Write};
+use weft_store::{
+    AccessWrite, Quota, Refused, RunFilter, RunState, StoreError, TenantRecord, Write,
+};
 
 use super::Services;
 use crate::hub::HubError;
@@ -117,7 +119,9 @@ impl Services {
         };
         match self.apply_access(AccessWrite::put_tenant(&record, true)) {
             Ok(()) => {}
-            Err(StoreError::Exists(_)) => return Err(TenantRefused::Exists(name.to_owned())),
+            Err(StoreError::Refused(Refused::Exists(_))) => {
+                return Err(TenantRefused::Exists(name.to_owned()));
+            }
             Err(e) => return Err(e.into()),
         }
         enforce_quota(&self.engine, name, &record.quota);
@@ -190,7 +194,7 @@ impl Services {
             match self.engine.cancel(&run.id) {
                 Ok(()) => cancelled += 1,
                 // Ended meanwhile: nothing to cancel.
-                Err(StoreError::RunEnded(_)) => {}
+                Err(StoreError::Refused(Refused::RunEnded(_))) => {}
                 Err(e) => return Err(e.into()),
             }
         }
@@ -210,8 +214,8 @@ impl Services {
         let refs: Vec<&Write> = writes.iter().collect();
         for outcome in store.apply(&refs)? {
             match outcome {
-                Ok(()) | Err(StoreError::NotFound(_)) => {}
-                Err(e) => return Err(e.into()),
+                Ok(()) | Err(Refused::NotFound(_)) => {}
+                Err(e) => return Err(StoreError::from(e).into()),
             }
         }
         release_quota(&self.engine, name);
