@@ -205,19 +205,23 @@ fn hosts_share_a_store_and_finish_the_runs_of_one_that_dies_or_stops() {
         assert!(log.contains("host gone"), "host {n} took over:\n{log}");
     }
 
-    // A fourth host joins, and the third stops cleanly (Ctrl-C) with runs
-    // in flight: its leases go with it, and the fourth finishes them.
+    // A fourth host joins, and the third stops cleanly on SIGTERM (what a
+    // service manager sends) with runs in flight: its leases go with it,
+    // and the fourth finishes them. The address file names the fourth,
+    // and the third leaves it so.
     let mut late = Vec::new();
     for _ in 0..40 {
         late.push(start(&agent, &third_url));
     }
     let (mut fourth, fourth_url) = serve(&scratch, 3);
     let status = std::process::Command::new("kill")
-        .args(["-INT", &third.id().to_string()])
+        .args(["-TERM", &third.id().to_string()])
         .status()
         .unwrap();
     assert!(status.success());
-    third.wait().unwrap();
+    assert!(third.wait().unwrap().success());
+    let named = std::fs::read_to_string(address_file(&scratch)).unwrap();
+    assert_eq!(named.trim(), fourth_url);
     let deadline = Instant::now() + Duration::from_secs(60);
     for id in &late {
         loop {
@@ -234,6 +238,13 @@ fn hosts_share_a_store_and_finish_the_runs_of_one_that_dies_or_stops() {
             std::thread::sleep(Duration::from_millis(20));
         }
     }
-    fourth.kill().unwrap();
-    fourth.wait().unwrap();
+    // The last serve stops on SIGTERM too, and takes its address file
+    // with it.
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &fourth.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    assert!(fourth.wait().unwrap().success());
+    assert!(!address_file(&scratch).exists());
 }

@@ -1411,6 +1411,15 @@ fn serve_refuses_a_public_address_without_auth_and_serves_tls() {
     let refused = scratch.run(&["serve", "--listen", "0.0.0.0:0"]);
     assert_eq!(refused.code, Some(2), "{}", refused.stderr);
     assert!(refused.stderr.contains("--auth"), "{}", refused.stderr);
+    // A host name other than localhost is not resolved, and says what is
+    // taken instead.
+    let refused = scratch.run(&["serve", "--listen", "example.com:7614"]);
+    assert_eq!(refused.code, Some(2), "{}", refused.stderr);
+    assert!(
+        refused.stderr.contains("localhost:7614"),
+        "{}",
+        refused.stderr
+    );
 
     let made =
         rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])

@@ -26,7 +26,8 @@ pub struct ServeArgs {
     /// Where to listen. Port 0 picks a free port; the address is written to
     /// DATA_DIR/serve.addr either way.
     /// An address other than loopback needs --auth.
-    #[arg(long, value_name = "ADDR", default_value = DEFAULT_LISTEN)]
+    /// `localhost:PORT` is 127.0.0.1:PORT.
+    #[arg(long, value_name = "ADDR", default_value = DEFAULT_LISTEN, value_parser = listen_addr)]
     listen: SocketAddr,
 
     /// Require `Authorization: Bearer <token>` on every request, even while
@@ -120,6 +121,25 @@ impl ServeArgs {
     }
 }
 
+/// `--listen`: an IP address and port, or `localhost:PORT` (IPv4's
+/// loopback); other host names are not resolved, so that what a host
+/// listens on does not depend on a name service.
+fn listen_addr(text: &str) -> Result<SocketAddr, String> {
+    if let Ok(addr) = text.parse() {
+        return Ok(addr);
+    }
+    match text.rsplit_once(':') {
+        Some((host, port)) if host.eq_ignore_ascii_case("localhost") => port
+            .parse::<u16>()
+            .map(|port| SocketAddr::from(([127, 0, 0, 1], port)))
+            .map_err(|_| format!("`{port}` is not a port (0 to 65535)")),
+        _ => Err(
+            "expected IP:PORT, such as 127.0.0.1:7614, [::1]:7614, 0.0.0.0:7614 or localhost:7614"
+                .to_owned(),
+        ),
+    }
+}
+
 pub fn serve(data_dir: &Path, args: ServeArgs) -> anyhow::Result<ExitCode> {
     if !args.listen.ip().is_loopback() && !args.auth {
         eprintln!(
@@ -196,14 +216,29 @@ pub fn serve(data_dir: &Path, args: ServeArgs) -> anyhow::Result<ExitCode> {
             .with_context(|| format!("cannot listen on {}", args.listen))?;
         let addr = listener.local_addr()?;
         let scheme = if tls.is_some() { "https" } else { "http" };
+        let url = format!("{scheme}://{addr}");
         let addr_file = data_dir.join("serve.addr");
-        std::fs::write(&addr_file, format!("{scheme}://{addr}\n"))
+        if let Ok(before) = std::fs::read_to_string(&addr_file)
+            && before.trim() != url
+        {
+            eprintln!(
+                "warning: {} named {} (another weft serve on this data directory, or one that was killed); it now names {url}, which commands without --server reach",
+                addr_file.display(),
+                before.trim()
+            );
+        }
+        std::fs::write(&addr_file, format!("{url}\n"))
             .with_context(|| format!("cannot write {}", addr_file.display()))?;
         eprintln!(
-            "weft serving {} workflow(s) on {scheme}://{addr}; {} interrupted run(s) resumed",
+            "weft serving {} workflow(s) on {url}; {} interrupted run(s) resumed",
             host.deployments().current().iter().count(),
             host.resumed()
         );
+        if args.auth && host.engine().store().tokens().is_ok_and(|t| t.is_empty()) {
+            eprintln!(
+                "warning: --auth and no token yet: every request is refused; make the first with `weft tokens create --local --role admin` (it can run beside this serve)"
+            );
+        }
         let api = if args.auth {
             host.api().require_auth()
         } else {
@@ -213,7 +248,7 @@ pub fn serve(data_dir: &Path, args: ServeArgs) -> anyhow::Result<ExitCode> {
             // Open event streams end when the hub stops.
             let hub = host.hub().clone();
             async move {
-                let _ = tokio::signal::ctrl_c().await;
+                stop_signal().await;
                 hub.stop();
             }
         };
@@ -226,10 +261,38 @@ pub fn serve(data_dir: &Path, args: ServeArgs) -> anyhow::Result<ExitCode> {
         )
         .await;
         host.stop();
-        let _ = std::fs::remove_file(&addr_file);
+        // Removed only while it names this serve: another may have taken
+        // it over since.
+        if std::fs::read_to_string(&addr_file).is_ok_and(|now| now.trim() == url) {
+            let _ = std::fs::remove_file(&addr_file);
+        }
         Ok::<_, anyhow::Error>(())
     })?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Waits for SIGINT (Ctrl-C) or SIGTERM (what service managers and
+/// `kill` send): either stops the serve the same way.
+async fn stop_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
 }
 
 /// The TLS configuration of `weft serve --tls-cert CERT --tls-key KEY`:
@@ -287,7 +350,7 @@ impl HostEvents for Operator {
 
 /// Starts a run on a running `weft serve`.
 pub fn start(data_dir: &Path, args: StartArgs) -> anyhow::Result<ExitCode> {
-    let input = match read_input(&args.input) {
+    let input = match read_input("--input", &args.input) {
         Ok(input) => input,
         Err(e) => {
             eprintln!("error: {e:#}");
@@ -345,5 +408,35 @@ pub fn start(data_dir: &Path, args: StartArgs) -> anyhow::Result<ExitCode> {
             "the event stream of {} ended before run {id} did",
             server.url()
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::listen_addr;
+
+    #[test]
+    fn listen_takes_an_address_or_localhost() {
+        assert_eq!(
+            listen_addr("127.0.0.1:7614"),
+            Ok(([127, 0, 0, 1], 7614).into())
+        );
+        assert_eq!(listen_addr("localhost:0"), Ok(([127, 0, 0, 1], 0).into()));
+        assert_eq!(listen_addr("LOCALHOST:80"), Ok(([127, 0, 0, 1], 80).into()));
+        assert_eq!(
+            listen_addr("[::1]:7614").map(|a| a.ip().is_loopback()),
+            Ok(true)
+        );
+        assert!(
+            listen_addr("localhost:http")
+                .unwrap_err()
+                .contains("not a port")
+        );
+        assert!(
+            listen_addr("example.com:1")
+                .unwrap_err()
+                .contains("IP:PORT")
+        );
+        assert!(listen_addr("7614").unwrap_err().contains("IP:PORT"));
     }
 }
