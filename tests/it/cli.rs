@@ -236,7 +236,7 @@ fn unknown_plugins_bad_input_and_bad_json_stop_before_a_run_is_stored() {
     assert_eq!(run.code, Some(2), "{run:?}");
     assert!(
         run.stderr
-            .contains("the input in --input is not valid JSON"),
+            .contains("--input: the text given is not valid JSON"),
         "{}",
         run.stderr
     );
@@ -418,7 +418,7 @@ fn oversized_and_unreadable_inputs_are_refused() {
     assert_eq!(run.code, Some(2), "{run:?}");
     assert!(
         run.stderr
-            .contains("cannot read the input file /nonexistent.json"),
+            .contains("--input: cannot read the file /nonexistent.json"),
         "{}",
         run.stderr
     );

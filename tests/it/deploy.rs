@@ -461,6 +461,15 @@ fn a_workflows_revisions_show_their_unfinished_runs_until_drained() {
         "{}",
         shown.stdout
     );
+    // Its columns line up: each row's status starts where the header's does.
+    let column = lines[0].find("STATUS").unwrap();
+    assert_eq!(lines[1].find("draining"), Some(column), "{}", shown.stdout);
+    assert_eq!(lines[2].find("served"), Some(column), "{}", shown.stdout);
+    let listed = scratch.run(&["workflows", "list", "--server", &host.url]);
+    let lines: Vec<&str> = listed.stdout.lines().collect();
+    let end = lines[0].find("REVISION").unwrap() + "REVISION".len();
+    let row = lines.iter().find(|l| l.starts_with("gated")).unwrap();
+    assert_eq!(&row[end - 1..end], "2", "{}", listed.stdout);
 
     // The old revision's runs end: it is drained.
     for id in &old {

@@ -420,6 +420,29 @@ fn an_await_step_waits_for_an_action_and_one_with_a_timeout_fails_cleanly() {
         "{body}"
     );
 
+    // Completing needs an output, and a bad one is blamed on --output.
+    let refused = scratch.run(&["act", &id, "approve", "complete", "--server", &host.url]);
+    assert_eq!(refused.code, Some(2), "{refused:?}");
+    assert!(
+        refused.stderr.contains("--output null"),
+        "{}",
+        refused.stderr
+    );
+    let refused = scratch.run(&[
+        "act", &id, "approve", "complete", "--output", "{ok", "--server", &host.url,
+    ]);
+    assert_eq!(refused.code, Some(2), "{refused:?}");
+    assert!(
+        refused
+            .stderr
+            .contains("--output: the text given is not valid JSON"),
+        "{}",
+        refused.stderr
+    );
+
+    // The server given as host:port, without its scheme.
+    let bare = host.url.trim_start_matches("http://");
+    assert_ne!(bare, host.url);
     let acted = scratch.run(&[
         "act",
         &id,
@@ -428,7 +451,7 @@ fn an_await_step_waits_for_an_action_and_one_with_a_timeout_fails_cleanly() {
         "--output",
         r#"{"ok": true}"#,
         "--server",
-        &host.url,
+        bare,
     ]);
     assert_eq!(acted.code, Some(0), "{acted:?}");
     let done = ended(&host, &id);

@@ -132,7 +132,8 @@ enum Command {
     /// revisions with the runs still on them.
     #[command(subcommand)]
     Workflows(workflows::WorkflowsCommand),
-    /// Inspect recorded runs.
+    /// Runs: list, show, watch; pause, resume, retry, cancel, delete,
+    /// migrate, and bulk actions over a filter.
     #[command(subcommand)]
     Runs(runs::RunsCommand),
     /// Cron triggers: list, pause, resume, add.
@@ -183,7 +184,8 @@ enum Command {
     /// Deliveries and dead letters (of a running `weft serve`).
     #[command(subcommand)]
     Deliveries(remote::DeliveriesCommand),
-    /// Plugins: inspect a component, add one to the registry, list it.
+    /// Plugins: new (a project from a template), build, setup (the
+    /// toolchains), inspect a component, add one to the registry, list.
     #[command(subcommand)]
     Plugin(plugin::PluginCommand),
     /// Tenants, their quotas and usage (of a running `weft serve`).
@@ -379,7 +381,7 @@ fn run(data_dir: &std::path::Path, args: RunArgs) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::from(EXIT_INVALID));
         }
     };
-    let input = match read_input(&args.input) {
+    let input = match read_input("--input", &args.input) {
         Ok(input) => input,
         Err(e) => {
             eprintln!("error: {e:#}");
@@ -682,15 +684,17 @@ fn host_config(
 /// The largest input `weft run` reads.
 const MAX_INPUT: u64 = 64 << 20;
 
-fn read_input(arg: &str) -> anyhow::Result<Value> {
+/// The JSON value that option `flag` (`--input`, `--output`) gives as
+/// `arg`: JSON text, `@FILE` or `-` for stdin.
+fn read_input(flag: &str, arg: &str) -> anyhow::Result<Value> {
     let read_capped = |reader: &mut dyn Read, from: &str| -> anyhow::Result<String> {
         let mut text = String::new();
         reader
             .take(MAX_INPUT + 1)
             .read_to_string(&mut text)
-            .with_context(|| format!("cannot read the input from {from}"))?;
+            .with_context(|| format!("{flag}: cannot read {from}"))?;
         if text.len() as u64 > MAX_INPUT {
-            bail!("the input in {from} is larger than {} MiB", MAX_INPUT >> 20);
+            bail!("{flag}: {from} is larger than {} MiB", MAX_INPUT >> 20);
         }
         Ok(text)
     };
@@ -701,12 +705,12 @@ fn read_input(arg: &str) -> anyhow::Result<Value> {
         )
     } else if let Some(path) = arg.strip_prefix('@') {
         let mut file = std::fs::File::open(path)
-            .with_context(|| format!("cannot read the input file {path}"))?;
+            .with_context(|| format!("{flag}: cannot read the file {path}"))?;
         (read_capped(&mut file, path)?, path.to_owned())
     } else {
-        (arg.to_owned(), "--input".to_owned())
+        (arg.to_owned(), "the text given".to_owned())
     };
-    serde_json::from_str(&text).with_context(|| format!("the input in {from} is not valid JSON"))
+    serde_json::from_str(&text).with_context(|| format!("{flag}: {from} is not valid JSON"))
 }
 
 fn data_dir(flag: Option<PathBuf>) -> anyhow::Result<PathBuf> {
@@ -725,8 +729,21 @@ fn data_dir(flag: Option<PathBuf>) -> anyhow::Result<PathBuf> {
     Ok(dir)
 }
 
+/// A `--plugins DIR` that does not exist is said, not passed over: its
+/// plugins would come from the registry, perhaps an older build.
 fn plugins_dir(data_dir: &std::path::Path, flag: &Option<PathBuf>) -> PathBuf {
-    flag.clone().unwrap_or_else(|| data_dir.join("plugins"))
+    match flag {
+        Some(dir) => {
+            if !dir.is_dir() {
+                eprintln!(
+                    "warning: --plugins {}: no such folder; plugins come from the registry only (what `weft plugin add` and earlier folders stored)",
+                    dir.display()
+                );
+            }
+            dir.clone()
+        }
+        None => data_dir.join("plugins"),
+    }
 }
 
 /// A runtime with this data directory's compiled-code cache.

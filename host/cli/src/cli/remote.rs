@@ -94,6 +94,13 @@ impl Server {
                 .build()
                 .into()
         });
+        // `127.0.0.1:7614` means the plain HTTP server there, as curl reads
+        // it.
+        let url = if url.contains("://") {
+            url
+        } else {
+            format!("http://{url}")
+        };
         Self {
             url: url.trim_end_matches('/').to_owned(),
             agent,
@@ -236,11 +243,17 @@ pub fn act(data_dir: &Path, args: ActArgs) -> anyhow::Result<ExitCode> {
     let mut body = json!({ "action": args.action });
     match args.action.as_str() {
         "complete" => {
-            let output = match &args.output {
-                Some(text) => super::read_input(text)?,
-                None => Value::Null,
+            // Completing with no output is said (`--output null`), not
+            // taken as the default: the run's later steps read it.
+            let Some(text) = &args.output else {
+                return refused(
+                    "complete needs the step's output: --output JSON, @FILE or - (stdin); --output null for none",
+                );
             };
-            body["output"] = output;
+            body["output"] = match super::read_input("--output", text) {
+                Ok(output) => output,
+                Err(e) => return refused(&format!("{e:#}")),
+            };
         }
         "fail" => {
             body["error"] = json!({

@@ -753,12 +753,13 @@ fn print_run(
             }
         }
         for line in &step.logs {
-            out!(
-                "       {:?}/{:?}: {}",
-                line.source,
-                line.level,
-                line.message
-            );
+            // `info: …` for the log interface's lines, `stderr: …` for the
+            // guest's output, `host: …` for what the host adds.
+            let from = match line.source {
+                weft::core::LogSource::Log => format!("{:?}", line.level),
+                source => format!("{source:?}"),
+            };
+            out!("       {}: {}", from.to_lowercase(), line.message);
         }
         for call in &step.http {
             let status = call

@@ -84,7 +84,7 @@ pub fn main(data_dir: &Path, command: SchedulesCommand) -> anyhow::Result<ExitCo
             overlap,
             catch_up,
         } => {
-            let input = match read_input(&input) {
+            let input = match read_input("--input", &input) {
                 Ok(input) => input,
                 Err(e) => {
                     eprintln!("error: {e:#}");

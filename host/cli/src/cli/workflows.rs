@@ -57,8 +57,9 @@ pub fn main(data_dir: &Path, command: WorkflowsCommand) -> anyhow::Result<ExitCo
                 out!(
                     "{:<32} {:>8} {:>8}  {}",
                     text(&workflow["id"]),
-                    workflow["revision"],
-                    workflow["version"],
+                    // Padded as text: a JSON value's Display ignores width.
+                    workflow["revision"].to_string(),
+                    workflow["version"].to_string(),
                     text(&workflow["digest"])
                 );
             }
@@ -97,9 +98,9 @@ pub fn main(data_dir: &Path, command: WorkflowsCommand) -> anyhow::Result<ExitCo
                     .unwrap_or_default();
                 out!(
                     "{:>8} {:>8} {:>10}  {status:<9} {deployed:<24}  {}",
-                    revision["revision"],
-                    revision["version"],
-                    revision["unfinished"],
+                    revision["revision"].to_string(),
+                    revision["version"].to_string(),
+                    revision["unfinished"].to_string(),
                     text(&revision["digest"])
                 );
             }
