@@ -711,7 +711,7 @@ fn every_route_refuses_bad_input_clearly_and_the_openapi_document_matches() {
     // Every operation in the document answers (not 405, not the fallback).
     let (status, spec) = call(&host, "GET", "/v1/openapi.json", None);
     assert_eq!(status, 200);
-    let mut operations = 0;
+    let (mut operations, mut malformed_refused) = (0, 0);
     for (path, item) in spec["paths"].as_object().unwrap() {
         for method in item.as_object().unwrap().keys() {
             let concrete = path
@@ -740,15 +740,45 @@ fn every_route_refuses_bad_input_clearly_and_the_openapi_document_matches() {
                 answer["error"]["code"], "not_found",
                 "{method} {path}: {answer}"
             );
+            // With a malformed query, every error is the JSON error and its
+            // status is in the document.
+            let malformed = format!("{concrete}?limit=many&keep=null&tenant=%FF&bogus=1");
+            let (status, answer) = call(&host, &method.to_uppercase(), &malformed, body);
+            if status >= 400 {
+                assert!(
+                    answer["error"]["code"].is_string(),
+                    "{method} {malformed}: {status} is not the JSON error: {answer}"
+                );
+                let documented = item[method.as_str()]["responses"].as_object().unwrap();
+                assert!(
+                    documented.contains_key(&status.to_string()),
+                    "{method} {path}: {status} {answer} is not in the document"
+                );
+                malformed_refused += usize::from(status == 400);
+            }
             operations += 1;
         }
     }
     assert!(operations >= 20, "{operations}");
+    // The routes that read a query refuse the malformed one.
+    assert!(malformed_refused >= 15, "{malformed_refused}");
     // And a route it does not name is the fallback.
     assert_eq!(
         code(call(&host, "GET", "/v1/nothing", None)),
         (404, "not_found".to_owned())
     );
+    // What axum refuses before a handler runs is the JSON error too: a
+    // method the route does not take, a path segment that does not parse.
+    assert_eq!(
+        code(call(&host, "DELETE", "/v1/health", None)),
+        (405, "method_not_allowed".to_owned())
+    );
+    assert_eq!(
+        code(call(&host, "GET", "/v1/snapshots/n/revisions/first", None)),
+        bad("invalid_request")
+    );
+    // A browser's own request for an icon is answered, with nothing.
+    assert_eq!(call(&host, "GET", "/favicon.ico", None).0, 204);
 }
 
 #[test]

@@ -384,7 +384,11 @@ pub(super) async fn authenticate(
     next: Next,
 ) -> Response {
     let path = request.uri().path();
-    if path == "/v1/health" || path == "/v1/openapi.json" || path == "/" || path.starts_with("/ui/")
+    if path == "/v1/health"
+        || path == "/v1/openapi.json"
+        || path == "/"
+        || path == "/favicon.ico"
+        || path.starts_with("/ui/")
     {
         return next.run(request).await;
     }

@@ -2,8 +2,10 @@
 //! a stable code; the conversions from the engine's and the store's
 //! errors pick the status in one place.
 use axum::Json;
+use axum::extract::Request;
 use axum::extract::rejection::{JsonRejection, QueryRejection};
-use axum::http::StatusCode;
+use axum::http::{StatusCode, header};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
@@ -75,6 +77,48 @@ impl IntoResponse for ApiError {
         }
         response
     }
+}
+
+/// How much of an error answer's text [`json_errors`] keeps.
+const MAX_ERROR_TEXT: usize = 4096;
+
+/// Every error answer in the JSON shape. The handlers answer
+/// [`ApiError`]s; what axum answers by itself before a handler runs (a path
+/// segment that does not parse, a method the route does not take) is text,
+/// and is rewritten here with its status and headers (`Allow`) kept.
+pub(super) async fn json_errors(request: Request, next: Next) -> Response {
+    let method = request.method().clone();
+    let response = next.run(request).await;
+    let status = response.status();
+    let is_json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .is_some_and(|kind| kind.starts_with("application/json"));
+    if is_json || !(status.is_client_error() || status.is_server_error()) {
+        return response;
+    }
+    let (parts, body) = response.into_parts();
+    let text = axum::body::to_bytes(body, MAX_ERROR_TEXT)
+        .await
+        .map(|bytes| String::from_utf8_lossy(&bytes).trim().to_owned())
+        .unwrap_or_default();
+    let error = match status {
+        StatusCode::METHOD_NOT_ALLOWED => ApiError::new(
+            status,
+            "method_not_allowed",
+            format!("this route does not take {method}"),
+        ),
+        _ if text.is_empty() => ApiError::rejected(status, status.to_string()),
+        _ => ApiError::rejected(status, text),
+    };
+    let mut answer = error.into_response();
+    for (name, value) in &parts.headers {
+        if name != header::CONTENT_TYPE && name != header::CONTENT_LENGTH {
+            answer.headers_mut().insert(name, value.clone());
+        }
+    }
+    answer
 }
 
 impl From<JsonRejection> for ApiError {

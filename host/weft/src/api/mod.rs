@@ -94,7 +94,8 @@ impl Api {
         let mut router = Router::new()
             .route("/", get(views::index))
             .route("/ui/app.js", get(views::script))
-            .route("/ui/app.css", get(views::style));
+            .route("/ui/app.css", get(views::style))
+            .route("/favicon.ico", get(views::favicon));
         for (path, methods) in routes() {
             router = router.route(path, methods);
         }
@@ -105,6 +106,7 @@ impl Api {
                 auth::authenticate,
             ))
             .layer(DefaultBodyLimit::max(MAX_BODY))
+            .layer(axum::middleware::from_fn(error::json_errors))
             .layer(axum::middleware::from_fn(observe::traced))
             .with_state(self)
     }

@@ -448,7 +448,8 @@ fn tenancy_paths() -> Value {
 /// and, when JSON is the only type it takes, 415 (not sent as
 /// `application/json`); says so on each of them. A body that may come in
 /// another type too (a workflow's YAML) is read as raw bytes and never
-/// refused for its content type.
+/// refused for its content type. Every operation with parameters may also
+/// answer 400 for one that does not parse.
 fn add_body_errors(document: &mut Value) {
     let Some(paths) = document["paths"].as_object_mut() else {
         return;
@@ -458,6 +459,7 @@ fn add_body_errors(document: &mut Value) {
             let content = op["requestBody"]["content"].as_object();
             let json_body = content.is_some_and(|c| c.contains_key("application/json"));
             let json_only = json_body && content.is_some_and(|c| c.len() == 1);
+            let parameters = op["parameters"].as_array().is_some_and(|p| !p.is_empty());
             let Some(responses) = op["responses"].as_object_mut() else {
                 continue;
             };
@@ -470,6 +472,14 @@ fn add_body_errors(document: &mut Value) {
             if json_only {
                 responses.entry("415").or_insert_with(|| {
                     error("unsupported_media_type: the body was not sent as `application/json`")
+                });
+            }
+            // A parameter that does not parse (a query value of the wrong
+            // type, a field the route does not take, a path segment that
+            // is not UTF-8) is refused before the handler runs.
+            if parameters {
+                responses.entry("400").or_insert_with(|| {
+                    error("invalid_request: a parameter that does not parse, or one the route does not take")
                 });
             }
         }

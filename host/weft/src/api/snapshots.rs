@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use axum::Json;
 use axum::body::Body;
+use axum::extract::rejection::QueryRejection;
 use axum::extract::{Extension, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use futures_util::StreamExt;
@@ -82,11 +83,12 @@ pub(super) async fn publish(
     State(api): State<Api>,
     Extension(caller): Extension<Caller>,
     Path(name): Path<String>,
-    Query(query): Query<PublishQuery>,
+    query: Result<Query<PublishQuery>, QueryRejection>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     caller.need(Right::Deploy)?;
+    let Query(query) = query?;
     let format = match query.format.as_deref() {
         Some("json") => FileFormat::Json,
         Some("jsonl" | "ndjson") => FileFormat::Lines,
@@ -275,9 +277,10 @@ pub(super) async fn show(
     State(api): State<Api>,
     Extension(caller): Extension<Caller>,
     Path((name, revision)): Path<(String, u32)>,
-    Query(query): Query<ShowQuery>,
+    query: Result<Query<ShowQuery>, QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
     caller.need(Right::Read)?;
+    let Query(query) = query?;
     let engine = Arc::clone(&api.engine);
     let qualified = tenant::qualify(&caller.tenant, &name);
     let limit = query.limit.unwrap_or(100).clamp(1, 1000);
@@ -332,9 +335,10 @@ pub(super) async fn diff(
     State(api): State<Api>,
     Extension(caller): Extension<Caller>,
     Path(name): Path<String>,
-    Query(query): Query<DiffQuery>,
+    query: Result<Query<DiffQuery>, QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
     caller.need(Right::Read)?;
+    let Query(query) = query?;
     let engine = Arc::clone(&api.engine);
     let tenant = caller.tenant.clone();
     let limit = query.limit.unwrap_or(1000).clamp(1, 100_000);

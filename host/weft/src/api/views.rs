@@ -47,6 +47,12 @@ pub(super) async fn script() -> Response {
     asset("text/javascript; charset=utf-8", SCRIPT)
 }
 
+/// `GET /favicon.ico`, which browsers ask for by themselves: no icon
+/// (`204`), open to all like the page.
+pub(super) async fn favicon() -> axum::http::StatusCode {
+    axum::http::StatusCode::NO_CONTENT
+}
+
 /// `GET /ui/app.css`.
 pub(super) async fn style() -> Response {
     asset("text/css; charset=utf-8", STYLE)
