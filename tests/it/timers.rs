@@ -315,7 +315,7 @@ fn sleeps_take_a_duration_an_expression_or_a_time() {
 id: times
 steps:
   - { id: by-expr, sleep: "${{ inputs.wait }}" }
-  - { id: by-ms, sleep: 1000 }
+  - { id: by-ms, sleep: "${{ 1000 }}" }
   - { id: until, sleep_until: "2026-11-30T05:00:00Z" }
   - { id: past, sleep_until: "${{ inputs.past }}" }
 "#;

@@ -114,12 +114,22 @@ impl Checker<'_> {
     }
 
     /// `sleep:` a duration; one written without `${{ }}` is checked now.
+    /// A bare number is refused, as for every duration (`timeout: 10` is):
+    /// a unit says whether 90 is milliseconds or seconds. A stored
+    /// definition may carry one from before, read as milliseconds, as an
+    /// expression's number is.
     fn sleep_for(&self, value: &Value, vars: &[&str]) -> Result<StepKind, String> {
         let template = self.template(value, "sleep", vars)?;
-        if let Value::String(text) = value
-            && !text.contains("${{")
-        {
-            parse_timeout(text).map_err(|m| format!("sleep: {m}"))?;
+        match value {
+            Value::String(text) if !text.contains("${{") => {
+                parse_timeout(text).map_err(|m| format!("sleep: {m}"))?;
+            }
+            Value::Number(n) if !self.stored => {
+                return Err(format!(
+                    "sleep: `{n}` has no unit; write `{n}ms`, `{n}s`, `{n}m`, `{n}h` or `{n}d`"
+                ));
+            }
+            _ => {}
         }
         Ok(StepKind::Sleep(Sleep::For(template)))
     }

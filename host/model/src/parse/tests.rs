@@ -303,3 +303,15 @@ fn the_hosts_channels_are_refused_to_new_definitions_only() {
     assert!(parse(source, Format::Yaml, "wf.yaml", true).is_ok());
     assert!(parse_yaml("id: wf\nsteps:\n  - { id: tell, emit: weftish, with: {} }\n").is_ok());
 }
+
+#[test]
+fn a_sleep_needs_a_unit_unless_stored_before() {
+    let bare = "id: nap\nsteps:\n  - { id: nap, sleep: 90 }\n";
+    let error = error_of(bare);
+    assert!(error.contains("sleep: `90` has no unit"), "{error}");
+    assert!(error.contains("`90s`"), "{error}");
+    // A definition stored before the rule still loads.
+    assert!(parse(bare, Format::Yaml, "wf.yaml", true).is_ok());
+    assert!(parse_yaml("id: nap\nsteps:\n  - { id: nap, sleep: 90s }\n").is_ok());
+    assert!(parse_yaml("id: nap\nsteps:\n  - { id: nap, sleep: \"${{ 90 }}\" }\n").is_ok());
+}
