@@ -28,6 +28,17 @@ fn the_examples_pass_their_tests() {
     let passed: usize = last.split_whitespace().next().unwrap().parse().unwrap();
     assert!(passed >= 13, "{last}");
     assert!(last.ends_with(" passed, 0 failed"), "{last}");
+
+    // Without the plugins, the cases that call one fail, and the run says
+    // where the plugins were looked for and how to give them.
+    let bare = Scratch::new(&[]);
+    let run = bare.run(&["test", examples.to_str().unwrap()]);
+    assert_eq!(run.code, Some(1), "{}\n{}", run.stdout, run.stderr);
+    assert!(
+        run.stderr.contains("hint: ") && run.stderr.contains("--plugins target/plugins"),
+        "{}",
+        run.stderr
+    );
 }
 
 #[test]
@@ -53,6 +64,10 @@ cases:
     expect:
       outputs: { order_id: A-2, total_cents: 2000, confirmation: hi, coupon: none }
       steps: { summary: { attempts: 2 }, validate: failed }
+  - name: misnamed
+    input: { order: { id: A-3, currency: EUR, items: [{ sku: s, quantity: 1, unit_price: 700 }] } }
+    expect:
+      steps: { sumary: succeeded }
 "#,
     );
     let run = scratch.run(&["test", scratch.path().to_str().unwrap()]);
@@ -64,7 +79,9 @@ cases:
         "outputs.coupon: expected \"none\", got null",
         "steps.summary.attempts: expected 2, got 1",
         "steps.validate: expected failed, got succeeded",
-        "1 passed, 1 failed",
+        "FAIL  misnamed",
+        "expect.steps `sumary`: workflow `order` has no step `sumary`",
+        "1 passed, 2 failed",
     ] {
         assert!(run.stdout.contains(line), "no `{line}` in:\n{}", run.stdout);
     }

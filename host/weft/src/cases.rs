@@ -124,6 +124,25 @@ fn play(
             ));
         }
     }
+    // An expectation names a step by id or path (`each[2]/fetch`): one the
+    // workflow does not have is a mistake in the case, not a step that did
+    // not run.
+    let ids: BTreeSet<&str> = workflow
+        .all_steps()
+        .into_iter()
+        .map(|step| step.id.as_str())
+        .collect();
+    for path in case.expect.steps.keys() {
+        for segment in path.split('/') {
+            let id = segment.split('[').next().unwrap_or(segment);
+            if !ids.contains(id) {
+                return Err(format!(
+                    "expect.steps `{path}`: workflow `{}` has no step `{id}`",
+                    workflow.id
+                ));
+            }
+        }
+    }
     // Steps mocked by id call no plugin, so theirs need not exist; a
     // strict case calls none.
     let by_id: BTreeSet<String> = case

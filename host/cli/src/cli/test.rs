@@ -64,6 +64,7 @@ pub fn main(data_dir: &Path, args: TestArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::from(EXIT_INVALID));
     }
     let (mut passed, mut failed, mut broken) = (0, 0, 0);
+    let mut missing_plugins = 0;
     for file in &files {
         match test_file(file, &plugins) {
             Ok(reports) => {
@@ -73,6 +74,8 @@ pub fn main(data_dir: &Path, args: TestArgs) -> anyhow::Result<ExitCode> {
                     } else {
                         failed += 1;
                     }
+                    let missing = |line: &String| line.contains("in the plugins directory");
+                    missing_plugins += usize::from(report.differences.iter().any(missing));
                 }
             }
             Err(e) => {
@@ -86,6 +89,12 @@ pub fn main(data_dir: &Path, args: TestArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::from(EXIT_INVALID));
     }
     println!("{passed} passed, {failed} failed");
+    if missing_plugins > 0 {
+        eprintln!(
+            "hint: {missing_plugins} case(s) found no plugin in {}; build the plugins and pass their folder with --plugins DIR (this repository's: scripts/build-plugins, then --plugins target/plugins)",
+            plugins.dir().display()
+        );
+    }
     Ok(if failed > 0 {
         ExitCode::from(EXIT_FAILED)
     } else {
