@@ -491,3 +491,56 @@ fn runs_can_be_listed_by_workflow_and_state() {
         run.stderr
     );
 }
+
+/// A wait shows as a wait: a sleep says until when, an `await` without a
+/// timeout is refused by `weft run` (only a serving host takes answers),
+/// with what to run instead.
+#[test]
+fn waits_show_as_waits_and_weft_run_refuses_an_await_it_cannot_answer() {
+    let scratch = Scratch::new(&["echo"]);
+    let napping = scratch.file(
+        "nap.yaml",
+        "id: nap\nsteps:\n  - { id: nap, sleep: 10ms }\n  - { id: after, uses: echo, with: 1 }\n",
+    );
+    let run = scratch.run(&["run", napping.to_str().unwrap()]);
+    assert_eq!(run.code, Some(0), "{run:?}");
+    assert!(
+        run.stderr.contains("wait [1/2] nap (): asleep until"),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr.contains("ok   [2/2] after (echo)"),
+        "{}",
+        run.stderr
+    );
+
+    let waiting = scratch.file(
+        "ask.yaml",
+        "id: ask\nsteps:\n  - { id: approve, await: {} }\n",
+    );
+    let run = scratch.run(&["run", waiting.to_str().unwrap()]);
+    assert_eq!(run.code, Some(2), "{run:?}");
+    assert!(
+        run.stderr
+            .contains("step `approve` is an `await` without a timeout")
+            && run
+                .stderr
+                .contains("weft act RUN approve complete --output JSON"),
+        "{}",
+        run.stderr
+    );
+    // With a timeout it runs, and ends by it.
+    let hurried = scratch.file(
+        "hurry.yaml",
+        "id: hurry\nsteps:\n  - { id: approve, await: { timeout: 10ms } }\n",
+    );
+    let run = scratch.run(&["run", hurried.to_str().unwrap()]);
+    assert_eq!(run.code, Some(1), "{run:?}");
+    assert!(
+        run.stderr.contains("wait [1/1] approve ()"),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stderr.contains("await_timeout"), "{}", run.stderr);
+}

@@ -117,6 +117,15 @@ impl Observer for Progress {
         let took = format_micros(record.duration_us);
         let line = match (&record.error, record.retry_in_ms) {
             _ if record.skipped => format!("skip {label} (if: false)"),
+            (None, _) if record.awaiting => format!(
+                "wait {label}: for an answer; give it with `weft act {} {path} complete --output JSON` (or fail, skip) against a running `weft serve`",
+                record.run_id
+            ),
+            (None, _) if record.output.is_none() => match (&record.child, &record.timer) {
+                (Some(child), _) => format!("wait {label}: for its child run {child}"),
+                (None, Some(timer)) => format!("wait {label}: asleep until {}", timer.due),
+                (None, None) => format!("ok   {label} {took}"),
+            },
             (None, _) => format!("ok   {label} {took}"),
             (Some(error), Some(delay)) => format!(
                 "FAIL {label} {took}: {}: {} (retrying in {})",
