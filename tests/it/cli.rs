@@ -68,6 +68,24 @@ fn the_example_order_workflow_runs_end_to_end() {
         "{}",
         text.stdout
     );
+    // The start of an id that no other run's has names the run, as git
+    // takes a commit's; one that several share is refused with them.
+    let short = scratch.run(&["runs", "show", &id[..23]]);
+    assert_eq!(short.code, Some(0), "{short:?}");
+    assert!(
+        short.stdout.contains(&format!("run       {id}")),
+        "{}",
+        short.stdout
+    );
+    let again = scratch.run(&["run", &example("order.yaml"), "--input", &input]);
+    assert_eq!(again.code, Some(0), "{again:?}");
+    let both = scratch.run(&["runs", "show", &id[..4]]);
+    assert_eq!(both.code, Some(2), "{both:?}");
+    assert!(
+        both.stderr.contains("starts more than one run's id") && both.stderr.contains(&id),
+        "{}",
+        both.stderr
+    );
 }
 
 #[test]

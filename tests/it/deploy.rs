@@ -434,6 +434,17 @@ fn a_workflows_revisions_show_their_unfinished_runs_until_drained() {
     let old: Vec<String> = (0..2).map(|_| start(&host, "gated")).collect();
     assert_eq!(deploy(&host, &waits(2)).0, 201);
     let new = start(&host, "gated");
+    // `runs show` names the revision a run follows beside the file's
+    // version.
+    let shown = scratch.run(&["runs", "show", &new]);
+    assert!(
+        shown
+            .stdout
+            .contains("workflow  gated (revision 2, version 2, from"),
+        "{}\n{}",
+        shown.stdout,
+        shown.stderr
+    );
     let revisions = || {
         let (status, shown) = host.call("GET", "/v1/workflows/gated", None);
         assert_eq!(status, 200, "{shown}");

@@ -112,7 +112,8 @@ pub enum RunsCommand {
     Watch(WatchArgs),
     /// Show one run: its state, each step's result and logs, its outputs.
     Show {
-        /// The run's id, as printed by `weft run` and `weft runs list`.
+        /// The run's id, as printed by `weft run` and `weft runs list`, or
+        /// the start of it that no other run's id has.
         run_id: String,
         /// Print JSON instead of text.
         #[arg(long)]
@@ -519,7 +520,7 @@ fn list_remote(
 fn show_remote(data_dir: &Path, url: String, run_id: &str, json: bool) -> anyhow::Result<ExitCode> {
     let server = super::remote::Server::new(data_dir, Some(url));
     match super::remote::run(&server, run_id)? {
-        Ok((run, steps)) => print_run(&run, &steps, json),
+        Ok((run, steps)) => print_run(&run, None, &steps, json),
         Err(message) => {
             eprintln!("error: {message}");
             Ok(ExitCode::from(EXIT_INVALID))
@@ -644,12 +645,54 @@ fn show(data_dir: &Path, run_id: &str, json: bool) -> anyhow::Result<ExitCode> {
         );
         return Ok(ExitCode::from(EXIT_INVALID));
     };
-    let Some(run) = store.run(run_id)? else {
-        eprintln!("error: no run `{run_id}` in {}", data_dir.display());
-        return Ok(ExitCode::from(EXIT_INVALID));
+    let run = match store.run(run_id)? {
+        Some(run) => run,
+        None => match by_prefix(store.as_ref(), run_id)? {
+            Ok(run) => run,
+            Err(why) => {
+                eprintln!("error: {why} in {}", data_dir.display());
+                return Ok(ExitCode::from(EXIT_INVALID));
+            }
+        },
     };
-    let steps = store.steps(run_id)?;
-    print_run(&run, &steps, json)
+    let steps = store.steps(&run.id)?;
+    // The revision the run follows: the deployed one with its definition
+    // (none for a run of `weft run`, which deploys nothing).
+    let revision = store
+        .deployments(Some(&run.workflow))?
+        .into_iter()
+        .find(|deployed| deployed.digest == run.definition)
+        .map(|deployed| deployed.revision);
+    print_run(&run, revision, &steps, json)
+}
+
+/// The one run whose id starts with `prefix` (as git takes a commit's), or
+/// why there is none: no run, or more than one (named, to pick from).
+/// Ids sort by time, so the runs of one prefix are neighbours.
+fn by_prefix(
+    store: &dyn weft::store::Store,
+    prefix: &str,
+) -> anyhow::Result<Result<weft::store::RunRecord, String>> {
+    const SHOWN: usize = 5;
+    let (after, _) = store.runs_from(Some(prefix), SHOWN + 1)?;
+    let matching: Vec<_> = after
+        .into_iter()
+        .take_while(|run| run.id.starts_with(prefix))
+        .collect();
+    let mut runs = matching.iter();
+    Ok(match (runs.next(), runs.next()) {
+        (None, _) => Err(format!("no run `{prefix}`")),
+        (Some(run), None) => Ok(run.clone()),
+        _ => {
+            let n = matching.len();
+            let ids: Vec<&str> = matching.iter().take(SHOWN).map(|r| r.id.as_str()).collect();
+            let more = if n > SHOWN { ", …" } else { "" };
+            Err(format!(
+                "`{prefix}` starts more than one run's id ({}{more}); give more of it",
+                ids.join(", ")
+            ))
+        }
+    })
 }
 
 /// How a record reads in one word: a record that starts a wait (a `sleep`,
@@ -671,6 +714,7 @@ fn status_of(step: &weft::store::StepRecord) -> &'static str {
 
 fn print_run(
     run: &weft::store::RunRecord,
+    revision: Option<u32>,
     steps: &[weft::store::StepRecord],
     json: bool,
 ) -> anyhow::Result<ExitCode> {
@@ -680,8 +724,10 @@ fn print_run(
         return Ok(ExitCode::SUCCESS);
     }
     out!("run       {}", run.id);
+    // `version` is the file's own; a revision is a deployment's number.
+    let revision = revision.map_or_else(String::new, |r| format!("revision {r}, "));
     out!(
-        "workflow  {} (version {}, from {})",
+        "workflow  {} ({revision}version {}, from {})",
         run.workflow,
         run.workflow_version,
         run.origin
