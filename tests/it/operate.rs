@@ -444,6 +444,18 @@ fn a_paused_run_stays_paused_across_a_restart_and_its_fire_waits_for_the_resume(
     let (_, run) = host.call("GET", &format!("/v1/runs/{id}"), None);
     assert_eq!(run["run"]["paused"]["actor"], "local", "{run}");
     assert_eq!(run["run"]["state"], "running", "{run}");
+    // Listed as paused, from the store and from the serve.
+    for server in [None, Some(host.url.as_str())] {
+        let mut args = vec!["runs", "list", "--state", "paused"];
+        args.extend(server.map(|url| ["--server", url]).into_iter().flatten());
+        let listed = scratch.run(&args);
+        assert_eq!(listed.code, Some(0), "{listed:?}");
+        assert!(listed.stdout.contains(&id), "{server:?}: {}", listed.stdout);
+    }
+    let (_, listed) = host.call("GET", "/v1/runs?state=paused", None);
+    assert_eq!(listed["runs"][0]["id"], json!(id), "{listed}");
+    let (_, listed) = host.call("GET", "/v1/runs?state=succeeded", None);
+    assert!(!listed.to_string().contains(&id), "{listed}");
     let (status, body) = host.call("POST", &format!("/v1/runs/{id}/pause"), None);
     assert_eq!(
         (status, &body["error"]["code"]),

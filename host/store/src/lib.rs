@@ -406,6 +406,9 @@ pub struct RunFilter {
     /// Only runs whose id sorts before this one (older ones: ids are
     /// time-ordered): the next page after a page that ended with it.
     pub before: Option<String>,
+    /// Only runs paused by an operator (`true`: running and paused), or
+    /// only runs that are not (`false`).
+    pub paused: Option<bool>,
 }
 
 impl RunFilter {
@@ -428,6 +431,24 @@ impl RunFilter {
             && self.since.is_none_or(|t| run.created_at >= t)
             && self.until.is_none_or(|t| run.created_at < t)
             && self.before.as_ref().is_none_or(|b| run.id < *b)
+            && self
+                .paused
+                .is_none_or(|p| p == (run.paused.is_some() && run.state == RunState::Running))
+    }
+
+    /// Keeps the runs in the state named `name`: a [`RunState`], or
+    /// `paused` (running, and paused by an operator).
+    pub fn state_named(mut self, name: &str) -> Result<Self, String> {
+        if name == "paused" {
+            self.state = Some(RunState::Running);
+            self.paused = Some(true);
+        } else {
+            let state = name
+                .parse()
+                .map_err(|e: String| format!("{}, or paused)", e.trim_end_matches(')')))?;
+            self.state = Some(state);
+        }
+        Ok(self)
     }
 }
 

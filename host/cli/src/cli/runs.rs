@@ -22,10 +22,10 @@ pub enum RunsCommand {
         /// Only runs of this workflow.
         #[arg(long, value_name = "ID")]
         workflow: Option<String>,
-        /// Only runs in this state: running, succeeded, failed, timed_out or
-        /// cancelled.
-        #[arg(long)]
-        state: Option<RunState>,
+        /// Only runs in this state: running, succeeded, failed, timed_out,
+        /// cancelled, or paused (running, paused by an operator).
+        #[arg(long, value_parser = state_filter)]
+        state: Option<RunFilter>,
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
@@ -261,8 +261,7 @@ pub fn main(data_dir: &Path, command: RunsCommand) -> anyhow::Result<ExitCode> {
         } => {
             let filter = RunFilter {
                 workflow,
-                state,
-                ..RunFilter::default()
+                ..state.unwrap_or_default()
             };
             match server {
                 None => list(data_dir, &filter, limit, json),
@@ -504,7 +503,9 @@ fn list_remote(
     if let Some(workflow) = &filter.workflow {
         query.push_str(&format!("&workflow={}", super::remote::encoded(workflow)));
     }
-    if let Some(state) = &filter.state {
+    if filter.paused == Some(true) {
+        query.push_str("&state=paused");
+    } else if let Some(state) = &filter.state {
         query.push_str(&format!("&state={state}"));
     }
     match super::remote::runs(&server, &query)? {
@@ -514,6 +515,11 @@ fn list_remote(
             Ok(ExitCode::from(EXIT_INVALID))
         }
     }
+}
+
+/// `--state NAME`: the filter that keeps the runs in that state.
+fn state_filter(name: &str) -> Result<RunFilter, String> {
+    RunFilter::default().state_named(name)
 }
 
 /// `weft runs show RUN --server URL`.

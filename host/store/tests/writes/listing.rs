@@ -84,3 +84,26 @@ fn a_tenants_listing_holds_its_runs_newest_first_and_no_other() {
     put(s, Write::DeleteRun("r3".to_owned()));
     assert_eq!(listed(s, &tenant("acme"), 10), ["r5", "r1"]);
 }
+
+#[test]
+fn a_listing_by_state_name_keeps_paused_runs_apart() {
+    let (_dir, s) = open();
+    let s = &*s;
+    create(s, "r1", "wf");
+    let mut paused = of("r2", "wf");
+    paused.paused = Some(weft_store::PauseMark {
+        at: paused.created_at,
+        actor: "cli".to_owned(),
+    });
+    paused.suspended = true;
+    put(
+        s,
+        Write::create_run(&paused, &def("d0", "id: wf"), Vec::new()),
+    );
+    let named = |name: &str| RunFilter::default().state_named(name).unwrap();
+    assert_eq!(listed(s, &named("paused"), 10), ["r2"]);
+    assert_eq!(listed(s, &named("running"), 10), ["r2", "r1"]);
+    assert!(listed(s, &named("failed"), 10).is_empty());
+    let refused = RunFilter::default().state_named("asleep").unwrap_err();
+    assert!(refused.contains("cancelled, or paused)"), "{refused}");
+}

@@ -437,22 +437,23 @@ fn run_filter(caller: &Caller, query: RunsAsked<'_>, prefix: &str) -> Result<Run
         text.map(|t| parse_time(&format!("{prefix}{field}"), t))
             .transpose()
     };
-    Ok(RunFilter {
+    let filter = RunFilter {
         tenant: Some(caller.tenant.clone()),
         // A name no workflow can have (it holds `:`) is kept as it is: it
         // matches no run of the caller's tenant.
         workflow: query
             .workflow
             .map(|name| caller.name(name).unwrap_or_else(|| name.to_owned())),
-        state: query
-            .state
-            .map(str::parse)
-            .transpose()
-            .map_err(|e: String| ApiError::bad_request(format!("{prefix}state: {e}")))?,
         since: time("since", query.since)?,
         until: time("until", query.until)?,
-        before: None,
-    })
+        ..RunFilter::default()
+    };
+    match query.state {
+        Some(name) => filter
+            .state_named(name)
+            .map_err(|e| ApiError::bad_request(format!("{prefix}state: {e}"))),
+        None => Ok(filter),
+    }
 }
 
 async fn list_runs(

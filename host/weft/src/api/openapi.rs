@@ -139,7 +139,7 @@ pub fn spec() -> Value {
                     "parameters": [
                         query_param("limit", "at most this many (default 20, at most 1000)", "integer"),
                         query_param("workflow", "only runs of this workflow", "string"),
-                        query_param("state", "running, succeeded, failed, timed_out or cancelled", "string"),
+                        query_param("state", "running, succeeded, failed, timed_out, cancelled, or paused (running and paused by an operator)", "string"),
                         query_param("since", "created at or after (RFC 3339, or ms since the epoch)", "string"),
                         query_param("until", "created before (RFC 3339, or ms since the epoch)", "string"),
                         query_param("before", "the next page: runs older than this run id (the `next` of the page before)", "string")
