@@ -407,6 +407,47 @@ fn the_api_lists_pauses_and_resumes_triggers_and_cancels_runs() {
     let (_, listed) = get("/v1/schedules");
     assert_eq!(listed["schedules"].as_array().unwrap().len(), 2);
 
+    // A trigger added by hand is removed by hand, over HTTP or from the
+    // CLI; one the workflow's file declares is removed there.
+    let delete = |path: &str| -> (u16, Value) {
+        let mut answer = agent.delete(format!("{url}{path}")).call().unwrap();
+        (
+            answer.status().as_u16(),
+            answer.body_mut().read_json().unwrap(),
+        )
+    };
+    let (status, declared) = delete("/v1/schedules/nightly/at-two");
+    assert_eq!(status, 409, "{declared}");
+    assert_eq!(declared["error"]["code"], "schedule_declared");
+    let (status, removed) = delete("/v1/schedules/nightly/hourly");
+    assert_eq!(status, 200, "{removed}");
+    assert_eq!(removed["schedule"]["key"], "nightly/hourly");
+    let (status, gone) = delete("/v1/schedules/nightly/hourly");
+    assert_eq!(status, 404, "{gone}");
+    let (status, _) = post(
+        "/v1/schedules",
+        json!({ "workflow": "nightly", "schedule": { "id": "daily", "cron": "0 0 3 * * *" } }),
+    );
+    assert_eq!(status, 201);
+    let removed = scratch.run(&["schedules", "remove", "nightly/daily"]);
+    assert_eq!(removed.code, Some(0), "{removed:?}");
+    let again = scratch.run(&["schedules", "remove", "nightly/daily"]);
+    assert_eq!(again.code, Some(2), "{again:?}");
+    assert!(
+        again.stderr.contains("no trigger `nightly/daily`"),
+        "{}",
+        again.stderr
+    );
+    let declared = scratch.run(&["schedules", "remove", "nightly/at-two"]);
+    assert_eq!(declared.code, Some(2), "{declared:?}");
+    assert!(
+        declared.stderr.contains("declared in its workflow's file"),
+        "{}",
+        declared.stderr
+    );
+    let (_, listed) = get("/v1/schedules");
+    assert_eq!(listed["schedules"].as_array().unwrap().len(), 1, "{listed}");
+
     let (status, started) = post("/v1/runs", json!({ "workflow": "nightly" }));
     assert_eq!(status, 201, "{started}");
     let id = started["id"].as_str().unwrap().to_owned();

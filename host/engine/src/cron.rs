@@ -340,6 +340,32 @@ pub(crate) fn set_paused(
     Err(ScheduleError::Contended(key.to_owned()))
 }
 
+/// Removes trigger `key` from `store`: the removed row, or `Ok(None)` if
+/// there is no such trigger. A run it started goes on.
+pub(crate) fn remove(
+    store: &dyn weft_store::Store,
+    key: &str,
+) -> Result<Option<ScheduleRecord>, ScheduleError> {
+    for _ in 0..10 {
+        let Some(row) = store.schedules()?.into_iter().find(|r| r.key == key) else {
+            return Ok(None);
+        };
+        let write = Write::Schedule {
+            key: key.to_owned(),
+            expect: Some(row.version),
+            row: None,
+            start: None,
+        };
+        match store.apply(&[&write])?.pop().unwrap_or(Ok(())) {
+            Ok(()) => return Ok(Some(row)),
+            // A host moved it on meanwhile: read it again.
+            Err(Refused::Changed(_)) => continue,
+            Err(e) => return Err(StoreError::from(e).into()),
+        }
+    }
+    Err(ScheduleError::Contended(key.to_owned()))
+}
+
 impl crate::Engine {
     /// Adds a trigger for `workflow` (its stored id; `origin`: who adds it,
     /// such as `cli` or `api`; without an id it gets `<origin>-<n>`). Its
@@ -369,6 +395,13 @@ impl crate::Engine {
         paused: bool,
     ) -> Result<Option<ScheduleRecord>, ScheduleError> {
         set_paused(self.store().as_ref(), key, paused, self.clock().now())
+    }
+
+    /// Removes trigger `key`: the row it had, or `Ok(None)` if there is no
+    /// such trigger. A running host stops firing it within a second; runs
+    /// it started go on. Blocking.
+    pub fn remove_schedule(&self, key: &str) -> Result<Option<ScheduleRecord>, ScheduleError> {
+        remove(self.store().as_ref(), key)
     }
 }
 

@@ -136,7 +136,7 @@ enum Command {
     /// migrate, and bulk actions over a filter.
     #[command(subcommand)]
     Runs(runs::RunsCommand),
-    /// Cron triggers: list, pause, resume, add.
+    /// Cron triggers: list, pause, resume, add, remove.
     #[command(subcommand)]
     Schedules(schedules::SchedulesCommand),
     /// Snapshot stores: publish a revision, list, show, diff.

@@ -31,6 +31,13 @@ pub enum SchedulesCommand {
         /// The trigger: `<workflow>/<trigger id>`.
         key: String,
     },
+    /// Remove a trigger added by hand (`schedules add`, the API); one
+    /// declared in its workflow's file is removed there. Runs it started go
+    /// on.
+    Remove {
+        /// The trigger: `<workflow>/<trigger id>`.
+        key: String,
+    },
     /// Add a trigger to a workflow deployed on `weft serve`.
     Add {
         /// The workflow it starts.
@@ -74,6 +81,7 @@ pub fn main(data_dir: &Path, command: SchedulesCommand) -> anyhow::Result<ExitCo
         SchedulesCommand::List { json } => list(open_store(data_dir)?.as_ref(), json),
         SchedulesCommand::Pause { key } => set_paused(data_dir, &key, true),
         SchedulesCommand::Resume { key } => set_paused(data_dir, &key, false),
+        SchedulesCommand::Remove { key } => remove(data_dir, &key),
         SchedulesCommand::Add {
             workflow,
             cron,
@@ -171,6 +179,25 @@ fn set_paused(data_dir: &Path, key: &str, paused: bool) -> anyhow::Result<ExitCo
                     _ => String::new(),
                 }
             );
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(ScheduleRefused::UnknownTrigger(_)) => {
+            eprintln!("error: no trigger `{key}` (see `weft schedules list`)");
+            Ok(ExitCode::from(EXIT_INVALID))
+        }
+        Err(ScheduleRefused::Schedule(ScheduleError::Store(e))) => Err(e.into()),
+        Err(e) => {
+            eprintln!("error: {e}");
+            Ok(ExitCode::from(EXIT_INVALID))
+        }
+    }
+}
+
+fn remove(data_dir: &Path, key: &str) -> anyhow::Result<ExitCode> {
+    let host = maintenance_host(data_dir)?;
+    match host.services().remove_schedule(key) {
+        Ok(_) => {
+            out!("{key} removed");
             Ok(ExitCode::SUCCESS)
         }
         Err(ScheduleRefused::UnknownTrigger(_)) => {

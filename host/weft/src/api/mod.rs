@@ -158,6 +158,10 @@ fn routes() -> Vec<(&'static str, MethodRouter<Api>)> {
         ("/v1/runs/{id}/resume", post(resume_run)),
         ("/v1/schedules", get(list_schedules).post(add_schedule)),
         (
+            "/v1/schedules/{workflow}/{trigger}",
+            delete(remove_schedule),
+        ),
+        (
             "/v1/schedules/{workflow}/{trigger}/{action}",
             post(pause_schedule),
         ),
@@ -850,6 +854,32 @@ async fn pause_schedule(
     }
 }
 
+/// `DELETE /v1/schedules/{workflow}/{trigger}`: removes a trigger added
+/// by hand.
+async fn remove_schedule(
+    State(api): State<Api>,
+    Extension(caller): Extension<Caller>,
+    Path((workflow, trigger)): Path<(String, String)>,
+) -> Result<Json<Value>, ApiError> {
+    let shown_key = format!("{workflow}/{trigger}");
+    let missing = || ApiError::not_found(&weft_store::What::Schedule(shown_key.clone()));
+    let key = caller
+        .name(&workflow)
+        .map(|id| format!("{id}/{trigger}"))
+        .ok_or_else(missing)?;
+    caller.need(Right::Deploy)?;
+    let services = api.services.clone();
+    match blocking(move || services.remove_schedule(&key)).await? {
+        Ok(row) => {
+            api.audit(&caller, "schedule.remove", &shown_key, Value::Null)
+                .await;
+            Ok(Json(json!({ "schedule": shown(&row, SCHEDULE_NAMES) })))
+        }
+        Err(ScheduleRefused::UnknownTrigger(_)) => Err(missing()),
+        Err(e) => Err(schedule_refused(e, &shown_key)),
+    }
+}
+
 /// A refused trigger operation as the API answers it.
 fn schedule_refused(e: ScheduleRefused, workflow: &str) -> ApiError {
     match e {
@@ -866,6 +896,13 @@ fn schedule_refused(e: ScheduleRefused, workflow: &str) -> ApiError {
             StatusCode::CONFLICT,
             "schedule_exists",
             format!("trigger `{}` exists already", weft_core::tenant::bare(&key)),
+        ),
+        ScheduleRefused::Declared(_) => ApiError::new(
+            StatusCode::CONFLICT,
+            "schedule_declared",
+            format!(
+                "trigger `{workflow}` is declared in its workflow's file; remove it there and deploy"
+            ),
         ),
         ScheduleRefused::Schedule(e @ ScheduleError::Contended(_)) => {
             ApiError::new(StatusCode::CONFLICT, "conflict", e.to_string())

@@ -490,10 +490,17 @@ pub(super) async fn document() -> Json<Value> {
     Json(spec())
 }
 
-/// The routes that operate on runs already started: moving them to another
-/// revision.
+/// The routes that operate on runs already started (pausing them, moving
+/// them to another revision), and on triggers (removing one).
 fn operate_paths() -> Value {
     json!({
+            "/v1/schedules/{workflow}/{trigger}": {
+                "delete": {
+                    "summary": "Remove a trigger added by hand (one declared in its workflow's file is removed there); runs it started go on",
+                    "parameters": [path_param("workflow", "the workflow"), path_param("trigger", "the trigger's id")],
+                    "responses": responses(("200", "`{\"schedule\"}`: the trigger removed"), &[("404", "unknown_schedule"), ("409", "schedule_declared: declared in the workflow's file; conflict: the trigger keeps changing")])
+                }
+            },
             "/v1/runs/{id}/pause": {
                 "post": {
                     "summary": "Pause a run: it finishes the attempts under way, starts nothing new, and waits out of memory; its timers fire into the store (their records wait for the resume; a workflow `timeout:` still ends it). `pending` when a call is under way here",
