@@ -350,7 +350,7 @@ pub fn parse_tests(text: &str, origin: &str) -> Result<TestFile, DefinitionError
         DefinitionError::invalid(at(refused.line, refused.column), refused.message)
     })?;
     let file: TestFile = serde_yaml_ng::from_str(text).map_err(|e| {
-        let message = e.to_string();
+        let message = crate::parse::readable(&e.to_string());
         match e.location() {
             Some(loc) => {
                 let mark = format!(" at line {} column {}", loc.line(), loc.column());

@@ -518,7 +518,7 @@ fn eval_expr(expr: &Expression, context: &cel::Context, path: &str) -> Result<Va
     let value = expr
         .program
         .execute(context)
-        .map_err(|e| eval_error(path, &expr.source, e.to_string()))?;
+        .map_err(|e| eval_error(path, &expr.source, describe(&e)))?;
     value.json().map_err(|e| {
         eval_error(
             path,
@@ -526,6 +526,71 @@ fn eval_expr(expr: &Expression, context: &cel::Context, path: &str) -> Result<Va
             format!("the result has no JSON form: {e}"),
         )
     })
+}
+
+/// How an evaluation error reads in a workflow's terms: the operator as
+/// written and each value's CEL type with the value, not the evaluator's
+/// names (`Unsupported binary operator 'sub': Int(1), String("a")` reads
+/// ``cannot apply `-` to int `1` and string `"a"` ``).
+fn describe(error: &cel::ExecutionError) -> String {
+    use cel::ExecutionError as E;
+    let operator = |name: &str| match name {
+        "add" => "+",
+        "sub" => "-",
+        "mul" => "*",
+        "div" => "/",
+        "rem" => "%",
+        _ => "?",
+    };
+    match error {
+        E::UnsupportedBinaryOperator(op, left, right) => format!(
+            "cannot apply `{}` to {} and {}",
+            operator(op),
+            shown(left),
+            shown(right)
+        ),
+        E::Overflow(op, left, right) => format!(
+            "{} `{}` {} overflows",
+            shown(left),
+            operator(op),
+            shown(right)
+        ),
+        E::ValuesNotComparable(left, right) => {
+            format!("{} cannot be compared to {}", shown(left), shown(right))
+        }
+        E::UnsupportedIndex(index, target) => {
+            format!("{} cannot index {}", shown(index), shown(target))
+        }
+        E::UnsupportedKeyType(key) => format!("{} cannot be a map's key", shown(key)),
+        E::UnsupportedTargetType { target } => format!("{} is not a valid argument", shown(target)),
+        E::NotSupportedAsMethod { method, target } => {
+            format!("`{method}` is not a method of {}", shown(target))
+        }
+        E::DivisionByZero(value) => format!("{} divided by zero", shown(value)),
+        E::RemainderByZero(value) => format!("the remainder of {} by zero", shown(value)),
+        other => other.to_string(),
+    }
+}
+
+/// A CEL value as an error shows it: its type, then the value as JSON
+/// (`int `1``, `string `"a"``), or the type alone when it has no JSON form.
+fn shown(value: &cel::Value) -> String {
+    let kind = value.type_of();
+    match value.json() {
+        Ok(json) => {
+            let mut text = json.to_string();
+            if text.len() > 60 {
+                let cut = (0..=60)
+                    .rev()
+                    .find(|&i| text.is_char_boundary(i))
+                    .unwrap_or(0);
+                text.truncate(cut);
+                text.push('…');
+            }
+            format!("{kind} `{text}`")
+        }
+        Err(_) => kind.to_string(),
+    }
 }
 
 #[cfg(test)]
@@ -601,6 +666,15 @@ mod tests {
         assert_eq!(e.path, "with", "a lone expression is named by its root");
         let e = Template::compile(&json!("${{ inputs.x"), "with").unwrap_err();
         assert!(e.contains("no closing"), "{e}");
+        // A wrong type is said in CEL's terms, not the evaluator's.
+        let e = eval(json!("${{ inputs.n - inputs.name }}"), &s).unwrap_err();
+        assert!(
+            e.message
+                .contains("cannot apply `-` to int `2` and string `\"Ada\"`"),
+            "{e:?}"
+        );
+        let e = eval(json!("${{ inputs.n / 0 }}"), &s).unwrap_err();
+        assert!(e.message.contains("int `2` divided by zero"), "{e:?}");
     }
 
     #[test]

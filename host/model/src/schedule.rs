@@ -24,6 +24,37 @@ pub struct Schedule {
     jitter: Duration,
 }
 
+/// The first five fields of a cron expression, with the values each takes.
+const RANGES: [(&str, u32, u32); 5] = [
+    ("second", 0, 59),
+    ("minute", 0, 59),
+    ("hour", 0, 23),
+    ("day of month", 1, 31),
+    ("month", 1, 12),
+];
+
+/// Refuses a number outside its field's range in `cron` (`0 0 24 * * *`)
+/// with the field and the range, before the cron parser words it its way.
+/// Names (`MON`, `JAN`) and the day of week are left to the parser.
+fn check_ranges(cron: &str) -> Result<(), String> {
+    for (field, (name, low, high)) in cron.split_whitespace().zip(RANGES) {
+        for part in field.split(',') {
+            // `a-b/step`: the step is a count, not a value of the field.
+            let values = part.split('/').next().unwrap_or(part);
+            for value in values.split('-') {
+                if let Ok(number) = value.parse::<u32>()
+                    && !(low..=high).contains(&number)
+                {
+                    return Err(format!(
+                        "cron: the {name} `{number}` is not from {low} to {high} (in `{cron}`)"
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 impl Schedule {
     /// Checks and compiles `spec`; the error names the field.
     pub fn compile(spec: &ScheduleSpec) -> Result<Self, String> {
@@ -35,6 +66,7 @@ impl Schedule {
                 spec.cron
             ));
         }
+        check_ranges(&spec.cron)?;
         let cron = cron::Schedule::from_str(&spec.cron)
             .map_err(|e| format!("cron: `{}` is not a cron expression: {e}", spec.cron))?;
         let timezone = match &spec.timezone {
@@ -149,6 +181,21 @@ mod tests {
 
     fn spec(cron: &str, timezone: Option<&str>) -> Schedule {
         Schedule::compile(&written(cron, timezone)).unwrap()
+    }
+
+    #[test]
+    fn a_value_outside_its_field_names_the_field_and_range() {
+        let refused = |cron: &str| Schedule::compile(&written(cron, None)).err().unwrap();
+        assert_eq!(
+            refused("0 0 24 * * *"),
+            "cron: the hour `24` is not from 0 to 23 (in `0 0 24 * * *`)"
+        );
+        assert!(refused("0 60 * * * *").contains("the minute `60` is not from 0 to 59"));
+        assert!(refused("0 0 0 0 * *").contains("the day of month `0` is not from 1 to 31"));
+        assert!(refused("0 0 0 1 1-13 *").contains("the month `13`"));
+        // Steps are counts, and names are the parser's.
+        assert!(Schedule::compile(&written("0 10-50/15 * * * *", None)).is_ok());
+        assert!(Schedule::compile(&written("0 0 9 * JAN-MAR MON-FRI", None)).is_ok());
     }
 
     #[test]

@@ -591,7 +591,7 @@ fn read(source: &str, format: Format, origin: &str) -> Result<RawWorkflow, Defin
     }
     match format {
         Format::Json => serde_json::from_str(source).map_err(|e| {
-            let message = e.to_string();
+            let message = readable(&e.to_string());
             let message = match message.find(" at line ") {
                 Some(cut) => message[..cut].to_owned(),
                 None => message,
@@ -599,7 +599,7 @@ fn read(source: &str, format: Format, origin: &str) -> Result<RawWorkflow, Defin
             located(Some(e.line()), Some(e.column()), message)
         }),
         Format::Yaml => serde_yaml_ng::from_str(source).map_err(|e| {
-            let message = e.to_string();
+            let message = readable(&e.to_string());
             match e.location() {
                 Some(loc) => {
                     // The location leads the error; don't say it twice.
@@ -611,4 +611,55 @@ fn read(source: &str, format: Format, origin: &str) -> Result<RawWorkflow, Defin
             }
         }),
     }
+}
+
+/// `message` (serde's) with the names of this crate's private types said as
+/// what they are in a file: `expected struct RawAwait` reads "expected a
+/// map such as `{}` or `{timeout: 24h}`".
+pub(crate) fn readable(message: &str) -> String {
+    const SAID: [(&str, &str); 8] = [
+        (
+            "struct RawWorkflow",
+            "a workflow: a map with `id` and `steps`",
+        ),
+        ("struct RawOn", "a map such as `{schedule: [...]}`"),
+        (
+            "struct RawStep",
+            "a step: a map with `id` and what it does (`uses`, `sleep`, `await`, ...)",
+        ),
+        (
+            "struct RawAllow",
+            "a map such as `{http: [\"https://api.example.com\"]}`",
+        ),
+        ("struct RawAwait", "a map such as `{}` or `{timeout: 24h}`"),
+        ("struct RawCase", "a map with `steps` (and `if`)"),
+        (
+            "struct RawAction",
+            "an action: a map such as `{advance: 1h}`",
+        ),
+        (
+            "struct RawRetry",
+            "a retry policy: a map such as `{max_attempts: 3, initial: 1s}`",
+        ),
+    ];
+    let mut message = message.to_owned();
+    for (private, said) in SAID {
+        // Longest names first would matter only for a name that starts
+        // another: none of these does but `RawOn`, checked as a word.
+        let mut from = 0;
+        while let Some(at) = message[from..].find(private).map(|i| i + from) {
+            let end = at + private.len();
+            let word_ends = message[end..]
+                .chars()
+                .next()
+                .is_none_or(|c| !c.is_alphanumeric() && c != '_');
+            if word_ends {
+                message.replace_range(at..end, said);
+                from = at + said.len();
+            } else {
+                from = end;
+            }
+        }
+    }
+    message
 }

@@ -315,3 +315,15 @@ fn a_sleep_needs_a_unit_unless_stored_before() {
     assert!(parse_yaml("id: nap\nsteps:\n  - { id: nap, sleep: 90s }\n").is_ok());
     assert!(parse_yaml("id: nap\nsteps:\n  - { id: nap, sleep: \"${{ 90 }}\" }\n").is_ok());
 }
+
+#[test]
+fn serde_names_of_private_types_are_said_as_what_to_write() {
+    let error = error_of("id: ask\nsteps:\n  - { id: approve, await: 5 }\n");
+    assert!(
+        error.contains("a map such as `{}` or `{timeout: 24h}`"),
+        "{error}"
+    );
+    assert!(!error.contains("Raw"), "{error}");
+    let error = error_of("id: x\nsteps:\n  - 5\n");
+    assert!(error.contains("a step: a map with `id`"), "{error}");
+}
