@@ -131,6 +131,12 @@ fn every_template_builds_passes_its_own_test_and_runs_in_a_workflow() {
             .unwrap();
         assert!(created.status.success(), "{created:?}");
         let dir = scratch.path().join(name);
+        if lang == "rust" {
+            // The SDK is named relative to the project, not by this
+            // machine's absolute path.
+            let manifest = std::fs::read_to_string(dir.join("Cargo.toml")).unwrap();
+            assert!(manifest.contains("weft-sdk = { path = \"../"), "{manifest}");
+        }
         let tested = check(&dir, test[0], &test[1..], &[("CARGO_TARGET_DIR", &target)]);
         assert!(
             tested.contains("OK") || tested.contains("# pass 2") || tested.contains("1 passed"),

@@ -591,6 +591,13 @@ fn every_route_refuses_bad_input_clearly_and_the_openapi_document_matches() {
         code(call(&host, "POST", "/v1/runs", Some(r#"{"workflow": 1}"#))),
         bad("invalid_request")
     );
+    // A one-line body's error names the field, not a column of it.
+    let (_, body) = call(&host, "POST", "/v1/runs", Some(r#"{"input": {}}"#));
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("missing field `workflow`") && !message.contains("column"),
+        "{body}"
+    );
     let (_, body) = call(
         &host,
         "POST",

@@ -792,6 +792,19 @@ const EXAMPLE: &str = include_str!("../../../../templates/example.yaml");
 
 /// `weft plugin new NAME --lang L`: a project that builds and passes its
 /// own test as it is.
+/// The path from folder `from` to `to`, both absolute: `../../guest-sdk`.
+fn relative(from: &Path, to: &Path) -> PathBuf {
+    let (from, to): (Vec<_>, Vec<_>) = (from.components().collect(), to.components().collect());
+    let common = from.iter().zip(&to).take_while(|(a, b)| a == b).count();
+    let mut path: PathBuf =
+        std::iter::repeat_n(std::path::Component::ParentDir, from.len() - common).collect();
+    path.extend(&to[common..]);
+    if path.as_os_str().is_empty() {
+        path.push(".");
+    }
+    path
+}
+
 pub fn new(
     name: &str,
     lang: Lang,
@@ -818,7 +831,13 @@ pub fn new(
                     sdk.display()
                 )
             })?;
-            sdk.display().to_string()
+            // Relative to the project, so that the project and the SDK can
+            // move together (a repository holding both, a clone elsewhere).
+            let project = parent
+                .canonicalize()
+                .with_context(|| format!("cannot read the folder {}", parent.display()))?
+                .join(name);
+            relative(&project, &sdk).display().to_string()
         }
         _ => String::new(),
     };
@@ -851,4 +870,20 @@ pub fn new(
         dir.display()
     );
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::relative;
+
+    #[test]
+    fn a_relative_path_climbs_to_the_common_folder() {
+        let path = |from: &str, to: &str| relative(Path::new(from), Path::new(to));
+        assert_eq!(path("/a/b/p", "/a/guest-sdk"), Path::new("../../guest-sdk"));
+        assert_eq!(path("/a/p", "/a/p/sdk"), Path::new("sdk"));
+        assert_eq!(path("/a/p", "/a/p"), Path::new("."));
+        assert_eq!(path("/x/p", "/a/sdk"), Path::new("../../a/sdk"));
+    }
 }

@@ -131,7 +131,23 @@ impl From<JsonRejection> for ApiError {
         } else {
             status
         };
-        Self::rejected(status, rejection.body_text())
+        Self::rejected(status, without_first_line(rejection.body_text()))
+    }
+}
+
+/// serde's message without ` at line 1 column N`: a body on one line (what
+/// a client program sends) is better named by the field serde names than
+/// by a column in text its sender never saw. A place on a later line stays.
+fn without_first_line(message: String) -> String {
+    match message.rfind(" at line 1 column ") {
+        Some(at)
+            if message[at + " at line 1 column ".len()..]
+                .chars()
+                .all(|c| c.is_ascii_digit()) =>
+        {
+            message[..at].to_owned()
+        }
+        _ => message,
     }
 }
 
