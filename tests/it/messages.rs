@@ -454,6 +454,10 @@ fn an_await_step_waits_for_an_action_and_one_with_a_timeout_fails_cleanly() {
         bare,
     ]);
     assert_eq!(acted.code, Some(0), "{acted:?}");
+    assert_eq!(
+        acted.stdout.trim(),
+        format!("step approve of run {id} completed; the run goes on")
+    );
     let done = ended(&host, &id);
     assert_eq!(done["run"]["state"], "succeeded", "{done}");
     assert_eq!(done["run"]["outputs"], json!({ "ok": true }));

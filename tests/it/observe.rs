@@ -393,6 +393,19 @@ fn weft_start_wait_and_runs_watch_follow_the_stream() {
         watched.stdout
     );
 
+    // `weft start` prints the run's id (the answer with --json).
+    let started = scratch.run(&["start", "load", "--server", &server]);
+    assert_eq!(started.code, Some(0), "{}", started.stderr);
+    let id = started.stdout.trim();
+    assert_eq!(id.len(), 36, "{}", started.stdout);
+    assert!(
+        started.stderr.contains(&format!("weft runs watch {id}")),
+        "{}",
+        started.stderr
+    );
+    let started = scratch.run(&["start", "load", "--json", "--server", &server]);
+    assert!(started.json()["id"].is_string(), "{}", started.stdout);
+
     // `weft start --wait` prints the outputs once the run ends.
     let started = scratch.run(&[
         "start",

@@ -637,6 +637,14 @@ fn a_tenant_sees_none_of_another_tenants_objects_on_any_route() {
         },
         Probe {
             method: "DELETE",
+            route: "/v1/schedules/{workflow}/{trigger}",
+            path: "/v1/schedules/a-flow/a-nightly".into(),
+            twin: Some("/v1/schedules/no-flow/a-nightly".into()),
+            body: None,
+            expect: Expect::Missing,
+        },
+        Probe {
+            method: "DELETE",
             route: "/v1/subscriptions/{channel}/{name}",
             path: "/v1/subscriptions/a-news/a-reader".into(),
             twin: Some("/v1/subscriptions/no-news/a-reader".into()),

@@ -117,6 +117,9 @@ pub enum TenantsCommand {
     Usage {
         /// The tenant.
         name: String,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
         #[command(flatten)]
         server: ServerArg,
     },
@@ -286,6 +289,39 @@ fn pretty(value: &Value) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// An answer as indented text: one `key  value` line per field, a nested
+/// object under its key, a list of plain values on one line.
+fn outline(value: &Value, depth: usize) -> anyhow::Result<()> {
+    let Some(fields) = value.as_object() else {
+        return Ok(());
+    };
+    let width = fields.keys().map(String::len).max().unwrap_or(0);
+    let indent = "  ".repeat(depth);
+    for (key, field) in fields {
+        match field {
+            Value::Object(inner) if inner.is_empty() => out!("{indent}{key:<width$}  -"),
+            Value::Object(_) => {
+                out!("{indent}{key}");
+                outline(field, depth + 1)?;
+            }
+            Value::Null => out!("{indent}{key:<width$}  -"),
+            Value::String(text) => out!("{indent}{key:<width$}  {text}"),
+            Value::Array(items) => {
+                let items: Vec<String> = items
+                    .iter()
+                    .map(|item| {
+                        item.as_str()
+                            .map_or_else(|| item.to_string(), str::to_owned)
+                    })
+                    .collect();
+                out!("{indent}{key:<width$}  {}", items.join(", "));
+            }
+            other => out!("{indent}{key:<width$}  {other}"),
+        }
+    }
+    Ok(())
+}
+
 /// `weft tenants`.
 pub fn tenants(data_dir: &Path, command: TenantsCommand) -> anyhow::Result<ExitCode> {
     match command {
@@ -397,13 +433,18 @@ pub fn tenants(data_dir: &Path, command: TenantsCommand) -> anyhow::Result<ExitC
                 |answer| pretty(&answer["tenant"]),
             )
         }
-        TenantsCommand::Usage { name, server } => ask(
+        TenantsCommand::Usage { name, json, server } => ask(
             data_dir,
             server,
             "GET",
             &format!("/v1/tenants/{name}/usage"),
             None,
-            pretty,
+            |answer| {
+                if json {
+                    return pretty(answer);
+                }
+                outline(answer, 0)
+            },
         ),
     }
 }

@@ -232,6 +232,9 @@ pub struct ActArgs {
     /// fail: the error's message.
     #[arg(long)]
     message: Option<String>,
+    /// Print the server's answer as JSON.
+    #[arg(long)]
+    json: bool,
     /// The server. [default: the address in DATA_DIR/serve.addr, else
     /// http://127.0.0.1:7420]
     #[arg(long, value_name = "URL")]
@@ -271,8 +274,20 @@ pub fn act(data_dir: &Path, args: ActArgs) -> anyhow::Result<ExitCode> {
     let server = Server::new(data_dir, args.server);
     let path = format!("/v1/runs/{}/steps/{}/actions", args.run_id, args.step);
     match server.call("POST", &path, Some(body))? {
-        Ok(answer) => {
+        Ok(answer) if args.json => {
             out!("{}", serde_json::to_string(&answer)?);
+            Ok(ExitCode::SUCCESS)
+        }
+        Ok(_) => {
+            let (run, step) = (&args.run_id, &args.step);
+            match args.action.as_str() {
+                "complete" => out!("step {step} of run {run} completed; the run goes on"),
+                "fail" => {
+                    out!("step {step} of run {run} failed; the run goes on to its catch, or fails")
+                }
+                "skip" => out!("step {step} of run {run} skipped; the run goes on"),
+                _ => out!("run {run} cancelled at its step {step}"),
+            }
             Ok(ExitCode::SUCCESS)
         }
         Err(message) => refused(&message),

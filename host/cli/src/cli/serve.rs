@@ -110,6 +110,11 @@ pub struct StartArgs {
     /// Wait for the run to end and print its outputs, as `weft run` does.
     #[arg(long)]
     wait: bool,
+
+    /// Print the server's answer as JSON (without --wait) instead of the
+    /// run's id.
+    #[arg(long)]
+    json: bool,
 }
 
 /// Runs the host until interrupted: resumes interrupted runs, then serves
@@ -373,7 +378,23 @@ pub fn start(data_dir: &Path, args: StartArgs) -> anyhow::Result<ExitCode> {
         bail!("{} answered without a run id: {body}", server.url());
     };
     if !args.wait {
-        out!("{}", serde_json::to_string_pretty(&body)?);
+        // The id alone on stdout (`RUN=$(weft start ...)`), what to do next
+        // on stderr.
+        if args.json {
+            out!("{}", serde_json::to_string_pretty(&body)?);
+        } else {
+            out!("{id}");
+        }
+        let again = if body["existing"] == true {
+            " (started before, with this idempotency key)"
+        } else {
+            ""
+        };
+        eprintln!(
+            "run {id} of {} started on {}{again}; follow it with `weft runs watch {id}`",
+            args.workflow,
+            server.url()
+        );
         return Ok(ExitCode::SUCCESS);
     }
     eprintln!("run {id} of {} started on {}", args.workflow, server.url());
