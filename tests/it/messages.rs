@@ -945,3 +945,73 @@ fn a_webhooks_signing_key_is_sealed_at_rest() {
         weft::hub::sign(signing, &got[1].body)
     );
 }
+
+/// `weft tail` says what it follows, prints what comes after its
+/// subscription, and its consumer is listed and removed with `weft
+/// subscriptions`.
+#[test]
+fn weft_tail_follows_a_channel_and_its_consumer_can_be_removed() {
+    let scratch = scratch(&[(
+        "one.yaml",
+        "id: one\nsteps:\n  - { id: tell, emit: news, with: { n: 1 } }\n",
+    )]);
+    let host = serve(&scratch, 0);
+    let tail = scratch
+        .weft()
+        .args(["tail", "news", "--count", "1", "--server", &host.url])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Once its subscription is there, a run's message reaches it.
+    wait(
+        Duration::from_secs(60),
+        Duration::from_millis(20),
+        || {
+            let (_, listed) = call(&host, "GET", "/v1/subscriptions", None);
+            if listed.to_string().contains("news/default") {
+                Ok(())
+            } else {
+                Err(listed)
+            }
+        },
+        |listed| format!("weft tail made no subscription: {listed}"),
+    );
+    ended(&host, &start(&host, "one", json!({})));
+    let done = tail.wait_with_output().unwrap();
+    assert!(done.status.success(), "{done:?}");
+    let printed = String::from_utf8_lossy(&done.stdout);
+    assert!(printed.contains(r#""n":1"#), "{printed}");
+    let said = String::from_utf8_lossy(&done.stderr);
+    assert!(
+        said.contains("following channel news as consumer default")
+            && said.contains("weft subscriptions remove news/default"),
+        "{said}"
+    );
+
+    let listed = scratch.run(&["subscriptions", "list", "--server", &host.url]);
+    assert!(listed.stdout.contains("news/default"), "{}", listed.stdout);
+    let removed = scratch.run(&[
+        "subscriptions",
+        "remove",
+        "news/default",
+        "--server",
+        &host.url,
+    ]);
+    assert_eq!(removed.code, Some(0), "{removed:?}");
+    let listed = scratch.run(&["subscriptions", "list", "--server", &host.url]);
+    assert_eq!(
+        listed.stdout.trim(),
+        "no subscriptions",
+        "{}",
+        listed.stdout
+    );
+    let again = scratch.run(&[
+        "subscriptions",
+        "remove",
+        "news/default",
+        "--server",
+        &host.url,
+    ]);
+    assert_eq!(again.code, Some(2), "{again:?}");
+}

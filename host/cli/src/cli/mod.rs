@@ -184,6 +184,9 @@ enum Command {
     /// Deliveries and dead letters (of a running `weft serve`).
     #[command(subcommand)]
     Deliveries(remote::DeliveriesCommand),
+    /// Subscriptions to channels (of a running `weft serve`): list, remove.
+    #[command(subcommand)]
+    Subscriptions(remote::SubscriptionsCommand),
     /// Plugins: new (a project from a template), build, setup (the
     /// toolchains), inspect a component, add one to the registry, list.
     #[command(subcommand)]
@@ -359,6 +362,7 @@ pub fn main(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Secrets(command) => access::secrets(&data_dir, command),
         Command::Audit(args) => access::audit(&data_dir, args),
         Command::Deliveries(command) => remote::deliveries(&data_dir, command),
+        Command::Subscriptions(command) => remote::subscriptions(&data_dir, command),
         Command::Plugin(command) => plugin::main(&data_dir, command),
         Command::Deploy { workflow, server } => plugin::deploy(&data_dir, &workflow, server),
         Command::Sim(args) => sim::main(&args, Location::of(&data_dir).postgres()),

@@ -526,6 +526,16 @@ pub fn tail(data_dir: &Path, args: TailArgs) -> anyhow::Result<ExitCode> {
         let body: Value = response.body_mut().read_json().unwrap_or(Value::Null);
         return refused(body["error"]["message"].as_str().unwrap_or("refused"));
     }
+    // Only what is emitted after a subscription was made is delivered to
+    // it: say what this waits for, and how to take the consumer away.
+    eprintln!(
+        "following channel {} as consumer {} of {}: messages emitted from its subscription on; Ctrl-C stops (`weft subscriptions remove {}/{}` removes the consumer)",
+        args.channel,
+        args.consumer,
+        server.url(),
+        args.channel,
+        args.consumer
+    );
     let reader = std::io::BufReader::new(response.into_body().into_reader());
     let mut seen = 0;
     for line in reader.lines() {
@@ -548,6 +558,95 @@ pub fn tail(data_dir: &Path, args: TailArgs) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SubscriptionsCommand {
+    /// List the subscriptions (consumers and webhooks) of the tenant.
+    List {
+        /// Only this channel's.
+        #[arg(long)]
+        channel: Option<String>,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// The server. [default: the address in DATA_DIR/serve.addr, else
+        /// http://127.0.0.1:7420]
+        #[arg(long, value_name = "URL")]
+        server: Option<String>,
+    },
+    /// Remove a subscription, `<channel>/<name>` (such as the consumer
+    /// `weft tail` made): its deliveries not yet acked are dropped.
+    Remove {
+        /// The subscription, `<channel>/<name>`.
+        key: String,
+        /// The server. [default: the address in DATA_DIR/serve.addr, else
+        /// http://127.0.0.1:7420]
+        #[arg(long, value_name = "URL")]
+        server: Option<String>,
+    },
+}
+
+/// `weft subscriptions`.
+pub fn subscriptions(data_dir: &Path, command: SubscriptionsCommand) -> anyhow::Result<ExitCode> {
+    match command {
+        SubscriptionsCommand::List {
+            channel,
+            json,
+            server,
+        } => {
+            let server = Server::new(data_dir, server);
+            let path = match &channel {
+                Some(channel) => format!("/v1/subscriptions?channel={}", encoded(channel)),
+                None => "/v1/subscriptions".to_owned(),
+            };
+            let answer = match server.call("GET", &path, None)? {
+                Ok(answer) => answer,
+                Err(message) => return refused(&message),
+            };
+            let list = answer["subscriptions"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            if json {
+                out!("{}", serde_json::to_string_pretty(&list)?);
+                return Ok(ExitCode::SUCCESS);
+            }
+            if list.is_empty() {
+                out!("no subscriptions");
+                return Ok(ExitCode::SUCCESS);
+            }
+            out!("{:<40}  {:<8}  TARGET", "SUBSCRIPTION", "KIND");
+            for subscription in list {
+                let target = &subscription["target"];
+                let (kind, at) = match (target["kind"].as_str(), target["url"].as_str()) {
+                    (Some("webhook"), Some(url)) => ("webhook", url),
+                    _ => ("stream", "weft tail, or the channel's event stream"),
+                };
+                out!(
+                    "{:<40}  {kind:<8}  {at}",
+                    subscription["key"].as_str().unwrap_or("?")
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        SubscriptionsCommand::Remove { key, server } => {
+            let Some((channel, name)) = key.rsplit_once('/') else {
+                return refused(&format!(
+                    "`{key}` is not a subscription's key, `<channel>/<name>`"
+                ));
+            };
+            let server = Server::new(data_dir, server);
+            let path = format!("/v1/subscriptions/{}/{}", encoded(channel), encoded(name));
+            match server.call("DELETE", &path, None)? {
+                Ok(_) => {
+                    out!("subscription {key} removed");
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(message) => refused(&message),
+            }
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]
