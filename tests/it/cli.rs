@@ -548,6 +548,18 @@ fn waits_show_as_waits_and_weft_run_refuses_an_await_it_cannot_answer() {
         "{}",
         run.stderr
     );
+    // A workflow's timeout ends it too: not refused.
+    let bounded = scratch.file(
+        "bounded.yaml",
+        "id: bounded\ntimeout: 50ms\nsteps:\n  - { id: approve, await: {} }\n",
+    );
+    let run = scratch.run(&["run", bounded.to_str().unwrap()]);
+    assert_eq!(run.code, Some(1), "{run:?}");
+    assert!(
+        run.stderr.contains("wait [1/1] approve (): for an answer"),
+        "{}",
+        run.stderr
+    );
     // With a timeout it runs, and ends by it.
     let hurried = scratch.file(
         "hurry.yaml",

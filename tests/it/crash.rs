@@ -334,7 +334,20 @@ fn a_run_row_that_does_not_decode_holds_no_other_resume_back() {
     }
     let mut server = start_server(&scratch, 1);
     let resumed = server.resumed();
+    // The broken rows are set aside, not tried again and again.
+    std::thread::sleep(Duration::from_secs(1));
     server.child.kill().unwrap();
     server.child.wait().unwrap();
     assert_eq!(resumed, RUNS, "the good runs were not all resumed");
+    let log = std::fs::read_to_string(&server.log).unwrap();
+    let retried = log
+        .lines()
+        .filter(|line| line.contains("broken") && line.contains("will try again"))
+        .count();
+    assert_eq!(retried, 0, "{log}");
+    assert!(
+        log.lines()
+            .any(|line| line.contains("broken") && line.contains("cannot resume")),
+        "{log}"
+    );
 }

@@ -228,8 +228,9 @@ fn kill_9_while_a_child_runs_then_resume_finishes_both_once() {
     assert_eq!(calls, [json!(child_id), json!(child_id)]);
 }
 
-/// The store with a disk that refuses one kind of write: the commit that
-/// records a child run. Everything else goes to the real redb file.
+/// The store with a disk that fails every transaction holding one kind of
+/// write, the one that records a child run (the whole transaction, as a
+/// disk fails it); every other transaction goes to the real redb file.
 #[derive(Debug)]
 struct NoChildren(Arc<RedbStore>);
 

@@ -340,8 +340,11 @@ pub(crate) fn set_paused(
     Err(ScheduleError::Contended(key.to_owned()))
 }
 
-/// Removes trigger `key` from `store`: the removed row, or `Ok(None)` if
-/// there is no such trigger. A run it started goes on.
+/// Removes trigger `key` from `store`, one added by hand: the removed row,
+/// or `Ok(None)` if there is no such trigger. One its workflow's file
+/// declares is refused ([`ScheduleError::Declared`]), checked on the row
+/// the removal is conditioned on, so that a deploy that declares the key
+/// meanwhile is not undone. A run it started goes on.
 pub(crate) fn remove(
     store: &dyn weft_store::Store,
     key: &str,
@@ -350,6 +353,9 @@ pub(crate) fn remove(
         let Some(row) = store.schedules()?.into_iter().find(|r| r.key == key) else {
             return Ok(None);
         };
+        if row.origin == "workflow" {
+            return Err(ScheduleError::Declared(key.to_owned()));
+        }
         let write = Write::Schedule {
             key: key.to_owned(),
             expect: Some(row.version),
@@ -414,6 +420,10 @@ pub enum ScheduleError {
     /// message names the trigger.
     #[error("{0}")]
     Invalid(String),
+    /// The trigger is declared in its workflow's file (`on: schedule:`),
+    /// which would add it again: it is removed there.
+    #[error("trigger `{0}` is declared in its workflow's file; remove it there and deploy")]
+    Declared(String),
     /// A trigger with that key exists.
     #[error("trigger `{0}` exists already")]
     Exists(String),

@@ -118,7 +118,7 @@ impl Engine {
             Err(ResumeError::Resident(_) | ResumeError::NotRunning { .. }) => false,
             // A row that does not decode is set aside (`weft doctor` lists
             // it); it would fail again.
-            Err(e @ ResumeError::Store(StoreError::Codec { .. })) => {
+            Err(ResumeError::Store(e)) if e.unreadable() => {
                 tracing::warn!(run = %id, "cannot resume: {e}");
                 false
             }

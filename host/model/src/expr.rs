@@ -534,13 +534,13 @@ fn eval_expr(expr: &Expression, context: &cel::Context, path: &str) -> Result<Va
 /// ``cannot apply `-` to int `1` and string `"a"` ``).
 fn describe(error: &cel::ExecutionError) -> String {
     use cel::ExecutionError as E;
-    let operator = |name: &str| match name {
+    let operator = |name: &'static str| match name {
         "add" => "+",
         "sub" => "-",
         "mul" => "*",
         "div" => "/",
         "rem" => "%",
-        _ => "?",
+        other => other,
     };
     match error {
         E::UnsupportedBinaryOperator(op, left, right) => format!(
@@ -549,6 +549,7 @@ fn describe(error: &cel::ExecutionError) -> String {
             shown(left),
             shown(right)
         ),
+        E::Overflow("negate", value, _) => format!("negating {} overflows", shown(value)),
         E::Overflow(op, left, right) => format!(
             "{} `{}` {} overflows",
             shown(left),

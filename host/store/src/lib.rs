@@ -261,6 +261,15 @@ pub enum Refused {
 }
 
 impl StoreError {
+    /// Whether what was read (or what a write read) does not decode: a
+    /// damaged row, or one of a newer weft. Trying again reads the same.
+    pub fn unreadable(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Codec { .. } | StoreError::Refused(Refused::Unreadable { .. })
+        )
+    }
+
     /// Whether the write may have been stored all the same: the commit
     /// failed in a way that can hide a transaction that landed (a
     /// connection lost after `COMMIT` was sent, a sync that failed after

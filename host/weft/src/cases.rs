@@ -99,6 +99,18 @@ fn run_with(
     }
 }
 
+/// The step id in `path` that `workflow` does not have, if one: an
+/// expectation names a step by id or path (`each[2]/fetch`,
+/// `pay/catch/refund`), and one the workflow lacks is a mistake in the
+/// case, not a step that did not run. `catch` and the engine's own records
+/// (`@cancel`) are parts of paths, not steps.
+fn unknown_step<'p>(workflow: &Workflow, path: &'p str) -> Option<&'p str> {
+    let steps = workflow.all_steps();
+    path.split('/')
+        .map(|segment| segment.split('[').next().unwrap_or(segment))
+        .find(|id| *id != "catch" && !id.starts_with('@') && !steps.iter().any(|s| s.id == *id))
+}
+
 /// Plays the case; the run and its step records at the end, and the
 /// simulated time that passed.
 fn play(
@@ -124,23 +136,12 @@ fn play(
             ));
         }
     }
-    // An expectation names a step by id or path (`each[2]/fetch`): one the
-    // workflow does not have is a mistake in the case, not a step that did
-    // not run.
-    let ids: BTreeSet<&str> = workflow
-        .all_steps()
-        .into_iter()
-        .map(|step| step.id.as_str())
-        .collect();
     for path in case.expect.steps.keys() {
-        for segment in path.split('/') {
-            let id = segment.split('[').next().unwrap_or(segment);
-            if !ids.contains(id) {
-                return Err(format!(
-                    "expect.steps `{path}`: workflow `{}` has no step `{id}`",
-                    workflow.id
-                ));
-            }
+        if let Some(id) = unknown_step(workflow, path) {
+            return Err(format!(
+                "expect.steps `{path}`: workflow `{}` has no step `{id}`",
+                workflow.id
+            ));
         }
     }
     // Steps mocked by id call no plugin, so theirs need not exist; a
@@ -853,7 +854,7 @@ mod tests {
 
     use serde_json::json;
 
-    use super::diff;
+    use super::{diff, unknown_step};
 
     #[test]
     fn a_difference_names_where_it_is() {
@@ -876,5 +877,25 @@ mod tests {
         let mut none = Vec::new();
         diff("o", &json!({"n": 3}), &json!({"n": 3.0}), &mut none);
         assert!(none.is_empty(), "{none:?}");
+    }
+
+    #[test]
+    fn an_expected_step_is_named_by_its_path() {
+        let workflow = weft_model::parse(
+            "id: wf\nsteps:\n  - id: each-item\n    foreach: \"${{ [1] }}\"\n    steps:\n      - { id: fetch, uses: echo }\n  - id: pay\n    uses: echo\n    catch:\n      - steps:\n          - { id: refund, uses: echo }\n",
+            weft_model::Format::Yaml,
+            "wf.yaml",
+        )
+        .unwrap();
+        for known in [
+            "pay",
+            "each-item[0]/fetch",
+            "pay/catch/refund",
+            "pay/@cancel",
+        ] {
+            assert_eq!(unknown_step(&workflow, known), None, "{known}");
+        }
+        assert_eq!(unknown_step(&workflow, "each-item[0]/fetsh"), Some("fetsh"));
+        assert_eq!(unknown_step(&workflow, "py"), Some("py"));
     }
 }

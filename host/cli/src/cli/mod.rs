@@ -385,11 +385,15 @@ fn run(data_dir: &std::path::Path, args: RunArgs) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::from(EXIT_INVALID));
         }
     };
-    // An answer reaches a serving host only (`weft act`): a wait without
-    // a timeout would hold `weft run` forever.
-    let forever = workflow.all_steps().into_iter().find(
-        |step| matches!(&step.kind, weft::model::StepKind::Await(wait) if wait.timeout.is_none()),
-    );
+    // An answer reaches a serving host only (`weft act`): a wait that every
+    // run reaches (a top-level `await` without `if:`) with no timeout of its
+    // own or of the workflow would hold `weft run` forever. A nested one
+    // may not be reached; the progress line says what it waits for.
+    let forever = workflow.steps.iter().find(|step| {
+        workflow.timeout.is_none()
+            && step.condition.is_none()
+            && matches!(&step.kind, weft::model::StepKind::Await(wait) if wait.timeout.is_none())
+    });
     if let Some(step) = forever {
         eprintln!(
             "error: step `{step}` is an `await` without a timeout, and `weft run` cannot take its answer: it would wait forever. Serve the workflow instead (put it in DATA_DIR/workflows, or pass --workflows DIR): `weft serve`, then `weft start {workflow}` and `weft act RUN {step} complete --output JSON`",

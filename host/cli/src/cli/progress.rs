@@ -118,7 +118,7 @@ impl Observer for Progress {
         let line = match (&record.error, record.retry_in_ms) {
             _ if record.skipped => format!("skip {label} (if: false)"),
             (None, _) if record.awaiting => format!(
-                "wait {label}: for an answer; give it with `weft act {} {path} complete --output JSON` (or fail, skip) against a running `weft serve`",
+                "wait {label}: for an answer, which only a `weft serve` takes (`weft act {} {path} complete --output JSON`); it ends by its timeout, else Ctrl-C",
                 record.run_id
             ),
             (None, _) if record.output.is_none() => match (&record.child, &record.timer) {

@@ -662,13 +662,19 @@ fn show(data_dir: &Path, run_id: &str, json: bool) -> anyhow::Result<ExitCode> {
         },
     };
     let steps = store.steps(&run.id)?;
-    // The revision the run follows: the deployed one with its definition
-    // (none for a run of `weft run`, which deploys nothing).
-    let revision = store
-        .deployments(Some(&run.workflow))?
-        .into_iter()
-        .find(|deployed| deployed.digest == run.definition)
-        .map(|deployed| deployed.revision);
+    // The revision the run follows: the latest deployed before the run
+    // with its definition (a definition deployed again is a new revision);
+    // none for a run of `weft run`, which deploys nothing.
+    // A migrated run follows the revision it was moved to.
+    let revision = match &run.migrated {
+        Some(moved) => Some(moved.to_revision),
+        None => store
+            .deployments(Some(&run.workflow))?
+            .into_iter()
+            .filter(|d| d.digest == run.definition && d.deployed_at <= run.created_at)
+            .map(|d| d.revision)
+            .max(),
+    };
     print_run(&run, revision, &steps, json)
 }
 

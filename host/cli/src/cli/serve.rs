@@ -239,9 +239,20 @@ pub fn serve(data_dir: &Path, args: ServeArgs) -> anyhow::Result<ExitCode> {
             host.deployments().current().iter().count(),
             host.resumed()
         );
-        if args.auth && host.engine().store().tokens().is_ok_and(|t| t.is_empty()) {
+        // Tokens revoked or expired open nothing.
+        let now = host.engine().clock().now();
+        let usable = |t: &weft::store::TokenRecord| {
+            t.revoked_at.is_none() && t.expires_at.is_none_or(|at| at > now)
+        };
+        if args.auth
+            && host
+                .engine()
+                .store()
+                .tokens()
+                .is_ok_and(|tokens| !tokens.iter().any(usable))
+        {
             eprintln!(
-                "warning: --auth and no token yet: every request is refused; make the first with `weft tokens create --local --role admin` (it can run beside this serve)"
+                "warning: --auth and no token that is not revoked or expired: every request is refused; make one with `weft tokens create --local --role admin` (it can run beside this serve)"
             );
         }
         let api = if args.auth {
@@ -403,7 +414,19 @@ pub fn start(data_dir: &Path, args: StartArgs) -> anyhow::Result<ExitCode> {
     // before the stream opened is seen too, and so is one on another host
     // of a shared store, whose events this stream does not carry.
     let mut ended = None;
-    super::remote::watch(&server, &format!("run={id}&kind=ended"), |heard| {
+    super::remote::watch(&server, &format!("run={id}&kind=ended,waiting"), |heard| {
+        // A wait is said, with how to answer an `await`.
+        if let Heard::Event("waiting", event) = heard {
+            let path = event["step"]["path"].as_str().unwrap_or("?");
+            if event["step"]["awaiting"] == true {
+                eprintln!(
+                    "run {id} waits at {path} for an answer: `weft act {id} {path} complete --output JSON` (or fail, skip)"
+                );
+            } else {
+                eprintln!("run {id} waits at {path}");
+            }
+            return Ok(Watching::More);
+        }
         if let Heard::Event(name, _) = heard
             && name != "ended"
             && name != "reset"

@@ -432,7 +432,7 @@ impl Scheduler {
                 match e {
                     // A row that does not decode is set aside (`weft
                     // doctor` lists it); another failure is tried again.
-                    ResumeError::Store(StoreError::Codec { .. }) => Ok(false),
+                    ResumeError::Store(e) if e.unreadable() => Ok(false),
                     ResumeError::Store(_) => Err(()),
                     _ => Ok(false),
                 }
@@ -519,7 +519,7 @@ impl Scheduler {
             // was lost), since no peer takes a run of a live host. Not for
             // a row that does not decode, which no round would read better.
             Err(e) => {
-                let failed = matches!(&e, ResumeError::Store(failed) if !matches!(failed, StoreError::Codec { .. }));
+                let failed = matches!(&e, ResumeError::Store(failed) if !failed.unreadable());
                 if failed && !weft_core::mutation::on("own-lease-left") {
                     self.sweep.store(true, std::sync::atomic::Ordering::SeqCst);
                 }

@@ -180,9 +180,10 @@ struct RawStep {
     #[serde(default)]
     #[schemars(pattern(shapes::ID))]
     subflow: Option<String>,
-    /// Waits on a durable timer for a duration: text longer than zero such
-    /// as `90s`, `5m` or `1h 30m`, a whole number of milliseconds, or a
-    /// `${{ }}` expression that gives either. The step's output is
+    /// Waits on a durable timer for a duration: text with its unit, longer
+    /// than zero, such as `90s`, `5m` or `1h 30m` (a bare number is
+    /// refused), or a `${{ }}` expression that gives such text or a whole
+    /// number of milliseconds. The step's output is
     /// `{"slept_until": "<time>"}`.
     #[serde(default)]
     sleep: Option<Value>,

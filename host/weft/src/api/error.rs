@@ -115,7 +115,7 @@ pub(super) async fn json_errors(request: Request, next: Next) -> Response {
     let mut answer = error.into_response();
     for (name, value) in &parts.headers {
         if name != header::CONTENT_TYPE && name != header::CONTENT_LENGTH {
-            answer.headers_mut().insert(name, value.clone());
+            answer.headers_mut().append(name, value.clone());
         }
     }
     answer

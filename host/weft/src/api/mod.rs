@@ -897,7 +897,7 @@ fn schedule_refused(e: ScheduleRefused, workflow: &str) -> ApiError {
             "schedule_exists",
             format!("trigger `{}` exists already", weft_core::tenant::bare(&key)),
         ),
-        ScheduleRefused::Declared(_) => ApiError::new(
+        ScheduleRefused::Schedule(ScheduleError::Declared(_)) => ApiError::new(
             StatusCode::CONFLICT,
             "schedule_declared",
             format!(

@@ -16,10 +16,6 @@ pub enum ScheduleRefused {
     /// No such trigger.
     #[error("no trigger `{0}`")]
     UnknownTrigger(String),
-    /// The trigger is declared in its workflow's file (`on: schedule:`),
-    /// which would add it again: remove it there.
-    #[error("trigger `{0}` is declared in its workflow's file; remove it there and deploy")]
-    Declared(String),
     /// The trigger was refused, or the store failed.
     #[error(transparent)]
     Schedule(#[from] ScheduleError),
@@ -63,14 +59,6 @@ impl Services {
     /// Removes trigger `key`, one added by hand (a workflow's own are
     /// removed by deploying the workflow without them).
     pub fn remove_schedule(&self, key: &str) -> Result<ScheduleRecord, ScheduleRefused> {
-        let stored = self.engine.store().schedules()?;
-        match stored.iter().find(|row| row.key == key) {
-            None => return Err(ScheduleRefused::UnknownTrigger(key.to_owned())),
-            Some(row) if row.origin == "workflow" => {
-                return Err(ScheduleRefused::Declared(key.to_owned()));
-            }
-            Some(_) => {}
-        }
         self.engine
             .remove_schedule(key)?
             .ok_or_else(|| ScheduleRefused::UnknownTrigger(key.to_owned()))
