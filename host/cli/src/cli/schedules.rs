@@ -181,15 +181,7 @@ fn set_paused(data_dir: &Path, key: &str, paused: bool) -> anyhow::Result<ExitCo
             );
             Ok(ExitCode::SUCCESS)
         }
-        Err(ScheduleRefused::UnknownTrigger(_)) => {
-            eprintln!("error: no trigger `{key}` (see `weft schedules list`)");
-            Ok(ExitCode::from(EXIT_INVALID))
-        }
-        Err(ScheduleRefused::Schedule(ScheduleError::Store(e))) => Err(e.into()),
-        Err(e) => {
-            eprintln!("error: {e}");
-            Ok(ExitCode::from(EXIT_INVALID))
-        }
+        Err(e) => refused(key, e),
     }
 }
 
@@ -200,14 +192,19 @@ fn remove(data_dir: &Path, key: &str) -> anyhow::Result<ExitCode> {
             out!("{key} removed");
             Ok(ExitCode::SUCCESS)
         }
-        Err(ScheduleRefused::UnknownTrigger(_)) => {
-            eprintln!("error: no trigger `{key}` (see `weft schedules list`)");
-            Ok(ExitCode::from(EXIT_INVALID))
-        }
-        Err(ScheduleRefused::Schedule(ScheduleError::Store(e))) => Err(e.into()),
-        Err(e) => {
-            eprintln!("error: {e}");
-            Ok(ExitCode::from(EXIT_INVALID))
-        }
+        Err(e) => refused(key, e),
     }
+}
+
+/// A refused change of trigger `key`: said, with the exit status for it; a
+/// failed store is an error.
+fn refused(key: &str, refusal: ScheduleRefused) -> anyhow::Result<ExitCode> {
+    match refusal {
+        ScheduleRefused::UnknownTrigger(_) => {
+            eprintln!("error: no trigger `{key}` (see `weft schedules list`)");
+        }
+        ScheduleRefused::Schedule(ScheduleError::Store(e)) => return Err(e.into()),
+        other => eprintln!("error: {other}"),
+    }
+    Ok(ExitCode::from(EXIT_INVALID))
 }

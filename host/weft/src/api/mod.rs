@@ -817,11 +817,8 @@ async fn pause_schedule(
         _ => return Err(not_found().await),
     };
     let shown_key = format!("{workflow}/{trigger}");
-    let missing = || ApiError::not_found(&weft_store::What::Schedule(shown_key.clone()));
-    let key = caller
-        .name(&workflow)
-        .map(|id| format!("{id}/{trigger}"))
-        .ok_or_else(missing)?;
+    let missing = || unknown_trigger(&workflow, &trigger);
+    let key = trigger_key(&caller, &workflow, &trigger)?;
     let store = Arc::clone(api.engine.store());
     let asked = key.clone();
     let exists = blocking(move || store.schedules())
@@ -862,11 +859,8 @@ async fn remove_schedule(
     Path((workflow, trigger)): Path<(String, String)>,
 ) -> Result<Json<Value>, ApiError> {
     let shown_key = format!("{workflow}/{trigger}");
-    let missing = || ApiError::not_found(&weft_store::What::Schedule(shown_key.clone()));
-    let key = caller
-        .name(&workflow)
-        .map(|id| format!("{id}/{trigger}"))
-        .ok_or_else(missing)?;
+    let missing = || unknown_trigger(&workflow, &trigger);
+    let key = trigger_key(&caller, &workflow, &trigger)?;
     caller.need(Right::Deploy)?;
     let services = api.services.clone();
     match blocking(move || services.remove_schedule(&key)).await? {
@@ -878,6 +872,21 @@ async fn remove_schedule(
         Err(ScheduleRefused::UnknownTrigger(_)) => Err(missing()),
         Err(e) => Err(schedule_refused(e, &shown_key)),
     }
+}
+
+/// `404 unknown_schedule` for trigger `trigger` of `workflow`, as the
+/// caller names them.
+fn unknown_trigger(workflow: &str, trigger: &str) -> ApiError {
+    ApiError::not_found(&weft_store::What::Schedule(format!("{workflow}/{trigger}")))
+}
+
+/// The store's key of trigger `trigger` of the caller's workflow
+/// `workflow`; a name no workflow of the caller can have is unknown.
+fn trigger_key(caller: &Caller, workflow: &str, trigger: &str) -> Result<String, ApiError> {
+    caller
+        .name(workflow)
+        .map(|id| format!("{id}/{trigger}"))
+        .ok_or_else(|| unknown_trigger(workflow, trigger))
 }
 
 /// A refused trigger operation as the API answers it.
