@@ -373,23 +373,34 @@ impl PostgresStore {
         &self,
         client: &'c mut deadpool_postgres::Object,
         first: &str,
-    ) -> Result<deadpool_postgres::Transaction<'c>, StoreError> {
-        let txn = self
-            .block(
-                client
-                    .build_transaction()
-                    .isolation_level(tokio_postgres::IsolationLevel::ReadCommitted)
-                    .start(),
-            )
-            .map_err(sql)?;
-        self.block(txn.batch_execute(first)).map_err(sql)?;
+    ) -> Result<deadpool_postgres::Transaction<'c>, tokio_postgres::Error> {
+        let txn = self.block(
+            client
+                .build_transaction()
+                .isolation_level(tokio_postgres::IsolationLevel::ReadCommitted)
+                .start(),
+        )?;
+        self.block(txn.batch_execute(first))?;
         Ok(txn)
     }
 
     /// One batch: see the module's documentation.
     fn apply_batch(&self, writes: &[&Write]) -> Result<Vec<Result<(), Refused>>, StoreError> {
+        let mut tries = 0;
         let mut client = self.client()?;
-        let txn = self.locked(&mut client, LOCK)?;
+        let txn = loop {
+            match self.locked(&mut client, LOCK) {
+                Ok(txn) => break txn,
+                // A pooled connection that closed since it was last used
+                // (cut as a commit was answered, its end not noticed yet)
+                // fails as the transaction begins, before any COMMIT:
+                // nothing of it can be stored, and it begins again on
+                // another connection, once.
+                Err(e) if e.is_closed() && tries == 0 => tries += 1,
+                Err(e) => return Err(sql(e)),
+            }
+            client = self.client()?;
+        };
         let results = {
             let mut overlay = Overlay::new(&txn, self.runtime());
             let mut reads = Vec::new();
@@ -416,8 +427,17 @@ impl PostgresStore {
         n: usize,
         rooms: &[(String, usize)],
     ) -> Result<Vec<(String, String)>, StoreError> {
+        let mut tries = 0;
         let mut client = self.client()?;
-        let txn = self.locked(&mut client, SHARED_LOCK)?;
+        let txn = loop {
+            match self.locked(&mut client, SHARED_LOCK) {
+                Ok(txn) => break txn,
+                // As in `apply_batch`: closed before any COMMIT.
+                Err(e) if e.is_closed() && tries == 0 => tries += 1,
+                Err(e) => return Err(sql(e)),
+            }
+            client = self.client()?;
+        };
         let limit = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
         // The tenants without a room first, then each with room on its
         // own, up to its room: the oldest `n` of what they found.

@@ -59,11 +59,18 @@ impl PostgresStore {
         statement: &str,
         params: &[&(dyn ToSql + Sync)],
     ) -> Result<Vec<Row>, StoreError> {
-        let client = self.client()?;
-        self.block(async {
-            let statement = client.prepare_cached(statement).await.map_err(sql)?;
-            client.query(&statement, params).await.map_err(sql)
-        })
+        let read = |client: deadpool_postgres::Object| {
+            self.block(async {
+                let statement = client.prepare_cached(statement).await?;
+                client.query(&statement, params).await
+            })
+        };
+        match read(self.client()?) {
+            // A pooled connection that closed since it was last used (its
+            // end not noticed yet): a read is read again on another, once.
+            Err(e) if e.is_closed() => read(self.client()?).map_err(sql),
+            other => other.map_err(sql),
+        }
     }
 
     /// The value of the row the statement selects, if any.
