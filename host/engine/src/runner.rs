@@ -51,6 +51,8 @@ pub struct StepCall {
     pub grants: Vec<weft_core::egress::Rule>,
     /// The tenant's secrets the step may read (`secrets: [...]`).
     pub secrets: Vec<String>,
+    /// A command's arguments and environment (`args`, `env`), evaluated.
+    pub command: weft_runtime::CommandLine,
 }
 
 /// What one call gave, with what it did besides its result.
@@ -394,6 +396,7 @@ impl WasmRunner {
             egress,
             secrets,
             snapshots: self.snapshots.clone(),
+            command: call.command.clone(),
         };
         let outcome = plugin.call(&call.context, &call.input, &options);
         if let Some(meters) = self.meters.get(&call.context.step_id) {
@@ -425,6 +428,13 @@ pub fn check_reach(plugin: &Plugin, call: &Call, policy: &Policy) -> Result<(), 
     }
     for grant in &call.allow_http {
         policy.check_grant(grant)?;
+    }
+    if !plugin.is_command() && (call.args.is_some() || call.env.is_some()) {
+        return Err(format!(
+            "`args` and `env` are for a command (a WASI program that reads its input on \
+             stdin); plugin `{}` exports `weft:plugin/step`, whose input is `with` alone",
+            plugin.meta().name
+        ));
     }
     Ok(())
 }

@@ -207,6 +207,12 @@ pub struct Call {
     pub allow_http: Vec<weft_core::egress::Rule>,
     /// The tenant's secrets the step may read (`secrets: [...]`).
     pub secrets: Vec<String>,
+    /// A command's arguments (`args: [...]`), a list of strings once
+    /// evaluated; only a command step takes them.
+    pub args: Option<Box<Template>>,
+    /// A command's environment (`env: {NAME: value}`), an object of strings
+    /// once evaluated; only a command step takes it.
+    pub env: Option<Box<Template>>,
 }
 
 /// How long a `sleep` waits.

@@ -32,15 +32,19 @@ pub enum LoadError {
     NotWasm,
     /// A core module, not a component.
     #[error(
-        "a core WebAssembly module, not a component; build it for `wasm32-wasip2`, \
-         or wrap it with `wasm-tools component new`"
+        "a core WebAssembly module, not a component; build it for `wasm32-wasip2`, or add a \
+         preview-1 command module with `weft plugin add FILE --name NAME --version VERSION`, \
+         which wraps it"
     )]
     CoreModule,
     /// wasmtime could not compile the component.
     #[error("cannot compile the component: {0}")]
     Compile(String),
     /// The component does not export the step interface.
-    #[error("does not export `weft:plugin/step`; exports: {exports}")]
+    #[error(
+        "exports neither `weft:plugin/step` (a step) nor `wasi:cli/run` (a command); \
+         exports: {exports}"
+    )]
     NotAPlugin {
         /// What it does export.
         exports: String,
@@ -67,6 +71,12 @@ pub enum LoadError {
     /// The component could not be prepared for instantiation.
     #[error("cannot be linked: {0}")]
     Link(String),
+    /// A command (it exports `wasi:cli/run`) that does not describe itself.
+    #[error(
+        "a WASI command with no name or version recorded in it; add it with \
+         `weft plugin add FILE --name NAME --version VERSION`, which records them"
+    )]
+    Undescribed,
     /// Calling `describe` failed, or its answer is unusable.
     #[error("describe() failed: {0}")]
     Describe(String),

@@ -18,6 +18,7 @@
 mod bindings;
 mod budget;
 mod cache;
+mod command;
 mod error;
 mod http;
 mod kv;
@@ -40,6 +41,9 @@ use wasmtime::component::Linker;
 use wasmtime::{InstanceAllocationStrategy, PoolingAllocationConfig};
 
 pub use cache::CodeSource;
+pub use command::{
+    CommandLine, DESCRIPTION_SECTION, Description, EXIT_RETRYABLE, describe_command,
+};
 pub use error::{CallError, LoadError, RuntimeError};
 pub use http::HttpLimits;
 pub use kv::{KvAccess, KvSource, MAX_KEY, MAX_VALUE, MAX_WRITES};

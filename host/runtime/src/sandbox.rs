@@ -2,7 +2,9 @@
 //! every component built by a standard toolchain imports it, but the context
 //! grants nothing: no files, no network, no environment variables, no
 //! arguments, no stdin. Clocks and random numbers work. stdout and stderr go
-//! to the call's log. The weft capabilities (`log`, `kv`, `outbox`,
+//! to the call's log. A command step ([`super::command`]) gets its input on
+//! stdin, its step's arguments and environment, and its stdout kept as its
+//! output. The weft capabilities (`log`, `kv`, `outbox`,
 //! `secrets`, `snapshot`) and `wasi:http/outgoing-handler`, whose every request passes
 //! the step's grants ([`HttpHooks`]), are the only other imports.
 
@@ -15,7 +17,10 @@ use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 use weft_core::egress::Egress;
 
+use wasmtime_wasi::p2::pipe::MemoryInputPipe;
+
 use super::budget::HostBytes;
+use super::command::{CommandLine, Stdout};
 use super::http::{HttpHooks, HttpLimits};
 use super::kv::{KvAccess, KvState};
 use super::limits::CallLimiter;
@@ -41,6 +46,8 @@ pub(super) struct StepState {
     pub(super) http: HttpHooks,
     /// When the call's waits in the host end ([`super::wait`]).
     bound: WaitBound,
+    /// A command's stdout, its output.
+    pub(super) stdout: Option<Stdout>,
     /// Entries from the guest into the host, counted only in the store of
     /// a spare instance (`plugin/spare.rs`), whose making must have none.
     pub(super) host_calls: u64,
@@ -61,6 +68,19 @@ pub(super) struct Reach {
     /// The call's place in the share of the cores, given back while it
     /// waits in the host.
     pub(super) turn: Option<Arc<super::share::Turn>>,
+    /// A command's stdin, arguments and environment.
+    pub(super) stdio: Option<Stdio>,
+}
+
+/// What a command step is given, beyond every step's sandbox.
+#[derive(Debug, Clone)]
+pub(super) struct Stdio {
+    /// The program's name, its first argument: the plugin's name.
+    pub(super) program: String,
+    /// The step's input.
+    pub(super) stdin: bytes::Bytes,
+    /// The step's arguments and environment.
+    pub(super) line: CommandLine,
 }
 
 impl std::fmt::Debug for StepState {
@@ -75,14 +95,28 @@ impl StepState {
     pub(super) fn new(memory_limit: u64, log: LogSink, reach: Reach, deadline: Instant) -> Self {
         // The builder's defaults deny every socket address and name lookup,
         // open no directory, and pass no environment or arguments.
-        let wasi = WasiCtxBuilder::new()
-            .stdout(GuestOutput::new(log.clone(), LogSource::Stdout))
-            .stderr(GuestOutput::new(log.clone(), LogSource::Stderr))
+        let held = HostBytes::new(memory_limit);
+        let mut wasi = WasiCtxBuilder::new();
+        wasi.stderr(GuestOutput::new(log.clone(), LogSource::Stderr))
             .allow_ip_name_lookup(false)
             .allow_tcp(false)
-            .allow_udp(false)
-            .build();
-        let held = HostBytes::new(memory_limit);
+            .allow_udp(false);
+        let stdout = match reach.stdio {
+            Some(stdio) => {
+                let stdout = Stdout::new(held.clone());
+                wasi.stdin(MemoryInputPipe::new(stdio.stdin))
+                    .stdout(stdout.clone())
+                    .arg(&stdio.program)
+                    .args(&stdio.line.args)
+                    .envs(&stdio.line.env);
+                Some(stdout)
+            }
+            None => {
+                wasi.stdout(GuestOutput::new(log.clone(), LogSource::Stdout));
+                None
+            }
+        };
+        let wasi = wasi.build();
         let mut http_ctx = WasiHttpCtx::new();
         http_ctx.set_field_size_limit(crate::http::FIELDS_BYTES);
         Self {
@@ -100,6 +134,7 @@ impl StepState {
                 .tracing(reach.traceparent)
                 .charging(held),
             bound: WaitBound::new(deadline, reach.cancel, reach.turn),
+            stdout,
             host_calls: 0,
         }
     }

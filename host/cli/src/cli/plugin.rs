@@ -60,13 +60,22 @@ pub enum PluginCommand {
         json: bool,
     },
     /// Add a component to the registry: the local store, or with --server
-    /// a running `weft serve`, which takes it without a restart.
+    /// a running `weft serve`, which takes it without a restart. A WASI
+    /// command (a plain program: input on stdin, output on stdout) does
+    /// not describe itself: give it --name and --version, which are
+    /// recorded in it; a preview-1 command module is wrapped first.
     Add {
-        /// The component (.wasm).
+        /// The component (.wasm), or a preview-1 command module.
         file: PathBuf,
         /// The server to upload to.
         #[arg(long, value_name = "URL")]
         server: Option<String>,
+        #[command(flatten)]
+        describe: Box<Describe>,
+        /// Write the component, once it loads, to FILE instead of adding
+        /// it (for a plugins folder, `--plugins`).
+        #[arg(long, value_name = "FILE", conflicts_with = "server")]
+        out: Option<PathBuf>,
         #[command(flatten)]
         plugins: PluginArgs,
     },
@@ -79,6 +88,33 @@ pub enum PluginCommand {
         #[arg(long, value_name = "URL")]
         server: Option<String>,
     },
+}
+
+/// What `weft plugin add` records in a command.
+#[derive(Debug, clap::Args)]
+pub struct Describe {
+    /// A command's name, for `uses:` (recorded in the component).
+    #[arg(long, requires = "plugin_version")]
+    name: Option<String>,
+    /// A command's version, a semantic version such as 1.0.0.
+    #[arg(
+        long = "version",
+        id = "plugin_version",
+        value_name = "VERSION",
+        requires = "name"
+    )]
+    plugin_version: Option<String>,
+    /// A command's description, one line.
+    #[arg(long, requires = "name")]
+    description: Option<String>,
+    /// A command's input schema: a JSON Schema file, checked on every
+    /// input before the call.
+    #[arg(long, value_name = "FILE", requires = "name")]
+    input_schema: Option<PathBuf>,
+    /// A command's output schema: a JSON Schema file, checked on every
+    /// output.
+    #[arg(long, value_name = "FILE", requires = "name")]
+    output_schema: Option<PathBuf>,
 }
 
 /// The largest component read from a file.
@@ -112,24 +148,59 @@ pub fn main(data_dir: &Path, command: PluginCommand) -> anyhow::Result<ExitCode>
         PluginCommand::Inspect { file, json } => inspect(data_dir, &file, json),
         PluginCommand::Add {
             file,
-            server: Some(url),
-            ..
-        } => add_remote(data_dir, &file, url),
-        PluginCommand::Add {
-            file,
-            server: None,
+            server,
+            describe,
+            out,
             plugins,
-        } => add_local(data_dir, &file, &plugins),
+        } => {
+            let Describe {
+                name,
+                plugin_version,
+                description,
+                input_schema,
+                output_schema,
+            } = *describe;
+            let mut bytes = read_component(&file)?;
+            if let (Some(name), Some(version)) = (name, plugin_version) {
+                let schema = |path: Option<PathBuf>| -> anyhow::Result<Option<Value>> {
+                    path.map(|path| {
+                        let text = std::fs::read_to_string(&path)
+                            .with_context(|| format!("cannot read {}", path.display()))?;
+                        serde_json::from_str(&text)
+                            .with_context(|| format!("{} is not JSON", path.display()))
+                    })
+                    .transpose()
+                };
+                let described = weft::runtime::Description {
+                    name,
+                    version,
+                    description: description.unwrap_or_default(),
+                    input_schema: schema(input_schema)?,
+                    output_schema: schema(output_schema)?,
+                };
+                bytes = match weft::runtime::describe_command(&bytes, &described) {
+                    Ok(bytes) => bytes,
+                    Err(e) => {
+                        eprintln!("error: {} {e}", file.display());
+                        return Ok(ExitCode::from(EXIT_INVALID));
+                    }
+                };
+            }
+            match (server, out) {
+                (Some(url), _) => add_remote(data_dir, &file, &bytes, url),
+                (None, Some(out)) => write_checked(data_dir, &file, &bytes, &out),
+                (None, None) => add_local(data_dir, &file, &bytes, &plugins),
+            }
+        }
         PluginCommand::List { json, server } => list(data_dir, json, server),
     }
 }
 
 /// `weft plugin add FILE --server URL`: uploads the component to a running
 /// `weft serve`.
-fn add_remote(data_dir: &Path, file: &Path, url: String) -> anyhow::Result<ExitCode> {
-    let bytes = read_component(file)?;
+fn add_remote(data_dir: &Path, file: &Path, bytes: &[u8], url: String) -> anyhow::Result<ExitCode> {
     let server = Server::new(data_dir, Some(url));
-    match server.send("/v1/plugins", "application/wasm", &bytes)? {
+    match server.send("/v1/plugins", "application/wasm", bytes)? {
         Ok(body) => {
             print_added(&serde_json::from_value(body["plugin"].clone())?)?;
             Ok(ExitCode::SUCCESS)
@@ -143,12 +214,16 @@ fn add_remote(data_dir: &Path, file: &Path, url: String) -> anyhow::Result<ExitC
 
 /// `weft plugin add FILE`: adds the component to the local store's
 /// registry.
-fn add_local(data_dir: &Path, file: &Path, plugins: &PluginArgs) -> anyhow::Result<ExitCode> {
-    let bytes = read_component(file)?;
+fn add_local(
+    data_dir: &Path,
+    file: &Path,
+    bytes: &[u8],
+    plugins: &PluginArgs,
+) -> anyhow::Result<ExitCode> {
     let host = super::maintenance_host_with(data_dir, &plugins.plugins)?;
     match host
         .services()
-        .add_plugin(weft::core::tenant::DEFAULT, &bytes, "cli")
+        .add_plugin(weft::core::tenant::DEFAULT, bytes, "cli")
     {
         Ok((_, record)) => {
             print_added(&record)?;
@@ -159,6 +234,34 @@ fn add_local(data_dir: &Path, file: &Path, plugins: &PluginArgs) -> anyhow::Resu
             Ok(ExitCode::from(EXIT_INVALID))
         }
     }
+}
+
+/// `weft plugin add FILE --out OUT`: writes the component to `out` once it
+/// loads, without adding it anywhere.
+fn write_checked(
+    data_dir: &Path,
+    file: &Path,
+    bytes: &[u8],
+    out: &Path,
+) -> anyhow::Result<ExitCode> {
+    let runtime = super::local_runtime(data_dir)?;
+    let plugin = match runtime.load(bytes) {
+        Ok(plugin) => plugin,
+        Err(e) => {
+            eprintln!("error: {} {e}", file.display());
+            return Ok(ExitCode::from(EXIT_INVALID));
+        }
+    };
+    std::fs::write(out, bytes).with_context(|| format!("cannot write {}", out.display()))?;
+    out!(
+        "wrote {} ({}@{} {}, {} bytes)",
+        out.display(),
+        plugin.meta().name,
+        plugin.meta().version,
+        plugin.digest(),
+        bytes.len()
+    );
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `weft plugin list`: the registry of a running `weft serve` with
@@ -253,6 +356,7 @@ fn inspect(data_dir: &Path, file: &Path, json: bool) -> anyhow::Result<ExitCode>
         "version": meta.version.to_string(),
         "description": meta.description,
         "contract": plugin.contract(),
+        "kind": if plugin.is_command() { "command" } else { "step" },
         "capabilities": plugin.capabilities(),
         "digest": plugin.digest().to_string(),
         "size": bytes.len(),
@@ -270,10 +374,14 @@ fn inspect(data_dir: &Path, file: &Path, json: bool) -> anyhow::Result<ExitCode>
     if !meta.description.is_empty() {
         out!("description: {}", meta.description);
     }
-    out!(
-        "contract:    weft:plugin@{}",
-        plugin.contract().unwrap_or("?")
-    );
+    match plugin.contract() {
+        Some(contract) => out!("contract:    weft:plugin@{contract}"),
+        None => out!(
+            "contract:    command (wasi:cli/run: input JSON on stdin, output JSON on stdout; \
+             exit {} retries)",
+            weft::runtime::EXIT_RETRYABLE
+        ),
+    }
     let capabilities = plugin.capabilities();
     out!(
         "capabilities: {}",

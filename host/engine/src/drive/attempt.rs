@@ -35,7 +35,7 @@ pub(super) enum Invocation {
     /// Call a plugin.
     Plugin {
         runner: Arc<dyn StepRunner>,
-        call: StepCall,
+        call: Box<StepCall>,
         /// Counts the call's guest time to its tenant.
         launcher: Arc<Launcher>,
     },

@@ -133,6 +133,14 @@ impl Drive {
             record.input = input;
             return;
         }
+        let command = match command_line(call, ready) {
+            Ok(command) => command,
+            Err(message) => {
+                record.error = Some(expression_error(message));
+                record.input = input;
+                return;
+            }
+        };
         let tenant = weft_core::tenant::of(&run.workflow);
         if let Some(wait) = self.launcher.guest_time_wait(tenant) {
             // The tenant's guest time for this minute is spent: the step
@@ -169,7 +177,7 @@ impl Drive {
         attempt.call = Some(Invocation::Plugin {
             launcher: Arc::clone(&self.launcher),
             runner: Arc::clone(&self.runner),
-            call: StepCall {
+            call: Box::new(StepCall {
                 context,
                 path: ready.path.to_string(),
                 input: input.to_string(),
@@ -182,7 +190,8 @@ impl Drive {
                 cancel: Arc::clone(&self.cancel),
                 grants: call.allow_http.clone(),
                 secrets: call.secrets.clone(),
-            },
+                command,
+            }),
         });
         attempt.record.input = input;
     }
@@ -350,4 +359,31 @@ fn sleep_until(value: &Value) -> Result<Timestamp, String> {
             }),
         other => Err(format!("sleep_until: expected a time, got {other}")),
     }
+}
+
+/// A command step's `args` and `env`, evaluated: strings, and numbers and
+/// booleans written as JSON; anything else is refused, naming where.
+fn command_line(call: &Call, ready: &Ready<'_>) -> Result<weft_runtime::CommandLine, String> {
+    let text = |value: Value, at: &str| match value {
+        Value::String(text) => Ok(text),
+        Value::Number(_) | Value::Bool(_) => Ok(value.to_string()),
+        Value::Null => Err(format!("{at} is null, not a string")),
+        Value::Array(_) => Err(format!("{at} is a list, not a string")),
+        Value::Object(_) => Err(format!("{at} is an object, not a string")),
+    };
+    let mut line = weft_runtime::CommandLine::default();
+    if let Some(args) = &call.args {
+        let args = args.eval(&ready.scope).map_err(|e| e.to_string())?;
+        for (i, arg) in args.as_array().into_iter().flatten().enumerate() {
+            line.args.push(text(arg.clone(), &format!("args[{i}]"))?);
+        }
+    }
+    if let Some(env) = &call.env {
+        let env = env.eval(&ready.scope).map_err(|e| e.to_string())?;
+        for (name, value) in env.as_object().into_iter().flatten() {
+            line.env
+                .push((name.clone(), text(value.clone(), &format!("env.{name}"))?));
+        }
+    }
+    Ok(line)
 }

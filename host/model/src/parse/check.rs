@@ -272,6 +272,8 @@ fn check_keys(raw: &RawStep) -> Result<(), String> {
         ("memory_limit", raw.memory_limit.is_some()),
         ("allow", raw.allow.is_some()),
         ("secrets", raw.secrets.is_some()),
+        ("args", raw.args.is_some()),
+        ("env", raw.env.is_some()),
     ];
     if raw.uses.is_none()
         && let Some((key, _)) = only_with_uses.iter().find(|(_, set)| *set)

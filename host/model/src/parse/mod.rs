@@ -271,6 +271,18 @@ struct RawStep {
     /// `{http: [rule, ...]}`. Nowhere when not given.
     #[serde(default)]
     allow: Option<RawAllow>,
+    /// For `uses` of a command (a WASI program, added with `weft plugin
+    /// add --name --version`): its arguments, after the program's name;
+    /// strings, which may hold `${{ }}` expressions (a number or a boolean
+    /// they give is written as JSON). Example: `["-c", ".items | length"]`.
+    /// None when not given.
+    #[serde(default)]
+    args: Option<Vec<String>>,
+    /// For `uses` of a command: its environment variables, `{NAME:
+    /// value}`, the values as `args`. A command sees no other variable.
+    /// None when not given.
+    #[serde(default)]
+    env: Option<std::collections::BTreeMap<String, String>>,
     /// For `uses`: the names of the tenant's secrets the step may read,
     /// each named once. Example: `[STRIPE_KEY]`. None when not given.
     #[serde(default)]

@@ -39,6 +39,8 @@ impl Checker<'_> {
                 memory_limit: raw.memory_limit.as_deref(),
                 allow_http: raw.allow.map(|allow| allow.http).unwrap_or_default(),
                 secrets: raw.secrets.unwrap_or_default(),
+                args: raw.args,
+                env: raw.env,
             };
             self.call(&uses, &with, limits, vars).map_err(invalid)
         } else if let Some(value) = raw.sleep {
@@ -103,6 +105,24 @@ impl Checker<'_> {
             }
             secrets.push(name);
         }
+        let args = limits
+            .args
+            .map(|args| {
+                self.template(&Value::from(args), "args", vars)
+                    .map(Box::new)
+            })
+            .transpose()?;
+        let env = match limits.env {
+            Some(env) => {
+                for name in env.keys() {
+                    check_env_name(name).map_err(|m| format!("env: {m}"))?;
+                }
+                let env: serde_json::Map<String, Value> =
+                    env.into_iter().map(|(k, v)| (k, Value::from(v))).collect();
+                Some(Box::new(self.template(&Value::Object(env), "env", vars)?))
+            }
+            None => None,
+        };
         Ok(StepKind::Call(Call {
             uses,
             with,
@@ -110,6 +130,8 @@ impl Checker<'_> {
             memory_limit,
             allow_http,
             secrets,
+            args,
+            env,
         }))
     }
 
@@ -321,4 +343,17 @@ struct CallLimits<'a> {
     memory_limit: Option<&'a str>,
     allow_http: Vec<Value>,
     secrets: Vec<String>,
+    args: Option<Vec<String>>,
+    env: Option<std::collections::BTreeMap<String, String>>,
+}
+
+/// An environment variable's name: not empty, without `=` or NUL.
+fn check_env_name(name: &str) -> Result<(), String> {
+    if name.is_empty() || name.contains(['=', '\0']) {
+        return Err(format!(
+            "`{}` is not a variable name (not empty, no `=`)",
+            name.escape_debug()
+        ));
+    }
+    Ok(())
 }

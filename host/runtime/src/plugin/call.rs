@@ -68,6 +68,9 @@ pub struct CallOptions {
     pub secrets: Secrets,
     /// The snapshot stores the call may read; with `None`, none.
     pub snapshots: Option<crate::SharedSnapshots>,
+    /// A command's arguments and environment ([`Plugin::is_command`]); a
+    /// step that is not a command has neither.
+    pub command: crate::CommandLine,
 }
 
 /// The result of one call, with the log lines it produced either way.
@@ -142,6 +145,11 @@ impl Plugin {
             }),
             cancel: options.cancel.clone(),
             turn: Some(Arc::clone(&turn)),
+            stdio: self.is_command().then(|| crate::sandbox::Stdio {
+                program: self.0.meta.name.clone(),
+                stdin: bytes::Bytes::copy_from_slice(input.as_bytes()),
+                line: options.command.clone(),
+            }),
         };
         let spare = self.0.spare.take(memory_limit);
         let ask = spare::Ask {

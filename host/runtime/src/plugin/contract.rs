@@ -1,8 +1,14 @@
 //! The contract versions a plugin may be built for, behind one face:
 //! [`Pre`] and [`Instance`] call `describe` and `run` the same way whichever
-//! version the component exports, and hand back version-neutral values.
+//! version the component exports, and hand back version-neutral values. A
+//! command ([`crate::command`]) is one more shape behind the same face: it
+//! runs `wasi:cli/run`, and its exit status and stdout are turned into the
+//! answer a step gives.
+
+use wasmtime_wasi::p2::bindings::sync::{Command, CommandPre};
 
 use crate::bindings::{v1, v2, v3};
+use crate::command::EXIT_RETRYABLE;
 use crate::sandbox::StepState;
 use wasmtime::Store;
 use wasmtime::component::InstancePre;
@@ -31,6 +37,7 @@ pub(super) enum Pre {
     V1(v1::PluginPre<StepState>),
     V2(v2::PluginPre<StepState>),
     V3(v3::PluginPre<StepState>),
+    Command(CommandPre<StepState>),
 }
 
 /// One instance of a plugin, by contract version.
@@ -38,6 +45,7 @@ pub(super) enum Instance {
     V1(v1::Plugin),
     V2(v2::Plugin),
     V3(v3::Plugin),
+    Command(Command),
 }
 
 /// Converts the WIT records of one contract version; the versions share
@@ -103,11 +111,17 @@ impl Pre {
         })
     }
 
+    /// Wraps `pre`, a component that exports `wasi:cli/run`.
+    pub(super) fn command(pre: InstancePre<StepState>) -> wasmtime::Result<Self> {
+        Ok(Self::Command(CommandPre::new(pre)?))
+    }
+
     pub(super) fn instantiate(&self, store: &mut Store<StepState>) -> wasmtime::Result<Instance> {
         Ok(match self {
             Self::V1(pre) => Instance::V1(pre.instantiate(store)?),
             Self::V2(pre) => Instance::V2(pre.instantiate(store)?),
             Self::V3(pre) => Instance::V3(pre.instantiate(store)?),
+            Self::Command(pre) => Instance::Command(pre.instantiate(store)?),
         })
     }
 }
@@ -118,6 +132,7 @@ impl Instance {
             Self::V1(i) => i.weft_plugin_step().call_describe(store)?.into(),
             Self::V2(i) => i.weft_plugin_step().call_describe(store)?.into(),
             Self::V3(i) => i.weft_plugin_step().call_describe(store)?.into(),
+            Self::Command(_) => wasmtime::bail!("a command does not describe itself"),
         })
     }
 
@@ -140,6 +155,49 @@ impl Instance {
                 .weft_plugin_step()
                 .call_run(store, &context.into(), input)?
                 .map_err(Failure::from),
+            Self::Command(command) => return run_command(command, store),
         })
     }
+}
+
+/// Runs a command to its end: its exit status and what it wrote are the
+/// step's answer. The input is on its stdin already (the store's state was
+/// made with it).
+fn run_command(
+    command: &Command,
+    store: &mut Store<StepState>,
+) -> wasmtime::Result<Result<String, Failure>> {
+    let status = match command.wasi_cli_run().call_run(&mut *store) {
+        Ok(Ok(())) => 0,
+        // `run` answered an error: a Rust `main` that returned `Err`.
+        Ok(Err(())) => 1,
+        Err(trap) => match trap.downcast_ref::<wasmtime_wasi::I32Exit>() {
+            Some(exit) => exit.0,
+            None => return Err(trap),
+        },
+    };
+    let state = store.data_mut();
+    let written = state.stdout.as_ref().map(|s| s.take()).unwrap_or_default();
+    if status != 0 {
+        let message = state.log.stderr_tail().unwrap_or_else(|| {
+            format!("the command exited with status {status} and wrote nothing to stderr")
+        });
+        return Ok(Err(Failure {
+            retryable: status == EXIT_RETRYABLE,
+            code: format!("exit_{status}"),
+            message,
+            details: Some(format!("{{\"exit_status\":{status}}}")),
+        }));
+    }
+    if written.iter().all(u8::is_ascii_whitespace) {
+        return Ok(Err(Failure {
+            retryable: false,
+            code: "no_output".to_owned(),
+            message: "the command exited 0 but wrote nothing to stdout; a command step writes \
+                      its output there, as one JSON value"
+                .to_owned(),
+            details: None,
+        }));
+    }
+    Ok(Ok(String::from_utf8_lossy(&written).into_owned()))
 }

@@ -33,12 +33,16 @@ pub(crate) fn load(runtime: &Runtime, bytes: &[u8]) -> Result<Plugin, LoadError>
     }
     .map_err(|e| LoadError::Compile(format!("{e:#}")))?;
 
-    let contract = check_contract(&component, &shared.engine)?;
+    let shape = check_contract(&component, &shared.engine)?;
     let instance_pre = shared
         .linker
         .instantiate_pre(&component)
         .map_err(|e| link_error(&component, &shared.engine, &e))?;
-    let pre = Pre::new(&contract, instance_pre).map_err(|e| LoadError::Link(format!("{e:#}")))?;
+    let pre = match &shape {
+        Shape::Step(contract) => Pre::new(contract, instance_pre),
+        Shape::Command => Pre::command(instance_pre),
+    }
+    .map_err(|e| LoadError::Link(format!("{e:#}")))?;
 
     let mut plugin = Loaded {
         runtime: runtime.clone(),
@@ -70,7 +74,10 @@ pub(crate) fn load(runtime: &Runtime, bytes: &[u8]) -> Result<Plugin, LoadError>
                 .collect()
         },
     };
-    plugin.meta = describe(&plugin)?;
+    plugin.meta = match &shape {
+        Shape::Step(_) => describe(&plugin)?,
+        Shape::Command => described(bytes)?,
+    };
     plugin.input_check = plugin
         .meta
         .input_schema
@@ -83,7 +90,7 @@ pub(crate) fn load(runtime: &Runtime, bytes: &[u8]) -> Result<Plugin, LoadError>
     // 0.1 published `output-schema` as documentation only; from 0.2 it is
     // a contract, checked on every output. A 0.1 component loads and runs
     // as it did.
-    if contract.minor >= 2 {
+    if !matches!(shape, Shape::Step(ref contract) if contract.minor < 2) {
         plugin.output_check = plugin
             .meta
             .output_schema
@@ -110,13 +117,19 @@ fn check_header(bytes: &[u8]) -> Result<(), LoadError> {
     Ok(())
 }
 
+/// What a component is to weft.
+enum Shape {
+    /// It exports `weft:plugin/step` at this contract version.
+    Step(semver::Version),
+    /// It exports `wasi:cli/run`: a command ([`crate::command`]).
+    Command,
+}
+
 /// Finds `weft:plugin/step@<version>` among the exports and checks that
 /// version against [`CONTRACT_VERSION`] and [`COMPAT_VERSIONS`] by semver: same
-/// major, and for 0.x the same minor. Returns the version found.
-fn check_contract(
-    component: &Component,
-    engine: &wasmtime::Engine,
-) -> Result<semver::Version, LoadError> {
+/// major, and for 0.x the same minor. Without it, a component that exports
+/// `wasi:cli/run` is a command.
+fn check_contract(component: &Component, engine: &wasmtime::Engine) -> Result<Shape, LoadError> {
     let ty = component.component_type();
     let exports: Vec<String> = ty
         .exports(engine)
@@ -126,6 +139,12 @@ fn check_contract(
         .iter()
         .find_map(|name| name.strip_prefix("weft:plugin/step@"))
     else {
+        if exports
+            .iter()
+            .any(|name| name.starts_with(crate::command::RUN_EXPORT))
+        {
+            return Ok(Shape::Command);
+        }
         return Err(LoadError::NotAPlugin {
             exports: if exports.is_empty() {
                 "none".to_owned()
@@ -147,7 +166,7 @@ fn check_contract(
                     .iter()
                     .any(|compat| compatible_with(compat, &version)) =>
         {
-            Ok(version)
+            Ok(Shape::Step(version))
         }
         _ => Err(LoadError::Contract {
             found: found.to_owned(),
@@ -203,6 +222,21 @@ fn describe(plugin: &Loaded) -> Result<PluginMeta, LoadError> {
         LoadError::Describe(error.to_string())
     })?;
     check_info(info).map_err(LoadError::Describe)
+}
+
+/// A command's description, as `weft plugin add` recorded it in its bytes.
+fn described(bytes: &[u8]) -> Result<PluginMeta, LoadError> {
+    match crate::command::read_description(bytes).map_err(LoadError::Describe)? {
+        Some(d) => check_info(Info {
+            name: d.name,
+            version: d.version,
+            description: d.description,
+            input_schema: d.input_schema.map(|s| s.to_string()),
+            output_schema: d.output_schema.map(|s| s.to_string()),
+        })
+        .map_err(LoadError::Describe),
+        None => Err(LoadError::Undescribed),
+    }
 }
 
 fn check_info(info: Info) -> Result<PluginMeta, String> {

@@ -146,12 +146,21 @@ impl Plugin {
     }
 
     /// The names of the component's exports; one is
-    /// `weft:plugin/step@<contract version>`.
+    /// `weft:plugin/step@<contract version>`, or for a command
+    /// `wasi:cli/run@<version>`.
     pub fn exports(&self) -> &[String] {
         &self.0.exports
     }
 
-    /// The contract version the component was built against.
+    /// Whether the plugin is a command: a WASI program that exports
+    /// `wasi:cli/run`, its input on stdin and its output on stdout
+    /// ([`crate::command`]).
+    pub fn is_command(&self) -> bool {
+        matches!(self.0.pre, contract::Pre::Command(_))
+    }
+
+    /// The contract version the component was built against; none for a
+    /// command.
     pub fn contract(&self) -> Option<&str> {
         self.0
             .exports

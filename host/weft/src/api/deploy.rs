@@ -353,15 +353,32 @@ pub(super) async fn list_plugins(
     Json(json!({ "plugins": listed }))
 }
 
+/// The query of `POST /v1/plugins`: what to record in a command, which
+/// does not describe itself.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct AddQuery {
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    version: Option<String>,
+    #[serde(default)]
+    description: Option<String>,
+}
+
 /// `POST /v1/plugins`: adds the component in the body to the registry once
 /// it loads (compiled, linked, described). `201`, or `200` with `existing:
 /// true` for bytes that were there already; `400 invalid_component` says
-/// why a component was refused (a missing import is named).
+/// why a component was refused (a missing import is named). A WASI command
+/// (or a preview-1 command module, wrapped first) takes `?name=&version=`
+/// (and `&description=`), recorded in the component added.
 pub(super) async fn add_plugin(
     State(api): State<Api>,
     Extension(caller): Extension<Caller>,
+    query: Result<Query<AddQuery>, axum::extract::rejection::QueryRejection>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
+    let Query(query) = query?;
     caller.need(Right::Deploy)?;
     // Tenant `default`'s plugins are every tenant's: publishing one is an
     // admin's (the caller of a host without tokens is one).
@@ -374,6 +391,33 @@ pub(super) async fn add_plugin(
             "the body is empty; send a component's bytes (application/wasm)",
         ));
     }
+    let body = match (query.name, query.version) {
+        (None, None) if query.description.is_none() => body,
+        (Some(name), Some(version)) => {
+            let description = weft_runtime::Description {
+                name,
+                version,
+                description: query.description.unwrap_or_default(),
+                input_schema: None,
+                output_schema: None,
+            };
+            // Wrapping a module is work for a blocking thread.
+            let described =
+                blocking(move || weft_runtime::describe_command(&body, &description)).await?;
+            Bytes::from(described.map_err(|e| {
+                ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    "invalid_component",
+                    format!("the command cannot be described: {e}"),
+                )
+            })?)
+        }
+        _ => {
+            return Err(ApiError::bad_request(
+                "a command is described by `name` and `version` together (`description` needs them)",
+            ));
+        }
+    };
     let engine = Arc::clone(&api.engine);
     let tenant = caller.tenant.clone();
     // Who vouches for the build: an owner's deployment grants secrets only
