@@ -13,6 +13,7 @@ mod behaviour;
 mod browser;
 mod cli;
 mod cluster;
+mod commands;
 mod control;
 mod crash;
 mod cron;

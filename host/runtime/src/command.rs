@@ -4,7 +4,10 @@
 //! output the one JSON value it writes to stdout; its arguments and
 //! environment are only those its step gives; its stderr lines are its log.
 //! It exits 0 for success, [`EXIT_RETRYABLE`] for a failure worth another
-//! attempt, anything else for a fatal one. The sandbox is every step's:
+//! attempt, anything else for a fatal one; a failed command may also write
+//! its error to stdout as `{"error": {"code", "message", "retryable",
+//! "details"}}`, which is the step's error (a program whose toolchain
+//! reports only failure, not the status, tells a retryable error so). The sandbox is every step's:
 //! a fresh instance, the deadline, the memory cap, no files, no sockets,
 //! `wasi:http` only with a grant.
 //!

@@ -160,6 +160,35 @@ impl Instance {
     }
 }
 
+/// The typed error a failed command wrote to stdout, if it wrote one:
+/// `{"error": {"code": ..., "message": ..., "retryable": ..., "details":
+/// ...}}` (what weft's Go helper writes). `retryable` is also true for
+/// [`EXIT_RETRYABLE`]. A toolchain whose exit carries only failure (a
+/// preview-1 program through the command adapter) still tells a retryable
+/// error this way.
+fn typed_failure(written: &[u8], status: i32) -> Option<Failure> {
+    #[derive(serde::Deserialize)]
+    struct Written {
+        error: Typed,
+    }
+    #[derive(serde::Deserialize)]
+    struct Typed {
+        code: String,
+        message: String,
+        #[serde(default)]
+        retryable: bool,
+        #[serde(default)]
+        details: Option<serde_json::Value>,
+    }
+    let Written { error } = serde_json::from_slice(written).ok()?;
+    Some(Failure {
+        retryable: error.retryable || status == EXIT_RETRYABLE,
+        code: error.code,
+        message: error.message,
+        details: error.details.map(|d| d.to_string()),
+    })
+}
+
 /// Runs a command to its end: its exit status and what it wrote are the
 /// step's answer. The input is on its stdin already (the store's state was
 /// made with it).
@@ -179,6 +208,9 @@ fn run_command(
     let state = store.data_mut();
     let written = state.stdout.as_ref().map(|s| s.take()).unwrap_or_default();
     if status != 0 {
+        if let Some(failure) = typed_failure(&written, status) {
+            return Ok(Err(failure));
+        }
         let message = state.log.stderr_tail().unwrap_or_else(|| {
             format!("the command exited with status {status} and wrote nothing to stderr")
         });
