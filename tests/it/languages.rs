@@ -118,11 +118,20 @@ fn every_template_builds_passes_its_own_test_and_runs_in_a_workflow() {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
     // The Rust template's dependencies are built once per machine.
     let target = root().join("target").join("templates");
+    // Go's tests need Go before the first build installs it.
+    let setup = weft(&scratch)
+        .args(["plugin", "setup", "--lang", "go"])
+        .output()
+        .unwrap();
+    assert!(setup.status.success(), "{setup:?}");
+    let go = toolchains().join("go").join("bin").join("go");
+    let go = go.to_str().unwrap();
     for (lang, name, test) in [
         ("python", "hello-py", vec!["python3", "-m", "unittest"]),
         ("js", "hello-js", vec!["node", "--test"]),
         ("rust", "hello-rs", vec![cargo.as_str(), "test"]),
         ("c", "hello-c", vec!["make", "test"]),
+        ("go", "hello-go", vec![go, "test", "./..."]),
     ] {
         let created = weft(&scratch)
             .args(["plugin", "new", name, "--lang", lang, "--dir"])
@@ -137,9 +146,22 @@ fn every_template_builds_passes_its_own_test_and_runs_in_a_workflow() {
             let manifest = std::fs::read_to_string(dir.join("Cargo.toml")).unwrap();
             assert!(manifest.contains("weft-sdk = { path = \"../"), "{manifest}");
         }
-        let tested = check(&dir, test[0], &test[1..], &[("CARGO_TARGET_DIR", &target)]);
+        let tested = check(
+            &dir,
+            test[0],
+            &test[1..],
+            &[
+                ("CARGO_TARGET_DIR", &target),
+                // Go builds offline, with the Go it was given.
+                ("GOTOOLCHAIN", Path::new("local")),
+                ("GOPROXY", Path::new("off")),
+            ],
+        );
         assert!(
-            tested.contains("OK") || tested.contains("# pass 2") || tested.contains("1 passed"),
+            tested.contains("OK")
+                || tested.contains("# pass 2")
+                || tested.contains("1 passed")
+                || tested.contains(&format!("ok  \t{name}\t")),
             "{lang}: {tested}"
         );
         let build: crate::common::Run = weft(&scratch)
@@ -167,6 +189,27 @@ fn every_template_builds_passes_its_own_test_and_runs_in_a_workflow() {
             .into();
         assert_eq!(run.code, Some(0), "{lang}: {run:?}");
         assert_eq!(run.json(), json!({ "greeting": "Hello, Ada!" }), "{lang}");
+        if lang == "go" {
+            // A Go step is a command: `plugin inspect` says so, and a build
+            // of the same sources is the same component.
+            let component = dir.join("dist").join(format!("{name}.wasm"));
+            let inspect = scratch.run(&["plugin", "inspect", component.to_str().unwrap()]);
+            assert!(
+                inspect.stdout.contains("contract:    command"),
+                "{inspect:?}"
+            );
+            let again: crate::common::Run = weft(&scratch)
+                .args(["plugin", "build"])
+                .arg(&dir)
+                .output()
+                .unwrap()
+                .into();
+            assert_eq!(
+                again.stdout.split(' ').nth(1),
+                build.stdout.split(' ').nth(1),
+                "a Go build is reproducible: {again:?}"
+            );
+        }
         let empty: crate::common::Run = weft(&scratch)
             .arg("run")
             .arg(dir.join("example.yaml"))
@@ -181,6 +224,17 @@ fn every_template_builds_passes_its_own_test_and_runs_in_a_workflow() {
             "{lang}: {empty:?}"
         );
     }
+    // The Go helper's own tests: output, typed errors, bad input.
+    let sdk = check(
+        &root().join("guest-sdk").join("go"),
+        go,
+        &["test", "./..."],
+        &[
+            ("GOTOOLCHAIN", Path::new("local")),
+            ("GOPROXY", Path::new("off")),
+        ],
+    );
+    assert!(sdk.contains("ok  \tweft\t"), "{sdk}");
     // A name that is not an id, and a folder that exists, are refused.
     let bad = scratch.run(&["plugin", "new", "9lives", "--lang", "js"]);
     assert_eq!(bad.code, Some(2), "{bad:?}");

@@ -142,7 +142,7 @@ pub fn main(data_dir: &Path, command: PluginCommand) -> anyhow::Result<ExitCode>
             lang,
             dir,
             sdk,
-        } => plugin_build::new(&name, lang, &dir, sdk),
+        } => plugin_build::new(data_dir, &name, lang, &dir, sdk),
         PluginCommand::Build { dir, out } => plugin_build::build(data_dir, &dir, out),
         PluginCommand::Setup { lang } => plugin_build::setup(data_dir, &lang),
         PluginCommand::Inspect { file, json } => inspect(data_dir, &file, json),

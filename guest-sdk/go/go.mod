@@ -1,0 +1,3 @@
+module weft
+
+go 1.24
