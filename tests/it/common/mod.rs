@@ -109,6 +109,32 @@ pub fn guests() -> &'static Path {
     })
 }
 
+/// `jq.wasm`: jaq, a jq clone, built unchanged from crates.io and added as
+/// the command step `jq` by `scripts/build-jaq` (as `scripts/build-plugins`
+/// does), once per machine.
+pub fn jq_plugin() -> &'static Path {
+    static FILE: OnceLock<PathBuf> = OnceLock::new();
+    FILE.get_or_init(|| {
+        let root = root();
+        let out = root.join("target").join("toolchains").join("jq-plugin");
+        let output = Command::new(root.join("scripts").join("build-jaq"))
+            .arg(env!("CARGO_BIN_EXE_weft"))
+            .arg(&out)
+            .env_remove("CARGO_ENCODED_RUSTFLAGS")
+            .env_remove("RUSTFLAGS")
+            .env_remove("CARGO_BUILD_RUSTFLAGS")
+            .env_remove("CARGO_TARGET_DIR")
+            .output()
+            .expect("scripts/build-jaq runs");
+        assert!(
+            output.status.success(),
+            "scripts/build-jaq failed:\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        out.join("jq.wasm")
+    })
+}
+
 /// The bytes of guest `name` (the file stem cargo gives it).
 pub fn guest_bytes(name: &str) -> Vec<u8> {
     let path = guests().join(format!("{name}.wasm"));
