@@ -272,8 +272,30 @@ fn an_uploaded_plugin_serves_new_runs_while_runs_in_flight_keep_their_digest() {
     let (status, body) = host.send("/v1/plugins", "application/wasm", &vec![0; (64 << 20) + 1]);
     assert_eq!(status, 413, "{body}");
     assert_eq!(body["error"]["code"], "body_too_large");
+    // A WASI command is refused until it is given a name and version,
+    // which the query records in it.
+    let command = guest_bytes("command");
+    let (status, body) = host.send("/v1/plugins", "application/wasm", &command);
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("--name NAME --version VERSION"),
+        "{body}"
+    );
+    let (status, body) = host.send("/v1/plugins?name=shell", "application/wasm", &command);
+    assert_eq!(status, 400, "{body}");
+    let (status, body) = host.send(
+        "/v1/plugins?name=shell&version=0.2.0",
+        "application/wasm",
+        &command,
+    );
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(body["plugin"]["name"], "shell");
+    assert_eq!(body["plugin"]["version"], "0.2.0");
     let (_, after) = host.call("GET", "/v1/plugins", None);
-    assert_eq!(after["plugins"].as_array().unwrap().len(), 2, "{after}");
+    assert_eq!(after["plugins"].as_array().unwrap().len(), 3, "{after}");
 
     // The upload outlives the process; the local registry shows it too.
     host.kill();

@@ -122,12 +122,17 @@ pub fn spec() -> Value {
                 "get": { "summary": "Every plugin in the registry (name, version, digest, size, schemas), by name, newest first", "responses": responses(("200", "`{\"plugins\": [...]}`"), &[]) },
                 "post": {
                     "summary": "Add a component to the registry",
-                    "description": "The body is the component's bytes (at most 64 MiB). It is compiled, linked and described before it is added; new runs that `use` its name pick it up when it is the newest version that satisfies them. Runs in flight keep the digests they are pinned to.",
+                    "description": "The body is the component's bytes (at most 64 MiB). It is compiled, linked and described before it is added; new runs that `use` its name pick it up when it is the newest version that satisfies them. Runs in flight keep the digests they are pinned to. A WASI command (a component exporting `wasi:cli/run`, or a preview-1 command module, wrapped first) does not describe itself: `name` and `version` are recorded in it.",
+                    "parameters": [
+                        query_param("name", "a command's name, recorded in it (with `version`)", "string"),
+                        query_param("version", "a command's semantic version (with `name`)", "string"),
+                        query_param("description", "a command's description, one line (with `name`)", "string")
+                    ],
                     "requestBody": { "required": true, "content": { "application/wasm": { "schema": { "type": "string", "format": "binary" } } } },
                     "responses": {
                         "201": answer("`{\"plugin\": {name, version, digest, ...}}`"),
                         "200": answer("`{\"plugin\": ..., \"existing\": true}`: these bytes were in the registry"),
-                        "400": { "description": "invalid_request (empty), invalid_component (not a component, a contract this host does not speak, an import weft does not provide, named)" },
+                        "400": { "description": "invalid_request (empty, a malformed query, `name` without `version`), invalid_component (not a component, a contract this host does not speak, an import weft does not provide, named; a command without a name and version)" },
                         "413": { "description": "body_too_large" },
                         "500": { "description": "store" }
                     }
