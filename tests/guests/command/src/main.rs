@@ -17,11 +17,14 @@ use std::io::{Read, Write};
 
 use serde_json::{Value, json};
 
+// Panicking and unwrapping are what this guest is for.
+#[allow(clippy::panic, clippy::unwrap_used, clippy::expect_used)]
 fn main() {
     let mut text = String::new();
-    std::io::stdin()
-        .read_to_string(&mut text)
-        .expect("stdin reads");
+    if let Err(e) = std::io::stdin().read_to_string(&mut text) {
+        eprintln!("stdin does not read: {e}");
+        std::process::exit(2);
+    }
     let input: Value = serde_json::from_str(&text).unwrap_or_else(|e| {
         eprintln!("the input is not JSON: {e}");
         std::process::exit(2)
