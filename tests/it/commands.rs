@@ -205,12 +205,16 @@ fn commands_without_a_description_and_bad_descriptions_are_refused() {
     assert!(describe_command(&guest_bytes("command"), &bad).is_err());
     bad.name = "ok".to_owned();
     bad.input_schema = Some(json!({"type": 5}));
+    // A recorded description's JSON Schema must be usable.
     let bytes = describe_command(&guest_bytes("command"), &bad).unwrap();
     assert!(matches!(runtime.load(&bytes), Err(LoadError::Describe(_))));
-    // A description recorded in a weft step changes nothing: it describes
-    // itself.
+    // A weft step describes itself: a name recorded in it is refused, not
+    // silently ignored.
     let echo = describe_command(&guest_bytes("echo"), &described("other")).unwrap();
-    assert_eq!(runtime.load(&echo).unwrap().meta().name, "echo");
+    assert!(matches!(
+        runtime.load(&echo),
+        Err(LoadError::Description(_))
+    ));
 }
 
 /// A command step in a workflow, end to end through the CLI: `weft plugin

@@ -41,12 +41,12 @@ pub const EXIT_RETRYABLE: i32 = 75;
 pub(crate) const RUN_EXPORT: &str = "wasi:cli/run@0.2";
 
 /// How a step runs a command: its arguments (after the program's name,
-/// which is the plugin's) and its environment, in order.
+/// which is the plugin's) and its environment.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CommandLine {
     /// The arguments, without the program's name.
     pub args: Vec<String>,
-    /// The environment variables, in order.
+    /// The environment variables (a workflow's, sorted by name).
     pub env: Vec<(String, String)>,
 }
 
@@ -77,9 +77,9 @@ pub struct Description {
 /// ([`Runtime::load`](crate::Runtime::load)) checks the rest.
 pub fn describe_command(bytes: &[u8], description: &Description) -> Result<Vec<u8>, LoadError> {
     weft_core::names::check_id(&description.name)
-        .map_err(|m| LoadError::Describe(format!("plugin name {m}")))?;
+        .map_err(|m| LoadError::Description(format!("the plugin name {m}")))?;
     semver::Version::parse(&description.version).map_err(|e| {
-        LoadError::Describe(format!(
+        LoadError::Description(format!(
             "version `{}` is not a semantic version: {e}",
             description.version
         ))
@@ -95,21 +95,24 @@ pub fn describe_command(bytes: &[u8], description: &Description) -> Result<Vec<u
                 )
             })
             .and_then(|mut encoder| encoder.encode())
-            .map_err(|e| {
-                LoadError::Compile(format!(
-                    "cannot wrap the core module as a preview-1 command: {e:#}"
-                ))
-            })?,
+            .map_err(|e| LoadError::Wrap(format!("{e:#}")))?,
     };
-    let sections = sections(&component).map_err(LoadError::Compile)?;
-    let mut out = component[..8].to_vec();
-    for section in sections {
-        if section.custom.as_deref() != Some(DESCRIPTION_SECTION) {
+    let mut out = Vec::with_capacity(component.len());
+    out.extend_from_slice(component.get(..8).unwrap_or_default());
+    each_section(&component, |section| {
+        if section.custom != Some(DESCRIPTION_SECTION) {
             out.extend_from_slice(&component[section.range]);
         }
-    }
+    })
+    .map_err(LoadError::Compile)?;
     let data = serde_json::to_vec(description)
-        .map_err(|e| LoadError::Describe(format!("cannot encode the description: {e}")))?;
+        .map_err(|e| LoadError::Description(format!("cannot encode it: {e}")))?;
+    if data.len() > MAX_DESCRIPTION {
+        return Err(LoadError::Description(format!(
+            "it is {} bytes, over the {MAX_DESCRIPTION} a description may be",
+            data.len()
+        )));
+    }
     wasm_encoder::ComponentSection::append_to_component(
         &wasm_encoder::CustomSection {
             name: DESCRIPTION_SECTION.into(),
@@ -122,17 +125,31 @@ pub fn describe_command(bytes: &[u8], description: &Description) -> Result<Vec<u
 
 /// The description recorded in a command component, if it has one: the
 /// last [`DESCRIPTION_SECTION`] among its own sections (not its modules').
+/// Sections are read as they come: nothing is kept but the last
+/// description's place.
 pub(crate) fn read_description(bytes: &[u8]) -> Result<Option<Description>, String> {
-    let Some(section) = sections(bytes)?
-        .into_iter()
-        .rfind(|s| s.custom.as_deref() == Some(DESCRIPTION_SECTION))
-    else {
+    let mut last = None;
+    each_section(bytes, |section| {
+        if section.custom == Some(DESCRIPTION_SECTION) {
+            last = Some(section.data);
+        }
+    })?;
+    let Some(data) = last else {
         return Ok(None);
     };
-    serde_json::from_slice(&bytes[section.data])
+    if data.len() > MAX_DESCRIPTION {
+        return Err(format!(
+            "its `{DESCRIPTION_SECTION}` section is {} bytes, over the {MAX_DESCRIPTION} a description may be",
+            data.len()
+        ));
+    }
+    serde_json::from_slice(&bytes[data])
         .map(Some)
         .map_err(|e| format!("its `{DESCRIPTION_SECTION}` section is not a description: {e}"))
 }
+
+/// The largest description (its JSON, schemas included).
+const MAX_DESCRIPTION: usize = 1 << 20;
 
 enum Header {
     Module,
@@ -151,21 +168,21 @@ fn header(bytes: &[u8]) -> Result<Header, LoadError> {
 }
 
 /// One top-level section of a component.
-struct Section {
+struct Section<'a> {
     /// The whole section: its id, size and contents.
     range: Range<usize>,
     /// A custom section's name.
-    custom: Option<String>,
+    custom: Option<&'a str>,
     /// A custom section's data.
     data: Range<usize>,
 }
 
-/// The component's own sections, in order; nested modules and components
-/// are inside them, and not looked into.
-fn sections(bytes: &[u8]) -> Result<Vec<Section>, String> {
+/// Calls `visit` with each of the component's own sections, in order;
+/// nested modules and components are inside them, and not looked into.
+/// Holds nothing per section, whatever their number.
+fn each_section<'a>(bytes: &'a [u8], mut visit: impl FnMut(Section<'a>)) -> Result<(), String> {
     let broken = |e: wasmparser::BinaryReaderError| format!("a malformed component: {e}");
     let mut reader = BinaryReader::new(bytes.get(8..).unwrap_or_default(), 8);
-    let mut found = Vec::new();
     while !reader.eof() {
         let start = reader.original_position();
         let id = reader.read_u8().map_err(broken)?;
@@ -179,19 +196,19 @@ fn sections(bytes: &[u8]) -> Result<Vec<Section>, String> {
             })?;
         let (custom, data) = if id == 0 {
             let mut inner = BinaryReader::new(&bytes[body..end], body);
-            let name = inner.read_string().map_err(broken)?.to_owned();
+            let name = inner.read_string().map_err(broken)?;
             (Some(name), inner.original_position()..end)
         } else {
             (None, body..end)
         };
-        found.push(Section {
+        visit(Section {
             range: start..end,
             custom,
             data,
         });
         reader.read_bytes(size).map_err(broken)?;
     }
-    Ok(found)
+    Ok(())
 }
 
 /// A command's stdout: what it writes is its output, kept in the host and
@@ -200,31 +217,40 @@ fn sections(bytes: &[u8]) -> Result<Vec<Section>, String> {
 /// `resource_limit`, naming the budget.
 #[derive(Debug, Clone)]
 pub(crate) struct Stdout {
-    bytes: Arc<Mutex<Vec<u8>>>,
+    /// The writes, as they came: no buffer grows past what was charged.
+    chunks: Arc<Mutex<Vec<bytes::Bytes>>>,
     held: HostBytes,
 }
 
 impl Stdout {
     pub(crate) fn new(held: HostBytes) -> Self {
         Self {
-            bytes: Arc::default(),
+            chunks: Arc::default(),
             held,
         }
     }
 
-    /// What was written, taken out; the bytes are given back to the
-    /// budget, which the parsed output is then charged to.
-    pub(crate) fn take(&self) -> Vec<u8> {
-        let bytes = std::mem::take(&mut *weft_core::lock(&self.bytes));
-        self.held.release(bytes.len());
-        bytes
+    /// What was written, in one piece, taken out. The piece is charged
+    /// too (the writes stay charged: the budget is the call's, and ends
+    /// with it), so the host never holds more than the budget; `Err` names
+    /// it when the piece would go past.
+    pub(crate) fn take(&self) -> Result<Vec<u8>, String> {
+        let chunks = std::mem::take(&mut *weft_core::lock(&self.chunks));
+        let total = chunks.iter().map(bytes::Bytes::len).sum();
+        self.held
+            .charge("the output written to stdout, joined", total)?;
+        let mut bytes = Vec::with_capacity(total);
+        for chunk in chunks {
+            bytes.extend_from_slice(&chunk);
+        }
+        Ok(bytes)
     }
 
-    fn keep(&self, bytes: &[u8]) -> Result<(), OverBudget> {
+    fn keep(&self, bytes: bytes::Bytes) -> Result<(), OverBudget> {
         self.held
             .charge("the output written to stdout", bytes.len())
             .map_err(|_| OverBudget)?;
-        weft_core::lock(&self.bytes).extend_from_slice(bytes);
+        weft_core::lock(&self.chunks).push(bytes);
         Ok(())
     }
 }
@@ -248,7 +274,7 @@ impl StdoutStream for Stdout {
 #[wasmtime_wasi::async_trait]
 impl OutputStream for Stdout {
     fn write(&mut self, bytes: bytes::Bytes) -> Result<(), StreamError> {
-        self.keep(&bytes)
+        self.keep(bytes)
             .map_err(|over| StreamError::Trap(wasmtime::Error::new(over)))
     }
 
@@ -273,7 +299,7 @@ impl tokio::io::AsyncWrite for Stdout {
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
         Poll::Ready(
-            self.keep(buf)
+            self.keep(bytes::Bytes::copy_from_slice(buf))
                 .map(|()| buf.len())
                 .map_err(std::io::Error::other),
         )
@@ -312,14 +338,9 @@ mod tests {
         // Described again, the old description goes.
         let twice = describe_command(&once, &described("two")).unwrap();
         assert_eq!(read_description(&twice).unwrap(), Some(described("two")));
-        assert_eq!(
-            sections(&twice)
-                .unwrap()
-                .iter()
-                .filter(|s| s.custom.is_some())
-                .count(),
-            1
-        );
+        let mut custom = 0;
+        each_section(&twice, |s| custom += usize::from(s.custom.is_some())).unwrap();
+        assert_eq!(custom, 1);
         assert_eq!(read_description(EMPTY).unwrap(), None);
     }
 

@@ -28,13 +28,13 @@ pub enum RuntimeError {
 #[non_exhaustive]
 pub enum LoadError {
     /// The bytes are not WebAssembly at all.
-    #[error("not a WebAssembly file (it does not start with the `\\0asm` magic)")]
+    #[error("is not a WebAssembly file (it does not start with the `\\0asm` magic)")]
     NotWasm,
     /// A core module, not a component.
     #[error(
-        "a core WebAssembly module, not a component; build it for `wasm32-wasip2`, or add a \
-         preview-1 command module with `weft plugin add FILE --name NAME --version VERSION`, \
-         which wraps it"
+        "is a core WebAssembly module, not a component; build it for `wasm32-wasip2`, or add a \
+         preview-1 command module with `weft plugin add FILE --name NAME --version VERSION` \
+         (`POST /v1/plugins?name=NAME&version=VERSION`), which wraps it"
     )]
     CoreModule,
     /// wasmtime could not compile the component.
@@ -73,10 +73,18 @@ pub enum LoadError {
     Link(String),
     /// A command (it exports `wasi:cli/run`) that does not describe itself.
     #[error(
-        "a WASI command with no name or version recorded in it; add it with \
-         `weft plugin add FILE --name NAME --version VERSION`, which records them"
+        "is a WASI command with no name or version recorded in it; add it with \
+         `weft plugin add FILE --name NAME --version VERSION` \
+         (`POST /v1/plugins?name=NAME&version=VERSION`), which records them"
     )]
     Undescribed,
+    /// A command's recorded description is unusable, or one cannot be
+    /// recorded.
+    #[error("has a description that cannot be used: {0}")]
+    Description(String),
+    /// A preview-1 module could not be wrapped as a command.
+    #[error("cannot be wrapped as a preview-1 command: {0}")]
+    Wrap(String),
     /// Calling `describe` failed, or its answer is unusable.
     #[error("describe() failed: {0}")]
     Describe(String),

@@ -361,6 +361,10 @@ fn sleep_until(value: &Value) -> Result<Timestamp, String> {
     }
 }
 
+/// The most bytes a command's `args` and `env` may hold together, once
+/// evaluated (each string and one for its end).
+const MAX_COMMAND_LINE: usize = 1 << 20;
+
 /// A command step's `args` and `env`, evaluated: strings, and numbers and
 /// booleans written as JSON; anything else is refused, naming where.
 fn command_line(call: &Call, ready: &Ready<'_>) -> Result<weft_runtime::CommandLine, String> {
@@ -372,17 +376,32 @@ fn command_line(call: &Call, ready: &Ready<'_>) -> Result<weft_runtime::CommandL
         Value::Object(_) => Err(format!("{at} is an object, not a string")),
     };
     let mut line = weft_runtime::CommandLine::default();
+    let mut bytes = 0usize;
+    let mut count = |text: &str| {
+        bytes = bytes.saturating_add(text.len().saturating_add(1));
+        if bytes > MAX_COMMAND_LINE {
+            Err(format!(
+                "args and env hold more than {MAX_COMMAND_LINE} bytes, the most a command line may"
+            ))
+        } else {
+            Ok(())
+        }
+    };
     if let Some(args) = &call.args {
         let args = args.eval(&ready.scope).map_err(|e| e.to_string())?;
         for (i, arg) in args.as_array().into_iter().flatten().enumerate() {
-            line.args.push(text(arg.clone(), &format!("args[{i}]"))?);
+            let arg = text(arg.clone(), &format!("args[{i}]"))?;
+            count(&arg)?;
+            line.args.push(arg);
         }
     }
     if let Some(env) = &call.env {
         let env = env.eval(&ready.scope).map_err(|e| e.to_string())?;
         for (name, value) in env.as_object().into_iter().flatten() {
-            line.env
-                .push((name.clone(), text(value.clone(), &format!("env.{name}"))?));
+            let value = text(value.clone(), &format!("env.{name}"))?;
+            count(name)?;
+            count(&value)?;
+            line.env.push((name.clone(), value));
         }
     }
     Ok(line)

@@ -8,7 +8,8 @@
 use wasmtime_wasi::p2::bindings::sync::{Command, CommandPre};
 
 use crate::bindings::{v1, v2, v3};
-use crate::command::EXIT_RETRYABLE;
+use crate::budget::OverBudget;
+use crate::command::{EXIT_RETRYABLE, Stdout};
 use crate::sandbox::StepState;
 use wasmtime::Store;
 use wasmtime::component::InstancePre;
@@ -160,6 +161,9 @@ impl Instance {
     }
 }
 
+/// The most a failed command's stdout may be to be read as its typed error.
+const MAX_TYPED_ERROR: usize = 64 << 10;
+
 /// The typed error a failed command wrote to stdout, if it wrote one:
 /// `{"error": {"code": ..., "message": ..., "retryable": ..., "details":
 /// ...}}` (what weft's Go helper writes). `retryable` is also true for
@@ -179,6 +183,11 @@ fn typed_failure(written: &[u8], status: i32) -> Option<Failure> {
         retryable: bool,
         #[serde(default)]
         details: Option<serde_json::Value>,
+    }
+    // An error is small: a larger stdout is not read as one, and the
+    // failure is the exit status's.
+    if written.len() > MAX_TYPED_ERROR {
+        return None;
     }
     let Written { error } = serde_json::from_slice(written).ok()?;
     Some(Failure {
@@ -206,7 +215,11 @@ fn run_command(
         },
     };
     let state = store.data_mut();
-    let written = state.stdout.as_ref().map(|s| s.take()).unwrap_or_default();
+    let written = match state.stdout.as_ref().map(Stdout::take).transpose() {
+        Ok(written) => written.unwrap_or_default(),
+        // Past the budget: the call fails `resource_limit`, naming it.
+        Err(_) => return Err(wasmtime::Error::new(OverBudget)),
+    };
     if status != 0 {
         if let Some(failure) = typed_failure(&written, status) {
             return Ok(Err(failure));
@@ -231,5 +244,16 @@ fn run_command(
             details: None,
         }));
     }
-    Ok(Ok(String::from_utf8_lossy(&written).into_owned()))
+    match String::from_utf8(written) {
+        Ok(text) => Ok(Ok(text)),
+        Err(e) => Ok(Err(Failure {
+            retryable: false,
+            code: "invalid_output".to_owned(),
+            message: format!(
+                "the command wrote to stdout what is not UTF-8 text (at byte {}), so not JSON",
+                e.utf8_error().valid_up_to()
+            ),
+            details: None,
+        })),
+    }
 }

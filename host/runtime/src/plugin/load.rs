@@ -75,7 +75,19 @@ pub(crate) fn load(runtime: &Runtime, bytes: &[u8]) -> Result<Plugin, LoadError>
         },
     };
     plugin.meta = match &shape {
-        Shape::Step(_) => describe(&plugin)?,
+        Shape::Step(_) => {
+            if crate::command::read_description(bytes)
+                .map_err(LoadError::Description)?
+                .is_some()
+            {
+                return Err(LoadError::Description(
+                    "the component exports `weft:plugin/step`, so it describes itself; \
+                     a recorded name and version are for a command"
+                        .to_owned(),
+                ));
+            }
+            describe(&plugin)?
+        }
         Shape::Command => described(bytes)?,
     };
     plugin.input_check = plugin
@@ -226,17 +238,24 @@ fn describe(plugin: &Loaded) -> Result<PluginMeta, LoadError> {
 
 /// A command's description, as `weft plugin add` recorded it in its bytes.
 fn described(bytes: &[u8]) -> Result<PluginMeta, LoadError> {
-    match crate::command::read_description(bytes).map_err(LoadError::Describe)? {
-        Some(d) => check_info(Info {
-            name: d.name,
-            version: d.version,
-            description: d.description,
-            input_schema: d.input_schema.map(|s| s.to_string()),
-            output_schema: d.output_schema.map(|s| s.to_string()),
-        })
-        .map_err(LoadError::Describe),
-        None => Err(LoadError::Undescribed),
-    }
+    let Some(d) = crate::command::read_description(bytes).map_err(LoadError::Description)? else {
+        return Err(LoadError::Undescribed);
+    };
+    weft_core::names::check_id(&d.name)
+        .map_err(|m| LoadError::Description(format!("the plugin name {m}")))?;
+    let version = semver::Version::parse(&d.version).map_err(|e| {
+        LoadError::Description(format!(
+            "version `{}` is not a semantic version: {e}",
+            d.version
+        ))
+    })?;
+    Ok(PluginMeta {
+        name: d.name,
+        version,
+        description: d.description,
+        input_schema: d.input_schema,
+        output_schema: d.output_schema,
+    })
 }
 
 fn check_info(info: Info) -> Result<PluginMeta, String> {

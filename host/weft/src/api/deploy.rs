@@ -378,8 +378,8 @@ pub(super) async fn add_plugin(
     query: Result<Query<AddQuery>, axum::extract::rejection::QueryRejection>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
-    let Query(query) = query?;
     caller.need(Right::Deploy)?;
+    let Query(query) = query?;
     // Tenant `default`'s plugins are every tenant's: publishing one is an
     // admin's (the caller of a host without tokens is one).
     if caller.tenant == tenant::DEFAULT {
@@ -391,27 +391,16 @@ pub(super) async fn add_plugin(
             "the body is empty; send a component's bytes (application/wasm)",
         ));
     }
-    let body = match (query.name, query.version) {
-        (None, None) if query.description.is_none() => body,
-        (Some(name), Some(version)) => {
-            let description = weft_runtime::Description {
-                name,
-                version,
-                description: query.description.unwrap_or_default(),
-                input_schema: None,
-                output_schema: None,
-            };
-            // Wrapping a module is work for a blocking thread.
-            let described =
-                blocking(move || weft_runtime::describe_command(&body, &description)).await?;
-            Bytes::from(described.map_err(|e| {
-                ApiError::new(
-                    StatusCode::BAD_REQUEST,
-                    "invalid_component",
-                    format!("the command cannot be described: {e}"),
-                )
-            })?)
-        }
+    // A command's description, recorded once the quotas allow the work.
+    let describe = match (query.name, query.version) {
+        (None, None) if query.description.is_none() => None,
+        (Some(name), Some(version)) => Some(weft_runtime::Description {
+            name,
+            version,
+            description: query.description.unwrap_or_default(),
+            input_schema: None,
+            output_schema: None,
+        }),
         _ => {
             return Err(ApiError::bad_request(
                 "a command is described by `name` and `version` together (`description` needs them)",
@@ -430,14 +419,6 @@ pub(super) async fn add_plugin(
     let access = Arc::clone(&api.access);
     let services = api.services.clone();
     let (record, existed) = blocking(move || {
-        let digest = weft_runtime::Digest::of(&body).to_string();
-        let own: Vec<_> = engine
-            .plugins()
-            .list()
-            .into_iter()
-            .filter(|r| tenant::of(&r.name) == tenant)
-            .collect();
-        let existed = own.iter().any(|r| r.digest == digest);
         let quota = super::quota_of(engine.store().as_ref(), &tenant)?;
         if let Some(rate) = quota.deploys_per_second {
             access.take(&tenant, "deploys_per_second", rate)?;
@@ -454,6 +435,26 @@ pub(super) async fn add_plugin(
                 ),
             ));
         }
+        let body = match &describe {
+            Some(description) => weft_runtime::describe_command(&body, description)
+                .map(Bytes::from)
+                .map_err(|e| {
+                    ApiError::new(
+                        StatusCode::BAD_REQUEST,
+                        "invalid_component",
+                        format!("the command was refused: it {e}"),
+                    )
+                })?,
+            None => body,
+        };
+        let digest = weft_runtime::Digest::of(&body).to_string();
+        let own: Vec<_> = engine
+            .plugins()
+            .list()
+            .into_iter()
+            .filter(|r| tenant::of(&r.name) == tenant)
+            .collect();
+        let existed = own.iter().any(|r| r.digest == digest);
         if let Some(max) = quota.max_plugins
             && !existed
             && own.len() >= max as usize
