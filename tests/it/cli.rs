@@ -197,6 +197,34 @@ fn malformed_workflows_are_refused_with_file_line_and_step() {
     let ok = scratch.file("ok.yaml", "id: x\nsteps:\n  - id: a\n    uses: echo\n");
     let checked = scratch.run(&["check", ok.to_str().unwrap()]);
     assert_eq!(checked.code, Some(0), "{checked:?}");
+    // With --plugins, each step's plugin is checked too: found, of a
+    // version that satisfies `uses:`, and fitting the step's grants and
+    // `args`; every problem is named with its line.
+    let plugins = scratch.plugins_dir();
+    let plugins = plugins.to_str().unwrap();
+    let checked = scratch.run(&["check", ok.to_str().unwrap(), "--plugins", plugins]);
+    assert_eq!(checked.code, Some(0), "{checked:?}");
+    assert!(checked.stdout.contains("plugins: a (echo@"), "{checked:?}");
+    let wrong = scratch.file(
+        "wrong.yaml",
+        "id: x\nsteps:\n  - id: a\n    uses: nosuch\n  - id: b\n    uses: echo@9\n  - id: c\n    uses: echo\n    args: [x]\n",
+    );
+    // Without --plugins, the file alone is valid.
+    assert_eq!(
+        scratch.run(&["check", wrong.to_str().unwrap()]).code,
+        Some(0)
+    );
+    let checked = scratch.run(&["check", wrong.to_str().unwrap(), "--plugins", plugins]);
+    assert_eq!(checked.code, Some(2), "{checked:?}");
+    for expected in [
+        "wrong.yaml:3: step `a`: ",
+        "wrong.yaml:5: step `b`: ",
+        "wrong.yaml:7: step `c`: `args` and `env` are for a command",
+    ] {
+        assert!(checked.stderr.contains(expected), "{expected}: {checked:?}");
+    }
+    let nowhere = scratch.run(&["check", ok.to_str().unwrap(), "--plugins", "/nonexistent"]);
+    assert_eq!(nowhere.code, Some(2), "{nowhere:?}");
     let missing = scratch.run(&["run", "/nonexistent/wf.yaml"]);
     assert_eq!(missing.code, Some(2));
     assert!(

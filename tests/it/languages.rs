@@ -224,6 +224,26 @@ fn every_template_builds_passes_its_own_test_and_runs_in_a_workflow() {
             "{lang}: {empty:?}"
         );
     }
+    // A JavaScript syntax error is named with its file and line in the
+    // project, before componentize-js (which names neither) runs.
+    let js = scratch.path().join("hello-js");
+    std::fs::write(
+        js.join("greet.js"),
+        "export function greeting(name) {\n  return 'Hello, ' +;\n}\n",
+    )
+    .unwrap();
+    let broken: crate::common::Run = weft(&scratch)
+        .args(["plugin", "build"])
+        .arg(&js)
+        .output()
+        .unwrap()
+        .into();
+    assert_eq!(broken.code, Some(2), "{broken:?}");
+    let at = format!("{}:2", js.join("greet.js").display());
+    assert!(
+        broken.stderr.contains(&at) && broken.stderr.contains("SyntaxError"),
+        "{broken:?}"
+    );
     // The Go helper's own tests: output, typed errors, bad input.
     let sdk = check(
         &root().join("guest-sdk").join("go"),

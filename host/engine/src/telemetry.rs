@@ -293,13 +293,15 @@ impl Telemetry {
             awaiting: record.awaiting,
             result: record.output.is_some() || record.error.is_some() || record.skipped,
         };
-        if waiting {
+        // A record that starts a wait (a `sleep`, an `await`) is told as
+        // the wait alone: nothing finished. An attempt's result after which
+        // the run waits (a retry's delay) is told as both, in that order.
+        if step.result || !waiting {
             self.events
                 .tell(RunEventKind::StepFinished, run, at, Some(step.clone()));
+        }
+        if waiting {
             self.events.tell(RunEventKind::Waiting, run, at, Some(step));
-        } else {
-            self.events
-                .tell(RunEventKind::StepFinished, run, at, Some(step));
         }
     }
 

@@ -11,6 +11,7 @@ macro_rules! out {
 
 mod access;
 mod bench;
+mod check;
 mod listen;
 mod plugin;
 mod plugin_build;
@@ -120,6 +121,11 @@ enum Command {
     Check {
         /// The workflow file (YAML, or JSON if it ends in .json).
         workflow: PathBuf,
+        /// Check each step's plugin too: found in this folder, its version
+        /// satisfying `uses:`, and the step's grants, `args` and `env`
+        /// fitting it.
+        #[arg(long, value_name = "DIR")]
+        plugins: Option<PathBuf>,
     },
     /// Print the JSON Schema (2020-12) of a file format, for editors:
     /// `workflow` (a workflow definition) or `test` (a test file).
@@ -323,23 +329,9 @@ pub fn main(cli: Cli) -> anyhow::Result<ExitCode> {
     });
     match cli.command {
         Command::Run(args) => run(&data_dir, args),
-        Command::Check { workflow } => match model::load(&workflow) {
-            Ok(wf) => {
-                out!(
-                    "{}: workflow `{}` version {} is valid ({} step{})",
-                    workflow.display(),
-                    wf.id,
-                    wf.version,
-                    wf.steps.len(),
-                    if wf.steps.len() == 1 { "" } else { "s" }
-                );
-                Ok(ExitCode::SUCCESS)
-            }
-            Err(e) => {
-                eprintln!("error: {e}");
-                Ok(ExitCode::from(EXIT_INVALID))
-            }
-        },
+        Command::Check { workflow, plugins } => {
+            check::check(&data_dir, &workflow, plugins.as_deref())
+        }
         Command::Schema { format } => {
             let schema = match format {
                 SchemaFormat::Workflow => model::workflow_schema(),

@@ -641,7 +641,8 @@ pub fn build(data_dir: &Path, dir: &Path, out: Option<PathBuf>) -> anyhow::Resul
             copy_modules(dir, &source)?;
             std::fs::copy(tools.join("sdk").join("weft.js"), source.join("weft.js"))?;
             let world = world_of(dir, lang)?;
-            build_js(&tools, &source, &wit, world, &built)
+            check_js_syntax(&source, dir)
+                .and_then(|()| build_js(&tools, &source, &wit, world, &built))
         }
         Lang::C => {
             let tools = toolchains.c()?;
@@ -789,6 +790,41 @@ fn build_rust(dir: &Path, built: &Path) -> anyhow::Result<()> {
     }
     let wasm = wasm.context("cargo built no .wasm; is the crate a `cdylib`?")?;
     std::fs::copy(&wasm, built).with_context(|| format!("cannot copy {}", wasm.display()))?;
+    Ok(())
+}
+
+/// Checks each module copied to `source` with `node --check`, as a module,
+/// so that a syntax error is named with its file (in the project, `dir`)
+/// and line, which componentize-js does not say.
+fn check_js_syntax(source: &Path, dir: &Path) -> anyhow::Result<()> {
+    Toolchains::put(&source.join("package.json"), "{\"type\": \"module\"}\n")?;
+    let mut modules: Vec<PathBuf> = std::fs::read_dir(source)?
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .filter(|path| path.extension().is_some_and(|e| e == "js" || e == "mjs"))
+        .collect();
+    modules.sort();
+    for module in modules {
+        let output = Command::new("node")
+            .arg("--check")
+            .arg(&module)
+            .output()
+            .context("cannot run node (Node.js 18 or later is needed)")?;
+        if !output.status.success() {
+            let said = String::from_utf8_lossy(&output.stderr);
+            // The error's first lines: `file:line`, the line, a caret, and
+            // the error; node's own stack after them is left out.
+            let said: Vec<&str> = said
+                .lines()
+                .take_while(|line| !line.trim_start().starts_with("at "))
+                .filter(|line| !line.trim().is_empty())
+                .collect();
+            let staged = source.display().to_string();
+            bail!(
+                "a syntax error:\n{}",
+                said.join("\n").replace(&staged, &dir.display().to_string())
+            );
+        }
+    }
     Ok(())
 }
 
