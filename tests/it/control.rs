@@ -593,3 +593,57 @@ fn a_step_timeout_interrupts_a_looping_guest_and_the_attempt_is_retried() {
     );
     assert_eq!(records[0]["error"]["retryable"], true);
 }
+
+/// With a `weft serve` holding the data directory (it needs tokens once
+/// one exists), the commands that change runs go through it: without a
+/// token they are refused as the API refuses them, with one they act;
+/// `runs resume --all`, which would take over the serve's runs, is
+/// refused. With the serve gone, they work on the store again.
+#[test]
+fn with_a_serve_running_runs_commands_go_through_it() {
+    use crate::common::server::serve;
+    let scratch = Scratch::new(&["echo"]);
+    let wf = scratch.file(
+        "wf.yaml",
+        "id: wf\nsteps:\n  - { id: a, uses: echo, with: 1 }\n",
+    );
+    for _ in 0..2 {
+        assert_eq!(scratch.run(&["run", wf.to_str().unwrap()]).code, Some(0));
+    }
+    let listed = scratch.run(&["runs", "list", "--json"]).json();
+    let ids: Vec<String> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_str().unwrap().to_owned())
+        .collect();
+    let made = scratch.run(&["tokens", "create", "--local", "--role", "admin"]);
+    assert_eq!(made.code, Some(0), "{made:?}");
+    let admin = made.stdout.trim().to_owned();
+    let mut host = serve(&scratch, 0);
+
+    let refused = scratch.run(&["runs", "delete", &ids[0]]);
+    assert_ne!(refused.code, Some(0), "{refused:?}");
+    assert!(
+        refused.stderr.contains("through the weft serve at"),
+        "{refused:?}"
+    );
+    assert!(refused.stderr.contains("token"), "{refused:?}");
+    let deleted = scratch
+        .weft()
+        .args(["runs", "delete", &ids[0]])
+        .env("WEFT_TOKEN", &admin)
+        .output()
+        .unwrap();
+    assert!(deleted.status.success(), "{deleted:?}");
+    let all = scratch.run(&["runs", "resume", "--all"]);
+    assert_eq!(all.code, Some(2), "{all:?}");
+    assert!(all.stderr.contains("stop the serve first"), "{all:?}");
+
+    host.kill();
+    let local = scratch.run(&["runs", "delete", &ids[1]]);
+    assert_eq!(local.code, Some(0), "{local:?}");
+    assert!(!local.stderr.contains("through"), "{local:?}");
+    let left = scratch.run(&["runs", "list", "--json"]).json();
+    assert_eq!(left.as_array().unwrap().len(), 0, "{left}");
+}

@@ -70,6 +70,25 @@ pub fn authorized<B>(request: ureq::RequestBuilder<B>) -> ureq::RequestBuilder<B
     request
 }
 
+/// The address of the `weft serve` that holds this data directory
+/// (`DATA_DIR/serve.addr`), when it answers its health check: commands that
+/// change runs, or list them, go through it then, meeting its tokens and
+/// its leases, instead of writing or reading the store beside it. A file
+/// left by a serve that is gone (killed) names nothing that answers.
+pub fn live_serve(data_dir: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(data_dir.join("serve.addr")).ok()?;
+    let url = text.trim().trim_end_matches('/');
+    let url = if url.contains("://") {
+        url.to_owned()
+    } else {
+        format!("http://{url}")
+    };
+    let agent = agent(Some(Duration::from_secs(2))).ok()?;
+    let answer = agent.get(format!("{url}/v1/health")).call().ok()?;
+    // 503 is a serve whose store fails for now: it still holds it.
+    matches!(answer.status().as_u16(), 200 | 503).then_some(url)
+}
+
 /// A `weft serve` to talk to.
 pub struct Server {
     url: String,

@@ -211,7 +211,50 @@ pub struct MigrateArgs {
     pub server: Option<String>,
 }
 
-pub fn main(data_dir: &Path, command: RunsCommand) -> anyhow::Result<ExitCode> {
+/// With a `weft serve` holding the data directory, the commands that
+/// change runs go through it (its tokens, its leases) rather than beside
+/// it in the store; `resume --all`, which takes over the runs of hosts that
+/// are gone, is refused. `list` and `show` read the store: whoever can
+/// read the data directory can read the store's file. `None` to go on.
+fn through_live_serve(data_dir: &Path, command: &mut RunsCommand) -> Option<ExitCode> {
+    let server = match command {
+        RunsCommand::Resume {
+            run_id: None,
+            all: true,
+            ..
+        } => {
+            let url = super::remote::live_serve(data_dir)?;
+            eprintln!(
+                "error: the weft serve at {url} holds {} and drives its runs; `weft runs resume \
+                 --all` takes over the runs of hosts that are gone: stop the serve first, or \
+                 resume one paused run with `weft runs resume RUN_ID`",
+                data_dir.display()
+            );
+            return Some(ExitCode::from(EXIT_INVALID));
+        }
+        RunsCommand::Resume { server, .. }
+        | RunsCommand::Pause { server, .. }
+        | RunsCommand::Retry { server, .. }
+        | RunsCommand::Cancel { server, .. }
+        | RunsCommand::Delete { server, .. } => server,
+        _ => return None,
+    };
+    if server.is_none()
+        && let Some(url) = super::remote::live_serve(data_dir)
+    {
+        eprintln!(
+            "(through the weft serve at {url}, which holds {})",
+            data_dir.display()
+        );
+        *server = Some(url);
+    }
+    None
+}
+
+pub fn main(data_dir: &Path, mut command: RunsCommand) -> anyhow::Result<ExitCode> {
+    if let Some(code) = through_live_serve(data_dir, &mut command) {
+        return Ok(code);
+    }
     match command {
         RunsCommand::Resume {
             run_id: Some(run_id),
