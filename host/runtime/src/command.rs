@@ -76,14 +76,8 @@ pub struct Description {
 /// is replaced. The result is checked only as far as its shape: loading it
 /// ([`Runtime::load`](crate::Runtime::load)) checks the rest.
 pub fn describe_command(bytes: &[u8], description: &Description) -> Result<Vec<u8>, LoadError> {
-    weft_core::names::check_id(&description.name)
-        .map_err(|m| LoadError::Description(format!("the plugin name {m}")))?;
-    semver::Version::parse(&description.version).map_err(|e| {
-        LoadError::Description(format!(
-            "version `{}` is not a semantic version: {e}",
-            description.version
-        ))
-    })?;
+    crate::plugin::check_name_version(&description.name, &description.version)
+        .map_err(LoadError::Description)?;
     let component = match header(bytes)? {
         Header::Component => bytes.to_vec(),
         Header::Module => wit_component::ComponentEncoder::default()

@@ -241,14 +241,7 @@ fn described(bytes: &[u8]) -> Result<PluginMeta, LoadError> {
     let Some(d) = crate::command::read_description(bytes).map_err(LoadError::Description)? else {
         return Err(LoadError::Undescribed);
     };
-    weft_core::names::check_id(&d.name)
-        .map_err(|m| LoadError::Description(format!("the plugin name {m}")))?;
-    let version = semver::Version::parse(&d.version).map_err(|e| {
-        LoadError::Description(format!(
-            "version `{}` is not a semantic version: {e}",
-            d.version
-        ))
-    })?;
+    let version = check_name_version(&d.name, &d.version).map_err(LoadError::Description)?;
     Ok(PluginMeta {
         name: d.name,
         version,
@@ -258,10 +251,16 @@ fn described(bytes: &[u8]) -> Result<PluginMeta, LoadError> {
     })
 }
 
+/// A plugin's name (an id) and its version (a semantic version), as a
+/// step's `describe` answers them or a command's description records them.
+pub(crate) fn check_name_version(name: &str, version: &str) -> Result<semver::Version, String> {
+    weft_core::names::check_id(name).map_err(|m| format!("plugin name {m}"))?;
+    semver::Version::parse(version)
+        .map_err(|e| format!("version `{version}` is not a semantic version: {e}"))
+}
+
 fn check_info(info: Info) -> Result<PluginMeta, String> {
-    weft_core::names::check_id(&info.name).map_err(|m| format!("plugin name {m}"))?;
-    let version = semver::Version::parse(&info.version)
-        .map_err(|e| format!("version `{}` is not a semantic version: {e}", info.version))?;
+    let version = check_name_version(&info.name, &info.version)?;
     let schema = |field: &str, text: Option<String>| {
         text.map(|text| {
             serde_json::from_str::<Value>(&text).map_err(|e| format!("{field} is not JSON: {e}"))

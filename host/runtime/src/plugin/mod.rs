@@ -17,7 +17,7 @@ use crate::cache::CodeSource;
 use weft_core::Digest;
 
 pub use call::{CallOptions, CallOutcome, CallTiming, StepContext};
-pub(crate) use load::load;
+pub(crate) use load::{check_name_version, load};
 pub(crate) use spare::Spares;
 
 /// A loaded plugin: compiled, linked and described. Cheap to clone.
