@@ -279,8 +279,23 @@ impl Scheduler {
             host: self.host().to_owned(),
             expires_at,
         };
-        if let Err(e) = self.commits.commit(forget) {
-            tracing::debug!("this host's row stays until it expires: {e}");
+        // A transaction fails as a whole: the forget may have shared one
+        // with a write that failed (a child's record the disk refused,
+        // left in the queue by a thread stopped since). The threads that
+        // write are stopped, so a second try goes alone or with what was
+        // queued already; a refusal (the row changed) is final.
+        for tries in 1..=3 {
+            match self.commits.commit(forget.clone()) {
+                Ok(()) => return,
+                Err(StoreError::Refused(e)) => {
+                    tracing::debug!("this host's row stays until it expires: {e}");
+                    return;
+                }
+                Err(e) if tries == 3 => {
+                    tracing::debug!("this host's row stays until it expires: {e}");
+                }
+                Err(_) => {}
+            }
         }
     }
 
