@@ -22,6 +22,7 @@ mod disk;
 mod durability;
 mod egress;
 mod fuzz;
+mod handlers;
 mod hostile;
 mod hosts;
 mod languages;

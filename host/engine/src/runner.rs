@@ -417,9 +417,12 @@ impl WasmRunner {
 
 /// Checks what a call step grants against what its plugin imports and what
 /// its tenant's `policy` allows: a plugin that makes HTTP requests needs at
-/// least one grant, and every grant must be within the policy.
+/// least one grant, and every grant must be within the policy. An HTTP
+/// handler is not held to the first: the `wasi:http/proxy` world it is built
+/// for imports the outgoing handler whether it makes requests or not (a
+/// request without a grant is still refused, and fails the attempt).
 pub fn check_reach(plugin: &Plugin, call: &Call, policy: &Policy) -> Result<(), String> {
-    if plugin.imports_http() && call.allow_http.is_empty() {
+    if plugin.imports_http() && !plugin.is_handler() && call.allow_http.is_empty() {
         return Err(format!(
             "plugin `{}` imports `wasi:http/outgoing-handler` (it makes HTTP requests), \
              but the step grants it no destination; add `allow: {{http: [\"https://host\"]}}`",
@@ -432,8 +435,9 @@ pub fn check_reach(plugin: &Plugin, call: &Call, policy: &Policy) -> Result<(), 
     if !plugin.is_command() && (call.args.is_some() || call.env.is_some()) {
         return Err(format!(
             "`args` and `env` are for a command (a WASI program that reads its input on \
-             stdin); plugin `{}` exports `weft:plugin/step`, whose input is `with` alone",
-            plugin.meta().name
+             stdin); plugin `{}` is a {}, whose input is `with` alone",
+            plugin.meta().name,
+            plugin.kind()
         ));
     }
     Ok(())

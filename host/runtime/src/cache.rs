@@ -130,6 +130,59 @@ impl CodeCache {
     }
 }
 
+/// What a prune of the cache removed (or, dry, would remove).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Pruned {
+    /// Entries removed.
+    pub entries: u64,
+    /// Their bytes.
+    pub bytes: u64,
+}
+
+/// A temporary file older than this was left by a writer that died.
+const STALE_TMP: std::time::Duration = std::time::Duration::from_secs(3600);
+
+impl CodeCache {
+    /// Removes every entry whose component `keep` does not keep (by its
+    /// digest's hex) and every entry of another engine configuration (an
+    /// older wasmtime's), and temporary files a dead writer left; with
+    /// `dry_run`, only counts them. Blocking.
+    pub(super) fn prune(
+        &self,
+        keep: &dyn Fn(&str) -> bool,
+        dry_run: bool,
+    ) -> std::io::Result<Pruned> {
+        let mut pruned = Pruned::default();
+        let suffix = format!("-{:016x}.cwasm", self.engine_key);
+        for entry in std::fs::read_dir(&self.dir)? {
+            let entry = entry?;
+            let name = entry.file_name();
+            let Some(name) = name.to_str() else { continue };
+            let meta = entry.metadata()?;
+            let dead = if let Some(hex) = name.strip_suffix(&suffix) {
+                !keep(hex)
+            } else if name.ends_with(".cwasm") {
+                true
+            } else if name.contains(".tmp.") {
+                meta.modified()
+                    .ok()
+                    .and_then(|at| at.elapsed().ok())
+                    .is_some_and(|age| age > STALE_TMP)
+            } else {
+                false
+            };
+            if dead && meta.is_file() {
+                if !dry_run {
+                    std::fs::remove_file(entry.path())?;
+                }
+                pruned.entries += 1;
+                pruned.bytes += meta.len();
+            }
+        }
+        Ok(pruned)
+    }
+}
+
 fn verified_body(entry: &[u8]) -> Option<&[u8]> {
     let split = entry.len().checked_sub(CHECKSUM_LEN)?;
     let (body, checksum) = entry.split_at(split);
@@ -151,5 +204,36 @@ mod tests {
         flipped[0] ^= 1;
         assert_eq!(verified_body(&flipped), None);
         assert_eq!(verified_body(b"short"), None);
+    }
+
+    #[test]
+    fn a_prune_removes_what_is_not_kept_and_other_engines_entries() {
+        let dir = tempfile::tempdir().unwrap();
+        let engine = wasmtime::Engine::default();
+        let cache = CodeCache::open(dir.path(), &engine).unwrap();
+        let kept = Digest::of(b"kept");
+        let gone = Digest::of(b"gone");
+        for digest in [&kept, &gone] {
+            std::fs::write(cache.path_for(digest), b"1234").unwrap();
+        }
+        let other = dir
+            .path()
+            .join(format!("{}-0000000000000001.cwasm", kept.hex()));
+        std::fs::write(&other, b"12").unwrap();
+        let fresh_tmp = dir.path().join("x.tmp.1.2");
+        std::fs::write(&fresh_tmp, b"1").unwrap();
+        let keep = |hex: &str| hex == kept.hex();
+        let counted = cache.prune(&keep, true).unwrap();
+        assert_eq!(
+            counted,
+            Pruned {
+                entries: 2,
+                bytes: 6
+            }
+        );
+        assert!(other.exists());
+        assert_eq!(cache.prune(&keep, false).unwrap(), counted);
+        assert!(cache.path_for(&kept).exists() && fresh_tmp.exists());
+        assert!(!cache.path_for(&gone).exists() && !other.exists());
     }
 }

@@ -42,8 +42,8 @@ pub enum LoadError {
     Compile(String),
     /// The component does not export the step interface.
     #[error(
-        "exports neither `weft:plugin/step` (a step) nor `wasi:cli/run` (a command); \
-         exports: {exports}"
+        "exports neither `weft:plugin/step` (a step), `wasi:cli/run` (a command) nor \
+         `wasi:http/incoming-handler` (an HTTP handler); exports: {exports}"
     )]
     NotAPlugin {
         /// What it does export.
@@ -71,9 +71,10 @@ pub enum LoadError {
     /// The component could not be prepared for instantiation.
     #[error("cannot be linked: {0}")]
     Link(String),
-    /// A command (it exports `wasi:cli/run`) that does not describe itself.
+    /// A command (it exports `wasi:cli/run`) or an HTTP handler that does
+    /// not describe itself.
     #[error(
-        "is a WASI command with no name or version recorded in it; add it with \
+        "is a WASI command or HTTP handler with no name or version recorded in it; add it with \
          `weft plugin add FILE --name NAME --version VERSION` \
          (`POST /v1/plugins?name=NAME&version=VERSION`), which records them"
     )]

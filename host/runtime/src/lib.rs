@@ -20,6 +20,7 @@ mod budget;
 mod cache;
 mod command;
 mod error;
+mod handler;
 mod http;
 mod kv;
 mod limits;
@@ -40,7 +41,7 @@ use std::time::Duration;
 use wasmtime::component::Linker;
 use wasmtime::{InstanceAllocationStrategy, PoolingAllocationConfig};
 
-pub use cache::CodeSource;
+pub use cache::{CodeSource, Pruned};
 pub use command::{
     CommandLine, DESCRIPTION_SECTION, Description, EXIT_RETRYABLE, describe_command,
 };
@@ -220,6 +221,21 @@ impl Runtime {
     /// The configuration this runtime was built with.
     pub fn config(&self) -> &RuntimeConfig {
         &self.shared.config
+    }
+
+    /// Removes from the compiled-code cache every entry whose component's
+    /// digest (its hex) `keep` does not keep, and the entries of other
+    /// engine configurations; with `dry_run`, only counts them. Nothing
+    /// without a cache. Blocking.
+    pub fn prune_cache(
+        &self,
+        keep: &dyn Fn(&str) -> bool,
+        dry_run: bool,
+    ) -> std::io::Result<Pruned> {
+        match &self.shared.cache {
+            Some(cache) => cache.prune(keep, dry_run),
+            None => Ok(Pruned::default()),
+        }
     }
 
     /// Prepares the component in `bytes` to be called. Blocking: compiling

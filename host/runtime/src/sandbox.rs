@@ -139,6 +139,22 @@ impl StepState {
         }
     }
 
+    /// Drops every resource the guest still holds (a call's last act: the
+    /// instance is not called again), so that what the host reads at the
+    /// other end of a stream sees it end.
+    pub(super) fn close_resources(&mut self) {
+        drop(std::mem::replace(&mut self.table, ResourceTable::new()));
+    }
+
+    /// Waits for `operation` in the host, bounded as the guest's own waits
+    /// are: by the call's deadline and its run's cancellation.
+    pub(super) fn wait_in_host<F: std::future::Future>(
+        &self,
+        operation: F,
+    ) -> wasmtime::Result<F::Output> {
+        self.bound.wait(operation)
+    }
+
     /// The resource table, and when waits on its resources must end.
     pub(super) fn io(&mut self) -> (&mut ResourceTable, &WaitBound) {
         (&mut self.table, &self.bound)

@@ -80,7 +80,7 @@ impl WaitBound {
 
     /// Waits for `operation` until the deadline or a cancel, whichever
     /// comes first; blocking, as wasmtime-wasi's own sync waits are.
-    fn wait<F: Future>(&self, operation: F) -> wasmtime::Result<F::Output> {
+    pub(crate) fn wait<F: Future>(&self, operation: F) -> wasmtime::Result<F::Output> {
         self.check()?;
         let mut paused = false;
         wasmtime_wasi::runtime::in_tokio(async {

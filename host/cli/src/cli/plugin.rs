@@ -356,7 +356,7 @@ fn inspect(data_dir: &Path, file: &Path, json: bool) -> anyhow::Result<ExitCode>
         "version": meta.version.to_string(),
         "description": meta.description,
         "contract": plugin.contract(),
-        "kind": if plugin.is_command() { "command" } else { "step" },
+        "kind": plugin.kind(),
         "capabilities": plugin.capabilities(),
         "digest": plugin.digest().to_string(),
         "size": bytes.len(),
@@ -376,6 +376,10 @@ fn inspect(data_dir: &Path, file: &Path, json: bool) -> anyhow::Result<ExitCode>
     }
     match plugin.contract() {
         Some(contract) => out!("contract:    weft:plugin@{contract}"),
+        None if plugin.is_handler() => out!(
+            "contract:    handler (wasi:http/incoming-handler: input the request, output the \
+             response; a 5xx, 429 or 408 retries)"
+        ),
         None => out!(
             "contract:    command (wasi:cli/run: input JSON on stdin, output JSON on stdout; \
              exit {} retries)",
@@ -391,7 +395,12 @@ fn inspect(data_dir: &Path, file: &Path, json: bool) -> anyhow::Result<ExitCode>
             capabilities.join(", ")
         }
     );
-    if plugin.imports_http() {
+    if plugin.imports_http() && plugin.is_handler() {
+        out!(
+            "             (http: a request it makes is refused unless its step grants \
+             `allow: {{http: [...]}}`)"
+        );
+    } else if plugin.imports_http() {
         out!("             (http: a workflow must grant its steps `allow: {{http: [...]}}`)");
     }
     out!("digest:      {}", plugin.digest());

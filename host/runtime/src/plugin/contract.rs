@@ -3,9 +3,11 @@
 //! version the component exports, and hand back version-neutral values. A
 //! command ([`crate::command`]) is one more shape behind the same face: it
 //! runs `wasi:cli/run`, and its exit status and stdout are turned into the
-//! answer a step gives.
+//! answer a step gives; an HTTP handler ([`crate::handler`]) another, whose
+//! response is.
 
 use wasmtime_wasi::p2::bindings::sync::{Command, CommandPre};
+use wasmtime_wasi_http::p2::bindings::sync::{Proxy, ProxyPre};
 
 use crate::bindings::{v1, v2, v3};
 use crate::budget::OverBudget;
@@ -26,11 +28,12 @@ pub(super) struct Info {
 }
 
 /// A step's own error: `retryable` or `fatal`, with its failure.
-pub(super) struct Failure {
-    pub(super) retryable: bool,
-    pub(super) code: String,
-    pub(super) message: String,
-    pub(super) details: Option<String>,
+#[derive(Debug)]
+pub(crate) struct Failure {
+    pub(crate) retryable: bool,
+    pub(crate) code: String,
+    pub(crate) message: String,
+    pub(crate) details: Option<String>,
 }
 
 /// A component linked and ready to instantiate, by contract version.
@@ -39,6 +42,7 @@ pub(super) enum Pre {
     V2(v2::PluginPre<StepState>),
     V3(v3::PluginPre<StepState>),
     Command(CommandPre<StepState>),
+    Handler(ProxyPre<StepState>),
 }
 
 /// One instance of a plugin, by contract version.
@@ -47,6 +51,7 @@ pub(super) enum Instance {
     V2(v2::Plugin),
     V3(v3::Plugin),
     Command(Command),
+    Handler(Proxy),
 }
 
 /// Converts the WIT records of one contract version; the versions share
@@ -117,12 +122,18 @@ impl Pre {
         Ok(Self::Command(CommandPre::new(pre)?))
     }
 
+    /// Wraps `pre`, a component that exports `wasi:http/incoming-handler`.
+    pub(super) fn handler(pre: InstancePre<StepState>) -> wasmtime::Result<Self> {
+        Ok(Self::Handler(ProxyPre::new(pre)?))
+    }
+
     pub(super) fn instantiate(&self, store: &mut Store<StepState>) -> wasmtime::Result<Instance> {
         Ok(match self {
             Self::V1(pre) => Instance::V1(pre.instantiate(store)?),
             Self::V2(pre) => Instance::V2(pre.instantiate(store)?),
             Self::V3(pre) => Instance::V3(pre.instantiate(store)?),
             Self::Command(pre) => Instance::Command(pre.instantiate(store)?),
+            Self::Handler(pre) => Instance::Handler(pre.instantiate(store)?),
         })
     }
 }
@@ -134,6 +145,7 @@ impl Instance {
             Self::V2(i) => i.weft_plugin_step().call_describe(store)?.into(),
             Self::V3(i) => i.weft_plugin_step().call_describe(store)?.into(),
             Self::Command(_) => wasmtime::bail!("a command does not describe itself"),
+            Self::Handler(_) => wasmtime::bail!("an HTTP handler does not describe itself"),
         })
     }
 
@@ -157,6 +169,9 @@ impl Instance {
                 .call_run(store, &context.into(), input)?
                 .map_err(Failure::from),
             Self::Command(command) => return run_command(command, store),
+            Self::Handler(proxy) => {
+                return crate::handler::run_handler(proxy, store, context, input);
+            }
         })
     }
 }

@@ -41,6 +41,7 @@ pub(crate) fn load(runtime: &Runtime, bytes: &[u8]) -> Result<Plugin, LoadError>
     let pre = match &shape {
         Shape::Step(contract) => Pre::new(contract, instance_pre),
         Shape::Command => Pre::command(instance_pre),
+        Shape::Handler => Pre::handler(instance_pre),
     }
     .map_err(|e| LoadError::Link(format!("{e:#}")))?;
 
@@ -88,7 +89,7 @@ pub(crate) fn load(runtime: &Runtime, bytes: &[u8]) -> Result<Plugin, LoadError>
             }
             describe(&plugin)?
         }
-        Shape::Command => described(bytes)?,
+        Shape::Command | Shape::Handler => described(bytes)?,
     };
     plugin.input_check = plugin
         .meta
@@ -135,12 +136,16 @@ enum Shape {
     Step(semver::Version),
     /// It exports `wasi:cli/run`: a command ([`crate::command`]).
     Command,
+    /// It exports `wasi:http/incoming-handler`: an HTTP handler
+    /// ([`crate::handler`]).
+    Handler,
 }
 
 /// Finds `weft:plugin/step@<version>` among the exports and checks that
 /// version against [`CONTRACT_VERSION`] and [`COMPAT_VERSIONS`] by semver: same
 /// major, and for 0.x the same minor. Without it, a component that exports
-/// `wasi:cli/run` is a command.
+/// `wasi:http/incoming-handler` is an HTTP handler, and one that exports
+/// `wasi:cli/run` a command.
 fn check_contract(component: &Component, engine: &wasmtime::Engine) -> Result<Shape, LoadError> {
     let ty = component.component_type();
     let exports: Vec<String> = ty
@@ -151,6 +156,14 @@ fn check_contract(component: &Component, engine: &wasmtime::Engine) -> Result<Sh
         .iter()
         .find_map(|name| name.strip_prefix("weft:plugin/step@"))
     else {
+        // A component that is both answers requests: `run` of a handler
+        // is incidental (a server's own loop, say).
+        if exports
+            .iter()
+            .any(|name| name.starts_with(crate::handler::HANDLER_EXPORT))
+        {
+            return Ok(Shape::Handler);
+        }
         if exports
             .iter()
             .any(|name| name.starts_with(crate::command::RUN_EXPORT))

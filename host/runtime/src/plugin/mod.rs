@@ -17,6 +17,7 @@ use crate::cache::CodeSource;
 use weft_core::Digest;
 
 pub use call::{CallOptions, CallOutcome, CallTiming, StepContext};
+pub(crate) use contract::Failure;
 pub(crate) use load::{check_name_version, load};
 pub(crate) use spare::Spares;
 
@@ -147,7 +148,8 @@ impl Plugin {
 
     /// The names of the component's exports; one is
     /// `weft:plugin/step@<contract version>`, or for a command
-    /// `wasi:cli/run@<version>`.
+    /// `wasi:cli/run@<version>`, or for a handler
+    /// `wasi:http/incoming-handler@<version>`.
     pub fn exports(&self) -> &[String] {
         &self.0.exports
     }
@@ -159,8 +161,25 @@ impl Plugin {
         matches!(self.0.pre, contract::Pre::Command(_))
     }
 
+    /// Whether the plugin is an HTTP handler: a component that exports
+    /// `wasi:http/incoming-handler`, its input the request and its output
+    /// the response ([`crate::handler`]).
+    pub fn is_handler(&self) -> bool {
+        matches!(self.0.pre, contract::Pre::Handler(_))
+    }
+
+    /// What the plugin is to weft: `step` (it exports `weft:plugin/step`),
+    /// `command` or `handler`.
+    pub fn kind(&self) -> &'static str {
+        match self.0.pre {
+            contract::Pre::Command(_) => "command",
+            contract::Pre::Handler(_) => "handler",
+            _ => "step",
+        }
+    }
+
     /// The contract version the component was built against; none for a
-    /// command.
+    /// command or a handler.
     pub fn contract(&self) -> Option<&str> {
         self.0
             .exports
