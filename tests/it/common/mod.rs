@@ -171,13 +171,18 @@ impl Scratch {
         self.dir.path().join("plugins")
     }
 
+    /// Adds guest `name`; one of plugins/ with a plugin.json (an HTTP
+    /// handler or a command) with it recorded, as `weft plugin build`
+    /// makes it.
     pub fn add_plugin(&self, name: &str) {
         std::fs::create_dir_all(self.plugins_dir()).unwrap();
-        std::fs::write(
-            self.plugins_dir().join(format!("{name}.wasm")),
-            guest_bytes(name),
-        )
-        .unwrap();
+        let mut bytes = guest_bytes(name);
+        let manifest = root().join("plugins").join(name).join("plugin.json");
+        if let Ok(text) = std::fs::read_to_string(&manifest) {
+            let description = serde_json::from_str(&text).unwrap();
+            bytes = weft::runtime::describe_command(&bytes, &description).unwrap();
+        }
+        std::fs::write(self.plugins_dir().join(format!("{name}.wasm")), bytes).unwrap();
     }
 
     /// Writes `text` to `name` in the scratch directory.

@@ -412,15 +412,12 @@ pub fn go_env(command: &mut Command) -> &mut Command {
 /// its `plugin.json` (name, version, description, schemas) in the command
 /// component the module is wrapped into.
 fn build_go(go: &Path, dir: &Path, built: &Path) -> anyhow::Result<()> {
-    let manifest = dir.join("plugin.json");
-    let text = std::fs::read_to_string(&manifest).with_context(|| {
+    let description = manifest(dir)?.with_context(|| {
         format!(
-            "cannot read {} (a Go step's name, version and schemas: {{\"name\": ..., \"version\": ...}})",
-            manifest.display()
+            "no {} (a Go step's name, version and schemas: {{\"name\": ..., \"version\": ...}})",
+            dir.join("plugin.json").display()
         )
     })?;
-    let description: weft::runtime::Description = serde_json::from_str(&text)
-        .map_err(|e| anyhow::anyhow!("{} is not a description: {e}", manifest.display()))?;
     let module = built.with_extension("module.wasm");
     run(
         go_env(Command::new(go).current_dir(dir))
@@ -436,6 +433,21 @@ fn build_go(go: &Path, dir: &Path, built: &Path) -> anyhow::Result<()> {
         .map_err(|e| anyhow::anyhow!("the module go built {e}"))?;
     std::fs::write(built, component)?;
     Ok(())
+}
+
+/// The project's `plugin.json`, if it has one: the name, version and
+/// schemas of a command or an HTTP handler, which do not describe
+/// themselves.
+fn manifest(dir: &Path) -> anyhow::Result<Option<weft::runtime::Description>> {
+    let path = dir.join("plugin.json");
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
+    };
+    serde_json::from_str(&text)
+        .map(Some)
+        .map_err(|e| anyhow::anyhow!("{} is not a description: {e}", path.display()))
 }
 
 /// What builds a C plugin.
@@ -783,7 +795,19 @@ fn build_rust(dir: &Path, built: &Path) -> anyhow::Result<()> {
         }
     }
     let wasm = wasm.context("cargo built no .wasm; is the crate a `cdylib`?")?;
-    std::fs::copy(&wasm, built).with_context(|| format!("cannot copy {}", wasm.display()))?;
+    match manifest(dir)? {
+        // A command or an HTTP handler: its plugin.json is recorded in it.
+        Some(description) => {
+            let bytes = std::fs::read(&wasm)?;
+            let component = weft::runtime::describe_command(&bytes, &description)
+                .map_err(|e| anyhow::anyhow!("the component cargo built {e}"))?;
+            std::fs::write(built, component)?;
+        }
+        None => {
+            std::fs::copy(&wasm, built)
+                .with_context(|| format!("cannot copy {}", wasm.display()))?;
+        }
+    }
     Ok(())
 }
 
