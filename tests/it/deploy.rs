@@ -41,6 +41,96 @@ fn marked(mark: u32, nap: &str) -> String {
     )
 }
 
+/// A file written in the served folder while `weft serve` runs is
+/// deployed as it lands, as `weft deploy` would; a broken one is refused,
+/// said on the serve's stderr naming the file, and the revision before
+/// keeps serving.
+#[test]
+fn a_workflow_file_edited_while_serving_is_deployed_and_a_broken_one_refused() {
+    let scratch = Scratch::new(&["echo"]);
+    let file = scratch.path().join("workflows/marked.yaml");
+    std::fs::create_dir_all(scratch.path().join("workflows")).unwrap();
+    std::fs::write(&file, marked(1, "1ms")).unwrap();
+    let host = serve(&scratch, 0);
+    let revision =
+        || host.call("GET", "/v1/workflows/marked", None).1["workflow"]["revision"].clone();
+    assert_eq!(revision(), 1);
+
+    std::fs::write(&file, marked(2, "1ms")).unwrap();
+    crate::common::wait(
+        Duration::from_secs(20),
+        Duration::from_millis(50),
+        || {
+            if revision() == 2 {
+                Ok(())
+            } else {
+                Err(revision())
+            }
+        },
+        |seen| format!("the edited file was not deployed: revision {seen}"),
+    );
+    let run = start(&host, "marked");
+    assert_eq!(ended(&host, &run)["outputs"]["mark"], 2);
+    let (_, shown) = host.call("GET", "/v1/workflows/marked", None);
+    assert!(
+        shown["workflow"]["origin"]
+            .as_str()
+            .unwrap()
+            .starts_with("file:"),
+        "{shown}"
+    );
+
+    // Broken: refused, said, and revision 2 serves on. A plugin that does
+    // not exist is refused as `weft deploy` refuses it.
+    std::fs::write(&file, "id: marked\nsteps: [\n").unwrap();
+    let log = scratch.path().join("serve-0.log");
+    let said = |needle: &str| {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains(needle))
+            .count()
+    };
+    crate::common::wait(
+        Duration::from_secs(20),
+        Duration::from_millis(50),
+        || {
+            if said("warning: not deploying") >= 1 {
+                Ok(())
+            } else {
+                Err(())
+            }
+        },
+        |()| std::fs::read_to_string(&log).unwrap_or_default(),
+    );
+    std::fs::write(
+        &file,
+        "id: marked\nsteps:\n  - { id: a, uses: nowhere, with: {} }\n",
+    )
+    .unwrap();
+    crate::common::wait(
+        Duration::from_secs(20),
+        Duration::from_millis(50),
+        || {
+            if said("warning: not deploying") >= 2 {
+                Ok(())
+            } else {
+                Err(())
+            }
+        },
+        |()| std::fs::read_to_string(&log).unwrap_or_default(),
+    );
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        text.contains("marked.yaml") && text.contains("nowhere"),
+        "{text}"
+    );
+    assert!(text.contains("revision 2 deployed from"), "{text}");
+    assert_eq!(revision(), 2);
+    let run = start(&host, "marked");
+    assert_eq!(ended(&host, &run)["outputs"]["mark"], 2);
+}
+
 #[test]
 fn workflows_deploy_as_numbered_versions_that_new_runs_take_and_a_restart_keeps() {
     let scratch = Scratch::new(&["echo"]);

@@ -586,13 +586,30 @@ const SETTLE: std::time::Duration = std::time::Duration::from_millis(100);
 /// written or moved in, once its events have settled, on a thread of its
 /// own. Removals are ignored: the registry keeps what runs are pinned to.
 pub fn watch(dir: &Path, changed: impl Fn(PathBuf) + Send + 'static) -> notify::Result<DirWatcher> {
+    watch_files(
+        dir,
+        "weft-plugin-watch",
+        |path| path.extension().is_some_and(|ext| ext == "wasm"),
+        changed,
+    )
+}
+
+/// Calls `changed` with each file in `dir` that `wanted` accepts and that
+/// is created, written or moved in, once its events have settled, on a
+/// thread named `thread`. Removals are ignored.
+pub fn watch_files(
+    dir: &Path,
+    thread: &str,
+    wanted: impl Fn(&Path) -> bool + Send + 'static,
+    changed: impl Fn(PathBuf) + Send + 'static,
+) -> notify::Result<DirWatcher> {
     use notify::{EventKind, RecursiveMode, Watcher as _};
     let (tell, events) = std::sync::mpsc::channel::<PathBuf>();
     let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
         let Ok(event) = event else { return };
         if matches!(event.kind, EventKind::Create(_) | EventKind::Modify(_)) {
             for path in event.paths {
-                if path.extension().is_some_and(|ext| ext == "wasm") {
+                if wanted(&path) {
                     let _ = tell.send(path);
                 }
             }
@@ -600,7 +617,7 @@ pub fn watch(dir: &Path, changed: impl Fn(PathBuf) + Send + 'static) -> notify::
     })?;
     watcher.watch(dir, RecursiveMode::NonRecursive)?;
     std::thread::Builder::new()
-        .name("weft-plugin-watch".to_owned())
+        .name(thread.to_owned())
         .spawn(move || {
             // Ends when the watcher, and with it the sender, is dropped.
             while let Ok(first) = events.recv() {

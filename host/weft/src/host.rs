@@ -4,7 +4,7 @@
 //! lives in one place.
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use weft_core::Clock;
@@ -13,12 +13,12 @@ use weft_engine::sweep::{Pass, Retention, Swept};
 use weft_engine::{Engine, EngineConfig, ResumeError};
 use weft_model::WorkflowDir;
 use weft_runtime::Plugin;
-use weft_store::{Store, StoreError};
+use weft_store::{DeploymentRecord, Store, StoreError};
 
 use crate::api::Api;
 use crate::hub::Hub;
 use crate::services::Services;
-use crate::services::deployments::Deployments;
+use crate::services::deployments::{DeployError, Deployments};
 
 /// What a host is made of, and how much of the store's state it takes
 /// over when it starts.
@@ -35,6 +35,9 @@ pub struct HostConfig {
     /// The workflow files to serve (each one not yet a revision is
     /// deployed). `None`: the host serves no deployments, as `weft run`.
     pub workflows: Option<WorkflowDir>,
+    /// The folder `workflows` was read from: with [`recover`](Self::recover),
+    /// a file written there later is deployed as it lands.
+    pub workflows_dir: Option<PathBuf>,
     /// Take over the store: carry out its outbox, arm its timers, resume
     /// its interrupted runs, fire its cron triggers, deliver its messages
     /// and watch the plugins directory. Exactly one process per store
@@ -81,6 +84,23 @@ pub trait HostEvents: Send + Sync + std::fmt::Debug {
     fn not_watching(&self, dir: &Path, error: &str) {
         tracing::warn!(dir = %dir.display(), "not watching for plugins: {error}");
     }
+
+    /// A workflow file written in the watched workflows folder was
+    /// deployed as a new revision, which new runs start on.
+    fn workflow_deployed(&self, record: &DeploymentRecord, file: &Path) {
+        tracing::info!(
+            workflow = %record.workflow,
+            revision = record.revision,
+            file = %file.display(),
+            "workflow deployed from its file"
+        );
+    }
+
+    /// A workflow file written in the watched workflows folder was
+    /// refused; the revision served before keeps serving.
+    fn workflow_rejected(&self, file: &Path, error: &DeployError) {
+        tracing::warn!(file = %file.display(), "not deploying the workflow file: {error}");
+    }
 }
 
 /// The default [`HostEvents`]: tracing only.
@@ -104,6 +124,7 @@ impl HostConfig {
             clock,
             engine: EngineConfig::default(),
             workflows: None,
+            workflows_dir: None,
             recover: false,
             events: Arc::new(Traced),
             retention: Retention::default(),
@@ -136,6 +157,15 @@ impl HostConfig {
             workflows: Some(workflows),
             recover: true,
             ..self
+        }
+    }
+
+    /// [`serving`](Self::serving) the workflows of folder `dir`, read now,
+    /// and each file written there later, as it lands.
+    pub fn serving_dir(self, workflows: WorkflowDir, dir: PathBuf) -> Self {
+        Self {
+            workflows_dir: Some(dir),
+            ..self.serving(workflows)
         }
     }
 
@@ -197,6 +227,7 @@ pub struct Host {
     /// Set once the outbox was carried out for [`Host::resume`].
     replayed: std::sync::OnceLock<()>,
     _watcher: Option<DirWatcher>,
+    _workflows_watcher: Option<DirWatcher>,
 }
 
 impl Host {
@@ -265,6 +296,12 @@ impl Host {
         } else {
             None
         };
+        let workflows_watcher = match &config.workflows_dir {
+            Some(dir) if config.recover => {
+                watch_workflows(dir, &engine, &deployments, &config.events)
+            }
+            _ => None,
+        };
         if config.recover {
             look_at_the_store(&engine, &deployments, quotas)?;
             start_sweeper(&engine, config.retention)?;
@@ -288,6 +325,7 @@ impl Host {
             warnings,
             replayed: std::sync::OnceLock::new(),
             _watcher: watcher,
+            _workflows_watcher: workflows_watcher,
         })
     }
 
@@ -410,6 +448,41 @@ fn watch_plugins(engine: &Arc<Engine>, events: &Arc<dyn HostEvents>) -> Option<D
             .map_err(|e| e.to_string())
         });
     watched.inspect_err(|e| events.not_watching(&dir, e)).ok()
+}
+
+/// Step 6 too: a workflow file written in the served folder is deployed
+/// as it lands (checked as `weft deploy` checks it), and one that fails is
+/// reported while the revision before keeps serving. A file removed is
+/// served until the next start.
+fn watch_workflows(
+    dir: &Path,
+    engine: &Arc<Engine>,
+    deployments: &Arc<Deployments>,
+    events: &Arc<dyn HostEvents>,
+) -> Option<DirWatcher> {
+    let engine = Arc::clone(engine);
+    let deployments = Arc::clone(deployments);
+    let told = Arc::clone(events);
+    plugins::watch_files(
+        dir,
+        "weft-workflow-watch",
+        |path| {
+            !weft_model::cases::is_test_file(path)
+                && path
+                    .extension()
+                    .and_then(|ext| ext.to_str())
+                    .is_some_and(|ext| matches!(ext, "yaml" | "yml" | "json"))
+        },
+        move |path| match deployments.deploy_file(&engine, &path) {
+            Ok(deployed) if deployed.created => told.workflow_deployed(&deployed.record, &path),
+            Ok(_) => {}
+            Err(e) => told.workflow_rejected(&path, &e),
+        },
+    )
+    .inspect_err(|e| {
+        tracing::warn!(dir = %dir.display(), "not watching for workflow files: {e}");
+    })
+    .ok()
 }
 
 /// Step 6, the scan: every component in the plugins directory joins the

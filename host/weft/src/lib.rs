@@ -54,7 +54,7 @@ pub use weft_store as store;
 
 pub use host::{Host, HostConfig, HostError, HostEvents, Traced, start_sweeper};
 pub use services::Services;
-pub use services::deployments::{Deployed, Deployments};
+pub use services::deployments::{DeployError, Deployed, Deployments};
 pub use weft_core::{Clock, SimClock, SystemClock, Timestamp};
 pub use weft_engine::Engine;
 pub use weft_engine::plugins::PluginDir;

@@ -18,7 +18,8 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:7420";
 
 #[derive(Debug, clap::Args)]
 pub struct ServeArgs {
-    /// Serve every workflow file (.yaml, .yml, .json) in this directory.
+    /// Serve every workflow file (.yaml, .yml, .json) in this directory;
+    /// a file written there while serving is deployed as it lands.
     /// [default: DATA_DIR/workflows, created if missing]
     #[arg(long, value_name = "DIR")]
     workflows: Option<PathBuf>,
@@ -193,7 +194,7 @@ pub fn serve(data_dir: &Path, args: ServeArgs) -> anyhow::Result<ExitCode> {
         ..weft::engine::EngineConfig::default()
     };
     let config = host_config(data_dir, &args.plugins, config)?
-        .serving(files)
+        .serving_dir(files, workflows_dir.clone())
         .retaining(args.retain.retention())
         .with_events(Arc::new(Operator));
     let host = Host::start(config).context("cannot start the host")?;
@@ -360,6 +361,22 @@ impl HostEvents for Operator {
         eprintln!(
             "warning: not watching {} for plugins: {error}",
             dir.display()
+        );
+    }
+
+    fn workflow_deployed(&self, record: &weft::store::DeploymentRecord, file: &Path) {
+        eprintln!(
+            "workflow {} revision {} deployed from {}; new runs start on it",
+            record.workflow,
+            record.revision,
+            file.display()
+        );
+    }
+
+    fn workflow_rejected(&self, file: &Path, error: &weft::DeployError) {
+        eprintln!(
+            "warning: not deploying {}: {error}; the revision served before keeps serving",
+            file.display()
         );
     }
 }

@@ -284,6 +284,17 @@ impl Deployments {
         workflow: Workflow,
         max_revisions: Option<u32>,
     ) -> Result<Deployed, DeployError> {
+        self.deploy_as(workflow, "api", max_revisions)
+    }
+
+    /// [`deploy_within`](Self::deploy_within), recording `origin` as where
+    /// the revision came from (`api`, `file:PATH`).
+    fn deploy_as(
+        &self,
+        workflow: Workflow,
+        origin: &str,
+        max_revisions: Option<u32>,
+    ) -> Result<Deployed, DeployError> {
         let _one_at_a_time = weft_core::lock(&self.deploying);
         let head = self
             .store
@@ -316,7 +327,7 @@ impl Deployments {
             }
         }
         let record = self
-            .record(&workflow, "api", self.clock.now(), head.as_ref())
+            .record(&workflow, origin, self.clock.now(), head.as_ref())
             .map_err(DeployError::Store)?;
         weft_core::lock(&self.seen).insert(workflow.id.clone(), record.revision);
         let next = self.current().with(workflow);
@@ -350,8 +361,45 @@ impl Deployments {
             max_revisions,
         } = by;
         let workflow = model::parse(text, format, source).map_err(DeployError::Invalid)?;
+        let grants = self.check(engine, tenant, &workflow, source, owner)?;
+        // Parsed again with an origin that names the deployment.
+        let origin = format!("{} (deployed)", workflow.id);
+        let mut workflow = model::parse(text, format, &origin).map_err(DeployError::Invalid)?;
+        workflow.id = weft_core::tenant::qualify(tenant, &workflow.id);
+        self.take(engine, tenant, workflow, "api", max_revisions, grants)
+    }
+
+    /// Deploys the workflow file at `path` (a file of the folder a serving
+    /// host watches) as [`deploy_checked`](Self::deploy_checked) deploys a
+    /// definition of its workflow's tenant, as an owner: the folder is the
+    /// operator's. The revision's origin names the file, and so do its
+    /// errors. Durable when it returns. Blocking.
+    pub fn deploy_file(
+        &self,
+        engine: &Engine,
+        path: &std::path::Path,
+    ) -> Result<Deployed, DeployError> {
+        let workflow = model::load(path).map_err(DeployError::Invalid)?;
+        let tenant = weft_core::tenant::of(&workflow.id).to_owned();
+        let source = workflow.origin.clone();
+        let grants = self.check(engine, &tenant, &workflow, &source, true)?;
+        let origin = format!("file:{source}");
+        self.take(engine, &tenant, workflow, &origin, None, grants)
+    }
+
+    /// Checks `workflow`, read from `source`, as a run of `tenant` would
+    /// find it: see [`deploy_checked`](Self::deploy_checked). Returns the
+    /// secrets the deployment grants. Blocking.
+    fn check(
+        &self,
+        engine: &Engine,
+        tenant: &str,
+        workflow: &Workflow,
+        source: &str,
+        owner: bool,
+    ) -> Result<Vec<(String, weft_store::SecretGrant)>, DeployError> {
         if let Some(store) =
-            unknown_snapshot(self.store.as_ref(), tenant, &workflow).map_err(DeployError::Store)?
+            unknown_snapshot(self.store.as_ref(), tenant, workflow).map_err(DeployError::Store)?
         {
             return Err(DeployError::UnknownSnapshot {
                 origin: source.to_owned(),
@@ -445,11 +493,21 @@ impl Deployments {
                 });
             }
         }
-        // Parsed again with an origin that names the deployment.
-        let origin = format!("{} (deployed)", workflow.id);
-        let mut workflow = model::parse(text, format, &origin).map_err(DeployError::Invalid)?;
-        workflow.id = weft_core::tenant::qualify(tenant, &workflow.id);
-        let mut deployed = self.deploy_within(workflow, max_revisions)?;
+        Ok(grants)
+    }
+
+    /// Takes `workflow`, checked, as the newest revision of its id, then
+    /// grants `grants` and brings the cron triggers in line.
+    fn take(
+        &self,
+        engine: &Engine,
+        tenant: &str,
+        workflow: Workflow,
+        origin: &str,
+        max_revisions: Option<u32>,
+        mut grants: Vec<(String, weft_store::SecretGrant)>,
+    ) -> Result<Deployed, DeployError> {
+        let mut deployed = self.deploy_as(workflow, origin, max_revisions)?;
         // Granted once the deployment is taken (one refused grants
         // nothing), before it is answered.
         grants.dedup();
