@@ -193,9 +193,32 @@ fn runs_delete_removes_an_ended_run_and_refuses_one_that_has_not_ended() {
     let again = scratch.run(&["runs", "delete", id]);
     assert_eq!(again.code, Some(2), "{again:?}");
     assert!(again.stderr.contains("no run"), "{again:?}");
+    // A compiled component that neither the registry nor the plugins
+    // folder holds (an earlier build, say) goes from the code cache; the
+    // plugins folder's stays.
+    let cache = scratch.data_dir().join("cache");
+    let entries = || std::fs::read_dir(&cache).unwrap().count();
+    let before = entries();
+    assert!(
+        before >= 1,
+        "the run compiled echo into {}",
+        cache.display()
+    );
+    std::fs::write(
+        cache.join(format!("{}-0123456789abcdef.cwasm", "ab".repeat(32))),
+        b"x",
+    )
+    .unwrap();
     let swept = scratch.run(&["gc", "--retain", "1s"]);
     assert_eq!(swept.code, Some(0), "{swept:?}");
     assert!(swept.stdout.contains("deleted 1 ended run(s)"), "{swept:?}");
+    assert!(
+        swept
+            .stdout
+            .contains("deleted 1 compiled component(s) of the code cache"),
+        "{swept:?}"
+    );
+    assert_eq!(entries(), before);
     assert_eq!(scratch.run(&["runs", "show", other]).code, Some(2));
     let bad = scratch.run(&["gc", "--retain=-5s"]);
     assert_eq!(bad.code, Some(2), "{bad:?}");

@@ -145,6 +145,41 @@ pub(super) fn gc(data_dir: &std::path::Path, args: &GcArgs) -> anyhow::Result<Ex
             swept.kept
         );
     }
+    // Compiled code is kept for the registry's components and the plugins
+    // folder's; a build that is neither (an earlier build of a project,
+    // say) is compiled again if it is ever loaded.
+    let mut kept: std::collections::HashSet<String> = engine
+        .store()
+        .plugins()
+        .context("cannot read the plugin registry")?
+        .into_iter()
+        .map(|record| {
+            record
+                .digest
+                .strip_prefix("sha256:")
+                .unwrap_or(&record.digest)
+                .to_owned()
+        })
+        .collect();
+    if let Ok(files) = std::fs::read_dir(engine.plugins().dir()) {
+        for path in files.filter_map(|f| f.ok().map(|f| f.path())) {
+            if path.extension().is_some_and(|e| e == "wasm")
+                && let Ok(bytes) = std::fs::read(&path)
+            {
+                kept.insert(weft::core::Digest::of(&bytes).hex());
+            }
+        }
+    }
+    let pruned = engine
+        .plugins()
+        .runtime()
+        .prune_cache(&|hex| kept.contains(hex), args.dry_run)
+        .context("cannot prune the compiled-code cache")?;
+    out!(
+        "{verb} {} compiled component(s) of the code cache ({} bytes) that neither the registry nor the plugins folder holds",
+        pruned.entries,
+        pruned.bytes
+    );
     Ok(ExitCode::SUCCESS)
 }
 
