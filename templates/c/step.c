@@ -39,28 +39,12 @@ char *weft_run(const weft_context *ctx, const char *input, weft_error *error) {
         return NULL;
     }
 
-    /* An HTTP call, to a destination the workflow grants (example.yaml). */
-    int status = -1;
-    char *url = weft_json_string(input, "url");
-    if (url) {
-        weft_http_response answer;
-        if (!weft_http_get(url, &answer, &problem)) {
-            *error = weft_retryable("http", problem);
-            free(problem);
-            free(url);
-            free(text);
-            return NULL;
-        }
-        status = answer.status;
-        weft_http_response_free(&answer);
-        free(url);
-    }
-
+    /* An HTTP call would be `weft_http_get(url, &answer, &problem)`, to a
+     * destination the workflow grants (`allow: {http: [...]}`): see
+     * docs/steps.md. */
     char *quoted = weft_json_quote(text), *output = NULL;
     free(text);
-    int made = status < 0
-        ? asprintf(&output, "{\"greeting\":%s,\"greetings\":%ld}", quoted, greetings)
-        : asprintf(&output, "{\"greeting\":%s,\"greetings\":%ld,\"status\":%d}", quoted, greetings, status);
+    int made = asprintf(&output, "{\"greeting\":%s,\"greetings\":%ld}", quoted, greetings);
     free(quoted);
     return made < 0 ? NULL : output;
 }

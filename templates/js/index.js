@@ -22,9 +22,8 @@ export const step = defineStep(
     // Key-value writes commit with the step's result, exactly once.
     const greetings = Number(kv.get('greetings') ?? '0') + 1;
     kv.set('greetings', String(greetings));
-    const output = { greeting: text, greetings };
-    // An HTTP call, to a destination the workflow grants (example.yaml).
-    if (input.url) output.status = (await fetch(input.url)).status;
-    return output;
+    // An HTTP call would be `await fetch(url)`, to a destination the
+    // workflow grants (`allow: {http: [...]}`): see docs/steps.md.
+    return { greeting: text, greetings };
   },
 );

@@ -23,11 +23,9 @@ def run(ctx, input):
     # Key-value writes commit with the step's result, exactly once.
     greetings = int(weft.kv.get("greetings") or "0") + 1
     weft.kv.set("greetings", str(greetings))
-    output = {"greeting": text, "greetings": greetings}
-    # An HTTP call, to a destination the workflow grants (example.yaml).
-    if input.get("url"):
-        output["status"] = weft.http.get(input["url"]).status
-    return output
+    # An HTTP call would be `weft.http.get(url)`, to a destination the
+    # workflow grants (`allow: {http: [...]}`): see docs/steps.md.
+    return {"greeting": text, "greetings": greetings}
 
 
 Step = weft.Step  # the export componentize-py looks for

@@ -189,10 +189,15 @@ fn every_template_builds_passes_its_own_test_and_runs_in_a_workflow() {
             .into();
         assert_eq!(run.code, Some(0), "{lang}: {run:?}");
         assert_eq!(run.json(), json!({ "greeting": "Hello, Ada!" }), "{lang}");
+        // A template imports only what it uses: no `wasi:http`, so a
+        // workflow of one's own needs no `allow:` for it.
+        let component = dir.join("dist").join(format!("{name}.wasm"));
+        let shown = scratch.run(&["plugin", "inspect", "--json", component.to_str().unwrap()]);
+        let imports = shown.json()["imports"].to_string();
+        assert!(!imports.contains("wasi:http"), "{lang}: {imports}");
         if lang == "go" {
             // A Go step is a command: `plugin inspect` says so, and a build
             // of the same sources is the same component.
-            let component = dir.join("dist").join(format!("{name}.wasm"));
             let inspect = scratch.run(&["plugin", "inspect", component.to_str().unwrap()]);
             assert!(
                 inspect.stdout.contains("contract:    command"),

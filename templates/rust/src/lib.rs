@@ -7,10 +7,6 @@ use weft_sdk::{Context, StepError};
 #[derive(Debug, Deserialize)]
 struct Input {
     name: String,
-    /// A URL to GET, if given; the workflow must grant it (`allow: {http:
-    /// [...]}` in example.yaml).
-    #[serde(default)]
-    url: Option<String>,
 }
 
 #[derive(Debug, PartialEq, Serialize)]
@@ -19,9 +15,6 @@ struct Output {
     /// How many greetings this workflow has given, kept in its durable
     /// key-value space.
     greetings: u64,
-    /// The status the URL answered, if one was given.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    status: Option<u16>,
 }
 
 fn greeting(name: &str) -> Result<String, StepError> {
@@ -40,15 +33,11 @@ fn run(_ctx: &Context, input: Input) -> Result<Output, StepError> {
         + 1;
     weft_sdk::kv::set("greetings", &greetings.to_string())
         .map_err(|e| StepError::fatal("kv", e))?;
-    // An HTTP call, to a destination the workflow grants.
-    let status = match &input.url {
-        Some(url) => Some(weft_sdk::http::get(url)?.status),
-        None => None,
-    };
+    // An HTTP call would be `weft_sdk::http::get(url)?`, to a destination
+    // the workflow grants (`allow: {http: [...]}`): see docs/steps.md.
     Ok(Output {
         greeting,
         greetings,
-        status,
     })
 }
 
