@@ -153,7 +153,7 @@ fn a_failing_step_fails_the_run_with_its_typed_error() {
 
 #[test]
 fn malformed_workflows_are_refused_with_file_line_and_step() {
-    let scratch = Scratch::new(&["echo"]);
+    let scratch = Scratch::new(&["echo", "template"]);
     let cases = [
         (
             "syntax.yaml",
@@ -179,6 +179,11 @@ fn malformed_workflows_are_refused_with_file_line_and_step() {
             "expr.yaml",
             "id: x\nsteps:\n  - id: a\n    uses: echo\n    with: { v: '${{ inputs.n + }}' }\n",
             "expr.yaml:3: step `a`: with.v: `inputs.n +` is not a valid CEL expression",
+        ),
+        (
+            "cond.yaml",
+            "id: x\nsteps:\n  - id: a\n    uses: echo\n    if: \"n is ${{ inputs.n }}\"\n",
+            "`if` is text around an expression, so a string, never true or false",
         ),
     ];
     for (name, text, expected) in cases {
@@ -207,7 +212,7 @@ fn malformed_workflows_are_refused_with_file_line_and_step() {
     assert!(checked.stdout.contains("plugins: a (echo@"), "{checked:?}");
     let wrong = scratch.file(
         "wrong.yaml",
-        "id: x\nsteps:\n  - id: a\n    uses: nosuch\n  - id: b\n    uses: echo@9\n  - id: c\n    uses: echo\n    args: [x]\n",
+        "id: x\nsteps:\n  - id: a\n    uses: nosuch\n  - id: b\n    uses: echo@9\n  - id: c\n    uses: echo\n    args: [x]\n  - id: d\n    uses: template\n    with: { template: 5 }\n",
     );
     // Without --plugins, the file alone is valid.
     assert_eq!(
@@ -220,6 +225,7 @@ fn malformed_workflows_are_refused_with_file_line_and_step() {
         "wrong.yaml:3: step `a`: ",
         "wrong.yaml:5: step `b`: ",
         "wrong.yaml:7: step `c`: `args` and `env` are for a command",
+        "wrong.yaml:10: step `d`: `with` does not fit the input schema of plugin `template`",
     ] {
         assert!(checked.stderr.contains(expected), "{expected}: {checked:?}");
     }

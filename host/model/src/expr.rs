@@ -184,6 +184,20 @@ impl Template {
         problem.map_or(Ok(()), Err)
     }
 
+    /// The template's value when it holds no expression.
+    pub fn literal(&self) -> Option<&Value> {
+        match &self.node {
+            Node::Literal(value) => Some(value),
+            _ => None,
+        }
+    }
+
+    /// Whether the template is text with expressions inside: it always
+    /// evaluates to a string.
+    pub fn is_text(&self) -> bool {
+        matches!(self.node, Node::Concat(_))
+    }
+
     /// Evaluates the template in `scope`.
     pub fn eval(&self, scope: &Scope) -> Result<Value, EvalError> {
         if let Node::Literal(value) = &self.node {

@@ -13,7 +13,8 @@ use super::EXIT_INVALID;
 /// with `plugins`, that every `uses:` finds a plugin in that folder whose
 /// version satisfies it, and that each step's grants, `args` and `env` fit
 /// its plugin (a plugin that makes HTTP requests needs a grant; `args` and
-/// `env` are for commands), as a run's start would check them for tenant
+/// `env` are for commands), and that a `with` of no expression fits the
+/// plugin's input schema, as a run's start would check them for tenant
 /// `default` on a host without an egress policy.
 pub fn check(data_dir: &Path, file: &Path, plugins: Option<&Path>) -> anyhow::Result<ExitCode> {
     let workflow = match model::load(file) {
@@ -42,8 +43,23 @@ pub fn check(data_dir: &Path, file: &Path, plugins: Option<&Path>) -> anyhow::Re
                 .resolve(&call.uses)
                 .map_err(|e| e.to_string())
                 .and_then(|plugin| {
-                    weft::engine::check_reach(&plugin, call, &weft::core::egress::Policy::Unbounded)
-                        .map(|()| format!("{}@{}", plugin.meta().name, plugin.meta().version))
+                    weft::engine::check_reach(
+                        &plugin,
+                        call,
+                        &weft::core::egress::Policy::Unbounded,
+                    )?;
+                    // A `with` of no expression is known now: it must fit
+                    // the plugin's input schema.
+                    if let Some(input) = call.with.literal()
+                        && let Err(problems) = plugin.check_input(input)
+                    {
+                        return Err(format!(
+                            "`with` does not fit the input schema of plugin `{}`: {}",
+                            plugin.meta().name,
+                            problems.join("; ")
+                        ));
+                    }
+                    Ok(format!("{}@{}", plugin.meta().name, plugin.meta().version))
                 });
             match checked_step {
                 Ok(plugin) => checked.push(format!("{} ({plugin})", step.id)),

@@ -320,6 +320,21 @@ pub(super) fn condition_template(
     };
     let template = Template::compile(&Value::String(text), field)?;
     template.check_references(known, vars)?;
+    // What can be known before a run: text around an expression is a
+    // string, and an expression of no variable has one value.
+    if template.is_text() {
+        return Err(format!(
+            "`{field}` is text around an expression, so a string, never true or false; \
+             write the expression alone: `{field}: ${{{{ ... }}}}`"
+        ));
+    }
+    if template.check_references(&[], &[]).is_ok() {
+        match template.eval(&crate::Scope::new("", "", &Value::Null)) {
+            Ok(Value::Bool(_)) => {}
+            Ok(other) => return Err(format!("`{field}` is always {other}, not true or false")),
+            Err(e) => return Err(e.to_string()),
+        }
+    }
     Ok(template)
 }
 

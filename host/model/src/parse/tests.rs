@@ -327,3 +327,28 @@ fn serde_names_of_private_types_are_said_as_what_to_write() {
     let error = error_of("id: x\nsteps:\n  - 5\n");
     assert!(error.contains("a step: a map with `id`"), "{error}");
 }
+
+#[test]
+fn a_condition_that_can_never_be_true_or_false_is_refused() {
+    let with_if = |condition: &str| {
+        format!("id: x\nsteps:\n  - id: a\n    uses: echo\n    if: {condition}\n")
+    };
+    let e = error_of(&with_if("\"n is ${{ inputs.n }}\""));
+    assert!(
+        e.contains("text around an expression") && e.contains("wf.yaml:"),
+        "{e}"
+    );
+    let e = error_of(&with_if("\"${{ 1 + 1 }}\""));
+    assert!(e.contains("`if` is always 2"), "{e}");
+    let e = error_of(&with_if("\"'yes'\""));
+    assert!(e.contains("always \"yes\""), "{e}");
+    // What depends on the run is known only then.
+    for fine in [
+        "true",
+        "\"inputs.n > 1\"",
+        "\"${{ inputs.flag }}\"",
+        "\"1 < 2\"",
+    ] {
+        parse_yaml(&with_if(fine)).unwrap_or_else(|e| panic!("{fine}: {e}"));
+    }
+}
