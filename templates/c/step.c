@@ -39,9 +39,9 @@ char *weft_run(const weft_context *ctx, const char *input, weft_error *error) {
         return NULL;
     }
 
-    /* An HTTP call would be `weft_http_get(url, &answer, &problem)`, to a
-     * destination the workflow grants (`allow: {http: [...]}`): see
-     * docs/steps.md. */
+    /* HTTP calls go to destinations the workflow grants (`allow: {http:
+     * [...]}`); see "Outgoing HTTP" in docs/steps.md. The build imports
+     * wasi:http only for a project that makes them. */
     char *quoted = weft_json_quote(text), *output = NULL;
     free(text);
     int made = asprintf(&output, "{\"greeting\":%s,\"greetings\":%ld}", quoted, greetings);

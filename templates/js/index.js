@@ -22,8 +22,9 @@ export const step = defineStep(
     // Key-value writes commit with the step's result, exactly once.
     const greetings = Number(kv.get('greetings') ?? '0') + 1;
     kv.set('greetings', String(greetings));
-    // An HTTP call would be `await fetch(url)`, to a destination the
-    // workflow grants (`allow: {http: [...]}`): see docs/steps.md.
+    // HTTP calls go to destinations the workflow grants (`allow: {http:
+    // [...]}`); see "Outgoing HTTP" in docs/steps.md. The build imports
+    // wasi:http only for a project that makes them.
     return { greeting: text, greetings };
   },
 );

@@ -23,8 +23,9 @@ def run(ctx, input):
     # Key-value writes commit with the step's result, exactly once.
     greetings = int(weft.kv.get("greetings") or "0") + 1
     weft.kv.set("greetings", str(greetings))
-    # An HTTP call would be `weft.http.get(url)`, to a destination the
-    # workflow grants (`allow: {http: [...]}`): see docs/steps.md.
+    # HTTP calls go to destinations the workflow grants (`allow: {http:
+    # [...]}`); see "Outgoing HTTP" in docs/steps.md. The build imports
+    # wasi:http only for a project that makes them.
     return {"greeting": text, "greetings": greetings}
 
 

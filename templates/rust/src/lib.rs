@@ -33,8 +33,8 @@ fn run(_ctx: &Context, input: Input) -> Result<Output, StepError> {
         + 1;
     weft_sdk::kv::set("greetings", &greetings.to_string())
         .map_err(|e| StepError::fatal("kv", e))?;
-    // An HTTP call would be `weft_sdk::http::get(url)?`, to a destination
-    // the workflow grants (`allow: {http: [...]}`): see docs/steps.md.
+    // HTTP calls (`weft_sdk::http`) go to destinations the workflow grants
+    // (`allow: {http: [...]}`); see "Outgoing HTTP" in docs/steps.md.
     Ok(Output {
         greeting,
         greetings,
