@@ -120,6 +120,21 @@ fn a_workflow_file_edited_while_serving_is_deployed_and_a_broken_one_refused() {
         },
         |()| std::fs::read_to_string(&log).unwrap_or_default(),
     );
+    // Another file with the same id: refused (the next start would serve
+    // one of the two).
+    std::fs::write(scratch.path().join("workflows/twin.yaml"), marked(3, "1ms")).unwrap();
+    crate::common::wait(
+        Duration::from_secs(20),
+        Duration::from_millis(50),
+        || {
+            if said("also defined by") >= 1 {
+                Ok(())
+            } else {
+                Err(())
+            }
+        },
+        |()| std::fs::read_to_string(&log).unwrap_or_default(),
+    );
     let text = std::fs::read_to_string(&log).unwrap();
     assert!(
         text.contains("marked.yaml") && text.contains("nowhere"),

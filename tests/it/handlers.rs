@@ -109,6 +109,13 @@ fn a_5xx_is_retryable_and_a_misbehaving_handler_fails_as_documented() {
         e.is_retryable() && e.to_string().contains("on purpose"),
         "{e}"
     );
+    // A body cut short (it said 100 bytes and wrote 5) is not an output.
+    let e = fails(json!({"path": "/short"}));
+    assert_eq!(e.code(), "handler_error", "{e}");
+    assert!(
+        e.is_retryable() && e.to_string().contains("ended badly"),
+        "{e}"
+    );
     let e = fails(json!({"path": "/none"}));
     assert_eq!(e.code(), "no_response");
     assert!(!e.is_retryable());

@@ -603,11 +603,16 @@ pub fn watch_files(
     wanted: impl Fn(&Path) -> bool + Send + 'static,
     changed: impl Fn(PathBuf) + Send + 'static,
 ) -> notify::Result<DirWatcher> {
+    use notify::event::ModifyKind;
     use notify::{EventKind, RecursiveMode, Watcher as _};
     let (tell, events) = std::sync::mpsc::channel::<PathBuf>();
     let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
         let Ok(event) = event else { return };
-        if matches!(event.kind, EventKind::Create(_) | EventKind::Modify(_)) {
+        // A change of metadata alone (a `touch`, a `chmod`) changes
+        // nothing to load.
+        if matches!(event.kind, EventKind::Create(_) | EventKind::Modify(_))
+            && !matches!(event.kind, EventKind::Modify(ModifyKind::Metadata(_)))
+        {
             for path in event.paths {
                 if wanted(&path) {
                     let _ = tell.send(path);

@@ -158,7 +158,14 @@ impl CodeCache {
             let entry = entry?;
             let name = entry.file_name();
             let Some(name) = name.to_str() else { continue };
-            let meta = entry.metadata()?;
+            // A file renamed or removed meanwhile (a writer's temporary
+            // file, another prune) is no longer this pass's.
+            let gone = |e: &std::io::Error| e.kind() == std::io::ErrorKind::NotFound;
+            let meta = match entry.metadata() {
+                Ok(meta) => meta,
+                Err(e) if gone(&e) => continue,
+                Err(e) => return Err(e),
+            };
             let dead = if let Some(hex) = name.strip_suffix(&suffix) {
                 !keep(hex)
             } else if name.ends_with(".cwasm") {
@@ -173,7 +180,11 @@ impl CodeCache {
             };
             if dead && meta.is_file() {
                 if !dry_run {
-                    std::fs::remove_file(entry.path())?;
+                    match std::fs::remove_file(entry.path()) {
+                        Ok(()) => {}
+                        Err(e) if gone(&e) => continue,
+                        Err(e) => return Err(e),
+                    }
                 }
                 pruned.entries += 1;
                 pruned.bytes += meta.len();

@@ -63,8 +63,17 @@ struct Request {
 /// body; or the error it answered instead.
 type Answer = Result<(http::response::Parts, AbortOnDropJoinHandle<Collected>), ErrorCode>;
 
-/// A response's body as read: its bytes, or the refusal of the budget.
-type Collected = Result<Vec<u8>, String>;
+/// A response's body as read: its bytes, or why it stopped short.
+type Collected = Result<Vec<u8>, Cut>;
+
+/// Why the reading of a response's body stopped short.
+#[derive(Debug)]
+enum Cut {
+    /// Past the call's budget (named by [`HostBytes::over`]).
+    Budget,
+    /// The guest aborted the body, or its length was not the one it said.
+    Aborted(String),
+}
 
 /// A failure of the step made here: fatal unless said otherwise.
 fn failure(retryable: bool, code: &str, message: String, details: Option<Value>) -> Failure {
@@ -171,10 +180,10 @@ fn request(input: &str, context: &StepContext) -> Result<http::Request<Full<Byte
 async fn collect(mut body: HyperOutgoingBody, held: HostBytes) -> Collected {
     let mut bytes = Vec::new();
     while let Some(frame) = body.frame().await {
-        // A body the guest ended badly ends here, as far as it came.
-        let Ok(frame) = frame else { break };
+        let frame = frame.map_err(|e| Cut::Aborted(e.to_string()))?;
         if let Ok(data) = frame.into_data() {
-            held.charge("the response's body", data.len())?;
+            held.charge("the response's body", data.len())
+                .map_err(|_| Cut::Budget)?;
             bytes.extend_from_slice(&data);
         }
     }
@@ -249,8 +258,17 @@ pub(crate) fn run_handler(
     };
     // Bounded by the call's deadline, though the body's end is near: the
     // guest's end of it went with its resources.
-    let Ok(body) = store.data().wait_in_host(body)? else {
-        return Err(wasmtime::Error::new(OverBudget));
+    let body = match store.data().wait_in_host(body)? {
+        Ok(body) => body,
+        Err(Cut::Budget) => return Err(wasmtime::Error::new(OverBudget)),
+        Err(Cut::Aborted(why)) => {
+            return Ok(Err(failure(
+                true,
+                "handler_error",
+                format!("the handler's response body ended badly ({why}): it is not used"),
+                None,
+            )));
+        }
     };
     Ok(response(&parts, body))
 }

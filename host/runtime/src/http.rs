@@ -310,6 +310,14 @@ type ResponseFuture = Box<
 >;
 
 impl WasiHttpHooks for HttpHooks {
+    /// The most one write to an outgoing body's stream may hold. The
+    /// channel of such a body holds two writes that the host has not
+    /// charged yet: of an HTTP handler's response, before the reading
+    /// starts. 64 KiB keeps that small.
+    fn p2_outgoing_body_chunk_size(&mut self) -> usize {
+        64 << 10
+    }
+
     fn send_request(
         &mut self,
         mut request: http::Request<WasiBody>,

@@ -473,10 +473,21 @@ fn watch_workflows(
                     .and_then(|ext| ext.to_str())
                     .is_some_and(|ext| matches!(ext, "yaml" | "yml" | "json"))
         },
-        move |path| match deployments.deploy_file(&engine, &path) {
-            Ok(deployed) if deployed.created => told.workflow_deployed(&deployed.record, &path),
-            Ok(_) => {}
-            Err(e) => told.workflow_rejected(&path, &e),
+        move |path| {
+            // A panic fails this file's deployment, not the watch.
+            let deployed = weft_core::panics::contain("weft-workflow-watch", || {
+                deployments.deploy_file(&engine, &path)
+            });
+            match deployed {
+                Ok(Ok(deployed)) if deployed.created => {
+                    told.workflow_deployed(&deployed.record, &path);
+                }
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => told.workflow_rejected(&path, &e),
+                Err(panic) => {
+                    tracing::error!(file = %path.display(), "deploying it panicked: {panic}")
+                }
+            }
         },
     )
     .inspect_err(|e| {

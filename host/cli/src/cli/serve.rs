@@ -375,7 +375,7 @@ impl HostEvents for Operator {
 
     fn workflow_rejected(&self, file: &Path, error: &weft::DeployError) {
         eprintln!(
-            "warning: not deploying {}: {error}; the revision served before keeps serving",
+            "warning: not deploying {}: {error}; the revision served before keeps serving until the next start",
             file.display()
         );
     }

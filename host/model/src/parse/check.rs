@@ -96,7 +96,7 @@ impl<'a> Checker<'a> {
         let condition = raw
             .condition
             .take()
-            .map(|text| condition_template(&text, "if", &self.known_ids(), vars))
+            .map(|text| condition_template(&text, "if", &self.known_ids(), vars, self.stored))
             .transpose()
             .map_err(invalid)?;
         let id = raw.id.clone();
@@ -224,8 +224,14 @@ impl<'a> Checker<'a> {
             let known = self.known_ids();
             let condition = match raw.condition.as_deref() {
                 Some(text) => Some(
-                    condition_template(text, &format!("{field}[{i}].if"), &known, vars)
-                        .map_err(invalid)?,
+                    condition_template(
+                        text,
+                        &format!("{field}[{i}].if"),
+                        &known,
+                        vars,
+                        self.stored,
+                    )
+                    .map_err(invalid)?,
                 ),
                 None if i == last => None,
                 None => {
@@ -312,7 +318,10 @@ pub(super) fn condition_template(
     field: &str,
     known: &[&str],
     vars: &[&str],
+    stored: bool,
 ) -> Result<Template, String> {
+    // A block scalar's line end is not text around the expression.
+    let text = text.trim();
     let text = if text.contains("${{") {
         text.to_owned()
     } else {
@@ -321,7 +330,12 @@ pub(super) fn condition_template(
     let template = Template::compile(&Value::String(text), field)?;
     template.check_references(known, vars)?;
     // What can be known before a run: text around an expression is a
-    // string, and an expression of no variable has one value.
+    // string, and an expression of no variable has one value. A stored
+    // definition, deployed before these checks, loads as it did: its runs
+    // resume, and such a condition fails its step when reached.
+    if stored {
+        return Ok(template);
+    }
     if template.is_text() {
         return Err(format!(
             "`{field}` is text around an expression, so a string, never true or false; \

@@ -267,8 +267,14 @@ impl Checker<'_> {
         }
         // The condition is checked before each iteration; it may name the
         // body's steps, as they were after the previous one.
-        let condition = condition_template(condition, "while", &self.known_ids(), &body_vars)
-            .map_err(invalid)?;
+        let condition = condition_template(
+            condition,
+            "while",
+            &self.known_ids(),
+            &body_vars,
+            self.stored,
+        )
+        .map_err(invalid)?;
         Ok(StepKind::While {
             condition,
             steps,

@@ -348,7 +348,11 @@ fn a_condition_that_can_never_be_true_or_false_is_refused() {
         "\"inputs.n > 1\"",
         "\"${{ inputs.flag }}\"",
         "\"1 < 2\"",
+        "|\n      ${{ inputs.flag }}\n",
     ] {
         parse_yaml(&with_if(fine)).unwrap_or_else(|e| panic!("{fine}: {e}"));
     }
+    // A definition stored before the rule still loads: its runs resume.
+    let stored = with_if("\"${{ 1 + 1 }}\"");
+    assert!(parse(&stored, Format::Yaml, "wf.yaml", true).is_ok());
 }

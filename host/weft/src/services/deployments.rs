@@ -25,6 +25,9 @@ pub struct Deployments {
     current: RwLock<Arc<WorkflowDir>>,
     /// Deployments are numbered one at a time.
     deploying: Mutex<()>,
+    /// The cron triggers are brought in line with the served workflows one
+    /// deployment at a time, each with the workflows as they are then.
+    syncing: Mutex<()>,
     /// The newest revision of each workflow this host has looked at: a
     /// newer one in the store was deployed by another host.
     seen: Mutex<std::collections::HashMap<String, u32>>,
@@ -150,6 +153,7 @@ impl Deployments {
             clock,
             current: RwLock::new(Arc::new(WorkflowDir::default())),
             deploying: Mutex::new(()),
+            syncing: Mutex::new(()),
             seen: Mutex::new(std::collections::HashMap::new()),
             serving: false,
         }
@@ -382,6 +386,24 @@ impl Deployments {
         let workflow = model::load(path).map_err(DeployError::Invalid)?;
         let tenant = weft_core::tenant::of(&workflow.id).to_owned();
         let source = workflow.origin.clone();
+        // Another file of the folder has this id: the next start would
+        // serve that one (a folder's ids are one file each).
+        if let Some(served) = self.current().get(&workflow.id)
+            && served.origin != source
+            && std::path::Path::new(&served.origin).parent() == path.parent()
+            && std::path::Path::new(&served.origin).is_file()
+        {
+            return Err(DeployError::Invalid(DefinitionError::Invalid {
+                at: model::Location {
+                    origin: source,
+                    ..Default::default()
+                },
+                message: format!(
+                    "workflow id `{}` is also defined by {}",
+                    workflow.id, served.origin
+                ),
+            }));
+        }
         let grants = self.check(engine, &tenant, &workflow, &source, true)?;
         let origin = format!("file:{source}");
         self.take(engine, &tenant, workflow, &origin, None, grants)
@@ -533,6 +555,7 @@ impl Deployments {
             }
         }
         deployed.granted = grants;
+        let _in_turn = weft_core::lock(&self.syncing);
         engine
             .sync_schedules(&self.current())
             .map_err(DeployError::Store)?;

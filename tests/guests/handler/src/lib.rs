@@ -8,6 +8,7 @@
 //!   header), then 200.
 //! - `/big/N`: N MiB of text, written in 64 KiB pieces; it stops at the
 //!   first write that fails.
+//! - `/short`: says 100 bytes of body and writes 5.
 //! - `/none`: returns without a response; `/error`: answers an error code;
 //!   `/panic`: panics; `/sleep`: sleeps for ten minutes.
 
@@ -94,6 +95,18 @@ impl wasip2::exports::http::incoming_handler::Guest for Handler {
                 let piece = vec![b'x'; 64 << 10];
                 let pieces = vec![piece.as_slice(); mib * 16];
                 respond(out, 200, "text/plain", &pieces);
+            }
+            "short" => {
+                // Says 100 bytes, writes 5: its finish aborts the body.
+                let headers = Fields::from_list(&[("content-length".to_owned(), b"100".to_vec())])
+                    .expect("a valid header");
+                let response = OutgoingResponse::new(headers);
+                let body = response.body().expect("the body, once");
+                ResponseOutparam::set(out, Ok(response));
+                let mut stream = body.write().expect("the body's stream, once");
+                let _ = stream.write_all(b"short");
+                drop(stream);
+                let _ = OutgoingBody::finish(body, None);
             }
             "none" => drop(out),
             "error" => ResponseOutparam::set(
