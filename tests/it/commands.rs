@@ -224,28 +224,7 @@ fn commands_without_a_description_and_bad_descriptions_are_refused() {
 #[test]
 fn a_workflow_runs_a_command_with_args_and_env_and_retries_exit_75() {
     let scratch = Scratch::new(&["echo"]);
-    let raw = scratch.path().join("command.wasm");
-    std::fs::write(&raw, guest_bytes("command")).unwrap();
-    let added = scratch
-        .weft()
-        .args(["plugin", "add"])
-        .arg(&raw)
-        .args(["--name", "shell", "--version", "0.1.0", "--out"])
-        .arg(scratch.plugins_dir().join("shell.wasm"))
-        .output()
-        .unwrap();
-    assert!(
-        added.status.success(),
-        "{}",
-        String::from_utf8_lossy(&added.stderr)
-    );
-    let inspect = scratch
-        .weft()
-        .args(["plugin", "inspect"])
-        .arg(scratch.plugins_dir().join("shell.wasm"))
-        .output()
-        .unwrap();
-    let shown = String::from_utf8_lossy(&inspect.stdout);
+    let shown = scratch.add_described("command", "shell");
     assert!(shown.contains("contract:    command"), "{shown}");
 
     let workflow = scratch.file(

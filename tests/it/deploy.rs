@@ -84,57 +84,33 @@ fn a_workflow_file_edited_while_serving_is_deployed_and_a_broken_one_refused() {
     // not exist is refused as `weft deploy` refuses it.
     std::fs::write(&file, "id: marked\nsteps: [\n").unwrap();
     let log = scratch.path().join("serve-0.log");
-    let said = |needle: &str| {
-        std::fs::read_to_string(&log)
-            .unwrap_or_default()
-            .lines()
-            .filter(|l| l.contains(needle))
-            .count()
+    // Waits until the serve's stderr has `n` lines that hold `needle`.
+    let said = |needle: &str, n: usize| {
+        crate::common::wait(
+            Duration::from_secs(20),
+            Duration::from_millis(50),
+            || {
+                let text = std::fs::read_to_string(&log).unwrap_or_default();
+                if text.lines().filter(|l| l.contains(needle)).count() >= n {
+                    Ok(())
+                } else {
+                    Err(text)
+                }
+            },
+            |text| format!("no {n} lines with `{needle}` in:\n{text}"),
+        )
     };
-    crate::common::wait(
-        Duration::from_secs(20),
-        Duration::from_millis(50),
-        || {
-            if said("warning: not deploying") >= 1 {
-                Ok(())
-            } else {
-                Err(())
-            }
-        },
-        |()| std::fs::read_to_string(&log).unwrap_or_default(),
-    );
+    said("warning: not deploying", 1);
     std::fs::write(
         &file,
         "id: marked\nsteps:\n  - { id: a, uses: nowhere, with: {} }\n",
     )
     .unwrap();
-    crate::common::wait(
-        Duration::from_secs(20),
-        Duration::from_millis(50),
-        || {
-            if said("warning: not deploying") >= 2 {
-                Ok(())
-            } else {
-                Err(())
-            }
-        },
-        |()| std::fs::read_to_string(&log).unwrap_or_default(),
-    );
+    said("warning: not deploying", 2);
     // Another file with the same id: refused (the next start would serve
     // one of the two).
     std::fs::write(scratch.path().join("workflows/twin.yaml"), marked(3, "1ms")).unwrap();
-    crate::common::wait(
-        Duration::from_secs(20),
-        Duration::from_millis(50),
-        || {
-            if said("also defined by") >= 1 {
-                Ok(())
-            } else {
-                Err(())
-            }
-        },
-        |()| std::fs::read_to_string(&log).unwrap_or_default(),
-    );
+    said("also defined by", 1);
     let text = std::fs::read_to_string(&log).unwrap();
     assert!(
         text.contains("marked.yaml") && text.contains("nowhere"),

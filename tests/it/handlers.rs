@@ -161,28 +161,7 @@ fn a_5xx_is_retryable_and_a_misbehaving_handler_fails_as_documented() {
 #[test]
 fn a_workflow_runs_a_handler_and_retries_its_503s() {
     let scratch = Scratch::new(&["echo"]);
-    let raw = scratch.path().join("handler.wasm");
-    std::fs::write(&raw, guest_bytes("handler")).unwrap();
-    let added = scratch
-        .weft()
-        .args(["plugin", "add"])
-        .arg(&raw)
-        .args(["--name", "api", "--version", "0.1.0", "--out"])
-        .arg(scratch.plugins_dir().join("api.wasm"))
-        .output()
-        .unwrap();
-    assert!(
-        added.status.success(),
-        "{}",
-        String::from_utf8_lossy(&added.stderr)
-    );
-    let inspect = scratch
-        .weft()
-        .args(["plugin", "inspect"])
-        .arg(scratch.plugins_dir().join("api.wasm"))
-        .output()
-        .unwrap();
-    let shown = String::from_utf8_lossy(&inspect.stdout);
+    let shown = scratch.add_described("handler", "api");
     assert!(shown.contains("contract:    handler"), "{shown}");
 
     let workflow = scratch.file(

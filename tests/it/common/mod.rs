@@ -185,6 +185,36 @@ impl Scratch {
         std::fs::write(self.plugins_dir().join(format!("{name}.wasm")), bytes).unwrap();
     }
 
+    /// Adds guest `guest`, a command or an HTTP handler (which does not
+    /// describe itself), to the plugins dir as plugin `name` 0.1.0 through
+    /// `weft plugin add --name --version --out`; returns what `weft plugin
+    /// inspect` then says of it.
+    pub fn add_described(&self, guest: &str, name: &str) -> String {
+        let raw = self.path().join(format!("{guest}.raw.wasm"));
+        std::fs::write(&raw, guest_bytes(guest)).unwrap();
+        let file = self.plugins_dir().join(format!("{name}.wasm"));
+        let added = self
+            .weft()
+            .args(["plugin", "add"])
+            .arg(&raw)
+            .args(["--name", name, "--version", "0.1.0", "--out"])
+            .arg(&file)
+            .output()
+            .unwrap();
+        assert!(
+            added.status.success(),
+            "{}",
+            String::from_utf8_lossy(&added.stderr)
+        );
+        let inspect = self
+            .weft()
+            .args(["plugin", "inspect"])
+            .arg(&file)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&inspect.stdout).into_owned()
+    }
+
     /// Writes `text` to `name` in the scratch directory.
     pub fn file(&self, name: &str, text: &str) -> PathBuf {
         let path = self.dir.path().join(name);
