@@ -145,8 +145,9 @@ impl RunHandle {
     /// the store failed, or the engine stopped, before the run ended; its
     /// record then says how far it got, and it can be resumed. On a store
     /// that other hosts share, a run parked here for a place may be taken
-    /// by one of them: then `Err(Refused::Fenced)` names the host that
-    /// drives it, and the store will hold its outcome. (A start that was
+    /// by one of them: the handle then follows the run in the store and
+    /// answers its end there (reading it at most once a second while it
+    /// goes on). (A start that was
     /// not recorded, such as a [`Refused::Duplicate`], answers here as
     /// in [`RunHandle::recorded`].)
     pub fn wait(self) -> Result<RunRecord, StoreError> {

@@ -30,6 +30,21 @@ pub(super) struct Parked {
     alive: Weak<()>,
 }
 
+/// The handle of a run that another host drives, answered from the store
+/// when the run ends there ([`Scheduler::follow`]).
+pub(super) struct Followed {
+    id: String,
+    done: std::sync::mpsc::SyncSender<Result<RunRecord, StoreError>>,
+    alive: Weak<()>,
+}
+
+/// How long the `looks`th look of a followed run waits: 20 ms, doubling,
+/// at most a second, so that a short run is answered about as soon as it
+/// ends and a long one costs a read a second.
+fn follow_delay(looks: u32) -> std::time::Duration {
+    std::time::Duration::from_millis(20u64 << looks.min(6)).min(std::time::Duration::from_secs(1))
+}
+
 impl Parked {
     /// Run `task` of `tenant`, parked: its id and its handle's ends.
     fn of(task: Task, tenant: &Arc<str>) -> Self {
@@ -320,8 +335,18 @@ impl Scheduler {
                             ))))
                         })
                     }
-                    ResumeError::Driven { run, host } => {
-                        Err(StoreError::Refused(Refused::Fenced { run, owner: host }))
+                    // Taken by another host while it was parked here: its
+                    // handle, if one still waits, follows it in the store
+                    // to its end there.
+                    ResumeError::Driven { .. } => {
+                        if parked.alive.upgrade().is_some() {
+                            self.follow(Followed {
+                                id,
+                                done: parked.done,
+                                alive: parked.alive,
+                            });
+                        }
+                        return;
                     }
                     ResumeError::NotFound(_) => Err(StoreError::Refused(Refused::NotFound(
                         What::Run(id.clone()),
@@ -336,6 +361,37 @@ impl Scheduler {
                 let _ = parked.done.send(outcome);
             }
         }
+    }
+
+    /// Answers the handle of run `followed`, which another host drives,
+    /// once the store holds its end: read now, then again at
+    /// [`follow_delay`]s while the handle is held. A read that fails is
+    /// tried again the same way.
+    pub(super) fn follow(&self, followed: Followed) {
+        self.follow_after(Box::new(followed), 0);
+    }
+
+    /// One look of [`Scheduler::follow`]; `looks` before it found the run
+    /// going on.
+    pub(super) fn follow_after(&self, followed: Box<Followed>, looks: u32) {
+        if followed.alive.upgrade().is_none() {
+            return;
+        }
+        let outcome = match self.launcher.store.run(&followed.id) {
+            Ok(Some(run)) if run.state.is_terminal() => Ok(run),
+            Ok(None) => Err(StoreError::Refused(Refused::NotFound(What::Run(
+                followed.id.clone(),
+            )))),
+            Ok(Some(_)) => {
+                return self.later_by(follow_delay(looks), Work::Follow(followed, looks + 1));
+            }
+            Err(e) => {
+                tracing::debug!(run = %followed.id, "cannot read a run another host drives: {e}");
+                return self.later_by(follow_delay(looks), Work::Follow(followed, looks + 1));
+            }
+        };
+        // Never blocks (see `ended_in_store`).
+        let _ = followed.done.try_send(outcome);
     }
 
     /// How many of `tenant`'s runs are resident, and how many parked.

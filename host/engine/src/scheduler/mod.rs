@@ -220,6 +220,9 @@ enum Work {
     /// Pause this run, as this actor asked, after it left memory with its
     /// pause still pending; how many tries of it failed.
     Pause(String, String, u32),
+    /// Look in the store for the end of a run another host drives, for
+    /// its handle here; how many looks found it going on.
+    Follow(Box<admission::Followed>, u32),
 }
 
 /// What waits for a time before it is done: the next try of something
@@ -286,6 +289,7 @@ impl Work {
             | Work::Recheck(..)
             | Work::Cancel(_)
             | Work::EndedElsewhere(..)
+            | Work::Follow(..)
             | Work::Pause(..) => weft_core::fair::untenanted(),
         }
     }
@@ -608,7 +612,16 @@ impl Scheduler {
     /// Does `later` once `failed` tries have failed and their backoff is
     /// over.
     fn retry_later(&self, failed: u32, later: Later) {
-        let at = (self.clock.now() + backoff(failed)).as_millis();
+        self.later_at(backoff(failed), later);
+    }
+
+    /// Queues `work` once `wait` has passed.
+    fn later_by(&self, wait: Duration, work: Work) {
+        self.later_at(wait, Later::Work(work));
+    }
+
+    fn later_at(&self, wait: Duration, later: Later) {
+        let at = (self.clock.now() + wait).as_millis();
         lock(&self.later).push((at, later));
         let _timers = lock(&self.timers);
         self.timers_wake.notify_one();
@@ -706,6 +719,7 @@ impl Scheduler {
             Work::Cancel(id) => self.cancel_child(&id),
             Work::Admit(parked, tries) => self.admit_parked(*parked, tries),
             Work::Pause(id, actor, tries) => self.pause_left(&id, &actor, tries),
+            Work::Follow(followed, looks) => self.follow_after(followed, looks),
             Work::ChildEnded(child) => self.child_ended(&child),
             Work::Call(cell, attempt) => {
                 let finished = attempt.run(self.clock.as_ref());

@@ -94,6 +94,77 @@ fn runs_beyond_max_resident_are_parked_durably_and_admitted_in_arrival_order() {
 /// A tenant at its resident cap has its runs parked while the host has
 /// places, and a tenant that starts one run while another's flood is
 /// parked gets the next place in turn, before the flood's later runs.
+/// A run parked on a full host, which a second host on the same store
+/// takes as free work, is answered on the first host's handle when it
+/// ends on the second: the first host finds it driven there when a place
+/// frees, and follows it in the store.
+#[test]
+fn the_handle_of_a_parked_run_another_host_took_answers_its_end_there() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store(&dir);
+    let clock = Arc::new(SimClock::new(START));
+    // Each host's calls wait at a gate of its own.
+    let (here, there) = (Arc::new(Gate::default()), Arc::new(Gate::default()));
+    let full_source = source(vec![("gate", here.plugin())]);
+    let full = engine(&store, &full_source, &clock, &dir, 1);
+    let text = "id: one\nsteps: [ { id: only, uses: gate, with: \"${{ inputs.n }}\" } ]\n";
+    let start = |n: u32| {
+        let mut handle = full
+            .start(workflow(text), json!({ "n": n }), Box::new(Quiet))
+            .unwrap();
+        handle.recorded().unwrap();
+        handle
+    };
+    let first = start(1);
+    here.wait_entered(1);
+    let second = start(2);
+    eventually("the second run to be parked", || full.load() == (1, 1));
+
+    let plugins = tempfile::tempdir().unwrap();
+    let roomy_source = source(vec![("gate", there.plugin())]);
+    let roomy = engine(&store, &roomy_source, &clock, &plugins, 10);
+    there.wait_entered(1);
+    assert_eq!(roomy.load(), (1, 0), "the second host took the parked run");
+
+    // The first host's place frees while the second still drives the run:
+    // it finds the run driven there, gives the place on, and its handle
+    // waits.
+    here.open();
+    assert_eq!(finish(first).state, RunState::Succeeded);
+    eventually("the first host to give the place on", || {
+        full.load() == (0, 0)
+    });
+    assert_matches!(second.wait_timeout(Duration::from_millis(50)), Ok(None));
+
+    // The run ends there; the handle here answers its end, looking again
+    // as the clock moves on.
+    there.open();
+    let give_up = std::time::Instant::now() + Duration::from_secs(10);
+    let ended = loop {
+        match second.wait_timeout(Duration::from_millis(20)) {
+            Ok(Some(run)) => break run,
+            Ok(None) => {
+                assert!(std::time::Instant::now() < give_up, "no answer in 10 s");
+                clock.advance(Duration::from_millis(50));
+            }
+            Err(e) => panic!("the handle failed: {e}"),
+        }
+    };
+    assert_eq!(ended.state, RunState::Succeeded);
+    assert_eq!(ended.id, second.id());
+    assert_eq!(
+        calls(&full_source).len(),
+        1,
+        "the first host ran its first run only"
+    );
+    let there_runs: Vec<String> = calls(&roomy_source).into_iter().map(|c| c.run).collect();
+    assert_eq!(
+        there_runs,
+        std::slice::from_ref(&ended.id),
+        "the second host ran it once"
+    );
+}
+
 #[test]
 fn a_tenant_at_its_cap_is_parked_and_another_tenant_takes_the_next_place_in_turn() {
     let gate = Arc::new(Gate::default());
