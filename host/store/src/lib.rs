@@ -14,6 +14,7 @@ mod redb;
 pub mod registry;
 mod rows;
 pub mod snapshots;
+mod wakes;
 mod write;
 
 pub use self::access::{
@@ -25,7 +26,9 @@ pub use self::lease::{HostRecord, Lease};
 pub use self::messages::{
     DeliveryOp, DeliveryRecord, DeliveryState, MessageRecord, SubscriptionRecord, Target,
 };
-pub use self::postgres::PostgresStore;
+pub use self::postgres::{
+    BatchCosts, DEFAULT_POOL_SIZE as POSTGRES_POOL_SIZE, PostgresStore, SchemaMigration,
+};
 pub use self::records::{
     CANCEL_PATH, DEADLINE_PATH, DefinitionRecord, END_PATH, Effect, Migration, OutboxRecord,
     ParentLink, PauseMark, PinnedPlugin, RETRY_PATH, RetryMark, RunError, RunRecord, RunState,
@@ -34,6 +37,7 @@ pub use self::records::{
 pub use self::redb::RedbStore;
 pub use self::registry::{DeploymentRecord, PluginRecord};
 pub use self::snapshots::{DataState, SnapshotData, SnapshotEntry, SnapshotRecord};
+pub use self::wakes::{Wake, Wakes};
 pub use self::write::{Charge, Emitted, Spawn, TimerRow, Write};
 pub use self::write::{encode, queue_lease};
 pub use weft_core::{Emission, ErrorRecord};
@@ -502,6 +506,13 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// Why the store fails now (a full disk, say), if it does: what
     /// `/v1/health` reports. It goes on by itself once it can.
     fn degraded(&self) -> Option<String> {
+        None
+    }
+
+    /// The news of other processes' commits ([`Wakes`]), if this backend
+    /// hears of them: PostgreSQL does (`LISTEN`/`NOTIFY`); redb, which one
+    /// process holds, does not.
+    fn wakes(&self) -> Option<Arc<Wakes>> {
         None
     }
 

@@ -16,19 +16,21 @@
 //! the calling thread, or on a thread of its own when called from inside
 //! another runtime.
 
+mod connect;
 mod reads;
 mod rows;
 mod schema;
+
+pub use connect::DEFAULT_POOL_SIZE;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use tokio::runtime::Runtime;
-use tokio_postgres::NoTls;
 
 use self::rows::Overlay;
-use crate::{Refused, Store, StoreError, Write};
+use crate::{Refused, Store, StoreError, Wake, Wakes, Write};
 
 /// How long a call waits for a connection, or for the server to accept
 /// one, before it fails (and is tried again by its caller).
@@ -62,6 +64,44 @@ const CLAIMABLE: &str = "SELECT k1, v FROM parked WHERE NOT (v = ANY($1)) \
 const CLAIMABLE_OF: &str = "SELECT k1, v FROM parked WHERE v = $1 \
      ORDER BY k1 LIMIT $2 FOR UPDATE SKIP LOCKED";
 
+/// What a store's batches have cost since it opened ([`PostgresStore::batch_costs`]),
+/// for `weft bench`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BatchCosts {
+    /// Batches committed.
+    pub batches: u64,
+    /// Their time, from taking a connection to the commit's answer.
+    pub took: Duration,
+    /// The part of it spent on the statement that takes the store's lock:
+    /// one round trip, and the wait for the batches of other hosts that
+    /// hold it.
+    pub locking: Duration,
+    /// Their round trips to the server.
+    pub trips: u64,
+}
+
+/// A migration of the tables, as [`PostgresStore::migrations`] lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SchemaMigration {
+    /// Its number: migrations apply in this order.
+    pub version: i32,
+    /// What it makes, in a word or two.
+    pub name: String,
+    /// When it was applied, as PostgreSQL writes a time; `None` if not yet.
+    pub applied_at: Option<String>,
+    /// Whether this build knows it (one applied by a newer build does not).
+    pub known: bool,
+}
+
+/// The channel of the news hosts send each other, one per database;
+/// each notice says `SCHEMA/KIND` ([`Wake`]), so that stores in other
+/// schemas pass over it.
+const CHANNEL: &str = "weft";
+
+/// What a batch that makes news sends, as part of its transaction.
+const NOTIFY: &str =
+    "SELECT pg_notify('weft', current_schema() || '/' || kind) FROM unnest($1::text[]) AS kind";
+
 /// The store in a PostgreSQL database.
 pub struct PostgresStore {
     pool: Pool,
@@ -71,6 +111,10 @@ pub struct PostgresStore {
     shown: String,
     /// The schema of [`PostgresStore::open_in`], if one was named.
     schema: Option<String>,
+    /// The news heard from other hosts' batches ([`listen`]).
+    wakes: Arc<Wakes>,
+    /// What the batches committed so far cost.
+    costs: std::sync::Mutex<BatchCosts>,
     /// Why the last batch failed, while the database refuses writes
     /// ([`StoreError::NoSpace`], [`StoreError::Unavailable`]): what
     /// [`Store::degraded`] says until a batch commits again.
@@ -118,6 +162,18 @@ pub(crate) fn sql(error: tokio_postgres::Error) -> StoreError {
         Some(code) if code.code().starts_with("08") || code.code().starts_with("57P") => {
             Some(StoreError::Unavailable {
                 why: format!("the PostgreSQL server cannot serve now ({})", said()),
+            })
+        }
+        None if error
+            .to_string()
+            .starts_with("error performing TLS handshake") =>
+        {
+            let cause = std::error::Error::source(&error)
+                .map_or_else(String::new, |cause| format!(": {cause}"));
+            Some(StoreError::Unavailable {
+                why: format!(
+                    "no TLS connection to the PostgreSQL server ({error}{cause}); see sslmode and sslrootcert in the store's URL"
+                ),
             })
         }
         None if error.is_closed() => Some(StoreError::Unavailable {
@@ -177,31 +233,46 @@ fn shown(config: &tokio_postgres::Config) -> String {
 
 impl PostgresStore {
     /// Connects to the database at `url` (`postgres://user@host:port/db`,
-    /// or any form `tokio-postgres` reads) and applies the migrations it
-    /// lacks. Blocking. An unreachable server, refused credentials or a
-    /// database newer than this build fail here.
+    /// or any form `tokio-postgres` reads, with libpq's `sslmode` and
+    /// `sslrootcert` and weft's `schema` and `pool_size`: see
+    /// `postgres/connect.rs`) and applies the migrations it lacks.
+    /// Blocking. An unreachable server, refused credentials, a server
+    /// whose certificate does not pass `sslmode`, or a database newer than
+    /// this build fail here.
     pub fn open(url: &str) -> Result<Self, StoreError> {
-        Self::open_in(url, None)
+        Self::connect(url, None, None, true)
     }
 
     /// [`PostgresStore::open`], with weft's tables in schema `schema`
-    /// (made if it does not exist) rather than the connection's default:
-    /// several stores in one database, a test's each.
+    /// (made if it does not exist) rather than the URL's or the
+    /// connection's default: several stores in one database, a test's
+    /// each.
     pub fn open_in(url: &str, schema: Option<&str>) -> Result<Self, StoreError> {
-        let mut config: tokio_postgres::Config = url.parse().map_err(|e| StoreError::Config {
-            what: "the store's URL".to_owned(),
-            message: format!("not a PostgreSQL URL ({e})"),
-        })?;
+        Self::connect(url, schema, None, true)
+    }
+
+    /// [`PostgresStore::open`], with a pool of at most `pool_size`
+    /// connections, whatever the URL says (`weft --store-pool`).
+    pub fn open_pooled(url: &str, pool_size: usize) -> Result<Self, StoreError> {
+        Self::connect(url, None, Some(pool_size), true)
+    }
+
+    /// A store at `url`: its migrations applied if `migrate`.
+    fn connect(
+        url: &str,
+        schema: Option<&str>,
+        pool_size: Option<usize>,
+        migrate: bool,
+    ) -> Result<Self, StoreError> {
+        let settings = connect::parse(url)?;
+        let mut config: tokio_postgres::Config =
+            settings.driver.parse().map_err(|e| StoreError::Config {
+                what: "the store's URL".to_owned(),
+                message: format!("not a PostgreSQL URL ({e})"),
+            })?;
+        let schema = schema.or(settings.schema.as_deref());
         if let Some(schema) = schema {
-            if !schema
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'_')
-            {
-                return Err(StoreError::Config {
-                    what: format!("schema `{schema}`"),
-                    message: "not a plain name (letters, digits and `_`)".to_owned(),
-                });
-            }
+            connect::plain_name(schema)?;
             config.options(format!("-c search_path={schema}"));
         }
         if config.get_connect_timeout().is_none() {
@@ -224,15 +295,21 @@ impl PostgresStore {
             .enable_all()
             .build()
             .map_err(|e| StoreError::Backend(Arc::new(e)))?;
+        let tls = tokio_postgres_rustls::MakeRustlsConnect::new(connect::tls(&settings)?);
+        let listening = (config.clone(), tls.clone());
         let manager = Manager::from_config(
             config,
-            NoTls,
+            tls,
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
             },
         );
         let pool = Pool::builder(manager)
-            .max_size(16)
+            .max_size(
+                pool_size
+                    .or(settings.pool_size)
+                    .unwrap_or(DEFAULT_POOL_SIZE),
+            )
             .runtime(deadpool_postgres::Runtime::Tokio1)
             .wait_timeout(Some(CONNECT))
             .create_timeout(Some(CONNECT))
@@ -244,10 +321,69 @@ impl PostgresStore {
             rt: Some(rt),
             shown,
             schema: schema.map(str::to_owned),
+            wakes: Arc::new(Wakes::default()),
+            costs: std::sync::Mutex::new(BatchCosts::default()),
             failing: std::sync::Mutex::new(None),
         };
-        store.plain(|store| store.migrate(schema))?;
+        if migrate {
+            store.plain(|store| store.migrate(store.schema.as_deref()))?;
+            let (config, tls) = listening;
+            store
+                .runtime()
+                .spawn(listen(config, tls, Arc::clone(&store.wakes)));
+        }
         Ok(store)
+    }
+
+    /// The migrations this build knows, each with when it was applied to
+    /// the database at `url` (`None`: not yet), then any the database has
+    /// that this build does not know (a newer build's). Applies nothing.
+    /// Blocking.
+    pub fn migrations(url: &str) -> Result<Vec<SchemaMigration>, StoreError> {
+        let store = Self::connect(url, None, Some(2), false)?;
+        store.plain(|store| {
+            let client = store.client()?;
+            store.block(async {
+                let made = client
+                    .query_one("SELECT to_regclass('weft_migrations') IS NOT NULL", &[])
+                    .await
+                    .map_err(sql)?;
+                let rows = if made.try_get::<_, bool>(0).map_err(sql)? {
+                    client
+                        .query(
+                            "SELECT version, name, applied_at::text FROM weft_migrations ORDER BY version",
+                            &[],
+                        )
+                        .await
+                        .map_err(sql)?
+                } else {
+                    Vec::new()
+                };
+                let mut applied = std::collections::BTreeMap::new();
+                for row in rows {
+                    let version: i32 = row.try_get(0).map_err(sql)?;
+                    let name: String = row.try_get(1).map_err(sql)?;
+                    let at: String = row.try_get(2).map_err(sql)?;
+                    applied.insert(version, (name, at));
+                }
+                let mut listed: Vec<SchemaMigration> = schema::MIGRATIONS
+                    .iter()
+                    .map(|(version, name, _)| SchemaMigration {
+                        version: *version,
+                        name: (*name).to_owned(),
+                        applied_at: applied.remove(version).map(|(_, at)| at),
+                        known: true,
+                    })
+                    .collect();
+                listed.extend(applied.into_iter().map(|(version, (name, at))| SchemaMigration {
+                    version,
+                    name,
+                    applied_at: Some(at),
+                    known: false,
+                }));
+                Ok(listed)
+            })
+        })
     }
 
     /// `url` with `schema` as the connection's search path: the URL that
@@ -255,7 +391,7 @@ impl PostgresStore {
     /// that takes only a URL (`weft serve --store`).
     pub fn url_in(url: &str, schema: &str) -> String {
         let joint = if url.contains('?') { '&' } else { '?' };
-        format!("{url}{joint}options=-c%20search_path%3D{schema}")
+        format!("{url}{joint}schema={schema}")
     }
 
     /// Drops the schema this store was opened in ([`PostgresStore::open_in`])
@@ -374,22 +510,59 @@ impl PostgresStore {
         client: &'c mut deadpool_postgres::Object,
         first: &str,
     ) -> Result<deadpool_postgres::Transaction<'c>, tokio_postgres::Error> {
+        let mut locking = Duration::ZERO;
+        self.locked_timed(client, first, &mut locking)
+    }
+
+    /// [`PostgresStore::locked`], adding the time `first` took to
+    /// `locking`.
+    fn locked_timed<'c>(
+        &self,
+        client: &'c mut deadpool_postgres::Object,
+        first: &str,
+        locking: &mut Duration,
+    ) -> Result<deadpool_postgres::Transaction<'c>, tokio_postgres::Error> {
         let txn = self.block(
             client
                 .build_transaction()
                 .isolation_level(tokio_postgres::IsolationLevel::ReadCommitted)
                 .start(),
         )?;
+        let began = std::time::Instant::now();
         self.block(txn.batch_execute(first))?;
+        *locking += began.elapsed();
         Ok(txn)
+    }
+
+    /// Sends `news` to every host on the database (this one too), as
+    /// part of `txn`: it is heard if `txn` commits, when it commits.
+    fn tell(
+        &self,
+        txn: &deadpool_postgres::Transaction<'_>,
+        news: &[Wake],
+    ) -> Result<(), StoreError> {
+        if news.is_empty() {
+            return Ok(());
+        }
+        let names: Vec<&str> = news.iter().map(|wake| wake.name()).collect();
+        self.block(txn.execute(NOTIFY, &[&names]))
+            .map(drop)
+            .map_err(sql)
+    }
+
+    /// What this store's batches have cost since it opened.
+    pub fn batch_costs(&self) -> BatchCosts {
+        *weft_core::lock(&self.costs)
     }
 
     /// One batch: see the module's documentation.
     fn apply_batch(&self, writes: &[&Write]) -> Result<Vec<Result<(), Refused>>, StoreError> {
+        let began = std::time::Instant::now();
+        let mut locking = Duration::ZERO;
         let mut tries = 0;
         let mut client = self.client()?;
         let txn = loop {
-            match self.locked(&mut client, LOCK) {
+            match self.locked_timed(&mut client, LOCK, &mut locking) {
                 Ok(txn) => break txn,
                 // A pooled connection that closed since it was last used
                 // (cut as a commit was answered, its end not noticed yet)
@@ -401,6 +574,7 @@ impl PostgresStore {
             }
             client = self.client()?;
         };
+        let trips;
         let results = {
             let mut overlay = Overlay::new(&txn, self.runtime());
             let mut reads = Vec::new();
@@ -409,10 +583,18 @@ impl PostgresStore {
             }
             overlay.prefetch(&reads)?;
             let results = crate::apply::batch(&mut overlay, writes)?;
-            overlay.flush()?;
+            let news = overlay.flush()?;
+            self.tell(&txn, &news)?;
+            // Begin, lock, the overlay's statements, the news, commit.
+            trips = 3 + overlay.trips() + u64::from(!news.is_empty());
             results
         };
         self.block(txn.commit()).map_err(sql)?;
+        let mut costs = weft_core::lock(&self.costs);
+        costs.batches += 1;
+        costs.took += began.elapsed();
+        costs.locking += locking;
+        costs.trips += trips;
         Ok(results)
     }
 }
@@ -470,12 +652,65 @@ impl PostgresStore {
             let mut overlay = Overlay::new(&txn, self.runtime());
             overlay.prefetch(&crate::apply::claim_reads(&ids))?;
             let taken = crate::apply::claim_parked(&mut overlay, host, &ids)?;
-            overlay.flush()?;
+            let news = overlay.flush()?;
+            self.tell(&txn, &news)?;
             taken
         };
         self.block(txn.commit()).map_err(sql)?;
         Ok(taken)
     }
+}
+
+/// Hears the news other hosts' batches send, while the store is open (its
+/// runtime ends with it): on a connection of its own, made again a second
+/// after it fails. Every kind is woken as it starts listening, since news
+/// sent while it was not is lost.
+async fn listen(
+    config: tokio_postgres::Config,
+    tls: tokio_postgres_rustls::MakeRustlsConnect,
+    wakes: Arc<Wakes>,
+) {
+    loop {
+        if let Err(e) = listen_once(&config, tls.clone(), &wakes).await {
+            tracing::debug!("cannot listen for other hosts' news: {e}");
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+/// One connection's listening, until it ends.
+async fn listen_once(
+    config: &tokio_postgres::Config,
+    tls: tokio_postgres_rustls::MakeRustlsConnect,
+    wakes: &Wakes,
+) -> Result<(), tokio_postgres::Error> {
+    let (client, mut connection) = config.connect(tls).await?;
+    let (heard, mut news) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let driver = tokio::spawn(async move {
+        while let Some(Ok(message)) = std::future::poll_fn(|cx| connection.poll_message(cx)).await {
+            if let tokio_postgres::AsyncMessage::Notification(notice) = message
+                && heard.send(notice.payload().to_owned()).is_err()
+            {
+                return;
+            }
+        }
+    });
+    client.batch_execute(&format!("LISTEN {CHANNEL}")).await?;
+    let schema: String = client
+        .query_one("SELECT current_schema()::text", &[])
+        .await?
+        .try_get(0)?;
+    wakes.wake_all();
+    while let Some(payload) = news.recv().await {
+        if let Some((of, kind)) = payload.rsplit_once('/')
+            && of == schema
+            && let Some(kind) = Wake::named(kind)
+        {
+            wakes.wake(kind);
+        }
+    }
+    driver.abort();
+    Ok(())
 }
 
 impl Drop for PostgresStore {
@@ -509,6 +744,10 @@ impl Store for PostgresStore {
 
     fn degraded(&self) -> Option<String> {
         weft_core::lock(&self.failing).clone()
+    }
+
+    fn wakes(&self) -> Option<Arc<Wakes>> {
+        Some(Arc::clone(&self.wakes))
     }
 
     fn runs_from(&self, after: Option<&str>, limit: usize) -> Result<crate::RunsFrom, StoreError> {

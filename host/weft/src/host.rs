@@ -13,7 +13,7 @@ use weft_engine::sweep::{Pass, Retention, Swept};
 use weft_engine::{Engine, EngineConfig, ResumeError};
 use weft_model::WorkflowDir;
 use weft_runtime::Plugin;
-use weft_store::{DeploymentRecord, Store, StoreError};
+use weft_store::{DeploymentRecord, Store, StoreError, Wake};
 
 use crate::api::Api;
 use crate::hub::Hub;
@@ -517,8 +517,12 @@ fn scan_plugins(engine: &Arc<Engine>, events: &Arc<dyn HostEvents>) -> Result<()
 }
 
 /// How often a serving host looks in the store for what other hosts on
-/// it deployed or added.
+/// it deployed or added, on a store that does not tell it (redb).
 const LOOK: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The same, on a store that tells it as other hosts commit (PostgreSQL):
+/// a safety net for news that is lost.
+const LOOK_HEARING: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// How long the sweeper rests after a pass over every run, and between
 /// two pages of one.
@@ -580,21 +584,29 @@ pub fn start_sweeper(engine: &Arc<Engine>, retention: Retention) -> Result<(), H
         })
 }
 
-/// Other hosts on the store: every [`LOOK`], the workflow revisions and
-/// plugins they deployed are taken in here, so that any host serves them.
-/// The thread ends with the engine.
+/// Other hosts on the store: as soon as the store tells of news (on
+/// PostgreSQL, [`weft_store::Wakes`]; else every [`LOOK`]), the workflow
+/// revisions and plugins they deployed and the tenants' quotas they set
+/// are taken in here, so that any host serves and enforces them. The
+/// thread ends with the engine (within a [`LOOK_HEARING`]).
 fn look_at_the_store(
     engine: &Arc<Engine>,
     deployments: &Arc<Deployments>,
     mut quotas: Quotas,
 ) -> Result<(), HostError> {
+    const NEWS: [Wake; 3] = [Wake::Deployed, Wake::Plugins, Wake::Settings];
+    let wakes = engine.store().wakes();
+    let mut seen = wakes.as_ref().map_or(0, |wakes| wakes.seen(&NEWS));
     let engine = Arc::downgrade(engine);
     let deployments = Arc::downgrade(deployments);
     std::thread::Builder::new()
         .name("weft-store-look".to_owned())
         .spawn(move || {
             loop {
-                std::thread::sleep(LOOK);
+                match &wakes {
+                    Some(wakes) => seen = wakes.wait(&NEWS, seen, LOOK_HEARING),
+                    None => std::thread::sleep(LOOK),
+                }
                 let (Some(engine), Some(deployments)) = (engine.upgrade(), deployments.upgrade())
                 else {
                     return;
@@ -620,7 +632,7 @@ fn look_at_the_store(
 
 /// The tenants' quotas this host enforces, as last read from the store:
 /// a tenant changed or removed through another host is held to its new
-/// quota here within a [`LOOK`].
+/// quota here as the news of it arrives ([`look_at_the_store`]).
 #[derive(Default)]
 struct Quotas(HashMap<String, weft_store::Quota>);
 

@@ -41,8 +41,8 @@ use weft::{
 };
 
 use store::{
-    GcArgs, Location, RetainArgs, STORE, backup, doctor, gc, open_store, parse_retain_text,
-    restore, shown_postgres, store_path,
+    GcArgs, Location, RetainArgs, STORE, STORE_POOL, backup, doctor, gc, open_store,
+    parse_retain_text, restore, shown_postgres, store_path,
 };
 
 /// The run failed: a step or the outputs failed.
@@ -73,6 +73,18 @@ pub struct Cli {
         hide_env_values = true
     )]
     store: Option<String>,
+
+    /// The most connections to a PostgreSQL store this process keeps
+    /// (also `pool_size=N` in the store's URL, which this overrides).
+    /// [default: 16]
+    #[arg(
+        long,
+        global = true,
+        env = "WEFT_STORE_POOL",
+        value_name = "N",
+        value_parser = clap::value_parser!(u16).range(2..=1000)
+    )]
+    store_pool: Option<u16>,
 
     /// Log more to stderr (-v: info and guest logs, -vv: debug, -vvv:
     /// trace). WEFT_LOG, in tracing's filter syntax, overrides it.
@@ -150,6 +162,10 @@ enum Command {
     Snapshots(snapshots::SnapshotsCommand),
     /// Measure step latency, or durable throughput with --runs.
     Bench(bench::BenchArgs),
+    /// The store itself: `weft store migrate` applies the migrations a
+    /// PostgreSQL store lacks, `--status` lists them.
+    #[command(subcommand)]
+    Store(store::StoreCommand),
     /// Check the store: list the rows that do not decode (runs, outbox,
     /// triggers, timers), which the host sets aside.
     Doctor,
@@ -322,6 +338,7 @@ pub fn main(cli: Cli) -> anyhow::Result<ExitCode> {
     let data_dir = data_dir(cli.data_dir)?;
     // Set once, before any command reads it.
     let _ = STORE.set(cli.store);
+    let _ = STORE_POOL.set(cli.store_pool.map(usize::from));
     remote::set_credentials(remote::Credentials {
         token: cli.token,
         tenant: cli.as_tenant,
@@ -358,6 +375,7 @@ pub fn main(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Plugin(command) => plugin::main(&data_dir, command),
         Command::Deploy { workflow, server } => plugin::deploy(&data_dir, &workflow, server),
         Command::Sim(args) => sim::main(&args, Location::of(&data_dir).postgres()),
+        Command::Store(command) => store::main(&data_dir, command),
         Command::Doctor => doctor(&data_dir),
         Command::Gc(args) => gc(&data_dir, &args),
         Command::Backup { file } => backup(&data_dir, &file),

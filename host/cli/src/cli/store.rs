@@ -1,6 +1,6 @@
-//! The store from the command line: where it is (`--store`), and the
-//! commands that work on it as a whole (`weft gc`, `backup`, `restore`,
-//! `doctor`).
+//! The store from the command line: where it is (`--store`,
+//! `--store-pool`), and the commands that work on it as a whole (`weft
+//! gc`, `backup`, `restore`, `doctor`, `store migrate`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -13,6 +13,69 @@ use super::{EXIT_INVALID, PluginArgs, local_host};
 
 /// The `--store` the command line gave, set once as it starts.
 pub(super) static STORE: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+
+/// `--store-pool`, set once as the command line starts.
+pub(super) static STORE_POOL: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+
+/// `weft store`'s commands.
+#[derive(Debug, clap::Subcommand)]
+pub(super) enum StoreCommand {
+    /// Apply the migrations a PostgreSQL store lacks (a host applies them
+    /// as it starts, too), then list them all; with --status, list them
+    /// and apply none.
+    Migrate {
+        /// List the migrations, applied and pending; apply none.
+        #[arg(long)]
+        status: bool,
+    },
+}
+
+/// Runs a `weft store` command.
+pub(super) fn main(data_dir: &std::path::Path, command: StoreCommand) -> anyhow::Result<ExitCode> {
+    match command {
+        StoreCommand::Migrate { status } => migrate(data_dir, status),
+    }
+}
+
+/// `weft store migrate [--status]`.
+fn migrate(data_dir: &std::path::Path, status: bool) -> anyhow::Result<ExitCode> {
+    let url = match Location::of(data_dir) {
+        Location::Postgres(url) => url,
+        Location::Redb(path) => {
+            out!(
+                "{}: an embedded store has no migrations to list; its tables are made, and kept current, as it opens",
+                path.display()
+            );
+            return Ok(ExitCode::SUCCESS);
+        }
+    };
+    let shown = shown_postgres(&url);
+    if !status {
+        open_postgres(&url)?;
+    }
+    let listed = weft::store::PostgresStore::migrations(&url).map_err(|e| {
+        anyhow::anyhow!(e).context(format!("cannot read the migrations of {shown}"))
+    })?;
+    for migration in &listed {
+        let said = match (&migration.applied_at, migration.known) {
+            (None, _) => "pending".to_owned(),
+            (Some(at), true) => format!("applied {at}"),
+            (Some(at), false) => {
+                format!("applied {at} by a newer weft, which this one cannot open")
+            }
+        };
+        out!("{:>4}  {:<16}  {said}", migration.version, migration.name);
+    }
+    let pending = listed.iter().filter(|m| m.applied_at.is_none()).count();
+    if pending == 0 {
+        out!("{shown}: up to date");
+    } else {
+        out!(
+            "{shown}: {pending} pending; `weft store migrate` applies them, as a host does when it starts"
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
 
 /// Where the store is: a redb file, or a PostgreSQL database.
 pub(super) enum Location {
@@ -286,14 +349,20 @@ pub(super) fn open_store(data_dir: &std::path::Path) -> anyhow::Result<Arc<dyn w
 
 /// The store in the PostgreSQL database at `url`.
 fn open_postgres(url: &str) -> anyhow::Result<weft::PostgresStore> {
-    weft::PostgresStore::open(url).map_err(|e| {
+    let opened = match STORE_POOL.get().copied().flatten() {
+        Some(size) => weft::PostgresStore::open_pooled(url, size),
+        None => weft::PostgresStore::open(url),
+    };
+    opened.map_err(|e| {
         let shown = shown_postgres(url);
         anyhow::anyhow!(e).context(format!("cannot open the store in PostgreSQL at {shown}"))
     })
 }
 
 /// A PostgreSQL URL as it may be shown: what follows the user and
-/// password.
+/// password, without the query.
 pub(super) fn shown_postgres(url: &str) -> &str {
-    url.split_once('@').map_or(url, |(_, at)| at)
+    let at = url.split_once('@').map_or(url, |(_, at)| at);
+    // The query may hold a `password=` too.
+    at.split_once('?').map_or(at, |(before, _)| before)
 }

@@ -14,7 +14,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use weft_core::lock;
-use weft_store::{HostRecord, Lease, Refused, StoreError, Write};
+use weft_store::{HostRecord, Lease, Refused, StoreError, Wake, Write};
 
 use super::Scheduler;
 
@@ -129,10 +129,19 @@ impl Scheduler {
 
     /// The claims thread: while this host takes runs over (a server),
     /// takes free work from the store as places free, every
-    /// [`CLAIM_EVERY`], until the engine stops.
+    /// [`CLAIM_EVERY`], and as soon as the store tells of a run parked
+    /// elsewhere ([`weft_store::Wakes`], on PostgreSQL), until the engine
+    /// stops.
     pub(super) fn claim_free_work_while_running(self: Arc<Self>) {
+        let wakes = self.launcher.store.wakes();
+        let mut seen = wakes
+            .as_ref()
+            .map_or(0, |wakes| wakes.seen(&[Wake::Parked]));
         loop {
-            self.pause(CLAIM_EVERY);
+            match &wakes {
+                Some(wakes) => seen = wakes.wait(&[Wake::Parked], seen, CLAIM_EVERY),
+                None => self.pause(CLAIM_EVERY),
+            }
             if self.is_stopping() {
                 return;
             }

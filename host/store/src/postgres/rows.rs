@@ -16,8 +16,21 @@ use tokio_postgres::types::ToSql;
 
 use super::schema::{Col, Kind, Owned, from_sql, kinds, name, owned};
 use super::sql;
-use crate::StoreError;
 use crate::rows::{Key, Part, Rows, Table};
+use crate::{StoreError, Wake};
+
+/// The news for other hosts of a write to `table` (`put`: a row stored,
+/// else deleted): a run parked, a deployment or a plugin changed, a
+/// tenant's settings changed.
+fn news(table: Table, put: bool) -> Option<Wake> {
+    match table {
+        Table::Parked if put => Some(Wake::Parked),
+        Table::Deployments => Some(Wake::Deployed),
+        Table::Plugins if put => Some(Wake::Plugins),
+        Table::Tenants | Table::Tokens | Table::Secrets => Some(Wake::Settings),
+        _ => None,
+    }
+}
 
 /// A row as this transaction sees it: `None` when it does not exist (or
 /// was deleted here), and whether this transaction changed it.
@@ -31,6 +44,7 @@ pub(super) struct Overlay<'a> {
     txn: &'a deadpool_postgres::Transaction<'a>,
     rt: &'a Runtime,
     seen: BTreeMap<(Table, Owned), Seen>,
+    trips: std::cell::Cell<u64>,
 }
 
 /// An array of one key column's values, as a statement's parameter.
@@ -132,7 +146,14 @@ impl<'a> Overlay<'a> {
             txn,
             rt,
             seen: BTreeMap::new(),
+            trips: std::cell::Cell::new(0),
         }
+    }
+
+    /// How many statements this batch has sent through it: its round
+    /// trips to the server.
+    pub(super) fn trips(&self) -> u64 {
+        self.trips.get()
     }
 
     fn query(
@@ -140,6 +161,7 @@ impl<'a> Overlay<'a> {
         statement: &str,
         params: &[&(dyn ToSql + Sync)],
     ) -> Result<Vec<tokio_postgres::Row>, StoreError> {
+        self.trips.set(self.trips.get() + 1);
         self.rt.block_on(async {
             let statement = self.txn.prepare_cached(statement).await.map_err(sql)?;
             self.txn.query(&statement, params).await.map_err(sql)
@@ -147,6 +169,7 @@ impl<'a> Overlay<'a> {
     }
 
     fn execute(&self, statement: &str, params: &[&(dyn ToSql + Sync)]) -> Result<u64, StoreError> {
+        self.trips.set(self.trips.get() + 1);
         self.rt.block_on(async {
             let statement = self.txn.prepare_cached(statement).await.map_err(sql)?;
             self.txn.execute(&statement, params).await.map_err(sql)
@@ -203,8 +226,9 @@ impl<'a> Overlay<'a> {
     }
 
     /// Sends what this transaction wrote: per table, one statement for the
-    /// rows it stored and one for those it deleted.
-    pub(super) fn flush(&mut self) -> Result<(), StoreError> {
+    /// rows it stored and one for those it deleted. Returns the news it
+    /// makes for other hosts ([`news`]).
+    pub(super) fn flush(&mut self) -> Result<Vec<Wake>, StoreError> {
         let mut puts: BTreeMap<Table, Vec<(&Owned, &Vec<u8>)>> = BTreeMap::new();
         let mut deletes: BTreeMap<Table, Vec<&Owned>> = BTreeMap::new();
         for ((table, key), seen) in &self.seen {
@@ -214,6 +238,15 @@ impl<'a> Overlay<'a> {
             match &seen.value {
                 Some(value) => puts.entry(*table).or_default().push((key, value)),
                 None => deletes.entry(*table).or_default().push(key),
+            }
+        }
+        let mut made: Vec<Wake> = Vec::new();
+        let tables = puts.keys().map(|t| (*t, true));
+        for (table, put) in tables.chain(deletes.keys().map(|t| (*t, false))) {
+            if let Some(wake) = news(table, put)
+                && !made.contains(&wake)
+            {
+                made.push(wake);
             }
         }
         for (table, keys) in deletes {
@@ -248,7 +281,7 @@ impl<'a> Overlay<'a> {
                 None => self.execute(&statement, &[ones.param(), &values])?,
             };
         }
-        Ok(())
+        Ok(made)
     }
 
     /// The rows of `table` seen here with first key part `first`.

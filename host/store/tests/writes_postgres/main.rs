@@ -18,6 +18,7 @@ mod group;
 mod listing;
 #[path = "../writes/messages.rs"]
 mod messages;
+mod news;
 #[path = "../writes/parked.rs"]
 mod parked;
 #[path = "../writes/quota.rs"]
@@ -34,6 +35,7 @@ mod snapshots;
 mod steps;
 #[path = "../writes/table.rs"]
 mod table;
+mod tls;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};

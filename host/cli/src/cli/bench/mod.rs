@@ -615,6 +615,7 @@ fn throughput(
         metrics_cost(&engine, &runtime, plugins, &scratch, &workflow, runs)?;
         if let Some(url) = postgres {
             postgres::throughput(plugins, &scratch, &url, &workflow, runs, rate(&concurrent))?;
+            postgres::pickup(plugins, &scratch, &url, &workflow, 200)?;
         }
         Ok(ExitCode::SUCCESS)
     })();

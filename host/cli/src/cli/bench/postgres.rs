@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use weft::{Runtime, RuntimeConfig};
+use weft::{Runtime, RuntimeConfig, Store};
 
 use super::{Round, percentile, round_on, show};
 
@@ -53,7 +53,20 @@ pub(super) fn throughput(
             .collect::<anyhow::Result<_>>()?;
         // Load the plugin on every host, and touch the store, first.
         round_on(&engines, workflow, hosts)?;
+        let before: Vec<weft::store::BatchCosts> = stores.iter().map(|s| s.batch_costs()).collect();
         let mut measured: Round = round_on(&engines, workflow, runs)?;
+        let costs = stores.iter().zip(&before).fold(
+            weft::store::BatchCosts::default(),
+            |sum, (store, before)| {
+                let now = store.batch_costs();
+                weft::store::BatchCosts {
+                    batches: sum.batches + (now.batches - before.batches),
+                    took: sum.took + (now.took - before.took),
+                    locking: sum.locking + (now.locking - before.locking),
+                    trips: sum.trips + (now.trips - before.trips),
+                }
+            },
+        );
         let rate = measured.steps as f64 / measured.elapsed.as_secs_f64().max(f64::MIN_POSITIVE);
         out!(
             "  {hosts} host{} {:>9.0} steps/s   {:.2}x redb's   step-to-step p50 {:>9} p99 {:>9}",
@@ -63,10 +76,112 @@ pub(super) fn throughput(
             show(percentile(&mut measured.gaps, 50.0)),
             show(percentile(&mut measured.gaps, 99.0)),
         );
+        let batches = costs.batches.max(1);
+        out!(
+            "           {} batches, {:.1} steps a batch, {:.1} round trips a batch; taking the lock (a round trip, and the wait for other hosts' batches) {:.0}% of a batch's {}",
+            costs.batches,
+            measured.steps as f64 / batches as f64,
+            costs.trips as f64 / batches as f64,
+            100.0 * costs.locking.as_secs_f64() / costs.took.as_secs_f64().max(f64::MIN_POSITIVE),
+            show(costs.took / u32::try_from(batches).unwrap_or(u32::MAX)),
+        );
         drop(engines);
         if let Some(store) = stores.first() {
             store.discard()?;
         }
+    }
+    Ok(())
+}
+
+/// How soon a run parked on one host starts on another: host A holds no
+/// place for the tenant (a resident cap of 0), so each run started there
+/// is parked as free work, and host B, told by the store's news
+/// (`NOTIFY`), claims it. One run every 20 ms, `count` runs; the pickup is
+/// a run's first step's start less its creation (both read off this
+/// machine's clock, in milliseconds).
+pub(super) fn pickup(
+    plugins: &Path,
+    scratch: &Path,
+    url: &str,
+    workflow: &Arc<weft::Workflow>,
+    count: usize,
+) -> anyhow::Result<()> {
+    let schema = format!("bench_{}_pickup", std::process::id());
+    let stores: Vec<Arc<weft::PostgresStore>> = (0..2)
+        .map(|_| weft::PostgresStore::open_in(url, Some(&schema)).map(Arc::new))
+        .collect::<Result<_, _>>()?;
+    let engines: Vec<weft::Engine> = stores
+        .iter()
+        .map(|store| {
+            let runtime = Runtime::new(RuntimeConfig {
+                cache_dir: Some(scratch.join("cache")),
+                ..RuntimeConfig::default()
+            })?;
+            let store: Arc<dyn weft::Store> = Arc::clone(store) as Arc<dyn weft::Store>;
+            Ok(weft::Engine::new(
+                store,
+                weft::PluginDir::new(runtime, plugins),
+                Arc::new(weft::SystemClock),
+            )?)
+        })
+        .collect::<anyhow::Result<_>>()?;
+    // B loads the plugin first.
+    round_on(&engines[1..], workflow, 1)?;
+    let tenant = weft::core::tenant::of(&workflow.id).to_owned();
+    engines[0].set_tenant_limits(
+        &tenant,
+        weft::engine::TenantLimits {
+            max_resident: Some(0),
+            ..weft::engine::TenantLimits::default()
+        },
+    );
+    let mut ids = Vec::with_capacity(count);
+    for _ in 0..count {
+        let mut handle = engines[0].start(
+            Arc::clone(workflow),
+            serde_json::json!({}),
+            Box::new(weft::engine::Quiet),
+        )?;
+        handle.recorded()?;
+        ids.push(handle.id().to_owned());
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let store = &stores[1];
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let mut pickups = Vec::with_capacity(count);
+    for id in &ids {
+        let run = loop {
+            match store.run(id)? {
+                Some(run) if run.state.is_terminal() => break run,
+                _ => {
+                    anyhow::ensure!(
+                        std::time::Instant::now() < deadline,
+                        "run {id} did not end in 2 minutes"
+                    );
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+            }
+        };
+        let first = store
+            .steps(id)?
+            .into_iter()
+            .next()
+            .with_context(|| format!("run {id} has no step"))?;
+        let waited = first
+            .started_at
+            .as_millis()
+            .saturating_sub(run.created_at.as_millis());
+        pickups.push(std::time::Duration::from_millis(waited));
+    }
+    out!(
+        "  a run parked on one host starts on another after p50 {:>9} p99 {:>9} max {:>9} ({count} runs, one every 20 ms; the look that is left is every 100 ms)",
+        show(percentile(&mut pickups, 50.0)),
+        show(percentile(&mut pickups, 99.0)),
+        show(pickups.iter().max().copied().unwrap_or_default()),
+    );
+    drop(engines);
+    if let Some(store) = stores.first() {
+        store.discard()?;
     }
     Ok(())
 }
