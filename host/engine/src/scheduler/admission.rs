@@ -36,7 +36,13 @@ pub(super) struct Followed {
     id: String,
     done: std::sync::mpsc::SyncSender<Result<RunRecord, StoreError>>,
     alive: Weak<()>,
+    /// Reads of the run that failed in a row.
+    failed: u32,
 }
+
+/// How many reads of a followed run may fail in a row (about a minute's)
+/// before its handle is answered with the last error.
+const FOLLOW_FAILURES: u32 = 60;
 
 /// How long the `looks`th look of a followed run waits: 20 ms, doubling,
 /// at most a second, so that a short run is answered about as soon as it
@@ -344,6 +350,7 @@ impl Scheduler {
                                 id,
                                 done: parked.done,
                                 alive: parked.alive,
+                                failed: 0,
                             });
                         }
                         return;
@@ -366,14 +373,16 @@ impl Scheduler {
     /// Answers the handle of run `followed`, which another host drives,
     /// once the store holds its end: read now, then again at
     /// [`follow_delay`]s while the handle is held. A read that fails is
-    /// tried again the same way.
+    /// tried again the same way, up to [`FOLLOW_FAILURES`] in a row; then
+    /// the handle is answered with the error, as when the store fails
+    /// before a run here ends.
     pub(super) fn follow(&self, followed: Followed) {
         self.follow_after(Box::new(followed), 0);
     }
 
     /// One look of [`Scheduler::follow`]; `looks` before it found the run
     /// going on.
-    pub(super) fn follow_after(&self, followed: Box<Followed>, looks: u32) {
+    pub(super) fn follow_after(&self, mut followed: Box<Followed>, looks: u32) {
         if followed.alive.upgrade().is_none() {
             return;
         }
@@ -383,12 +392,15 @@ impl Scheduler {
                 followed.id.clone(),
             )))),
             Ok(Some(_)) => {
+                followed.failed = 0;
                 return self.later_by(follow_delay(looks), Work::Follow(followed, looks + 1));
             }
-            Err(e) => {
+            Err(e) if followed.failed + 1 < FOLLOW_FAILURES => {
                 tracing::debug!(run = %followed.id, "cannot read a run another host drives: {e}");
+                followed.failed += 1;
                 return self.later_by(follow_delay(looks), Work::Follow(followed, looks + 1));
             }
+            Err(e) => Err(e),
         };
         // Never blocks (see `ended_in_store`).
         let _ = followed.done.try_send(outcome);

@@ -91,9 +91,6 @@ fn runs_beyond_max_resident_are_parked_durably_and_admitted_in_arrival_order() {
     assert_eq!(host.engine.load(), (0, 0));
 }
 
-/// A tenant at its resident cap has its runs parked while the host has
-/// places, and a tenant that starts one run while another's flood is
-/// parked gets the next place in turn, before the flood's later runs.
 /// A run parked on a full host, which a second host on the same store
 /// takes as free work, is answered on the first host's handle when it
 /// ends on the second: the first host finds it driven there when a place
@@ -165,6 +162,9 @@ fn the_handle_of_a_parked_run_another_host_took_answers_its_end_there() {
     );
 }
 
+/// A tenant at its resident cap has its runs parked while the host has
+/// places, and a tenant that starts one run while another's flood is
+/// parked gets the next place in turn, before the flood's later runs.
 #[test]
 fn a_tenant_at_its_cap_is_parked_and_another_tenant_takes_the_next_place_in_turn() {
     let gate = Arc::new(Gate::default());

@@ -3,12 +3,15 @@
 //! reads them, with the rustls connector they make.
 //!
 //! `sslmode` is libpq's: `disable` (plain TCP), `prefer` (the default:
-//! TLS if the server offers it, unverified), `require` (TLS, unverified;
-//! verified as `verify-ca` when `sslrootcert` is given, as libpq does),
-//! `verify-ca` (the server's chain is checked against the roots),
-//! `verify-full` (and its name against the host's). The roots are the
-//! PEM file `sslrootcert` names, or with `sslrootcert=system` (or none)
-//! the Mozilla roots that ship with weft.
+//! TLS if the server offers it), `require` (TLS), `verify-ca` (the
+//! server's chain is checked against the roots), `verify-full` (and its
+//! name against the host's). `prefer` and `require` check nothing unless
+//! `sslrootcert` names a file, when they check as `verify-ca` does, as
+//! libpq's do. The roots are the PEM file `sslrootcert` names, which
+//! `verify-ca` needs; `verify-full` takes `sslrootcert=system` too, the
+//! Mozilla roots that ship with weft (the default mode when that is
+//! given), as libpq 16 does. A name on a public root proves nothing about
+//! a chain alone, so `system` with another mode is refused.
 
 use std::sync::Arc;
 
@@ -66,20 +69,32 @@ pub(crate) fn parse(url: &str) -> Result<Settings, StoreError> {
         ssl: SslMode::Prefer,
         root: None,
     };
-    let Some((base, query)) = url.split_once('?') else {
+    let Some(scheme) = url.find("://") else {
         return Ok(settings);
     };
-    if !base.contains("://") {
+    // The query starts after the user and password, which may hold a `?`
+    // (tokio-postgres reads them up to the first `@`).
+    let authority = scheme + 3;
+    let from = url[authority..]
+        .find('@')
+        .map_or(authority, |at| authority + at + 1);
+    let Some(mark) = url[from..].find('?').map(|at| from + at) else {
         return Ok(settings);
-    }
+    };
+    let (base, query) = (&url[..mark], &url[mark + 1..]);
+    let decode = |text: &str, what: &str| {
+        percent_encoding::percent_decode_str(text)
+            .decode_utf8()
+            .map(std::borrow::Cow::into_owned)
+            .map_err(|_| bad(format!("{what} is not UTF-8 once decoded")))
+    };
     let mut kept = Vec::new();
+    let mut mode = None;
     for pair in query.split('&').filter(|pair| !pair.is_empty()) {
         let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-        let decoded = percent_encoding::percent_decode_str(value)
-            .decode_utf8()
-            .map_err(|_| bad(format!("`{key}` is not UTF-8 once decoded")))?
-            .into_owned();
-        match key {
+        let key = decode(key, "a key of the query")?;
+        let decoded = decode(value, &format!("`{key}`"))?;
+        match key.as_str() {
             "schema" => {
                 plain_name(&decoded)?;
                 settings.schema = Some(decoded);
@@ -88,7 +103,7 @@ pub(crate) fn parse(url: &str) -> Result<Settings, StoreError> {
                 settings.pool_size = Some(pool_size(&decoded)?);
             }
             "sslmode" => {
-                settings.ssl = match decoded.as_str() {
+                mode = Some(match decoded.as_str() {
                     "disable" => SslMode::Disable,
                     "prefer" => SslMode::Prefer,
                     "require" => SslMode::Require,
@@ -99,11 +114,38 @@ pub(crate) fn parse(url: &str) -> Result<Settings, StoreError> {
                             "sslmode `{other}` is not one of disable, prefer, require, verify-ca, verify-full"
                         )));
                     }
-                };
+                });
             }
             "sslrootcert" => settings.root = Some(decoded),
             _ => kept.push(pair),
         }
+    }
+    let system = settings.root.as_deref() == Some("system");
+    settings.ssl = match mode {
+        Some(mode) => mode,
+        None if system => SslMode::VerifyFull,
+        None => SslMode::Prefer,
+    };
+    match settings.ssl {
+        SslMode::VerifyFull if settings.root.is_none() => {
+            return Err(bad(
+                "sslmode `verify-full` needs sslrootcert: a PEM file of the roots, or `system` for the Mozilla roots"
+                    .to_owned(),
+            ));
+        }
+        SslMode::VerifyCa if settings.root.is_none() || system => {
+            return Err(bad(
+                "sslmode `verify-ca` needs sslrootcert: a PEM file of the roots (`system` only with verify-full, where the name is checked too)"
+                    .to_owned(),
+            ));
+        }
+        SslMode::Disable | SslMode::Prefer | SslMode::Require if system => {
+            return Err(bad(format!(
+                "sslrootcert `system` is only for sslmode `verify-full`, not `{}`",
+                settings.ssl.name()
+            )));
+        }
+        _ => {}
     }
     // tokio-postgres reads `disable`, `prefer` and `require`; the checks
     // beyond are the connector's.
@@ -143,6 +185,18 @@ pub(crate) fn pool_size(text: &str) -> Result<usize, StoreError> {
     }
 }
 
+impl SslMode {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Disable => "disable",
+            Self::Prefer => "prefer",
+            Self::Require => "require",
+            Self::VerifyCa => "verify-ca",
+            Self::VerifyFull => "verify-full",
+        }
+    }
+}
+
 /// The TLS configuration of `settings`: who is trusted, and how far.
 pub(crate) fn tls(settings: &Settings) -> Result<rustls::ClientConfig, StoreError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
@@ -150,11 +204,8 @@ pub(crate) fn tls(settings: &Settings) -> Result<rustls::ClientConfig, StoreErro
         .with_safe_default_protocol_versions()
         .map_err(|e| bad(format!("cannot configure TLS: {e}")))?;
     let checked = match settings.ssl {
-        SslMode::Disable | SslMode::Prefer => false,
-        SslMode::Require => settings
-            .root
-            .as_deref()
-            .is_some_and(|root| root != "system"),
+        SslMode::Disable => false,
+        SslMode::Prefer | SslMode::Require => settings.root.is_some(),
         SslMode::VerifyCa | SslMode::VerifyFull => true,
     };
     let verifier: Arc<dyn ServerCertVerifier> = if checked {
@@ -177,7 +228,7 @@ pub(crate) fn tls(settings: &Settings) -> Result<rustls::ClientConfig, StoreErro
 }
 
 /// The roots `sslrootcert` names: the certificates of a PEM file, or
-/// (`system`, or none) the Mozilla roots.
+/// (`system`) the Mozilla roots.
 fn roots(root: Option<&str>) -> Result<rustls::RootCertStore, StoreError> {
     let mut store = rustls::RootCertStore::empty();
     match root {
@@ -322,6 +373,30 @@ mod tests {
         assert_eq!(
             (plain.driver.as_str(), plain.ssl),
             ("postgres://u@h/db", SslMode::Prefer)
+        );
+        // A `?` in the password is the password's; a key may be encoded.
+        let odd = parse("postgres://u:pa?ss@h/db?ssl%6Dode=require").unwrap();
+        assert_eq!(odd.ssl, SslMode::Require);
+        assert_eq!(odd.driver, "postgres://u:pa?ss@h/db?sslmode=require");
+        let bare = parse("postgres://u:pa?ss@h/db").unwrap();
+        assert_eq!(bare.driver, "postgres://u:pa?ss@h/db");
+        // `system` alone means verify-full.
+        let system = parse("postgres://h/db?sslrootcert=system").unwrap();
+        assert_eq!(system.ssl, SslMode::VerifyFull);
+    }
+
+    #[test]
+    fn modes_that_would_check_less_than_they_say_are_refused() {
+        let said = |url: &str| parse(url).unwrap_err().to_string();
+        assert!(said("postgres://h/db?sslmode=verify-full").contains("needs sslrootcert"));
+        assert!(said("postgres://h/db?sslmode=verify-ca").contains("needs sslrootcert"));
+        assert!(
+            said("postgres://h/db?sslmode=verify-ca&sslrootcert=system")
+                .contains("needs sslrootcert")
+        );
+        assert!(
+            said("postgres://h/db?sslmode=require&sslrootcert=system")
+                .contains("only for sslmode `verify-full`, not `require`")
         );
     }
 

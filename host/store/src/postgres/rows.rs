@@ -335,13 +335,15 @@ impl Rows for Overlay<'_> {
 
     fn delete(&mut self, table: Table, key: Key<'_>) -> Result<bool, StoreError> {
         let existed = self.has(table, key)?;
-        self.seen.insert(
-            (table, fits(table, key)?),
-            Seen {
-                value: None,
-                dirty: true,
-            },
-        );
+        let key = fits(table, key)?;
+        // A row that was not there is left alone (no statement, and no
+        // news of it), unless this transaction deleted it already.
+        let dirty = existed
+            || self
+                .seen
+                .get(&(table, key.clone()))
+                .is_some_and(|s| s.dirty);
+        self.seen.insert((table, key), Seen { value: None, dirty });
         Ok(existed)
     }
 

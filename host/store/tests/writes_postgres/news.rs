@@ -84,6 +84,9 @@ fn a_commit_wakes_the_stores_of_its_schema_for_its_kind_only() {
         new: true,
     }));
     assert!(again.is_err());
+    // Nor does the removal of a tenant that is not there.
+    let gone = a.apply_one(&Write::Access(AccessWrite::RemoveTenant("nope".to_owned())));
+    assert!(gone.is_err());
     assert_eq!(
         wakes.wait(&[Wake::Settings], settings, Duration::from_millis(300)),
         settings

@@ -93,11 +93,17 @@ fn sslmode_disable_connects_in_plain_text_and_prefer_takes_tls_when_offered() {
 
 #[test]
 fn a_server_whose_ca_is_not_among_the_roots_is_refused_naming_the_handshake() {
+    // A CA of its own, which signed nothing the server has
+    // (`scripts/postgres-dev` makes it beside the cluster's).
+    let other = std::path::Path::new(&ca()).with_file_name("other-ca.crt");
+    let other = other.display();
     for query in [
-        "sslmode=verify-full&sslrootcert=system",
-        "sslmode=verify-ca&sslrootcert=system",
+        "sslmode=verify-full&sslrootcert=system".to_owned(),
+        format!("sslmode=verify-full&sslrootcert={other}"),
+        format!("sslmode=verify-ca&sslrootcert={other}"),
+        format!("sslmode=require&sslrootcert={other}"),
     ] {
-        let refused = PostgresStore::open(&with(&url(), query))
+        let refused = PostgresStore::open(&with(&url(), &query))
             .unwrap_err()
             .to_string();
         assert!(
@@ -125,4 +131,8 @@ fn bad_tls_settings_are_refused_before_connecting() {
     .unwrap_err()
     .to_string();
     assert!(said.contains("sslrootcert `/nonexistent/ca.pem`"), "{said}");
+    let said = PostgresStore::open(&with(&url(), "sslmode=verify-ca"))
+        .unwrap_err()
+        .to_string();
+    assert!(said.contains("needs sslrootcert"), "{said}");
 }
