@@ -40,12 +40,17 @@ mod tls;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
+/// The test server's URL.
+fn url() -> String {
+    std::env::var("WEFT_TEST_POSTGRES").expect(
+        "WEFT_TEST_POSTGRES names no PostgreSQL server: run scripts/test, or start one with scripts/postgres-dev",
+    )
+}
+
 /// An empty store in a schema of its own.
 fn open_store() -> (tempfile::TempDir, Arc<dyn weft_store::Store>) {
     static NEXT: AtomicU32 = AtomicU32::new(0);
-    let url = std::env::var("WEFT_TEST_POSTGRES").expect(
-        "WEFT_TEST_POSTGRES names no PostgreSQL server: run scripts/test, or start one with scripts/postgres-dev",
-    );
+    let url = url();
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()

@@ -9,10 +9,7 @@ use weft_core::Timestamp;
 use weft_store::{AccessWrite, PostgresStore, Store, TenantRecord, Wake, Write};
 
 use crate::common::{def, run};
-
-fn url() -> String {
-    std::env::var("WEFT_TEST_POSTGRES").expect("WEFT_TEST_POSTGRES names no PostgreSQL server")
-}
+use crate::url;
 
 fn schema(what: &str) -> String {
     let nanos = std::time::SystemTime::now()

@@ -5,14 +5,12 @@
 
 use weft_store::PostgresStore;
 
+use crate::url;
+
 fn ca() -> String {
     std::env::var("WEFT_TEST_POSTGRES_CA").expect(
         "WEFT_TEST_POSTGRES_CA names no CA file: run scripts/test, or start a server with scripts/postgres-dev and name its DIR/ca.crt",
     )
-}
-
-fn url() -> String {
-    std::env::var("WEFT_TEST_POSTGRES").expect("WEFT_TEST_POSTGRES names no PostgreSQL server")
 }
 
 /// `url` with `query` added.

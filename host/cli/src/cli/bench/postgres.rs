@@ -36,21 +36,7 @@ pub(super) fn throughput(
         let stores: Vec<Arc<weft::PostgresStore>> = (0..hosts)
             .map(|_| weft::PostgresStore::open_in(url, Some(&schema)).map(Arc::new))
             .collect::<Result<_, _>>()?;
-        let engines: Vec<weft::Engine> = stores
-            .iter()
-            .map(|store| {
-                let runtime = Runtime::new(RuntimeConfig {
-                    cache_dir: Some(scratch.join("cache")),
-                    ..RuntimeConfig::default()
-                })?;
-                let store: Arc<dyn weft::Store> = Arc::clone(store) as Arc<dyn weft::Store>;
-                Ok(weft::Engine::new(
-                    store,
-                    weft::PluginDir::new(runtime, plugins),
-                    Arc::new(weft::SystemClock),
-                )?)
-            })
-            .collect::<anyhow::Result<_>>()?;
+        let engines = hosts_on(&stores, plugins, scratch)?;
         // Load the plugin on every host, and touch the store, first.
         round_on(&engines, workflow, hosts)?;
         let before: Vec<weft::store::BatchCosts> = stores.iter().map(|s| s.batch_costs()).collect();
@@ -93,6 +79,30 @@ pub(super) fn throughput(
     Ok(())
 }
 
+/// A host on each of `stores`: an engine with a runtime of its own, as a
+/// `weft serve` process would have.
+fn hosts_on(
+    stores: &[Arc<weft::PostgresStore>],
+    plugins: &Path,
+    scratch: &Path,
+) -> anyhow::Result<Vec<weft::Engine>> {
+    stores
+        .iter()
+        .map(|store| {
+            let runtime = Runtime::new(RuntimeConfig {
+                cache_dir: Some(scratch.join("cache")),
+                ..RuntimeConfig::default()
+            })?;
+            let store: Arc<dyn weft::Store> = Arc::clone(store) as Arc<dyn weft::Store>;
+            Ok(weft::Engine::new(
+                store,
+                weft::PluginDir::new(runtime, plugins),
+                Arc::new(weft::SystemClock),
+            )?)
+        })
+        .collect()
+}
+
 /// How soon a run parked on one host starts on another: host A holds no
 /// place for the tenant (a resident cap of 0), so each run started there
 /// is parked as free work, and host B, told by the store's news
@@ -110,21 +120,7 @@ pub(super) fn pickup(
     let stores: Vec<Arc<weft::PostgresStore>> = (0..2)
         .map(|_| weft::PostgresStore::open_in(url, Some(&schema)).map(Arc::new))
         .collect::<Result<_, _>>()?;
-    let engines: Vec<weft::Engine> = stores
-        .iter()
-        .map(|store| {
-            let runtime = Runtime::new(RuntimeConfig {
-                cache_dir: Some(scratch.join("cache")),
-                ..RuntimeConfig::default()
-            })?;
-            let store: Arc<dyn weft::Store> = Arc::clone(store) as Arc<dyn weft::Store>;
-            Ok(weft::Engine::new(
-                store,
-                weft::PluginDir::new(runtime, plugins),
-                Arc::new(weft::SystemClock),
-            )?)
-        })
-        .collect::<anyhow::Result<_>>()?;
+    let engines = hosts_on(&stores, plugins, scratch)?;
     // B loads the plugin first.
     round_on(&engines[1..], workflow, 1)?;
     let tenant = weft::core::tenant::of(&workflow.id).to_owned();
