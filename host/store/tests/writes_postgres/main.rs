@@ -47,6 +47,16 @@ fn url() -> String {
     )
 }
 
+/// A name no other test's schema or connections have: `prefix`, this
+/// process and the time.
+fn unique(prefix: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    format!("{prefix}_{}_{nanos}", std::process::id())
+}
+
 /// An empty store in a schema of its own.
 fn open_store() -> (tempfile::TempDir, Arc<dyn weft_store::Store>) {
     static NEXT: AtomicU32 = AtomicU32::new(0);

@@ -9,15 +9,7 @@ use weft_core::Timestamp;
 use weft_store::{AccessWrite, PostgresStore, Store, TenantRecord, Wake, Write};
 
 use crate::common::{def, run};
-use crate::url;
-
-fn schema(what: &str) -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .subsec_nanos();
-    format!("news_{what}_{}_{nanos}", std::process::id())
-}
+use crate::{unique, url};
 
 /// A store on `schema`, once it listens: its listener wakes every kind
 /// as it starts.
@@ -31,9 +23,9 @@ fn listening(schema: &str) -> PostgresStore {
 
 #[test]
 fn a_commit_wakes_the_stores_of_its_schema_for_its_kind_only() {
-    let name = schema("a");
+    let name = unique("news_a");
     let (a, b) = (listening(&name), listening(&name));
-    let elsewhere = listening(&schema("b"));
+    let elsewhere = listening(&unique("news_b"));
     let wakes = b.wakes().unwrap();
     let others = elsewhere.wakes().unwrap();
     let parked = wakes.seen(&[Wake::Parked]);

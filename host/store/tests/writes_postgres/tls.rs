@@ -5,7 +5,7 @@
 
 use weft_store::PostgresStore;
 
-use crate::url;
+use crate::{unique, url};
 
 fn ca() -> String {
     std::env::var("WEFT_TEST_POSTGRES_CA").expect(
@@ -44,18 +44,9 @@ fn encrypted(name: &str) -> (i64, i64) {
     })
 }
 
-/// A name no other test's connections have.
-fn unique(what: &str) -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .subsec_nanos();
-    format!("tls_{what}_{}_{nanos}", std::process::id())
-}
-
 #[test]
 fn verify_full_against_the_clusters_ca_connects_over_tls() {
-    let name = unique("full");
+    let name = unique("tls_full");
     let query = format!(
         "application_name={name}&schema={name}&sslmode=verify-full&sslrootcert={}",
         ca()
@@ -70,7 +61,7 @@ fn verify_full_against_the_clusters_ca_connects_over_tls() {
 #[test]
 fn sslmode_disable_connects_in_plain_text_and_prefer_takes_tls_when_offered() {
     for (mode, over_tls) in [("disable", false), ("prefer", true), ("require", true)] {
-        let name = unique(mode);
+        let name = unique(&format!("tls_{mode}"));
         let query = format!("application_name={name}&schema={name}&sslmode={mode}");
         let store = PostgresStore::open(&with(&url(), &query)).unwrap();
         let (tls, plain) = encrypted(&name);
@@ -110,7 +101,7 @@ fn a_server_whose_ca_is_not_among_the_roots_is_refused_naming_the_handshake() {
         );
     }
     // The cluster's CA passes verify-ca as well.
-    let name = unique("ca");
+    let name = unique("tls_ca");
     let query = format!("schema={name}&sslmode=verify-ca&sslrootcert={}", ca());
     let store = PostgresStore::open(&with(&url(), &query)).unwrap();
     store.discard().unwrap();
